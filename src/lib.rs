@@ -1,0 +1,25 @@
+//! Baton: turns specs into merged pull requests with AI coding agents.
+//!
+//! The crate is a pure engine inside an imperative shell (see `README.md`, "Architecture"):
+//! arrows point down only, `engine` and `model` never do IO, and only `git` touches git.
+
+/// Plan and execution records: `MachinePlan`, `ExecutionState`, `Action`, `Event` (pure data).
+pub mod model;
+
+/// The deterministic state machine: `start`, `next_action`, `next_actions`, `apply`, plan validation.
+pub mod engine;
+
+/// SQLite persistence: the per-execution event journal, snapshots, summaries and leases.
+pub mod store;
+
+/// Git: feature branches, per-attempt worktrees, attempt commits and in-memory cherry-picks.
+pub mod git;
+
+/// The imperative shell: drivers that carry out actions, agent launches, gates and recovery.
+pub mod runtime;
+
+/// The `baton` command line: argument parsing and the `ACTION:` wire format.
+pub mod cli;
+
+/// The one place that reads the wall clock.
+pub mod clock;
