@@ -1,1 +1,1167 @@
-//! placeholder
+//! The engine: a deterministic state machine over `ExecutionState`.
+//!
+//! * [`start`] validates a plan and builds the initial state (HIGH/CRITICAL plans start with a
+//!   pre-flight approval).
+//! * [`next_action`] says what to do next: one of the nine actions.
+//! * [`next_actions`] lists every step of the current phase that may be dispatched now (the
+//!   parallel rule); it is empty whenever the execution waits (in-flight work, a human, a gate)
+//!   or is finished.
+//! * [`apply`] applies one event: it validates first, then mutates, so a rejected event leaves
+//!   the state untouched; the same event twice (same idempotency key) has one effect.
+//! * [`replay`] rebuilds a state from its plan and journal.
+//!
+//! After every event the state is *settled*: the end of a phase is handled here, in the order
+//! approval → feedback questions → gate → advance, so `next_action` is a pure read.
+//!
+//! This module never does IO, never reads the clock (time is the `now` argument, RFC 3339) and
+//! never imports anything outside `crate::model` (a test scans the source to enforce it).
+
+mod amend;
+pub mod prompt;
+pub mod validate;
+
+#[cfg(test)]
+mod tests;
+
+use sha2::{Digest, Sha256};
+
+use crate::model::action::{
+    Action, ApprovalAction, CheckpointAction, DispatchAction, FeedbackAction, GateAction, InteractAction,
+};
+use crate::model::event::{Event, EventKind, RecordStatus};
+use crate::model::plan::{MachinePlan, PlanPhase, PlanStep};
+use crate::model::state::{
+    ApprovalDecision, ApprovalResult, CheckpointMarks, Counters, ExecutionState, ExecutionStatus,
+    GateResult, InteractionTurn, PendingApprovalRequest, StepIndex, StepResult, StepStatus,
+};
+
+pub use validate::{unsafe_id_reason, validate, PlanProblem};
+
+/// Gate failures that fail the execution (seed-spec §2.7 `max_gate_retries`).
+pub const MAX_GATE_FAILURES: u32 = 3;
+/// A checkpoint is due after this many phase advances (seed-spec §2.17 (b)).
+pub const CHECKPOINT_PHASE_INTERVAL: u32 = 3;
+/// … or this many recorded results …
+pub const CHECKPOINT_TURN_THRESHOLD: u64 = 40;
+/// … or this many tokens since the last checkpoint.
+pub const CHECKPOINT_TOKEN_THRESHOLD: u64 = 150_000;
+/// Marker an interactive agent emits when the conversation is done.
+pub const INTERACT_COMPLETE: &str = "INTERACT_COMPLETE";
+
+/// Why the engine refused an event or a plan. The state is unchanged whenever this is returned.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EngineError {
+    /// The plan failed validation.
+    #[error("invalid plan: {}", .0.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("; "))]
+    InvalidPlan(Vec<PlanProblem>),
+    /// Team steps load and validate, but the engine cannot run them yet.
+    #[error("team steps are not supported yet (step {step_id} has a team)")]
+    TeamStepsUnsupported {
+        /// First team step.
+        step_id: String,
+    },
+    /// The execution is complete or cancelled.
+    #[error("execution is {status}: no further events are accepted")]
+    Final {
+        /// Its status.
+        status: ExecutionStatus,
+    },
+    /// The execution has failed; only retry-step, retry-gate, skip, amend or cancel reopen it.
+    #[error("execution has failed ({reason}); retry a step, retry the gate, skip a step or amend the plan to reopen it")]
+    ExecutionFailed {
+        /// Failure reason.
+        reason: String,
+    },
+    /// No such step in the plan.
+    #[error("unknown step {step_id}")]
+    UnknownStep {
+        /// Step id given.
+        step_id: String,
+    },
+    /// No such phase in the plan.
+    #[error("unknown phase {phase_id}")]
+    UnknownPhase {
+        /// Phase id given.
+        phase_id: i64,
+    },
+    /// The event names a phase that is not the current one.
+    #[error("phase {phase_id} is not the current phase ({})", .current.map_or("none: every phase is done".to_string(), |c| c.to_string()))]
+    NotCurrentPhase {
+        /// Phase id given.
+        phase_id: i64,
+        /// Current phase id.
+        current: Option<i64>,
+    },
+    /// The step cannot take this event in its current state.
+    #[error("step {step_id} is {status}: {reason}")]
+    StepState {
+        /// Step.
+        step_id: String,
+        /// Its status.
+        status: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The execution's status does not allow this event.
+    #[error("cannot apply {event} while the execution is {status}")]
+    WrongStatus {
+        /// Event kind.
+        event: &'static str,
+        /// Current status.
+        status: ExecutionStatus,
+    },
+    /// A pending approval exists for another phase.
+    #[error("approval is pending for phase {pending}, not phase {phase_id}")]
+    ApprovalPhaseMismatch {
+        /// Phase given.
+        phase_id: i64,
+        /// Phase pending.
+        pending: i64,
+    },
+    /// No such feedback question in the phase.
+    #[error("phase {phase_id} has no feedback question {question_id}")]
+    UnknownQuestion {
+        /// Phase.
+        phase_id: i64,
+        /// Question.
+        question_id: String,
+    },
+    /// The question was already answered.
+    #[error("feedback question {question_id} of phase {phase_id} is already answered")]
+    QuestionAnswered {
+        /// Phase.
+        phase_id: i64,
+        /// Question.
+        question_id: String,
+    },
+    /// The option index is out of range.
+    #[error("option {index} is out of range: question {question_id} has {count} options (0..{count})")]
+    OptionOutOfRange {
+        /// Question.
+        question_id: String,
+        /// Index given.
+        index: usize,
+        /// Number of options.
+        count: usize,
+    },
+    /// `Completed` before every phase is done.
+    #[error("cannot complete: phase {phase_id} ({name}) is not done")]
+    NotFinished {
+        /// Current phase id.
+        phase_id: i64,
+        /// Its name.
+        name: String,
+    },
+    /// An amendment that cannot be applied.
+    #[error("invalid amendment: {0}")]
+    InvalidAmendment(String),
+}
+
+/// What `apply` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// The event's idempotency key (explicit or derived): journal it with the event.
+    pub key: String,
+    /// True when the key was already applied: nothing changed, nothing to journal.
+    pub duplicate: bool,
+}
+
+/// Starts an execution of `plan` at `now` (RFC 3339).
+///
+/// Errors: [`EngineError::InvalidPlan`] with every problem, or
+/// [`EngineError::TeamStepsUnsupported`]. A HIGH or CRITICAL plan starts `approval_pending`
+/// with a pre-flight approval before phase 1; an empty first phase is settled at once.
+pub fn start(plan: MachinePlan, now: &str) -> Result<ExecutionState, EngineError> {
+    validate(&plan).map_err(EngineError::InvalidPlan)?;
+    if let Some((_, step)) = plan.steps().find(|(_, s)| !s.team.is_empty()) {
+        return Err(EngineError::TeamStepsUnsupported { step_id: step.step_id.clone() });
+    }
+    let preflight = matches!(plan.risk_level.to_ascii_uppercase().as_str(), "HIGH" | "CRITICAL");
+    let first_phase = plan.phases.first().map(|p| p.phase_id).unwrap_or(0);
+    let mut state = ExecutionState {
+        task_id: plan.task_id.clone(),
+        plan,
+        current_phase: 0,
+        status: ExecutionStatus::Running,
+        failure: None,
+        step_results: Default::default(),
+        gate_results: Vec::new(),
+        approval_results: Vec::new(),
+        feedback_results: Vec::new(),
+        amendments: Vec::new(),
+        pending_approval_request: None,
+        gate_redispatched: Default::default(),
+        gate_failures_forgiven: Default::default(),
+        checkpoint: CheckpointMarks::default(),
+        counters: Counters::default(),
+        applied_keys: Default::default(),
+        events_applied: 0,
+        started_at: now.to_string(),
+        completed_at: String::new(),
+        index: StepIndex::default(),
+    };
+    state.reindex();
+    if preflight {
+        state.status = ExecutionStatus::ApprovalPending;
+        state.pending_approval_request =
+            Some(PendingApprovalRequest { phase_id: first_phase, requested_at: now.to_string(), preflight: true });
+    } else {
+        settle(&mut state, now);
+    }
+    Ok(state)
+}
+
+/// Rebuilds an execution from its plan, start time and journal (events in order, each with
+/// the time it was applied). Used by `baton replay` and by loading (snapshot + later events).
+pub fn replay<'a>(
+    plan: MachinePlan,
+    started_at: &str,
+    events: impl IntoIterator<Item = (&'a Event, &'a str)>,
+) -> Result<ExecutionState, EngineError> {
+    let mut state = start(plan, started_at)?;
+    for (event, at) in events {
+        apply(&mut state, event, at)?;
+    }
+    Ok(state)
+}
+
+// ----------------------------------------------------------------------------------------------
+// Reading: next_action / next_actions
+// ----------------------------------------------------------------------------------------------
+
+/// What to do next: exactly one action (seed-spec §2.2 resolver, §2.3).
+///
+/// DISPATCH is the first dispatchable step; a driver that runs steps in parallel uses
+/// [`next_actions`] to get all of them.
+pub fn next_action(state: &ExecutionState) -> Action {
+    match state.status {
+        ExecutionStatus::Complete => Action::Complete {
+            message: format!("Execution {} is complete.", state.task_id),
+            summary: completion_summary(state),
+        },
+        ExecutionStatus::Cancelled => Action::Failed {
+            message: format!("Execution {} was cancelled.", state.task_id),
+            summary: state.failure.clone().unwrap_or_else(|| "cancelled".into()),
+        },
+        ExecutionStatus::Failed => Action::Failed {
+            message: format!("Execution {} failed.", state.task_id),
+            summary: state.failure.clone().unwrap_or_else(|| "failed".into()),
+        },
+        ExecutionStatus::ApprovalPending => approval_action(state),
+        ExecutionStatus::FeedbackPending => feedback_action(state),
+        ExecutionStatus::GatePending | ExecutionStatus::GateFailed => gate_action(state),
+        ExecutionStatus::Running => running_action(state),
+    }
+}
+
+/// Every step of the current phase that may be dispatched now, as DISPATCH actions in plan
+/// order (seed-spec §2.18). Empty while the execution waits or is finished.
+pub fn next_actions(state: &ExecutionState) -> Vec<Action> {
+    if state.status != ExecutionStatus::Running || state.checkpoint.due {
+        return Vec::new();
+    }
+    let Some(phase) = state.current() else { return Vec::new() };
+    if phase.steps.iter().any(|s| state.step_status(&s.step_id) == StepStatus::Failed) {
+        return Vec::new();
+    }
+    let ready: Vec<&PlanStep> = phase.steps.iter().filter(|s| is_ready(state, s)).collect();
+    let isolation = if ready.len() >= 2 { "worktree" } else { "" };
+    ready.into_iter().map(|s| Action::Dispatch(dispatch_action(state, phase, s, isolation))).collect()
+}
+
+fn running_action(state: &ExecutionState) -> Action {
+    if state.checkpoint.due {
+        return checkpoint_action(state);
+    }
+    let Some(phase) = state.current() else {
+        return Action::Complete {
+            message: "All phases complete; record `complete` to finalize the execution.".into(),
+            summary: completion_summary(state),
+        };
+    };
+    if let Some(first) = next_actions(state).into_iter().next() {
+        return first;
+    }
+    let failed: Vec<&str> = phase
+        .steps
+        .iter()
+        .filter(|s| state.step_status(&s.step_id) == StepStatus::Failed)
+        .map(|s| s.step_id.as_str())
+        .collect();
+    let in_flight: Vec<&str> = phase
+        .steps
+        .iter()
+        .filter(|s| state.step_status(&s.step_id) == StepStatus::Dispatched)
+        .map(|s| s.step_id.as_str())
+        .collect();
+    if failed.is_empty() {
+        if let Some(step) = phase.steps.iter().find(|s| state.step_status(&s.step_id) == StepStatus::Interacting) {
+            return interact_action(state, step);
+        }
+    }
+    let message = if failed.is_empty() {
+        format!("Waiting for in-flight steps: {}.", in_flight.join(", "))
+    } else {
+        format!(
+            "Step {} failed; waiting for in-flight steps ({}) before the execution fails.",
+            failed.join(", "),
+            in_flight.join(", ")
+        )
+    };
+    Action::Wait { message }
+}
+
+fn is_ready(state: &ExecutionState, step: &PlanStep) -> bool {
+    matches!(state.step_status(&step.step_id), StepStatus::Pending | StepStatus::InteractDispatched)
+        && step.depends_on.iter().all(|d| state.step_status(d).is_done())
+}
+
+fn dispatch_action(state: &ExecutionState, phase: &PlanPhase, step: &PlanStep, isolation: &str) -> DispatchAction {
+    let attempt = state.result(&step.step_id).map_or(0, |r| r.attempt) + 1;
+    let retry = if attempt > 1 { format!(" (attempt {attempt})") } else { String::new() };
+    DispatchAction {
+        message: format!("Dispatch step {} to {}{retry}: {}", step.step_id, step.agent_name, first_line(&step.task_description)),
+        step_id: step.step_id.clone(),
+        phase_id: phase.phase_id,
+        agent_name: step.agent_name.clone(),
+        agent_model: step.model.clone(),
+        step_type: step.step_type.clone(),
+        attempt,
+        delegation_prompt: prompt::delegation_prompt(state, step),
+        command: if step.is_automation() { step.command.clone() } else { String::new() },
+        interactive: step.interactive,
+        interact_max_turns: step.interactive.then(|| step.max_turns()),
+        isolation: isolation.to_string(),
+        expected_outcome: step.expected_outcome.clone(),
+        allowed_paths: step.allowed_paths.clone(),
+        blocked_paths: step.blocked_paths.clone(),
+        timeout_seconds: step.timeout_seconds,
+        is_team_member: false,
+    }
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or("").trim()
+}
+
+fn gate_action(state: &ExecutionState) -> Action {
+    let Some(phase) = state.current() else {
+        return Action::Wait { message: "no current phase".into() };
+    };
+    let Some(gate) = &phase.gate else {
+        return Action::Wait { message: format!("phase {} has no gate", phase.phase_id) };
+    };
+    let failures = state.gate_failures(phase.phase_id);
+    let attempt = state.gate_runs(phase.phase_id) + 1;
+    let message = if state.status == ExecutionStatus::GateFailed {
+        format!(
+            "Gate '{}' for phase {} failed ({failures}/{MAX_GATE_FAILURES}); run it again.",
+            gate.gate_type, phase.phase_id
+        )
+    } else {
+        format!("Run gate '{}' for phase {}.", gate.gate_type, phase.phase_id)
+    };
+    Action::Gate(GateAction {
+        message,
+        phase_id: phase.phase_id,
+        gate_type: gate.gate_type.clone(),
+        gate_command: expand_files(&gate.command, state, phase),
+        attempt,
+        failures,
+        max_failures: MAX_GATE_FAILURES,
+    })
+}
+
+/// Replaces `{files}` in a gate command with the phase's changed files (space-joined).
+fn expand_files(command: &str, state: &ExecutionState, phase: &PlanPhase) -> String {
+    if !command.contains("{files}") {
+        return command.to_string();
+    }
+    let mut files: Vec<&str> = phase
+        .steps
+        .iter()
+        .filter_map(|s| state.result(&s.step_id))
+        .flat_map(|r| r.files_changed.iter().map(String::as_str))
+        .collect();
+    files.sort_unstable();
+    files.dedup();
+    command.replace("{files}", &files.join(" "))
+}
+
+fn approval_action(state: &ExecutionState) -> Action {
+    let request = state.pending_approval_request.as_ref();
+    let preflight = request.is_some_and(|r| r.preflight);
+    let phase_id = request.map_or_else(|| state.current().map_or(0, |p| p.phase_id), |r| r.phase_id);
+    let phase = state.plan.phase_index(phase_id).and_then(|i| state.plan.phases.get(i));
+    let context = if preflight {
+        format!(
+            "Pre-flight approval: this plan is {} risk.\n\nTask: {}\nPhases: {}\nSteps: {}\n\nApprove to start phase {}.",
+            state.plan.risk_level,
+            state.plan.task_summary,
+            state.plan.phases.len(),
+            state.plan.step_count(),
+            phase_id
+        )
+    } else if let Some(p) = phase.filter(|p| !p.approval_description.trim().is_empty()) {
+        p.approval_description.clone()
+    } else {
+        phase.map(|p| phase_outcomes(state, p)).unwrap_or_default()
+    };
+    let name = phase.map_or("", |p| p.name.as_str());
+    Action::Approval(ApprovalAction {
+        message: if preflight {
+            format!("Approve the {} risk plan before phase {phase_id} ({name}) starts.", state.plan.risk_level)
+        } else {
+            format!("Approve phase {phase_id} ({name}).")
+        },
+        phase_id,
+        approval_context: context,
+        approval_options: vec!["approve".into(), "reject".into(), "approve-with-feedback".into()],
+        preflight,
+    })
+}
+
+fn phase_outcomes(state: &ExecutionState, phase: &PlanPhase) -> String {
+    let mut out = format!("## Phase {}: {}\n", phase.phase_id, phase.name);
+    for step in &phase.steps {
+        if let Some(r) = state.result(&step.step_id) {
+            out.push_str(&format!("\n### Step {} ({}, {})\n{}\n", step.step_id, r.agent_name, r.status.as_str(), r.outcome.trim()));
+            if !r.files_changed.is_empty() {
+                out.push_str(&format!("Files: {}\n", r.files_changed.join(", ")));
+            }
+        }
+    }
+    out
+}
+
+fn feedback_action(state: &ExecutionState) -> Action {
+    let Some(phase) = state.current() else {
+        return Action::Wait { message: "no current phase".into() };
+    };
+    let questions = phase.feedback_questions.iter().filter(|q| !answered(state, phase.phase_id, &q.question_id)).cloned().collect();
+    Action::Feedback(FeedbackAction {
+        message: format!("Answer the feedback questions of phase {} ({}).", phase.phase_id, phase.name),
+        phase_id: phase.phase_id,
+        feedback_questions: questions,
+        feedback_context: phase_outcomes(state, phase),
+    })
+}
+
+fn interact_action(state: &ExecutionState, step: &PlanStep) -> Action {
+    let result = state.result(&step.step_id);
+    let history = result.map_or(&[][..], |r| r.interaction_history.as_slice());
+    let turn = history.iter().filter(|t| t.role == "agent").count() as u32;
+    let latest = history.iter().rev().find(|t| t.role == "agent").map_or("", |t| t.content.as_str());
+    Action::Interact(InteractAction {
+        message: format!("Step {} ({}) waits for your reply (turn {turn}/{}).", step.step_id, step.agent_name, step.max_turns()),
+        interact_step_id: step.step_id.clone(),
+        interact_agent_name: step.agent_name.clone(),
+        interact_prompt: latest.to_string(),
+        interact_turn: turn,
+        interact_max_turns: step.max_turns(),
+    })
+}
+
+fn checkpoint_action(state: &ExecutionState) -> Action {
+    let phase_id = state.current().map_or(0, |p| p.phase_id);
+    let mut handoff = format!("Goal: {}\n", state.plan.task_summary);
+    handoff.push_str(&format!(
+        "Progress: {} of {} steps done; phase {} of {} next.\n",
+        state.counters.steps_done,
+        state.plan.step_count(),
+        state.current_phase + 1,
+        state.plan.phases.len()
+    ));
+    let done: Vec<String> = state
+        .plan
+        .phases
+        .iter()
+        .take(state.current_phase)
+        .rev()
+        .flat_map(|p| p.steps.iter().rev())
+        .filter_map(|s| state.result(&s.step_id))
+        .take(10)
+        .map(|r| format!("- {} ({}): {}", r.step_id, r.agent_name, excerpt_line(&r.outcome)))
+        .collect();
+    if !done.is_empty() {
+        handoff.push_str("Recent outcomes:\n");
+        handoff.push_str(&done.join("\n"));
+        handoff.push('\n');
+    }
+    handoff.push_str(&format!("Resume with: baton execute resume --task-id {}\n", state.task_id));
+    Action::Checkpoint(CheckpointAction {
+        message: format!("Checkpoint before phase {phase_id}: {}.", state.checkpoint.reason),
+        reason: state.checkpoint.reason.clone(),
+        phase_id,
+        handoff,
+    })
+}
+
+fn excerpt_line(text: &str) -> String {
+    let line = first_line(text);
+    if line.chars().count() > 120 {
+        format!("{}…", line.chars().take(120).collect::<String>())
+    } else {
+        line.to_string()
+    }
+}
+
+fn completion_summary(state: &ExecutionState) -> String {
+    let (done, total) = state.progress();
+    format!(
+        "{}: {done}/{total} steps done, {} gate runs, ${:.2} spent.",
+        state.task_id,
+        state.gate_results.len(),
+        state.counters.spend_usd
+    )
+}
+
+fn answered(state: &ExecutionState, phase_id: i64, question_id: &str) -> bool {
+    state.feedback_results.iter().any(|f| f.phase_id == phase_id && f.question_id == question_id)
+}
+
+// ----------------------------------------------------------------------------------------------
+// Writing: apply
+// ----------------------------------------------------------------------------------------------
+
+/// The idempotency key of `event` against `state`: the explicit key, or a hash of the event's
+/// kind, subject, round (attempt, gate run, approval round…) and payload.
+///
+/// The round is that of the subject the event answers: the same event sent again after it was
+/// applied derives the same key, so it is recognised as a duplicate.
+pub fn idempotency_key(state: &ExecutionState, event: &Event) -> String {
+    if let Some(key) = &event.idempotency_key {
+        return key.clone();
+    }
+    let round = default_round(state, &event.kind);
+    let payload = serde_json::to_string(&event.kind).unwrap_or_default();
+    let mut hasher = Sha256::new();
+    hasher.update(event.kind.name().as_bytes());
+    hasher.update(b"\n");
+    hasher.update(round.to_string().as_bytes());
+    hasher.update(b"\n");
+    hasher.update(payload.as_bytes());
+    let digest = hasher.finalize();
+    format!("{}:{}", event.kind.name(), hex::encode(&digest[..16]))
+}
+
+fn default_round(state: &ExecutionState, kind: &EventKind) -> u64 {
+    let step_round = |step_id: &str| -> u64 {
+        let (status, attempt) = state.result(step_id).map_or((StepStatus::Pending, 0), |r| (r.status, r.attempt));
+        let open = matches!(status, StepStatus::Pending | StepStatus::InteractDispatched);
+        u64::from(attempt) + u64::from(open)
+    };
+    match kind {
+        EventKind::StepDispatched { step_id, .. } | EventKind::StepRecorded { step_id, .. } => step_round(step_id),
+        EventKind::StepRetried { step_id } | EventKind::StepSkipped { step_id, .. } => {
+            u64::from(state.result(step_id).map_or(0, |r| r.attempt))
+        }
+        EventKind::GateRecorded { phase_id, .. } => {
+            let open = matches!(state.status, ExecutionStatus::GatePending | ExecutionStatus::GateFailed)
+                && state.current().is_some_and(|p| p.phase_id == *phase_id);
+            u64::from(state.gate_runs(*phase_id)) + u64::from(open)
+        }
+        EventKind::GateRetried { phase_id } => u64::from(state.gate_runs(*phase_id)),
+        EventKind::ApprovalRecorded { phase_id, .. } => {
+            let n = state.approval_results.iter().filter(|a| a.phase_id == *phase_id).count() as u64;
+            n + u64::from(state.pending_approval_request.as_ref().is_some_and(|r| r.phase_id == *phase_id))
+        }
+        EventKind::InteractInput { step_id, .. } => {
+            let r = state.result(step_id);
+            let humans = r.map_or(0, |r| r.interaction_history.iter().filter(|t| t.role == "human").count()) as u64;
+            humans + u64::from(r.is_some_and(|r| r.status == StepStatus::Interacting))
+        }
+        EventKind::Amended { .. } => state.amendments.len() as u64 + 1,
+        EventKind::CheckpointAcknowledged => u64::from(state.checkpoint.count) + u64::from(state.checkpoint.due),
+        EventKind::FeedbackRecorded { .. }
+        | EventKind::InteractCompleted { .. }
+        | EventKind::Completed
+        | EventKind::Cancelled { .. } => 0,
+    }
+}
+
+/// Applies one event at `now` (RFC 3339).
+///
+/// Validates first, then mutates: on `Err` the state is exactly as before. An event whose
+/// idempotency key was already applied returns `Ok(Applied { duplicate: true, .. })` and changes
+/// nothing. After a change the state is settled (phase end handled, see the module doc).
+pub fn apply(state: &mut ExecutionState, event: &Event, now: &str) -> Result<Applied, EngineError> {
+    let key = idempotency_key(state, event);
+    if state.applied_keys.contains(&key) {
+        return Ok(Applied { key, duplicate: true });
+    }
+    if state.index.0.is_empty() {
+        state.reindex();
+    }
+    check(state, &event.kind)?;
+    mutate(state, event, now);
+    state.applied_keys.insert(key.clone());
+    state.events_applied += 1;
+    settle(state, now);
+    Ok(Applied { key, duplicate: false })
+}
+
+/// Validation of every event kind against the state: no mutation.
+fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), EngineError> {
+    let status = state.status;
+    if status.is_final() {
+        return Err(EngineError::Final { status });
+    }
+    let reopening = matches!(
+        kind,
+        EventKind::StepRetried { .. }
+            | EventKind::GateRetried { .. }
+            | EventKind::StepSkipped { .. }
+            | EventKind::Amended { .. }
+            | EventKind::Cancelled { .. }
+    );
+    if status == ExecutionStatus::Failed && !reopening {
+        return Err(EngineError::ExecutionFailed { reason: state.failure.clone().unwrap_or_default() });
+    }
+    let wrong = |event: &'static str| EngineError::WrongStatus { event, status };
+    match kind {
+        EventKind::StepDispatched { step_id, .. } => {
+            let step = current_step(state, step_id)?;
+            if status != ExecutionStatus::Running {
+                return Err(wrong("step_dispatched"));
+            }
+            if !is_ready(state, step) {
+                return Err(not_ready(state, step, "it cannot be dispatched now"));
+            }
+            Ok(())
+        }
+        EventKind::StepRecorded { step_id, status: rec, .. } => {
+            let step = current_step(state, step_id)?;
+            if status != ExecutionStatus::Running {
+                return Err(wrong("step_recorded"));
+            }
+            let st = state.step_status(step_id);
+            let open = st == StepStatus::Dispatched || is_ready(state, step);
+            if !open {
+                return Err(not_ready(state, step, "it has no attempt to record"));
+            }
+            if *rec == RecordStatus::Interacting && !step.interactive {
+                return Err(EngineError::StepState {
+                    step_id: step_id.clone(),
+                    status: st.as_str().into(),
+                    reason: "only interactive steps can be recorded as interacting".into(),
+                });
+            }
+            Ok(())
+        }
+        EventKind::GateRecorded { phase_id, .. } => {
+            ensure_current_phase(state, *phase_id)?;
+            if !matches!(status, ExecutionStatus::GatePending | ExecutionStatus::GateFailed) {
+                return Err(wrong("gate_recorded"));
+            }
+            Ok(())
+        }
+        EventKind::ApprovalRecorded { phase_id, .. } => {
+            if status != ExecutionStatus::ApprovalPending {
+                return Err(wrong("approval_recorded"));
+            }
+            let pending = state.pending_approval_request.as_ref().map_or(-1, |r| r.phase_id);
+            if pending != *phase_id {
+                return Err(EngineError::ApprovalPhaseMismatch { phase_id: *phase_id, pending });
+            }
+            Ok(())
+        }
+        EventKind::FeedbackRecorded { phase_id, question_id, chosen_index } => {
+            let phase = ensure_current_phase(state, *phase_id)?;
+            if status != ExecutionStatus::FeedbackPending {
+                return Err(wrong("feedback_recorded"));
+            }
+            let q = phase.feedback_questions.iter().find(|q| &q.question_id == question_id).ok_or_else(|| {
+                EngineError::UnknownQuestion { phase_id: *phase_id, question_id: question_id.clone() }
+            })?;
+            if answered(state, *phase_id, question_id) {
+                return Err(EngineError::QuestionAnswered { phase_id: *phase_id, question_id: question_id.clone() });
+            }
+            if *chosen_index >= q.options.len() {
+                return Err(EngineError::OptionOutOfRange {
+                    question_id: question_id.clone(),
+                    index: *chosen_index,
+                    count: q.options.len(),
+                });
+            }
+            Ok(())
+        }
+        EventKind::InteractInput { step_id, .. } | EventKind::InteractCompleted { step_id } => {
+            current_step(state, step_id)?;
+            let st = state.step_status(step_id);
+            if st != StepStatus::Interacting {
+                return Err(EngineError::StepState {
+                    step_id: step_id.clone(),
+                    status: st.as_str().into(),
+                    reason: "it is not waiting for a human reply".into(),
+                });
+            }
+            Ok(())
+        }
+        EventKind::Amended { phases, after_phase, steps, .. } => amend::check(state, phases, *after_phase, steps),
+        EventKind::CheckpointAcknowledged => {
+            if !state.checkpoint.due {
+                return Err(wrong("checkpoint_acknowledged"));
+            }
+            Ok(())
+        }
+        EventKind::Completed => {
+            if status != ExecutionStatus::Running {
+                return Err(wrong("completed"));
+            }
+            if let Some(p) = state.current() {
+                return Err(EngineError::NotFinished { phase_id: p.phase_id, name: p.name.clone() });
+            }
+            Ok(())
+        }
+        EventKind::Cancelled { .. } => Ok(()),
+        EventKind::StepRetried { step_id } => {
+            current_step(state, step_id)?;
+            let st = state.step_status(step_id);
+            if st != StepStatus::Failed {
+                return Err(EngineError::StepState {
+                    step_id: step_id.clone(),
+                    status: st.as_str().into(),
+                    reason: "only a failed step can be retried".into(),
+                });
+            }
+            Ok(())
+        }
+        EventKind::StepSkipped { step_id, .. } => {
+            current_step(state, step_id)?;
+            let st = state.step_status(step_id);
+            if !matches!(st, StepStatus::Pending | StepStatus::Failed) {
+                return Err(EngineError::StepState {
+                    step_id: step_id.clone(),
+                    status: st.as_str().into(),
+                    reason: "only a pending or failed step can be skipped".into(),
+                });
+            }
+            Ok(())
+        }
+        EventKind::GateRetried { phase_id } => {
+            let phase = ensure_current_phase(state, *phase_id)?;
+            if phase.gate.is_none() {
+                return Err(EngineError::UnknownPhase { phase_id: *phase_id });
+            }
+            let gate_failed_execution = status == ExecutionStatus::Failed
+                && state.gate_failures(*phase_id) > 0
+                && !state.gate_passed(*phase_id)
+                && phase.steps.iter().all(|s| state.step_status(&s.step_id).is_done());
+            if status != ExecutionStatus::GateFailed && !gate_failed_execution {
+                return Err(wrong("gate_retried"));
+            }
+            Ok(())
+        }
+    }
+}
+
+fn not_ready(state: &ExecutionState, step: &PlanStep, reason: &str) -> EngineError {
+    let st = state.step_status(&step.step_id);
+    let waiting: Vec<&str> =
+        step.depends_on.iter().filter(|d| !state.step_status(d).is_done()).map(String::as_str).collect();
+    let reason = if st == StepStatus::Pending && !waiting.is_empty() {
+        format!("{reason}: it waits for {}", waiting.join(", "))
+    } else {
+        reason.to_string()
+    };
+    EngineError::StepState { step_id: step.step_id.clone(), status: st.as_str().into(), reason }
+}
+
+/// The step, if it exists and belongs to the current phase.
+fn current_step<'a>(state: &'a ExecutionState, step_id: &str) -> Result<&'a PlanStep, EngineError> {
+    let (pi, si) = state.locate(step_id).ok_or_else(|| EngineError::UnknownStep { step_id: step_id.to_string() })?;
+    let phase = &state.plan.phases[pi];
+    if pi != state.current_phase {
+        return Err(EngineError::StepState {
+            step_id: step_id.to_string(),
+            status: state.step_status(step_id).as_str().into(),
+            reason: format!(
+                "it belongs to phase {}, and the current phase is {}",
+                phase.phase_id,
+                state.current().map_or("none (every phase is done)".to_string(), |p| p.phase_id.to_string())
+            ),
+        });
+    }
+    Ok(&phase.steps[si])
+}
+
+fn ensure_current_phase(state: &ExecutionState, phase_id: i64) -> Result<&PlanPhase, EngineError> {
+    if state.plan.phase_index(phase_id).is_none() {
+        return Err(EngineError::UnknownPhase { phase_id });
+    }
+    match state.current() {
+        Some(p) if p.phase_id == phase_id => Ok(p),
+        other => Err(EngineError::NotCurrentPhase { phase_id, current: other.map(|p| p.phase_id) }),
+    }
+}
+
+/// Applies a checked event. Must not fail: everything that can go wrong was checked.
+fn mutate(state: &mut ExecutionState, event: &Event, now: &str) {
+    match &event.kind {
+        EventKind::StepDispatched { step_id, agent_name } => {
+            let r = result_entry(state, step_id, agent_name);
+            r.attempt += 1;
+            r.status = StepStatus::Dispatched;
+            r.agent_name = agent_name.clone();
+            r.dispatched_at = now.to_string();
+            r.error.clear();
+        }
+        EventKind::StepRecorded {
+            step_id,
+            agent_name,
+            status,
+            outcome,
+            files_changed,
+            commit_hash,
+            tokens,
+            cost_usd,
+            duration_seconds,
+            error,
+        } => {
+            let max_turns = state.locate(step_id).map_or(10, |(pi, si)| state.plan.phases[pi].steps[si].max_turns());
+            let r = result_entry(state, step_id, agent_name);
+            if matches!(r.status, StepStatus::Pending | StepStatus::InteractDispatched) {
+                // A record for a ready step that was never marked dispatched counts as dispatched.
+                r.attempt += 1;
+                r.dispatched_at = now.to_string();
+            }
+            r.agent_name = agent_name.clone();
+            r.completed_at = now.to_string();
+            r.estimated_tokens += tokens;
+            r.cost_usd += cost_usd;
+            r.duration_seconds += duration_seconds;
+            r.gate_feedback = None;
+            let mut became_done = false;
+            match status {
+                RecordStatus::Complete => {
+                    r.status = StepStatus::Complete;
+                    r.outcome = outcome.clone();
+                    r.files_changed = files_changed.clone();
+                    r.commit_hash = commit_hash.clone();
+                    r.error.clear();
+                    became_done = true;
+                }
+                RecordStatus::Failed => {
+                    r.status = StepStatus::Failed;
+                    r.outcome = outcome.clone();
+                    r.error = if error.is_empty() { "step failed".into() } else { error.clone() };
+                }
+                RecordStatus::Interacting => {
+                    let agent_turns = r.interaction_history.iter().filter(|t| t.role == "agent").count() as u32;
+                    let (text, finished) = strip_interact_complete(outcome);
+                    r.interaction_history.push(InteractionTurn {
+                        role: "agent".into(),
+                        content: text.clone(),
+                        timestamp: now.to_string(),
+                        turn_number: agent_turns + 1,
+                    });
+                    if !files_changed.is_empty() {
+                        r.files_changed.extend(files_changed.iter().cloned());
+                    }
+                    if !commit_hash.is_empty() {
+                        r.commit_hash = commit_hash.clone();
+                    }
+                    if finished || agent_turns + 1 >= max_turns {
+                        r.status = StepStatus::Complete;
+                        r.outcome = if finished { text } else { format!("{text}\n[Auto-completed: max_turns reached]") };
+                        became_done = true;
+                    } else {
+                        r.status = StepStatus::Interacting;
+                        r.outcome = text;
+                    }
+                }
+            }
+            state.counters.tokens += tokens;
+            state.counters.spend_usd += cost_usd;
+            state.counters.turn_count += 1;
+            state.checkpoint.turns_since += 1;
+            state.checkpoint.tokens_since += tokens;
+            if became_done {
+                state.counters.steps_done += 1;
+            }
+        }
+        EventKind::GateRecorded { phase_id, passed, output, command, exit_code } => {
+            let phase_index = state.current_phase;
+            let (gate_type, planned) = state.plan.phases[phase_index]
+                .gate
+                .as_ref()
+                .map_or((String::new(), String::new()), |g| (g.gate_type.clone(), g.command.clone()));
+            let attempt = state.gate_runs(*phase_id) + 1;
+            state.gate_results.push(GateResult {
+                phase_id: *phase_id,
+                gate_type,
+                passed: *passed,
+                output: output.clone(),
+                command: command.clone().unwrap_or(planned),
+                exit_code: *exit_code,
+                checked_at: now.to_string(),
+                attempt,
+            });
+            if *passed {
+                state.status = ExecutionStatus::Running;
+            } else {
+                gate_failed(state, *phase_id, output, now);
+            }
+        }
+        EventKind::ApprovalRecorded { phase_id, result, feedback } => {
+            let preflight = state.pending_approval_request.take().is_some_and(|r| r.preflight);
+            state.approval_results.push(ApprovalResult {
+                phase_id: *phase_id,
+                result: *result,
+                feedback: feedback.clone(),
+                actor: event.actor.clone(),
+                decided_at: now.to_string(),
+                preflight,
+            });
+            match result {
+                ApprovalDecision::Approve => state.status = ExecutionStatus::Running,
+                ApprovalDecision::Reject => {
+                    let by = if event.actor.is_empty() { String::new() } else { format!(" by {}", event.actor) };
+                    let why = if feedback.is_empty() { String::new() } else { format!(": {feedback}") };
+                    fail(state, format!("phase {phase_id} was rejected{by}{why}; amend the plan to continue"), now);
+                }
+                ApprovalDecision::ApproveWithFeedback => {
+                    state.status = ExecutionStatus::Running;
+                    if preflight {
+                        amend::note_preflight_feedback(state, *phase_id, feedback, now);
+                    } else {
+                        amend::insert_remediation(state, *phase_id, feedback, now);
+                    }
+                }
+            }
+        }
+        EventKind::FeedbackRecorded { phase_id, question_id, chosen_index } => {
+            amend::insert_feedback_dispatch(state, *phase_id, question_id, *chosen_index, now);
+            let phase = &state.plan.phases[state.current_phase];
+            let all = phase.feedback_questions.iter().all(|q| answered(state, *phase_id, &q.question_id));
+            if all {
+                state.status = ExecutionStatus::Running;
+            }
+        }
+        EventKind::InteractInput { step_id, input } => {
+            if let Some(r) = state.step_results.get_mut(step_id) {
+                let humans = r.interaction_history.iter().filter(|t| t.role == "human").count() as u32;
+                r.interaction_history.push(InteractionTurn {
+                    role: "human".into(),
+                    content: input.clone(),
+                    timestamp: now.to_string(),
+                    turn_number: humans + 1,
+                });
+                r.status = StepStatus::InteractDispatched;
+            }
+        }
+        EventKind::InteractCompleted { step_id } => {
+            if let Some(r) = state.step_results.get_mut(step_id) {
+                r.status = StepStatus::Complete;
+                r.completed_at = now.to_string();
+                state.counters.steps_done += 1;
+            }
+        }
+        EventKind::Amended { description, trigger, phases, after_phase, steps } => {
+            amend::apply(state, description, trigger, phases, *after_phase, steps, now);
+            if state.status == ExecutionStatus::Failed {
+                reopen(state);
+            }
+        }
+        EventKind::CheckpointAcknowledged => {
+            let count = state.checkpoint.count + 1;
+            state.checkpoint = CheckpointMarks { count, ..CheckpointMarks::default() };
+        }
+        EventKind::Completed => {
+            state.status = ExecutionStatus::Complete;
+            state.completed_at = now.to_string();
+        }
+        EventKind::Cancelled { reason } => {
+            state.status = ExecutionStatus::Cancelled;
+            state.pending_approval_request = None;
+            let by = if event.actor.is_empty() { String::new() } else { format!(" by {}", event.actor) };
+            let why = if reason.is_empty() { String::new() } else { format!(": {reason}") };
+            state.failure = Some(format!("cancelled{by}{why}"));
+            state.completed_at = now.to_string();
+        }
+        EventKind::StepRetried { step_id } => {
+            if let Some(r) = state.step_results.get_mut(step_id) {
+                r.status = StepStatus::Pending;
+                r.error.clear();
+            }
+            reopen(state);
+        }
+        EventKind::StepSkipped { step_id, reason } => {
+            let r = result_entry(state, step_id, "");
+            r.status = StepStatus::Skipped;
+            r.outcome = if reason.is_empty() { "skipped by an operator".into() } else { format!("skipped: {reason}") };
+            r.completed_at = now.to_string();
+            state.counters.steps_done += 1;
+            reopen(state);
+        }
+        EventKind::GateRetried { phase_id } => {
+            let failures = state.gate_failures(*phase_id);
+            *state.gate_failures_forgiven.entry(*phase_id).or_insert(0) += failures;
+            state.failure = None;
+            state.completed_at.clear();
+            state.status = ExecutionStatus::GatePending;
+        }
+    }
+}
+
+fn reopen(state: &mut ExecutionState) {
+    if state.status == ExecutionStatus::Failed {
+        state.status = ExecutionStatus::Running;
+        state.failure = None;
+        state.completed_at.clear();
+    }
+}
+
+fn result_entry<'a>(state: &'a mut ExecutionState, step_id: &str, agent_name: &str) -> &'a mut StepResult {
+    state.step_results.entry(step_id.to_string()).or_insert_with(|| StepResult {
+        step_id: step_id.to_string(),
+        agent_name: agent_name.to_string(),
+        status: StepStatus::Pending,
+        attempt: 0,
+        outcome: String::new(),
+        files_changed: Vec::new(),
+        commit_hash: String::new(),
+        estimated_tokens: 0,
+        cost_usd: 0.0,
+        duration_seconds: 0.0,
+        error: String::new(),
+        dispatched_at: String::new(),
+        completed_at: String::new(),
+        gate_feedback: None,
+        interaction_history: Vec::new(),
+    })
+}
+
+fn strip_interact_complete(outcome: &str) -> (String, bool) {
+    let mut finished = false;
+    let kept: Vec<&str> = outcome
+        .lines()
+        .filter(|l| {
+            if l.trim() == INTERACT_COMPLETE {
+                finished = true;
+                false
+            } else {
+                true
+            }
+        })
+        .collect();
+    let mut text = kept.join("\n");
+    if let Some(stripped) = text.trim_end().strip_suffix(INTERACT_COMPLETE) {
+        finished = true;
+        text = stripped.trim_end().to_string();
+    }
+    (text.trim().to_string(), finished)
+}
+
+/// A failed gate: the first failure of a phase re-dispatches the phase's last step with the
+/// gate output; later failures re-run the gate until the cap, then fail the execution.
+fn gate_failed(state: &mut ExecutionState, phase_id: i64, output: &str, now: &str) {
+    let failures = state.gate_failures(phase_id);
+    let phase = &state.plan.phases[state.current_phase];
+    let last = phase.steps.last().map(|s| s.step_id.clone());
+    if failures >= MAX_GATE_FAILURES {
+        let gate_type = phase.gate.as_ref().map_or("", |g| g.gate_type.as_str()).to_string();
+        fail(state, format!("gate '{gate_type}' of phase {phase_id} failed {failures} times (cap {MAX_GATE_FAILURES})"), now);
+        return;
+    }
+    match last {
+        Some(step_id) if !state.gate_redispatched.contains(&phase_id) => {
+            state.gate_redispatched.insert(phase_id);
+            let command = phase.gate.as_ref().map_or("", |g| g.command.as_str()).to_string();
+            if let Some(r) = state.step_results.get_mut(&step_id) {
+                if r.status.is_done() {
+                    state.counters.steps_done = state.counters.steps_done.saturating_sub(1);
+                }
+                r.status = StepStatus::Pending;
+                r.gate_feedback = Some(format!("$ {command}\n{output}"));
+            }
+            state.status = ExecutionStatus::Running;
+        }
+        _ => state.status = ExecutionStatus::GateFailed,
+    }
+}
+
+fn fail(state: &mut ExecutionState, reason: String, now: &str) {
+    state.status = ExecutionStatus::Failed;
+    state.failure = Some(reason);
+    state.completed_at = now.to_string();
+}
+
+/// Handles the end of the current phase (approval → feedback → gate → advance), repeatedly,
+/// and turns a failed step into a failed execution once nothing is in flight.
+fn settle(state: &mut ExecutionState, now: &str) {
+    loop {
+        if state.status != ExecutionStatus::Running {
+            return;
+        }
+        let Some(phase) = state.plan.phases.get(state.current_phase) else { return };
+        let phase_id = phase.phase_id;
+        let mut failed = None;
+        let mut all_done = true;
+        let mut in_flight = false;
+        for s in &phase.steps {
+            let st = state.step_status(&s.step_id);
+            if st == StepStatus::Failed && failed.is_none() {
+                failed = Some(s.step_id.clone());
+            }
+            if st == StepStatus::Dispatched {
+                in_flight = true;
+            }
+            if !st.is_done() {
+                all_done = false;
+            }
+        }
+        if let Some(step_id) = failed {
+            if !in_flight {
+                let error = state.result(&step_id).map(|r| r.error.clone()).unwrap_or_default();
+                fail(state, format!("step {step_id} failed: {error}"), now);
+            }
+            return;
+        }
+        if !all_done {
+            return;
+        }
+        let approved = state.approval_results.iter().any(|a| {
+            a.phase_id == phase_id && !a.preflight && matches!(a.result, ApprovalDecision::Approve | ApprovalDecision::ApproveWithFeedback)
+        });
+        if phase.approval_required && !approved {
+            state.status = ExecutionStatus::ApprovalPending;
+            state.pending_approval_request =
+                Some(PendingApprovalRequest { phase_id, requested_at: now.to_string(), preflight: false });
+            return;
+        }
+        if phase.feedback_questions.iter().any(|q| !answered(state, phase_id, &q.question_id)) {
+            state.status = ExecutionStatus::FeedbackPending;
+            return;
+        }
+        if phase.gate.is_some() && !state.gate_passed(phase_id) {
+            state.status = ExecutionStatus::GatePending;
+            return;
+        }
+        advance(state);
+    }
+}
+
+/// The one place a phase advances.
+fn advance(state: &mut ExecutionState) {
+    state.current_phase += 1;
+    if state.current_phase >= state.plan.phases.len() {
+        return;
+    }
+    let marks = &mut state.checkpoint;
+    marks.phases_since += 1;
+    let reason = if marks.phases_since >= CHECKPOINT_PHASE_INTERVAL {
+        Some(format!("{} phases since the last checkpoint", marks.phases_since))
+    } else if marks.turns_since >= CHECKPOINT_TURN_THRESHOLD {
+        Some(format!("{} results since the last checkpoint", marks.turns_since))
+    } else if marks.tokens_since >= CHECKPOINT_TOKEN_THRESHOLD {
+        Some(format!("{} tokens since the last checkpoint", marks.tokens_since))
+    } else {
+        None
+    };
+    if let Some(reason) = reason {
+        marks.due = true;
+        marks.reason = reason;
+    }
+}

@@ -1,1 +1,10 @@
-//! placeholder
+//! Plan and execution records: plain data shared by every layer.
+//!
+//! `plan` is agent-baton's `plan.json`; `state` is one execution; `action` is what the engine
+//! asks for; `event` is what changes an execution. This module never does IO, never reads the
+//! clock and imports nothing from the crate but itself.
+
+pub mod action;
+pub mod event;
+pub mod plan;
+pub mod state;

@@ -1,0 +1,292 @@
+//! Plan validation: every problem at once, each naming its phase and step.
+//!
+//! Rules (seed-spec §1.3 plus what Baton adds because ids become git refs and paths): at least
+//! one phase; unique phase ids and step ids; a non-empty `agent_name`; `depends_on` names a step
+//! declared earlier (no forward references, no cycles); ids safe in a ref and a path; automation
+//! steps have a command; feedback questions have options; `sub_team` only on a lead.
+//! This module never does IO.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::model::plan::{MachinePlan, PlanStep, TeamMember};
+
+/// One problem found in a plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanProblem {
+    /// Where: `plan`, `phase 1 (Design)`, `phase 1 (Design), step 1.2`, …
+    pub location: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl std::fmt::Display for PlanProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.location, self.message)
+    }
+}
+
+/// Why an id is unsafe as a git ref component and a path component, or None when it is safe.
+///
+/// Safe ids are 1–128 characters of `A-Z a-z 0-9 . _ -`, do not start with `-` or `.`, contain
+/// no `..`, and do not end with `.` or `.lock`.
+pub fn unsafe_id_reason(id: &str) -> Option<String> {
+    if id.is_empty() {
+        return Some("is empty".into());
+    }
+    if id.len() > 128 {
+        return Some(format!("is {} characters long (at most 128)", id.len()));
+    }
+    if let Some(c) = id.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
+        let shown = if c.is_control() || c.is_whitespace() { format!("{:?}", c) } else { format!("`{c}`") };
+        return Some(format!("contains {shown} (allowed: letters, digits, `.`, `_`, `-`)"));
+    }
+    if id.starts_with('-') {
+        return Some("starts with `-`".into());
+    }
+    if id.starts_with('.') {
+        return Some("starts with `.`".into());
+    }
+    if id.contains("..") {
+        return Some("contains `..`".into());
+    }
+    if id.ends_with('.') || id.ends_with(".lock") {
+        return Some("ends with `.` or `.lock`".into());
+    }
+    None
+}
+
+/// Validates a whole plan. `Ok(())` or every problem found, in plan order.
+pub fn validate(plan: &MachinePlan) -> Result<(), Vec<PlanProblem>> {
+    let mut problems = Vec::new();
+    let mut push = |location: String, message: String| problems.push(PlanProblem { location, message });
+
+    if let Some(why) = unsafe_id_reason(&plan.task_id) {
+        push("plan".into(), format!("task_id {:?} {why}", plan.task_id));
+    }
+    if plan.phases.is_empty() {
+        push("plan".into(), "has no phases".into());
+    }
+
+    let mut phase_ids = HashSet::new();
+    // step id -> position in plan order
+    let mut position: HashMap<&str, usize> = HashMap::new();
+    let mut order = 0usize;
+    for phase in &plan.phases {
+        for step in &phase.steps {
+            position.entry(step.step_id.as_str()).or_insert(order);
+            order += 1;
+        }
+    }
+
+    let mut seen_steps: HashSet<&str> = HashSet::new();
+    let mut order = 0usize;
+    for phase in &plan.phases {
+        let ploc = format!("phase {} ({})", phase.phase_id, phase.name);
+        if !phase_ids.insert(phase.phase_id) {
+            push(ploc.clone(), format!("duplicate phase_id {}", phase.phase_id));
+        }
+        let mut qids = HashSet::new();
+        for q in &phase.feedback_questions {
+            let qloc = format!("{ploc}, question {}", q.question_id);
+            if !qids.insert(q.question_id.as_str()) {
+                push(qloc.clone(), "duplicate question_id".into());
+            }
+            if q.options.is_empty() {
+                push(qloc, "has no options".into());
+            }
+        }
+        if let Some(gate) = &phase.gate {
+            if gate.gate_type.trim().is_empty() {
+                push(format!("{ploc}, gate"), "gate_type is empty".into());
+            }
+        }
+        for step in &phase.steps {
+            let sloc = format!("{ploc}, step {}", step.step_id);
+            check_step(step, &sloc, &mut push);
+            if !seen_steps.insert(step.step_id.as_str()) {
+                push(sloc.clone(), format!("duplicate step_id {}", step.step_id));
+            }
+            for dep in &step.depends_on {
+                match position.get(dep.as_str()) {
+                    None => push(sloc.clone(), format!("depends_on names unknown step {dep}")),
+                    Some(&p) if p == order => push(sloc.clone(), "depends on itself".into()),
+                    Some(&p) if p > order => {
+                        push(sloc.clone(), format!("depends_on names step {dep}, which comes later in the plan"))
+                    }
+                    Some(_) => {}
+                }
+            }
+            order += 1;
+        }
+    }
+    for cycle in find_cycles(plan) {
+        push("plan".into(), format!("dependency cycle: {}", cycle.join(" -> ")));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
+}
+
+fn check_step(step: &PlanStep, sloc: &str, push: &mut impl FnMut(String, String)) {
+    if let Some(why) = unsafe_id_reason(&step.step_id) {
+        push(sloc.into(), format!("step_id {:?} {why}", step.step_id));
+    }
+    if step.agent_name.trim().is_empty() {
+        push(sloc.into(), "agent_name is empty".into());
+    }
+    if step.is_automation() && step.command.trim().is_empty() {
+        push(sloc.into(), "automation step has no command".into());
+    }
+    if step.interactive && step.max_turns() == 0 {
+        push(sloc.into(), "interactive step has max_turns 0".into());
+    }
+    let mut members = HashSet::new();
+    check_members(&step.team, sloc, &mut members, push);
+}
+
+fn check_members<'a>(
+    team: &'a [TeamMember],
+    sloc: &str,
+    seen: &mut HashSet<&'a str>,
+    push: &mut impl FnMut(String, String),
+) {
+    for m in team {
+        let mloc = format!("{sloc}, member {}", m.member_id);
+        if let Some(why) = unsafe_id_reason(&m.member_id) {
+            push(mloc.clone(), format!("member_id {:?} {why}", m.member_id));
+        }
+        if !seen.insert(m.member_id.as_str()) {
+            push(mloc.clone(), "duplicate member_id".into());
+        }
+        if m.agent_name.trim().is_empty() {
+            push(mloc.clone(), "agent_name is empty".into());
+        }
+        if !m.sub_team.is_empty() && m.role != "lead" {
+            push(mloc.clone(), format!("sub_team on a member whose role is {:?} (only a lead may have one)", m.role));
+        }
+        check_members(&m.sub_team, sloc, seen, push);
+    }
+}
+
+/// Dependency cycles among steps (each as the list of step ids around the cycle).
+fn find_cycles(plan: &MachinePlan) -> Vec<Vec<String>> {
+    let deps: HashMap<&str, &[String]> =
+        plan.steps().map(|(_, s)| (s.step_id.as_str(), s.depends_on.as_slice())).collect();
+    // 0 = unvisited, 1 = on stack, 2 = done
+    let mut mark: HashMap<&str, u8> = HashMap::new();
+    let mut cycles = Vec::new();
+    for (_, step) in plan.steps() {
+        let mut stack: Vec<(&str, usize)> = vec![(step.step_id.as_str(), 0)];
+        let mut path: Vec<&str> = Vec::new();
+        if mark.get(step.step_id.as_str()).copied().unwrap_or(0) != 0 {
+            continue;
+        }
+        while let Some((node, i)) = stack.pop() {
+            if i == 0 {
+                mark.insert(node, 1);
+                path.push(node);
+            }
+            let next = deps.get(node).and_then(|d| d.get(i));
+            match next {
+                Some(dep) => {
+                    stack.push((node, i + 1));
+                    let dep = dep.as_str();
+                    match mark.get(dep).copied().unwrap_or(0) {
+                        0 if deps.contains_key(dep) => stack.push((dep, 0)),
+                        1 => {
+                            if let Some(start) = path.iter().position(|n| *n == dep) {
+                                let mut cycle: Vec<String> = path[start..].iter().map(|s| s.to_string()).collect();
+                                cycle.push(dep.to_string());
+                                cycles.push(cycle);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                None => {
+                    mark.insert(node, 2);
+                    path.pop();
+                }
+            }
+        }
+    }
+    cycles
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::plan::{PlanPhase, PlanStep};
+
+    fn plan(phases: Vec<PlanPhase>) -> MachinePlan {
+        let mut p = MachinePlan::from_json(r#"{"task_id":"t-1","task_summary":"s"}"#).unwrap();
+        p.phases = phases;
+        p
+    }
+
+    fn phase(id: i64, steps: Vec<PlanStep>) -> PlanPhase {
+        let mut p = PlanPhase::new(id, format!("P{id}"));
+        p.steps = steps;
+        p
+    }
+
+    fn step(id: &str, deps: &[&str]) -> PlanStep {
+        let mut s = PlanStep::new(id, "dev", "do it");
+        s.depends_on = deps.iter().map(|d| d.to_string()).collect();
+        s
+    }
+
+    fn messages(plan: &MachinePlan) -> Vec<String> {
+        validate(plan).unwrap_err().into_iter().map(|p| p.to_string()).collect()
+    }
+
+    #[test]
+    fn a_valid_plan_passes() {
+        assert_eq!(validate(&plan(vec![phase(1, vec![step("1.1", &[]), step("1.2", &["1.1"])])])), Ok(()));
+    }
+
+    #[test]
+    fn empty_plan_is_rejected() {
+        assert_eq!(messages(&plan(vec![])), vec!["plan: has no phases"]);
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once_with_its_location() {
+        let mut bad = step("1.2", &["9.9"]);
+        bad.agent_name = " ".into();
+        let p = plan(vec![phase(1, vec![step("1.1", &["1.3"]), bad, step("1.1", &[]), step("1.3", &[])])]);
+        let got = messages(&p);
+        assert!(got.contains(&"phase 1 (P1), step 1.1: depends_on names step 1.3, which comes later in the plan".to_string()), "{got:?}");
+        assert!(got.contains(&"phase 1 (P1), step 1.2: agent_name is empty".to_string()), "{got:?}");
+        assert!(got.contains(&"phase 1 (P1), step 1.2: depends_on names unknown step 9.9".to_string()), "{got:?}");
+        assert!(got.contains(&"phase 1 (P1), step 1.1: duplicate step_id 1.1".to_string()), "{got:?}");
+    }
+
+    #[test]
+    fn cycles_and_self_dependencies_are_reported() {
+        let p = plan(vec![phase(1, vec![step("a", &["b"]), step("b", &["a"]), step("c", &["c"])])]);
+        let got = messages(&p);
+        assert!(got.iter().any(|m| m.starts_with("plan: dependency cycle: a -> b -> a")), "{got:?}");
+        assert!(got.contains(&"phase 1 (P1), step c: depends on itself".to_string()), "{got:?}");
+    }
+
+    #[test]
+    fn unsafe_ids_are_rejected() {
+        for id in ["../x", "a b", "a\u{7}b", "..", "-rf", "x..y", ".hidden", "a/b", "ref.lock", ""] {
+            assert!(unsafe_id_reason(id).is_some(), "{id:?} should be unsafe");
+        }
+        for id in ["1.1", "design-api", "step_2", "2026-01-15-add-api-v2-abc12345"] {
+            assert_eq!(unsafe_id_reason(id), None, "{id:?} should be safe");
+        }
+        let got = messages(&plan(vec![phase(1, vec![step("../x", &[])])]));
+        assert_eq!(got, vec!["phase 1 (P1), step ../x: step_id \"../x\" contains `/` (allowed: letters, digits, `.`, `_`, `-`)"]);
+    }
+
+    #[test]
+    fn duplicate_phase_ids_are_rejected() {
+        let got = messages(&plan(vec![phase(1, vec![step("1.1", &[])]), phase(1, vec![step("2.1", &[])])]));
+        assert_eq!(got, vec!["phase 1 (P1): duplicate phase_id 1"]);
+    }
+}

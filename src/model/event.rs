@@ -1,0 +1,237 @@
+//! `Event`: an input that changes an execution, journaled append-only.
+//!
+//! Every event carries an idempotency key (explicit, or derived by the engine from its kind,
+//! subject, round and payload), so the same event applied twice has one effect. The JSON form
+//! (`{"kind": "step_recorded", …}`) is what the journal stores. This module never does IO.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::plan::{PlanPhase, PlanStep};
+use crate::model::state::ApprovalDecision;
+
+/// Terminal status a driver may record for a step attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordStatus {
+    /// The attempt succeeded.
+    Complete,
+    /// The attempt failed.
+    Failed,
+    /// An interactive step's agent turn (waits for a human reply).
+    Interacting,
+}
+
+impl RecordStatus {
+    /// Parses `complete`, `failed` or `interacting`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "complete" => Some(RecordStatus::Complete),
+            "failed" => Some(RecordStatus::Failed),
+            "interacting" => Some(RecordStatus::Interacting),
+            _ => None,
+        }
+    }
+}
+
+/// A step added by an amendment to an existing (current or later) phase.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AddedStep {
+    /// Phase to append the step to.
+    pub phase_id: i64,
+    /// The step; an empty `step_id` gets `"<phase>.<n>"`.
+    pub step: PlanStep,
+}
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EventKind {
+    /// A driver launched an attempt of a step (agent-baton's `mark_dispatched`).
+    StepDispatched {
+        /// Step.
+        step_id: String,
+        /// Agent launched.
+        agent_name: String,
+    },
+    /// A step attempt finished (agent-baton's `record_step_result`).
+    StepRecorded {
+        /// Step.
+        step_id: String,
+        /// Agent that ran it.
+        agent_name: String,
+        /// Outcome status.
+        status: RecordStatus,
+        /// Agent text.
+        #[serde(default)]
+        outcome: String,
+        /// Changed paths.
+        #[serde(default)]
+        files_changed: Vec<String>,
+        /// Commit on the feature branch.
+        #[serde(default)]
+        commit_hash: String,
+        /// Tokens used.
+        #[serde(default)]
+        tokens: u64,
+        /// Spend, USD.
+        #[serde(default)]
+        cost_usd: f64,
+        /// Wall time, seconds.
+        #[serde(default)]
+        duration_seconds: f64,
+        /// Failure reason.
+        #[serde(default)]
+        error: String,
+    },
+    /// A gate ran.
+    GateRecorded {
+        /// Phase (must be the current one).
+        phase_id: i64,
+        /// Pass or fail.
+        passed: bool,
+        /// Output tail.
+        #[serde(default)]
+        output: String,
+        /// Command that ran (default: the plan's).
+        #[serde(default)]
+        command: Option<String>,
+        /// Exit code (None = manual).
+        #[serde(default)]
+        exit_code: Option<i32>,
+    },
+    /// A human approved, rejected or approved with feedback.
+    ApprovalRecorded {
+        /// Phase (must be the pending one).
+        phase_id: i64,
+        /// Decision.
+        result: ApprovalDecision,
+        /// Feedback text.
+        #[serde(default)]
+        feedback: String,
+    },
+    /// A feedback question was answered.
+    FeedbackRecorded {
+        /// Phase (must be current).
+        phase_id: i64,
+        /// Question.
+        question_id: String,
+        /// Chosen option index (0-based).
+        chosen_index: usize,
+    },
+    /// A human replied to an interactive step.
+    InteractInput {
+        /// Step.
+        step_id: String,
+        /// Reply.
+        input: String,
+    },
+    /// A human ended an interactive step; its last agent output becomes the result.
+    InteractCompleted {
+        /// Step.
+        step_id: String,
+    },
+    /// The plan was amended: phases inserted and/or steps appended.
+    Amended {
+        /// Why.
+        description: String,
+        /// `manual` unless an internal rule amended.
+        #[serde(default = "default_trigger")]
+        trigger: String,
+        /// New phases (their ids are assigned by renumbering).
+        #[serde(default)]
+        phases: Vec<PlanPhase>,
+        /// Insert after the phase with this id (default: after the current phase).
+        #[serde(default)]
+        after_phase: Option<i64>,
+        /// Steps appended to existing phases.
+        #[serde(default)]
+        steps: Vec<AddedStep>,
+    },
+    /// The driver saved a checkpoint hand-off.
+    CheckpointAcknowledged,
+    /// Finalize: every phase is done (agent-baton's `complete()`).
+    Completed,
+    /// An operator cancelled the execution.
+    Cancelled {
+        /// Why.
+        #[serde(default)]
+        reason: String,
+    },
+    /// An operator retried a failed step (reopens a failed execution).
+    StepRetried {
+        /// Step.
+        step_id: String,
+    },
+    /// An operator retried a failed gate (reopens a failed execution).
+    GateRetried {
+        /// Phase.
+        phase_id: i64,
+    },
+    /// An operator skipped a step: it counts as done for its dependants.
+    StepSkipped {
+        /// Step.
+        step_id: String,
+        /// Why.
+        #[serde(default)]
+        reason: String,
+    },
+}
+
+fn default_trigger() -> String {
+    "manual".into()
+}
+
+impl EventKind {
+    /// The journal's `kind` column (`step_recorded`, …).
+    pub fn name(&self) -> &'static str {
+        match self {
+            EventKind::StepDispatched { .. } => "step_dispatched",
+            EventKind::StepRecorded { .. } => "step_recorded",
+            EventKind::GateRecorded { .. } => "gate_recorded",
+            EventKind::ApprovalRecorded { .. } => "approval_recorded",
+            EventKind::FeedbackRecorded { .. } => "feedback_recorded",
+            EventKind::InteractInput { .. } => "interact_input",
+            EventKind::InteractCompleted { .. } => "interact_completed",
+            EventKind::Amended { .. } => "amended",
+            EventKind::CheckpointAcknowledged => "checkpoint_acknowledged",
+            EventKind::Completed => "completed",
+            EventKind::Cancelled { .. } => "cancelled",
+            EventKind::StepRetried { .. } => "step_retried",
+            EventKind::GateRetried { .. } => "gate_retried",
+            EventKind::StepSkipped { .. } => "step_skipped",
+        }
+    }
+}
+
+/// An event with its idempotency key and actor, as journaled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// What happened.
+    #[serde(flatten)]
+    pub kind: EventKind,
+    /// Explicit idempotency key; `None` = derived by the engine (see `engine::idempotency_key`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    /// Who caused it (`user@host`, `baton`, a reviewer's login).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub actor: String,
+}
+
+impl Event {
+    /// An event with a derived key and no actor.
+    pub fn new(kind: EventKind) -> Self {
+        Event { kind, idempotency_key: None, actor: String::new() }
+    }
+
+    /// Sets the actor.
+    pub fn by(mut self, actor: impl Into<String>) -> Self {
+        self.actor = actor.into();
+        self
+    }
+
+    /// Sets an explicit idempotency key.
+    pub fn with_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
+    }
+}

@@ -1,0 +1,439 @@
+//! `ExecutionState`: one run of a plan, and the records it accumulates.
+//!
+//! The state is plain data, changed only by `engine::apply`. It holds its own amendable copy of
+//! the plan, per-step results, gate/approval/feedback records and the amendment audit trail.
+//! This module never does IO and never reads the clock: timestamps are RFC 3339 strings given
+//! by the caller.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::plan::{MachinePlan, PlanAmendment};
+
+/// Status of an execution (seed-spec §1.1, less the states this issue does not implement).
+///
+/// `complete` and `cancelled` are final. `failed` is final except for the explicit operator
+/// events that reopen it (retry a step, retry a gate, skip a step, amend).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecutionStatus {
+    /// Steps are being dispatched or are in flight.
+    Running,
+    /// Waiting for a human approval (`pending_approval_request` is set).
+    ApprovalPending,
+    /// Waiting for answers to the current phase's feedback questions.
+    FeedbackPending,
+    /// The current phase's gate must run.
+    GatePending,
+    /// The gate failed and is to be re-run (until the failure cap).
+    GateFailed,
+    /// Finished successfully (final).
+    Complete,
+    /// Stopped by a failure; see `failure` (reopenable by operator events).
+    Failed,
+    /// Stopped by an operator (final).
+    Cancelled,
+}
+
+impl ExecutionStatus {
+    /// The wire string (`running`, `approval_pending`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExecutionStatus::Running => "running",
+            ExecutionStatus::ApprovalPending => "approval_pending",
+            ExecutionStatus::FeedbackPending => "feedback_pending",
+            ExecutionStatus::GatePending => "gate_pending",
+            ExecutionStatus::GateFailed => "gate_failed",
+            ExecutionStatus::Complete => "complete",
+            ExecutionStatus::Failed => "failed",
+            ExecutionStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// True for `complete` and `cancelled`, which nothing reopens.
+    pub fn is_final(self) -> bool {
+        matches!(self, ExecutionStatus::Complete | ExecutionStatus::Cancelled)
+    }
+
+    /// True for `complete`, `cancelled` and `failed`.
+    pub fn is_terminal(self) -> bool {
+        self.is_final() || self == ExecutionStatus::Failed
+    }
+}
+
+impl std::fmt::Display for ExecutionStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Status of one step's latest attempt. A step with no result is pending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepStatus {
+    /// To be dispatched again (after a gate re-dispatch or an operator retry).
+    Pending,
+    /// An attempt is in flight.
+    Dispatched,
+    /// Done.
+    Complete,
+    /// The latest attempt failed.
+    Failed,
+    /// Skipped by an operator: counts as done for its dependants.
+    Skipped,
+    /// An interactive step waiting for a human reply.
+    Interacting,
+    /// A human replied; the continuation is to be dispatched.
+    InteractDispatched,
+}
+
+impl StepStatus {
+    /// The wire string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepStatus::Pending => "pending",
+            StepStatus::Dispatched => "dispatched",
+            StepStatus::Complete => "complete",
+            StepStatus::Failed => "failed",
+            StepStatus::Skipped => "skipped",
+            StepStatus::Interacting => "interacting",
+            StepStatus::InteractDispatched => "interact_dispatched",
+        }
+    }
+
+    /// Complete or skipped: satisfies `depends_on`.
+    pub fn is_done(self) -> bool {
+        matches!(self, StepStatus::Complete | StepStatus::Skipped)
+    }
+}
+
+/// One turn of an interactive step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InteractionTurn {
+    /// `agent` or `human`.
+    pub role: String,
+    /// What was said.
+    pub content: String,
+    /// When (RFC 3339).
+    pub timestamp: String,
+    /// 1-based per role.
+    pub turn_number: u32,
+}
+
+/// The latest result of one step (seed-spec §1.11), replaced by each new attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepResult {
+    /// The step.
+    pub step_id: String,
+    /// Agent of the latest attempt.
+    pub agent_name: String,
+    /// Status of the latest attempt.
+    pub status: StepStatus,
+    /// Attempt number of the latest attempt (1-based; 0 = never dispatched).
+    pub attempt: u32,
+    /// The agent's final text.
+    #[serde(default)]
+    pub outcome: String,
+    /// Repository-relative paths changed by the step.
+    #[serde(default)]
+    pub files_changed: Vec<String>,
+    /// Commit on the feature branch, when the step changed files.
+    #[serde(default)]
+    pub commit_hash: String,
+    /// Tokens used (input + output).
+    #[serde(default)]
+    pub estimated_tokens: u64,
+    /// Spend in USD reported by the agent.
+    #[serde(default)]
+    pub cost_usd: f64,
+    /// Wall time of the attempt, seconds.
+    #[serde(default)]
+    pub duration_seconds: f64,
+    /// Why the attempt failed.
+    #[serde(default)]
+    pub error: String,
+    /// When the latest attempt was dispatched (RFC 3339).
+    #[serde(default)]
+    pub dispatched_at: String,
+    /// When the latest attempt finished (RFC 3339).
+    #[serde(default)]
+    pub completed_at: String,
+    /// Gate output to include in the next attempt's prompt (gate re-dispatch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate_feedback: Option<String>,
+    /// Turns of an interactive step.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interaction_history: Vec<InteractionTurn>,
+}
+
+/// One gate run (seed-spec §1.12).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GateResult {
+    /// Phase whose gate ran.
+    pub phase_id: i64,
+    /// Gate type.
+    pub gate_type: String,
+    /// Pass or fail.
+    pub passed: bool,
+    /// Output tail.
+    pub output: String,
+    /// Command that ran.
+    pub command: String,
+    /// Exit code (None = manual result).
+    pub exit_code: Option<i32>,
+    /// When (RFC 3339).
+    pub checked_at: String,
+    /// 1-based run of this gate.
+    pub attempt: u32,
+}
+
+/// An approval decision (seed-spec §1.8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ApprovalDecision {
+    /// Go on.
+    #[serde(rename = "approve")]
+    Approve,
+    /// Stop: the execution fails.
+    #[serde(rename = "reject")]
+    Reject,
+    /// Go on, after a Remediation phase that addresses the feedback.
+    #[serde(rename = "approve-with-feedback")]
+    ApproveWithFeedback,
+}
+
+impl ApprovalDecision {
+    /// The wire string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalDecision::Approve => "approve",
+            ApprovalDecision::Reject => "reject",
+            ApprovalDecision::ApproveWithFeedback => "approve-with-feedback",
+        }
+    }
+
+    /// Parses `approve`, `reject` or `approve-with-feedback`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "approve" => Some(ApprovalDecision::Approve),
+            "reject" => Some(ApprovalDecision::Reject),
+            "approve-with-feedback" => Some(ApprovalDecision::ApproveWithFeedback),
+            _ => None,
+        }
+    }
+}
+
+/// A recorded approval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalResult {
+    /// Phase approved.
+    pub phase_id: i64,
+    /// The decision.
+    pub result: ApprovalDecision,
+    /// Reviewer's feedback.
+    #[serde(default)]
+    pub feedback: String,
+    /// Who decided.
+    #[serde(default)]
+    pub actor: String,
+    /// When (RFC 3339).
+    pub decided_at: String,
+    /// The pre-flight approval of a HIGH/CRITICAL plan (before phase 1), not a phase's own.
+    #[serde(default)]
+    pub preflight: bool,
+}
+
+/// An outstanding approval request; present exactly when status is `approval_pending`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingApprovalRequest {
+    /// Phase awaiting approval.
+    pub phase_id: i64,
+    /// When requested (RFC 3339).
+    pub requested_at: String,
+    /// Pre-flight (before phase 1) rather than end-of-phase.
+    #[serde(default)]
+    pub preflight: bool,
+}
+
+/// An answered feedback question.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FeedbackResult {
+    /// Phase that asked.
+    pub phase_id: i64,
+    /// Question answered.
+    pub question_id: String,
+    /// Text of the chosen option.
+    pub chosen_option: String,
+    /// Index of the chosen option.
+    pub chosen_index: usize,
+    /// The step the answer inserted (kept current through renumbering).
+    pub dispatched_step_id: String,
+    /// When (RFC 3339).
+    pub decided_at: String,
+}
+
+/// Context-rot checkpoint bookkeeping (seed-spec §2.17 design (b)).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointMarks {
+    /// A checkpoint is due and not yet acknowledged.
+    pub due: bool,
+    /// Why it is due.
+    #[serde(default)]
+    pub reason: String,
+    /// Phases advanced since the last checkpoint.
+    pub phases_since: u32,
+    /// Recorded results since the last checkpoint.
+    pub turns_since: u64,
+    /// Tokens since the last checkpoint.
+    pub tokens_since: u64,
+    /// Checkpoints acknowledged so far.
+    pub count: u32,
+}
+
+/// Live counters kept incrementally so no event costs a scan of the plan.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Counters {
+    /// Steps complete or skipped, whole plan.
+    pub steps_done: u64,
+    /// Total spend in USD.
+    pub spend_usd: f64,
+    /// Total tokens.
+    pub tokens: u64,
+    /// Results recorded (the original's `turn_count`, persisted here).
+    pub turn_count: u64,
+}
+
+/// Where each step lives in the plan: a cache rebuilt from the plan, never serialized and
+/// ignored by equality.
+#[derive(Debug, Clone, Default)]
+pub struct StepIndex(pub(crate) HashMap<String, (usize, usize)>);
+
+impl PartialEq for StepIndex {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+/// One run of a plan (seed-spec §1.14), changed only by `engine::apply`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionState {
+    /// The execution id (= `plan.task_id`).
+    pub task_id: String,
+    /// The execution's own, amendable copy of the plan.
+    pub plan: MachinePlan,
+    /// Index (not id) of the current phase; `plan.phases.len()` once every phase is done.
+    pub current_phase: usize,
+    /// Status.
+    pub status: ExecutionStatus,
+    /// Why the execution failed or was cancelled.
+    #[serde(default)]
+    pub failure: Option<String>,
+    /// Latest result per step id.
+    #[serde(default)]
+    pub step_results: BTreeMap<String, StepResult>,
+    /// Every gate run.
+    #[serde(default)]
+    pub gate_results: Vec<GateResult>,
+    /// Every approval.
+    #[serde(default)]
+    pub approval_results: Vec<ApprovalResult>,
+    /// Every feedback answer.
+    #[serde(default)]
+    pub feedback_results: Vec<FeedbackResult>,
+    /// Amendment audit trail.
+    #[serde(default)]
+    pub amendments: Vec<PlanAmendment>,
+    /// Outstanding approval request (iff `approval_pending`).
+    #[serde(default)]
+    pub pending_approval_request: Option<PendingApprovalRequest>,
+    /// Phase ids whose gate already re-dispatched the phase's last step.
+    #[serde(default)]
+    pub gate_redispatched: BTreeSet<i64>,
+    /// Per phase id: gate failures that an operator `retry-gate` forgave.
+    #[serde(default)]
+    pub gate_failures_forgiven: BTreeMap<i64, u32>,
+    /// Checkpoint bookkeeping.
+    #[serde(default)]
+    pub checkpoint: CheckpointMarks,
+    /// Incremental counters.
+    #[serde(default)]
+    pub counters: Counters,
+    /// Idempotency keys of every applied event.
+    #[serde(default)]
+    pub applied_keys: BTreeSet<String>,
+    /// Events applied (journal length, duplicates excluded).
+    #[serde(default)]
+    pub events_applied: u64,
+    /// When the execution started (RFC 3339).
+    pub started_at: String,
+    /// When it reached a terminal status (RFC 3339), empty before.
+    #[serde(default)]
+    pub completed_at: String,
+    /// Step locations (cache).
+    #[serde(skip)]
+    pub(crate) index: StepIndex,
+}
+
+impl ExecutionState {
+    /// Result of a step, if it has one.
+    pub fn result(&self, step_id: &str) -> Option<&StepResult> {
+        self.step_results.get(step_id)
+    }
+
+    /// Effective status of a step (`Pending` when it has no result).
+    pub fn step_status(&self, step_id: &str) -> StepStatus {
+        self.step_results.get(step_id).map_or(StepStatus::Pending, |r| r.status)
+    }
+
+    /// The current phase, or None once every phase is done.
+    pub fn current(&self) -> Option<&crate::model::plan::PlanPhase> {
+        self.plan.phases.get(self.current_phase)
+    }
+
+    /// Gate failures for a phase that still count towards the cap.
+    pub fn gate_failures(&self, phase_id: i64) -> u32 {
+        let all = self.gate_results.iter().filter(|g| g.phase_id == phase_id && !g.passed).count();
+        let forgiven = self.gate_failures_forgiven.get(&phase_id).copied().unwrap_or(0);
+        u32::try_from(all).unwrap_or(u32::MAX).saturating_sub(forgiven)
+    }
+
+    /// Gate runs recorded for a phase.
+    pub fn gate_runs(&self, phase_id: i64) -> u32 {
+        let n = self.gate_results.iter().filter(|g| g.phase_id == phase_id).count();
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    /// True when the phase's gate has a passing result.
+    pub fn gate_passed(&self, phase_id: i64) -> bool {
+        self.gate_results.iter().any(|g| g.phase_id == phase_id && g.passed)
+    }
+
+    /// Where a step lives: (phase index, step index). Uses the cache; falls back to a scan.
+    pub fn locate(&self, step_id: &str) -> Option<(usize, usize)> {
+        if self.index.0.is_empty() && self.plan.step_count() > 0 {
+            return self.plan.find_step(step_id);
+        }
+        self.index.0.get(step_id).copied()
+    }
+
+    /// Rebuilds the step-location cache from the plan (after deserializing or amending).
+    pub fn reindex(&mut self) {
+        let mut map = HashMap::with_capacity(self.plan.step_count());
+        for (pi, phase) in self.plan.phases.iter().enumerate() {
+            for (si, step) in phase.steps.iter().enumerate() {
+                map.insert(step.step_id.clone(), (pi, si));
+            }
+        }
+        self.index = StepIndex(map);
+    }
+
+    /// Steps complete or skipped / total steps.
+    pub fn progress(&self) -> (u64, u64) {
+        (self.counters.steps_done, self.plan.step_count() as u64)
+    }
+
+    /// Name of the current phase, or `""` when every phase is done.
+    pub fn current_phase_name(&self) -> &str {
+        self.current().map_or("", |p| p.name.as_str())
+    }
+}
