@@ -1,0 +1,144 @@
+//! The `ACTION:` text wire format an orchestrator parses (seed-spec §2.24).
+//!
+//! One block per action: `ACTION: <TYPE>`, indented `Key: value` lines, optional delimited
+//! sections (`--- Delegation Prompt ---` … `--- End Prompt ---`, `--- Approval Context ---`, …)
+//! and a final line saying which command records the result. Every action type has a committed
+//! golden file under `tests/golden/wire/`. This module never does IO beyond building strings.
+
+use std::fmt::Write as _;
+
+use crate::model::action::Action;
+
+/// Quotes a value for a shell command line shown to the user (single quotes).
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "._-/:".contains(c)) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// Renders `action` of execution `task_id` in the text wire format (ends with a newline).
+pub fn render(action: &Action, task_id: &str) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "ACTION: {}", action.action_type().upper());
+    let task = shell_quote(task_id);
+    match action {
+        Action::Dispatch(d) => {
+            let _ = writeln!(out, "  Agent: {}", d.agent_name);
+            let _ = writeln!(out, "  Model: {}", d.agent_model);
+            let _ = writeln!(out, "  Step: {}", d.step_id);
+            let _ = writeln!(out, "  Phase: {}", d.phase_id);
+            let _ = writeln!(out, "  Attempt: {}", d.attempt);
+            if d.step_type != "developing" {
+                let _ = writeln!(out, "  Type: {}", d.step_type);
+            }
+            if d.interactive {
+                let _ = writeln!(out, "  Interactive: yes");
+                let _ = writeln!(out, "  Max-Turns: {}", d.interact_max_turns.unwrap_or(0));
+            }
+            if !d.isolation.is_empty() {
+                let _ = writeln!(out, "  Isolation: {}", d.isolation);
+            }
+            if d.timeout_seconds > 0 {
+                let _ = writeln!(out, "  Timeout: {}s", d.timeout_seconds);
+            }
+            let _ = writeln!(out, "  Message: {}", d.message);
+            if !d.expected_outcome.is_empty() {
+                let _ = writeln!(out, "  Expected: {}", d.expected_outcome);
+            }
+            if !d.command.is_empty() {
+                let _ = writeln!(out, "  Command: {}", d.command);
+                let _ = writeln!(out, "--- Command ---\n{}\n--- End Command ---", d.command);
+            } else {
+                let _ = writeln!(out, "--- Delegation Prompt ---\n{}--- End Prompt ---", ensure_newline(&d.delegation_prompt));
+            }
+            let _ = writeln!(
+                out,
+                "Record with: baton execute record --task-id {task} --step-id {} --agent {} --status complete|failed --outcome TEXT",
+                shell_quote(&d.step_id),
+                shell_quote(&d.agent_name)
+            );
+        }
+        Action::Gate(g) => {
+            let _ = writeln!(out, "  Type: {}", g.gate_type);
+            let _ = writeln!(out, "  Phase: {}", g.phase_id);
+            let _ = writeln!(out, "  Attempt: {} (failures {}/{})", g.attempt, g.failures, g.max_failures);
+            let _ = writeln!(out, "  Command: {}", g.gate_command);
+            let _ = writeln!(out, "  Message: {}", g.message);
+            let _ = writeln!(
+                out,
+                "Record with: baton execute gate --task-id {task} --phase-id {} --result pass|fail --output TEXT",
+                g.phase_id
+            );
+        }
+        Action::Approval(a) => {
+            let _ = writeln!(out, "  Phase: {}", a.phase_id);
+            if a.preflight {
+                let _ = writeln!(out, "  Pre-Flight: yes");
+            }
+            let _ = writeln!(out, "  Message: {}", a.message);
+            let _ = writeln!(out, "--- Approval Context ---\n{}--- End Context ---", ensure_newline(&a.approval_context));
+            let _ = writeln!(out, "Options: {}", a.approval_options.join(" | "));
+            let _ = writeln!(
+                out,
+                "Record with: baton execute approve --task-id {task} --phase-id {} --result approve|reject|approve-with-feedback [--feedback TEXT]",
+                a.phase_id
+            );
+        }
+        Action::Feedback(f) => {
+            let _ = writeln!(out, "  Phase: {}", f.phase_id);
+            let _ = writeln!(out, "  Message: {}", f.message);
+            for q in &f.feedback_questions {
+                let _ = writeln!(out, "--- Question: {} ---", q.question_id);
+                let _ = writeln!(out, "{}", q.question);
+                if !q.context.is_empty() {
+                    let _ = writeln!(out, "Context: {}", q.context);
+                }
+                for (i, option) in q.options.iter().enumerate() {
+                    let _ = writeln!(out, "  [{i}] {option}");
+                }
+            }
+            let _ = writeln!(out, "--- End Questions ---");
+            let _ = writeln!(
+                out,
+                "Record with: baton execute feedback --task-id {task} --phase-id {} --question-id ID --chosen-index N",
+                f.phase_id
+            );
+        }
+        Action::Interact(i) => {
+            let _ = writeln!(out, "  Step: {}", i.interact_step_id);
+            let _ = writeln!(out, "  Agent: {}", i.interact_agent_name);
+            let _ = writeln!(out, "  Turn: {}/{}", i.interact_turn, i.interact_max_turns);
+            let _ = writeln!(out, "  Message: {}", i.message);
+            let _ = writeln!(out, "--- Agent Output ---\n{}--- End Output ---", ensure_newline(&i.interact_prompt));
+            let _ = writeln!(
+                out,
+                "Reply with: baton execute interact --task-id {task} --step-id {} --input TEXT   (or --complete)",
+                shell_quote(&i.interact_step_id)
+            );
+        }
+        Action::Wait { message } => {
+            let _ = writeln!(out, "  Message: {message}");
+        }
+        Action::Complete { message, summary } | Action::Failed { message, summary } => {
+            let _ = writeln!(out, "  Message: {message}");
+            let _ = writeln!(out, "  Summary: {summary}");
+        }
+        Action::Checkpoint(c) => {
+            let _ = writeln!(out, "  Phase: {}", c.phase_id);
+            let _ = writeln!(out, "  Reason: {}", c.reason);
+            let _ = writeln!(out, "  Message: {}", c.message);
+            let _ = writeln!(out, "--- Handoff ---\n{}--- End Handoff ---", ensure_newline(&c.handoff));
+        }
+    }
+    out
+}
+
+fn ensure_newline(s: &str) -> String {
+    if s.is_empty() || s.ends_with('\n') {
+        s.to_string()
+    } else {
+        format!("{s}\n")
+    }
+}
