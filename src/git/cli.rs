@@ -1,0 +1,94 @@
+//! Runs the `git` command line: argv only (never a shell), hooks and fsmonitor disabled,
+//! inherited `GIT_*` location variables removed, an explicit identity, and stderr captured
+//! into [`GitError::Command`].
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::process::Command;
+
+use super::{GitError, COMMITTER_EMAIL, COMMITTER_NAME};
+
+/// Variables that would redirect git to another repository, index or object store if Baton
+/// itself were started from a git hook or an agent's shell.
+const SCRUBBED_ENV: &[&str] = &[
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_COMMON_DIR",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_NAMESPACE",
+    "GIT_PREFIX",
+    "GIT_CEILING_DIRECTORIES",
+    "GIT_DISCOVERY_ACROSS_FILESYSTEM",
+];
+
+/// Runs `git <safety options> <args>` in `dir` and returns its stdout.
+///
+/// `git_dir`/`work_tree`, when given, are passed as `--git-dir`/`--work-tree` so that git
+/// never discovers a different repository (e.g. the user's, above a damaged worktree).
+pub(super) fn run_git<I, S>(
+    dir: &Path,
+    git_dir: Option<&Path>,
+    work_tree: Option<&Path>,
+    args: I,
+) -> Result<String, GitError>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+    let mut cmd = Command::new("git");
+    cmd.current_dir(dir)
+        .args(["-c", "core.hooksPath=/dev/null"])
+        .args(["-c", "core.fsmonitor=false"])
+        .args(["-c", "maintenance.auto=false", "-c", "gc.auto=0"]);
+    if let Some(g) = git_dir {
+        cmd.arg(format!("--git-dir={}", g.display()));
+    }
+    if let Some(w) = work_tree {
+        cmd.arg(format!("--work-tree={}", w.display()));
+    }
+    cmd.args(&args);
+    for var in SCRUBBED_ENV {
+        cmd.env_remove(var);
+    }
+    cmd.env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_AUTHOR_NAME", COMMITTER_NAME)
+        .env("GIT_AUTHOR_EMAIL", COMMITTER_EMAIL)
+        .env("GIT_COMMITTER_NAME", COMMITTER_NAME)
+        .env("GIT_COMMITTER_EMAIL", COMMITTER_EMAIL)
+        .env("LC_ALL", "C");
+
+    let shown = format!(
+        "git {} (in {})",
+        args.iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" "),
+        dir.display()
+    );
+    tracing::debug!(git.cmd = %shown, "running {shown}");
+    let output = cmd.output().map_err(|source| GitError::Io {
+        context: format!("spawning {shown}"),
+        source,
+    })?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let stderr = stderr
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Err(GitError::Command {
+            cmd: shown,
+            stderr: if stderr.is_empty() {
+                format!("exit status {}", output.status)
+            } else {
+                stderr
+            },
+        });
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}

@@ -1,0 +1,296 @@
+//! Linked worktrees, one per agent attempt: add, remove, list, prune (git CLI) and the
+//! attempt commit built from a worktree's content (staged by the CLI, committed by `git2`).
+//!
+//! Never operates on the main checkout: every worktree path is checked against it.
+
+use std::ffi::OsStr;
+use std::path::{Component, Path, PathBuf};
+
+use git2::Repository;
+
+use super::cli::run_git;
+use super::{
+    baton_signature, canonical, diff_paths, resolve_oid, AttemptCommit, CommitIdentity, GitError,
+    GitRepo,
+};
+
+/// One record of `git worktree list --porcelain -z`.
+#[derive(Debug)]
+pub(super) struct WorktreeEntry {
+    /// Path as git recorded it.
+    pub(super) path: PathBuf,
+    /// Full branch ref checked out there, if any (`None` when detached).
+    pub(super) branch: Option<String>,
+}
+
+impl GitRepo {
+    /// Creates a fresh linked worktree at `path` with `sha` checked out on a detached HEAD.
+    ///
+    /// A registration left for `path` (directory deleted or not) is removed first, so each
+    /// attempt starts clean; missing parent directories are created. Errors:
+    /// [`GitError::WorktreePathOccupied`] if `path` is a non-empty directory that is not a
+    /// registered worktree, [`GitError::NotAWorktree`] for the main checkout,
+    /// [`GitError::UnknownRevision`], [`GitError::Command`].
+    pub fn add_worktree(&self, path: &Path, sha: &str) -> Result<(), GitError> {
+        let target = normalize(path)?;
+        self.refuse_main(&target, path)?;
+        let sha = self.resolve(sha)?;
+        if self.is_registered(&target)? {
+            self.force_remove(&target)?;
+        } else if is_occupied(&target) {
+            return Err(GitError::WorktreePathOccupied { path: target });
+        }
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(|source| GitError::Io {
+                context: format!("creating {}", parent.display()),
+                source,
+            })?;
+        }
+        run_git(
+            &self.root,
+            None,
+            None,
+            [
+                OsStr::new("worktree"),
+                OsStr::new("add"),
+                OsStr::new("--detach"),
+                target.as_os_str(),
+                OsStr::new(&sha),
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Removes the linked worktree at `path` (forcefully, local changes are lost) and prunes.
+    ///
+    /// Succeeds if it is already gone. A directory at `path` that is not a registered worktree
+    /// is left alone. Errors: [`GitError::NotAWorktree`] for the main checkout.
+    pub fn remove_worktree(&self, path: &Path) -> Result<(), GitError> {
+        let target = normalize(path)?;
+        self.refuse_main(&target, path)?;
+        if self.is_registered(&target)? {
+            self.force_remove(&target)?;
+        } else {
+            self.prune_worktrees()?;
+        }
+        Ok(())
+    }
+
+    /// Paths of the registered linked worktrees (the main checkout excluded), including
+    /// registrations whose directory has disappeared until they are pruned.
+    pub fn list_worktrees(&self) -> Result<Vec<PathBuf>, GitError> {
+        let entries = self.worktree_entries()?;
+        Ok(entries
+            .into_iter()
+            .map(|e| e.path)
+            .filter(|p| normalize(p).map_or(true, |n| n != self.root))
+            .collect())
+    }
+
+    /// Runs `git worktree prune`: forgets registrations whose directory is gone.
+    pub fn prune_worktrees(&self) -> Result<(), GitError> {
+        run_git(&self.root, None, None, ["worktree", "prune"])?;
+        Ok(())
+    }
+
+    /// Makes one commit on `base_sha` whose tree is the worktree's whole current content.
+    ///
+    /// Stages with `git add -A` inside the worktree (so `.gitignore` applies; this writes the
+    /// worktree's own index), then commits with `identity` as author and Baton as committer.
+    /// Commits the agent made in the worktree are squashed into this one. Returns `None` when
+    /// the tree equals the base tree. The commit is not referenced by any ref: point one at
+    /// it ([`GitRepo::set_ref`]) before it can be garbage-collected.
+    /// Errors: [`GitError::NotAWorktree`] unless `worktree` is a linked worktree of this repo.
+    pub fn commit_worktree(
+        &self,
+        worktree: &Path,
+        base_sha: &str,
+        identity: &CommitIdentity,
+        message: &str,
+    ) -> Result<Option<AttemptCommit>, GitError> {
+        let (admin_dir, work_tree) = self.linked_worktree(worktree)?;
+        let repo = self.repo()?;
+        let base = repo.find_commit(resolve_oid(&repo, base_sha)?)?;
+
+        run_git(
+            &work_tree,
+            Some(&admin_dir),
+            Some(&work_tree),
+            ["add", "-A"],
+        )?;
+        let tree_hex = run_git(
+            &work_tree,
+            Some(&admin_dir),
+            Some(&work_tree),
+            ["write-tree"],
+        )?;
+        let tree_oid = git2::Oid::from_str(tree_hex.trim())?;
+        if tree_oid == base.tree_id() {
+            return Ok(None);
+        }
+        let tree = repo.find_tree(tree_oid)?;
+        let author = git2::Signature::now(&identity.author_name, &identity.author_email)?;
+        let committer = baton_signature()?;
+        let oid = repo.commit(None, &author, &committer, message, &tree, &[&base])?;
+        let files_changed = diff_paths(&repo, &base.tree()?, &tree)?;
+        Ok(Some(AttemptCommit {
+            sha: oid.to_string(),
+            files_changed,
+        }))
+    }
+
+    /// Parses `git worktree list --porcelain -z`; the first entry is the main checkout.
+    pub(super) fn worktree_entries(&self) -> Result<Vec<WorktreeEntry>, GitError> {
+        let out = run_git(
+            &self.root,
+            None,
+            None,
+            ["worktree", "list", "--porcelain", "-z"],
+        )?;
+        let mut entries = Vec::new();
+        let mut current: Option<WorktreeEntry> = None;
+        for field in out.split('\0') {
+            if let Some(p) = field.strip_prefix("worktree ") {
+                entries.extend(current.take());
+                current = Some(WorktreeEntry {
+                    path: PathBuf::from(p),
+                    branch: None,
+                });
+            } else if let Some(b) = field.strip_prefix("branch ") {
+                if let Some(e) = current.as_mut() {
+                    e.branch = Some(b.to_owned());
+                }
+            }
+        }
+        entries.extend(current);
+        Ok(entries)
+    }
+
+    fn is_registered(&self, target: &Path) -> Result<bool, GitError> {
+        let entries = self.worktree_entries()?;
+        Ok(entries
+            .iter()
+            .any(|e| normalize(&e.path).is_ok_and(|p| p == target)))
+    }
+
+    /// `git worktree remove --force --force` (also unlocks); if git refuses (e.g. the
+    /// worktree's `.git` file was deleted), deletes the registered directory; then prunes.
+    fn force_remove(&self, target: &Path) -> Result<(), GitError> {
+        let removed = run_git(
+            &self.root,
+            None,
+            None,
+            [
+                OsStr::new("worktree"),
+                OsStr::new("remove"),
+                OsStr::new("--force"),
+                OsStr::new("--force"),
+                target.as_os_str(),
+            ],
+        );
+        if let Err(err) = removed {
+            if target.exists() {
+                tracing::warn!(
+                    worktree.path = %target.display(),
+                    "git refused to remove worktree {} ({err}); deleting the directory",
+                    target.display()
+                );
+                std::fs::remove_dir_all(target).map_err(|source| GitError::Io {
+                    context: format!("deleting worktree {}", target.display()),
+                    source,
+                })?;
+            }
+        }
+        self.prune_worktrees()?;
+        if self.is_registered(target)? {
+            return Err(GitError::Command {
+                cmd: format!(
+                    "git worktree remove {} (in {})",
+                    target.display(),
+                    self.root.display()
+                ),
+                stderr: "worktree is still registered after remove and prune".to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    fn refuse_main(&self, target: &Path, given: &Path) -> Result<(), GitError> {
+        if target == self.root || target.starts_with(&self.git_dir) {
+            return Err(GitError::NotAWorktree {
+                path: given.to_path_buf(),
+                repo: self.root.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Checks that `path` is the root of a linked worktree of this repository; returns its
+    /// admin dir (`.git/worktrees/<name>`) and canonical root.
+    fn linked_worktree(&self, path: &Path) -> Result<(PathBuf, PathBuf), GitError> {
+        let not_wt = || GitError::NotAWorktree {
+            path: path.to_path_buf(),
+            repo: self.root.clone(),
+        };
+        // `open` does not search upwards, so a worktree whose `.git` file is gone is refused
+        // instead of resolving to an enclosing repository.
+        let wt = Repository::open(path).map_err(|_| not_wt())?;
+        if !wt.is_worktree() || canonical(wt.commondir())? != self.git_dir {
+            return Err(not_wt());
+        }
+        let root = canonical(wt.workdir().ok_or_else(not_wt)?)?;
+        if root != canonical(path)? || root == self.root {
+            return Err(not_wt());
+        }
+        Ok((canonical(wt.path())?, root))
+    }
+}
+
+fn is_occupied(path: &Path) -> bool {
+    match std::fs::read_dir(path) {
+        Ok(mut entries) => entries.next().is_some(),
+        // A file, or a path we cannot list, is occupied; a missing path is not.
+        Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+    }
+}
+
+/// Absolute, lexically cleaned path with its longest existing prefix canonicalized, so a
+/// deleted worktree directory compares equal to its registration.
+fn normalize(path: &Path) -> Result<PathBuf, GitError> {
+    let abs = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(|source| GitError::Io {
+                context: "reading the current directory".to_owned(),
+                source,
+            })?
+            .join(path)
+    };
+    let mut clean = PathBuf::new();
+    for comp in abs.components() {
+        match comp {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                clean.pop();
+            }
+            other => clean.push(other),
+        }
+    }
+    let mut existing = clean.as_path();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(c) = existing.canonicalize() {
+            let mut out = c;
+            out.extend(rest.iter().rev());
+            return Ok(out);
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                existing = parent;
+            }
+            _ => return Ok(clean),
+        }
+    }
+}
