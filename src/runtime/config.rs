@@ -1,0 +1,176 @@
+//! The data directory and the operator's `baton.toml`.
+//!
+//! Layout under the data dir (default `./.baton`, created with a `.gitignore` of `*`):
+//! `baton.db`, `baton.toml`, `plans/`, `worktrees/<task_id>/…`,
+//! `runs/<task_id>/<step_id>/<attempt>/` (prompt, stdout, stderr, start and exit records, lock),
+//! `logs/`. This module owns paths and configuration parsing; it never touches git or SQLite.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use serde::Deserialize;
+
+/// The data directory.
+#[derive(Debug, Clone)]
+pub struct DataDir {
+    root: PathBuf,
+}
+
+impl DataDir {
+    /// Opens (creating if needed) the data directory at `root`, with a `.gitignore` of `*` so it
+    /// never shows in a repository it sits in.
+    ///
+    /// Errors: the directory cannot be created or written.
+    pub fn open(root: &Path) -> anyhow::Result<DataDir> {
+        std::fs::create_dir_all(root).with_context(|| format!("creating data dir {}", root.display()))?;
+        let ignore = root.join(".gitignore");
+        if !ignore.exists() {
+            std::fs::write(&ignore, "*\n").with_context(|| format!("writing {}", ignore.display()))?;
+        }
+        let root = root.canonicalize().with_context(|| format!("resolving data dir {}", root.display()))?;
+        Ok(DataDir { root })
+    }
+
+    /// The directory itself (absolute).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `baton.db`.
+    pub fn db_path(&self) -> PathBuf {
+        self.root.join("baton.db")
+    }
+
+    /// `baton.toml`.
+    pub fn config_path(&self) -> PathBuf {
+        self.root.join("baton.toml")
+    }
+
+    /// `plans/`: plans saved by `baton plan --from`.
+    pub fn plans_dir(&self) -> PathBuf {
+        self.root.join("plans")
+    }
+
+    /// `worktrees/<task_id>/`.
+    pub fn worktrees(&self, task_id: &str) -> PathBuf {
+        self.root.join("worktrees").join(task_id)
+    }
+
+    /// `worktrees/<task_id>/<step_id>-<attempt>`: the worktree of one attempt.
+    pub fn attempt_worktree(&self, task_id: &str, step_id: &str, attempt: u32) -> PathBuf {
+        self.worktrees(task_id).join(format!("{step_id}-{attempt}"))
+    }
+
+    /// `worktrees/<task_id>/_integration`: where gates run, at the feature branch tip.
+    pub fn integration_worktree(&self, task_id: &str) -> PathBuf {
+        self.worktrees(task_id).join("_integration")
+    }
+
+    /// `runs/<task_id>/`.
+    pub fn runs(&self, task_id: &str) -> PathBuf {
+        self.root.join("runs").join(task_id)
+    }
+
+    /// `runs/<task_id>/<step_id>/<attempt>/`: the run directory of one attempt.
+    pub fn run_dir(&self, task_id: &str, step_id: &str, attempt: u32) -> PathBuf {
+        self.runs(task_id).join(step_id).join(attempt.to_string())
+    }
+
+    /// `logs/`.
+    pub fn logs_dir(&self) -> PathBuf {
+        self.root.join("logs")
+    }
+
+    /// Reads `baton.toml` (an absent file is the default configuration).
+    ///
+    /// Errors: a malformed file, naming the file and the TOML error.
+    pub fn config(&self) -> anyhow::Result<Config> {
+        let path = self.config_path();
+        match std::fs::read_to_string(&path) {
+            Ok(text) => toml::from_str(&text).with_context(|| format!("{} is not valid baton.toml", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        }
+    }
+}
+
+/// Operator configuration (`baton.toml`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Runtime limits.
+    #[serde(default)]
+    pub runtime: RuntimeConfig,
+    /// Agent name → how to run it.
+    #[serde(default)]
+    pub agents: BTreeMap<String, AgentConfig>,
+}
+
+/// `[runtime]` in `baton.toml`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeConfig {
+    /// Concurrent agent processes per execution (default 3).
+    pub max_parallel: usize,
+    /// Agent timeout when neither the step nor the agent sets one, seconds (default 1800).
+    pub default_timeout_secs: u64,
+    /// Gate timeout, seconds (default 600).
+    pub gate_timeout_secs: u64,
+    /// `baton gc` removes worktrees of final executions older than this, hours (default 72).
+    pub gc_hours: u64,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig { max_parallel: 3, default_timeout_secs: 1800, gate_timeout_secs: 600, gc_hours: 72 }
+    }
+}
+
+/// `[agents.<name>]` in `baton.toml`: how one roster name runs.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// `claude`, `codex`, `command` or `demo`.
+    pub profile: Option<String>,
+    /// Model override.
+    pub model: Option<String>,
+    /// argv template of the `command` profile (`{prompt_file}`, `{model}`, `{cwd}` substituted).
+    pub command: Option<Vec<String>>,
+    /// Timeout, seconds.
+    pub timeout_secs: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_dir_is_created_with_a_gitignore() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = DataDir::open(&tmp.path().join("d")).unwrap();
+        assert_eq!(std::fs::read_to_string(dir.root().join(".gitignore")).unwrap(), "*\n");
+        assert!(dir.run_dir("t", "1.1", 2).ends_with("runs/t/1.1/2"));
+    }
+
+    #[test]
+    fn malformed_config_names_the_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = DataDir::open(tmp.path()).unwrap();
+        std::fs::write(dir.config_path(), "[agents.x]\nprofil = 'claude'\n").unwrap();
+        let err = format!("{:#}", dir.config().unwrap_err());
+        assert!(err.contains("baton.toml is not valid"), "{err}");
+        assert!(err.contains("profil"), "{err}");
+    }
+
+    #[test]
+    fn agent_table_parses() {
+        let cfg: Config = toml::from_str(
+            "[runtime]\nmax_parallel = 2\n[agents.architect]\nprofile = 'command'\ncommand = ['my-agent', '{prompt_file}']\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.runtime.max_parallel, 2);
+        assert_eq!(cfg.runtime.gate_timeout_secs, 600);
+        assert_eq!(cfg.agents["architect"].command.as_ref().unwrap()[1], "{prompt_file}");
+    }
+}

@@ -1,0 +1,187 @@
+//! The execution service: engine transitions made durable in the store.
+//!
+//! Loading an execution is its latest snapshot plus a replay of the journal after it (composed
+//! here, because `store` never imports `engine`). Recording an event applies it to the
+//! in-memory state, then appends it to the journal with the new summary in one transaction:
+//! the cost of a record does not grow with the plan. Snapshots are written every
+//! [`SNAPSHOT_EVERY`] events, off the hot path. This module never touches git or agents.
+
+use anyhow::Context as _;
+
+use crate::clock;
+use crate::engine::{self, Applied, EngineError};
+use crate::model::event::Event;
+use crate::model::plan::MachinePlan;
+use crate::model::state::ExecutionState;
+use crate::runtime::config::DataDir;
+use crate::store::{NewEvent, Store, StoreError, Summary};
+
+/// Events between two snapshots.
+pub const SNAPSHOT_EVERY: u64 = 256;
+
+/// A client's mistake (bad input, unknown id, wrong state): the CLI exits 2, the API answers 4xx.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadInput(pub String);
+
+/// Durable executions over one store.
+#[derive(Debug, Clone)]
+pub struct Executions {
+    store: Store,
+    data: DataDir,
+}
+
+/// The store summary of a state.
+pub fn summary_of(state: &ExecutionState) -> Summary {
+    let (done, total) = state.progress();
+    Summary {
+        status: state.status.as_str().to_string(),
+        current_phase: state.current().map_or_else(String::new, |p| format!("{} {}", p.phase_id, p.name)),
+        steps_done: i64::try_from(done).unwrap_or(i64::MAX),
+        steps_total: i64::try_from(total).unwrap_or(i64::MAX),
+        spend_usd: state.counters.spend_usd,
+    }
+}
+
+impl Executions {
+    /// Opens the store of `data`.
+    pub async fn open(data: DataDir) -> anyhow::Result<Executions> {
+        let store = Store::open(&data.db_path()).await.with_context(|| format!("opening {}", data.db_path().display()))?;
+        Ok(Executions { store, data })
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The data directory.
+    pub fn data(&self) -> &DataDir {
+        &self.data
+    }
+
+    /// Starts a new execution of `plan` and persists it (plan, initial snapshot, summary).
+    ///
+    /// Errors ([`BadInput`]): invalid plan, team steps, an execution with this task id exists.
+    pub async fn create(&self, plan: MachinePlan) -> anyhow::Result<ExecutionState> {
+        let now = clock::now_rfc3339();
+        let plan_json = serde_json::to_string(&plan).context("serializing the plan")?;
+        let state = engine::start(plan, &now).map_err(|e| BadInput(e.to_string()))?;
+        match self.store.create_execution(&state.task_id, &plan_json, &summary_of(&state), &now).await {
+            Ok(()) => {}
+            Err(StoreError::AlreadyExists { .. }) => {
+                return Err(BadInput(format!("an execution with task id {} already exists", state.task_id)).into())
+            }
+            Err(e) => return Err(e).context("creating the execution"),
+        }
+        let snapshot = serde_json::to_string(&state).context("serializing the state")?;
+        self.store.put_snapshot(&state.task_id, 0, &snapshot, &now).await.context("writing the first snapshot")?;
+        self.store.set_active_task(&state.task_id).await.context("setting the active task")?;
+        Ok(state)
+    }
+
+    /// Loads an execution: latest snapshot + replay of the later journal. `None` if unknown.
+    pub async fn load(&self, task_id: &str) -> anyhow::Result<Option<ExecutionState>> {
+        let Some(loaded) = self.store.load(task_id).await.with_context(|| format!("loading {task_id}"))? else {
+            return Ok(None);
+        };
+        let mut state = match &loaded.snapshot {
+            Some(snap) => serde_json::from_str::<ExecutionState>(&snap.state_json)
+                .with_context(|| format!("snapshot {} of {task_id} is unreadable", snap.seq))?,
+            None => {
+                let plan = MachinePlan::from_json(&loaded.plan_json).map_err(|e| anyhow::anyhow!("stored plan: {e}"))?;
+                engine::start(plan, &loaded.created_at).map_err(|e| anyhow::anyhow!("stored plan: {e}"))?
+            }
+        };
+        state.reindex();
+        for ev in &loaded.events_after_snapshot {
+            let event: Event = serde_json::from_str(&ev.payload)
+                .with_context(|| format!("journal entry {} of {task_id} is unreadable", ev.seq))?;
+            engine::apply(&mut state, &event, &ev.at)
+                .map_err(|e| anyhow::anyhow!("journal entry {} of {task_id} does not replay: {e}", ev.seq))?;
+        }
+        Ok(Some(state))
+    }
+
+    /// Like [`Executions::load`], but an unknown task id is a [`BadInput`].
+    pub async fn get(&self, task_id: &str) -> anyhow::Result<ExecutionState> {
+        self.load(task_id).await?.ok_or_else(|| BadInput(format!("no execution with task id {task_id}")).into())
+    }
+
+    /// Rebuilds an execution from its plan and the whole journal (no snapshot).
+    pub async fn replay(&self, task_id: &str) -> anyhow::Result<ExecutionState> {
+        let loaded = self.store.load(task_id).await?.ok_or_else(|| BadInput(format!("no execution with task id {task_id}")))?;
+        let plan = MachinePlan::from_json(&loaded.plan_json).map_err(|e| anyhow::anyhow!("stored plan: {e}"))?;
+        let events = self.store.events(task_id, 0).await?;
+        let mut parsed = Vec::with_capacity(events.len());
+        for ev in &events {
+            let event: Event = serde_json::from_str(&ev.payload)
+                .with_context(|| format!("journal entry {} of {task_id} is unreadable", ev.seq))?;
+            parsed.push((event, ev.at.clone()));
+        }
+        engine::replay(plan, &loaded.created_at, parsed.iter().map(|(e, at)| (e, at.as_str())))
+            .map_err(|e| anyhow::anyhow!("journal of {task_id} does not replay: {e}"))
+    }
+
+    /// Applies `event` to `state` and journals it (with the new summary) in one transaction.
+    ///
+    /// A duplicate (same idempotency key) changes nothing and writes nothing. Errors: an
+    /// [`EngineError`] wrapped in [`BadInput`] (state unchanged, nothing written), or a store
+    /// error — then the in-memory state is ahead of the journal and must be reloaded.
+    pub async fn record(&self, state: &mut ExecutionState, event: Event) -> anyhow::Result<Applied> {
+        let now = clock::now_rfc3339();
+        let applied = engine::apply(state, &event, &now).map_err(|e: EngineError| BadInput(e.to_string()))?;
+        if applied.duplicate {
+            return Ok(applied);
+        }
+        let mut stored = event;
+        stored.idempotency_key = Some(applied.key.clone());
+        let payload = serde_json::to_string(&stored).context("serializing the event")?;
+        let new = NewEvent {
+            kind: stored.kind.name().to_string(),
+            payload,
+            idempotency_key: applied.key.clone(),
+            at: now.clone(),
+        };
+        self.store
+            .append(&state.task_id, &[new], &summary_of(state))
+            .await
+            .with_context(|| format!("journaling {} for {}", stored.kind.name(), state.task_id))?;
+        if state.events_applied % SNAPSHOT_EVERY == 0 {
+            self.snapshot_in_background(state, &now);
+        }
+        Ok(applied)
+    }
+
+    fn snapshot_in_background(&self, state: &ExecutionState, now: &str) {
+        let store = self.store.clone();
+        let snapshot = state.clone();
+        let now = now.to_string();
+        tokio::spawn(async move {
+            let seq = i64::try_from(snapshot.events_applied).unwrap_or(i64::MAX);
+            let json = match tokio::task::spawn_blocking(move || serde_json::to_string(&snapshot)).await {
+                Ok(Ok(json)) => json,
+                _ => return,
+            };
+            let task_id = serde_json::from_str::<serde_json::Value>(&json)
+                .ok()
+                .and_then(|v| v.get("task_id").and_then(|t| t.as_str()).map(str::to_string))
+                .unwrap_or_default();
+            if let Err(e) = store.put_snapshot(&task_id, seq, &json, &now).await {
+                tracing::warn!(task.id = %task_id, "snapshot at seq {seq} not written: {e}");
+            }
+        });
+    }
+
+    /// Task id from `--task-id`, else `BATON_TASK_ID` (clap reads it into the same flag), else
+    /// the active task. Errors when none is known.
+    pub async fn resolve_task_id(&self, explicit: Option<&str>) -> anyhow::Result<String> {
+        if let Some(id) = explicit.filter(|s| !s.is_empty()) {
+            return Ok(id.to_string());
+        }
+        match self.store.active_task().await? {
+            Some(id) => Ok(id),
+            None => Err(BadInput("no task id: pass --task-id, set BATON_TASK_ID, or start an execution first".into()).into()),
+        }
+    }
+}
