@@ -1,1 +1,386 @@
-//! placeholder
+//! SQLite persistence: the per-execution event journal, snapshots, board summaries, driver
+//! leases and the active task pointer.
+//!
+//! The store owns the database file and the schema in `migrations/`. Plans, event payloads and
+//! snapshots are opaque JSON text: the store checks that they parse and never interprets them,
+//! so it never imports `engine`, `runtime` or anything above it. Loading an execution (latest
+//! snapshot + replay of the events after it) is composed by the caller, which then calls
+//! `engine`.
+//!
+//! Invariants:
+//! - Every write is one `BEGIN IMMEDIATE` transaction on a single writer connection, so a crash
+//!   at any moment leaves either all of a batch or none of it.
+//! - Each execution's events form a hash chain (`seq` 1, 2, 3 …, see
+//!   [`event_hash`](crate::store::event_hash)); the head (`last_seq`, `last_hash`) lives on the
+//!   `executions` row, so appending costs the same at event 10 and event 10 million and never
+//!   rewrites the plan.
+//! - The store never reads the clock: every timestamp is an RFC 3339 argument from the caller.
+
+mod journal;
+mod lease;
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sha2::{Digest as _, Sha256};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::sqlite::{SqliteSynchronous, SqliteTransaction};
+
+/// How long a connection waits for another writer before failing with `SQLITE_BUSY`.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The `prev_hash` of the first event of every execution: 64 zeros.
+pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// How many snapshots [`Store::put_snapshot`] keeps per execution (the newest by `seq`).
+pub const SNAPSHOTS_KEPT: i64 = 3;
+
+/// Connections in the reader pool.
+const READERS: u32 = 4;
+
+/// Handle to one SQLite journal file: a writer pool of exactly one connection and a small
+/// reader pool.
+///
+/// Cheap to clone (the pools are reference-counted). Several `Store`s, in one process or in
+/// several, may open the same file; SQLite's locking and the 10 s busy timeout serialise their
+/// writes.
+#[derive(Debug, Clone)]
+pub struct Store {
+    /// The single writer connection; every write transaction begins `IMMEDIATE` here.
+    writer: SqlitePool,
+    /// Read-only connections for loads, listings and chain verification.
+    reader: SqlitePool,
+}
+
+/// Failure of a store operation.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// `create_execution` on a task id that is already in the store.
+    #[error("execution {task_id} already exists")]
+    AlreadyExists {
+        /// The task id that was already present.
+        task_id: String,
+    },
+    /// The execution does not exist.
+    #[error("execution {task_id} not found")]
+    NotFound {
+        /// The task id that was looked up.
+        task_id: String,
+    },
+    /// Another driver holds an unexpired lease on the execution.
+    #[error(
+        "execution {task_id} is leased to {} (pid {} on {}) since {} until {}",
+        holder.holder, holder.pid, holder.host, holder.acquired_at, holder.expires_at
+    )]
+    LeaseHeld {
+        /// The execution whose lease was refused.
+        task_id: String,
+        /// Who holds it (boxed to keep `Result`s small).
+        holder: Box<LeaseInfo>,
+    },
+    /// `renew_lease` by a holder that has no lease on the execution (it was released, or it
+    /// expired and another driver took it).
+    #[error("{holder} holds no lease on execution {task_id}")]
+    LeaseNotHeld {
+        /// The execution.
+        task_id: String,
+        /// The holder id that asked.
+        holder: String,
+    },
+    /// A timestamp argument is not RFC 3339.
+    #[error("invalid RFC 3339 timestamp {value:?}: {reason}")]
+    InvalidTimestamp {
+        /// The string that failed to parse.
+        value: String,
+        /// Why it failed.
+        reason: String,
+    },
+    /// An argument is out of range (a non-positive lease TTL, a newline in an event kind …).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// `put_snapshot` at a `seq` beyond the last appended event.
+    #[error("snapshot of execution {task_id} at seq {seq} is ahead of its journal (last seq {last_seq})")]
+    SnapshotAhead {
+        /// The execution.
+        task_id: String,
+        /// The snapshot's seq.
+        seq: i64,
+        /// The execution's last appended seq.
+        last_seq: i64,
+    },
+    /// The database file could not be opened or configured.
+    #[error("opening store {}", path.display())]
+    Open {
+        /// The database file.
+        path: PathBuf,
+        /// The underlying error.
+        source: sqlx::Error,
+    },
+    /// Applying `migrations/` failed.
+    #[error("migrating store")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// Any other database error (I/O, busy beyond the timeout, constraint violations such as a
+    /// payload that is not valid JSON); displays as sqlx's own message.
+    #[error(transparent)]
+    Sqlx(#[from] sqlx::Error),
+}
+
+/// Board summary of an execution, written by the caller with every append.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct Summary {
+    /// Execution status as the caller names it (e.g. `running`, `done`); opaque to the store.
+    pub status: String,
+    /// Current phase name; opaque to the store.
+    pub current_phase: String,
+    /// Steps finished so far.
+    pub steps_done: i64,
+    /// Steps in the plan.
+    pub steps_total: i64,
+    /// Money spent so far, in US dollars.
+    pub spend_usd: f64,
+}
+
+/// An event to append to an execution's journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewEvent {
+    /// Event kind; must not contain `\n`.
+    pub kind: String,
+    /// Event payload: JSON text (checked with SQLite's `json_valid`).
+    pub payload: String,
+    /// Caller-chosen key, unique per execution; re-appending it is a no-op. Must not contain
+    /// `\n`.
+    pub idempotency_key: String,
+    /// When the event happened: RFC 3339, stored and hashed verbatim. Must not contain `\n`.
+    pub at: String,
+}
+
+/// What [`Store::append`] did with one event of a batch, in batch order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppendOutcome {
+    /// The event was written at `seq` with chain hash `hash` (64 lowercase hex digits).
+    Appended {
+        /// Its sequence number (1-based, contiguous per execution).
+        seq: i64,
+        /// Its chain hash.
+        hash: String,
+    },
+    /// An event with the same idempotency key already exists at `seq`; nothing was written.
+    Duplicate {
+        /// Seq of the event already stored under that key.
+        seq: i64,
+    },
+}
+
+/// One event as stored in the journal.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct StoredEvent {
+    /// Sequence number (1-based, contiguous per execution).
+    pub seq: i64,
+    /// Event kind.
+    pub kind: String,
+    /// JSON payload text.
+    pub payload: String,
+    /// The caller's idempotency key.
+    pub idempotency_key: String,
+    /// RFC 3339 timestamp, as the caller gave it.
+    pub at: String,
+    /// Hash of the previous event ([`GENESIS_HASH`] for seq 1).
+    pub prev_hash: String,
+    /// This event's chain hash, see [`event_hash`].
+    pub hash: String,
+}
+
+/// A snapshot of an execution's state as of event `seq` (all events up to and including it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The last event folded into `state_json` (0 = before any event).
+    pub seq: i64,
+    /// The caller's serialised state.
+    pub state_json: String,
+}
+
+/// Everything needed to rebuild an execution: plan, latest snapshot and the events after it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    /// The plan as created.
+    pub plan_json: String,
+    /// The newest snapshot, if any.
+    pub snapshot: Option<Snapshot>,
+    /// Events with `seq` greater than the snapshot's (all events if there is no snapshot),
+    /// in seq order.
+    pub events_after_snapshot: Vec<StoredEvent>,
+    /// The board summary written with the last append.
+    pub summary: Summary,
+    /// Seq of the newest event (0 if none).
+    pub last_seq: i64,
+}
+
+/// One execution on the board.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecutionRow {
+    /// The execution's task id.
+    pub task_id: String,
+    /// Its board summary.
+    pub summary: Summary,
+    /// When it was created (the caller's RFC 3339 string).
+    pub created_at: String,
+    /// `at` of its newest event (`created_at` before the first).
+    pub updated_at: String,
+    /// Seq of its newest event (0 if none).
+    pub last_seq: i64,
+}
+
+/// Result of [`Store::verify_chain`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainReport {
+    /// Events read from the journal.
+    pub events: u64,
+    /// The first seq whose row is missing, out of order, mislinked or whose hash does not
+    /// match its contents; also set when the journal ends before the execution's `last_seq`.
+    pub first_bad_seq: Option<i64>,
+    /// True when the whole chain checks out.
+    pub ok: bool,
+}
+
+/// The driver holding (or asking for) an execution's lease.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct LeaseInfo {
+    /// Stable id of the driver, e.g. `host:pid:start-time`.
+    pub holder: String,
+    /// Its OS process id (stored so the runtime can check liveness; the store never does).
+    pub pid: u32,
+    /// Host name it runs on.
+    pub host: String,
+    /// When it acquired the lease: UTC RFC 3339 with microseconds (`…T09:00:00.000000Z`).
+    /// Ignored on input; [`Store::acquire_lease`] sets it.
+    pub acquired_at: String,
+    /// When the lease lapses unless renewed, same format. Ignored on input.
+    pub expires_at: String,
+}
+
+/// Chain hash of one event: lowercase hex SHA-256 of
+/// `prev_hash \n seq \n kind \n payload \n idempotency_key \n at` (`seq` in decimal).
+///
+/// `kind`, `idempotency_key` and `at` contain no `\n` (append rejects them), so the fields are
+/// recoverable from the hashed text even when `payload` spans several lines.
+pub fn event_hash(
+    prev_hash: &str,
+    seq: i64,
+    kind: &str,
+    payload: &str,
+    idempotency_key: &str,
+    at: &str,
+) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(prev_hash.as_bytes());
+    hasher.update(b"\n");
+    hasher.update(seq.to_string().as_bytes());
+    hasher.update(b"\n");
+    hasher.update(kind.as_bytes());
+    hasher.update(b"\n");
+    hasher.update(payload.as_bytes());
+    hasher.update(b"\n");
+    hasher.update(idempotency_key.as_bytes());
+    hasher.update(b"\n");
+    hasher.update(at.as_bytes());
+    hex::encode(hasher.finalize())
+}
+
+impl Store {
+    /// Opens (creating if missing) the journal at `db_path` and applies pending migrations.
+    ///
+    /// Every connection runs with WAL, `busy_timeout` 10 s, `foreign_keys` on and
+    /// `synchronous=FULL`. The one constructor for server, CLI and tests.
+    ///
+    /// # Errors
+    /// [`StoreError::Open`] if the file cannot be created or opened (missing parent directory,
+    /// permissions, not a database), [`StoreError::Migrate`] if the schema cannot be brought up
+    /// to date (e.g. the file was written by a newer Baton).
+    pub async fn open(db_path: &Path) -> Result<Store, StoreError> {
+        let open_err = |source| StoreError::Open {
+            path: db_path.to_path_buf(),
+            source,
+        };
+        let options = SqliteConnectOptions::new()
+            .filename(db_path)
+            .journal_mode(SqliteJournalMode::Wal)
+            .busy_timeout(BUSY_TIMEOUT)
+            .foreign_keys(true)
+            .synchronous(SqliteSynchronous::Full);
+        let writer = SqlitePoolOptions::new()
+            .min_connections(1)
+            .max_connections(1)
+            .connect_with(options.clone().create_if_missing(true))
+            .await
+            .map_err(open_err)?;
+        migrate(&writer).await?;
+        // The writer created the file and switched it to WAL, so read-only connections can
+        // open it now.
+        let reader = SqlitePoolOptions::new()
+            .max_connections(READERS)
+            .connect_with(options.read_only(true))
+            .await
+            .map_err(open_err)?;
+        Ok(Store { writer, reader })
+    }
+
+    /// Closes both pools, waiting for checked-out connections to come back (checkpoints the
+    /// WAL when this is the last connection to the file).
+    pub async fn close(&self) {
+        self.reader.close().await;
+        self.writer.close().await;
+    }
+
+    /// Begins a write transaction on the writer connection with `BEGIN IMMEDIATE`, so the
+    /// write lock is taken up front (a deferred read-then-write can fail with
+    /// `SQLITE_BUSY_SNAPSHOT` under WAL). Dropping it uncommitted rolls back.
+    async fn begin_write(&self) -> Result<SqliteTransaction<'static>, StoreError> {
+        Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
+    /// Begins a read transaction on a reader connection: one consistent view of the file.
+    async fn begin_read(&self) -> Result<SqliteTransaction<'static>, StoreError> {
+        Ok(self.reader.begin().await?)
+    }
+}
+
+/// Attempts at applying migrations; see [`migrate`].
+const MIGRATE_ATTEMPTS: u32 = 3;
+
+/// Applies `migrations/` (embedded at build time) on the writer pool.
+///
+/// sqlx takes no lock for SQLite migrations, so two processes opening a new file at once both
+/// see migration 1 as pending and the loser fails with `table … already exists`. Each migration
+/// commits atomically with its `_sqlx_migrations` row, so the loser has written nothing and a
+/// second run finds it applied; hence a bounded retry.
+async fn migrate(writer: &SqlitePool) -> Result<(), StoreError> {
+    let migrator = sqlx::migrate!();
+    let mut attempt = 1;
+    loop {
+        match migrator.run(writer).await {
+            Ok(()) => return Ok(()),
+            Err(err) if attempt < MIGRATE_ATTEMPTS => {
+                tracing::debug!(attempt, error = %err, "migration raced another opener, retrying");
+                attempt += 1;
+            }
+            Err(err) => return Err(err.into()),
+        }
+    }
+}
+
+/// Parses an RFC 3339 timestamp into UTC.
+fn parse_time(value: &str) -> Result<chrono::DateTime<chrono::Utc>, StoreError> {
+    chrono::DateTime::parse_from_rfc3339(value)
+        .map(|t| t.with_timezone(&chrono::Utc))
+        .map_err(|e| StoreError::InvalidTimestamp {
+            value: value.to_owned(),
+            reason: e.to_string(),
+        })
+}
+
+/// Formats a UTC time so that text order is time order: fixed width, microseconds, `Z`.
+fn sortable_time(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}

@@ -1,0 +1,451 @@
+//! Executions, their hash-chained event journal and their snapshots.
+//!
+//! Owns the `executions`, `execution_events` and `snapshots` tables. Payloads are opaque JSON
+//! text; nothing here interprets them. Appends read the chain head from the `executions` row
+//! and never scan the journal or touch `plan_json`.
+
+use sqlx::SqliteConnection;
+
+use super::{
+    event_hash, parse_time, AppendOutcome, ChainReport, ExecutionRow, Loaded, NewEvent, Snapshot,
+    Store, StoreError, StoredEvent, Summary, GENESIS_HASH, SNAPSHOTS_KEPT,
+};
+
+/// Rows read per page by [`Store::verify_chain`], bounding its memory.
+const VERIFY_PAGE: i64 = 1000;
+
+/// Columns of [`StoredEvent`], in struct order.
+const EVENT_COLUMNS: &str = "seq, kind, payload, idempotency_key, at, prev_hash, hash";
+
+/// The head of an execution's chain.
+#[derive(sqlx::FromRow)]
+struct Head {
+    last_seq: i64,
+    last_hash: String,
+}
+
+/// The `executions` columns that [`Store::load`] returns.
+#[derive(sqlx::FromRow)]
+struct PlanRow {
+    plan_json: String,
+    #[sqlx(flatten)]
+    summary: Summary,
+    last_seq: i64,
+}
+
+/// One board row.
+#[derive(sqlx::FromRow)]
+struct BoardRow {
+    task_id: String,
+    #[sqlx(flatten)]
+    summary: Summary,
+    created_at: String,
+    updated_at: String,
+    last_seq: i64,
+}
+
+/// Reads the chain head, or `NotFound`.
+async fn head(conn: &mut SqliteConnection, task_id: &str) -> Result<Head, StoreError> {
+    sqlx::query_as::<_, Head>("select last_seq, last_hash from executions where task_id = ?")
+        .bind(task_id)
+        .fetch_optional(conn)
+        .await?
+        .ok_or_else(|| StoreError::NotFound {
+            task_id: task_id.to_owned(),
+        })
+}
+
+/// Events of `task_id` with `seq > after_seq`, in seq order, at most `limit` (-1 = all).
+async fn events_after(
+    conn: &mut SqliteConnection,
+    task_id: &str,
+    after_seq: i64,
+    limit: i64,
+) -> Result<Vec<StoredEvent>, StoreError> {
+    let sql = format!(
+        "select {EVENT_COLUMNS} from execution_events \
+         where task_id = ? and seq > ? order by seq limit ?"
+    );
+    Ok(sqlx::query_as::<_, StoredEvent>(&sql)
+        .bind(task_id)
+        .bind(after_seq)
+        .bind(limit)
+        .fetch_all(conn)
+        .await?)
+}
+
+/// Rejects fields that would make the hashed text ambiguous, and unparsable timestamps.
+fn validate_event(task_id: &str, event: &NewEvent) -> Result<(), StoreError> {
+    for (name, value) in [
+        ("kind", &event.kind),
+        ("idempotency_key", &event.idempotency_key),
+        ("at", &event.at),
+    ] {
+        if value.contains('\n') {
+            return Err(StoreError::InvalidArgument(format!(
+                "event {name} {value:?} for execution {task_id} contains a newline"
+            )));
+        }
+    }
+    parse_time(&event.at)?;
+    Ok(())
+}
+
+impl Store {
+    /// Creates execution `task_id` with its plan and initial summary, created and updated `at`
+    /// (RFC 3339), with an empty journal.
+    ///
+    /// # Errors
+    /// [`StoreError::AlreadyExists`] if `task_id` is present; [`StoreError::InvalidTimestamp`]
+    /// if `at` is not RFC 3339; [`StoreError::Sqlx`] if `plan_json` is not valid JSON (check
+    /// constraint) or on database failure.
+    #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id))]
+    pub async fn create_execution(
+        &self,
+        task_id: &str,
+        plan_json: &str,
+        summary: &Summary,
+        at: &str,
+    ) -> Result<(), StoreError> {
+        parse_time(at)?;
+        let mut tx = self.begin_write().await?;
+        let exists = sqlx::query_scalar::<_, i64>("select 1 from executions where task_id = ?")
+            .bind(task_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if exists.is_some() {
+            return Err(StoreError::AlreadyExists {
+                task_id: task_id.to_owned(),
+            });
+        }
+        sqlx::query(
+            "insert into executions (task_id, plan_json, status, current_phase, steps_done, \
+             steps_total, spend_usd, created_at, updated_at) values (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(task_id)
+        .bind(plan_json)
+        .bind(&summary.status)
+        .bind(&summary.current_phase)
+        .bind(summary.steps_done)
+        .bind(summary.steps_total)
+        .bind(summary.spend_usd)
+        .bind(at)
+        .bind(at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Appends a batch of events to `task_id`'s journal and sets its summary, in one
+    /// `BEGIN IMMEDIATE` transaction: all of it commits or none of it.
+    ///
+    /// Returns one outcome per event, in order. An event whose idempotency key is already in
+    /// the journal (including earlier in this batch) is [`AppendOutcome::Duplicate`] and is not
+    /// written; the others get `seq = last_seq + 1` and a chained hash (see
+    /// [`super::event_hash`]). The summary columns are always overwritten with `summary`;
+    /// `updated_at` becomes the `at` of the last appended event (unchanged if none was).
+    /// An empty batch just updates the summary. Cost is independent of journal and plan size.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`] if the execution does not exist;
+    /// [`StoreError::InvalidArgument`] if a `kind`, `idempotency_key` or `at` contains a
+    /// newline; [`StoreError::InvalidTimestamp`] if an `at` is not RFC 3339 (both checked
+    /// before anything is written); [`StoreError::Sqlx`] if a payload is not valid JSON or on
+    /// database failure, in which case the whole batch is rolled back.
+    #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id, events = events.len()))]
+    pub async fn append(
+        &self,
+        task_id: &str,
+        events: &[NewEvent],
+        summary: &Summary,
+    ) -> Result<Vec<AppendOutcome>, StoreError> {
+        for event in events {
+            validate_event(task_id, event)?;
+        }
+        let mut tx = self.begin_write().await?;
+        let Head {
+            mut last_seq,
+            mut last_hash,
+        } = head(&mut tx, task_id).await?;
+        let mut updated_at = None;
+        let mut outcomes = Vec::with_capacity(events.len());
+        for event in events {
+            let existing = sqlx::query_scalar::<_, i64>(
+                "select seq from execution_events where task_id = ? and idempotency_key = ?",
+            )
+            .bind(task_id)
+            .bind(&event.idempotency_key)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if let Some(seq) = existing {
+                outcomes.push(AppendOutcome::Duplicate { seq });
+                continue;
+            }
+            let seq = last_seq + 1;
+            let hash = event_hash(
+                &last_hash,
+                seq,
+                &event.kind,
+                &event.payload,
+                &event.idempotency_key,
+                &event.at,
+            );
+            sqlx::query(
+                "insert into execution_events \
+                 (task_id, seq, kind, payload, idempotency_key, at, prev_hash, hash) \
+                 values (?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(task_id)
+            .bind(seq)
+            .bind(&event.kind)
+            .bind(&event.payload)
+            .bind(&event.idempotency_key)
+            .bind(&event.at)
+            .bind(&last_hash)
+            .bind(&hash)
+            .execute(&mut *tx)
+            .await?;
+            last_seq = seq;
+            last_hash.clone_from(&hash);
+            updated_at = Some(event.at.as_str());
+            outcomes.push(AppendOutcome::Appended { seq, hash });
+        }
+        sqlx::query(
+            "update executions set status = ?, current_phase = ?, steps_done = ?, \
+             steps_total = ?, spend_usd = ?, last_seq = ?, last_hash = ?, \
+             updated_at = coalesce(?, updated_at) where task_id = ?",
+        )
+        .bind(&summary.status)
+        .bind(&summary.current_phase)
+        .bind(summary.steps_done)
+        .bind(summary.steps_total)
+        .bind(summary.spend_usd)
+        .bind(last_seq)
+        .bind(&last_hash)
+        .bind(updated_at)
+        .bind(task_id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(outcomes)
+    }
+
+    /// Loads what the caller needs to rebuild `task_id`: plan, newest snapshot, the events
+    /// after it, summary and last seq, read in one consistent transaction.
+    ///
+    /// Returns `None` if the execution does not exist.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`] on database failure.
+    #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id))]
+    pub async fn load(&self, task_id: &str) -> Result<Option<Loaded>, StoreError> {
+        let mut tx = self.begin_read().await?;
+        let row = sqlx::query_as::<_, PlanRow>(
+            "select plan_json, status, current_phase, steps_done, steps_total, spend_usd, \
+             last_seq from executions where task_id = ?",
+        )
+        .bind(task_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let snapshot = sqlx::query_as::<_, (i64, String)>(
+            "select seq, state_json from snapshots where task_id = ? order by seq desc limit 1",
+        )
+        .bind(task_id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .map(|(seq, state_json)| Snapshot { seq, state_json });
+        let after = snapshot.as_ref().map_or(0, |s| s.seq);
+        let events_after_snapshot = events_after(&mut tx, task_id, after, -1).await?;
+        tx.commit().await?;
+        Ok(Some(Loaded {
+            plan_json: row.plan_json,
+            snapshot,
+            events_after_snapshot,
+            summary: row.summary,
+            last_seq: row.last_seq,
+        }))
+    }
+
+    /// Events of `task_id` with `seq > after_seq`, in seq order (`after_seq = 0` for all).
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`] if the execution does not exist; [`StoreError::Sqlx`] on
+    /// database failure.
+    #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id, after_seq))]
+    pub async fn events(
+        &self,
+        task_id: &str,
+        after_seq: i64,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let mut tx = self.begin_read().await?;
+        head(&mut tx, task_id).await?;
+        let events = events_after(&mut tx, task_id, after_seq, -1).await?;
+        tx.commit().await?;
+        Ok(events)
+    }
+
+    /// Stores a snapshot of `task_id`'s state as of event `seq`, taken `at` (RFC 3339), and
+    /// prunes all but the newest [`super::SNAPSHOTS_KEPT`] (by seq).
+    ///
+    /// Snapshots may lag the journal (`seq < last_seq`); writing the same seq again replaces
+    /// it. A snapshot older than the kept ones is pruned at once.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`] if the execution does not exist; [`StoreError::SnapshotAhead`]
+    /// if `seq` is beyond its last event; [`StoreError::InvalidArgument`] if `seq` is
+    /// negative; [`StoreError::InvalidTimestamp`]; [`StoreError::Sqlx`] if `state_json` is not
+    /// valid JSON or on database failure.
+    #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id, seq))]
+    pub async fn put_snapshot(
+        &self,
+        task_id: &str,
+        seq: i64,
+        state_json: &str,
+        at: &str,
+    ) -> Result<(), StoreError> {
+        if seq < 0 {
+            return Err(StoreError::InvalidArgument(format!(
+                "snapshot seq {seq} for execution {task_id} is negative"
+            )));
+        }
+        parse_time(at)?;
+        let mut tx = self.begin_write().await?;
+        let last_seq = head(&mut tx, task_id).await?.last_seq;
+        if seq > last_seq {
+            return Err(StoreError::SnapshotAhead {
+                task_id: task_id.to_owned(),
+                seq,
+                last_seq,
+            });
+        }
+        sqlx::query(
+            "insert into snapshots (task_id, seq, state_json, at) values (?, ?, ?, ?) \
+             on conflict (task_id, seq) do update set state_json = excluded.state_json, \
+             at = excluded.at",
+        )
+        .bind(task_id)
+        .bind(seq)
+        .bind(state_json)
+        .bind(at)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "delete from snapshots where task_id = ? and seq not in \
+             (select seq from snapshots where task_id = ? order by seq desc limit ?)",
+        )
+        .bind(task_id)
+        .bind(task_id)
+        .bind(SNAPSHOTS_KEPT)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The board summary of `task_id`, or `None` if it does not exist.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`] on database failure.
+    #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id))]
+    pub async fn summary(&self, task_id: &str) -> Result<Option<Summary>, StoreError> {
+        Ok(sqlx::query_as::<_, Summary>(
+            "select status, current_phase, steps_done, steps_total, spend_usd \
+             from executions where task_id = ?",
+        )
+        .bind(task_id)
+        .fetch_optional(&self.reader)
+        .await?)
+    }
+
+    /// All executions with their summaries, in creation order.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`] on database failure.
+    #[tracing::instrument(level = "debug", skip_all)]
+    pub async fn list_executions(&self) -> Result<Vec<ExecutionRow>, StoreError> {
+        let rows = sqlx::query_as::<_, BoardRow>(
+            "select task_id, status, current_phase, steps_done, steps_total, spend_usd, \
+             created_at, updated_at, last_seq from executions order by rowid",
+        )
+        .fetch_all(&self.reader)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| ExecutionRow {
+                task_id: r.task_id,
+                summary: r.summary,
+                created_at: r.created_at,
+                updated_at: r.updated_at,
+                last_seq: r.last_seq,
+            })
+            .collect())
+    }
+
+    /// Recomputes `task_id`'s whole hash chain and checks it against the stored hashes,
+    /// links, seq numbering and the execution's recorded head.
+    ///
+    /// Reads in pages of 1000 inside one read transaction, so memory stays bounded; time is
+    /// linear in the journal. A broken chain is reported in the [`ChainReport`], not as an
+    /// error.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`] if the execution does not exist; [`StoreError::Sqlx`] on
+    /// database failure.
+    #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id))]
+    pub async fn verify_chain(&self, task_id: &str) -> Result<ChainReport, StoreError> {
+        let mut tx = self.begin_read().await?;
+        let recorded = head(&mut tx, task_id).await?;
+        let mut count: u64 = 0;
+        let mut first_bad: Option<i64> = None;
+        let mut prev_seq: i64 = 0;
+        let mut prev_hash = GENESIS_HASH.to_owned();
+        loop {
+            let page = events_after(&mut tx, task_id, prev_seq, VERIFY_PAGE).await?;
+            if page.is_empty() {
+                break;
+            }
+            for event in &page {
+                count += 1;
+                if first_bad.is_none() {
+                    let expected = prev_seq + 1;
+                    let recomputed = event_hash(
+                        &event.prev_hash,
+                        event.seq,
+                        &event.kind,
+                        &event.payload,
+                        &event.idempotency_key,
+                        &event.at,
+                    );
+                    if event.seq != expected {
+                        first_bad = Some(expected);
+                    } else if event.prev_hash != prev_hash || recomputed != event.hash {
+                        first_bad = Some(event.seq);
+                    }
+                }
+                prev_seq = event.seq;
+                prev_hash.clone_from(&event.hash);
+            }
+        }
+        tx.commit().await?;
+        if first_bad.is_none() {
+            if prev_seq < recorded.last_seq {
+                // Events at the tail are missing.
+                first_bad = Some(prev_seq + 1);
+            } else if prev_seq > recorded.last_seq {
+                // Rows beyond the recorded head were inserted behind the store's back.
+                first_bad = Some(recorded.last_seq + 1);
+            } else if prev_hash != recorded.last_hash {
+                first_bad = Some(prev_seq.max(1));
+            }
+        }
+        Ok(ChainReport {
+            events: count,
+            first_bad_seq: first_bad,
+            ok: first_bad.is_none(),
+        })
+    }
+}

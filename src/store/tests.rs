@@ -1,0 +1,659 @@
+//! Store tests on real SQLite files in temporary directories. No clocks, no sleeps: every
+//! timestamp is a literal.
+
+use std::path::PathBuf;
+
+use sqlx::Connection as _;
+use tempfile::TempDir;
+
+use super::*;
+
+const T0: &str = "2026-01-15T09:00:00Z";
+const T1: &str = "2026-01-15T09:00:01Z";
+const T2: &str = "2026-01-15T09:00:02Z";
+
+const PLAN: &str = r#"{"phases":[{"name":"build","steps":["a","b"]}]}"#;
+
+async fn fresh() -> (TempDir, PathBuf, Store) {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("baton.db");
+    let store = Store::open(&path).await.unwrap();
+    (dir, path, store)
+}
+
+fn summary(status: &str, steps_done: i64) -> Summary {
+    Summary {
+        status: status.to_owned(),
+        current_phase: "build".to_owned(),
+        steps_done,
+        steps_total: 2,
+        spend_usd: 0.25 * steps_done as f64,
+    }
+}
+
+fn ev(key: &str, payload: &str) -> NewEvent {
+    NewEvent {
+        kind: "step_done".to_owned(),
+        payload: payload.to_owned(),
+        idempotency_key: key.to_owned(),
+        at: T1.to_owned(),
+    }
+}
+
+async fn created(store: &Store, task_id: &str) {
+    store
+        .create_execution(task_id, PLAN, &summary("pending", 0), T0)
+        .await
+        .unwrap();
+}
+
+fn holder(id: &str, pid: u32) -> LeaseInfo {
+    LeaseInfo {
+        holder: id.to_owned(),
+        pid,
+        host: "box-1".to_owned(),
+        acquired_at: String::new(),
+        expires_at: String::new(),
+    }
+}
+
+async fn pragma(pool: &SqlitePool, name: &str) -> String {
+    use sqlx::Row as _;
+    let row = sqlx::query(&format!("pragma {name}"))
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    match row.try_get::<String, _>(0) {
+        Ok(text) => text,
+        Err(_) => row.try_get::<i64, _>(0).unwrap().to_string(),
+    }
+}
+
+#[tokio::test]
+async fn open_sets_wal_foreign_keys_full_sync_and_busy_timeout_on_both_pools() {
+    let (_dir, path, store) = fresh().await;
+    assert!(path.exists());
+    for pool in [&store.writer, &store.reader] {
+        assert_eq!(pragma(pool, "journal_mode").await, "wal");
+        assert_eq!(pragma(pool, "foreign_keys").await, "1");
+        // 2 = FULL
+        assert_eq!(pragma(pool, "synchronous").await, "2");
+        assert_eq!(pragma(pool, "busy_timeout").await, "10000");
+    }
+    assert_eq!(store.writer.options().get_max_connections(), 1);
+}
+
+#[tokio::test]
+async fn reopening_an_existing_file_keeps_data_and_skips_applied_migrations() {
+    let (_dir, path, store) = fresh().await;
+    created(&store, "t1").await;
+    store.close().await;
+    let again = Store::open(&path).await.unwrap();
+    assert_eq!(
+        again.summary("t1").await.unwrap(),
+        Some(summary("pending", 0))
+    );
+}
+
+#[tokio::test]
+async fn open_in_a_missing_directory_names_the_path() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("no/such/dir/baton.db");
+    let err = Store::open(&path).await.unwrap_err();
+    assert!(matches!(err, StoreError::Open { .. }), "{err}");
+    assert!(err.to_string().contains("no/such/dir/baton.db"), "{err}");
+}
+
+#[tokio::test]
+async fn create_twice_is_already_exists() {
+    let (_dir, _path, store) = fresh().await;
+    created(&store, "t1").await;
+    let err = store
+        .create_execution("t1", PLAN, &summary("pending", 0), T0)
+        .await
+        .unwrap_err();
+    assert!(matches!(&err, StoreError::AlreadyExists { task_id } if task_id == "t1"));
+    assert_eq!(err.to_string(), "execution t1 already exists");
+}
+
+#[tokio::test]
+async fn append_then_load_round_trips() {
+    let (_dir, _path, store) = fresh().await;
+    created(&store, "t1").await;
+    let outcomes = store
+        .append(
+            "t1",
+            &[
+                ev("k1", r#"{"step":"a"}"#),
+                ev("k2", "{\n  \"step\": \"b\"\n}"),
+            ],
+            &summary("running", 2),
+        )
+        .await
+        .unwrap();
+    let h1 = event_hash(GENESIS_HASH, 1, "step_done", r#"{"step":"a"}"#, "k1", T1);
+    let h2 = event_hash(&h1, 2, "step_done", "{\n  \"step\": \"b\"\n}", "k2", T1);
+    assert_eq!(
+        outcomes,
+        vec![
+            AppendOutcome::Appended {
+                seq: 1,
+                hash: h1.clone()
+            },
+            AppendOutcome::Appended {
+                seq: 2,
+                hash: h2.clone()
+            },
+        ]
+    );
+
+    let loaded = store.load("t1").await.unwrap().unwrap();
+    assert_eq!(loaded.plan_json, PLAN);
+    assert_eq!(loaded.snapshot, None);
+    assert_eq!(loaded.summary, summary("running", 2));
+    assert_eq!(loaded.last_seq, 2);
+    assert_eq!(
+        loaded.events_after_snapshot,
+        vec![
+            StoredEvent {
+                seq: 1,
+                kind: "step_done".to_owned(),
+                payload: r#"{"step":"a"}"#.to_owned(),
+                idempotency_key: "k1".to_owned(),
+                at: T1.to_owned(),
+                prev_hash: GENESIS_HASH.to_owned(),
+                hash: h1.clone(),
+            },
+            StoredEvent {
+                seq: 2,
+                kind: "step_done".to_owned(),
+                payload: "{\n  \"step\": \"b\"\n}".to_owned(),
+                idempotency_key: "k2".to_owned(),
+                at: T1.to_owned(),
+                prev_hash: h1,
+                hash: h2,
+            },
+        ]
+    );
+    assert_eq!(store.events("t1", 1).await.unwrap().len(), 1);
+    assert_eq!(store.load("missing").await.unwrap(), None);
+
+    let board = store.list_executions().await.unwrap();
+    assert_eq!(
+        board,
+        vec![ExecutionRow {
+            task_id: "t1".to_owned(),
+            summary: summary("running", 2),
+            created_at: T0.to_owned(),
+            updated_at: T1.to_owned(),
+            last_seq: 2,
+        }]
+    );
+}
+
+#[tokio::test]
+async fn event_hash_matches_the_documented_formula() {
+    // printf '%s\n%s\n%s\n%s\n%s\n%s' "$(printf '0%.0s' {1..64})" 1 started '{}' k 2026-01-15T09:00:00Z | sha256sum
+    assert_eq!(
+        event_hash(GENESIS_HASH, 1, "started", "{}", "k", T0),
+        "6f850f0b211bc7d3ef414ad9f592372ddc07732e9a2282727a77340b2613508e"
+    );
+}
+
+#[tokio::test]
+async fn duplicate_idempotency_key_is_reported_and_journal_unchanged() {
+    let (_dir, _path, store) = fresh().await;
+    created(&store, "t1").await;
+    store
+        .append("t1", &[ev("k1", "{}")], &summary("running", 1))
+        .await
+        .unwrap();
+    let before = store.events("t1", 0).await.unwrap();
+
+    let outcomes = store
+        .append(
+            "t1",
+            &[
+                ev("k1", r#"{"different":true}"#),
+                ev("k2", "{}"),
+                ev("k2", "{}"),
+            ],
+            &summary("running", 2),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcomes[0], AppendOutcome::Duplicate { seq: 1 });
+    assert!(matches!(
+        outcomes[1],
+        AppendOutcome::Appended { seq: 2, .. }
+    ));
+    // A repeat inside the same batch is a duplicate of the event written earlier in it.
+    assert_eq!(outcomes[2], AppendOutcome::Duplicate { seq: 2 });
+
+    let after = store.events("t1", 0).await.unwrap();
+    assert_eq!(after.len(), 2);
+    assert_eq!(after[0], before[0]);
+
+    // Replaying the whole batch (a retry after a crash) writes nothing.
+    let replay = store
+        .append(
+            "t1",
+            &[ev("k1", "{}"), ev("k2", "{}")],
+            &summary("running", 2),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        replay,
+        vec![
+            AppendOutcome::Duplicate { seq: 1 },
+            AppendOutcome::Duplicate { seq: 2 }
+        ]
+    );
+    assert_eq!(store.events("t1", 0).await.unwrap(), after);
+    assert!(store.verify_chain("t1").await.unwrap().ok);
+}
+
+#[tokio::test]
+async fn failing_event_rolls_back_the_whole_batch() {
+    let (_dir, _path, store) = fresh().await;
+    created(&store, "t1").await;
+    store
+        .append("t1", &[ev("k1", "{}")], &summary("running", 1))
+        .await
+        .unwrap();
+    // The second event violates the json_valid check after the first was inserted in the
+    // same transaction.
+    let err = store
+        .append(
+            "t1",
+            &[ev("k2", "{}"), ev("k3", "not json"), ev("k4", "{}")],
+            &summary("broken", 99),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Sqlx(_)), "{err}");
+
+    let loaded = store.load("t1").await.unwrap().unwrap();
+    assert_eq!(loaded.last_seq, 1);
+    assert_eq!(loaded.events_after_snapshot.len(), 1);
+    assert_eq!(loaded.summary, summary("running", 1));
+    // The writer connection is usable again and the chain continues at seq 2.
+    let next = store
+        .append("t1", &[ev("k2", "{}")], &summary("running", 2))
+        .await
+        .unwrap();
+    assert!(matches!(next[0], AppendOutcome::Appended { seq: 2, .. }));
+    assert!(store.verify_chain("t1").await.unwrap().ok);
+}
+
+#[tokio::test]
+async fn foreign_key_rejects_events_of_a_missing_execution() {
+    // Below the API (which reports NotFound first), the schema itself refuses orphan events.
+    let (_dir, _path, store) = fresh().await;
+    let err = sqlx::query(
+        "insert into execution_events \
+         (task_id, seq, kind, payload, idempotency_key, at, prev_hash, hash) \
+         values ('ghost', 1, 'k', '{}', 'k', ?, ?, 'x')",
+    )
+    .bind(T0)
+    .bind(GENESIS_HASH)
+    .execute(&store.writer)
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("FOREIGN KEY"), "{err}");
+}
+
+#[tokio::test]
+async fn append_to_unknown_task_is_not_found() {
+    let (_dir, _path, store) = fresh().await;
+    let err = store
+        .append("ghost", &[ev("k1", "{}")], &summary("running", 1))
+        .await
+        .unwrap_err();
+    assert!(matches!(&err, StoreError::NotFound { task_id } if task_id == "ghost"));
+    assert_eq!(err.to_string(), "execution ghost not found");
+    assert!(matches!(
+        store.events("ghost", 0).await.unwrap_err(),
+        StoreError::NotFound { .. }
+    ));
+}
+
+#[tokio::test]
+async fn newline_in_kind_or_bad_timestamp_is_rejected_before_writing() {
+    let (_dir, _path, store) = fresh().await;
+    created(&store, "t1").await;
+    let mut bad_kind = ev("k2", "{}");
+    bad_kind.kind = "a\nb".to_owned();
+    let err = store
+        .append("t1", &[ev("k1", "{}"), bad_kind], &summary("running", 1))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::InvalidArgument(_)), "{err}");
+    let mut bad_at = ev("k1", "{}");
+    bad_at.at = "yesterday".to_owned();
+    let err = store
+        .append("t1", &[bad_at], &summary("running", 1))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::InvalidTimestamp { .. }), "{err}");
+    assert!(store.events("t1", 0).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn verify_chain_is_ok_then_detects_a_tampered_payload_at_its_seq() {
+    let (_dir, path, store) = fresh().await;
+    created(&store, "t1").await;
+    let batch: Vec<NewEvent> = (1..=5)
+        .map(|i| ev(&format!("k{i}"), &format!(r#"{{"i":{i}}}"#)))
+        .collect();
+    store
+        .append("t1", &batch, &summary("running", 2))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.verify_chain("t1").await.unwrap(),
+        ChainReport {
+            events: 5,
+            first_bad_seq: None,
+            ok: true
+        }
+    );
+
+    // Tamper from outside, as another process with the sqlite shell would.
+    let mut raw = sqlx::SqliteConnection::connect_with(
+        &SqliteConnectOptions::new()
+            .filename(&path)
+            .busy_timeout(BUSY_TIMEOUT),
+    )
+    .await
+    .unwrap();
+    let refused = sqlx::query("update execution_events set payload = '{\"i\":33}' where seq = 3")
+        .execute(&mut raw)
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("append-only"), "{refused}");
+    sqlx::query("drop trigger execution_events_append_only")
+        .execute(&mut raw)
+        .await
+        .unwrap();
+    sqlx::query("update execution_events set payload = '{\"i\":33}' where seq = 3")
+        .execute(&mut raw)
+        .await
+        .unwrap();
+    raw.close().await.unwrap();
+
+    assert_eq!(
+        store.verify_chain("t1").await.unwrap(),
+        ChainReport {
+            events: 5,
+            first_bad_seq: Some(3),
+            ok: false
+        }
+    );
+}
+
+#[tokio::test]
+async fn verify_chain_detects_a_deleted_tail() {
+    let (_dir, _path, store) = fresh().await;
+    created(&store, "t1").await;
+    store
+        .append(
+            "t1",
+            &[ev("k1", "{}"), ev("k2", "{}"), ev("k3", "{}")],
+            &summary("running", 2),
+        )
+        .await
+        .unwrap();
+    sqlx::query("delete from execution_events where seq = 3")
+        .execute(&store.writer)
+        .await
+        .unwrap();
+    let report = store.verify_chain("t1").await.unwrap();
+    assert_eq!(report.events, 2);
+    assert_eq!(report.first_bad_seq, Some(3));
+    assert!(!report.ok);
+}
+
+#[tokio::test]
+async fn snapshot_then_events_after_snapshot_and_only_three_kept() {
+    let (_dir, _path, store) = fresh().await;
+    created(&store, "t1").await;
+    let batch: Vec<NewEvent> = (1..=6).map(|i| ev(&format!("k{i}"), "{}")).collect();
+    store
+        .append("t1", &batch, &summary("running", 1))
+        .await
+        .unwrap();
+    for seq in 1..=4 {
+        store
+            .put_snapshot("t1", seq, &format!(r#"{{"upto":{seq}}}"#), T2)
+            .await
+            .unwrap();
+    }
+    let loaded = store.load("t1").await.unwrap().unwrap();
+    assert_eq!(
+        loaded.snapshot,
+        Some(Snapshot {
+            seq: 4,
+            state_json: r#"{"upto":4}"#.to_owned()
+        })
+    );
+    let seqs: Vec<i64> = loaded.events_after_snapshot.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, vec![5, 6]);
+    assert_eq!(loaded.last_seq, 6);
+
+    let kept: Vec<i64> =
+        sqlx::query_scalar("select seq from snapshots where task_id = 't1' order by seq")
+            .fetch_all(&store.reader)
+            .await
+            .unwrap();
+    assert_eq!(kept, vec![2, 3, 4]);
+
+    let err = store.put_snapshot("t1", 7, "{}", T2).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::SnapshotAhead {
+                seq: 7,
+                last_seq: 6,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(matches!(
+        store.put_snapshot("ghost", 0, "{}", T2).await.unwrap_err(),
+        StoreError::NotFound { .. }
+    ));
+}
+
+#[tokio::test]
+async fn lease_acquired_refused_with_holder_reacquired_after_expiry_and_released() {
+    let (_dir, _path, store) = fresh().await;
+    created(&store, "t1").await;
+    let a = holder("driver-a", 100);
+    let b = holder("driver-b", 200);
+
+    store
+        .acquire_lease("t1", &a, "2026-01-15T09:00:00Z", 30)
+        .await
+        .unwrap();
+    let lease = store.lease("t1").await.unwrap().unwrap();
+    assert_eq!(lease.holder, "driver-a");
+    assert_eq!(lease.pid, 100);
+    assert_eq!(lease.acquired_at, "2026-01-15T09:00:00.000000Z");
+    assert_eq!(lease.expires_at, "2026-01-15T09:00:30.000000Z");
+
+    // Another holder is refused while it is valid, and told who holds it. The offset form
+    // of the same instant compares correctly.
+    let err = store
+        .acquire_lease("t1", &b, "2026-01-15T10:00:29+01:00", 30)
+        .await
+        .unwrap_err();
+    match &err {
+        StoreError::LeaseHeld { task_id, holder } => {
+            assert_eq!(task_id, "t1");
+            assert_eq!(holder.holder, "driver-a");
+            assert_eq!(holder.pid, 100);
+            assert_eq!(holder.host, "box-1");
+        }
+        other => panic!("expected LeaseHeld, got {other}"),
+    }
+    assert_eq!(
+        err.to_string(),
+        "execution t1 is leased to driver-a (pid 100 on box-1) since \
+         2026-01-15T09:00:00.000000Z until 2026-01-15T09:00:30.000000Z"
+    );
+    assert!(matches!(
+        store
+            .renew_lease("t1", "driver-b", "2026-01-15T09:00:10Z", 30)
+            .await,
+        Err(StoreError::LeaseHeld { .. })
+    ));
+
+    // The same holder re-acquires (extends) and keeps its acquired_at; renew extends too.
+    store
+        .acquire_lease("t1", &a, "2026-01-15T09:00:10Z", 30)
+        .await
+        .unwrap();
+    store
+        .renew_lease("t1", "driver-a", "2026-01-15T09:00:20Z", 30)
+        .await
+        .unwrap();
+    let lease = store.lease("t1").await.unwrap().unwrap();
+    assert_eq!(lease.acquired_at, "2026-01-15T09:00:00.000000Z");
+    assert_eq!(lease.expires_at, "2026-01-15T09:00:50.000000Z");
+
+    // Exactly at expiry another holder takes over.
+    store
+        .acquire_lease("t1", &b, "2026-01-15T09:00:50Z", 30)
+        .await
+        .unwrap();
+    let lease = store.lease("t1").await.unwrap().unwrap();
+    assert_eq!(lease.holder, "driver-b");
+    assert_eq!(lease.pid, 200);
+    assert_eq!(lease.acquired_at, "2026-01-15T09:00:50.000000Z");
+    assert!(matches!(
+        store
+            .renew_lease("t1", "driver-a", "2026-01-15T09:00:51Z", 30)
+            .await,
+        Err(StoreError::LeaseHeld { .. })
+    ));
+
+    // Release: only by the holder.
+    assert!(!store.release_lease("t1", "driver-a").await.unwrap());
+    assert!(store.release_lease("t1", "driver-b").await.unwrap());
+    assert_eq!(store.lease("t1").await.unwrap(), None);
+    assert!(matches!(
+        store
+            .renew_lease("t1", "driver-b", "2026-01-15T09:00:52Z", 30)
+            .await,
+        Err(StoreError::LeaseNotHeld { .. })
+    ));
+    store
+        .acquire_lease("t1", &a, "2026-01-15T09:00:52Z", 30)
+        .await
+        .unwrap();
+
+    assert!(matches!(
+        store.acquire_lease("ghost", &a, T0, 30).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        store.acquire_lease("t1", &a, T0, 0).await,
+        Err(StoreError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        store.acquire_lease("t1", &a, "soon", 30).await,
+        Err(StoreError::InvalidTimestamp { .. })
+    ));
+}
+
+#[tokio::test]
+async fn two_stores_on_one_file_see_each_others_writes() {
+    let (_dir, path, first) = fresh().await;
+    let second = Store::open(&path).await.unwrap();
+
+    created(&first, "t1").await;
+    second
+        .append("t1", &[ev("k1", "{}")], &summary("running", 1))
+        .await
+        .unwrap();
+    first
+        .append(
+            "t1",
+            &[ev("k2", "{}"), ev("k1", "{}")],
+            &summary("running", 2),
+        )
+        .await
+        .unwrap();
+    let from_second = second.load("t1").await.unwrap().unwrap();
+    assert_eq!(from_second.last_seq, 2);
+    assert_eq!(from_second.summary, summary("running", 2));
+    assert!(second.verify_chain("t1").await.unwrap().ok);
+
+    let a = holder("driver-a", 1);
+    first.acquire_lease("t1", &a, T0, 30).await.unwrap();
+    assert!(matches!(
+        second
+            .acquire_lease("t1", &holder("driver-b", 2), T1, 30)
+            .await,
+        Err(StoreError::LeaseHeld { .. })
+    ));
+
+    second.set_active_task("t1").await.unwrap();
+    assert_eq!(first.active_task().await.unwrap().as_deref(), Some("t1"));
+}
+
+#[tokio::test]
+async fn active_task_pointer_set_read_and_cleared() {
+    let (_dir, _path, store) = fresh().await;
+    assert_eq!(store.active_task().await.unwrap(), None);
+    created(&store, "t1").await;
+    created(&store, "t2").await;
+    store.set_active_task("t1").await.unwrap();
+    store.set_active_task("t2").await.unwrap();
+    assert_eq!(store.active_task().await.unwrap().as_deref(), Some("t2"));
+    assert!(matches!(
+        store.set_active_task("ghost").await,
+        Err(StoreError::NotFound { .. })
+    ));
+    store.clear_active_task().await.unwrap();
+    assert_eq!(store.active_task().await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn concurrent_writers_on_one_file_interleave_into_one_chain() {
+    let (_dir, path, first) = fresh().await;
+    let second = Store::open(&path).await.unwrap();
+    created(&first, "t1").await;
+    let run = |store: Store, who: &'static str| async move {
+        for i in 0..20 {
+            store
+                .append(
+                    "t1",
+                    &[ev(&format!("{who}-{i}"), "{}")],
+                    &summary("running", 1),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    let a = tokio::spawn(run(first.clone(), "a"));
+    let b = tokio::spawn(run(second.clone(), "b"));
+    a.await.unwrap();
+    b.await.unwrap();
+    let report = first.verify_chain("t1").await.unwrap();
+    assert_eq!(report.events, 40);
+    assert!(report.ok);
+}
+
+#[tokio::test]
+async fn concurrent_opens_of_a_new_file_both_succeed() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("baton.db");
+    let (a, b) = tokio::join!(Store::open(&path), Store::open(&path));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    created(&a, "t1").await;
+    assert!(b.summary("t1").await.unwrap().is_some());
+}
