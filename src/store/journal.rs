@@ -28,6 +28,7 @@ struct Head {
 #[derive(sqlx::FromRow)]
 struct PlanRow {
     plan_json: String,
+    created_at: String,
     #[sqlx(flatten)]
     summary: Summary,
     last_seq: i64,
@@ -242,8 +243,8 @@ impl Store {
     pub async fn load(&self, task_id: &str) -> Result<Option<Loaded>, StoreError> {
         let mut tx = self.begin_read().await?;
         let row = sqlx::query_as::<_, PlanRow>(
-            "select plan_json, status, current_phase, steps_done, steps_total, spend_usd, \
-             last_seq from executions where task_id = ?",
+            "select plan_json, created_at, status, current_phase, steps_done, steps_total, \
+             spend_usd, last_seq from executions where task_id = ?",
         )
         .bind(task_id)
         .fetch_optional(&mut *tx)
@@ -263,6 +264,7 @@ impl Store {
         tx.commit().await?;
         Ok(Some(Loaded {
             plan_json: row.plan_json,
+            created_at: row.created_at,
             snapshot,
             events_after_snapshot,
             summary: row.summary,

@@ -206,6 +206,8 @@ pub struct Snapshot {
 pub struct Loaded {
     /// The plan as created.
     pub plan_json: String,
+    /// When the execution was created (RFC 3339, as given): the engine's start time.
+    pub created_at: String,
     /// The newest snapshot, if any.
     pub snapshot: Option<Snapshot>,
     /// Events with `seq` greater than the snapshot's (all events if there is no snapshot),
