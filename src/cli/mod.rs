@@ -1,6 +1,783 @@
-//! The `baton` command line.
+//! The `baton` command line: clap commands mapped onto the runtime's services.
+//!
+//! Flags follow agent-baton's CLI, so an orchestrator written for it works unchanged
+//! (seed-spec §0, §2.24). Output is the `ACTION:` text form (`wire`) or, with `--json`, the
+//! action object. Exit codes: 0 done/ok · 1 internal error · 2 usage or bad input ·
+//! 3 waiting for a human (approval, feedback, interact) · 4 execution failed.
+//! This module parses and prints; the work happens in `runtime`.
+
+pub mod wire;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+
+use crate::engine::{self, EngineError};
+use crate::model::action::{Action, ActionType};
+use crate::model::event::{AddedStep, Event, EventKind, RecordStatus};
+use crate::model::plan::{MachinePlan, PlanPhase, PlanStep};
+use crate::model::state::{ApprovalDecision, ExecutionState};
+use crate::runtime::config::DataDir;
+use crate::runtime::executions::{BadInput, Executions};
+use crate::runtime::{self, lease};
+use crate::store::StoreError;
+
+/// Exit code: waiting for a human decision.
+pub const EXIT_WAITING: u8 = 3;
+/// Exit code: the execution failed.
+pub const EXIT_FAILED: u8 = 4;
+/// Exit code: usage error or bad input.
+pub const EXIT_BAD_INPUT: u8 = 2;
+
+#[derive(Debug, Parser)]
+#[command(name = "baton", version, about = "Turn specs into merged pull requests with AI coding agents")]
+struct Cli {
+    /// Data directory (database, worktrees, run directories, logs, baton.toml).
+    #[arg(long, env = "BATON_DATA_DIR", default_value = "./.baton", global = true)]
+    data_dir: PathBuf,
+    /// Print actions and results as JSON.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the demo: a small repository, an example plan, the demo agent, to COMPLETE.
+    Demo,
+    /// Validate a MachinePlan file (and save it as the plan `execute start` uses).
+    Plan {
+        /// Plan file (agent-baton plan.json format).
+        #[arg(long = "from")]
+        from: PathBuf,
+        /// Only validate; save nothing.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Drive an execution (agent-baton's driver contract).
+    Execute {
+        #[command(subcommand)]
+        command: ExecuteCommand,
+    },
+    /// Rebuild an execution from its journal and compare it with the stored state.
+    Replay {
+        /// Execution id.
+        task_id: String,
+    },
+    /// Audit commands.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
+    /// Remove worktrees of final executions older than the configured age.
+    Gc {
+        /// Age in hours (default: `runtime.gc_hours` of baton.toml, 72).
+        #[arg(long)]
+        hours: Option<u64>,
+    },
+    /// Bundled agents.
+    Agent {
+        #[command(subcommand)]
+        command: AgentCommand,
+    },
+    /// Internal: supervise one agent attempt (started by Baton, not by hand).
+    #[command(name = "__attempt", hide = true)]
+    Attempt {
+        /// Run directory of the attempt.
+        run_dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditCommand {
+    /// Check the hash chain of an execution's journal.
+    Verify {
+        /// Execution id.
+        task_id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AgentCommand {
+    /// The deterministic demo agent: prompt on stdin, claude-style stream-json on stdout.
+    Demo,
+}
+
+#[derive(Debug, Args, Clone)]
+struct Task {
+    /// Execution id (default: BATON_TASK_ID, then the active execution).
+    #[arg(long, env = "BATON_TASK_ID")]
+    task_id: Option<String>,
+}
+
+#[derive(Debug, Args, Clone)]
+struct Key {
+    /// Idempotency key (default: derived from the event): the same key twice has one effect.
+    #[arg(long)]
+    idempotency_key: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum ExecuteCommand {
+    /// Start an execution of a plan and print the first action.
+    Start {
+        /// Plan file (default: the plan saved by `baton plan --from`).
+        #[arg(long)]
+        plan: Option<PathBuf>,
+    },
+    /// Print the next action (`--all`: every dispatchable step).
+    Next {
+        #[command(flatten)]
+        task: Task,
+        /// Every step that may be dispatched now.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Mark a step dispatched.
+    Dispatched {
+        #[command(flatten)]
+        task: Task,
+        #[command(flatten)]
+        key: Key,
+        /// Step id.
+        #[arg(long)]
+        step_id: String,
+        /// Agent name.
+        #[arg(long)]
+        agent: String,
+    },
+    /// Record a step's result.
+    Record {
+        #[command(flatten)]
+        task: Task,
+        #[command(flatten)]
+        key: Key,
+        /// Step id.
+        #[arg(long)]
+        step_id: String,
+        /// Agent name.
+        #[arg(long)]
+        agent: String,
+        /// complete | failed | interacting.
+        #[arg(long, default_value = "complete")]
+        status: String,
+        /// The agent's outcome text.
+        #[arg(long, default_value = "")]
+        outcome: String,
+        /// Changed files, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        files: Vec<String>,
+        /// Commit hash.
+        #[arg(long, default_value = "")]
+        commit: String,
+        /// Tokens used.
+        #[arg(long, default_value_t = 0)]
+        tokens: u64,
+        /// Cost in USD.
+        #[arg(long, default_value_t = 0.0)]
+        cost: f64,
+        /// Duration in seconds.
+        #[arg(long, default_value_t = 0.0)]
+        duration: f64,
+        /// Error text (failed).
+        #[arg(long, default_value = "")]
+        error: String,
+    },
+    /// Record a gate result.
+    Gate {
+        #[command(flatten)]
+        task: Task,
+        #[command(flatten)]
+        key: Key,
+        /// Phase id.
+        #[arg(long)]
+        phase_id: i64,
+        /// pass | fail.
+        #[arg(long)]
+        result: String,
+        /// Gate output.
+        #[arg(long, default_value = "")]
+        output: String,
+    },
+    /// Record an approval decision.
+    Approve {
+        #[command(flatten)]
+        task: Task,
+        #[command(flatten)]
+        key: Key,
+        /// Phase id.
+        #[arg(long)]
+        phase_id: i64,
+        /// approve | reject | approve-with-feedback.
+        #[arg(long)]
+        result: String,
+        /// Feedback text.
+        #[arg(long, default_value = "")]
+        feedback: String,
+    },
+    /// Answer a feedback question.
+    Feedback {
+        #[command(flatten)]
+        task: Task,
+        #[command(flatten)]
+        key: Key,
+        /// Phase id.
+        #[arg(long)]
+        phase_id: i64,
+        /// Question id.
+        #[arg(long)]
+        question_id: String,
+        /// Chosen option (0-based).
+        #[arg(long)]
+        chosen_index: usize,
+    },
+    /// Reply to an interactive step, or end it.
+    Interact {
+        #[command(flatten)]
+        task: Task,
+        #[command(flatten)]
+        key: Key,
+        /// Step id.
+        #[arg(long)]
+        step_id: String,
+        /// Reply text.
+        #[arg(long, conflicts_with = "complete", required_unless_present = "complete")]
+        input: Option<String>,
+        /// End the interaction with the agent's last output.
+        #[arg(long)]
+        complete: bool,
+    },
+    /// Amend the plan: insert phases, add steps.
+    Amend {
+        #[command(flatten)]
+        task: Task,
+        #[command(flatten)]
+        key: Key,
+        /// Why.
+        #[arg(long)]
+        description: String,
+        /// `NAME:AGENT`: a new phase with one step for AGENT (task = the description).
+        #[arg(long)]
+        add_phase: Vec<String>,
+        /// Insert new phases after this phase id (default: after the current phase).
+        #[arg(long)]
+        after_phase: Option<i64>,
+        /// `PHASE:AGENT:DESC`: a step appended to phase PHASE.
+        #[arg(long)]
+        add_step: Vec<String>,
+    },
+    /// Print the next action after recovery (dispatched steps are re-offered by `run`).
+    Resume {
+        #[command(flatten)]
+        task: Task,
+    },
+    /// Show an execution's status.
+    Status {
+        #[command(flatten)]
+        task: Task,
+    },
+    /// Finalize an execution whose phases are all done.
+    Complete {
+        #[command(flatten)]
+        task: Task,
+    },
+    /// Cancel an execution.
+    Cancel {
+        #[command(flatten)]
+        task: Task,
+        /// Why.
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Retry a failed step (reopens a failed execution).
+    RetryStep {
+        #[command(flatten)]
+        task: Task,
+        /// Step id.
+        #[arg(long)]
+        step_id: String,
+    },
+    /// Retry a failed gate (reopens a failed execution).
+    RetryGate {
+        #[command(flatten)]
+        task: Task,
+        /// Phase id.
+        #[arg(long)]
+        phase_id: i64,
+    },
+    /// Skip a step: it counts as done for its dependants.
+    Skip {
+        #[command(flatten)]
+        task: Task,
+        /// Step id.
+        #[arg(long)]
+        step_id: String,
+        /// Why.
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// List executions.
+    List,
+    /// Run a plan headlessly: real agents in worktrees, gates, consolidation on one branch.
+    Run(RunArgs),
+}
+
+/// `baton execute run` flags.
+#[derive(Debug, Args, Clone)]
+pub struct RunArgs {
+    /// Plan file; its task id resumes a live execution.
+    #[arg(long)]
+    pub plan: Option<PathBuf>,
+    /// Execution to resume (instead of --plan).
+    #[arg(long, env = "BATON_TASK_ID")]
+    pub task_id: Option<String>,
+    /// The git repository to work on (its checkout is never modified).
+    #[arg(long, default_value = ".")]
+    pub repo: PathBuf,
+    /// Agent profile for agents that baton.toml maps nowhere: demo | claude | codex | command.
+    #[arg(long, default_value = "claude")]
+    pub agent: String,
+    /// Base of the feature branch (default: the repository's current branch tip).
+    #[arg(long)]
+    pub base: Option<String>,
+    /// Concurrent agents (default: baton.toml, 3; the plan's resource limits may lower it).
+    #[arg(long)]
+    pub max_parallel: Option<usize>,
+    /// Approve every approval automatically, printing a notice (used by `baton demo`).
+    #[arg(long, hide = true)]
+    pub auto_approve: bool,
+}
 
 /// Entry point of the binary.
-pub fn main() -> std::process::ExitCode {
-    std::process::ExitCode::SUCCESS
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { EXIT_BAD_INPUT } else { 0 });
+        }
+    };
+    init_tracing();
+    match cli.command {
+        Command::Attempt { run_dir } => return runtime::agent::shim::run_shim(&run_dir),
+        Command::Agent { command: AgentCommand::Demo } => return agent_demo(),
+        _ => {}
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(exit_code_of(&e))
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("BATON_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+/// 2 for a client's mistake, 1 for anything else.
+fn exit_code_of(e: &anyhow::Error) -> u8 {
+    for cause in e.chain() {
+        if cause.is::<BadInput>() || cause.is::<EngineError>() || cause.is::<crate::git::GitError>() {
+            return EXIT_BAD_INPUT;
+        }
+        if let Some(s) = cause.downcast_ref::<StoreError>() {
+            if matches!(s, StoreError::NotFound { .. } | StoreError::AlreadyExists { .. } | StoreError::LeaseHeld { .. }) {
+                return EXIT_BAD_INPUT;
+            }
+        }
+    }
+    1
+}
+
+fn agent_demo() -> ExitCode {
+    use std::io::Read as _;
+    let mut prompt = String::new();
+    if let Err(e) = std::io::stdin().read_to_string(&mut prompt) {
+        eprintln!("error: reading the prompt from stdin: {e}");
+        return ExitCode::from(1);
+    }
+    let cwd = match std::env::current_dir() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: no working directory: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    match runtime::agent::demo::run_demo_agent(&prompt, &cwd, &mut out) {
+        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        Err(e) => {
+            eprintln!("error: demo agent: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Reads and parses a plan file; errors name the file and the JSON path.
+pub fn read_plan(path: &Path) -> anyhow::Result<MachinePlan> {
+    let text = std::fs::read_to_string(path).map_err(|e| BadInput(format!("cannot read plan {}: {e}", path.display())))?;
+    let plan = MachinePlan::from_json(&text).map_err(|e| BadInput(format!("{}: {e}", path.display())))?;
+    for warning in plan.unknown_keys() {
+        eprintln!("warning: {}: {warning}", path.display());
+    }
+    Ok(plan)
+}
+
+fn check_plan(path: &Path, plan: &MachinePlan) -> anyhow::Result<()> {
+    if let Err(problems) = engine::validate(plan) {
+        let lines: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
+        return Err(BadInput(format!("{} is not a valid plan:\n{}", path.display(), lines.join("\n"))).into());
+    }
+    Ok(())
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let json = cli.json;
+    match cli.command {
+        Command::Demo => runtime::demo::run_demo(&cli.data_dir).await,
+        Command::Plan { from, check } => {
+            let plan = read_plan(&from)?;
+            check_plan(&from, &plan)?;
+            if !check {
+                let data = DataDir::open(&cli.data_dir)?;
+                let dir = data.plans_dir();
+                std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+                let target = dir.join("current.json");
+                let text = serde_json::to_string_pretty(&plan)?;
+                runtime::write_atomic(&target, text.as_bytes())?;
+                println!("plan {} is valid: {} phases, {} steps; saved as {}", plan.task_id, plan.phases.len(), plan.step_count(), target.display());
+            } else {
+                println!("plan {} is valid: {} phases, {} steps", plan.task_id, plan.phases.len(), plan.step_count());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Execute { command } => {
+            let data = DataDir::open(&cli.data_dir)?;
+            execute(data, command, json).await
+        }
+        Command::Replay { task_id } => {
+            let execs = Executions::open(DataDir::open(&cli.data_dir)?).await?;
+            let rebuilt = execs.replay(&task_id).await?;
+            let stored = execs.get(&task_id).await?;
+            let summary = execs.store().summary(&task_id).await?;
+            let rebuilt_summary = runtime::executions::summary_of(&rebuilt);
+            let same_state = rebuilt == stored;
+            let same_summary = summary.as_ref() == Some(&rebuilt_summary);
+            println!(
+                "replayed {} events of {task_id}: status {}, {}/{} steps done",
+                rebuilt.events_applied, rebuilt.status, rebuilt_summary.steps_done, rebuilt_summary.steps_total
+            );
+            println!("state matches the stored snapshot + journal: {}", if same_state { "yes" } else { "NO" });
+            println!("summary matches the stored summary: {}", if same_summary { "yes" } else { "NO" });
+            Ok(if same_state && same_summary { ExitCode::SUCCESS } else { ExitCode::from(EXIT_FAILED) })
+        }
+        Command::Audit { command: AuditCommand::Verify { task_id } } => {
+            let execs = Executions::open(DataDir::open(&cli.data_dir)?).await?;
+            let report = execs.store().verify_chain(&task_id).await?;
+            if report.ok {
+                println!("journal of {task_id}: {} events, hash chain intact", report.events);
+                Ok(ExitCode::SUCCESS)
+            } else {
+                println!(
+                    "journal of {task_id}: {} events, hash chain BROKEN at seq {}",
+                    report.events,
+                    report.first_bad_seq.map_or_else(|| "?".to_string(), |s| s.to_string())
+                );
+                Ok(ExitCode::from(EXIT_FAILED))
+            }
+        }
+        Command::Gc { hours } => {
+            let data = DataDir::open(&cli.data_dir)?;
+            let hours = match hours {
+                Some(h) => h,
+                None => data.config()?.runtime.gc_hours,
+            };
+            let execs = Executions::open(data).await?;
+            let removed = runtime::gc::collect(&execs, hours).await?;
+            println!("removed {removed} worktrees of final executions older than {hours} h");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Agent { .. } | Command::Attempt { .. } => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// Prints an action (text or JSON) and returns the exit code it implies.
+pub fn print_action(action: &Action, task_id: &str, json: bool) -> ExitCode {
+    if json {
+        println!("{}", serde_json::to_string_pretty(action).unwrap_or_default());
+    } else {
+        print!("{}", wire::render(action, task_id));
+    }
+    exit_for(action)
+}
+
+/// Exit code implied by an action: 3 for a human decision, 4 for FAILED, else 0.
+pub fn exit_for(action: &Action) -> ExitCode {
+    match action.action_type() {
+        ActionType::Approval | ActionType::Feedback | ActionType::Interact => ExitCode::from(EXIT_WAITING),
+        ActionType::Failed => ExitCode::from(EXIT_FAILED),
+        ActionType::Dispatch
+        | ActionType::Gate
+        | ActionType::Wait
+        | ActionType::Complete
+        | ActionType::Checkpoint => ExitCode::SUCCESS,
+    }
+}
+
+fn actor() -> String {
+    let user = std::env::var("USER").unwrap_or_else(|_| "operator".into());
+    format!("{user}@{}", lease::host_name())
+}
+
+async fn execute(data: DataDir, command: ExecuteCommand, json: bool) -> anyhow::Result<ExitCode> {
+    if let ExecuteCommand::Run(args) = command {
+        return runtime::driver::run(data, args).await;
+    }
+    let execs = Executions::open(data).await?;
+    match command {
+        ExecuteCommand::Start { plan } => {
+            let path = match plan {
+                Some(p) => p,
+                None => {
+                    let saved = execs.data().plans_dir().join("current.json");
+                    if !saved.exists() {
+                        return Err(BadInput("no plan: pass --plan FILE or save one with `baton plan --from FILE`".into()).into());
+                    }
+                    saved
+                }
+            };
+            let plan = read_plan(&path)?;
+            check_plan(&path, &plan)?;
+            let state = execs.create(plan).await?;
+            Ok(print_action(&engine::next_action(&state), &state.task_id, json))
+        }
+        ExecuteCommand::Next { task, all } => {
+            let task_id = execs.resolve_task_id(task.task_id.as_deref()).await?;
+            let state = execs.get(&task_id).await?;
+            if all {
+                let actions = engine::next_actions(&state);
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&actions)?);
+                } else {
+                    for a in &actions {
+                        print!("{}", wire::render(a, &task_id));
+                    }
+                    if actions.is_empty() {
+                        return Ok(print_action(&engine::next_action(&state), &task_id, json));
+                    }
+                }
+                Ok(ExitCode::SUCCESS)
+            } else {
+                Ok(print_action(&engine::next_action(&state), &task_id, json))
+            }
+        }
+        ExecuteCommand::Status { task } => {
+            let task_id = execs.resolve_task_id(task.task_id.as_deref()).await?;
+            let state = execs.get(&task_id).await?;
+            print_status(&state, json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        ExecuteCommand::Resume { task } => {
+            let task_id = execs.resolve_task_id(task.task_id.as_deref()).await?;
+            let state = execs.get(&task_id).await?;
+            Ok(print_action(&engine::next_action(&state), &task_id, json))
+        }
+        ExecuteCommand::List => {
+            let rows = execs.store().list_executions().await?;
+            if json {
+                let list: Vec<serde_json::Value> = rows
+                    .iter()
+                    .map(|r| {
+                        serde_json::json!({
+                            "task_id": r.task_id, "status": r.summary.status, "current_phase": r.summary.current_phase,
+                            "steps_done": r.summary.steps_done, "steps_total": r.summary.steps_total,
+                            "spend_usd": r.summary.spend_usd, "created_at": r.created_at, "updated_at": r.updated_at,
+                        })
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&list)?);
+            } else if rows.is_empty() {
+                println!("no executions");
+            } else {
+                for r in rows {
+                    println!(
+                        "{}  {:<16} {}/{} steps  ${:.2}  {}",
+                        r.task_id, r.summary.status, r.summary.steps_done, r.summary.steps_total, r.summary.spend_usd, r.summary.current_phase
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        other => record_command(&execs, other, json).await,
+    }
+}
+
+fn split_n<'a>(value: &'a str, n: usize, flag: &str, shape: &str) -> anyhow::Result<Vec<&'a str>> {
+    let parts: Vec<&str> = value.splitn(n, ':').collect();
+    if parts.len() != n || parts.iter().any(|p| p.trim().is_empty()) {
+        return Err(BadInput(format!("{flag} {value:?}: expected {shape}")).into());
+    }
+    Ok(parts)
+}
+
+/// Builds the event of a recording command (validating its flags).
+fn event_of(command: ExecuteCommand) -> anyhow::Result<(Option<String>, Event)> {
+    let (task, key, kind) = match command {
+        ExecuteCommand::Dispatched { task, key, step_id, agent } => {
+            (task, key.idempotency_key, EventKind::StepDispatched { step_id, agent_name: agent })
+        }
+        ExecuteCommand::Record { task, key, step_id, agent, status, outcome, files, commit, tokens, cost, duration, error } => {
+            let status = RecordStatus::parse(&status)
+                .ok_or_else(|| BadInput(format!("--status {status:?}: expected complete, failed or interacting")))?;
+            if !cost.is_finite() || cost < 0.0 {
+                return Err(BadInput(format!("--cost {cost}: expected a non-negative number")).into());
+            }
+            if !duration.is_finite() || duration < 0.0 {
+                return Err(BadInput(format!("--duration {duration}: expected a non-negative number")).into());
+            }
+            let files = files.into_iter().map(|f| f.trim().to_string()).filter(|f| !f.is_empty()).collect();
+            (
+                task,
+                key.idempotency_key,
+                EventKind::StepRecorded {
+                    step_id,
+                    agent_name: agent,
+                    status,
+                    outcome,
+                    files_changed: files,
+                    commit_hash: commit,
+                    tokens,
+                    cost_usd: cost,
+                    duration_seconds: duration,
+                    error,
+                },
+            )
+        }
+        ExecuteCommand::Gate { task, key, phase_id, result, output } => {
+            let passed = match result.as_str() {
+                "pass" => true,
+                "fail" => false,
+                other => return Err(BadInput(format!("--result {other:?}: expected pass or fail")).into()),
+            };
+            (task, key.idempotency_key, EventKind::GateRecorded { phase_id, passed, output, command: None, exit_code: None })
+        }
+        ExecuteCommand::Approve { task, key, phase_id, result, feedback } => {
+            let decision = ApprovalDecision::parse(&result).ok_or_else(|| {
+                BadInput(format!("--result {result:?}: expected approve, reject or approve-with-feedback"))
+            })?;
+            (task, key.idempotency_key, EventKind::ApprovalRecorded { phase_id, result: decision, feedback })
+        }
+        ExecuteCommand::Feedback { task, key, phase_id, question_id, chosen_index } => {
+            (task, key.idempotency_key, EventKind::FeedbackRecorded { phase_id, question_id, chosen_index })
+        }
+        ExecuteCommand::Interact { task, key, step_id, input, complete } => {
+            let kind = match (input, complete) {
+                (_, true) => EventKind::InteractCompleted { step_id },
+                (Some(input), false) => EventKind::InteractInput { step_id, input },
+                (None, false) => return Err(BadInput("interact needs --input TEXT or --complete".into()).into()),
+            };
+            (task, key.idempotency_key, kind)
+        }
+        ExecuteCommand::Amend { task, key, description, add_phase, after_phase, add_step } => {
+            let mut phases = Vec::new();
+            for spec in &add_phase {
+                let parts = split_n(spec, 2, "--add-phase", "NAME:AGENT")?;
+                let mut phase = PlanPhase::new(0, parts[0].trim());
+                phase.steps.push(PlanStep::new("", parts[1].trim(), description.clone()));
+                phases.push(phase);
+            }
+            let mut steps = Vec::new();
+            for spec in &add_step {
+                let parts = split_n(spec, 3, "--add-step", "PHASE:AGENT:DESC")?;
+                let phase_id: i64 =
+                    parts[0].trim().parse().map_err(|_| BadInput(format!("--add-step {spec:?}: PHASE must be a phase id")))?;
+                steps.push(AddedStep { phase_id, step: PlanStep::new("", parts[1].trim(), parts[2].trim()) });
+            }
+            if description.trim().is_empty() {
+                return Err(BadInput("--description must not be empty".into()).into());
+            }
+            (
+                task,
+                key.idempotency_key,
+                EventKind::Amended { description, trigger: "manual".into(), phases, after_phase, steps },
+            )
+        }
+        ExecuteCommand::Complete { task } => (task, None, EventKind::Completed),
+        ExecuteCommand::Cancel { task, reason } => (task, None, EventKind::Cancelled { reason }),
+        ExecuteCommand::RetryStep { task, step_id } => (task, None, EventKind::StepRetried { step_id }),
+        ExecuteCommand::RetryGate { task, phase_id } => (task, None, EventKind::GateRetried { phase_id }),
+        ExecuteCommand::Skip { task, step_id, reason } => (task, None, EventKind::StepSkipped { step_id, reason }),
+        ExecuteCommand::Start { .. }
+        | ExecuteCommand::Next { .. }
+        | ExecuteCommand::Resume { .. }
+        | ExecuteCommand::Status { .. }
+        | ExecuteCommand::List
+        | ExecuteCommand::Run(_) => return Err(anyhow::anyhow!("not a recording command")),
+    };
+    let mut event = Event::new(kind).by(actor());
+    event.idempotency_key = key;
+    Ok((task.task_id, event))
+}
+
+async fn record_command(execs: &Executions, command: ExecuteCommand, json: bool) -> anyhow::Result<ExitCode> {
+    let (task_id, event) = event_of(command)?;
+    let task_id = execs.resolve_task_id(task_id.as_deref()).await?;
+    let lease = lease::acquire(execs.store(), &task_id).await?;
+    let result = async {
+        let mut state = execs.get(&task_id).await?;
+        let kind = event.kind.name();
+        let applied = execs.record(&mut state, event).await?;
+        Ok::<_, anyhow::Error>((state, kind, applied))
+    }
+    .await;
+    lease.release().await?;
+    let (state, kind, applied) = result?;
+    if applied.duplicate {
+        eprintln!("{kind} for {task_id} was already applied (idempotency key {}): nothing changed", applied.key);
+    } else {
+        eprintln!("recorded {kind} for {task_id}");
+    }
+    Ok(print_action(&engine::next_action(&state), &task_id, json))
+}
+
+fn print_status(state: &ExecutionState, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(state)?);
+        return Ok(());
+    }
+    let (done, total) = state.progress();
+    println!("{}: {} — {done}/{total} steps done, ${:.2} spent", state.task_id, state.status, state.counters.spend_usd);
+    if let Some(why) = &state.failure {
+        println!("  reason: {why}");
+    }
+    for (i, phase) in state.plan.phases.iter().enumerate() {
+        let marker = if i == state.current_phase { ">" } else { " " };
+        println!("{marker} phase {} {}", phase.phase_id, phase.name);
+        for step in &phase.steps {
+            let r = state.result(&step.step_id);
+            let status = r.map_or("pending", |r| r.status.as_str());
+            let attempt = r.map_or(0, |r| r.attempt);
+            println!("    {:<10} {:<20} {:<12} attempt {attempt}", step.step_id, step.agent_name, status);
+        }
+        if let Some(gate) = &phase.gate {
+            let runs = state.gate_runs(phase.phase_id);
+            let passed = state.gate_passed(phase.phase_id);
+            println!("    gate {} ({} runs{})", gate.gate_type, runs, if passed { ", passed" } else { "" });
+        }
+    }
+    Ok(())
 }

@@ -1,0 +1,86 @@
+//! One driver per execution: the lease in the database, held by a process.
+//!
+//! A holder is `<host>:<pid>`. A lease held by a process of this host that no longer exists
+//! (a driver killed with `kill -9`) is taken over at once rather than waiting for it to expire;
+//! any other live holder makes [`acquire`] fail with who holds it, since when.
+
+use anyhow::Context as _;
+
+use crate::clock;
+use crate::runtime::executions::BadInput;
+use crate::store::{LeaseInfo, Store, StoreError};
+
+/// Lease lifetime, seconds; drivers renew it every third of that.
+pub const LEASE_TTL_SECS: i64 = 30;
+
+/// This host's name (from `/etc/hostname` or `HOSTNAME`, else `localhost`).
+pub fn host_name() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// This process as a lease holder.
+pub fn this_holder() -> LeaseInfo {
+    let pid = std::process::id();
+    let host = host_name();
+    LeaseInfo { holder: format!("{host}:{pid}"), pid, host, acquired_at: String::new(), expires_at: String::new() }
+}
+
+fn alive(pid: u32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else { return false };
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+}
+
+/// A held lease; release it with [`Lease::release`].
+#[derive(Debug)]
+pub struct Lease {
+    store: Store,
+    task_id: String,
+    holder: LeaseInfo,
+}
+
+impl Lease {
+    /// Extends the lease by [`LEASE_TTL_SECS`].
+    pub async fn renew(&self) -> anyhow::Result<()> {
+        self.store
+            .renew_lease(&self.task_id, &self.holder.holder, &clock::now_rfc3339(), LEASE_TTL_SECS)
+            .await
+            .context("renewing the lease")
+    }
+
+    /// Gives the lease up.
+    pub async fn release(self) -> anyhow::Result<()> {
+        self.store.release_lease(&self.task_id, &self.holder.holder).await.context("releasing the lease")?;
+        Ok(())
+    }
+}
+
+/// Takes the lease of `task_id` for this process.
+///
+/// Errors ([`BadInput`]): another live process holds it ("… is driven by host:pid (pid N on
+/// host) since T").
+pub async fn acquire(store: &Store, task_id: &str) -> anyhow::Result<Lease> {
+    let me = this_holder();
+    for _ in 0..2 {
+        match store.acquire_lease(task_id, &me, &clock::now_rfc3339(), LEASE_TTL_SECS).await {
+            Ok(()) => return Ok(Lease { store: store.clone(), task_id: task_id.to_string(), holder: me }),
+            Err(StoreError::LeaseHeld { holder, .. }) => {
+                if holder.host == me.host && !alive(holder.pid) {
+                    store.release_lease(task_id, &holder.holder).await.context("taking over a dead driver's lease")?;
+                    continue;
+                }
+                return Err(BadInput(format!(
+                    "execution {task_id} is driven by another process: {} (pid {} on {}) since {}, lease until {}",
+                    holder.holder, holder.pid, holder.host, holder.acquired_at, holder.expires_at
+                ))
+                .into());
+            }
+            Err(e) => return Err(e).context("acquiring the lease"),
+        }
+    }
+    Err(BadInput(format!("execution {task_id}: the lease could not be taken over")).into())
+}
