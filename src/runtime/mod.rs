@@ -1,1 +1,3 @@
-//! placeholder
+//! The imperative shell: drivers that carry out actions, agent launches, gates and recovery.
+
+pub mod agent;

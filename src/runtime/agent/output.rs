@@ -1,0 +1,423 @@
+//! Parsers that turn an agent's captured stdout/stderr and exit record into an [`AgentOutput`].
+//!
+//! Pure functions over strings (no IO). Success is decided by what the agent says (claude's
+//! `is_error`, codex's event stream), not by the process exit code or claude's `subtype`; only
+//! the plain command profile falls back to the exit code. Malformed lines are skipped, never fatal.
+
+use serde_json::Value;
+
+use super::shim::ExitRecord;
+
+/// Number of characters of stdout kept as the outcome of a plain command.
+pub const STDOUT_TAIL_CHARS: usize = 4000;
+/// Number of characters of stderr quoted in an error message.
+pub const STDERR_TAIL_CHARS: usize = 2000;
+
+/// What an agent run produced, independent of the agent CLI.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AgentOutput {
+    /// Whether the agent reports success.
+    pub success: bool,
+    /// The agent's final text (claude `result`, codex last `agent_message`, command stdout tail);
+    /// empty when there is none.
+    pub outcome: String,
+    /// Why the run failed; `None` on success.
+    pub error: Option<String>,
+    /// Cost in USD if the CLI reports it (claude only).
+    pub cost_usd: Option<f64>,
+    /// Uncached input tokens (claude `usage.input_tokens`, codex `input_tokens`, which counts
+    /// cached input too); claude's cache-creation and cache-read tokens are *not* included.
+    pub input_tokens: u64,
+    /// Output tokens (`usage.output_tokens`).
+    pub output_tokens: u64,
+    /// The CLI's session / thread id, for resuming or correlating logs.
+    pub session_id: Option<String>,
+}
+
+/// Returns the last `max_chars` characters of `text` (on a char boundary).
+pub fn tail(text: &str, max_chars: usize) -> &str {
+    let count = text.chars().count();
+    if count <= max_chars {
+        return text;
+    }
+    let skip = count - max_chars;
+    match text.char_indices().nth(skip) {
+        Some((idx, _)) => &text[idx..],
+        None => "",
+    }
+}
+
+/// Explains a run that produced no usable final event: `what`, how the process ended, stderr tail.
+fn missing_result_error(what: &str, stderr: &str, exit: &ExitRecord) -> String {
+    let mut msg = what.to_owned();
+    if exit.spawn_error.is_some() || exit.timed_out || !exit.exited_cleanly() {
+        msg.push_str(&format!(" ({})", exit.describe()));
+    }
+    let stderr = tail(stderr.trim(), STDERR_TAIL_CHARS);
+    if !stderr.is_empty() {
+        msg.push_str(": ");
+        msg.push_str(stderr);
+    }
+    msg
+}
+
+fn json_lines(stdout: &str) -> impl Iterator<Item = Value> + '_ {
+    stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line.trim()).ok())
+        .filter(Value::is_object)
+}
+
+fn str_field(v: &Value, key: &str) -> Option<String> {
+    v.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+fn u64_field(v: Option<&Value>, key: &str) -> u64 {
+    v.and_then(|u| u.get(key))
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
+}
+
+fn is_result(v: &Value) -> bool {
+    v.get("type").and_then(Value::as_str) == Some("result")
+}
+
+/// Parses claude's `--output-format stream-json` (one JSON object a line) or `--output-format
+/// json` (one object, possibly pretty-printed, or an array of messages) output.
+///
+/// Uses the last `{"type":"result"}` event: `success = !is_error` (when `is_error` is absent,
+/// `subtype == "success"`); `outcome = result` (absent for e.g. `error_max_turns`); on failure
+/// `error` is the result text, else `"<subtype>: <errors joined by '; '>"`. Cost is
+/// `total_cost_usd`, or `cost_usd` from older versions. Tokens come from `usage` (see
+/// [`AgentOutput::input_tokens`]). Without a result event the run failed with
+/// `"agent produced no result event"` plus how the process ended and the stderr tail.
+pub fn parse_claude_stream_json(stdout: &str, stderr: &str, exit: &ExitRecord) -> AgentOutput {
+    let mut result = json_lines(stdout).filter(is_result).last();
+    let mut init_session = json_lines(stdout)
+        .find(|v| v.get("type").and_then(Value::as_str) == Some("system"))
+        .and_then(|v| str_field(&v, "session_id"));
+    if result.is_none() {
+        match serde_json::from_str::<Value>(stdout.trim()) {
+            Ok(v @ Value::Object(_)) if is_result(&v) => result = Some(v),
+            Ok(Value::Array(items)) => {
+                init_session =
+                    init_session.or_else(|| items.iter().find_map(|v| str_field(v, "session_id")));
+                result = items.into_iter().rfind(is_result);
+            }
+            _ => {}
+        }
+    }
+    let Some(result) = result else {
+        return AgentOutput {
+            success: false,
+            error: Some(missing_result_error(
+                "agent produced no result event",
+                stderr,
+                exit,
+            )),
+            session_id: init_session,
+            ..AgentOutput::default()
+        };
+    };
+
+    let subtype = str_field(&result, "subtype");
+    let is_error = match result.get("is_error").and_then(Value::as_bool) {
+        Some(flag) => flag,
+        None => subtype.as_deref() != Some("success"),
+    };
+    let outcome = str_field(&result, "result").unwrap_or_default();
+    let error = is_error.then(|| {
+        if !outcome.trim().is_empty() {
+            return outcome.clone();
+        }
+        let errors: Vec<String> = result
+            .get("errors")
+            .and_then(Value::as_array)
+            .map(|errs| {
+                errs.iter()
+                    .map(|e| match e.as_str() {
+                        Some(s) => s.to_owned(),
+                        None => e.to_string(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        match (subtype.as_deref(), errors.is_empty()) {
+            (Some(sub), false) => format!("{sub}: {}", errors.join("; ")),
+            (None, false) => errors.join("; "),
+            (Some(sub), true) => sub.to_owned(),
+            (None, true) => "agent reported an error".to_owned(),
+        }
+    });
+    let usage = result.get("usage");
+    AgentOutput {
+        success: !is_error,
+        outcome,
+        error,
+        cost_usd: result
+            .get("total_cost_usd")
+            .or_else(|| result.get("cost_usd"))
+            .and_then(Value::as_f64),
+        input_tokens: u64_field(usage, "input_tokens"),
+        output_tokens: u64_field(usage, "output_tokens"),
+        session_id: str_field(&result, "session_id").or(init_session),
+    }
+}
+
+/// Parses `codex exec --json` event lines.
+///
+/// `outcome` is the text of the last `item.completed` whose item is an `agent_message`; tokens
+/// are summed over `turn.completed.usage` (`input_tokens` includes `cached_input_tokens`);
+/// `session_id` is `thread.started.thread_id`; there is no cost. The run failed if any
+/// `turn.failed` or top-level `error` event occurs (its message is the error), or if no
+/// `turn.completed` event occurs at all.
+pub fn parse_codex_jsonl(stdout: &str, stderr: &str, exit: &ExitRecord) -> AgentOutput {
+    let mut out = AgentOutput::default();
+    let mut completed = false;
+    let mut errors: Vec<String> = Vec::new();
+    for event in json_lines(stdout) {
+        match event.get("type").and_then(Value::as_str) {
+            Some("thread.started") => out.session_id = str_field(&event, "thread_id"),
+            Some("item.completed") => {
+                let item = event.get("item");
+                if item.and_then(|i| i.get("type")).and_then(Value::as_str) == Some("agent_message")
+                {
+                    if let Some(text) = item.and_then(|i| str_field(i, "text")) {
+                        out.outcome = text;
+                    }
+                }
+            }
+            Some("turn.completed") => {
+                completed = true;
+                let usage = event.get("usage");
+                out.input_tokens += u64_field(usage, "input_tokens");
+                out.output_tokens += u64_field(usage, "output_tokens");
+            }
+            Some("turn.failed") => errors.push(
+                event
+                    .get("error")
+                    .and_then(|e| str_field(e, "message"))
+                    .unwrap_or_else(|| "turn failed".to_owned()),
+            ),
+            Some("error") => {
+                errors.push(str_field(&event, "message").unwrap_or_else(|| "error".to_owned()))
+            }
+            _ => {}
+        }
+    }
+    if !errors.is_empty() {
+        out.error = Some(errors.join("; "));
+    } else if !completed {
+        out.error = Some(missing_result_error(
+            "agent produced no turn.completed event",
+            stderr,
+            exit,
+        ));
+    } else {
+        out.success = true;
+    }
+    out
+}
+
+/// Interprets a plain command: success ⇔ the process exited with code 0 (not timed out).
+///
+/// `outcome` is the last [`STDOUT_TAIL_CHARS`] characters of stdout; on failure `error` says how
+/// the process ended followed by the last [`STDERR_TAIL_CHARS`] characters of stderr. No cost,
+/// no tokens, no session.
+pub fn parse_command_output(stdout: &str, stderr: &str, exit: &ExitRecord) -> AgentOutput {
+    let success = exit.exited_cleanly();
+    let error = (!success).then(|| {
+        let stderr = tail(stderr.trim_end(), STDERR_TAIL_CHARS);
+        if stderr.is_empty() {
+            exit.describe()
+        } else {
+            format!("{}: {stderr}", exit.describe())
+        }
+    });
+    AgentOutput {
+        success,
+        outcome: tail(stdout, STDOUT_TAIL_CHARS).to_owned(),
+        error,
+        ..AgentOutput::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::fixture;
+    use super::*;
+
+    fn exit(code: i32) -> ExitRecord {
+        ExitRecord {
+            exit_code: Some(code),
+            signal: None,
+            timed_out: false,
+            spawn_error: None,
+            started_at: "a".into(),
+            finished_at: "b".into(),
+            duration_ms: 1,
+        }
+    }
+
+    /// serde_json (without `float_roundtrip`) may be one ulp off the decimal in the file.
+    fn assert_cost(cost: Option<f64>, expected: f64) {
+        let cost = cost.unwrap();
+        assert!((cost - expected).abs() < 1e-12, "{cost} != {expected}");
+    }
+
+    #[test]
+    fn claude_stream_json_fixture() {
+        let Some(stdout) = fixture("agent-cli/claude/stream-json.write-file-run.ndjson") else {
+            return;
+        };
+        let out = parse_claude_stream_json(&stdout, "", &exit(0));
+        assert!(out.success);
+        assert_eq!(
+            out.outcome,
+            "Done — I created `hello.txt` in the working directory containing the word \"hello\"."
+        );
+        assert_eq!(out.error, None);
+        assert_cost(out.cost_usd, 0.42642399999999997);
+        assert_eq!((out.input_tokens, out.output_tokens), (9388, 184));
+        assert_eq!(
+            out.session_id.as_deref(),
+            Some("ab4694a7-7cfd-41d4-9f9b-fac26ce2930d")
+        );
+        // success is decided on is_error, not the exit code
+        assert!(parse_claude_stream_json(&stdout, "", &exit(1)).success);
+    }
+
+    #[test]
+    fn claude_error_max_turns_fixture_has_no_result_key() {
+        let Some(stdout) = fixture("agent-cli/claude/result.error_max_turns.no-result-key.json")
+        else {
+            return;
+        };
+        let out = parse_claude_stream_json(&stdout, "", &exit(0));
+        assert!(!out.success);
+        assert_eq!(out.outcome, "");
+        assert_eq!(
+            out.error.as_deref(),
+            Some("error_max_turns: Reached maximum number of turns (1)")
+        );
+        assert_cost(out.cost_usd, 0.16568400000000003);
+        assert_eq!((out.input_tokens, out.output_tokens), (9386, 410));
+        // the same object pretty-printed (`--output-format json`) parses the same
+        let value: Value = serde_json::from_str(&stdout).unwrap();
+        let pretty = serde_json::to_string_pretty(&value).unwrap();
+        assert_eq!(parse_claude_stream_json(&pretty, "", &exit(0)), out);
+        // and so does an array of messages
+        let array = format!("[{{\"type\":\"system\",\"session_id\":\"s\"}},{stdout}]");
+        assert_eq!(parse_claude_stream_json(&array, "", &exit(0)), out);
+    }
+
+    #[test]
+    fn claude_older_cost_field_and_error_result_text() {
+        let stdout = r#"{"type":"result","subtype":"success","is_error":true,"result":"API Error: 500","cost_usd":0.5,"session_id":"s"}"#;
+        let out = parse_claude_stream_json(stdout, "", &exit(0));
+        assert!(!out.success);
+        assert_eq!(out.error.as_deref(), Some("API Error: 500"));
+        assert_eq!(out.cost_usd, Some(0.5));
+    }
+
+    #[test]
+    fn claude_without_result_event_fails_with_stderr_tail() {
+        let stdout = "{\"type\":\"system\",\"subtype\":\"init\",\"session_id\":\"s1\"}\nnot json\n";
+        let mut record = exit(1);
+        let out = parse_claude_stream_json(stdout, "boom: invalid api key\n", &record);
+        assert!(!out.success);
+        assert_eq!(
+            out.error.as_deref(),
+            Some("agent produced no result event (exit code 1): boom: invalid api key")
+        );
+        assert_eq!(out.session_id.as_deref(), Some("s1"));
+        record.exit_code = None;
+        record.spawn_error = Some("agent binary `claude` not found".into());
+        let out = parse_claude_stream_json("", "", &record);
+        assert_eq!(
+            out.error.as_deref(),
+            Some("agent produced no result event (agent binary `claude` not found)")
+        );
+    }
+
+    #[test]
+    fn codex_fixture() {
+        let Some(stdout) = fixture("agent-cli/codex/exec-json.docs-sample.jsonl") else {
+            return;
+        };
+        let out = parse_codex_jsonl(&stdout, "", &exit(0));
+        assert!(out.success);
+        assert_eq!(
+            out.outcome,
+            "Yep — there’s a `README.md` in the repository root."
+        );
+        assert_eq!((out.input_tokens, out.output_tokens), (24763, 122));
+        assert_eq!(out.cost_usd, None);
+        assert_eq!(
+            out.session_id.as_deref(),
+            Some("0199a213-81c0-7800-8aa1-bbab2a035a53")
+        );
+    }
+
+    #[test]
+    fn codex_failures() {
+        let failed = r#"{"type":"thread.started","thread_id":"t"}
+{"type":"turn.started"}
+{"type":"turn.failed","error":{"message":"model overloaded"}}"#;
+        let out = parse_codex_jsonl(failed, "", &exit(1));
+        assert!(!out.success);
+        assert_eq!(out.error.as_deref(), Some("model overloaded"));
+
+        let errored = "{\"type\":\"error\",\"message\":\"stream disconnected\"}\n";
+        assert_eq!(
+            parse_codex_jsonl(errored, "", &exit(1)).error.as_deref(),
+            Some("stream disconnected")
+        );
+
+        let out = parse_codex_jsonl("", "Error: not logged in\n", &exit(1));
+        assert!(!out.success);
+        assert_eq!(
+            out.error.as_deref(),
+            Some("agent produced no turn.completed event (exit code 1): Error: not logged in")
+        );
+    }
+
+    #[test]
+    fn gemini_fixture_is_not_mistaken_for_claude() {
+        let Some(stdout) = fixture("agent-cli/gemini/json.docs-sample.json") else {
+            return;
+        };
+        assert!(!parse_claude_stream_json(&stdout, "", &exit(0)).success);
+    }
+
+    #[test]
+    fn command_output() {
+        let ok = parse_command_output("done\n", "warn\n", &exit(0));
+        assert!(ok.success);
+        assert_eq!(ok.outcome, "done\n");
+        assert_eq!(ok.error, None);
+
+        let long = "é".repeat(STDOUT_TAIL_CHARS + 10);
+        let failed = parse_command_output(&long, "bad thing\n", &exit(2));
+        assert!(!failed.success);
+        assert_eq!(failed.outcome.chars().count(), STDOUT_TAIL_CHARS);
+        assert_eq!(failed.error.as_deref(), Some("exit code 2: bad thing"));
+
+        let mut timed = exit(0);
+        timed.exit_code = None;
+        timed.signal = Some(15);
+        timed.timed_out = true;
+        assert_eq!(
+            parse_command_output("", "", &timed).error.as_deref(),
+            Some("killed by signal 15 after the timeout")
+        );
+    }
+
+    #[test]
+    fn tail_respects_char_boundaries() {
+        assert_eq!(tail("héllo", 3), "llo");
+        assert_eq!(tail("héllo", 4), "éllo");
+        assert_eq!(tail("hi", 10), "hi");
+        assert_eq!(tail("hi", 0), "");
+    }
+}
