@@ -1,1 +1,2 @@
+//! Placeholder bench (replaced below).
 fn main() {}

@@ -45,6 +45,7 @@ struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+#[expect(clippy::large_enum_variant, reason = "parsed once per process")]
 enum Command {
     /// Run the demo: a small repository, an example plan, the demo agent, to COMPLETE.
     Demo,
@@ -395,7 +396,10 @@ fn exit_code_of(e: &anyhow::Error) -> u8 {
             return EXIT_BAD_INPUT;
         }
         if let Some(s) = cause.downcast_ref::<StoreError>() {
-            if matches!(s, StoreError::NotFound { .. } | StoreError::AlreadyExists { .. } | StoreError::LeaseHeld { .. }) {
+            if matches!(
+                s,
+                StoreError::NotFound { .. } | StoreError::AlreadyExists { .. } | StoreError::LeaseHeld { .. }
+            ) {
                 return EXIT_BAD_INPUT;
             }
         }
@@ -429,7 +433,8 @@ fn agent_demo() -> ExitCode {
 
 /// Reads and parses a plan file; errors name the file and the JSON path.
 pub fn read_plan(path: &Path) -> anyhow::Result<MachinePlan> {
-    let text = std::fs::read_to_string(path).map_err(|e| BadInput(format!("cannot read plan {}: {e}", path.display())))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| BadInput(format!("cannot read plan {}: {e}", path.display())))?;
     let plan = MachinePlan::from_json(&text).map_err(|e| BadInput(format!("{}: {e}", path.display())))?;
     for warning in plan.unknown_keys() {
         eprintln!("warning: {}: {warning}", path.display());
@@ -459,7 +464,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 let target = dir.join("current.json");
                 let text = serde_json::to_string_pretty(&plan)?;
                 runtime::write_atomic(&target, text.as_bytes())?;
-                println!("plan {} is valid: {} phases, {} steps; saved as {}", plan.task_id, plan.phases.len(), plan.step_count(), target.display());
+                println!(
+                    "plan {} is valid: {} phases, {} steps; saved as {}",
+                    plan.task_id,
+                    plan.phases.len(),
+                    plan.step_count(),
+                    target.display()
+                );
             } else {
                 println!("plan {} is valid: {} phases, {} steps", plan.task_id, plan.phases.len(), plan.step_count());
             }
@@ -530,11 +541,9 @@ pub fn exit_for(action: &Action) -> ExitCode {
     match action.action_type() {
         ActionType::Approval | ActionType::Feedback | ActionType::Interact => ExitCode::from(EXIT_WAITING),
         ActionType::Failed => ExitCode::from(EXIT_FAILED),
-        ActionType::Dispatch
-        | ActionType::Gate
-        | ActionType::Wait
-        | ActionType::Complete
-        | ActionType::Checkpoint => ExitCode::SUCCESS,
+        ActionType::Dispatch | ActionType::Gate | ActionType::Wait | ActionType::Complete | ActionType::Checkpoint => {
+            ExitCode::SUCCESS
+        }
     }
 }
 
@@ -555,7 +564,10 @@ async fn execute(data: DataDir, command: ExecuteCommand, json: bool) -> anyhow::
                 None => {
                     let saved = execs.data().plans_dir().join("current.json");
                     if !saved.exists() {
-                        return Err(BadInput("no plan: pass --plan FILE or save one with `baton plan --from FILE`".into()).into());
+                        return Err(BadInput(
+                            "no plan: pass --plan FILE or save one with `baton plan --from FILE`".into(),
+                        )
+                        .into());
                     }
                     saved
                 }
@@ -616,7 +628,12 @@ async fn execute(data: DataDir, command: ExecuteCommand, json: bool) -> anyhow::
                 for r in rows {
                     println!(
                         "{}  {:<16} {}/{} steps  ${:.2}  {}",
-                        r.task_id, r.summary.status, r.summary.steps_done, r.summary.steps_total, r.summary.spend_usd, r.summary.current_phase
+                        r.task_id,
+                        r.summary.status,
+                        r.summary.steps_done,
+                        r.summary.steps_total,
+                        r.summary.spend_usd,
+                        r.summary.current_phase
                     );
                 }
             }
@@ -640,7 +657,20 @@ fn event_of(command: ExecuteCommand) -> anyhow::Result<(Option<String>, Event)> 
         ExecuteCommand::Dispatched { task, key, step_id, agent } => {
             (task, key.idempotency_key, EventKind::StepDispatched { step_id, agent_name: agent })
         }
-        ExecuteCommand::Record { task, key, step_id, agent, status, outcome, files, commit, tokens, cost, duration, error } => {
+        ExecuteCommand::Record {
+            task,
+            key,
+            step_id,
+            agent,
+            status,
+            outcome,
+            files,
+            commit,
+            tokens,
+            cost,
+            duration,
+            error,
+        } => {
             let status = RecordStatus::parse(&status)
                 .ok_or_else(|| BadInput(format!("--status {status:?}: expected complete, failed or interacting")))?;
             if !cost.is_finite() || cost < 0.0 {
@@ -673,7 +703,11 @@ fn event_of(command: ExecuteCommand) -> anyhow::Result<(Option<String>, Event)> 
                 "fail" => false,
                 other => return Err(BadInput(format!("--result {other:?}: expected pass or fail")).into()),
             };
-            (task, key.idempotency_key, EventKind::GateRecorded { phase_id, passed, output, command: None, exit_code: None })
+            (
+                task,
+                key.idempotency_key,
+                EventKind::GateRecorded { phase_id, passed, output, command: None, exit_code: None },
+            )
         }
         ExecuteCommand::Approve { task, key, phase_id, result, feedback } => {
             let decision = ApprovalDecision::parse(&result).ok_or_else(|| {
@@ -703,8 +737,10 @@ fn event_of(command: ExecuteCommand) -> anyhow::Result<(Option<String>, Event)> 
             let mut steps = Vec::new();
             for spec in &add_step {
                 let parts = split_n(spec, 3, "--add-step", "PHASE:AGENT:DESC")?;
-                let phase_id: i64 =
-                    parts[0].trim().parse().map_err(|_| BadInput(format!("--add-step {spec:?}: PHASE must be a phase id")))?;
+                let phase_id: i64 = parts[0]
+                    .trim()
+                    .parse()
+                    .map_err(|_| BadInput(format!("--add-step {spec:?}: PHASE must be a phase id")))?;
                 steps.push(AddedStep { phase_id, step: PlanStep::new("", parts[1].trim(), parts[2].trim()) });
             }
             if description.trim().is_empty() {

@@ -51,7 +51,11 @@ pub fn render(action: &Action, task_id: &str) -> String {
                 let _ = writeln!(out, "  Command: {}", d.command);
                 let _ = writeln!(out, "--- Command ---\n{}\n--- End Command ---", d.command);
             } else {
-                let _ = writeln!(out, "--- Delegation Prompt ---\n{}--- End Prompt ---", ensure_newline(&d.delegation_prompt));
+                let _ = writeln!(
+                    out,
+                    "--- Delegation Prompt ---\n{}--- End Prompt ---",
+                    ensure_newline(&d.delegation_prompt)
+                );
             }
             let _ = writeln!(
                 out,
@@ -78,7 +82,8 @@ pub fn render(action: &Action, task_id: &str) -> String {
                 let _ = writeln!(out, "  Pre-Flight: yes");
             }
             let _ = writeln!(out, "  Message: {}", a.message);
-            let _ = writeln!(out, "--- Approval Context ---\n{}--- End Context ---", ensure_newline(&a.approval_context));
+            let _ =
+                writeln!(out, "--- Approval Context ---\n{}--- End Context ---", ensure_newline(&a.approval_context));
             let _ = writeln!(out, "Options: {}", a.approval_options.join(" | "));
             let _ = writeln!(
                 out,

@@ -212,6 +212,7 @@ fn insert_phases(state: &mut ExecutionState, index: usize, phases: Vec<PlanPhase
     let mut step_map: HashMap<String, String> = HashMap::new();
     let mut new_phase_ids = Vec::new();
     let mut new_step_ids = Vec::new();
+    #[expect(clippy::needless_range_loop, reason = "reads the previous phase's new id while renumbering")]
     for i in index..state.plan.phases.len() {
         let new_id = if i == 0 { 1 } else { state.plan.phases[i - 1].phase_id + 1 };
         let phase = &mut state.plan.phases[i];
@@ -299,7 +300,8 @@ fn remap(state: &mut ExecutionState, phases: &HashMap<i64, i64>, steps: &HashMap
 /// approve-with-feedback: a "Remediation" phase right after the approved phase.
 pub(crate) fn insert_remediation(state: &mut ExecutionState, phase_id: i64, feedback: &str, now: &str) {
     let pi = state.plan.phase_index(phase_id).unwrap_or(state.current_phase);
-    let agent = state.plan.phases.get(pi).and_then(|p| p.steps.first()).map_or(DEFAULT_AGENT, |s| s.agent_name.as_str());
+    let agent =
+        state.plan.phases.get(pi).and_then(|p| p.steps.first()).map_or(DEFAULT_AGENT, |s| s.agent_name.as_str());
     let mut phase = PlanPhase::new(0, "Remediation");
     phase.steps.push(PlanStep::new("", agent, format!("Address feedback from phase {phase_id} review: {feedback}")));
     let (ids, steps) = insert_phases(state, pi + 1, vec![phase]);
@@ -330,12 +332,14 @@ pub(crate) fn insert_feedback_dispatch(
     now: &str,
 ) {
     let pi = state.current_phase;
-    let Some(question) = state.plan.phases[pi].feedback_questions.iter().find(|q| q.question_id == question_id).cloned()
+    let Some(question) =
+        state.plan.phases[pi].feedback_questions.iter().find(|q| q.question_id == question_id).cloned()
     else {
         return;
     };
     let option = question.options.get(chosen_index).cloned().unwrap_or_default();
-    let agent = question.option_agents.get(chosen_index).filter(|a| !a.trim().is_empty()).map_or(DEFAULT_AGENT, String::as_str);
+    let agent =
+        question.option_agents.get(chosen_index).filter(|a| !a.trim().is_empty()).map_or(DEFAULT_AGENT, String::as_str);
     let prompt = question.option_prompts.get(chosen_index).filter(|p| !p.trim().is_empty()).unwrap_or(&option);
     let task = prompt.replace("{task}", &state.plan.task_summary);
     let earlier = state.feedback_results.iter().filter(|f| f.phase_id == phase_id).count();

@@ -31,8 +31,8 @@ use crate::model::action::{
 use crate::model::event::{Event, EventKind, RecordStatus};
 use crate::model::plan::{MachinePlan, PlanPhase, PlanStep};
 use crate::model::state::{
-    ApprovalDecision, ApprovalResult, CheckpointMarks, Counters, ExecutionState, ExecutionStatus,
-    GateResult, InteractionTurn, PendingApprovalRequest, StepIndex, StepResult, StepStatus,
+    ApprovalDecision, ApprovalResult, CheckpointMarks, Counters, ExecutionState, ExecutionStatus, GateResult,
+    InteractionTurn, PendingApprovalRequest, StepIndex, StepResult, StepStatus,
 };
 
 pub use validate::{unsafe_id_reason, validate, PlanProblem};
@@ -67,7 +67,9 @@ pub enum EngineError {
         status: ExecutionStatus,
     },
     /// The execution has failed; only retry-step, retry-gate, skip, amend or cancel reopen it.
-    #[error("execution has failed ({reason}); retry a step, retry the gate, skip a step or amend the plan to reopen it")]
+    #[error(
+        "execution has failed ({reason}); retry a step, retry the gate, skip a step or amend the plan to reopen it"
+    )]
     ExecutionFailed {
         /// Failure reason.
         reason: String,
@@ -320,7 +322,12 @@ fn dispatch_action(state: &ExecutionState, phase: &PlanPhase, step: &PlanStep, i
     let attempt = state.result(&step.step_id).map_or(0, |r| r.attempt) + 1;
     let retry = if attempt > 1 { format!(" (attempt {attempt})") } else { String::new() };
     DispatchAction {
-        message: format!("Dispatch step {} to {}{retry}: {}", step.step_id, step.agent_name, first_line(&step.task_description)),
+        message: format!(
+            "Dispatch step {} to {}{retry}: {}",
+            step.step_id,
+            step.agent_name,
+            first_line(&step.task_description)
+        ),
         step_id: step.step_id.clone(),
         phase_id: phase.phase_id,
         agent_name: step.agent_name.clone(),
@@ -425,7 +432,13 @@ fn phase_outcomes(state: &ExecutionState, phase: &PlanPhase) -> String {
     let mut out = format!("## Phase {}: {}\n", phase.phase_id, phase.name);
     for step in &phase.steps {
         if let Some(r) = state.result(&step.step_id) {
-            out.push_str(&format!("\n### Step {} ({}, {})\n{}\n", step.step_id, r.agent_name, r.status.as_str(), r.outcome.trim()));
+            out.push_str(&format!(
+                "\n### Step {} ({}, {})\n{}\n",
+                step.step_id,
+                r.agent_name,
+                r.status.as_str(),
+                r.outcome.trim()
+            ));
             if !r.files_changed.is_empty() {
                 out.push_str(&format!("Files: {}\n", r.files_changed.join(", ")));
             }
@@ -438,7 +451,8 @@ fn feedback_action(state: &ExecutionState) -> Action {
     let Some(phase) = state.current() else {
         return Action::Wait { message: "no current phase".into() };
     };
-    let questions = phase.feedback_questions.iter().filter(|q| !answered(state, phase.phase_id, &q.question_id)).cloned().collect();
+    let questions =
+        phase.feedback_questions.iter().filter(|q| !answered(state, phase.phase_id, &q.question_id)).cloned().collect();
     Action::Feedback(FeedbackAction {
         message: format!("Answer the feedback questions of phase {} ({}).", phase.phase_id, phase.name),
         phase_id: phase.phase_id,
@@ -453,7 +467,12 @@ fn interact_action(state: &ExecutionState, step: &PlanStep) -> Action {
     let turn = history.iter().filter(|t| t.role == "agent").count() as u32;
     let latest = history.iter().rev().find(|t| t.role == "agent").map_or("", |t| t.content.as_str());
     Action::Interact(InteractAction {
-        message: format!("Step {} ({}) waits for your reply (turn {turn}/{}).", step.step_id, step.agent_name, step.max_turns()),
+        message: format!(
+            "Step {} ({}) waits for your reply (turn {turn}/{}).",
+            step.step_id,
+            step.agent_name,
+            step.max_turns()
+        ),
         interact_step_id: step.step_id.clone(),
         interact_agent_name: step.agent_name.clone(),
         interact_prompt: latest.to_string(),
@@ -864,7 +883,8 @@ fn mutate(state: &mut ExecutionState, event: &Event, now: &str) {
                     }
                     if finished || agent_turns + 1 >= max_turns {
                         r.status = StepStatus::Complete;
-                        r.outcome = if finished { text } else { format!("{text}\n[Auto-completed: max_turns reached]") };
+                        r.outcome =
+                            if finished { text } else { format!("{text}\n[Auto-completed: max_turns reached]") };
                         became_done = true;
                     } else {
                         r.status = StepStatus::Interacting;
@@ -1062,7 +1082,11 @@ fn gate_failed(state: &mut ExecutionState, phase_id: i64, output: &str, now: &st
     let last = phase.steps.last().map(|s| s.step_id.clone());
     if failures >= MAX_GATE_FAILURES {
         let gate_type = phase.gate.as_ref().map_or("", |g| g.gate_type.as_str()).to_string();
-        fail(state, format!("gate '{gate_type}' of phase {phase_id} failed {failures} times (cap {MAX_GATE_FAILURES})"), now);
+        fail(
+            state,
+            format!("gate '{gate_type}' of phase {phase_id} failed {failures} times (cap {MAX_GATE_FAILURES})"),
+            now,
+        );
         return;
     }
     match last {
@@ -1123,7 +1147,9 @@ fn settle(state: &mut ExecutionState, now: &str) {
             return;
         }
         let approved = state.approval_results.iter().any(|a| {
-            a.phase_id == phase_id && !a.preflight && matches!(a.result, ApprovalDecision::Approve | ApprovalDecision::ApproveWithFeedback)
+            a.phase_id == phase_id
+                && !a.preflight
+                && matches!(a.result, ApprovalDecision::Approve | ApprovalDecision::ApproveWithFeedback)
         });
         if phase.approval_required && !approved {
             state.status = ExecutionStatus::ApprovalPending;

@@ -16,7 +16,7 @@
 
 use std::fmt::Write as _;
 
-use crate::model::plan::{PlanStep, MachinePlan};
+use crate::model::plan::{MachinePlan, PlanStep};
 use crate::model::state::ExecutionState;
 
 const OUTCOME_EXCERPT: usize = 600;
@@ -65,7 +65,9 @@ pub fn delegation_prompt(state: &ExecutionState, step: &PlanStep) -> String {
         .depends_on
         .iter()
         .filter_map(|dep| state.result(dep))
-        .map(|r| format!("{} ({}, {}): {}", r.step_id, r.agent_name, r.status.as_str(), excerpt(&r.outcome, OUTCOME_EXCERPT)))
+        .map(|r| {
+            format!("{} ({}, {}): {}", r.step_id, r.agent_name, r.status.as_str(), excerpt(&r.outcome, OUTCOME_EXCERPT))
+        })
         .collect();
     list(&mut out, "Previous steps", &previous);
 

@@ -51,7 +51,9 @@ pub(crate) fn dispatch_ids(state: &ExecutionState) -> Vec<String> {
 
 #[test]
 fn parallel_steps_are_dispatched_together_and_dependants_wait() {
-    let mut state = start(plan_of(vec![phase(1, vec![step("1.1", &[]), step("1.2", &[]), step("1.3", &["1.1", "1.2"])])]), T0).unwrap();
+    let mut state =
+        start(plan_of(vec![phase(1, vec![step("1.1", &[]), step("1.2", &[]), step("1.3", &["1.1", "1.2"])])]), T0)
+            .unwrap();
     assert_eq!(dispatch_ids(&state), vec!["1.1", "1.2"]);
     apply(&mut state, &record("1.1", RecordStatus::Complete), T0).unwrap();
     assert_eq!(dispatch_ids(&state), vec!["1.2"]);

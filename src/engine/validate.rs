@@ -258,7 +258,12 @@ mod tests {
         bad.agent_name = " ".into();
         let p = plan(vec![phase(1, vec![step("1.1", &["1.3"]), bad, step("1.1", &[]), step("1.3", &[])])]);
         let got = messages(&p);
-        assert!(got.contains(&"phase 1 (P1), step 1.1: depends_on names step 1.3, which comes later in the plan".to_string()), "{got:?}");
+        assert!(
+            got.contains(
+                &"phase 1 (P1), step 1.1: depends_on names step 1.3, which comes later in the plan".to_string()
+            ),
+            "{got:?}"
+        );
         assert!(got.contains(&"phase 1 (P1), step 1.2: agent_name is empty".to_string()), "{got:?}");
         assert!(got.contains(&"phase 1 (P1), step 1.2: depends_on names unknown step 9.9".to_string()), "{got:?}");
         assert!(got.contains(&"phase 1 (P1), step 1.1: duplicate step_id 1.1".to_string()), "{got:?}");
@@ -281,7 +286,10 @@ mod tests {
             assert_eq!(unsafe_id_reason(id), None, "{id:?} should be safe");
         }
         let got = messages(&plan(vec![phase(1, vec![step("../x", &[])])]));
-        assert_eq!(got, vec!["phase 1 (P1), step ../x: step_id \"../x\" contains `/` (allowed: letters, digits, `.`, `_`, `-`)"]);
+        assert_eq!(
+            got,
+            vec!["phase 1 (P1), step ../x: step_id \"../x\" contains `/` (allowed: letters, digits, `.`, `_`, `-`)"]
+        );
     }
 
     #[test]

@@ -39,10 +39,12 @@ where
 {
     let args: Vec<std::ffi::OsString> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
     let mut cmd = Command::new("git");
-    cmd.current_dir(dir)
-        .args(["-c", "core.hooksPath=/dev/null"])
-        .args(["-c", "core.fsmonitor=false"])
-        .args(["-c", "maintenance.auto=false", "-c", "gc.auto=0"]);
+    cmd.current_dir(dir).args(["-c", "core.hooksPath=/dev/null"]).args(["-c", "core.fsmonitor=false"]).args([
+        "-c",
+        "maintenance.auto=false",
+        "-c",
+        "gc.auto=0",
+    ]);
     if let Some(g) = git_dir {
         cmd.arg(format!("--git-dir={}", g.display()));
     }
@@ -62,32 +64,17 @@ where
 
     let shown = format!(
         "git {} (in {})",
-        args.iter()
-            .map(|a| a.to_string_lossy())
-            .collect::<Vec<_>>()
-            .join(" "),
+        args.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" "),
         dir.display()
     );
     tracing::debug!(git.cmd = %shown, "running {shown}");
-    let output = cmd.output().map_err(|source| GitError::Io {
-        context: format!("spawning {shown}"),
-        source,
-    })?;
+    let output = cmd.output().map_err(|source| GitError::Io { context: format!("spawning {shown}"), source })?;
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        let stderr = stderr
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .collect::<Vec<_>>()
-            .join("; ");
+        let stderr = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ");
         return Err(GitError::Command {
             cmd: shown,
-            stderr: if stderr.is_empty() {
-                format!("exit status {}", output.status)
-            } else {
-                stderr
-            },
+            stderr: if stderr.is_empty() { format!("exit status {}", output.status) } else { stderr },
         });
     }
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())

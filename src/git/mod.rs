@@ -172,15 +172,10 @@ impl GitRepo {
     /// Errors: [`GitError::NotARepository`] if none is found or it is bare.
     pub fn open(path: impl AsRef<Path>) -> Result<GitRepo, GitError> {
         let path = path.as_ref();
-        let not_repo = || GitError::NotARepository {
-            path: path.to_path_buf(),
-        };
+        let not_repo = || GitError::NotARepository { path: path.to_path_buf() };
         let found = Repository::discover(path).map_err(|_| not_repo())?;
-        let main = if found.is_worktree() {
-            Repository::open(found.commondir()).map_err(|_| not_repo())?
-        } else {
-            found
-        };
+        let main =
+            if found.is_worktree() { Repository::open(found.commondir()).map_err(|_| not_repo())? } else { found };
         let workdir = main.workdir().ok_or_else(not_repo)?;
         let root = canonical(workdir)?;
         let git_dir = canonical(main.commondir())?;
@@ -215,15 +210,9 @@ impl GitRepo {
     pub fn head_branch(&self) -> Result<(Option<String>, String), GitError> {
         let repo = self.repo()?;
         let head = repo.head().map_err(|_| unknown("HEAD"))?;
-        let sha = head
-            .peel_to_commit()
-            .map_err(|_| unknown("HEAD"))?
-            .id()
-            .to_string();
+        let sha = head.peel_to_commit().map_err(|_| unknown("HEAD"))?.id().to_string();
         let branch = if head.is_branch() {
-            head.name()
-                .and_then(|n| n.strip_prefix("refs/heads/"))
-                .map(str::to_owned)
+            head.name().and_then(|n| n.strip_prefix("refs/heads/")).map(str::to_owned)
         } else {
             None
         };
@@ -248,15 +237,12 @@ impl GitRepo {
             return Ok(tip.to_string());
         }
         let oid = resolve_oid(&repo, at_sha)?;
-        match repo
-            .reference(&refname, oid, false, "baton: create branch")
-            .map(|_| ())
-        {
+        match repo.reference(&refname, oid, false, "baton: create branch").map(|_| ()) {
             Ok(_) => Ok(oid.to_string()),
             // Lost a creation race: report whoever won.
-            Err(e) if e.code() == git2::ErrorCode::Exists => ref_target(&repo, &refname)?
-                .map(|o| o.to_string())
-                .ok_or(GitError::Git(e)),
+            Err(e) if e.code() == git2::ErrorCode::Exists => {
+                ref_target(&repo, &refname)?.map(|o| o.to_string()).ok_or(GitError::Git(e))
+            }
             Err(e) => Err(e.into()),
         }
     }
@@ -298,11 +284,7 @@ impl GitRepo {
     /// on-disk index is touched. Errors: [`GitError::UnknownRevision`] for a missing branch or
     /// commit, [`GitError::BranchCheckedOut`], [`GitError::RefChanged`] if the branch moved
     /// meanwhile (retry), [`GitError::Git`] for a merge commit or a root commit.
-    pub fn cherry_pick_onto(
-        &self,
-        branch: &str,
-        commit_sha: &str,
-    ) -> Result<PickOutcome, GitError> {
+    pub fn cherry_pick_onto(&self, branch: &str, commit_sha: &str) -> Result<PickOutcome, GitError> {
         let repo = self.repo()?;
         let refname = branch_ref(branch)?;
         let tip_oid = ref_target(&repo, &refname)?.ok_or_else(|| unknown(&refname))?;
@@ -314,10 +296,7 @@ impl GitRepo {
             let mut paths = Vec::new();
             for conflict in index.conflicts()? {
                 let conflict = conflict?;
-                for entry in [conflict.ancestor, conflict.our, conflict.their]
-                    .into_iter()
-                    .flatten()
-                {
+                for entry in [conflict.ancestor, conflict.our, conflict.their].into_iter().flatten() {
                     paths.push(String::from_utf8_lossy(&entry.path).into_owned());
                 }
             }
@@ -335,17 +314,11 @@ impl GitRepo {
         let message = String::from_utf8_lossy(pick.message_raw_bytes());
         let new_oid = repo.commit(None, &pick.author(), &committer, &message, &tree, &[&tip])?;
         let log = format!("baton: cherry-pick {}", pick.id());
-        match repo
-            .reference_matching(&refname, new_oid, true, tip_oid, &log)
-            .map(|_| ())
-        {
-            Ok(_) => Ok(PickOutcome::Applied {
-                new_tip: new_oid.to_string(),
-            }),
-            Err(e) if e.code() == git2::ErrorCode::Modified => Err(GitError::RefChanged {
-                refname,
-                expected: tip_oid.to_string(),
-            }),
+        match repo.reference_matching(&refname, new_oid, true, tip_oid, &log).map(|_| ()) {
+            Ok(_) => Ok(PickOutcome::Applied { new_tip: new_oid.to_string() }),
+            Err(e) if e.code() == git2::ErrorCode::Modified => {
+                Err(GitError::RefChanged { refname, expected: tip_oid.to_string() })
+            }
             Err(e) => Err(e.into()),
         }
     }
@@ -386,10 +359,7 @@ impl GitRepo {
         let refname = format!("refs/heads/{branch}");
         for entry in self.worktree_entries()? {
             if entry.branch.as_deref() == Some(refname.as_str()) {
-                return Err(GitError::BranchCheckedOut {
-                    branch: branch.to_owned(),
-                    worktree: entry.path,
-                });
+                return Err(GitError::BranchCheckedOut { branch: branch.to_owned(), worktree: entry.path });
             }
         }
         Ok(())
@@ -402,16 +372,11 @@ pub(super) fn baton_signature() -> Result<Signature<'static>, GitError> {
 }
 
 fn unknown(rev: &str) -> GitError {
-    GitError::UnknownRevision {
-        rev: rev.to_owned(),
-    }
+    GitError::UnknownRevision { rev: rev.to_owned() }
 }
 
 pub(super) fn resolve_oid(repo: &Repository, rev: &str) -> Result<Oid, GitError> {
-    repo.revparse_single(rev)
-        .and_then(|o| o.peel_to_commit())
-        .map(|c| c.id())
-        .map_err(|_| unknown(rev))
+    repo.revparse_single(rev).and_then(|o| o.peel_to_commit()).map(|c| c.id()).map_err(|_| unknown(rev))
 }
 
 fn branch_ref(name: &str) -> Result<String, GitError> {
@@ -424,9 +389,7 @@ fn branch_ref(name: &str) -> Result<String, GitError> {
 
 fn check_full_ref(full_ref: &str) -> Result<(), GitError> {
     if !full_ref.starts_with("refs/") || !git2::Reference::is_valid_name(full_ref) {
-        return Err(GitError::InvalidRefName {
-            name: full_ref.to_owned(),
-        });
+        return Err(GitError::InvalidRefName { name: full_ref.to_owned() });
     }
     Ok(())
 }
@@ -461,8 +424,28 @@ pub(super) fn diff_paths(
 }
 
 pub(super) fn canonical(path: &Path) -> Result<PathBuf, GitError> {
-    path.canonicalize().map_err(|source| GitError::Io {
-        context: format!("resolving {}", path.display()),
-        source,
-    })
+    path.canonicalize().map_err(|source| GitError::Io { context: format!("resolving {}", path.display()), source })
+}
+
+/// Creates a git repository at `path` (which must not exist or be empty) on branch `main`
+/// holding `files` (`(relative path, content)`) in one commit by Baton, and opens it.
+/// Used by `baton demo` and tests.
+///
+/// Errors: the directory cannot be created or git fails ([`GitError::Command`]).
+pub fn init_repository(path: &Path, files: &[(&str, &str)], message: &str) -> Result<GitRepo, GitError> {
+    std::fs::create_dir_all(path)
+        .map_err(|source| GitError::Io { context: format!("creating {}", path.display()), source })?;
+    cli::run_git(path, None, None, ["init", "-q", "-b", "main"])?;
+    for (rel, content) in files {
+        let file = path.join(rel);
+        if let Some(dir) = file.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|source| GitError::Io { context: format!("creating {}", dir.display()), source })?;
+        }
+        std::fs::write(&file, content)
+            .map_err(|source| GitError::Io { context: format!("writing {}", file.display()), source })?;
+    }
+    cli::run_git(path, None, None, ["add", "-A"])?;
+    cli::run_git(path, None, None, ["commit", "-q", "--no-gpg-sign", "-m", message])?;
+    GitRepo::open(path)
 }

@@ -52,18 +52,13 @@ pub fn check_paths(files: &[String], allowed: &[String], blocked: &[String]) -> 
         .iter()
         .filter_map(|file| {
             let reason = if let Some(prefix) = blocked.iter().find(|p| under(file, p)) {
-                ViolationReason::Blocked {
-                    prefix: prefix.clone(),
-                }
+                ViolationReason::Blocked { prefix: prefix.clone() }
             } else if !allowed.is_empty() && !allowed.iter().any(|p| under(file, p)) {
                 ViolationReason::OutsideAllowed
             } else {
                 return None;
             };
-            Some(PathViolation {
-                path: file.clone(),
-                reason,
-            })
+            Some(PathViolation { path: file.clone(), reason })
         })
         .collect()
 }

@@ -13,12 +13,7 @@ use super::*;
 fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .current_dir(dir)
-        .args([
-            "-c",
-            "core.hooksPath=/dev/null",
-            "-c",
-            "init.defaultBranch=main",
-        ])
+        .args(["-c", "core.hooksPath=/dev/null", "-c", "init.defaultBranch=main"])
         .args(args)
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env("GIT_CONFIG_NOSYSTEM", "1")
@@ -31,12 +26,7 @@ fn git(dir: &Path, args: &[&str]) -> String {
         .env_remove("GIT_INDEX_FILE")
         .output()
         .expect("spawn git");
-    assert!(
-        out.status.success(),
-        "git {args:?} in {}: {}",
-        dir.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "git {args:?} in {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
@@ -68,12 +58,7 @@ impl Fixture {
         git(&root, &["commit", "-q", "-m", "initial"]);
         let repo = GitRepo::open(&root).unwrap();
         let base = repo.resolve("HEAD").unwrap();
-        Fixture {
-            root: repo.root().to_path_buf(),
-            tmp,
-            repo,
-            base,
-        }
+        Fixture { root: repo.root().to_path_buf(), tmp, repo, base }
     }
 
     fn wt(&self, name: &str) -> PathBuf {
@@ -81,10 +66,7 @@ impl Fixture {
     }
 
     fn status(&self) -> String {
-        git(
-            &self.root,
-            &["status", "--porcelain", "--untracked-files=all"],
-        )
+        git(&self.root, &["status", "--porcelain", "--untracked-files=all"])
     }
 
     /// An attempt commit on `base` that writes `files` in a fresh worktree.
@@ -96,12 +78,7 @@ impl Fixture {
         }
         let commit = self
             .repo
-            .commit_worktree(
-                &wt,
-                base,
-                &agent(),
-                &format!("attempt {name}\n\nBaton-Task: t1\n"),
-            )
+            .commit_worktree(&wt, base, &agent(), &format!("attempt {name}\n\nBaton-Task: t1\n"))
             .unwrap()
             .expect("changes");
         self.repo.remove_worktree(&wt).unwrap();
@@ -110,10 +87,7 @@ impl Fixture {
 }
 
 fn agent() -> CommitIdentity {
-    CommitIdentity {
-        author_name: "Agent Smith".to_owned(),
-        author_email: "agent@example.com".to_owned(),
-    }
+    CommitIdentity { author_name: "Agent Smith".to_owned(), author_email: "agent@example.com".to_owned() }
 }
 
 fn strings(v: &[&str]) -> Vec<String> {
@@ -144,10 +118,7 @@ fn resolve_and_head_branch() {
     let f = Fixture::new();
     assert_eq!(f.base.len(), 40);
     assert_eq!(f.repo.resolve("main").unwrap(), f.base);
-    assert_eq!(
-        f.repo.head_branch().unwrap(),
-        (Some("main".to_owned()), f.base.clone())
-    );
+    assert_eq!(f.repo.head_branch().unwrap(), (Some("main".to_owned()), f.base.clone()));
     let err = f.repo.resolve("no-such-rev").unwrap_err();
     assert!(matches!(err, GitError::UnknownRevision { ref rev } if rev == "no-such-rev"));
     git(&f.root, &["checkout", "-q", "--detach"]);
@@ -165,10 +136,7 @@ fn worktree_add_and_remove_leave_main_checkout_untouched() {
 
     let wt = f.wt("attempt-1");
     f.repo.add_worktree(&wt, &f.base).unwrap();
-    assert_eq!(
-        fs::read_to_string(wt.join("a.txt")).unwrap(),
-        "1\n2\n3\n4\n5\n"
-    );
+    assert_eq!(fs::read_to_string(wt.join("a.txt")).unwrap(), "1\n2\n3\n4\n5\n");
     assert_eq!(git(&wt, &["rev-parse", "HEAD"]), f.base);
     assert_eq!(f.repo.list_worktrees().unwrap().len(), 1);
 
@@ -185,10 +153,7 @@ fn worktree_add_and_remove_leave_main_checkout_untouched() {
 
     assert_eq!(f.status(), status_before);
     assert_eq!(f.repo.head_branch().unwrap(), head_before);
-    assert_eq!(
-        fs::read_to_string(f.root.join("a.txt")).unwrap(),
-        "user edit\n"
-    );
+    assert_eq!(fs::read_to_string(f.root.join("a.txt")).unwrap(), "user edit\n");
 }
 
 #[test]
@@ -210,10 +175,7 @@ fn add_worktree_refuses_occupied_path_and_main_checkout() {
     let dir = f.tmp.path().join("occupied");
     write(&dir.join("precious.txt"), "keep\n");
     let err = f.repo.add_worktree(&dir, &f.base).unwrap_err();
-    assert!(
-        matches!(err, GitError::WorktreePathOccupied { .. }),
-        "{err}"
-    );
+    assert!(matches!(err, GitError::WorktreePathOccupied { .. }), "{err}");
     assert!(dir.join("precious.txt").exists());
     let err = f.repo.add_worktree(&f.root, &f.base).unwrap_err();
     assert!(matches!(err, GitError::NotAWorktree { .. }), "{err}");
@@ -233,26 +195,10 @@ fn commit_worktree_has_agent_author_baton_committer_base_parent_and_files() {
     let status_before = f.status();
 
     let msg = "Add new\n\nBaton-Task: t1\n";
-    let commit = f
-        .repo
-        .commit_worktree(&wt, &f.base, &agent(), msg)
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        commit.files_changed,
-        strings(&["a.txt", "docs/readme.md", "src/new.rs"])
-    );
-    let fmt = git(
-        &f.root,
-        &["log", "-1", "--format=%an|%ae|%cn|%ce|%P", &commit.sha],
-    );
-    assert_eq!(
-        fmt,
-        format!(
-            "Agent Smith|agent@example.com|Baton|baton@baton.invalid|{}",
-            f.base
-        )
-    );
+    let commit = f.repo.commit_worktree(&wt, &f.base, &agent(), msg).unwrap().unwrap();
+    assert_eq!(commit.files_changed, strings(&["a.txt", "docs/readme.md", "src/new.rs"]));
+    let fmt = git(&f.root, &["log", "-1", "--format=%an|%ae|%cn|%ce|%P", &commit.sha]);
+    assert_eq!(fmt, format!("Agent Smith|agent@example.com|Baton|baton@baton.invalid|{}", f.base));
     let log = f.repo.log(&commit.sha, 1).unwrap();
     assert_eq!(log[0].message, msg);
     assert_eq!(log[0].summary, "Add new");
@@ -266,10 +212,7 @@ fn commit_worktree_without_changes_returns_none() {
     let wt = f.wt("w");
     f.repo.add_worktree(&wt, &f.base).unwrap();
     write(&wt.join("target/only-ignored"), "x\n");
-    assert_eq!(
-        f.repo.commit_worktree(&wt, &f.base, &agent(), "m").unwrap(),
-        None
-    );
+    assert_eq!(f.repo.commit_worktree(&wt, &f.base, &agent(), "m").unwrap(), None);
 }
 
 #[test]
@@ -277,10 +220,7 @@ fn commit_worktree_refuses_the_main_checkout() {
     let f = Fixture::new();
     write(&f.root.join("untracked.txt"), "x\n");
     let before = f.status();
-    let err = f
-        .repo
-        .commit_worktree(&f.root, &f.base, &agent(), "m")
-        .unwrap_err();
+    let err = f.repo.commit_worktree(&f.root, &f.base, &agent(), "m").unwrap_err();
     assert!(matches!(err, GitError::NotAWorktree { .. }), "{err}");
     assert_eq!(f.status(), before); // nothing was staged in the user's index
 }
@@ -298,15 +238,8 @@ fn agent_commits_are_squashed_into_one_commit_on_base() {
     git(&wt, &["commit", "-q", "-m", "agent commit 2"]);
     write(&wt.join("three.txt"), "3\n"); // left uncommitted
 
-    let commit = f
-        .repo
-        .commit_worktree(&wt, &f.base, &agent(), "squash")
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        commit.files_changed,
-        strings(&["one.txt", "three.txt", "two.txt"])
-    );
+    let commit = f.repo.commit_worktree(&wt, &f.base, &agent(), "squash").unwrap().unwrap();
+    assert_eq!(commit.files_changed, strings(&["one.txt", "three.txt", "two.txt"]));
     let parents = git(&f.root, &["log", "-1", "--format=%P", &commit.sha]);
     assert_eq!(parents, f.base);
 }
@@ -319,32 +252,22 @@ fn cherry_pick_applies_on_a_moved_branch_keeping_author_and_message() {
     let a = f.attempt("a", &f.base, &[("x.txt", "x\n")]);
     let b = f.attempt("b", &f.base, &[("y.txt", "y\n")]);
 
-    let PickOutcome::Applied { new_tip: tip_a } =
-        f.repo.cherry_pick_onto("baton/t1", &a.sha).unwrap()
-    else {
+    let PickOutcome::Applied { new_tip: tip_a } = f.repo.cherry_pick_onto("baton/t1", &a.sha).unwrap() else {
         panic!("a should apply");
     };
     // b was made on the old base; the branch has moved since.
-    let PickOutcome::Applied { new_tip: tip_b } =
-        f.repo.cherry_pick_onto("baton/t1", &b.sha).unwrap()
-    else {
+    let PickOutcome::Applied { new_tip: tip_b } = f.repo.cherry_pick_onto("baton/t1", &b.sha).unwrap() else {
         panic!("b should apply");
     };
     assert_eq!(f.repo.branch_tip("baton/t1").unwrap(), Some(tip_b.clone()));
-    assert_eq!(
-        f.repo.changed_files(&f.base, &tip_b).unwrap(),
-        strings(&["x.txt", "y.txt"])
-    );
+    assert_eq!(f.repo.changed_files(&f.base, &tip_b).unwrap(), strings(&["x.txt", "y.txt"]));
 
     let log = f.repo.log("baton/t1", 10).unwrap();
     let shas: Vec<_> = log.iter().map(|c| c.sha.clone()).collect();
     assert_eq!(shas, vec![tip_b.clone(), tip_a, f.base.clone()]);
     assert_eq!(log[0].author_name, "Agent Smith");
     assert_eq!(log[0].message, "attempt b\n\nBaton-Task: t1\n");
-    assert_eq!(
-        git(&f.root, &["log", "-1", "--format=%cn", &tip_b]),
-        "Baton"
-    );
+    assert_eq!(git(&f.root, &["log", "-1", "--format=%cn", &tip_b]), "Baton");
     assert_eq!(f.repo.log("baton/t1", 1).unwrap().len(), 1);
     assert!(f.status().is_empty());
 }
@@ -354,15 +277,9 @@ fn cherry_pick_of_the_same_patch_twice_is_already_applied() {
     let f = Fixture::new();
     f.repo.ensure_branch("baton/t1", &f.base).unwrap();
     let a = f.attempt("a", &f.base, &[("x.txt", "x\n")]);
-    assert!(matches!(
-        f.repo.cherry_pick_onto("baton/t1", &a.sha).unwrap(),
-        PickOutcome::Applied { .. }
-    ));
+    assert!(matches!(f.repo.cherry_pick_onto("baton/t1", &a.sha).unwrap(), PickOutcome::Applied { .. }));
     let tip = f.repo.branch_tip("baton/t1").unwrap();
-    assert_eq!(
-        f.repo.cherry_pick_onto("baton/t1", &a.sha).unwrap(),
-        PickOutcome::AlreadyApplied
-    );
+    assert_eq!(f.repo.cherry_pick_onto("baton/t1", &a.sha).unwrap(), PickOutcome::AlreadyApplied);
     assert_eq!(f.repo.branch_tip("baton/t1").unwrap(), tip);
 }
 
@@ -371,18 +288,12 @@ fn conflicting_cherry_pick_reports_paths_and_leaves_branch_unmoved() {
     let f = Fixture::new();
     f.repo.ensure_branch("baton/t1", &f.base).unwrap();
     let a = f.attempt("a", &f.base, &[("a.txt", "1\n2\nA\n4\n5\n")]);
-    let b = f.attempt(
-        "b",
-        &f.base,
-        &[("a.txt", "1\n2\nB\n4\n5\n"), ("z.txt", "z\n")],
-    );
+    let b = f.attempt("b", &f.base, &[("a.txt", "1\n2\nB\n4\n5\n"), ("z.txt", "z\n")]);
     f.repo.cherry_pick_onto("baton/t1", &a.sha).unwrap();
     let tip = f.repo.branch_tip("baton/t1").unwrap();
     assert_eq!(
         f.repo.cherry_pick_onto("baton/t1", &b.sha).unwrap(),
-        PickOutcome::Conflict {
-            paths: strings(&["a.txt"])
-        }
+        PickOutcome::Conflict { paths: strings(&["a.txt"]) }
     );
     assert_eq!(f.repo.branch_tip("baton/t1").unwrap(), tip);
     assert!(f.status().is_empty());
@@ -393,10 +304,7 @@ fn cherry_pick_refuses_to_move_a_checked_out_branch() {
     let f = Fixture::new();
     let a = f.attempt("a", &f.base, &[("x.txt", "x\n")]);
     let err = f.repo.cherry_pick_onto("main", &a.sha).unwrap_err();
-    assert!(
-        matches!(err, GitError::BranchCheckedOut { ref branch, .. } if branch == "main"),
-        "{err}"
-    );
+    assert!(matches!(err, GitError::BranchCheckedOut { ref branch, .. } if branch == "main"), "{err}");
     assert_eq!(f.repo.resolve("main").unwrap(), f.base);
     let err = f.repo.set_ref("refs/heads/main", &a.sha).unwrap_err();
     assert!(matches!(err, GitError::BranchCheckedOut { .. }), "{err}");
@@ -417,36 +325,16 @@ fn attempt_refs_coexist_with_the_task_branch() {
 
     f.repo.delete_ref("refs/baton/t1/s1/1").unwrap();
     f.repo.delete_ref("refs/baton/t1/s1/1").unwrap(); // missing: fine
-    assert!(matches!(
-        f.repo.resolve("refs/baton/t1/s1/1"),
-        Err(GitError::UnknownRevision { .. })
-    ));
+    assert!(matches!(f.repo.resolve("refs/baton/t1/s1/1"), Err(GitError::UnknownRevision { .. })));
     assert_eq!(f.repo.resolve("refs/baton/t1/s1/2").unwrap(), a.sha);
-    assert!(matches!(
-        f.repo.set_ref("baton/t1/x", &a.sha),
-        Err(GitError::InvalidRefName { .. })
-    ));
-    assert!(matches!(
-        f.repo.ensure_branch("bad..name", &f.base),
-        Err(GitError::InvalidRefName { .. })
-    ));
+    assert!(matches!(f.repo.set_ref("baton/t1/x", &a.sha), Err(GitError::InvalidRefName { .. })));
+    assert!(matches!(f.repo.ensure_branch("bad..name", &f.base), Err(GitError::InvalidRefName { .. })));
 }
 
 #[test]
 fn check_paths_matches_whole_components() {
-    let files = strings(&[
-        "docs/a.md",
-        "docsx/a.md",
-        "docs",
-        "src/lib.rs",
-        "secrets/key",
-        "README.md",
-    ]);
-    let v = check_paths(
-        &files,
-        &strings(&["docs/", "src"]),
-        &strings(&["src/lib.rs", "secrets"]),
-    );
+    let files = strings(&["docs/a.md", "docsx/a.md", "docs", "src/lib.rs", "secrets/key", "README.md"]);
+    let v = check_paths(&files, &strings(&["docs/", "src"]), &strings(&["src/lib.rs", "secrets"]));
     let got: Vec<String> = v.iter().map(ToString::to_string).collect();
     assert_eq!(
         got,
@@ -457,22 +345,11 @@ fn check_paths_matches_whole_components() {
             "README.md is outside the allowed paths",
         ])
     );
-    assert_eq!(
-        v[1].reason,
-        ViolationReason::Blocked {
-            prefix: "src/lib.rs".to_owned()
-        }
-    );
+    assert_eq!(v[1].reason, ViolationReason::Blocked { prefix: "src/lib.rs".to_owned() });
     // `docs` and `docs/` mean the same; empty allowed means everything is allowed.
     assert!(check_paths(&strings(&["docs/a.md"]), &strings(&["docs"]), &[]).is_empty());
     assert!(check_paths(&files, &[], &[]).is_empty());
     assert!(check_paths(&strings(&["a/b"]), &strings(&["./a/"]), &[]).is_empty());
-    assert_eq!(
-        check_paths(&strings(&["docsx/a.md"]), &[], &strings(&["docs/"])),
-        vec![]
-    );
-    assert_eq!(
-        check_paths(&strings(&["x"]), &[], &strings(&["."])).len(),
-        1
-    );
+    assert_eq!(check_paths(&strings(&["docsx/a.md"]), &[], &strings(&["docs/"])), vec![]);
+    assert_eq!(check_paths(&strings(&["x"]), &[], &strings(&["."])).len(), 1);
 }

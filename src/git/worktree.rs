@@ -9,10 +9,7 @@ use std::path::{Component, Path, PathBuf};
 use git2::Repository;
 
 use super::cli::run_git;
-use super::{
-    baton_signature, canonical, diff_paths, resolve_oid, AttemptCommit, CommitIdentity, GitError,
-    GitRepo,
-};
+use super::{baton_signature, canonical, diff_paths, resolve_oid, AttemptCommit, CommitIdentity, GitError, GitRepo};
 
 /// One record of `git worktree list --porcelain -z`.
 #[derive(Debug)]
@@ -41,22 +38,14 @@ impl GitRepo {
             return Err(GitError::WorktreePathOccupied { path: target });
         }
         if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent).map_err(|source| GitError::Io {
-                context: format!("creating {}", parent.display()),
-                source,
-            })?;
+            std::fs::create_dir_all(parent)
+                .map_err(|source| GitError::Io { context: format!("creating {}", parent.display()), source })?;
         }
         run_git(
             &self.root,
             None,
             None,
-            [
-                OsStr::new("worktree"),
-                OsStr::new("add"),
-                OsStr::new("--detach"),
-                target.as_os_str(),
-                OsStr::new(&sha),
-            ],
+            [OsStr::new("worktree"), OsStr::new("add"), OsStr::new("--detach"), target.as_os_str(), OsStr::new(&sha)],
         )?;
         Ok(())
     }
@@ -80,11 +69,7 @@ impl GitRepo {
     /// registrations whose directory has disappeared until they are pruned.
     pub fn list_worktrees(&self) -> Result<Vec<PathBuf>, GitError> {
         let entries = self.worktree_entries()?;
-        Ok(entries
-            .into_iter()
-            .map(|e| e.path)
-            .filter(|p| normalize(p).map_or(true, |n| n != self.root))
-            .collect())
+        Ok(entries.into_iter().map(|e| e.path).filter(|p| normalize(p).map_or(true, |n| n != self.root)).collect())
     }
 
     /// Runs `git worktree prune`: forgets registrations whose directory is gone.
@@ -112,18 +97,8 @@ impl GitRepo {
         let repo = self.repo()?;
         let base = repo.find_commit(resolve_oid(&repo, base_sha)?)?;
 
-        run_git(
-            &work_tree,
-            Some(&admin_dir),
-            Some(&work_tree),
-            ["add", "-A"],
-        )?;
-        let tree_hex = run_git(
-            &work_tree,
-            Some(&admin_dir),
-            Some(&work_tree),
-            ["write-tree"],
-        )?;
+        run_git(&work_tree, Some(&admin_dir), Some(&work_tree), ["add", "-A"])?;
+        let tree_hex = run_git(&work_tree, Some(&admin_dir), Some(&work_tree), ["write-tree"])?;
         let tree_oid = git2::Oid::from_str(tree_hex.trim())?;
         if tree_oid == base.tree_id() {
             return Ok(None);
@@ -133,29 +108,18 @@ impl GitRepo {
         let committer = baton_signature()?;
         let oid = repo.commit(None, &author, &committer, message, &tree, &[&base])?;
         let files_changed = diff_paths(&repo, &base.tree()?, &tree)?;
-        Ok(Some(AttemptCommit {
-            sha: oid.to_string(),
-            files_changed,
-        }))
+        Ok(Some(AttemptCommit { sha: oid.to_string(), files_changed }))
     }
 
     /// Parses `git worktree list --porcelain -z`; the first entry is the main checkout.
     pub(super) fn worktree_entries(&self) -> Result<Vec<WorktreeEntry>, GitError> {
-        let out = run_git(
-            &self.root,
-            None,
-            None,
-            ["worktree", "list", "--porcelain", "-z"],
-        )?;
+        let out = run_git(&self.root, None, None, ["worktree", "list", "--porcelain", "-z"])?;
         let mut entries = Vec::new();
         let mut current: Option<WorktreeEntry> = None;
         for field in out.split('\0') {
             if let Some(p) = field.strip_prefix("worktree ") {
                 entries.extend(current.take());
-                current = Some(WorktreeEntry {
-                    path: PathBuf::from(p),
-                    branch: None,
-                });
+                current = Some(WorktreeEntry { path: PathBuf::from(p), branch: None });
             } else if let Some(b) = field.strip_prefix("branch ") {
                 if let Some(e) = current.as_mut() {
                     e.branch = Some(b.to_owned());
@@ -168,9 +132,7 @@ impl GitRepo {
 
     fn is_registered(&self, target: &Path) -> Result<bool, GitError> {
         let entries = self.worktree_entries()?;
-        Ok(entries
-            .iter()
-            .any(|e| normalize(&e.path).is_ok_and(|p| p == target)))
+        Ok(entries.iter().any(|e| normalize(&e.path).is_ok_and(|p| p == target)))
     }
 
     /// `git worktree remove --force --force` (also unlocks); if git refuses (e.g. the
@@ -204,11 +166,7 @@ impl GitRepo {
         self.prune_worktrees()?;
         if self.is_registered(target)? {
             return Err(GitError::Command {
-                cmd: format!(
-                    "git worktree remove {} (in {})",
-                    target.display(),
-                    self.root.display()
-                ),
+                cmd: format!("git worktree remove {} (in {})", target.display(), self.root.display()),
                 stderr: "worktree is still registered after remove and prune".to_owned(),
             });
         }
@@ -217,10 +175,7 @@ impl GitRepo {
 
     fn refuse_main(&self, target: &Path, given: &Path) -> Result<(), GitError> {
         if target == self.root || target.starts_with(&self.git_dir) {
-            return Err(GitError::NotAWorktree {
-                path: given.to_path_buf(),
-                repo: self.root.clone(),
-            });
+            return Err(GitError::NotAWorktree { path: given.to_path_buf(), repo: self.root.clone() });
         }
         Ok(())
     }
@@ -228,10 +183,7 @@ impl GitRepo {
     /// Checks that `path` is the root of a linked worktree of this repository; returns its
     /// admin dir (`.git/worktrees/<name>`) and canonical root.
     fn linked_worktree(&self, path: &Path) -> Result<(PathBuf, PathBuf), GitError> {
-        let not_wt = || GitError::NotAWorktree {
-            path: path.to_path_buf(),
-            repo: self.root.clone(),
-        };
+        let not_wt = || GitError::NotAWorktree { path: path.to_path_buf(), repo: self.root.clone() };
         // `open` does not search upwards, so a worktree whose `.git` file is gone is refused
         // instead of resolving to an enclosing repository.
         let wt = Repository::open(path).map_err(|_| not_wt())?;
@@ -261,10 +213,7 @@ fn normalize(path: &Path) -> Result<PathBuf, GitError> {
         path.to_path_buf()
     } else {
         std::env::current_dir()
-            .map_err(|source| GitError::Io {
-                context: "reading the current directory".to_owned(),
-                source,
-            })?
+            .map_err(|source| GitError::Io { context: "reading the current directory".to_owned(), source })?
             .join(path)
     };
     let mut clean = PathBuf::new();

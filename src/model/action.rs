@@ -236,9 +236,7 @@ impl Action {
             Action::Feedback(a) => &a.message,
             Action::Interact(a) => &a.message,
             Action::Checkpoint(a) => &a.message,
-            Action::Wait { message } | Action::Complete { message, .. } | Action::Failed { message, .. } => {
-                message
-            }
+            Action::Wait { message } | Action::Complete { message, .. } | Action::Failed { message, .. } => message,
         }
     }
 }

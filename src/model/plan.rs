@@ -501,9 +501,10 @@ impl MachinePlan {
 
     /// Finds a step by id: (phase index, step index).
     pub fn find_step(&self, step_id: &str) -> Option<(usize, usize)> {
-        self.phases.iter().enumerate().find_map(|(pi, p)| {
-            p.steps.iter().position(|s| s.step_id == step_id).map(|si| (pi, si))
-        })
+        self.phases
+            .iter()
+            .enumerate()
+            .find_map(|(pi, p)| p.steps.iter().position(|s| s.step_id == step_id).map(|si| (pi, si)))
     }
 
     /// Finds a phase index by phase id.
@@ -564,16 +565,16 @@ mod tests {
 
     #[test]
     fn mistyped_field_error_names_the_field() {
-        let err = MachinePlan::from_json(
-            r#"{"task_id":"t","task_summary":"s","phases":[{"phase_id":"one","name":"p"}]}"#,
-        )
-        .unwrap_err();
+        let err =
+            MachinePlan::from_json(r#"{"task_id":"t","task_summary":"s","phases":[{"phase_id":"one","name":"p"}]}"#)
+                .unwrap_err();
         assert_eq!(err.path, "phases[0].phase_id");
     }
 
     #[test]
     fn misspelt_key_is_kept_and_reported() {
-        let text = r#"{"task_id":"t","task_summary":"s","phases":[{"phase_id":1,"name":"p","requires_approval":true}]}"#;
+        let text =
+            r#"{"task_id":"t","task_summary":"s","phases":[{"phase_id":1,"name":"p","requires_approval":true}]}"#;
         let plan = MachinePlan::from_json(text).unwrap();
         let unknown = plan.unknown_keys();
         assert_eq!(unknown, vec![UnknownKey { path: "phases[0].requires_approval".into() }]);

@@ -46,7 +46,8 @@ pub fn summary_of(state: &ExecutionState) -> Summary {
 impl Executions {
     /// Opens the store of `data`.
     pub async fn open(data: DataDir) -> anyhow::Result<Executions> {
-        let store = Store::open(&data.db_path()).await.with_context(|| format!("opening {}", data.db_path().display()))?;
+        let store =
+            Store::open(&data.db_path()).await.with_context(|| format!("opening {}", data.db_path().display()))?;
         Ok(Executions { store, data })
     }
 
@@ -89,7 +90,8 @@ impl Executions {
             Some(snap) => serde_json::from_str::<ExecutionState>(&snap.state_json)
                 .with_context(|| format!("snapshot {} of {task_id} is unreadable", snap.seq))?,
             None => {
-                let plan = MachinePlan::from_json(&loaded.plan_json).map_err(|e| anyhow::anyhow!("stored plan: {e}"))?;
+                let plan =
+                    MachinePlan::from_json(&loaded.plan_json).map_err(|e| anyhow::anyhow!("stored plan: {e}"))?;
                 engine::start(plan, &loaded.created_at).map_err(|e| anyhow::anyhow!("stored plan: {e}"))?
             }
         };
@@ -110,7 +112,8 @@ impl Executions {
 
     /// Rebuilds an execution from its plan and the whole journal (no snapshot).
     pub async fn replay(&self, task_id: &str) -> anyhow::Result<ExecutionState> {
-        let loaded = self.store.load(task_id).await?.ok_or_else(|| BadInput(format!("no execution with task id {task_id}")))?;
+        let loaded =
+            self.store.load(task_id).await?.ok_or_else(|| BadInput(format!("no execution with task id {task_id}")))?;
         let plan = MachinePlan::from_json(&loaded.plan_json).map_err(|e| anyhow::anyhow!("stored plan: {e}"))?;
         let events = self.store.events(task_id, 0).await?;
         let mut parsed = Vec::with_capacity(events.len());
@@ -156,17 +159,13 @@ impl Executions {
     fn snapshot_in_background(&self, state: &ExecutionState, now: &str) {
         let store = self.store.clone();
         let snapshot = state.clone();
+        let task_id = state.task_id.clone();
+        let seq = i64::try_from(state.events_applied).unwrap_or(i64::MAX);
         let now = now.to_string();
         tokio::spawn(async move {
-            let seq = i64::try_from(snapshot.events_applied).unwrap_or(i64::MAX);
-            let json = match tokio::task::spawn_blocking(move || serde_json::to_string(&snapshot)).await {
-                Ok(Ok(json)) => json,
-                _ => return,
+            let Ok(Ok(json)) = tokio::task::spawn_blocking(move || serde_json::to_string(&snapshot)).await else {
+                return;
             };
-            let task_id = serde_json::from_str::<serde_json::Value>(&json)
-                .ok()
-                .and_then(|v| v.get("task_id").and_then(|t| t.as_str()).map(str::to_string))
-                .unwrap_or_default();
             if let Err(e) = store.put_snapshot(&task_id, seq, &json, &now).await {
                 tracing::warn!(task.id = %task_id, "snapshot at seq {seq} not written: {e}");
             }
@@ -181,7 +180,10 @@ impl Executions {
         }
         match self.store.active_task().await? {
             Some(id) => Ok(id),
-            None => Err(BadInput("no task id: pass --task-id, set BATON_TASK_ID, or start an execution first".into()).into()),
+            None => {
+                Err(BadInput("no task id: pass --task-id, set BATON_TASK_ID, or start an execution first".into())
+                    .into())
+            }
         }
     }
 }

@@ -1,3 +1,35 @@
-//! The imperative shell: drivers that carry out actions, agent launches, gates and recovery.
+//! The imperative shell: the execution service, drivers that carry out actions, agent
+//! launches, gates, crash recovery and garbage collection.
+//!
+//! `runtime` composes `engine` (pure), `store` (SQLite) and `git`; it never serves HTTP.
 
 pub mod agent;
+pub mod config;
+pub mod demo;
+pub mod driver;
+pub mod executions;
+pub mod gc;
+pub mod lease;
+
+use std::io::Write as _;
+use std::path::Path;
+
+use anyhow::Context as _;
+
+/// Runs blocking work (git2, the git CLI, file scans) off the async threads, in the current span.
+pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> anyhow::Result<T> {
+    let span = tracing::Span::current();
+    tokio::task::spawn_blocking(move || span.in_scope(f)).await.context("a blocking task panicked")
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file in the same directory, fsync, rename.
+///
+/// Errors: the directory is missing or not writable (naming the path).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).with_context(|| format!("writing {}", path.display()))?;
+    tmp.write_all(bytes).with_context(|| format!("writing {}", path.display()))?;
+    tmp.as_file().sync_all().with_context(|| format!("syncing {}", path.display()))?;
+    tmp.persist(path).with_context(|| format!("replacing {}", path.display()))?;
+    Ok(())
+}

@@ -7,8 +7,8 @@
 use sqlx::SqliteConnection;
 
 use super::{
-    event_hash, parse_time, AppendOutcome, ChainReport, ExecutionRow, Loaded, NewEvent, Snapshot,
-    Store, StoreError, StoredEvent, Summary, GENESIS_HASH, SNAPSHOTS_KEPT,
+    event_hash, parse_time, AppendOutcome, ChainReport, ExecutionRow, Loaded, NewEvent, Snapshot, Store, StoreError,
+    StoredEvent, Summary, GENESIS_HASH, SNAPSHOTS_KEPT,
 };
 
 /// Rows read per page by [`Store::verify_chain`], bounding its memory.
@@ -51,9 +51,7 @@ async fn head(conn: &mut SqliteConnection, task_id: &str) -> Result<Head, StoreE
         .bind(task_id)
         .fetch_optional(conn)
         .await?
-        .ok_or_else(|| StoreError::NotFound {
-            task_id: task_id.to_owned(),
-        })
+        .ok_or_else(|| StoreError::NotFound { task_id: task_id.to_owned() })
 }
 
 /// Events of `task_id` with `seq > after_seq`, in seq order, at most `limit` (-1 = all).
@@ -67,21 +65,12 @@ async fn events_after(
         "select {EVENT_COLUMNS} from execution_events \
          where task_id = ? and seq > ? order by seq limit ?"
     );
-    Ok(sqlx::query_as::<_, StoredEvent>(&sql)
-        .bind(task_id)
-        .bind(after_seq)
-        .bind(limit)
-        .fetch_all(conn)
-        .await?)
+    Ok(sqlx::query_as::<_, StoredEvent>(&sql).bind(task_id).bind(after_seq).bind(limit).fetch_all(conn).await?)
 }
 
 /// Rejects fields that would make the hashed text ambiguous, and unparsable timestamps.
 fn validate_event(task_id: &str, event: &NewEvent) -> Result<(), StoreError> {
-    for (name, value) in [
-        ("kind", &event.kind),
-        ("idempotency_key", &event.idempotency_key),
-        ("at", &event.at),
-    ] {
+    for (name, value) in [("kind", &event.kind), ("idempotency_key", &event.idempotency_key), ("at", &event.at)] {
         if value.contains('\n') {
             return Err(StoreError::InvalidArgument(format!(
                 "event {name} {value:?} for execution {task_id} contains a newline"
@@ -115,9 +104,7 @@ impl Store {
             .fetch_optional(&mut *tx)
             .await?;
         if exists.is_some() {
-            return Err(StoreError::AlreadyExists {
-                task_id: task_id.to_owned(),
-            });
+            return Err(StoreError::AlreadyExists { task_id: task_id.to_owned() });
         }
         sqlx::query(
             "insert into executions (task_id, plan_json, status, current_phase, steps_done, \
@@ -165,10 +152,7 @@ impl Store {
             validate_event(task_id, event)?;
         }
         let mut tx = self.begin_write().await?;
-        let Head {
-            mut last_seq,
-            mut last_hash,
-        } = head(&mut tx, task_id).await?;
+        let Head { mut last_seq, mut last_hash } = head(&mut tx, task_id).await?;
         let mut updated_at = None;
         let mut outcomes = Vec::with_capacity(events.len());
         for event in events {
@@ -184,14 +168,7 @@ impl Store {
                 continue;
             }
             let seq = last_seq + 1;
-            let hash = event_hash(
-                &last_hash,
-                seq,
-                &event.kind,
-                &event.payload,
-                &event.idempotency_key,
-                &event.at,
-            );
+            let hash = event_hash(&last_hash, seq, &event.kind, &event.payload, &event.idempotency_key, &event.at);
             sqlx::query(
                 "insert into execution_events \
                  (task_id, seq, kind, payload, idempotency_key, at, prev_hash, hash) \
@@ -278,11 +255,7 @@ impl Store {
     /// [`StoreError::NotFound`] if the execution does not exist; [`StoreError::Sqlx`] on
     /// database failure.
     #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id, after_seq))]
-    pub async fn events(
-        &self,
-        task_id: &str,
-        after_seq: i64,
-    ) -> Result<Vec<StoredEvent>, StoreError> {
+    pub async fn events(&self, task_id: &str, after_seq: i64) -> Result<Vec<StoredEvent>, StoreError> {
         let mut tx = self.begin_read().await?;
         head(&mut tx, task_id).await?;
         let events = events_after(&mut tx, task_id, after_seq, -1).await?;
@@ -302,27 +275,15 @@ impl Store {
     /// negative; [`StoreError::InvalidTimestamp`]; [`StoreError::Sqlx`] if `state_json` is not
     /// valid JSON or on database failure.
     #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id, seq))]
-    pub async fn put_snapshot(
-        &self,
-        task_id: &str,
-        seq: i64,
-        state_json: &str,
-        at: &str,
-    ) -> Result<(), StoreError> {
+    pub async fn put_snapshot(&self, task_id: &str, seq: i64, state_json: &str, at: &str) -> Result<(), StoreError> {
         if seq < 0 {
-            return Err(StoreError::InvalidArgument(format!(
-                "snapshot seq {seq} for execution {task_id} is negative"
-            )));
+            return Err(StoreError::InvalidArgument(format!("snapshot seq {seq} for execution {task_id} is negative")));
         }
         parse_time(at)?;
         let mut tx = self.begin_write().await?;
         let last_seq = head(&mut tx, task_id).await?.last_seq;
         if seq > last_seq {
-            return Err(StoreError::SnapshotAhead {
-                task_id: task_id.to_owned(),
-                seq,
-                last_seq,
-            });
+            return Err(StoreError::SnapshotAhead { task_id: task_id.to_owned(), seq, last_seq });
         }
         sqlx::query(
             "insert into snapshots (task_id, seq, state_json, at) values (?, ?, ?, ?) \
@@ -444,10 +405,6 @@ impl Store {
                 first_bad = Some(prev_seq.max(1));
             }
         }
-        Ok(ChainReport {
-            events: count,
-            first_bad_seq: first_bad,
-            ok: first_bad.is_none(),
-        })
+        Ok(ChainReport { events: count, first_bad_seq: first_bad, ok: first_bad.is_none() })
     }
 }

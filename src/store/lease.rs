@@ -19,17 +19,12 @@ async fn require_execution(conn: &mut SqliteConnection, task_id: &str) -> Result
         .await?;
     match found {
         Some(_) => Ok(()),
-        None => Err(StoreError::NotFound {
-            task_id: task_id.to_owned(),
-        }),
+        None => Err(StoreError::NotFound { task_id: task_id.to_owned() }),
     }
 }
 
 /// The current lease row of `task_id`, if any.
-async fn current_lease(
-    conn: &mut SqliteConnection,
-    task_id: &str,
-) -> Result<Option<LeaseInfo>, StoreError> {
+async fn current_lease(conn: &mut SqliteConnection, task_id: &str) -> Result<Option<LeaseInfo>, StoreError> {
     Ok(sqlx::query_as::<_, LeaseInfo>(
         "select holder, pid, host, acquired_at, expires_at from leases where task_id = ?",
     )
@@ -41,16 +36,12 @@ async fn current_lease(
 /// Normalises `now` and computes `now + ttl_secs`, both in sortable form.
 fn lease_window(now: &str, ttl_secs: i64) -> Result<(String, String), StoreError> {
     if ttl_secs <= 0 {
-        return Err(StoreError::InvalidArgument(format!(
-            "lease ttl {ttl_secs} s is not positive"
-        )));
+        return Err(StoreError::InvalidArgument(format!("lease ttl {ttl_secs} s is not positive")));
     }
     let now = parse_time(now)?;
     let expires = chrono::Duration::try_seconds(ttl_secs)
         .and_then(|ttl| now.checked_add_signed(ttl))
-        .ok_or_else(|| {
-            StoreError::InvalidArgument(format!("lease ttl {ttl_secs} s is too large"))
-        })?;
+        .ok_or_else(|| StoreError::InvalidArgument(format!("lease ttl {ttl_secs} s is too large")))?;
     Ok((sortable_time(now), sortable_time(expires)))
 }
 
@@ -82,10 +73,7 @@ impl Store {
         let acquired_at = match current_lease(&mut tx, task_id).await? {
             Some(current) if current.expires_at > now => {
                 if current.holder != holder.holder {
-                    return Err(StoreError::LeaseHeld {
-                        task_id: task_id.to_owned(),
-                        holder: Box::new(current),
-                    });
+                    return Err(StoreError::LeaseHeld { task_id: task_id.to_owned(), holder: Box::new(current) });
                 }
                 current.acquired_at
             }
@@ -119,28 +107,16 @@ impl Store {
     /// expired (the caller lost it and must re-acquire); [`StoreError::InvalidArgument`],
     /// [`StoreError::InvalidTimestamp`] as for [`Store::acquire_lease`].
     #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id, lease.holder = %holder))]
-    pub async fn renew_lease(
-        &self,
-        task_id: &str,
-        holder: &str,
-        now: &str,
-        ttl_secs: i64,
-    ) -> Result<(), StoreError> {
+    pub async fn renew_lease(&self, task_id: &str, holder: &str, now: &str, ttl_secs: i64) -> Result<(), StoreError> {
         let (now, expires_at) = lease_window(now, ttl_secs)?;
         let mut tx = self.begin_write().await?;
         match current_lease(&mut tx, task_id).await? {
             Some(current) if current.holder == holder => {}
             Some(current) if current.expires_at > now => {
-                return Err(StoreError::LeaseHeld {
-                    task_id: task_id.to_owned(),
-                    holder: Box::new(current),
-                });
+                return Err(StoreError::LeaseHeld { task_id: task_id.to_owned(), holder: Box::new(current) });
             }
             Some(_) | None => {
-                return Err(StoreError::LeaseNotHeld {
-                    task_id: task_id.to_owned(),
-                    holder: holder.to_owned(),
-                });
+                return Err(StoreError::LeaseNotHeld { task_id: task_id.to_owned(), holder: holder.to_owned() });
             }
         }
         sqlx::query("update leases set expires_at = ? where task_id = ? and holder = ?")
@@ -209,10 +185,7 @@ impl Store {
     #[tracing::instrument(level = "debug", skip_all)]
     pub async fn clear_active_task(&self) -> Result<(), StoreError> {
         let mut tx = self.begin_write().await?;
-        sqlx::query("delete from settings where key = ?")
-            .bind(ACTIVE_TASK_KEY)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query("delete from settings where key = ?").bind(ACTIVE_TASK_KEY).execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -223,11 +196,9 @@ impl Store {
     /// [`StoreError::Sqlx`] on database failure.
     #[tracing::instrument(level = "debug", skip_all)]
     pub async fn active_task(&self) -> Result<Option<String>, StoreError> {
-        Ok(
-            sqlx::query_scalar::<_, String>("select value from settings where key = ?")
-                .bind(ACTIVE_TASK_KEY)
-                .fetch_optional(&self.reader)
-                .await?,
-        )
+        Ok(sqlx::query_scalar::<_, String>("select value from settings where key = ?")
+            .bind(ACTIVE_TASK_KEY)
+            .fetch_optional(&self.reader)
+            .await?)
     }
 }

@@ -267,14 +267,7 @@ pub struct LeaseInfo {
 ///
 /// `kind`, `idempotency_key` and `at` contain no `\n` (append rejects them), so the fields are
 /// recoverable from the hashed text even when `payload` spans several lines.
-pub fn event_hash(
-    prev_hash: &str,
-    seq: i64,
-    kind: &str,
-    payload: &str,
-    idempotency_key: &str,
-    at: &str,
-) -> String {
+pub fn event_hash(prev_hash: &str, seq: i64, kind: &str, payload: &str, idempotency_key: &str, at: &str) -> String {
     let mut hasher = Sha256::new();
     hasher.update(prev_hash.as_bytes());
     hasher.update(b"\n");
@@ -301,10 +294,7 @@ impl Store {
     /// permissions, not a database), [`StoreError::Migrate`] if the schema cannot be brought up
     /// to date (e.g. the file was written by a newer Baton).
     pub async fn open(db_path: &Path) -> Result<Store, StoreError> {
-        let open_err = |source| StoreError::Open {
-            path: db_path.to_path_buf(),
-            source,
-        };
+        let open_err = |source| StoreError::Open { path: db_path.to_path_buf(), source };
         let options = SqliteConnectOptions::new()
             .filename(db_path)
             .journal_mode(SqliteJournalMode::Wal)
@@ -376,10 +366,7 @@ async fn migrate(writer: &SqlitePool) -> Result<(), StoreError> {
 fn parse_time(value: &str) -> Result<chrono::DateTime<chrono::Utc>, StoreError> {
     chrono::DateTime::parse_from_rfc3339(value)
         .map(|t| t.with_timezone(&chrono::Utc))
-        .map_err(|e| StoreError::InvalidTimestamp {
-            value: value.to_owned(),
-            reason: e.to_string(),
-        })
+        .map_err(|e| StoreError::InvalidTimestamp { value: value.to_owned(), reason: e.to_string() })
 }
 
 /// Formats a UTC time so that text order is time order: fixed width, microseconds, `Z`.

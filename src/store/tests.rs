@@ -41,10 +41,7 @@ fn ev(key: &str, payload: &str) -> NewEvent {
 }
 
 async fn created(store: &Store, task_id: &str) {
-    store
-        .create_execution(task_id, PLAN, &summary("pending", 0), T0)
-        .await
-        .unwrap();
+    store.create_execution(task_id, PLAN, &summary("pending", 0), T0).await.unwrap();
 }
 
 fn holder(id: &str, pid: u32) -> LeaseInfo {
@@ -59,10 +56,7 @@ fn holder(id: &str, pid: u32) -> LeaseInfo {
 
 async fn pragma(pool: &SqlitePool, name: &str) -> String {
     use sqlx::Row as _;
-    let row = sqlx::query(&format!("pragma {name}"))
-        .fetch_one(pool)
-        .await
-        .unwrap();
+    let row = sqlx::query(&format!("pragma {name}")).fetch_one(pool).await.unwrap();
     match row.try_get::<String, _>(0) {
         Ok(text) => text,
         Err(_) => row.try_get::<i64, _>(0).unwrap().to_string(),
@@ -89,10 +83,7 @@ async fn reopening_an_existing_file_keeps_data_and_skips_applied_migrations() {
     created(&store, "t1").await;
     store.close().await;
     let again = Store::open(&path).await.unwrap();
-    assert_eq!(
-        again.summary("t1").await.unwrap(),
-        Some(summary("pending", 0))
-    );
+    assert_eq!(again.summary("t1").await.unwrap(), Some(summary("pending", 0)));
 }
 
 #[tokio::test]
@@ -108,10 +99,7 @@ async fn open_in_a_missing_directory_names_the_path() {
 async fn create_twice_is_already_exists() {
     let (_dir, _path, store) = fresh().await;
     created(&store, "t1").await;
-    let err = store
-        .create_execution("t1", PLAN, &summary("pending", 0), T0)
-        .await
-        .unwrap_err();
+    let err = store.create_execution("t1", PLAN, &summary("pending", 0), T0).await.unwrap_err();
     assert!(matches!(&err, StoreError::AlreadyExists { task_id } if task_id == "t1"));
     assert_eq!(err.to_string(), "execution t1 already exists");
 }
@@ -121,14 +109,7 @@ async fn append_then_load_round_trips() {
     let (_dir, _path, store) = fresh().await;
     created(&store, "t1").await;
     let outcomes = store
-        .append(
-            "t1",
-            &[
-                ev("k1", r#"{"step":"a"}"#),
-                ev("k2", "{\n  \"step\": \"b\"\n}"),
-            ],
-            &summary("running", 2),
-        )
+        .append("t1", &[ev("k1", r#"{"step":"a"}"#), ev("k2", "{\n  \"step\": \"b\"\n}")], &summary("running", 2))
         .await
         .unwrap();
     let h1 = event_hash(GENESIS_HASH, 1, "step_done", r#"{"step":"a"}"#, "k1", T1);
@@ -136,14 +117,8 @@ async fn append_then_load_round_trips() {
     assert_eq!(
         outcomes,
         vec![
-            AppendOutcome::Appended {
-                seq: 1,
-                hash: h1.clone()
-            },
-            AppendOutcome::Appended {
-                seq: 2,
-                hash: h2.clone()
-            },
+            AppendOutcome::Appended { seq: 1, hash: h1.clone() },
+            AppendOutcome::Appended { seq: 2, hash: h2.clone() },
         ]
     );
 
@@ -204,29 +179,15 @@ async fn event_hash_matches_the_documented_formula() {
 async fn duplicate_idempotency_key_is_reported_and_journal_unchanged() {
     let (_dir, _path, store) = fresh().await;
     created(&store, "t1").await;
-    store
-        .append("t1", &[ev("k1", "{}")], &summary("running", 1))
-        .await
-        .unwrap();
+    store.append("t1", &[ev("k1", "{}")], &summary("running", 1)).await.unwrap();
     let before = store.events("t1", 0).await.unwrap();
 
     let outcomes = store
-        .append(
-            "t1",
-            &[
-                ev("k1", r#"{"different":true}"#),
-                ev("k2", "{}"),
-                ev("k2", "{}"),
-            ],
-            &summary("running", 2),
-        )
+        .append("t1", &[ev("k1", r#"{"different":true}"#), ev("k2", "{}"), ev("k2", "{}")], &summary("running", 2))
         .await
         .unwrap();
     assert_eq!(outcomes[0], AppendOutcome::Duplicate { seq: 1 });
-    assert!(matches!(
-        outcomes[1],
-        AppendOutcome::Appended { seq: 2, .. }
-    ));
+    assert!(matches!(outcomes[1], AppendOutcome::Appended { seq: 2, .. }));
     // A repeat inside the same batch is a duplicate of the event written earlier in it.
     assert_eq!(outcomes[2], AppendOutcome::Duplicate { seq: 2 });
 
@@ -235,21 +196,8 @@ async fn duplicate_idempotency_key_is_reported_and_journal_unchanged() {
     assert_eq!(after[0], before[0]);
 
     // Replaying the whole batch (a retry after a crash) writes nothing.
-    let replay = store
-        .append(
-            "t1",
-            &[ev("k1", "{}"), ev("k2", "{}")],
-            &summary("running", 2),
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        replay,
-        vec![
-            AppendOutcome::Duplicate { seq: 1 },
-            AppendOutcome::Duplicate { seq: 2 }
-        ]
-    );
+    let replay = store.append("t1", &[ev("k1", "{}"), ev("k2", "{}")], &summary("running", 2)).await.unwrap();
+    assert_eq!(replay, vec![AppendOutcome::Duplicate { seq: 1 }, AppendOutcome::Duplicate { seq: 2 }]);
     assert_eq!(store.events("t1", 0).await.unwrap(), after);
     assert!(store.verify_chain("t1").await.unwrap().ok);
 }
@@ -258,18 +206,11 @@ async fn duplicate_idempotency_key_is_reported_and_journal_unchanged() {
 async fn failing_event_rolls_back_the_whole_batch() {
     let (_dir, _path, store) = fresh().await;
     created(&store, "t1").await;
-    store
-        .append("t1", &[ev("k1", "{}")], &summary("running", 1))
-        .await
-        .unwrap();
+    store.append("t1", &[ev("k1", "{}")], &summary("running", 1)).await.unwrap();
     // The second event violates the json_valid check after the first was inserted in the
     // same transaction.
     let err = store
-        .append(
-            "t1",
-            &[ev("k2", "{}"), ev("k3", "not json"), ev("k4", "{}")],
-            &summary("broken", 99),
-        )
+        .append("t1", &[ev("k2", "{}"), ev("k3", "not json"), ev("k4", "{}")], &summary("broken", 99))
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::Sqlx(_)), "{err}");
@@ -279,10 +220,7 @@ async fn failing_event_rolls_back_the_whole_batch() {
     assert_eq!(loaded.events_after_snapshot.len(), 1);
     assert_eq!(loaded.summary, summary("running", 1));
     // The writer connection is usable again and the chain continues at seq 2.
-    let next = store
-        .append("t1", &[ev("k2", "{}")], &summary("running", 2))
-        .await
-        .unwrap();
+    let next = store.append("t1", &[ev("k2", "{}")], &summary("running", 2)).await.unwrap();
     assert!(matches!(next[0], AppendOutcome::Appended { seq: 2, .. }));
     assert!(store.verify_chain("t1").await.unwrap().ok);
 }
@@ -307,16 +245,10 @@ async fn foreign_key_rejects_events_of_a_missing_execution() {
 #[tokio::test]
 async fn append_to_unknown_task_is_not_found() {
     let (_dir, _path, store) = fresh().await;
-    let err = store
-        .append("ghost", &[ev("k1", "{}")], &summary("running", 1))
-        .await
-        .unwrap_err();
+    let err = store.append("ghost", &[ev("k1", "{}")], &summary("running", 1)).await.unwrap_err();
     assert!(matches!(&err, StoreError::NotFound { task_id } if task_id == "ghost"));
     assert_eq!(err.to_string(), "execution ghost not found");
-    assert!(matches!(
-        store.events("ghost", 0).await.unwrap_err(),
-        StoreError::NotFound { .. }
-    ));
+    assert!(matches!(store.events("ghost", 0).await.unwrap_err(), StoreError::NotFound { .. }));
 }
 
 #[tokio::test]
@@ -325,17 +257,11 @@ async fn newline_in_kind_or_bad_timestamp_is_rejected_before_writing() {
     created(&store, "t1").await;
     let mut bad_kind = ev("k2", "{}");
     bad_kind.kind = "a\nb".to_owned();
-    let err = store
-        .append("t1", &[ev("k1", "{}"), bad_kind], &summary("running", 1))
-        .await
-        .unwrap_err();
+    let err = store.append("t1", &[ev("k1", "{}"), bad_kind], &summary("running", 1)).await.unwrap_err();
     assert!(matches!(err, StoreError::InvalidArgument(_)), "{err}");
     let mut bad_at = ev("k1", "{}");
     bad_at.at = "yesterday".to_owned();
-    let err = store
-        .append("t1", &[bad_at], &summary("running", 1))
-        .await
-        .unwrap_err();
+    let err = store.append("t1", &[bad_at], &summary("running", 1)).await.unwrap_err();
     assert!(matches!(err, StoreError::InvalidTimestamp { .. }), "{err}");
     assert!(store.events("t1", 0).await.unwrap().is_empty());
 }
@@ -344,71 +270,33 @@ async fn newline_in_kind_or_bad_timestamp_is_rejected_before_writing() {
 async fn verify_chain_is_ok_then_detects_a_tampered_payload_at_its_seq() {
     let (_dir, path, store) = fresh().await;
     created(&store, "t1").await;
-    let batch: Vec<NewEvent> = (1..=5)
-        .map(|i| ev(&format!("k{i}"), &format!(r#"{{"i":{i}}}"#)))
-        .collect();
-    store
-        .append("t1", &batch, &summary("running", 2))
-        .await
-        .unwrap();
-    assert_eq!(
-        store.verify_chain("t1").await.unwrap(),
-        ChainReport {
-            events: 5,
-            first_bad_seq: None,
-            ok: true
-        }
-    );
+    let batch: Vec<NewEvent> = (1..=5).map(|i| ev(&format!("k{i}"), &format!(r#"{{"i":{i}}}"#))).collect();
+    store.append("t1", &batch, &summary("running", 2)).await.unwrap();
+    assert_eq!(store.verify_chain("t1").await.unwrap(), ChainReport { events: 5, first_bad_seq: None, ok: true });
 
     // Tamper from outside, as another process with the sqlite shell would.
-    let mut raw = sqlx::SqliteConnection::connect_with(
-        &SqliteConnectOptions::new()
-            .filename(&path)
-            .busy_timeout(BUSY_TIMEOUT),
-    )
-    .await
-    .unwrap();
+    let mut raw =
+        sqlx::SqliteConnection::connect_with(&SqliteConnectOptions::new().filename(&path).busy_timeout(BUSY_TIMEOUT))
+            .await
+            .unwrap();
     let refused = sqlx::query("update execution_events set payload = '{\"i\":33}' where seq = 3")
         .execute(&mut raw)
         .await
         .unwrap_err();
     assert!(refused.to_string().contains("append-only"), "{refused}");
-    sqlx::query("drop trigger execution_events_append_only")
-        .execute(&mut raw)
-        .await
-        .unwrap();
-    sqlx::query("update execution_events set payload = '{\"i\":33}' where seq = 3")
-        .execute(&mut raw)
-        .await
-        .unwrap();
+    sqlx::query("drop trigger execution_events_append_only").execute(&mut raw).await.unwrap();
+    sqlx::query("update execution_events set payload = '{\"i\":33}' where seq = 3").execute(&mut raw).await.unwrap();
     raw.close().await.unwrap();
 
-    assert_eq!(
-        store.verify_chain("t1").await.unwrap(),
-        ChainReport {
-            events: 5,
-            first_bad_seq: Some(3),
-            ok: false
-        }
-    );
+    assert_eq!(store.verify_chain("t1").await.unwrap(), ChainReport { events: 5, first_bad_seq: Some(3), ok: false });
 }
 
 #[tokio::test]
 async fn verify_chain_detects_a_deleted_tail() {
     let (_dir, _path, store) = fresh().await;
     created(&store, "t1").await;
-    store
-        .append(
-            "t1",
-            &[ev("k1", "{}"), ev("k2", "{}"), ev("k3", "{}")],
-            &summary("running", 2),
-        )
-        .await
-        .unwrap();
-    sqlx::query("delete from execution_events where seq = 3")
-        .execute(&store.writer)
-        .await
-        .unwrap();
+    store.append("t1", &[ev("k1", "{}"), ev("k2", "{}"), ev("k3", "{}")], &summary("running", 2)).await.unwrap();
+    sqlx::query("delete from execution_events where seq = 3").execute(&store.writer).await.unwrap();
     let report = store.verify_chain("t1").await.unwrap();
     assert_eq!(report.events, 2);
     assert_eq!(report.first_bad_seq, Some(3));
@@ -420,51 +308,25 @@ async fn snapshot_then_events_after_snapshot_and_only_three_kept() {
     let (_dir, _path, store) = fresh().await;
     created(&store, "t1").await;
     let batch: Vec<NewEvent> = (1..=6).map(|i| ev(&format!("k{i}"), "{}")).collect();
-    store
-        .append("t1", &batch, &summary("running", 1))
-        .await
-        .unwrap();
+    store.append("t1", &batch, &summary("running", 1)).await.unwrap();
     for seq in 1..=4 {
-        store
-            .put_snapshot("t1", seq, &format!(r#"{{"upto":{seq}}}"#), T2)
-            .await
-            .unwrap();
+        store.put_snapshot("t1", seq, &format!(r#"{{"upto":{seq}}}"#), T2).await.unwrap();
     }
     let loaded = store.load("t1").await.unwrap().unwrap();
-    assert_eq!(
-        loaded.snapshot,
-        Some(Snapshot {
-            seq: 4,
-            state_json: r#"{"upto":4}"#.to_owned()
-        })
-    );
+    assert_eq!(loaded.snapshot, Some(Snapshot { seq: 4, state_json: r#"{"upto":4}"#.to_owned() }));
     let seqs: Vec<i64> = loaded.events_after_snapshot.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, vec![5, 6]);
     assert_eq!(loaded.last_seq, 6);
 
-    let kept: Vec<i64> =
-        sqlx::query_scalar("select seq from snapshots where task_id = 't1' order by seq")
-            .fetch_all(&store.reader)
-            .await
-            .unwrap();
+    let kept: Vec<i64> = sqlx::query_scalar("select seq from snapshots where task_id = 't1' order by seq")
+        .fetch_all(&store.reader)
+        .await
+        .unwrap();
     assert_eq!(kept, vec![2, 3, 4]);
 
     let err = store.put_snapshot("t1", 7, "{}", T2).await.unwrap_err();
-    assert!(
-        matches!(
-            err,
-            StoreError::SnapshotAhead {
-                seq: 7,
-                last_seq: 6,
-                ..
-            }
-        ),
-        "{err}"
-    );
-    assert!(matches!(
-        store.put_snapshot("ghost", 0, "{}", T2).await.unwrap_err(),
-        StoreError::NotFound { .. }
-    ));
+    assert!(matches!(err, StoreError::SnapshotAhead { seq: 7, last_seq: 6, .. }), "{err}");
+    assert!(matches!(store.put_snapshot("ghost", 0, "{}", T2).await.unwrap_err(), StoreError::NotFound { .. }));
 }
 
 #[tokio::test]
@@ -474,10 +336,7 @@ async fn lease_acquired_refused_with_holder_reacquired_after_expiry_and_released
     let a = holder("driver-a", 100);
     let b = holder("driver-b", 200);
 
-    store
-        .acquire_lease("t1", &a, "2026-01-15T09:00:00Z", 30)
-        .await
-        .unwrap();
+    store.acquire_lease("t1", &a, "2026-01-15T09:00:00Z", 30).await.unwrap();
     let lease = store.lease("t1").await.unwrap().unwrap();
     assert_eq!(lease.holder, "driver-a");
     assert_eq!(lease.pid, 100);
@@ -486,10 +345,7 @@ async fn lease_acquired_refused_with_holder_reacquired_after_expiry_and_released
 
     // Another holder is refused while it is valid, and told who holds it. The offset form
     // of the same instant compares correctly.
-    let err = store
-        .acquire_lease("t1", &b, "2026-01-15T10:00:29+01:00", 30)
-        .await
-        .unwrap_err();
+    let err = store.acquire_lease("t1", &b, "2026-01-15T10:00:29+01:00", 30).await.unwrap_err();
     match &err {
         StoreError::LeaseHeld { task_id, holder } => {
             assert_eq!(task_id, "t1");
@@ -505,38 +361,25 @@ async fn lease_acquired_refused_with_holder_reacquired_after_expiry_and_released
          2026-01-15T09:00:00.000000Z until 2026-01-15T09:00:30.000000Z"
     );
     assert!(matches!(
-        store
-            .renew_lease("t1", "driver-b", "2026-01-15T09:00:10Z", 30)
-            .await,
+        store.renew_lease("t1", "driver-b", "2026-01-15T09:00:10Z", 30).await,
         Err(StoreError::LeaseHeld { .. })
     ));
 
     // The same holder re-acquires (extends) and keeps its acquired_at; renew extends too.
-    store
-        .acquire_lease("t1", &a, "2026-01-15T09:00:10Z", 30)
-        .await
-        .unwrap();
-    store
-        .renew_lease("t1", "driver-a", "2026-01-15T09:00:20Z", 30)
-        .await
-        .unwrap();
+    store.acquire_lease("t1", &a, "2026-01-15T09:00:10Z", 30).await.unwrap();
+    store.renew_lease("t1", "driver-a", "2026-01-15T09:00:20Z", 30).await.unwrap();
     let lease = store.lease("t1").await.unwrap().unwrap();
     assert_eq!(lease.acquired_at, "2026-01-15T09:00:00.000000Z");
     assert_eq!(lease.expires_at, "2026-01-15T09:00:50.000000Z");
 
     // Exactly at expiry another holder takes over.
-    store
-        .acquire_lease("t1", &b, "2026-01-15T09:00:50Z", 30)
-        .await
-        .unwrap();
+    store.acquire_lease("t1", &b, "2026-01-15T09:00:50Z", 30).await.unwrap();
     let lease = store.lease("t1").await.unwrap().unwrap();
     assert_eq!(lease.holder, "driver-b");
     assert_eq!(lease.pid, 200);
     assert_eq!(lease.acquired_at, "2026-01-15T09:00:50.000000Z");
     assert!(matches!(
-        store
-            .renew_lease("t1", "driver-a", "2026-01-15T09:00:51Z", 30)
-            .await,
+        store.renew_lease("t1", "driver-a", "2026-01-15T09:00:51Z", 30).await,
         Err(StoreError::LeaseHeld { .. })
     ));
 
@@ -545,28 +388,14 @@ async fn lease_acquired_refused_with_holder_reacquired_after_expiry_and_released
     assert!(store.release_lease("t1", "driver-b").await.unwrap());
     assert_eq!(store.lease("t1").await.unwrap(), None);
     assert!(matches!(
-        store
-            .renew_lease("t1", "driver-b", "2026-01-15T09:00:52Z", 30)
-            .await,
+        store.renew_lease("t1", "driver-b", "2026-01-15T09:00:52Z", 30).await,
         Err(StoreError::LeaseNotHeld { .. })
     ));
-    store
-        .acquire_lease("t1", &a, "2026-01-15T09:00:52Z", 30)
-        .await
-        .unwrap();
+    store.acquire_lease("t1", &a, "2026-01-15T09:00:52Z", 30).await.unwrap();
 
-    assert!(matches!(
-        store.acquire_lease("ghost", &a, T0, 30).await,
-        Err(StoreError::NotFound { .. })
-    ));
-    assert!(matches!(
-        store.acquire_lease("t1", &a, T0, 0).await,
-        Err(StoreError::InvalidArgument(_))
-    ));
-    assert!(matches!(
-        store.acquire_lease("t1", &a, "soon", 30).await,
-        Err(StoreError::InvalidTimestamp { .. })
-    ));
+    assert!(matches!(store.acquire_lease("ghost", &a, T0, 30).await, Err(StoreError::NotFound { .. })));
+    assert!(matches!(store.acquire_lease("t1", &a, T0, 0).await, Err(StoreError::InvalidArgument(_))));
+    assert!(matches!(store.acquire_lease("t1", &a, "soon", 30).await, Err(StoreError::InvalidTimestamp { .. })));
 }
 
 #[tokio::test]
@@ -575,18 +404,8 @@ async fn two_stores_on_one_file_see_each_others_writes() {
     let second = Store::open(&path).await.unwrap();
 
     created(&first, "t1").await;
-    second
-        .append("t1", &[ev("k1", "{}")], &summary("running", 1))
-        .await
-        .unwrap();
-    first
-        .append(
-            "t1",
-            &[ev("k2", "{}"), ev("k1", "{}")],
-            &summary("running", 2),
-        )
-        .await
-        .unwrap();
+    second.append("t1", &[ev("k1", "{}")], &summary("running", 1)).await.unwrap();
+    first.append("t1", &[ev("k2", "{}"), ev("k1", "{}")], &summary("running", 2)).await.unwrap();
     let from_second = second.load("t1").await.unwrap().unwrap();
     assert_eq!(from_second.last_seq, 2);
     assert_eq!(from_second.summary, summary("running", 2));
@@ -595,9 +414,7 @@ async fn two_stores_on_one_file_see_each_others_writes() {
     let a = holder("driver-a", 1);
     first.acquire_lease("t1", &a, T0, 30).await.unwrap();
     assert!(matches!(
-        second
-            .acquire_lease("t1", &holder("driver-b", 2), T1, 30)
-            .await,
+        second.acquire_lease("t1", &holder("driver-b", 2), T1, 30).await,
         Err(StoreError::LeaseHeld { .. })
     ));
 
@@ -614,10 +431,7 @@ async fn active_task_pointer_set_read_and_cleared() {
     store.set_active_task("t1").await.unwrap();
     store.set_active_task("t2").await.unwrap();
     assert_eq!(store.active_task().await.unwrap().as_deref(), Some("t2"));
-    assert!(matches!(
-        store.set_active_task("ghost").await,
-        Err(StoreError::NotFound { .. })
-    ));
+    assert!(matches!(store.set_active_task("ghost").await, Err(StoreError::NotFound { .. })));
     store.clear_active_task().await.unwrap();
     assert_eq!(store.active_task().await.unwrap(), None);
 }
@@ -629,14 +443,7 @@ async fn concurrent_writers_on_one_file_interleave_into_one_chain() {
     created(&first, "t1").await;
     let run = |store: Store, who: &'static str| async move {
         for i in 0..20 {
-            store
-                .append(
-                    "t1",
-                    &[ev(&format!("{who}-{i}"), "{}")],
-                    &summary("running", 1),
-                )
-                .await
-                .unwrap();
+            store.append("t1", &[ev(&format!("{who}-{i}"), "{}")], &summary("running", 1)).await.unwrap();
         }
     };
     let a = tokio::spawn(run(first.clone(), "a"));

@@ -49,17 +49,12 @@ struct DemoPrompt {
 /// Level-1 or level-2 heading title, if `line` is one.
 fn heading(line: &str) -> Option<&str> {
     let line = line.trim_end();
-    let title = line
-        .strip_prefix("## ")
-        .or_else(|| line.strip_prefix("# "))?;
+    let title = line.strip_prefix("## ").or_else(|| line.strip_prefix("# "))?;
     Some(title.trim())
 }
 
 fn item(line: &str) -> Option<String> {
-    let rest = line
-        .trim_start()
-        .strip_prefix("- ")
-        .or_else(|| line.trim_start().strip_prefix("* "))?;
+    let rest = line.trim_start().strip_prefix("- ").or_else(|| line.trim_start().strip_prefix("* "))?;
     let value = rest.trim().trim_matches('`').trim();
     (!value.is_empty()).then(|| value.to_owned())
 }
@@ -103,10 +98,7 @@ fn parse_prompt(prompt: &str) -> DemoPrompt {
             Section::Other => {}
         }
     }
-    p.step_id = step_lines
-        .into_iter()
-        .next()
-        .unwrap_or_else(|| "step".to_owned());
+    p.step_id = step_lines.into_iter().next().unwrap_or_else(|| "step".to_owned());
     p.task = task_lines.join("\n").trim().to_owned();
 
     let mut rest = prompt;
@@ -134,29 +126,14 @@ fn parse_prompt(prompt: &str) -> DemoPrompt {
 
 /// The step id as a safe file-name fragment.
 fn file_safe(step_id: &str) -> String {
-    step_id
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect()
+    step_id.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '-' }).collect()
 }
 
 /// A relative path made only of normal components, or an error naming the offender.
 fn relative_path(raw: &str) -> Result<PathBuf, String> {
     let path = PathBuf::from(raw);
-    if raw.is_empty()
-        || !path
-            .components()
-            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
-    {
-        return Err(format!(
-            "refusing to write `{raw}`: paths must be relative and stay inside the working directory"
-        ));
+    if raw.is_empty() || !path.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir)) {
+        return Err(format!("refusing to write `{raw}`: paths must be relative and stay inside the working directory"));
     }
     Ok(path)
 }
@@ -168,53 +145,32 @@ fn targets(p: &DemoPrompt, cwd: &Path) -> Result<Vec<PathBuf>, String> {
     }
     let name = format!("baton-demo-{}.md", file_safe(&p.step_id));
     let Some(first) = p.allowed_paths.first() else {
-        return Ok(vec![
-            PathBuf::from("baton-demo").join(format!("{}.md", file_safe(&p.step_id)))
-        ]);
+        return Ok(vec![PathBuf::from("baton-demo").join(format!("{}.md", file_safe(&p.step_id)))]);
     };
     // Keep the part of the allowed path before any glob; a file's parent folder.
     let dir: PathBuf = Path::new(first)
         .components()
-        .take_while(|c| {
-            !c.as_os_str()
-                .to_string_lossy()
-                .contains(['*', '?', '[', '{'])
-        })
+        .take_while(|c| !c.as_os_str().to_string_lossy().contains(['*', '?', '[', '{']))
         .collect();
     let dir = relative_path(&dir.to_string_lossy()).unwrap_or_default();
-    let dir = if cwd.join(&dir).is_file() {
-        dir.parent().map(Path::to_path_buf).unwrap_or_default()
-    } else {
-        dir
-    };
+    let dir = if cwd.join(&dir).is_file() { dir.parent().map(Path::to_path_buf).unwrap_or_default() } else { dir };
     Ok(vec![dir.join(name)])
 }
 
 fn content(file: &Path, p: &DemoPrompt) -> String {
-    let name = file
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    format!(
-        "# {name}\n\nWritten by the Baton demo agent for step {}.\n\n{}\n",
-        p.step_id, p.task
-    )
+    let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    format!("# {name}\n\nWritten by the Baton demo agent for step {}.\n\n{}\n", p.step_id, p.task)
 }
 
 /// Writes each target unless it already has the right content; never leaves `cwd`.
 fn write_files(files: &[PathBuf], p: &DemoPrompt, cwd: &Path) -> Result<(), String> {
-    let root = cwd
-        .canonicalize()
-        .map_err(|e| format!("working directory {}: {e}", cwd.display()))?;
+    let root = cwd.canonicalize().map_err(|e| format!("working directory {}: {e}", cwd.display()))?;
     for rel in files {
         let path = root.join(rel);
         let body = content(rel, p);
         if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent)
-                .map_err(|e| format!("creating {}: {e}", parent.display()))?;
-            let real = parent
-                .canonicalize()
-                .map_err(|e| format!("resolving {}: {e}", parent.display()))?;
+            fs::create_dir_all(parent).map_err(|e| format!("creating {}: {e}", parent.display()))?;
+            let real = parent.canonicalize().map_err(|e| format!("resolving {}: {e}", parent.display()))?;
             if !real.starts_with(&root) {
                 return Err(format!(
                     "refusing to write `{}`: it resolves outside the working directory",
@@ -233,36 +189,20 @@ fn write_files(files: &[PathBuf], p: &DemoPrompt, cwd: &Path) -> Result<(), Stri
 /// A UUID-shaped id derived from the SHA-256 of the prompt.
 fn session_id(prompt: &str) -> String {
     let h = hex::encode(&Sha256::digest(prompt.as_bytes())[..16]);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
+    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
 }
 
 /// Decides what to do; returns (is_error, result text). Performs the file changes.
 fn act(p: &DemoPrompt, cwd: &Path) -> (bool, String) {
     if p.fail {
-        return (
-            true,
-            format!(
-                "The Baton demo agent failed step {} as instructed by [demo: fail].",
-                p.step_id
-            ),
-        );
+        return (true, format!("The Baton demo agent failed step {} as instructed by [demo: fail].", p.step_id));
     }
     if let (Some(question), false) = (&p.interact, p.human_reply) {
         return (false, question.clone());
     }
     let mut lines = Vec::new();
     if p.noop {
-        lines.push(format!(
-            "The Baton demo agent completed step {} without changing any files.",
-            p.step_id
-        ));
+        lines.push(format!("The Baton demo agent completed step {} without changing any files.", p.step_id));
     } else {
         let files = match targets(p, cwd) {
             Ok(files) => files,
@@ -272,17 +212,9 @@ fn act(p: &DemoPrompt, cwd: &Path) -> (bool, String) {
             return (true, e);
         }
         let names: Vec<String> = files.iter().map(|f| format!("`{}`", f.display())).collect();
-        lines.push(format!(
-            "The Baton demo agent completed step {} and wrote {}.",
-            p.step_id,
-            names.join(", ")
-        ));
+        lines.push(format!("The Baton demo agent completed step {} and wrote {}.", p.step_id, names.join(", ")));
     }
-    lines.extend(
-        p.gate_additions
-            .iter()
-            .map(|cmd| format!("{GATE_ADDITION_PREFIX}{cmd}")),
-    );
+    lines.extend(p.gate_additions.iter().map(|cmd| format!("{GATE_ADDITION_PREFIX}{cmd}")));
     if p.interact.is_some() {
         lines.push(INTERACT_COMPLETE.to_owned());
     }
@@ -430,10 +362,8 @@ Keep it short.
             "# hello.md\n\nWritten by the Baton demo agent for step 1.2.\n\nAdd the greeting docs.\nKeep it short.\n"
         );
         assert!(wt.path().join("notes/deep/bye.txt").is_file());
-        let types: Vec<String> = stdout
-            .lines()
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["type"].to_string())
-            .collect();
+        let types: Vec<String> =
+            stdout.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["type"].to_string()).collect();
         assert_eq!(types, ["\"system\"", "\"assistant\"", "\"result\""]);
         // the session id is a function of the prompt
         assert_eq!(out.session_id, Some(session_id(PROMPT)));
@@ -446,19 +376,13 @@ Keep it short.
         let wt = tempfile::tempdir().unwrap();
         run(PROMPT, wt.path());
         let before = tree(wt.path());
-        let mtime = fs::metadata(wt.path().join("docs/hello.md"))
-            .unwrap()
-            .modified()
-            .unwrap();
+        let mtime = fs::metadata(wt.path().join("docs/hello.md")).unwrap().modified().unwrap();
         std::thread::sleep(Duration::from_millis(20));
         let (code, out, _) = run(PROMPT, wt.path());
         assert_eq!(code, 0);
         assert!(out.success);
         assert_eq!(tree(wt.path()), before);
-        let again = fs::metadata(wt.path().join("docs/hello.md"))
-            .unwrap()
-            .modified()
-            .unwrap();
+        let again = fs::metadata(wt.path().join("docs/hello.md")).unwrap().modified().unwrap();
         assert_eq!(again, mtime);
     }
 
@@ -468,10 +392,7 @@ Keep it short.
         let prompt = "## Step\n- s/3\n## Task\nDo it.\n## Allowed paths\n- src/api/**\n- docs/\n";
         run(prompt, wt.path());
         assert_eq!(
-            tree(wt.path())
-                .into_iter()
-                .map(|(p, _)| p)
-                .collect::<Vec<_>>(),
+            tree(wt.path()).into_iter().map(|(p, _)| p).collect::<Vec<_>>(),
             [PathBuf::from("src/api/baton-demo-s-3.md")]
         );
 
@@ -494,10 +415,7 @@ Keep it short.
     #[test]
     fn cost_and_noop_directives() {
         let wt = tempfile::tempdir().unwrap();
-        let (code, out, _) = run(
-            &format!("[demo: cost=2.5] [demo:noop]\n{PROMPT}"),
-            wt.path(),
-        );
+        let (code, out, _) = run(&format!("[demo: cost=2.5] [demo:noop]\n{PROMPT}"), wt.path());
         assert_eq!(code, 0);
         assert!(out.success);
         assert_eq!(out.cost_usd, Some(2.5));
@@ -534,15 +452,9 @@ Keep it short.
     #[test]
     fn gate_addition_directive() {
         let wt = tempfile::tempdir().unwrap();
-        let (_, out, _) = run(
-            &format!("{PROMPT}[demo: gate_addition=cargo test --lib]"),
-            wt.path(),
-        );
+        let (_, out, _) = run(&format!("{PROMPT}[demo: gate_addition=cargo test --lib]"), wt.path());
         assert!(out.success);
-        assert!(out
-            .outcome
-            .lines()
-            .any(|l| l == "GATE_ADDITION: cargo test --lib"));
+        assert!(out.outcome.lines().any(|l| l == "GATE_ADDITION: cargo test --lib"));
     }
 
     #[test]

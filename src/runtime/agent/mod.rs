@@ -13,14 +13,11 @@ pub mod shim;
 
 pub use demo::run_demo_agent;
 pub use output::{parse_claude_stream_json, parse_codex_jsonl, parse_command_output, AgentOutput};
-pub use profile::{
-    agent_env, build_argv, parse_output, AgentCommand, AgentInvocation, AgentProfile,
-};
+pub use profile::{agent_env, build_argv, parse_output, AgentCommand, AgentInvocation, AgentProfile};
 pub use roster::{load_roster, AgentDefinition, Roster};
 pub use shim::{
-    inspect, kill_attempt, launch, prepare_run_dir, run_dir, run_shim, supervise,
-    wait_until_finished, AttemptSpec, AttemptState, ExitRecord, LaunchedAttempt, StartedRecord,
-    WaitError,
+    inspect, kill_attempt, launch, prepare_run_dir, run_dir, run_shim, supervise, wait_until_finished, AttemptSpec,
+    AttemptState, ExitRecord, LaunchedAttempt, StartedRecord, WaitError,
 };
 
 #[cfg(test)]
@@ -35,9 +32,7 @@ pub(crate) mod test_support {
     pub(crate) fn fixtures_dir() -> Option<PathBuf> {
         let dir = std::env::var_os("BATON_FIXTURES")
             .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures")
-            });
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures"));
         if dir.is_dir() {
             return Some(dir);
         }
@@ -46,10 +41,7 @@ pub(crate) mod test_support {
             "fixtures folder {} is missing (set BATON_FIXTURES)",
             dir.display()
         );
-        eprintln!(
-            "notice: fixtures folder {} not found; skipping conformance test",
-            dir.display()
-        );
+        eprintln!("notice: fixtures folder {} not found; skipping conformance test", dir.display());
         None
     }
 
@@ -57,9 +49,6 @@ pub(crate) mod test_support {
     pub(crate) fn fixture(rel: &str) -> Option<String> {
         let dir = fixtures_dir()?;
         let path = dir.join(rel);
-        Some(
-            std::fs::read_to_string(&path)
-                .unwrap_or_else(|e| panic!("reading fixture {}: {e}", path.display())),
-        )
+        Some(std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading fixture {}: {e}", path.display())))
     }
 }

@@ -62,10 +62,7 @@ fn missing_result_error(what: &str, stderr: &str, exit: &ExitRecord) -> String {
 }
 
 fn json_lines(stdout: &str) -> impl Iterator<Item = Value> + '_ {
-    stdout
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line.trim()).ok())
-        .filter(Value::is_object)
+    stdout.lines().filter_map(|line| serde_json::from_str::<Value>(line.trim()).ok()).filter(Value::is_object)
 }
 
 fn str_field(v: &Value, key: &str) -> Option<String> {
@@ -73,9 +70,7 @@ fn str_field(v: &Value, key: &str) -> Option<String> {
 }
 
 fn u64_field(v: Option<&Value>, key: &str) -> u64 {
-    v.and_then(|u| u.get(key))
-        .and_then(Value::as_u64)
-        .unwrap_or(0)
+    v.and_then(|u| u.get(key)).and_then(Value::as_u64).unwrap_or(0)
 }
 
 fn is_result(v: &Value) -> bool {
@@ -100,8 +95,7 @@ pub fn parse_claude_stream_json(stdout: &str, stderr: &str, exit: &ExitRecord) -
         match serde_json::from_str::<Value>(stdout.trim()) {
             Ok(v @ Value::Object(_)) if is_result(&v) => result = Some(v),
             Ok(Value::Array(items)) => {
-                init_session =
-                    init_session.or_else(|| items.iter().find_map(|v| str_field(v, "session_id")));
+                init_session = init_session.or_else(|| items.iter().find_map(|v| str_field(v, "session_id")));
                 result = items.into_iter().rfind(is_result);
             }
             _ => {}
@@ -110,11 +104,7 @@ pub fn parse_claude_stream_json(stdout: &str, stderr: &str, exit: &ExitRecord) -
     let Some(result) = result else {
         return AgentOutput {
             success: false,
-            error: Some(missing_result_error(
-                "agent produced no result event",
-                stderr,
-                exit,
-            )),
+            error: Some(missing_result_error("agent produced no result event", stderr, exit)),
             session_id: init_session,
             ..AgentOutput::default()
         };
@@ -154,10 +144,7 @@ pub fn parse_claude_stream_json(stdout: &str, stderr: &str, exit: &ExitRecord) -
         success: !is_error,
         outcome,
         error,
-        cost_usd: result
-            .get("total_cost_usd")
-            .or_else(|| result.get("cost_usd"))
-            .and_then(Value::as_f64),
+        cost_usd: result.get("total_cost_usd").or_else(|| result.get("cost_usd")).and_then(Value::as_f64),
         input_tokens: u64_field(usage, "input_tokens"),
         output_tokens: u64_field(usage, "output_tokens"),
         session_id: str_field(&result, "session_id").or(init_session),
@@ -180,8 +167,7 @@ pub fn parse_codex_jsonl(stdout: &str, stderr: &str, exit: &ExitRecord) -> Agent
             Some("thread.started") => out.session_id = str_field(&event, "thread_id"),
             Some("item.completed") => {
                 let item = event.get("item");
-                if item.and_then(|i| i.get("type")).and_then(Value::as_str) == Some("agent_message")
-                {
+                if item.and_then(|i| i.get("type")).and_then(Value::as_str) == Some("agent_message") {
                     if let Some(text) = item.and_then(|i| str_field(i, "text")) {
                         out.outcome = text;
                     }
@@ -194,25 +180,16 @@ pub fn parse_codex_jsonl(stdout: &str, stderr: &str, exit: &ExitRecord) -> Agent
                 out.output_tokens += u64_field(usage, "output_tokens");
             }
             Some("turn.failed") => errors.push(
-                event
-                    .get("error")
-                    .and_then(|e| str_field(e, "message"))
-                    .unwrap_or_else(|| "turn failed".to_owned()),
+                event.get("error").and_then(|e| str_field(e, "message")).unwrap_or_else(|| "turn failed".to_owned()),
             ),
-            Some("error") => {
-                errors.push(str_field(&event, "message").unwrap_or_else(|| "error".to_owned()))
-            }
+            Some("error") => errors.push(str_field(&event, "message").unwrap_or_else(|| "error".to_owned())),
             _ => {}
         }
     }
     if !errors.is_empty() {
         out.error = Some(errors.join("; "));
     } else if !completed {
-        out.error = Some(missing_result_error(
-            "agent produced no turn.completed event",
-            stderr,
-            exit,
-        ));
+        out.error = Some(missing_result_error("agent produced no turn.completed event", stderr, exit));
     } else {
         out.success = true;
     }
@@ -234,12 +211,7 @@ pub fn parse_command_output(stdout: &str, stderr: &str, exit: &ExitRecord) -> Ag
             format!("{}: {stderr}", exit.describe())
         }
     });
-    AgentOutput {
-        success,
-        outcome: tail(stdout, STDOUT_TAIL_CHARS).to_owned(),
-        error,
-        ..AgentOutput::default()
-    }
+    AgentOutput { success, outcome: tail(stdout, STDOUT_TAIL_CHARS).to_owned(), error, ..AgentOutput::default() }
 }
 
 #[cfg(test)]
@@ -272,34 +244,24 @@ mod tests {
         };
         let out = parse_claude_stream_json(&stdout, "", &exit(0));
         assert!(out.success);
-        assert_eq!(
-            out.outcome,
-            "Done — I created `hello.txt` in the working directory containing the word \"hello\"."
-        );
+        assert_eq!(out.outcome, "Done — I created `hello.txt` in the working directory containing the word \"hello\".");
         assert_eq!(out.error, None);
         assert_cost(out.cost_usd, 0.42642399999999997);
         assert_eq!((out.input_tokens, out.output_tokens), (9388, 184));
-        assert_eq!(
-            out.session_id.as_deref(),
-            Some("ab4694a7-7cfd-41d4-9f9b-fac26ce2930d")
-        );
+        assert_eq!(out.session_id.as_deref(), Some("ab4694a7-7cfd-41d4-9f9b-fac26ce2930d"));
         // success is decided on is_error, not the exit code
         assert!(parse_claude_stream_json(&stdout, "", &exit(1)).success);
     }
 
     #[test]
     fn claude_error_max_turns_fixture_has_no_result_key() {
-        let Some(stdout) = fixture("agent-cli/claude/result.error_max_turns.no-result-key.json")
-        else {
+        let Some(stdout) = fixture("agent-cli/claude/result.error_max_turns.no-result-key.json") else {
             return;
         };
         let out = parse_claude_stream_json(&stdout, "", &exit(0));
         assert!(!out.success);
         assert_eq!(out.outcome, "");
-        assert_eq!(
-            out.error.as_deref(),
-            Some("error_max_turns: Reached maximum number of turns (1)")
-        );
+        assert_eq!(out.error.as_deref(), Some("error_max_turns: Reached maximum number of turns (1)"));
         assert_cost(out.cost_usd, 0.16568400000000003);
         assert_eq!((out.input_tokens, out.output_tokens), (9386, 410));
         // the same object pretty-printed (`--output-format json`) parses the same
@@ -326,18 +288,12 @@ mod tests {
         let mut record = exit(1);
         let out = parse_claude_stream_json(stdout, "boom: invalid api key\n", &record);
         assert!(!out.success);
-        assert_eq!(
-            out.error.as_deref(),
-            Some("agent produced no result event (exit code 1): boom: invalid api key")
-        );
+        assert_eq!(out.error.as_deref(), Some("agent produced no result event (exit code 1): boom: invalid api key"));
         assert_eq!(out.session_id.as_deref(), Some("s1"));
         record.exit_code = None;
         record.spawn_error = Some("agent binary `claude` not found".into());
         let out = parse_claude_stream_json("", "", &record);
-        assert_eq!(
-            out.error.as_deref(),
-            Some("agent produced no result event (agent binary `claude` not found)")
-        );
+        assert_eq!(out.error.as_deref(), Some("agent produced no result event (agent binary `claude` not found)"));
     }
 
     #[test]
@@ -347,16 +303,10 @@ mod tests {
         };
         let out = parse_codex_jsonl(&stdout, "", &exit(0));
         assert!(out.success);
-        assert_eq!(
-            out.outcome,
-            "Yep — there’s a `README.md` in the repository root."
-        );
+        assert_eq!(out.outcome, "Yep — there’s a `README.md` in the repository root.");
         assert_eq!((out.input_tokens, out.output_tokens), (24763, 122));
         assert_eq!(out.cost_usd, None);
-        assert_eq!(
-            out.session_id.as_deref(),
-            Some("0199a213-81c0-7800-8aa1-bbab2a035a53")
-        );
+        assert_eq!(out.session_id.as_deref(), Some("0199a213-81c0-7800-8aa1-bbab2a035a53"));
     }
 
     #[test]
@@ -369,10 +319,7 @@ mod tests {
         assert_eq!(out.error.as_deref(), Some("model overloaded"));
 
         let errored = "{\"type\":\"error\",\"message\":\"stream disconnected\"}\n";
-        assert_eq!(
-            parse_codex_jsonl(errored, "", &exit(1)).error.as_deref(),
-            Some("stream disconnected")
-        );
+        assert_eq!(parse_codex_jsonl(errored, "", &exit(1)).error.as_deref(), Some("stream disconnected"));
 
         let out = parse_codex_jsonl("", "Error: not logged in\n", &exit(1));
         assert!(!out.success);

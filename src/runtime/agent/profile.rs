@@ -8,9 +8,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::output::{
-    parse_claude_stream_json, parse_codex_jsonl, parse_command_output, AgentOutput,
-};
+use super::output::{parse_claude_stream_json, parse_codex_jsonl, parse_command_output, AgentOutput};
 use super::shim::ExitRecord;
 
 /// Which agent CLI runs a step.
@@ -82,9 +80,7 @@ pub const AGENT_ENV_WHITELIST: &[&str] = &[
 /// Typical call: `agent_env(std::env::vars())` once at startup (the result is the complete
 /// environment of the agent; the shim clears everything else).
 pub fn agent_env(parent: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> {
-    parent
-        .filter(|(name, _)| AGENT_ENV_WHITELIST.contains(&name.as_str()))
-        .collect()
+    parent.filter(|(name, _)| AGENT_ENV_WHITELIST.contains(&name.as_str())).collect()
 }
 
 /// Maps agent-baton's permission-mode vocabulary to claude's `--permission-mode` values.
@@ -119,31 +115,18 @@ fn codex_sandbox(mode: Option<&str>) -> &'static str {
 pub fn build_argv(profile: &AgentProfile, inv: &AgentInvocation) -> AgentCommand {
     match profile {
         AgentProfile::Claude => {
-            let mut argv: Vec<String> = [
-                "claude",
-                "--print",
-                "--output-format",
-                "stream-json",
-                "--verbose",
-            ]
-            .map(str::to_owned)
-            .to_vec();
+            let mut argv: Vec<String> =
+                ["claude", "--print", "--output-format", "stream-json", "--verbose"].map(str::to_owned).to_vec();
             if let Some(model) = &inv.model {
                 argv.extend(["--model".to_owned(), model.clone()]);
             }
             if let Some(mode) = &inv.permission_mode {
-                argv.extend([
-                    "--permission-mode".to_owned(),
-                    claude_permission_mode(mode).to_owned(),
-                ]);
+                argv.extend(["--permission-mode".to_owned(), claude_permission_mode(mode).to_owned()]);
             }
             if !inv.allowed_tools.is_empty() {
                 argv.extend(["--allowedTools".to_owned(), inv.allowed_tools.join(",")]);
             }
-            AgentCommand {
-                argv,
-                prompt_on_stdin: true,
-            }
+            AgentCommand { argv, prompt_on_stdin: true }
         }
         AgentProfile::Codex => {
             let mut argv: Vec<String> = ["codex", "exec", "--json"].map(str::to_owned).to_vec();
@@ -155,10 +138,7 @@ pub fn build_argv(profile: &AgentProfile, inv: &AgentInvocation) -> AgentCommand
                 codex_sandbox(inv.permission_mode.as_deref()).to_owned(),
                 "-".to_owned(),
             ]);
-            AgentCommand {
-                argv,
-                prompt_on_stdin: true,
-            }
+            AgentCommand { argv, prompt_on_stdin: true }
         }
         AgentProfile::Command { argv_template } => {
             let prompt = inv.prompt_path.to_string_lossy();
@@ -167,24 +147,12 @@ pub fn build_argv(profile: &AgentProfile, inv: &AgentInvocation) -> AgentCommand
             let names_prompt = argv_template.iter().any(|a| a.contains("{prompt_file}"));
             let argv = argv_template
                 .iter()
-                .map(|arg| {
-                    substitute(
-                        arg,
-                        &[("prompt_file", &prompt), ("model", model), ("cwd", &cwd)],
-                    )
-                })
+                .map(|arg| substitute(arg, &[("prompt_file", &prompt), ("model", model), ("cwd", &cwd)]))
                 .collect();
-            AgentCommand {
-                argv,
-                prompt_on_stdin: !names_prompt,
-            }
+            AgentCommand { argv, prompt_on_stdin: !names_prompt }
         }
         AgentProfile::Demo => AgentCommand {
-            argv: vec![
-                inv.baton_exe.to_string_lossy().into_owned(),
-                "agent".to_owned(),
-                "demo".to_owned(),
-            ],
+            argv: vec![inv.baton_exe.to_string_lossy().into_owned(), "agent".to_owned(), "demo".to_owned()],
             prompt_on_stdin: true,
         },
     }
@@ -212,12 +180,7 @@ fn substitute(arg: &str, vars: &[(&str, &str)]) -> String {
 }
 
 /// Parses the captured output of a run of `profile` (the demo agent uses the claude parser).
-pub fn parse_output(
-    profile: &AgentProfile,
-    stdout: &str,
-    stderr: &str,
-    exit: &ExitRecord,
-) -> AgentOutput {
+pub fn parse_output(profile: &AgentProfile, stdout: &str, stderr: &str, exit: &ExitRecord) -> AgentOutput {
     match profile {
         AgentProfile::Claude | AgentProfile::Demo => parse_claude_stream_json(stdout, stderr, exit),
         AgentProfile::Codex => parse_codex_jsonl(stdout, stderr, exit),
@@ -273,22 +236,10 @@ mod tests {
         let cmd = build_argv(&AgentProfile::Codex, &inv());
         assert_eq!(
             strs(&cmd.argv),
-            [
-                "codex",
-                "exec",
-                "--json",
-                "--model",
-                "sonnet",
-                "--sandbox",
-                "workspace-write",
-                "-"
-            ]
+            ["codex", "exec", "--json", "--model", "sonnet", "--sandbox", "workspace-write", "-"]
         );
         assert!(cmd.prompt_on_stdin);
-        let read_only = AgentInvocation {
-            permission_mode: Some("plan".into()),
-            ..AgentInvocation::default()
-        };
+        let read_only = AgentInvocation { permission_mode: Some("plan".into()), ..AgentInvocation::default() };
         assert_eq!(
             strs(&build_argv(&AgentProfile::Codex, &read_only).argv),
             ["codex", "exec", "--json", "--sandbox", "read-only", "-"]
@@ -311,18 +262,10 @@ mod tests {
         let cmd = build_argv(&profile, &i);
         assert_eq!(
             strs(&cmd.argv),
-            [
-                "my-agent",
-                "--prompt=/runs/1/prompt.md",
-                "-m",
-                "{cwd}; rm -rf /",
-                "/wt/1/{unknown}"
-            ]
+            ["my-agent", "--prompt=/runs/1/prompt.md", "-m", "{cwd}; rm -rf /", "/wt/1/{unknown}"]
         );
         assert!(!cmd.prompt_on_stdin);
-        let stdin_profile = AgentProfile::Command {
-            argv_template: vec!["cat".into()],
-        };
+        let stdin_profile = AgentProfile::Command { argv_template: vec!["cat".into()] };
         assert!(build_argv(&stdin_profile, &i).prompt_on_stdin);
     }
 
@@ -335,16 +278,11 @@ mod tests {
 
     #[test]
     fn profiles_round_trip_as_tagged_json() {
-        let p = AgentProfile::Command {
-            argv_template: vec!["x".into()],
-        };
+        let p = AgentProfile::Command { argv_template: vec!["x".into()] };
         let json = serde_json::to_string(&p).unwrap();
         assert_eq!(json, r#"{"kind":"command","argv_template":["x"]}"#);
         assert_eq!(serde_json::from_str::<AgentProfile>(&json).unwrap(), p);
-        assert_eq!(
-            serde_json::from_str::<AgentProfile>(r#"{"kind":"claude"}"#).unwrap(),
-            AgentProfile::Claude
-        );
+        assert_eq!(serde_json::from_str::<AgentProfile>(r#"{"kind":"claude"}"#).unwrap(), AgentProfile::Claude);
     }
 
     #[test]
@@ -364,10 +302,7 @@ mod tests {
         .map(|(k, v)| (k.to_owned(), v.to_owned()));
         let env = agent_env(parent.into_iter());
         let names: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(
-            names,
-            ["PATH", "HOME", "ANTHROPIC_API_KEY", "OPENAI_API_KEY"]
-        );
+        assert_eq!(names, ["PATH", "HOME", "ANTHROPIC_API_KEY", "OPENAI_API_KEY"]);
         assert!(AGENT_ENV_WHITELIST
             .iter()
             .all(|n| !n.starts_with("BATON_") && *n != "GITHUB_TOKEN" && *n != "ADO_PAT"));
@@ -388,14 +323,7 @@ mod tests {
         let out = parse_output(&AgentProfile::Demo, stdout, "", &exit);
         assert!(out.success);
         assert_eq!(out.cost_usd, Some(0.01));
-        let cmd = parse_output(
-            &AgentProfile::Command {
-                argv_template: vec![],
-            },
-            stdout,
-            "",
-            &exit,
-        );
+        let cmd = parse_output(&AgentProfile::Command { argv_template: vec![] }, stdout, "", &exit);
         assert_eq!(cmd.cost_usd, None);
         assert!(!parse_output(&AgentProfile::Codex, stdout, "", &exit).success);
     }

@@ -97,9 +97,7 @@ pub fn parse_definition(text: &str, source: &Path) -> Result<AgentDefinition> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut lines = text.split_inclusive('\n');
     if !lines.next().is_some_and(is_fence) {
-        return Err(anyhow!(
-            "{file}: missing YAML front matter (the file must start with a `---` line)"
-        ));
+        return Err(anyhow!("{file}: missing YAML front matter (the file must start with a `---` line)"));
     }
     let mut yaml = String::new();
     let mut closed = false;
@@ -111,39 +109,22 @@ pub fn parse_definition(text: &str, source: &Path) -> Result<AgentDefinition> {
         yaml.push_str(line);
     }
     if !closed {
-        return Err(anyhow!(
-            "{file}: front matter is not closed by a `---` line"
-        ));
+        return Err(anyhow!("{file}: front matter is not closed by a `---` line"));
     }
     let body: String = lines.collect();
-    let front: FrontMatter =
-        serde_norway::from_str(&yaml).map_err(|e| anyhow!("{file}: invalid front matter: {e}"))?;
+    let front: FrontMatter = serde_norway::from_str(&yaml).map_err(|e| anyhow!("{file}: invalid front matter: {e}"))?;
     let name = front
         .name
         .map(|n| n.trim().to_owned())
         .filter(|n| !n.is_empty())
         .ok_or_else(|| anyhow!("{file}: front matter has no `name`"))?;
-    if !name
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-    {
-        return Err(anyhow!(
-            "{file}: invalid agent name `{name}` (letters, digits, `-`, `_`, `.` only)"
-        ));
+    if !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) {
+        return Err(anyhow!("{file}: invalid agent name `{name}` (letters, digits, `-`, `_`, `.` only)"));
     }
     let tools = match front.tools {
         None => Vec::new(),
-        Some(Tools::Csv(csv)) => csv
-            .split(',')
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .map(str::to_owned)
-            .collect(),
-        Some(Tools::List(list)) => list
-            .into_iter()
-            .map(|t| t.trim().to_owned())
-            .filter(|t| !t.is_empty())
-            .collect(),
+        Some(Tools::Csv(csv)) => csv.split(',').map(str::trim).filter(|t| !t.is_empty()).map(str::to_owned).collect(),
+        Some(Tools::List(list)) => list.into_iter().map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()).collect(),
     };
     let clean = |v: Option<String>| v.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
     Ok(AgentDefinition {
@@ -166,9 +147,7 @@ fn markdown_files(dir: &Path) -> Result<Vec<PathBuf>> {
     };
     let mut files = Vec::new();
     for entry in entries {
-        let path = entry
-            .with_context(|| format!("reading {}", dir.display()))?
-            .path();
+        let path = entry.with_context(|| format!("reading {}", dir.display()))?.path();
         if path.extension().is_some_and(|ext| ext == "md") && path.is_file() {
             files.push(path);
         }
@@ -187,8 +166,7 @@ pub fn load_roster(repo_root: &Path) -> Result<Roster> {
     for dir in [repo_root.join("agents"), repo_root.join(".claude/agents")] {
         let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
         for path in markdown_files(&dir)? {
-            let text =
-                fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+            let text = fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
             let def = parse_definition(&text, &path)?;
             if let Some(first) = seen.insert(def.name.clone(), path.clone()) {
                 return Err(anyhow!(
@@ -223,24 +201,14 @@ mod tests {
         let roster = load_roster(repo.path()).unwrap();
         assert_eq!(roster.len(), 4);
         let names: Vec<&str> = roster.iter().map(|d| d.name.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "architect",
-                "backend-engineer--python",
-                "code-reviewer",
-                "test-engineer"
-            ]
-        );
+        assert_eq!(names, ["architect", "backend-engineer--python", "code-reviewer", "test-engineer"]);
         let arch = roster.get("architect").unwrap();
         assert_eq!(arch.model.as_deref(), Some("opus"));
         assert_eq!(arch.tools, ["Read", "Glob", "Grep"]);
         assert_eq!(arch.permission_mode.as_deref(), Some("default"));
         assert!(arch.description.starts_with("Specialist for system design"));
         assert!(arch.instructions.starts_with("# Software Architect\n"));
-        assert!(arch
-            .instructions
-            .ends_with("design decisions for the project."));
+        assert!(arch.instructions.ends_with("design decisions for the project."));
         assert_eq!(arch.source, agents.join("architect.md"));
         let py = roster.get("backend-engineer--python").unwrap();
         assert_eq!(py.permission_mode.as_deref(), Some("auto-edit"));
@@ -254,11 +222,7 @@ mod tests {
         let claude = repo.path().join(".claude/agents");
         fs::create_dir_all(&agents).unwrap();
         fs::create_dir_all(&claude).unwrap();
-        fs::write(
-            agents.join("rev.md"),
-            "---\nname: rev\ndescription: old\n---\nold body\n",
-        )
-        .unwrap();
+        fs::write(agents.join("rev.md"), "---\nname: rev\ndescription: old\n---\nold body\n").unwrap();
         fs::write(
             claude.join("rev.md"),
             "---\r\nname: rev\r\ndescription: new\r\nmodel: inherit\r\ntools:\r\n  - Read\r\n  - Bash(git diff:*)\r\n---\r\n\r\nNew body.\r\n",
@@ -305,10 +269,7 @@ mod tests {
         fs::write(agents.join("a.md"), "---\nname: same\n---\n").unwrap();
         fs::write(agents.join("b.md"), "---\nname: same\n---\n").unwrap();
         let err = format!("{:#}", load_roster(repo.path()).unwrap_err());
-        assert!(
-            err.contains("b.md") && err.contains("a.md") && err.contains("`same`"),
-            "{err}"
-        );
+        assert!(err.contains("b.md") && err.contains("a.md") && err.contains("`same`"), "{err}");
     }
 
     #[test]
@@ -318,9 +279,6 @@ mod tests {
         fs::create_dir_all(&agents).unwrap();
         fs::write(agents.join("x.md"), "# just markdown\n").unwrap();
         let err = format!("{:#}", load_roster(repo.path()).unwrap_err());
-        assert!(
-            err.contains("x.md") && err.contains("front matter"),
-            "{err}"
-        );
+        assert!(err.contains("x.md") && err.contains("front matter"), "{err}");
     }
 }

@@ -174,11 +174,7 @@ pub enum SuperviseError {
 ///
 /// The ids are used as single path components; the caller passes validated ids (no `/`, no `..`).
 pub fn run_dir(data_dir: &Path, task_id: &str, step_id: &str, attempt: u32) -> PathBuf {
-    data_dir
-        .join("runs")
-        .join(task_id)
-        .join(step_id)
-        .join(attempt.to_string())
+    data_dir.join("runs").join(task_id).join(step_id).join(attempt.to_string())
 }
 
 /// Creates `run_dir` (and parents) and writes `spec` as `attempt.json` atomically.
@@ -186,13 +182,9 @@ pub fn run_dir(data_dir: &Path, task_id: &str, step_id: &str, attempt: u32) -> P
 /// Errors if the directory was already used by a shim (`started.json` or `exit.json` exists) or
 /// on IO failure. The prompt file, if any, is the caller's to write.
 pub fn prepare_run_dir(run_dir: &Path, spec: &AttemptSpec) -> Result<()> {
-    fs::create_dir_all(run_dir)
-        .with_context(|| format!("creating run directory {}", run_dir.display()))?;
+    fs::create_dir_all(run_dir).with_context(|| format!("creating run directory {}", run_dir.display()))?;
     if run_dir.join(STARTED_FILE).exists() || run_dir.join(EXIT_FILE).exists() {
-        return Err(anyhow!(
-            "run directory {} was already used by a shim",
-            run_dir.display()
-        ));
+        return Err(anyhow!("run directory {} was already used by a shim", run_dir.display()));
     }
     let bytes = serde_json::to_vec_pretty(spec).context("serializing attempt spec")?;
     write_atomic(run_dir, ATTEMPT_FILE, &bytes)
@@ -268,25 +260,17 @@ fn read_spec(run_dir: &Path) -> Result<AttemptSpec, String> {
 }
 
 /// Starts the agent, records `started.json`, waits (enforcing the timeout). `Err` is a spawn error.
-fn run_agent(
-    run_dir: &Path,
-    spec: &AttemptSpec,
-    started_at: &str,
-) -> Result<(ExitStatus, bool), String> {
+fn run_agent(run_dir: &Path, spec: &AttemptSpec, started_at: &str) -> Result<(ExitStatus, bool), String> {
     let Some(program) = spec.argv.first() else {
         return Err("attempt argv is empty".to_owned());
     };
     if !spec.cwd.is_dir() {
-        return Err(format!(
-            "working directory `{}` does not exist",
-            spec.cwd.display()
-        ));
+        return Err(format!("working directory `{}` does not exist", spec.cwd.display()));
     }
     let stdin = match &spec.prompt_file {
         Some(prompt) => {
             let path = run_dir.join(prompt);
-            let file = File::open(&path)
-                .map_err(|e| format!("opening prompt file {}: {e}", path.display()))?;
+            let file = File::open(&path).map_err(|e| format!("opening prompt file {}: {e}", path.display()))?;
             Stdio::from(file)
         }
         None => Stdio::null(),
@@ -368,14 +352,10 @@ fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
     let tmp = dir.join(format!(".{name}.tmp"));
     let target = dir.join(name);
     let mut file = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    file.write_all(bytes)
-        .and_then(|()| file.sync_all())
-        .with_context(|| format!("writing {}", tmp.display()))?;
+    file.write_all(bytes).and_then(|()| file.sync_all()).with_context(|| format!("writing {}", tmp.display()))?;
     drop(file);
     fs::rename(&tmp, &target).with_context(|| format!("renaming to {}", target.display()))?;
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .with_context(|| format!("syncing directory {}", dir.display()))?;
+    File::open(dir).and_then(|d| d.sync_all()).with_context(|| format!("syncing directory {}", dir.display()))?;
     Ok(())
 }
 
@@ -404,9 +384,7 @@ pub fn read_output(run_dir: &Path) -> Result<(String, String)> {
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>> {
     match fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .with_context(|| format!("parsing {}", path.display())),
+        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).with_context(|| format!("parsing {}", path.display())),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
     }
@@ -460,10 +438,7 @@ pub fn kill_attempt(run_dir: &Path) -> Result<bool> {
         .map_err(|_| anyhow!("bad agent_pgid {} in started.json", started.agent_pgid))?;
     let pgid = Pid::from_raw(raw);
     if raw <= 1 || pgid == nix::unistd::getpgrp() {
-        return Err(anyhow!(
-            "refusing to kill process group {raw} named in {}",
-            run_dir.join(STARTED_FILE).display()
-        ));
+        return Err(anyhow!("refusing to kill process group {raw} named in {}", run_dir.join(STARTED_FILE).display()));
     }
     match killpg(pgid, Signal::SIGKILL) {
         Ok(()) => Ok(true),
@@ -525,13 +500,10 @@ impl LaunchedAttempt {
 /// per live attempt). Callable outside a tokio runtime; [`LaunchedAttempt::wait`] needs one.
 /// Errors if `run_dir` has no `attempt.json` or the shim cannot be spawned.
 pub fn launch(baton_exe: &Path, run_dir: &Path) -> Result<LaunchedAttempt> {
-    let run_dir = std::path::absolute(run_dir)
-        .with_context(|| format!("resolving run directory {}", run_dir.display()))?;
+    let run_dir =
+        std::path::absolute(run_dir).with_context(|| format!("resolving run directory {}", run_dir.display()))?;
     if !run_dir.join(ATTEMPT_FILE).is_file() {
-        return Err(anyhow!(
-            "run directory {} has no {ATTEMPT_FILE}",
-            run_dir.display()
-        ));
+        return Err(anyhow!("run directory {} has no {ATTEMPT_FILE}", run_dir.display()));
     }
     let mut child = Command::new(baton_exe)
         .arg("__attempt")
@@ -541,13 +513,7 @@ pub fn launch(baton_exe: &Path, run_dir: &Path) -> Result<LaunchedAttempt> {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .with_context(|| {
-            format!(
-                "starting attempt shim `{} __attempt {}`",
-                baton_exe.display(),
-                run_dir.display()
-            )
-        })?;
+        .with_context(|| format!("starting attempt shim `{} __attempt {}`", baton_exe.display(), run_dir.display()))?;
     let shim_pid = child.id();
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
@@ -557,11 +523,7 @@ pub fn launch(baton_exe: &Path, run_dir: &Path) -> Result<LaunchedAttempt> {
             let _ = tx.send(());
         })
         .context("starting the shim reaper thread")?;
-    Ok(LaunchedAttempt {
-        shim_pid,
-        run_dir,
-        exited: rx,
-    })
+    Ok(LaunchedAttempt { shim_pid, run_dir, exited: rx })
 }
 
 #[cfg(test)]
@@ -573,10 +535,7 @@ mod tests {
         AttemptSpec {
             argv: argv.iter().map(|s| (*s).to_owned()).collect(),
             cwd: dir.to_path_buf(),
-            env: vec![(
-                "PATH".to_owned(),
-                std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".to_owned()),
-            )],
+            env: vec![("PATH".to_owned(), std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".to_owned()))],
             prompt_file: None,
             timeout_secs,
         }
@@ -595,19 +554,13 @@ mod tests {
     fn is_dead(pid: i32) -> bool {
         match fs::read_to_string(format!("/proc/{pid}/stat")) {
             Err(_) => true,
-            Ok(stat) => stat
-                .rsplit(')')
-                .next()
-                .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+            Ok(stat) => stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
         }
     }
 
     #[test]
     fn run_dir_layout() {
-        assert_eq!(
-            run_dir(Path::new("/data"), "T-1", "1.2", 3),
-            PathBuf::from("/data/runs/T-1/1.2/3")
-        );
+        assert_eq!(run_dir(Path::new("/data"), "T-1", "1.2", 3), PathBuf::from("/data/runs/T-1/1.2/3"));
     }
 
     #[test]
@@ -649,10 +602,7 @@ mod tests {
     fn missing_binary_is_a_spawn_error() {
         let (_tmp, run) = prepared(&["baton-no-such-agent-binary", "x"], 0);
         let record = supervise(&run).unwrap();
-        assert_eq!(
-            record.spawn_error.as_deref(),
-            Some("agent binary `baton-no-such-agent-binary` not found")
-        );
+        assert_eq!(record.spawn_error.as_deref(), Some("agent binary `baton-no-such-agent-binary` not found"));
         assert_eq!((record.exit_code, record.signal), (None, None));
         assert!(read_started(&run).unwrap().is_none());
         assert!(matches!(inspect(&run).unwrap(), AttemptState::Finished(_)));
@@ -683,10 +633,7 @@ mod tests {
         fs::write(run.join("prompt.md"), "do the `thing`; $(rm -rf /)\n").unwrap();
         let record = supervise(&run).unwrap();
         assert!(record.exited_cleanly());
-        assert_eq!(
-            read_output(&run).unwrap().0,
-            "do the `thing`; $(rm -rf /)\n"
-        );
+        assert_eq!(read_output(&run).unwrap().0, "do the `thing`; $(rm -rf /)\n");
     }
 
     #[test]
@@ -699,14 +646,7 @@ mod tests {
 
     #[test]
     fn timeout_kills_the_whole_group() {
-        let (tmp, run) = prepared(
-            &[
-                "sh",
-                "-c",
-                "sleep 30 & echo $! > bg.pid; echo hi; sleep 30; echo never",
-            ],
-            1,
-        );
+        let (tmp, run) = prepared(&["sh", "-c", "sleep 30 & echo $! > bg.pid; echo hi; sleep 30; echo never"], 1);
         let watch = Stopwatch::start();
         let record = supervise(&run).unwrap();
         assert!(watch.elapsed() < Duration::from_secs(5));
@@ -715,11 +655,7 @@ mod tests {
         assert_eq!(record.signal, Some(15));
         assert_eq!(record.describe(), "killed by signal 15 after the timeout");
         assert_eq!(read_output(&run).unwrap().0, "hi\n");
-        let bg: i32 = fs::read_to_string(tmp.path().join("work/bg.pid"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
+        let bg: i32 = fs::read_to_string(tmp.path().join("work/bg.pid")).unwrap().trim().parse().unwrap();
         let deadline = Stopwatch::start();
         while !is_dead(bg) && deadline.elapsed() < Duration::from_secs(3) {
             std::thread::sleep(Duration::from_millis(20));
@@ -743,10 +679,7 @@ mod tests {
     fn run_dir_is_single_use() {
         let (_tmp, run) = prepared(&["true"], 0);
         supervise(&run).unwrap();
-        assert!(matches!(
-            supervise(&run),
-            Err(SuperviseError::AlreadyUsed(_))
-        ));
+        assert!(matches!(supervise(&run), Err(SuperviseError::AlreadyUsed(_))));
         assert!(prepare_run_dir(&run, &spec(&run, &["true"], 0)).is_err());
     }
 
@@ -758,10 +691,7 @@ mod tests {
         let _probe = Flock::lock(File::open(&lock).unwrap(), FlockArg::LockSharedNonblock).unwrap();
         assert_eq!(inspect(tmp.path()).unwrap(), AttemptState::NotStarted);
         let shim = Flock::lock(File::open(&lock).unwrap(), FlockArg::LockExclusiveNonblock);
-        assert!(
-            shim.is_err(),
-            "a shim cannot lock while a probe holds the lock"
-        );
+        assert!(shim.is_err(), "a shim cannot lock while a probe holds the lock");
     }
 
     #[test]
@@ -776,11 +706,7 @@ mod tests {
             agent_pgid: 999_999,
             started_at: "2026-01-01T00:00:00+00:00".into(),
         };
-        fs::write(
-            tmp.path().join(STARTED_FILE),
-            serde_json::to_vec(&started).unwrap(),
-        )
-        .unwrap();
+        fs::write(tmp.path().join(STARTED_FILE), serde_json::to_vec(&started).unwrap()).unwrap();
         assert_eq!(inspect(tmp.path()).unwrap(), AttemptState::Died);
     }
 
@@ -788,18 +714,10 @@ mod tests {
     fn kill_attempt_refuses_dangerous_groups_and_tolerates_gone_ones() {
         let tmp = tempfile::tempdir().unwrap();
         assert!(!kill_attempt(tmp.path()).unwrap());
-        let mut started = StartedRecord {
-            shim_pid: 1,
-            agent_pid: 1,
-            agent_pgid: 1,
-            started_at: "2026-01-01T00:00:00+00:00".into(),
-        };
+        let mut started =
+            StartedRecord { shim_pid: 1, agent_pid: 1, agent_pgid: 1, started_at: "2026-01-01T00:00:00+00:00".into() };
         let write = |s: &StartedRecord| {
-            fs::write(
-                tmp.path().join(STARTED_FILE),
-                serde_json::to_vec(s).unwrap(),
-            )
-            .unwrap();
+            fs::write(tmp.path().join(STARTED_FILE), serde_json::to_vec(s).unwrap()).unwrap();
         };
         write(&started);
         assert!(kill_attempt(tmp.path()).is_err());
@@ -813,9 +731,7 @@ mod tests {
 
     fn wait_for_running(run: &Path) {
         let watch = Stopwatch::start();
-        while !(inspect(run).unwrap() == AttemptState::Running
-            && read_started(run).unwrap().is_some())
-        {
+        while !(inspect(run).unwrap() == AttemptState::Running && read_started(run).unwrap().is_some()) {
             assert!(watch.elapsed() < Duration::from_secs(5), "never running");
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -852,28 +768,15 @@ mod tests {
     #[tokio::test]
     async fn wait_until_finished_reports_dead_and_unstarted_attempts() {
         let tmp = tempfile::tempdir().unwrap();
-        assert!(matches!(
-            wait_until_finished(tmp.path()).await,
-            Err(WaitError::NotStarted(_))
-        ));
-        fs::write(
-            tmp.path().join(STARTED_FILE),
-            r#"{"shim_pid":1,"agent_pid":2,"agent_pgid":2,"started_at":"x"}"#,
-        )
-        .unwrap();
-        assert!(matches!(
-            wait_until_finished(tmp.path()).await,
-            Err(WaitError::Died(_))
-        ));
+        assert!(matches!(wait_until_finished(tmp.path()).await, Err(WaitError::NotStarted(_))));
+        fs::write(tmp.path().join(STARTED_FILE), r#"{"shim_pid":1,"agent_pid":2,"agent_pgid":2,"started_at":"x"}"#)
+            .unwrap();
+        assert!(matches!(wait_until_finished(tmp.path()).await, Err(WaitError::Died(_))));
     }
 
     /// A stand-in for `baton` whose `__attempt` writes a canned exit record (or none).
     fn fake_baton(dir: &Path, writes_record: bool) -> PathBuf {
-        let exe = dir.join(if writes_record {
-            "baton-ok"
-        } else {
-            "baton-crash"
-        });
+        let exe = dir.join(if writes_record { "baton-ok" } else { "baton-crash" });
         let body = if writes_record {
             r#"[ "$1" = __attempt ] || exit 9
 sleep 0.3

@@ -1,0 +1,118 @@
+//! `baton demo`: Baton's main job on embedded defaults, with no API key.
+//!
+//! Creates (once) a small git repository under the data dir, writes an example plan (three
+//! phases: a design step behind an approval, a parallel pair behind a real test gate, a
+//! review), runs it with the bundled demo agent — approving the approval automatically with a
+//! printed notice — and ends by printing the feature branch and its `git log`.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+
+use crate::cli::RunArgs;
+use crate::clock;
+use crate::git::{self, GitRepo};
+use crate::runtime::config::DataDir;
+use crate::runtime::{blocking, driver, write_atomic};
+
+const CHECK_SCRIPT: &str = "#!/bin/sh\n\
+# The demo's test gate: every deliverable of the build phase must exist and be non-empty.\n\
+set -e\n\
+for f in docs/design.md src/greeting.md tests/greeting_check.md; do\n\
+  test -s \"$f\" || { echo \"missing $f\"; exit 1; }\n\
+done\n\
+echo \"all deliverables present\"\n";
+
+const README: &str = "# Greeting service\n\nA tiny repository that `baton demo` works on.\n";
+
+const ARCHITECT: &str = "---\nname: architect\ndescription: Designs the change before anyone builds it.\nmodel: opus\ntools: Read, Write\n---\nYou design changes: write the design note the others build from.\n";
+
+/// The demo's example plan for `task_id` (agent-baton `plan.json` format).
+pub fn demo_plan(task_id: &str) -> serde_json::Value {
+    serde_json::json!({
+        "task_id": task_id,
+        "task_summary": "Add a greeting to the greeting service, designed, built, tested and reviewed.",
+        "risk_level": "MEDIUM",
+        "phases": [
+            {
+                "phase_id": 1,
+                "name": "Design",
+                "steps": [{
+                    "step_id": "1.1", "agent_name": "architect", "model": "opus",
+                    "task_description": "Write the design note for the greeting.",
+                    "deliverables": ["docs/design.md"], "allowed_paths": ["docs/"],
+                    "step_type": "planning", "expected_outcome": "A design note the build phase can follow."
+                }],
+                "approval_required": true,
+                "approval_description": "Review the design note (docs/design.md) before the build starts."
+            },
+            {
+                "phase_id": 2,
+                "name": "Build",
+                "steps": [
+                    {
+                        "step_id": "2.1", "agent_name": "backend-engineer",
+                        "task_description": "Implement the greeting as described in the design note.",
+                        "depends_on": ["1.1"], "deliverables": ["src/greeting.md"], "allowed_paths": ["src/"]
+                    },
+                    {
+                        "step_id": "2.2", "agent_name": "test-engineer",
+                        "task_description": "Write the check that the greeting exists.",
+                        "depends_on": ["1.1"], "deliverables": ["tests/greeting_check.md"], "allowed_paths": ["tests/"],
+                        "step_type": "testing"
+                    }
+                ],
+                "gate": { "gate_type": "test", "command": "sh scripts/check.sh", "description": "Every deliverable exists." }
+            },
+            {
+                "phase_id": 3,
+                "name": "Review",
+                "steps": [{
+                    "step_id": "3.1", "agent_name": "code-reviewer", "step_type": "reviewing",
+                    "task_description": "Review the change and write the review notes.",
+                    "depends_on": ["2.1", "2.2"], "deliverables": ["docs/review.md"], "allowed_paths": ["docs/"]
+                }]
+            }
+        ]
+    })
+}
+
+/// Runs the demo in `data_dir`; exit code 0 when the execution completes.
+pub async fn run_demo(data_dir: &Path) -> anyhow::Result<ExitCode> {
+    let data = DataDir::open(data_dir)?;
+    let repo_path = data.root().join("demo").join("repo");
+    let repo = if repo_path.join(".git").exists() {
+        let p = repo_path.clone();
+        blocking(move || GitRepo::open(&p)).await??
+    } else {
+        println!("Creating the demo repository at {}", repo_path.display());
+        let p = repo_path.clone();
+        blocking(move || {
+            git::init_repository(
+                &p,
+                &[("README.md", README), ("scripts/check.sh", CHECK_SCRIPT), ("agents/architect.md", ARCHITECT)],
+                "Initial commit of the demo repository",
+            )
+        })
+        .await??
+    };
+    let task_id = format!("demo-{}", clock::now().format("%Y%m%d-%H%M%S-%3f"));
+    let plan_path = data.root().join("demo").join(format!("{task_id}.plan.json"));
+    write_atomic(&plan_path, serde_json::to_string_pretty(&demo_plan(&task_id))?.as_bytes())?;
+    println!("Running plan {} with the demo agent (no API key needed)\n", plan_path.display());
+    let args = RunArgs {
+        plan: Some(plan_path),
+        task_id: None,
+        repo: repo.root().to_path_buf(),
+        agent: "demo".into(),
+        base: None,
+        max_parallel: None,
+        auto_approve: true,
+    };
+    let code = driver::run(data.clone(), args).await.context("running the demo plan")?;
+    println!();
+    driver::print_branch_log(&repo, &driver::feature_branch(&task_id), 20).await?;
+    println!("\nInspect it with: git -C {} log --stat {}", repo.root().display(), driver::feature_branch(&task_id));
+    Ok(code)
+}

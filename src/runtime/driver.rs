@@ -1,0 +1,783 @@
+//! `baton execute run`: the headless driver of one execution.
+//!
+//! It asks the engine for actions and carries out DISPATCH (real agent processes, each attempt
+//! in a fresh worktree of the feature branch `baton/<task_id>`) and GATE (the plan's command in
+//! an integration worktree) itself; on APPROVAL / FEEDBACK / INTERACT it prints the action and
+//! exits 3 with everything saved, so the next `run` continues. Never a busy loop: it waits on
+//! agent exits.
+//!
+//! Crash safety: a dispatch is journaled before the launch; each agent runs under the detached
+//! `baton __attempt` shim. On start the driver recovers every in-flight attempt: never started →
+//! launch it; still running (its lock held) → re-adopt it; finished while baton was down →
+//! harvest its exit record; died → kill its process group and run it again in a fresh worktree.
+//! Completed steps never run again. `BATON_CRASH_AT=<point>` makes the process exit at a named
+//! point (see [`CRASH_POINTS`]) so tests can prove it.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+use tokio::task::JoinSet;
+
+use crate::cli::{self, RunArgs};
+use crate::clock;
+use crate::engine;
+use crate::git::{self, CommitIdentity, GitRepo, PickOutcome};
+use crate::model::action::{Action, DispatchAction, GateAction};
+use crate::model::event::{Event, EventKind, RecordStatus};
+use crate::model::plan::MachinePlan;
+use crate::model::state::{ApprovalDecision, ExecutionState, StepStatus};
+use crate::runtime::agent::output::tail;
+use crate::runtime::agent::profile::{agent_env, build_argv, parse_output, AgentInvocation, AgentProfile};
+use crate::runtime::agent::roster::{load_roster, Roster};
+use crate::runtime::agent::shim::{self, AttemptSpec, AttemptState, ExitRecord, WaitError};
+use crate::runtime::config::{Config, DataDir};
+use crate::runtime::executions::{BadInput, Executions};
+use crate::runtime::{blocking, lease, write_atomic};
+
+/// Named crash points (`BATON_CRASH_AT`): after a dispatch is journaled but before the launch;
+/// after the launch; after an attempt's commit is on the feature branch but before its result
+/// is recorded; after a result is recorded; after a gate ran but before its result is recorded.
+pub const CRASH_POINTS: &[&str] =
+    &["after-dispatch", "after-launch", "after-consolidate", "after-record", "before-gate-record"];
+
+fn crash_point(name: &str) {
+    if std::env::var("BATON_CRASH_AT").is_ok_and(|v| v == name) {
+        eprintln!("baton: crashing at {name} (BATON_CRASH_AT)");
+        std::process::exit(137);
+    }
+}
+
+/// What a run remembers about its execution (`runs/<task_id>/execution.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunMeta {
+    /// The repository worked on.
+    pub repo: PathBuf,
+    /// Where the feature branch started.
+    pub base_sha: String,
+    /// `baton/<task_id>`.
+    pub branch: String,
+    /// Default agent profile.
+    pub profile: String,
+}
+
+/// What a run directory remembers about its attempt (`baton.json` beside `attempt.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct LaunchMeta {
+    step_id: String,
+    attempt: u32,
+    agent_name: String,
+    profile: AgentProfile,
+    worktree: PathBuf,
+    base_sha: String,
+    automation: bool,
+}
+
+const META_FILE: &str = "baton.json";
+
+/// The feature branch of an execution.
+pub fn feature_branch(task_id: &str) -> String {
+    format!("baton/{task_id}")
+}
+
+fn meta_path(data: &DataDir, task_id: &str) -> PathBuf {
+    data.runs(task_id).join("execution.json")
+}
+
+struct Driver {
+    execs: Executions,
+    data: DataDir,
+    config: Config,
+    repo: GitRepo,
+    meta: RunMeta,
+    roster: Roster,
+    default_profile: String,
+    cap: usize,
+    env: Vec<(String, String)>,
+    baton_exe: PathBuf,
+    auto_approve: bool,
+    inflight: JoinSet<Finished>,
+    running: usize,
+}
+
+struct Finished {
+    step_id: String,
+    attempt: u32,
+    run_dir: PathBuf,
+    result: Result<ExitRecord, WaitError>,
+}
+
+/// Runs (or resumes) an execution headlessly; returns the exit code of the final action.
+///
+/// Errors: a bad plan, a missing repository, an execution that is complete or cancelled, or an
+/// execution driven by another process ([`BadInput`], exit 2); internal failures (exit 1).
+pub async fn run(data: DataDir, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let config = data.config()?;
+    let execs = Executions::open(data.clone()).await?;
+    let plan = match &args.plan {
+        Some(path) => {
+            let plan = cli::read_plan(path)?;
+            if let Err(problems) = engine::validate(&plan) {
+                let lines: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
+                return Err(BadInput(format!("{} is not a valid plan:\n{}", path.display(), lines.join("\n"))).into());
+            }
+            Some(plan)
+        }
+        None => None,
+    };
+    let task_id = match (&plan, &args.task_id) {
+        (Some(p), _) => p.task_id.clone(),
+        (None, Some(id)) => id.clone(),
+        (None, None) => return Err(BadInput("execute run needs --plan FILE or --task-id ID".into()).into()),
+    };
+    let existing = execs.load(&task_id).await?;
+    if let Some(state) = &existing {
+        if state.status.is_final() {
+            return Err(BadInput(format!(
+                "execution {task_id} is {}; nothing to run (start a new plan with another task_id)",
+                state.status
+            ))
+            .into());
+        }
+    }
+    let (state, meta) = match existing {
+        Some(state) => {
+            let path = meta_path(&data, &task_id);
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                BadInput(format!("execution {task_id} was not started by `execute run` ({}: {e})", path.display()))
+            })?;
+            let meta: RunMeta = serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
+            eprintln!("resuming execution {task_id} ({})", state.status);
+            (state, meta)
+        }
+        None => {
+            let Some(plan) = plan else {
+                return Err(BadInput(format!("no execution with task id {task_id}")).into());
+            };
+            let (state, meta) = create(&execs, &data, plan, &args).await?;
+            eprintln!("started execution {task_id} on branch {}", meta.branch);
+            (state, meta)
+        }
+    };
+    let repo = {
+        let path = meta.repo.clone();
+        blocking(move || GitRepo::open(&path)).await?.map_err(|e| BadInput(format!("repository of {task_id}: {e}")))?
+    };
+    let root = repo.root().to_path_buf();
+    let roster = blocking(move || load_roster(&root)).await?.map_err(|e| BadInput(format!("{e:#}")))?;
+    let mut cap = args.max_parallel.unwrap_or(config.runtime.max_parallel).max(1);
+    if let Some(limit) =
+        state.plan.resource_limits.as_ref().map(|l| l.max_concurrent_agents as usize).filter(|n| *n > 0)
+    {
+        cap = cap.min(limit);
+    }
+    let lease = lease::acquire(execs.store(), &task_id).await?;
+    let mut driver = Driver {
+        execs,
+        data,
+        config,
+        repo,
+        meta,
+        roster,
+        default_profile: args.agent.clone(),
+        cap,
+        env: agent_env(std::env::vars()),
+        baton_exe: std::env::current_exe().context("locating the baton executable")?,
+        auto_approve: args.auto_approve,
+        inflight: JoinSet::new(),
+        running: 0,
+    };
+    let outcome = driver.drive(state, &lease).await;
+    lease.release().await?;
+    outcome
+}
+
+async fn create(
+    execs: &Executions,
+    data: &DataDir,
+    plan: MachinePlan,
+    args: &RunArgs,
+) -> anyhow::Result<(ExecutionState, RunMeta)> {
+    let path = args.repo.clone();
+    let repo = blocking(move || GitRepo::open(&path))
+        .await?
+        .map_err(|e| BadInput(format!("--repo {}: {e}", args.repo.display())))?;
+    let base = args.base.clone();
+    let r = repo.clone();
+    let base_sha = blocking(move || match base {
+        Some(rev) => r.resolve(&rev),
+        None => r.head_branch().map(|(_, sha)| sha),
+    })
+    .await?
+    .map_err(|e| BadInput(format!("--base: {e}")))?;
+    // Validate the plan fully (team steps, …) before anything is written.
+    engine::start(plan.clone(), &clock::now_rfc3339()).map_err(|e| BadInput(e.to_string()))?;
+    let branch = feature_branch(&plan.task_id);
+    let (r, b, s) = (repo.clone(), branch.clone(), base_sha.clone());
+    blocking(move || r.ensure_branch(&b, &s)).await?.map_err(|e| BadInput(format!("creating branch {branch}: {e}")))?;
+    let meta = RunMeta { repo: repo.root().to_path_buf(), base_sha, branch, profile: args.agent.clone() };
+    let path = meta_path(data, &plan.task_id);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    write_atomic(&path, serde_json::to_string_pretty(&meta)?.as_bytes())?;
+    let state = execs.create(plan).await?;
+    Ok((state, meta))
+}
+
+impl Driver {
+    async fn record(&self, state: &mut ExecutionState, kind: EventKind, key: String) -> anyhow::Result<()> {
+        let event = Event::new(kind).by("baton").with_key(key);
+        self.execs.record(state, event).await?;
+        Ok(())
+    }
+
+    async fn drive(&mut self, mut state: ExecutionState, lease: &lease::Lease) -> anyhow::Result<ExitCode> {
+        self.recover(&mut state).await?;
+        let mut last_renew = clock::Stopwatch::start();
+        loop {
+            if last_renew.elapsed() > Duration::from_secs(10) {
+                lease.renew().await?;
+                last_renew = clock::Stopwatch::start();
+            }
+            let action = engine::next_action(&state);
+            match &action {
+                Action::Checkpoint(c) => {
+                    eprintln!("checkpoint before phase {}: {}", c.phase_id, c.reason);
+                    let key = format!("checkpoint:{}:{}", state.task_id, state.checkpoint.count + 1);
+                    self.record(&mut state, EventKind::CheckpointAcknowledged, key).await?;
+                }
+                Action::Dispatch(_) => {
+                    let ready = engine::next_actions(&state);
+                    let free = self.cap.saturating_sub(self.running);
+                    if free == 0 || ready.is_empty() {
+                        self.wait_one(&mut state).await?;
+                        continue;
+                    }
+                    for a in ready.into_iter().take(free) {
+                        if let Action::Dispatch(d) = a {
+                            self.dispatch(&mut state, &d).await?;
+                        }
+                    }
+                }
+                Action::Wait { .. } => {
+                    if self.running == 0 {
+                        anyhow::bail!("execution {} waits for in-flight steps that no process runs", state.task_id);
+                    }
+                    self.wait_one(&mut state).await?;
+                }
+                Action::Gate(g) => {
+                    if self.running > 0 {
+                        self.wait_one(&mut state).await?;
+                        continue;
+                    }
+                    self.gate(&mut state, g).await?;
+                }
+                Action::Approval(a) if self.auto_approve => {
+                    eprintln!("notice: approving phase {} automatically (baton demo): {}", a.phase_id, a.message);
+                    let kind = EventKind::ApprovalRecorded {
+                        phase_id: a.phase_id,
+                        result: ApprovalDecision::Approve,
+                        feedback: "approved automatically by baton demo".into(),
+                    };
+                    let key = format!("approval:{}:{}:{}", state.task_id, a.phase_id, state.approval_results.len());
+                    let event = Event::new(kind).by("baton demo (auto-approve)").with_key(key);
+                    self.execs.record(&mut state, event).await?;
+                }
+                Action::Approval(_) | Action::Feedback(_) | Action::Interact(_) => {
+                    if self.running > 0 {
+                        self.wait_one(&mut state).await?;
+                        continue;
+                    }
+                    return Ok(cli::print_action(&action, &state.task_id, false));
+                }
+                Action::Complete { .. } => {
+                    if self.running > 0 {
+                        self.wait_one(&mut state).await?;
+                        continue;
+                    }
+                    let key = format!("complete:{}", state.task_id);
+                    self.record(&mut state, EventKind::Completed, key).await?;
+                    let done = engine::next_action(&state);
+                    let code = cli::print_action(&done, &state.task_id, false);
+                    println!("Feature branch: {}", self.meta.branch);
+                    return Ok(code);
+                }
+                Action::Failed { .. } => {
+                    if self.running > 0 {
+                        self.wait_one(&mut state).await?;
+                        continue;
+                    }
+                    return Ok(cli::print_action(&action, &state.task_id, false));
+                }
+            }
+        }
+    }
+
+    /// Resolves how an agent name runs: (profile, model, permission mode, tools, timeout).
+    fn resolve_agent(
+        &self,
+        agent: &str,
+        step_model: &str,
+    ) -> anyhow::Result<(AgentProfile, AgentInvocationParts, u64)> {
+        let cfg = self.config.agents.get(agent);
+        let def = self.roster.get(agent);
+        let profile_name = cfg.and_then(|c| c.profile.clone()).unwrap_or_else(|| self.default_profile.clone());
+        let profile = match profile_name.as_str() {
+            "claude" => AgentProfile::Claude,
+            "codex" => AgentProfile::Codex,
+            "demo" => AgentProfile::Demo,
+            "command" => {
+                let template = cfg.and_then(|c| c.command.clone()).filter(|t| !t.is_empty()).ok_or_else(|| {
+                    BadInput(format!(
+                        "agent {agent}: profile `command` needs `command = [...]` in [agents.{agent}] of baton.toml"
+                    ))
+                })?;
+                AgentProfile::Command { argv_template: template }
+            }
+            other => {
+                return Err(BadInput(format!(
+                    "agent {agent}: unknown profile {other:?} (demo, claude, codex, command)"
+                ))
+                .into())
+            }
+        };
+        let model = cfg
+            .and_then(|c| c.model.clone())
+            .or_else(|| def.and_then(|d| d.model.clone()))
+            .or_else(|| Some(step_model.to_string()).filter(|m| !m.is_empty()));
+        let parts = AgentInvocationParts {
+            model,
+            permission_mode: def.and_then(|d| d.permission_mode.clone()),
+            allowed_tools: def.map(|d| d.tools.clone()).unwrap_or_default(),
+        };
+        let timeout = cfg.and_then(|c| c.timeout_secs).unwrap_or(self.config.runtime.default_timeout_secs);
+        Ok((profile, parts, timeout))
+    }
+
+    /// Journals the dispatch, prepares a fresh worktree and run dir, and launches the shim.
+    async fn dispatch(&mut self, state: &mut ExecutionState, d: &DispatchAction) -> anyhow::Result<()> {
+        let kind = EventKind::StepDispatched { step_id: d.step_id.clone(), agent_name: d.agent_name.clone() };
+        let key = format!("dispatch:{}:{}:{}", state.task_id, d.step_id, d.attempt);
+        self.record(state, kind, key).await?;
+        eprintln!("dispatched {} to {} (attempt {})", d.step_id, d.agent_name, d.attempt);
+        crash_point("after-dispatch");
+        self.launch(state, &d.step_id, d.attempt, 1).await
+    }
+
+    /// Launches (launch number `launch` ≥ 1) attempt `attempt` of a dispatched step.
+    async fn launch(&mut self, state: &ExecutionState, step_id: &str, attempt: u32, launch: u32) -> anyhow::Result<()> {
+        let Some((pi, si)) = state.locate(step_id) else {
+            anyhow::bail!("step {step_id} is not in the plan");
+        };
+        let step = &state.plan.phases[pi].steps[si];
+        let run_dir = launch_dir(&self.data.run_dir(&state.task_id, step_id, attempt), launch);
+        let worktree = self.data.attempt_worktree(&state.task_id, step_id, attempt);
+        let tip = {
+            let (repo, branch) = (self.repo.clone(), self.meta.branch.clone());
+            blocking(move || repo.branch_tip(&branch))
+                .await??
+                .ok_or_else(|| anyhow::anyhow!("branch {} is gone", self.meta.branch))?
+        };
+        {
+            let (repo, wt, sha) = (self.repo.clone(), worktree.clone(), tip.clone());
+            blocking(move || repo.add_worktree(&wt, &sha))
+                .await?
+                .with_context(|| format!("creating worktree for {step_id}"))?;
+        }
+        std::fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
+        let prompt_path = run_dir.join("prompt.md");
+        write_atomic(&prompt_path, engine::prompt::delegation_prompt(state, step).as_bytes())?;
+        let automation = step.is_automation();
+        let (profile, argv, prompt_on_stdin, timeout) = if automation {
+            let argv = vec!["sh".to_string(), "-c".to_string(), step.command.clone()];
+            (
+                AgentProfile::Command { argv_template: argv.clone() },
+                argv,
+                false,
+                self.config.runtime.default_timeout_secs,
+            )
+        } else {
+            let (profile, parts, timeout) = self.resolve_agent(&step.agent_name, &step.model)?;
+            let inv = AgentInvocation {
+                model: parts.model,
+                permission_mode: parts.permission_mode,
+                allowed_tools: parts.allowed_tools,
+                baton_exe: self.baton_exe.clone(),
+                prompt_path: prompt_path.clone(),
+                cwd: worktree.clone(),
+            };
+            let cmd = build_argv(&profile, &inv);
+            (profile, cmd.argv, cmd.prompt_on_stdin, timeout)
+        };
+        let timeout = if step.timeout_seconds > 0 { step.timeout_seconds } else { timeout };
+        let mut env = self.env.clone();
+        env.push(("BATON_TASK_ID".into(), state.task_id.clone()));
+        env.push(("BATON_STEP_ID".into(), step_id.to_string()));
+        let spec = AttemptSpec {
+            argv,
+            cwd: worktree.clone(),
+            env,
+            prompt_file: prompt_on_stdin.then(|| prompt_path.clone()),
+            timeout_secs: timeout,
+        };
+        let meta = LaunchMeta {
+            step_id: step_id.to_string(),
+            attempt,
+            agent_name: step.agent_name.clone(),
+            profile,
+            worktree,
+            base_sha: tip,
+            automation,
+        };
+        write_atomic(&run_dir.join(META_FILE), serde_json::to_string_pretty(&meta)?.as_bytes())?;
+        shim::prepare_run_dir(&run_dir, &spec)?;
+        let launched = shim::launch(&self.baton_exe, &run_dir)?;
+        crash_point("after-launch");
+        let (step_id, dir) = (step_id.to_string(), run_dir.clone());
+        self.running += 1;
+        self.inflight.spawn(async move { Finished { step_id, attempt, run_dir: dir, result: launched.wait().await } });
+        Ok(())
+    }
+
+    /// Waits for one in-flight attempt and records its result.
+    async fn wait_one(&mut self, state: &mut ExecutionState) -> anyhow::Result<()> {
+        let Some(joined) = self.inflight.join_next().await else {
+            anyhow::bail!("nothing in flight to wait for");
+        };
+        self.running = self.running.saturating_sub(1);
+        let finished = joined.context("an attempt watcher panicked")?;
+        match finished.result {
+            Ok(exit) => self.harvest(state, &finished.step_id, finished.attempt, &finished.run_dir, exit).await,
+            Err(WaitError::Died(_) | WaitError::NotStarted(_)) => {
+                eprintln!(
+                    "attempt {} of {} died; running it again in a fresh worktree",
+                    finished.attempt, finished.step_id
+                );
+                let _ = shim::kill_attempt(&finished.run_dir);
+                self.relaunch(state, &finished.step_id, finished.attempt).await
+            }
+            Err(WaitError::Io(e)) => {
+                Err(e.context(format!("watching attempt {} of {}", finished.attempt, finished.step_id)))
+            }
+        }
+    }
+
+    async fn relaunch(&mut self, state: &ExecutionState, step_id: &str, attempt: u32) -> anyhow::Result<()> {
+        let base = self.data.run_dir(&state.task_id, step_id, attempt);
+        let next = latest_launch(&base).map_or(1, |(n, _)| n + 1);
+        self.launch(state, step_id, attempt, next).await
+    }
+
+    /// Turns a finished attempt into a result: commit, path check, consolidation, record.
+    async fn harvest(
+        &mut self,
+        state: &mut ExecutionState,
+        step_id: &str,
+        attempt: u32,
+        run_dir: &Path,
+        exit: ExitRecord,
+    ) -> anyhow::Result<()> {
+        if state.step_status(step_id) != StepStatus::Dispatched
+            || state.result(step_id).map_or(0, |r| r.attempt) != attempt
+        {
+            return Ok(()); // already recorded (a re-harvest after a crash)
+        }
+        let text = std::fs::read_to_string(run_dir.join(META_FILE))
+            .with_context(|| format!("reading {}", run_dir.display()))?;
+        let meta: LaunchMeta = serde_json::from_str(&text)?;
+        let (stdout, stderr) = shim::read_output(run_dir)?;
+        let out = parse_output(&meta.profile, &stdout, &stderr, &exit);
+        let (pi, si) = state.locate(step_id).ok_or_else(|| anyhow::anyhow!("step {step_id} vanished"))?;
+        let step = state.plan.phases[pi].steps[si].clone();
+        let tokens = out.input_tokens + out.output_tokens;
+        let cost = out.cost_usd.unwrap_or(0.0);
+        let duration = exit.duration_ms as f64 / 1000.0;
+        let mut files = Vec::new();
+        let mut commit_hash = String::new();
+        let mut error = String::new();
+        let success = if exit.timed_out {
+            error = format!("timed out after {} s", exit.duration_ms / 1000);
+            false
+        } else if !out.success {
+            error = out.error.clone().unwrap_or_else(|| exit.describe());
+            false
+        } else {
+            match self.consolidate(state, &meta, &step, &out.outcome).await? {
+                Ok((sha, changed)) => {
+                    commit_hash = sha;
+                    files = changed;
+                    true
+                }
+                Err(why) => {
+                    error = why;
+                    false
+                }
+            }
+        };
+        crash_point("after-consolidate");
+        let status = match (success, step.interactive) {
+            (false, _) => RecordStatus::Failed,
+            (true, true) => RecordStatus::Interacting,
+            (true, false) => RecordStatus::Complete,
+        };
+        let kind = EventKind::StepRecorded {
+            step_id: step_id.to_string(),
+            agent_name: meta.agent_name.clone(),
+            status,
+            outcome: out.outcome.clone(),
+            files_changed: files.clone(),
+            commit_hash: commit_hash.clone(),
+            tokens,
+            cost_usd: cost,
+            duration_seconds: duration,
+            error: error.clone(),
+        };
+        let key = format!("record:{}:{step_id}:{attempt}", state.task_id);
+        self.record(state, kind, key).await?;
+        crash_point("after-record");
+        if success {
+            let short = commit_hash.get(..10).unwrap_or("no commit");
+            eprintln!("{step_id} complete ({short}, {} files, ${cost:.2})", files.len());
+            let (repo, wt) = (self.repo.clone(), meta.worktree.clone());
+            let attempt_ref = format!("refs/baton/{}/{step_id}/{attempt}", state.task_id);
+            let _ = blocking(move || {
+                let _ = repo.remove_worktree(&wt);
+                let _ = repo.delete_ref(&attempt_ref);
+            })
+            .await;
+        } else {
+            eprintln!("{step_id} failed: {error} (worktree kept at {})", meta.worktree.display());
+        }
+        Ok(())
+    }
+
+    /// Commits the attempt's changes, checks its paths and cherry-picks it onto the feature
+    /// branch. `Ok(Err(reason))` fails the step; `Ok(Ok((sha, files)))` is the branch commit.
+    async fn consolidate(
+        &self,
+        state: &ExecutionState,
+        meta: &LaunchMeta,
+        step: &crate::model::plan::PlanStep,
+        outcome: &str,
+    ) -> anyhow::Result<Result<(String, Vec<String>), String>> {
+        let task_id = state.task_id.clone();
+        let message = format!(
+            "{}: {}\n\n{}\n\nBaton-Task: {task_id}\nBaton-Step: {}\nBaton-Attempt: {}\n",
+            step.step_id,
+            first_line(&step.task_description),
+            tail(outcome.trim(), 2000),
+            step.step_id,
+            meta.attempt
+        );
+        let author = if meta.automation { "automation".to_string() } else { meta.agent_name.clone() };
+        let identity = CommitIdentity { author_email: format!("{author}@baton.invalid"), author_name: author };
+        let (repo, wt, base) = (self.repo.clone(), meta.worktree.clone(), meta.base_sha.clone());
+        let commit = blocking(move || repo.commit_worktree(&wt, &base, &identity, &message)).await??;
+        let Some(commit) = commit else {
+            return Ok(Ok((String::new(), Vec::new())));
+        };
+        let attempt_ref = format!("refs/baton/{task_id}/{}/{}", step.step_id, meta.attempt);
+        let (repo, sha) = (self.repo.clone(), commit.sha.clone());
+        blocking(move || repo.set_ref(&attempt_ref, &sha)).await??;
+        let violations = git::check_paths(&commit.files_changed, &step.allowed_paths, &step.blocked_paths);
+        if !violations.is_empty() {
+            let list: Vec<String> = violations.iter().map(|v| v.to_string()).collect();
+            return Ok(Err(format!("changed files outside the step's allowed paths: {}", list.join("; "))));
+        }
+        for _ in 0..3 {
+            let (repo, branch, sha) = (self.repo.clone(), self.meta.branch.clone(), commit.sha.clone());
+            match blocking(move || repo.cherry_pick_onto(&branch, &sha)).await? {
+                Ok(PickOutcome::Applied { new_tip }) => return Ok(Ok((new_tip, commit.files_changed))),
+                Ok(PickOutcome::AlreadyApplied) => {
+                    let found = self.find_on_branch(&task_id, &step.step_id, meta.attempt).await?;
+                    return Ok(Ok((found, commit.files_changed)));
+                }
+                Ok(PickOutcome::Conflict { paths }) => {
+                    return Ok(Err(format!(
+                        "consolidation onto {} conflicts in: {}",
+                        self.meta.branch,
+                        paths.join(", ")
+                    )))
+                }
+                Err(git::GitError::RefChanged { .. }) => continue,
+                Err(e) => return Err(e).context("consolidating onto the feature branch"),
+            }
+        }
+        anyhow::bail!("feature branch {} keeps moving under consolidation", self.meta.branch)
+    }
+
+    /// The feature-branch commit of an attempt whose patch is already there (a re-harvest).
+    async fn find_on_branch(&self, task_id: &str, step_id: &str, attempt: u32) -> anyhow::Result<String> {
+        let (repo, branch) = (self.repo.clone(), self.meta.branch.clone());
+        let log = blocking(move || repo.log(&branch, 200)).await??;
+        let step_line = format!("Baton-Step: {step_id}\n");
+        let attempt_line = format!("Baton-Attempt: {attempt}\n");
+        let task_line = format!("Baton-Task: {task_id}\n");
+        let hit = log.iter().find(|c| {
+            c.message.contains(&step_line) && c.message.contains(&attempt_line) && c.message.contains(&task_line)
+        });
+        Ok(hit.or_else(|| log.first()).map(|c| c.sha.clone()).unwrap_or_default())
+    }
+
+    /// Runs the gate in the integration worktree at the feature branch tip and records it.
+    async fn gate(&mut self, state: &mut ExecutionState, g: &GateAction) -> anyhow::Result<()> {
+        let command = g.gate_command.trim().to_string();
+        let (passed, output, exit_code) = if command.is_empty() {
+            (true, format!("auto-approved ({}): no command specified", g.gate_type), None)
+        } else {
+            let path = self.data.integration_worktree(&state.task_id);
+            let (repo, branch, wt) = (self.repo.clone(), self.meta.branch.clone(), path.clone());
+            blocking(move || -> Result<(), git::GitError> {
+                let tip = repo.branch_tip(&branch)?.ok_or(git::GitError::UnknownRevision { rev: branch })?;
+                repo.remove_worktree(&wt)?;
+                repo.add_worktree(&wt, &tip)
+            })
+            .await?
+            .context("preparing the integration worktree")?;
+            eprintln!("gate {} of phase {} (attempt {}): {command}", g.gate_type, g.phase_id, g.attempt);
+            run_gate_command(&command, &path, &self.env, self.config.runtime.gate_timeout_secs).await?
+        };
+        let passed = passed && gate_type_passes(&g.gate_type, &output);
+        eprintln!("gate of phase {} {}", g.phase_id, if passed { "passed" } else { "failed" });
+        crash_point("before-gate-record");
+        let kind = EventKind::GateRecorded { phase_id: g.phase_id, passed, output, command: Some(command), exit_code };
+        let key = format!("gate:{}:{}:{}", state.task_id, g.phase_id, g.attempt);
+        self.record(state, kind, key).await
+    }
+
+    /// Recovers every dispatched step of the current phase (see the module doc).
+    async fn recover(&mut self, state: &mut ExecutionState) -> anyhow::Result<()> {
+        let Some(phase) = state.current() else { return Ok(()) };
+        let dispatched: Vec<(String, u32)> = phase
+            .steps
+            .iter()
+            .filter_map(|s| state.result(&s.step_id))
+            .filter(|r| r.status == StepStatus::Dispatched)
+            .map(|r| (r.step_id.clone(), r.attempt))
+            .collect();
+        for (step_id, attempt) in dispatched {
+            let base = self.data.run_dir(&state.task_id, &step_id, attempt);
+            let Some((n, dir)) = latest_launch(&base) else {
+                eprintln!("recovering {step_id}: attempt {attempt} was journaled but never launched; launching it");
+                self.launch(state, &step_id, attempt, 1).await?;
+                continue;
+            };
+            match shim::inspect(&dir)? {
+                AttemptState::NotStarted | AttemptState::Died => {
+                    eprintln!(
+                        "recovering {step_id}: attempt {attempt} did not survive; running it again in a fresh worktree"
+                    );
+                    let _ = shim::kill_attempt(&dir);
+                    self.launch(state, &step_id, attempt, n + 1).await?;
+                }
+                AttemptState::Running => {
+                    eprintln!("recovering {step_id}: attempt {attempt} is still running; re-adopting it");
+                    self.running += 1;
+                    self.inflight.spawn(async move {
+                        let result = shim::wait_until_finished(&dir).await;
+                        Finished { step_id, attempt, run_dir: dir, result }
+                    });
+                }
+                AttemptState::Finished(exit) => {
+                    eprintln!("recovering {step_id}: attempt {attempt} finished while baton was down; harvesting it");
+                    self.harvest(state, &step_id, attempt, &dir, exit).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The parts of an agent invocation that come from configuration and the roster.
+#[derive(Debug)]
+struct AgentInvocationParts {
+    model: Option<String>,
+    permission_mode: Option<String>,
+    allowed_tools: Vec<String>,
+}
+
+/// Run dir of launch `n` of an attempt: `<attempt>` for the first, `<attempt>.<n>` after.
+fn launch_dir(base: &Path, n: u32) -> PathBuf {
+    if n <= 1 {
+        base.to_path_buf()
+    } else {
+        let name = base.file_name().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
+        base.with_file_name(format!("{name}.{n}"))
+    }
+}
+
+/// The newest launch of an attempt that exists on disk: (launch number, dir).
+fn latest_launch(base: &Path) -> Option<(u32, PathBuf)> {
+    if !base.exists() {
+        return None;
+    }
+    let mut n = 1;
+    while launch_dir(base, n + 1).exists() {
+        n += 1;
+    }
+    Some((n, launch_dir(base, n)))
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or("").trim()
+}
+
+/// Lint gates also fail on error markers in their output (seed-spec §2.7); review gates and
+/// unknown types are judged by the exit code alone.
+fn gate_type_passes(gate_type: &str, output: &str) -> bool {
+    if gate_type != "lint" {
+        return true;
+    }
+    const MARKERS: &[&str] = &[": error:", ":E:", " E ", "[E", "Error:", "ERROR", "SyntaxError", "error:"];
+    !output.lines().any(|l| MARKERS.iter().any(|m| l.contains(m)))
+}
+
+/// Runs a gate command with `sh -c` (plan authors write shell) in `cwd`, in its own process
+/// group, with the agent environment and a timeout. Returns (exit 0, output tail, exit code).
+async fn run_gate_command(
+    command: &str,
+    cwd: &Path,
+    env: &[(String, String)],
+    timeout_secs: u64,
+) -> anyhow::Result<(bool, String, Option<i32>)> {
+    let mut cmd = tokio::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg(command)
+        .current_dir(cwd)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .process_group(0);
+    let child = cmd.output();
+    match tokio::time::timeout(Duration::from_secs(timeout_secs.max(1)), child).await {
+        Ok(Ok(out)) => {
+            let mut text = String::from_utf8_lossy(&out.stdout).to_string();
+            let err = String::from_utf8_lossy(&out.stderr);
+            if !err.trim().is_empty() {
+                text.push_str(&err);
+            }
+            let code = out.status.code();
+            Ok((out.status.success(), tail(&text, 4000).to_string(), code))
+        }
+        Ok(Err(e)) => Ok((false, format!("gate command could not start: {e}"), None)),
+        Err(_) => Ok((false, format!("gate timed out after {timeout_secs} s"), None)),
+    }
+}
+
+/// Prints `git log` of the feature branch (newest first) with each commit's trailers.
+pub async fn print_branch_log(repo: &GitRepo, branch: &str, limit: usize) -> anyhow::Result<()> {
+    let (r, b) = (repo.clone(), branch.to_string());
+    let log = blocking(move || r.log(&b, limit)).await??;
+    println!("git log {branch}:");
+    for c in log {
+        println!("  {} {} <{}> {}", c.sha.get(..10).unwrap_or(&c.sha), c.author_name, c.author_email, c.summary);
+        for line in c.message.lines().filter(|l| l.starts_with("Baton-")) {
+            println!("             {line}");
+        }
+    }
+    Ok(())
+}
