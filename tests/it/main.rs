@@ -1,1 +1,10 @@
-//! Integration tests.
+//! Integration tests: the real `baton` binary, real SQLite files, real git repositories and
+#![expect(clippy::unwrap_used, reason = "test helpers panic on setup failure, like the tests")]
+//! worktrees, real agent subprocesses (the demo agent).
+
+mod bad_input;
+mod common;
+mod crash;
+mod golden_plan;
+mod run;
+mod wire;

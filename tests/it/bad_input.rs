@@ -1,0 +1,114 @@
+//! Bad input never panics and never half-writes: one-line errors naming what and where.
+
+use crate::common::*;
+
+fn journal_len(ws: &Workspace, task: &str) -> String {
+    let out = ws.run(&["audit", "verify", task]);
+    stdout(&out)
+}
+
+#[test]
+fn a_malformed_plan_is_refused_naming_the_field() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let plan = ws.write("bad.json", r#"{"task_id":"t","task_summary":"s","phases":[{"phase_id":1,"name":"p","steps":[{"step_id":"1.1","task_description":"x"}]}]}"#);
+    let out = ws.run(&["plan", "--from", plan.to_str().unwrap(), "--check"]);
+    assert_eq!(code(&out), 2);
+    let err = stderr(&out);
+    assert!(err.contains("bad.json: phases[0].steps[0]: missing field `agent_name`"), "{err}");
+    assert!(!err.contains("panicked"));
+    let not_json = ws.write("nojson.json", "{ nope");
+    let out = ws.run(&["execute", "run", "--plan", not_json.to_str().unwrap(), "--repo", ws.repo().to_str().unwrap()]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("nojson.json"), "{}", stderr(&out));
+    assert!(!ws.data().join("baton.db").exists() || stdout(&ws.run(&["execute", "list"])).contains("no executions"));
+}
+
+#[test]
+fn an_invalid_plan_lists_every_problem() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let plan = ws.write(
+        "invalid.json",
+        &serde_json::json!({"task_id": "t", "task_summary": "s", "phases": [{"phase_id": 1, "name": "p", "steps": [
+            {"step_id": "../x", "agent_name": "a", "task_description": "x"},
+            {"step_id": "1.2", "agent_name": "", "task_description": "x", "depends_on": ["9.9"]}
+        ]}]})
+        .to_string(),
+    );
+    let out = ws.run(&["plan", "--from", plan.to_str().unwrap(), "--check"]);
+    assert_eq!(code(&out), 2);
+    let err = stderr(&out);
+    assert!(err.contains("step ../x: step_id"), "{err}");
+    assert!(err.contains("step 1.2: agent_name is empty"), "{err}");
+    assert!(err.contains("step 1.2: depends_on names unknown step 9.9"), "{err}");
+}
+
+#[test]
+fn a_missing_repository_is_refused_and_nothing_is_written() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let plan = ws.write("plan.json", &small_plan("norepo-1", ""));
+    let out =
+        ws.run(&["execute", "run", "--agent", "demo", "--plan", plan.to_str().unwrap(), "--repo", "/nonexistent/repo"]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("/nonexistent/repo"), "{}", stderr(&out));
+    assert!(stdout(&ws.run(&["execute", "list"])).contains("no executions"));
+}
+
+#[test]
+fn unknown_step_and_records_after_the_end_are_refused_without_touching_the_journal() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let plan = ws.write("plan.json", &small_plan("cli-1", ""));
+    let start = ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()]);
+    assert_eq!(code(&start), 0, "{}", stderr(&start));
+    assert!(stdout(&start).contains("ACTION: DISPATCH"));
+    let before = journal_len(&ws, "cli-1");
+    let out = ws.run(&["execute", "record", "--task-id", "cli-1", "--step-id", "9.9", "--agent", "x"]);
+    assert_eq!(code(&out), 2);
+    assert_eq!(stderr(&out).trim(), "error: unknown step 9.9");
+    assert_eq!(journal_len(&ws, "cli-1"), before);
+    let out =
+        ws.run(&["execute", "record", "--task-id", "cli-1", "--step-id", "1.1", "--agent", "x", "--status", "done"]);
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("--status \"done\""), "{}", stderr(&out));
+    let cancel = ws.run(&["execute", "cancel", "--task-id", "cli-1", "--reason", "test"]);
+    assert_eq!(code(&cancel), 4, "{}", stderr(&cancel));
+    let before = journal_len(&ws, "cli-1");
+    let out = ws.run(&["execute", "record", "--task-id", "cli-1", "--step-id", "1.1", "--agent", "alpha"]);
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("execution is cancelled"), "{}", stderr(&out));
+    assert_eq!(journal_len(&ws, "cli-1"), before);
+    let out = ws.run(&["execute", "next", "--task-id", "no-such-task"]);
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("no execution with task id no-such-task"));
+}
+
+#[test]
+fn the_same_record_twice_has_one_effect() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let plan = ws.write("plan.json", &small_plan("idem-1", ""));
+    assert_eq!(code(&ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()])), 0);
+    let args = [
+        "execute",
+        "record",
+        "--task-id",
+        "idem-1",
+        "--step-id",
+        "1.1",
+        "--agent",
+        "alpha",
+        "--outcome",
+        "done",
+        "--cost",
+        "0.5",
+    ];
+    assert_eq!(code(&ws.run(&args)), 0);
+    let before = journal_len(&ws, "idem-1");
+    let again = ws.run(&args);
+    assert_eq!(code(&again), 0);
+    assert!(stderr(&again).contains("already applied"), "{}", stderr(&again));
+    assert_eq!(journal_len(&ws, "idem-1"), before);
+    assert_eq!(ws.status("idem-1")["counters"]["spend_usd"], 0.5);
+    let keyed = ["execute", "gate", "--task-id", "idem-1", "--phase-id", "2", "--result", "pass"];
+    let out = ws.run(&keyed);
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("phase 2 is not the current phase (1)"), "{}", stderr(&out));
+}

@@ -1,0 +1,126 @@
+//! Shared helpers: a temp workspace with a data dir and a git repository, and the binary.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A scratch workspace: `<tmp>/data` (the data dir) and `<tmp>/repo` (a git repository).
+pub(crate) struct Workspace {
+    pub(crate) tmp: tempfile::TempDir,
+}
+
+impl Workspace {
+    /// A workspace with a repository holding `files` in one commit.
+    pub(crate) fn with_repo(files: &[(&str, &str)]) -> Workspace {
+        let tmp = tempfile::tempdir().unwrap();
+        baton::git::init_repository(&tmp.path().join("repo"), files, "initial").unwrap();
+        Workspace { tmp }
+    }
+
+    pub(crate) fn data(&self) -> PathBuf {
+        self.tmp.path().join("data")
+    }
+
+    pub(crate) fn repo(&self) -> PathBuf {
+        self.tmp.path().join("repo")
+    }
+
+    /// Writes a file in the workspace and returns its path.
+    pub(crate) fn write(&self, name: &str, content: &str) -> PathBuf {
+        let path = self.tmp.path().join(name);
+        std::fs::write(&path, content).unwrap();
+        path
+    }
+
+    /// `baton --data-dir <data> <args>`.
+    pub(crate) fn baton(&self) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_baton"));
+        cmd.arg("--data-dir").arg(self.data()).env_remove("BATON_TASK_ID").env_remove("BATON_CRASH_AT");
+        cmd
+    }
+
+    /// Runs baton with `args`.
+    pub(crate) fn run(&self, args: &[&str]) -> Output {
+        self.baton().args(args).output().unwrap()
+    }
+
+    /// `execute run --plan <plan> --repo <repo> --agent demo`.
+    pub(crate) fn run_plan(&self, plan: &Path) -> Output {
+        self.baton()
+            .args(["execute", "run", "--agent", "demo", "--plan"])
+            .arg(plan)
+            .arg("--repo")
+            .arg(self.repo())
+            .output()
+            .unwrap()
+    }
+
+    /// `git -C repo <args>` stdout.
+    pub(crate) fn git(&self, args: &[&str]) -> String {
+        let out = Command::new("git").arg("-C").arg(self.repo()).args(args).output().unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    }
+
+    /// Agent launches of a step so far: run directories whose shim started the agent.
+    pub(crate) fn launches(&self, task_id: &str, step_id: &str) -> usize {
+        let dir = self.data().join("runs").join(task_id).join(step_id);
+        let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+        entries.filter_map(Result::ok).filter(|e| e.path().join("started.json").exists()).count()
+    }
+
+    /// `execute status --json` of a task.
+    pub(crate) fn status(&self, task_id: &str) -> serde_json::Value {
+        let out = self.run(&["execute", "status", "--json", "--task-id", task_id]);
+        assert!(out.status.success(), "status: {}", stderr(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+}
+
+pub(crate) fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+pub(crate) fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+pub(crate) fn code(out: &Output) -> i32 {
+    out.status.code().unwrap_or(-1)
+}
+
+/// The shared fixtures folder: `$BATON_FIXTURES`, else `../shared/fixtures`. In CI a missing
+/// folder fails the test; elsewhere the test is skipped with a notice (returns None).
+pub(crate) fn fixtures() -> Option<PathBuf> {
+    let dir = std::env::var_os("BATON_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures"));
+    if dir.is_dir() {
+        return Some(dir);
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("fixtures folder {} is missing (CI=true)", dir.display());
+    }
+    eprintln!("notice: fixtures folder {} is missing; skipping", dir.display());
+    None
+}
+
+/// A small two-phase plan: a parallel pair, a dependant, a passing gate.
+pub(crate) fn small_plan(task_id: &str, extra_task_text: &str) -> String {
+    serde_json::json!({
+        "task_id": task_id,
+        "task_summary": "Small plan for tests",
+        "phases": [
+            {"phase_id": 1, "name": "Build", "steps": [
+                {"step_id": "1.1", "agent_name": "alpha", "task_description": format!("Write a. {extra_task_text}"),
+                 "deliverables": ["a.md"]},
+                {"step_id": "1.2", "agent_name": "beta", "task_description": "Write b.", "deliverables": ["b.md"]}
+             ],
+             "gate": {"gate_type": "test", "command": "test -s a.md && test -s b.md"}},
+            {"phase_id": 2, "name": "Finish", "steps": [
+                {"step_id": "2.1", "agent_name": "gamma", "task_description": "Write c.", "deliverables": ["c.md"],
+                 "depends_on": ["1.1", "1.2"]}
+            ]}
+        ]
+    })
+    .to_string()
+}

@@ -1,0 +1,113 @@
+//! Crash safety: baton is killed at named points (`BATON_CRASH_AT`) and with `kill -9` while an
+//! agent runs; the next `run` continues, completed steps never run again, and each step's
+//! agent launches are counted.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use crate::common::*;
+
+fn run_with_crash(ws: &Workspace, plan: &std::path::Path, point: &str) -> std::process::Output {
+    ws.baton()
+        .env("BATON_CRASH_AT", point)
+        .args(["execute", "run", "--agent", "demo", "--plan"])
+        .arg(plan)
+        .arg("--repo")
+        .arg(ws.repo())
+        .output()
+        .unwrap()
+}
+
+fn commits_for_step(ws: &Workspace, branch: &str, step: &str) -> usize {
+    ws.git(&["log", "--format=%(trailers:key=Baton-Step,valueonly,separator=)", branch])
+        .lines()
+        .filter(|l| l.trim() == step)
+        .count()
+}
+
+#[test]
+fn every_crash_point_resumes_without_repeating_work() {
+    for point in baton::runtime::driver::CRASH_POINTS {
+        let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+        let task = format!("crash-{point}");
+        let plan = ws.write("plan.json", &small_plan(&task, ""));
+        let crashed = run_with_crash(&ws, &plan, point);
+        assert_eq!(code(&crashed), 137, "{point}: {}", stderr(&crashed));
+        let resumed = ws.run_plan(&plan);
+        assert_eq!(code(&resumed), 0, "{point}: {}\n{}", stdout(&resumed), stderr(&resumed));
+        assert!(stdout(&resumed).contains("ACTION: COMPLETE"), "{point}");
+        for step in ["1.1", "1.2", "2.1"] {
+            assert_eq!(ws.launches(&task, step), 1, "{point}: agent launches of {step}");
+            assert_eq!(commits_for_step(&ws, &format!("baton/{task}"), step), 1, "{point}: commits of {step}");
+        }
+        let replay = ws.run(&["replay", &task]);
+        assert_eq!(code(&replay), 0, "{point}: {}", stdout(&replay));
+    }
+}
+
+fn spawn_run(ws: &Workspace, plan: &std::path::Path) -> std::process::Child {
+    ws.baton()
+        .args(["execute", "run", "--agent", "demo", "--plan"])
+        .arg(plan)
+        .arg("--repo")
+        .arg(ws.repo())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn wait_for(path: &std::path::Path) {
+    for _ in 0..300 {
+        if path.exists() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{} never appeared", path.display());
+}
+
+#[test]
+fn kill_9_while_an_agent_runs_re_adopts_it() {
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    let plan = ws.write("plan.json", &small_plan("adopt-1", "[demo: sleep=2]"));
+    let mut child = spawn_run(&ws, &plan);
+    wait_for(&ws.data().join("runs/adopt-1/1.1/1/started.json"));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let resumed = ws.run_plan(&plan);
+    assert_eq!(code(&resumed), 0, "{}\n{}", stdout(&resumed), stderr(&resumed));
+    assert!(
+        stderr(&resumed).contains("re-adopting it") || stderr(&resumed).contains("harvesting it"),
+        "{}",
+        stderr(&resumed)
+    );
+    assert_eq!(ws.launches("adopt-1", "1.1"), 1);
+    assert_eq!(ws.launches("adopt-1", "2.1"), 1);
+}
+
+#[test]
+fn an_attempt_that_died_with_baton_is_run_again_in_a_fresh_worktree() {
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    let plan = ws.write("plan.json", &small_plan("died-1", "[demo: sleep=5]"));
+    let mut child = spawn_run(&ws, &plan);
+    let started = ws.data().join("runs/died-1/1.1/1/started.json");
+    wait_for(&started);
+    std::thread::sleep(Duration::from_millis(200));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&started).unwrap()).unwrap();
+    let pgid = record["agent_pgid"].as_i64().unwrap();
+    let shim = record["shim_pid"].as_i64().unwrap();
+    use nix::sys::signal::{kill, killpg, Signal};
+    use nix::unistd::Pid;
+    killpg(Pid::from_raw(pgid as i32), Signal::SIGKILL).unwrap();
+    kill(Pid::from_raw(shim as i32), Signal::SIGKILL).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let resumed = ws.run_plan(&plan);
+    assert_eq!(code(&resumed), 0, "{}\n{}", stdout(&resumed), stderr(&resumed));
+    assert!(stderr(&resumed).contains("did not survive"), "{}", stderr(&resumed));
+    assert_eq!(ws.launches("died-1", "1.1"), 2, "the dead attempt ran again");
+    assert_eq!(ws.launches("died-1", "1.2"), 1);
+    assert_eq!(commits_for_step(&ws, "baton/died-1", "1.1"), 1);
+}

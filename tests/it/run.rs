@@ -1,0 +1,143 @@
+//! `baton demo` and `execute run` end to end: real agents, real worktrees, one branch.
+
+use crate::common::*;
+
+#[test]
+fn demo_runs_to_complete_with_one_commit_per_changing_step() {
+    let ws = Workspace::with_repo(&[("x", "x")]);
+    let out = ws.run(&["demo"]);
+    assert_eq!(code(&out), 0, "{}\n{}", stdout(&out), stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("ACTION: COMPLETE"), "{text}");
+    assert!(stderr(&out).contains("notice: approving phase 1 automatically"), "{}", stderr(&out));
+    let branch = text.lines().find_map(|l| l.strip_prefix("Feature branch: ")).unwrap().trim().to_string();
+    let task_id = branch.strip_prefix("baton/").unwrap();
+    let repo = ws.data().join("demo/repo");
+    let log = std::process::Command::new("git")
+        .args([
+            "-C",
+            repo.to_str().unwrap(),
+            "log",
+            "--format=%an|%(trailers:key=Baton-Step,valueonly,separator=)",
+            &branch,
+        ])
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&log.stdout).to_string();
+    let mut steps: Vec<&str> = log.lines().filter_map(|l| l.split('|').nth(1)).filter(|s| !s.is_empty()).collect();
+    steps.sort_unstable();
+    assert_eq!(steps, vec!["1.1", "2.1", "2.2", "3.1"], "one commit per changing step: {log}");
+    assert!(log.contains("architect|1.1"), "{log}");
+    // The journal replays to the stored state, and its hash chain holds.
+    let replay = ws.run(&["replay", task_id]);
+    assert_eq!(code(&replay), 0, "{}", stdout(&replay));
+    assert!(stdout(&replay).contains("state matches the stored snapshot + journal: yes"));
+    let audit = ws.run(&["audit", "verify", task_id]);
+    assert_eq!(code(&audit), 0);
+    assert!(stdout(&audit).contains("hash chain intact"));
+}
+
+#[test]
+fn user_checkout_is_never_modified_and_branch_holds_every_step() {
+    let ws = Workspace::with_repo(&[("README.md", "hello\n")]);
+    let head_before = ws.git(&["rev-parse", "HEAD"]);
+    let plan = ws.write("plan.json", &small_plan("small-1", ""));
+    let out = ws.run_plan(&plan);
+    assert_eq!(code(&out), 0, "{}\n{}", stdout(&out), stderr(&out));
+    assert_eq!(ws.git(&["rev-parse", "HEAD"]), head_before);
+    assert_eq!(ws.git(&["status", "--porcelain"]), "");
+    let files = ws.git(&["ls-tree", "--name-only", "baton/small-1"]);
+    for f in ["a.md", "b.md", "c.md", "README.md"] {
+        assert!(files.lines().any(|l| l == f), "{f} missing from the branch: {files}");
+    }
+    let status = ws.status("small-1");
+    assert_eq!(status["status"], "complete");
+    // Successful attempts' worktrees are removed.
+    let worktrees = ws.git(&["worktree", "list", "--porcelain"]);
+    assert!(!worktrees.contains("small-1/1.1"), "{worktrees}");
+    // A final execution is refused.
+    let again = ws.run_plan(&plan);
+    assert_eq!(code(&again), 2);
+    assert!(stderr(&again).contains("is complete"), "{}", stderr(&again));
+}
+
+#[test]
+fn a_failing_agent_fails_the_step_and_keeps_its_worktree() {
+    let ws = Workspace::with_repo(&[("README.md", "hello\n")]);
+    let plan = ws.write("plan.json", &small_plan("fail-1", "[demo: fail]"));
+    let out = ws.run_plan(&plan);
+    assert_eq!(code(&out), 4, "{}\n{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("ACTION: FAILED"), "{}", stdout(&out));
+    assert!(stdout(&out).contains("step 1.1 failed"), "{}", stdout(&out));
+    let worktrees = ws.git(&["worktree", "list", "--porcelain"]);
+    assert!(worktrees.contains("fail-1/1.1-1"), "failed attempt's worktree kept: {worktrees}");
+    // retry-step reopens it; the step runs again (the directive still fails it).
+    let retry = ws.run(&["execute", "retry-step", "--task-id", "fail-1", "--step-id", "1.1"]);
+    assert_eq!(code(&retry), 0, "{}", stderr(&retry));
+    assert!(stdout(&retry).contains("ACTION: DISPATCH"), "{}", stdout(&retry));
+}
+
+#[test]
+fn changes_outside_allowed_paths_fail_the_step_naming_the_files() {
+    let ws = Workspace::with_repo(&[("README.md", "hello\n")]);
+    let plan = serde_json::json!({
+        "task_id": "paths-1", "task_summary": "s",
+        "phases": [{"phase_id": 1, "name": "P", "steps": [
+            {"step_id": "1.1", "agent_name": "a", "task_description": "write", "deliverables": ["src/x.md"],
+             "blocked_paths": ["src/"]}
+        ]}]
+    });
+    let plan = ws.write("plan.json", &plan.to_string());
+    let out = ws.run_plan(&plan);
+    assert_eq!(code(&out), 4, "{}\n{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("src/x.md"), "{}", stdout(&out));
+    assert!(!ws.git(&["ls-tree", "-r", "--name-only", "baton/paths-1"]).contains("src/x.md"));
+}
+
+#[test]
+fn a_missing_agent_binary_fails_the_step_with_that_message() {
+    let ws = Workspace::with_repo(&[("README.md", "hello\n")]);
+    std::fs::create_dir_all(ws.data()).unwrap();
+    std::fs::write(
+        ws.data().join("baton.toml"),
+        "[agents.alpha]\nprofile = 'command'\ncommand = ['no-such-agent-binary-xyz', '{prompt_file}']\n",
+    )
+    .unwrap();
+    let plan = ws.write("plan.json", &small_plan("missing-1", ""));
+    let out = ws.run_plan(&plan);
+    assert_eq!(code(&out), 4, "{}\n{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("no-such-agent-binary-xyz"), "{}", stdout(&out));
+    assert!(stdout(&out).contains("not found"), "{}", stdout(&out));
+}
+
+#[test]
+fn a_second_driver_is_refused_with_who_holds_the_lease() {
+    let ws = Workspace::with_repo(&[("README.md", "hello\n")]);
+    let plan = ws.write("plan.json", &small_plan("lease-1", "[demo: sleep=4]"));
+    let mut first = ws
+        .baton()
+        .args(["execute", "run", "--agent", "demo", "--plan"])
+        .arg(&plan)
+        .arg("--repo")
+        .arg(ws.repo())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the first driver has launched its agents.
+    let started = ws.data().join("runs/lease-1/1.1/1/started.json");
+    for _ in 0..200 {
+        if started.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(started.exists(), "the first driver never launched 1.1");
+    let second = ws.run_plan(&plan);
+    assert_eq!(code(&second), 2, "{}", stderr(&second));
+    assert!(stderr(&second).contains("driven by another process"), "{}", stderr(&second));
+    let record = ws.run(&["execute", "record", "--task-id", "lease-1", "--step-id", "1.2", "--agent", "beta"]);
+    assert_eq!(code(&record), 2, "{}", stderr(&record));
+    assert!(stderr(&record).contains(&format!("pid {}", first.id())), "{}", stderr(&record));
+    assert!(first.wait().unwrap().success());
+}
