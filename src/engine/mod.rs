@@ -590,7 +590,9 @@ fn default_round(state: &ExecutionState, kind: &EventKind) -> u64 {
             let humans = r.map_or(0, |r| r.interaction_history.iter().filter(|t| t.role == "human").count()) as u64;
             humans + u64::from(r.is_some_and(|r| r.status == StepStatus::Interacting))
         }
-        EventKind::Amended { .. } => state.amendments.len() as u64 + 1,
+        // Amending never moves the current phase, so a resent amendment derives the same key;
+        // the same amendment in a later phase is a new one.
+        EventKind::Amended { .. } => state.current_phase as u64,
         EventKind::CheckpointAcknowledged => u64::from(state.checkpoint.count) + u64::from(state.checkpoint.due),
         EventKind::FeedbackRecorded { .. }
         | EventKind::InteractCompleted { .. }
