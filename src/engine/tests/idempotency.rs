@@ -181,3 +181,34 @@ fn a_resent_amendment_inserts_one_phase() {
     ok(&mut state, &amend);
     assert_eq!(state.plan.phases.len(), 4, "the same amendment in a later phase is a new one");
 }
+
+#[test]
+fn an_interactive_last_step_redispatched_by_the_gate_can_be_completed_again() {
+    let mut s = step("1.1", &[]);
+    s.interactive = true;
+    let mut p1 = phase(1, vec![s]);
+    p1.gate = Some(gate("true"));
+    let mut state = started(vec![p1, phase(2, vec![step("2.1", &[])])]);
+    let complete = ev(EventKind::InteractCompleted { step_id: "1.1".into() });
+    ok(&mut state, &interacting("1.1", "draft"));
+    ok(&mut state, &complete);
+    ok(&mut state, &gate_result(1, false, "red"));
+    ok(&mut state, &interacting("1.1", "draft 2"));
+    ok(&mut state, &complete);
+    assert_eq!(state.step_status("1.1"), StepStatus::Complete);
+    assert_eq!(state.status, ExecutionStatus::GatePending);
+}
+
+#[test]
+fn a_skipped_last_step_redispatched_by_the_gate_can_be_skipped_again() {
+    let mut p1 = phase(1, vec![step("1.1", &[])]);
+    p1.gate = Some(gate("true"));
+    let mut state = started(vec![p1, phase(2, vec![step("2.1", &[])])]);
+    let skip = ev(EventKind::StepSkipped { step_id: "1.1".into(), reason: "later".into() });
+    ok(&mut state, &skip);
+    ok(&mut state, &gate_result(1, false, "red"));
+    assert_eq!(state.step_status("1.1"), StepStatus::Pending);
+    ok(&mut state, &skip);
+    assert_eq!(state.step_status("1.1"), StepStatus::Skipped);
+    assert_eq!(state.status, ExecutionStatus::GatePending);
+}
