@@ -354,3 +354,44 @@ fn complete_keeps_running_until_the_completed_event_and_completed_errors_before_
         EngineError::WrongStatus { event: "completed", status: ExecutionStatus::GatePending }
     );
 }
+
+// seed-spec §5 #27
+#[test]
+fn an_amendment_cannot_create_a_step_id_that_renumbering_also_creates() {
+    let mut state = started(vec![phase(1, vec![step("1.1", &[])]), phase(2, vec![step("2.1", &[])])]);
+    let err = refused(&mut state, &amend_phase_after_current(vec![step("3.1", &[])]));
+    assert!(matches!(&err, EngineError::InvalidAmendment(m) if m.contains("3.1")), "{err:?}");
+    let err = refused(
+        &mut state,
+        &ev(EventKind::Amended {
+            description: "x".into(),
+            trigger: "manual".into(),
+            phases: vec![phase(0, vec![step("", &[])])],
+            after_phase: None,
+            steps: vec![crate::model::event::AddedStep { phase_id: 1, step: step("3.1", &[]) }],
+        }),
+    );
+    assert!(matches!(&err, EngineError::InvalidAmendment(m) if m.contains("3.1")), "{err:?}");
+    ok(&mut state, &amend_phase_after_current(vec![step("docs", &[])]));
+    assert!(validate(&state.plan).is_ok());
+}
+
+// seed-spec §5 #27
+#[test]
+fn an_amended_phase_that_could_never_finish_is_refused() {
+    let mut state = started(vec![phase(1, vec![step("1.1", &[])])]);
+    let mut stuck = phase(0, vec![step("", &[])]);
+    stuck.name = "Ask".into();
+    stuck.feedback_questions = vec![question("q", &[])];
+    let err = refused(
+        &mut state,
+        &ev(EventKind::Amended {
+            description: "x".into(),
+            trigger: "manual".into(),
+            phases: vec![stuck],
+            after_phase: None,
+            steps: vec![],
+        }),
+    );
+    assert!(matches!(&err, EngineError::InvalidAmendment(m) if m.contains("has no options")), "{err:?}");
+}
