@@ -9,7 +9,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::engine::validate::unsafe_id_reason;
+use crate::engine::validate::{unsafe_id_reason, validate};
 use crate::engine::EngineError;
 use crate::model::event::AddedStep;
 use crate::model::plan::{PlanAmendment, PlanPhase, PlanStep};
@@ -81,7 +81,11 @@ pub(crate) fn check(
             state.plan.phases.iter().take(pi + 1).flat_map(|p| p.steps.iter().map(|s| s.step_id.as_str())).collect();
         check_new_step(&added.step, &mut known, &reachable)?;
     }
-    Ok(())
+    // Renumbering renames later steps: the amended plan as a whole must still be valid (unique
+    // ids, answerable questions, …).
+    let mut trial = state.clone();
+    apply(&mut trial, "", "", phases, after_phase, steps, "");
+    validate(&trial.plan).or_else(|problems| bad(problems.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("; ")))
 }
 
 fn check_new_step<'a>(

@@ -572,8 +572,14 @@ fn default_round(state: &ExecutionState, kind: &EventKind) -> u64 {
     };
     match kind {
         EventKind::StepDispatched { step_id, .. } | EventKind::StepRecorded { step_id, .. } => step_round(step_id),
-        EventKind::StepRetried { step_id } | EventKind::StepSkipped { step_id, .. } => {
+        EventKind::StepRetried { step_id } | EventKind::InteractCompleted { step_id } => {
             u64::from(state.result(step_id).map_or(0, |r| r.attempt))
+        }
+        EventKind::StepSkipped { step_id, .. } => {
+            // A skipped step is pending again only after its phase's gate failed and re-dispatched it.
+            let phase = state.locate(step_id).and_then(|(pi, _)| state.plan.phases.get(pi));
+            let runs = phase.map_or(0, |p| state.gate_runs(p.phase_id));
+            u64::from(state.result(step_id).map_or(0, |r| r.attempt)) + u64::from(runs)
         }
         EventKind::GateRecorded { phase_id, .. } => {
             let open = matches!(state.status, ExecutionStatus::GatePending | ExecutionStatus::GateFailed)
@@ -590,12 +596,11 @@ fn default_round(state: &ExecutionState, kind: &EventKind) -> u64 {
             let humans = r.map_or(0, |r| r.interaction_history.iter().filter(|t| t.role == "human").count()) as u64;
             humans + u64::from(r.is_some_and(|r| r.status == StepStatus::Interacting))
         }
-        EventKind::Amended { .. } => state.amendments.len() as u64 + 1,
+        // Amending never moves the current phase, so a resent amendment derives the same key;
+        // the same amendment in a later phase is a new one.
+        EventKind::Amended { .. } => state.current_phase as u64,
         EventKind::CheckpointAcknowledged => u64::from(state.checkpoint.count) + u64::from(state.checkpoint.due),
-        EventKind::FeedbackRecorded { .. }
-        | EventKind::InteractCompleted { .. }
-        | EventKind::Completed
-        | EventKind::Cancelled { .. } => 0,
+        EventKind::FeedbackRecorded { .. } | EventKind::Completed | EventKind::Cancelled { .. } => 0,
     }
 }
 

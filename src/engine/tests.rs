@@ -1,8 +1,17 @@
 //! Engine scenario tests: table-driven transitions, the original's bug list, properties.
 
 use crate::engine::*;
+use crate::model::action::ActionType;
 use crate::model::event::{Event, EventKind, RecordStatus};
-use crate::model::plan::{MachinePlan, PlanGate, PlanPhase, PlanStep};
+use crate::model::plan::{FeedbackQuestion, MachinePlan, PlanGate, PlanPhase, PlanStep};
+
+mod bugs;
+mod golden;
+mod idempotency;
+mod props;
+mod purity;
+mod rejected;
+mod scenarios;
 
 const T0: &str = "2026-01-01T00:00:00+00:00";
 
@@ -47,6 +56,88 @@ pub(crate) fn dispatch_ids(state: &ExecutionState) -> Vec<String> {
             _ => None,
         })
         .collect()
+}
+
+pub(crate) fn ev(kind: EventKind) -> Event {
+    Event::new(kind)
+}
+
+pub(crate) fn gate(command: &str) -> PlanGate {
+    PlanGate { gate_type: "test".into(), command: command.into(), extra: Default::default() }
+}
+
+pub(crate) fn question(id: &str, options: &[&str]) -> FeedbackQuestion {
+    FeedbackQuestion {
+        question_id: id.into(),
+        question: format!("{id}?"),
+        context: String::new(),
+        options: options.iter().map(|o| o.to_string()).collect(),
+        option_agents: Vec::new(),
+        option_prompts: Vec::new(),
+        extra: Default::default(),
+    }
+}
+
+pub(crate) fn dispatched(step_id: &str) -> Event {
+    ev(EventKind::StepDispatched { step_id: step_id.into(), agent_name: "dev".into() })
+}
+
+pub(crate) fn gate_result(phase_id: i64, passed: bool, output: &str) -> Event {
+    ev(EventKind::GateRecorded {
+        phase_id,
+        passed,
+        output: output.into(),
+        command: None,
+        exit_code: Some(i32::from(!passed)),
+    })
+}
+
+pub(crate) fn approval(phase_id: i64, result: ApprovalDecision, feedback: &str) -> Event {
+    ev(EventKind::ApprovalRecorded { phase_id, result, feedback: feedback.into() })
+}
+
+pub(crate) fn answer(phase_id: i64, question_id: &str, chosen_index: usize) -> Event {
+    ev(EventKind::FeedbackRecorded { phase_id, question_id: question_id.into(), chosen_index })
+}
+
+pub(crate) fn interacting(step_id: &str, outcome: &str) -> Event {
+    let mut e = record(step_id, RecordStatus::Interacting);
+    if let EventKind::StepRecorded { outcome: o, .. } = &mut e.kind {
+        *o = outcome.into();
+    }
+    e
+}
+
+pub(crate) fn failed_record(step_id: &str, error: &str) -> Event {
+    let mut e = record(step_id, RecordStatus::Failed);
+    if let EventKind::StepRecorded { error: er, .. } = &mut e.kind {
+        *er = error.into();
+    }
+    e
+}
+
+/// Applies an event that must be accepted and new; returns the state for chaining.
+pub(crate) fn ok(state: &mut ExecutionState, event: &Event) {
+    match apply(state, event, T0) {
+        Ok(applied) => assert!(!applied.duplicate, "unexpected duplicate: {event:?}"),
+        Err(e) => panic!("{event:?} was refused: {e}"),
+    }
+}
+
+/// Applies an event that must be refused, and checks that the state did not change.
+pub(crate) fn refused(state: &mut ExecutionState, event: &Event) -> EngineError {
+    let before = state.clone();
+    let err = apply(state, event, T0).expect_err("event should be refused");
+    assert_eq!(*state, before, "a refused {} changed the state", event.kind.name());
+    err
+}
+
+pub(crate) fn started(phases: Vec<PlanPhase>) -> ExecutionState {
+    start(plan_of(phases), T0).unwrap()
+}
+
+pub(crate) fn action_type(state: &ExecutionState) -> ActionType {
+    next_action(state).action_type()
 }
 
 #[test]
