@@ -1,10 +1,10 @@
 -- baton journal schema. forward-only: never edit this file after it is merged; add 0002_*.sql.
 -- json columns are opaque text to the store; json_valid checks only that they parse.
 
--- one row per execution: the plan, the board summary and the head of the event chain.
+-- one row per execution: the board summary and the head of the event chain. the row is
+-- rewritten on every append, so it holds nothing whose size grows with the plan.
 create table executions (
     task_id       text primary key not null,
-    plan_json     text not null check (json_valid(plan_json)),
     status        text not null,
     current_phase text not null,
     steps_done    integer not null,
@@ -16,6 +16,12 @@ create table executions (
     -- primary key lookup and never scans the journal.
     last_seq      integer not null default 0 check (last_seq >= 0),
     last_hash     text not null default '0000000000000000000000000000000000000000000000000000000000000000'
+) strict;
+
+-- the plan as created, apart from the hot summary row (written once, read on load).
+create table execution_plans (
+    task_id   text primary key not null references executions (task_id),
+    plan_json text not null check (json_valid(plan_json))
 ) strict;
 
 -- the board lists executions by status, newest first.

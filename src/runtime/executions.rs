@@ -4,7 +4,7 @@
 //! here, because `store` never imports `engine`). Recording an event applies it to the
 //! in-memory state, then appends it to the journal with the new summary in one transaction:
 //! the cost of a record does not grow with the plan. Snapshots are written every
-//! [`SNAPSHOT_EVERY`] events, off the hot path. This module never touches git or agents.
+//! [`SNAPSHOT_EVERY`] or more events (growing with the plan), off the hot path. This module never touches git or agents.
 
 use anyhow::Context as _;
 
@@ -16,8 +16,13 @@ use crate::model::state::ExecutionState;
 use crate::runtime::config::DataDir;
 use crate::store::{NewEvent, Store, StoreError, Summary};
 
-/// Events between two snapshots.
+/// Fewest events between two snapshots. The interval grows with the plan (twice its step
+/// count), so the amortized cost of snapshotting per event stays constant as plans grow.
 pub const SNAPSHOT_EVERY: u64 = 256;
+
+fn snapshot_interval(state: &ExecutionState) -> u64 {
+    SNAPSHOT_EVERY.max(2 * state.plan.step_count() as u64)
+}
 
 /// A client's mistake (bad input, unknown id, wrong state): the CLI exits 2, the API answers 4xx.
 #[derive(Debug, thiserror::Error)]
@@ -150,7 +155,7 @@ impl Executions {
             .append(&state.task_id, &[new], &summary_of(state))
             .await
             .with_context(|| format!("journaling {} for {}", stored.kind.name(), state.task_id))?;
-        if state.events_applied % SNAPSHOT_EVERY == 0 {
+        if state.events_applied % snapshot_interval(state) == 0 {
             self.snapshot_in_background(state, &now);
         }
         Ok(applied)

@@ -107,11 +107,10 @@ impl Store {
             return Err(StoreError::AlreadyExists { task_id: task_id.to_owned() });
         }
         sqlx::query(
-            "insert into executions (task_id, plan_json, status, current_phase, steps_done, \
-             steps_total, spend_usd, created_at, updated_at) values (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "insert into executions (task_id, status, current_phase, steps_done, \
+             steps_total, spend_usd, created_at, updated_at) values (?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(task_id)
-        .bind(plan_json)
         .bind(&summary.status)
         .bind(&summary.current_phase)
         .bind(summary.steps_done)
@@ -121,6 +120,11 @@ impl Store {
         .bind(at)
         .execute(&mut *tx)
         .await?;
+        sqlx::query("insert into execution_plans (task_id, plan_json) values (?, ?)")
+            .bind(task_id)
+            .bind(plan_json)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(())
     }
@@ -151,28 +155,25 @@ impl Store {
         for event in events {
             validate_event(task_id, event)?;
         }
+        if let [event] = events {
+            if let Some(outcome) = self.append_fast(task_id, event, summary).await? {
+                return Ok(vec![outcome]);
+            }
+        }
         let mut tx = self.begin_write().await?;
         let Head { mut last_seq, mut last_hash } = head(&mut tx, task_id).await?;
         let mut updated_at = None;
         let mut outcomes = Vec::with_capacity(events.len());
         for event in events {
-            let existing = sqlx::query_scalar::<_, i64>(
-                "select seq from execution_events where task_id = ? and idempotency_key = ?",
-            )
-            .bind(task_id)
-            .bind(&event.idempotency_key)
-            .fetch_optional(&mut *tx)
-            .await?;
-            if let Some(seq) = existing {
-                outcomes.push(AppendOutcome::Duplicate { seq });
-                continue;
-            }
             let seq = last_seq + 1;
             let hash = event_hash(&last_hash, seq, &event.kind, &event.payload, &event.idempotency_key, &event.at);
-            sqlx::query(
+            // A duplicate idempotency key inserts nothing (the unique index); only then is the
+            // existing row looked up, so the common path is one statement.
+            let inserted = sqlx::query(
                 "insert into execution_events \
                  (task_id, seq, kind, payload, idempotency_key, at, prev_hash, hash) \
-                 values (?, ?, ?, ?, ?, ?, ?, ?)",
+                 values (?, ?, ?, ?, ?, ?, ?, ?) \
+                 on conflict (task_id, idempotency_key) do nothing",
             )
             .bind(task_id)
             .bind(seq)
@@ -183,7 +184,19 @@ impl Store {
             .bind(&last_hash)
             .bind(&hash)
             .execute(&mut *tx)
-            .await?;
+            .await?
+            .rows_affected();
+            if inserted == 0 {
+                let existing = sqlx::query_scalar::<_, i64>(
+                    "select seq from execution_events where task_id = ? and idempotency_key = ?",
+                )
+                .bind(task_id)
+                .bind(&event.idempotency_key)
+                .fetch_one(&mut *tx)
+                .await?;
+                outcomes.push(AppendOutcome::Duplicate { seq: existing });
+                continue;
+            }
             last_seq = seq;
             last_hash.clone_from(&hash);
             updated_at = Some(event.at.as_str());
@@ -206,7 +219,85 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
+        self.remember_head(task_id, last_seq, &last_hash);
         Ok(outcomes)
+    }
+
+    fn remember_head(&self, task_id: &str, seq: i64, hash: &str) {
+        if let Ok(mut heads) = self.heads.lock() {
+            heads.insert(task_id.to_owned(), (seq, hash.to_owned()));
+        }
+    }
+
+    /// One event in one round trip, when this process knows the chain head: `BEGIN
+    /// IMMEDIATE`, an insert guarded by the expected head, a summary update guarded by the
+    /// inserted row, `COMMIT`. `Ok(None)` when the head was stale or the key a
+    /// duplicate: nothing was written and the caller takes the general path.
+    async fn append_fast(
+        &self,
+        task_id: &str,
+        event: &NewEvent,
+        summary: &Summary,
+    ) -> Result<Option<AppendOutcome>, StoreError> {
+        let known = self.heads.lock().ok().and_then(|h| h.get(task_id).cloned());
+        let Some((last_seq, last_hash)) = known else { return Ok(None) };
+        let seq = last_seq + 1;
+        let hash = event_hash(&last_hash, seq, &event.kind, &event.payload, &event.idempotency_key, &event.at);
+        let mut conn = self.writer.acquire().await?;
+        let result = sqlx::query(
+            "begin immediate; \
+             insert into execution_events \
+             (task_id, seq, kind, payload, idempotency_key, at, prev_hash, hash) \
+             select ?, ?, ?, ?, ?, ?, ?, ? where exists \
+             (select 1 from executions where task_id = ? and last_seq = ? and last_hash = ?) \
+             on conflict (task_id, idempotency_key) do nothing; \
+             update executions set status = ?, current_phase = ?, steps_done = ?, \
+             steps_total = ?, spend_usd = ?, last_seq = ?, last_hash = ?, updated_at = ? \
+             where task_id = ? and last_seq = ? and exists (select 1 from execution_events \
+             where task_id = ? and seq = ? and idempotency_key = ?) returning last_seq; \
+             commit;",
+        )
+        .bind(task_id)
+        .bind(seq)
+        .bind(&event.kind)
+        .bind(&event.payload)
+        .bind(&event.idempotency_key)
+        .bind(&event.at)
+        .bind(&last_hash)
+        .bind(&hash)
+        .bind(task_id)
+        .bind(last_seq)
+        .bind(&last_hash)
+        .bind(&summary.status)
+        .bind(&summary.current_phase)
+        .bind(summary.steps_done)
+        .bind(summary.steps_total)
+        .bind(summary.spend_usd)
+        .bind(seq)
+        .bind(&hash)
+        .bind(&event.at)
+        .bind(task_id)
+        .bind(last_seq)
+        .bind(task_id)
+        .bind(seq)
+        .bind(&event.idempotency_key)
+        .fetch_all(&mut *conn)
+        .await;
+        match result {
+            // The update returns the new head exactly when the guarded insert happened
+            // (sqlite's change counts are not reliable across BEGIN/COMMIT in one batch).
+            Ok(rows) if rows.len() == 1 => {
+                drop(conn);
+                self.remember_head(task_id, seq, &hash);
+                Ok(Some(AppendOutcome::Appended { seq, hash }))
+            }
+            Ok(_) => Ok(None),
+            Err(err) => {
+                // A statement failed mid-batch: end the transaction it opened, if any.
+                let _ = sqlx::query("rollback").execute(&mut *conn).await;
+                Err(err.into())
+            }
+        }
     }
 
     /// Loads what the caller needs to rebuild `task_id`: plan, newest snapshot, the events
@@ -220,8 +311,9 @@ impl Store {
     pub async fn load(&self, task_id: &str) -> Result<Option<Loaded>, StoreError> {
         let mut tx = self.begin_read().await?;
         let row = sqlx::query_as::<_, PlanRow>(
-            "select plan_json, created_at, status, current_phase, steps_done, steps_total, \
-             spend_usd, last_seq from executions where task_id = ?",
+            "select p.plan_json, e.created_at, e.status, e.current_phase, e.steps_done, \
+             e.steps_total, e.spend_usd, e.last_seq from executions e \
+             join execution_plans p on p.task_id = e.task_id where e.task_id = ?",
         )
         .bind(task_id)
         .fetch_optional(&mut *tx)

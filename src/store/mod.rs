@@ -52,6 +52,9 @@ pub struct Store {
     writer: SqlitePool,
     /// Read-only connections for loads, listings and chain verification.
     reader: SqlitePool,
+    /// Last known chain head (seq, hash) per execution, from this process's appends. A hint
+    /// only: the fast append path checks it in SQL and falls back when it is stale.
+    heads: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, (i64, String)>>>,
 }
 
 /// Failure of a store operation.
@@ -301,9 +304,14 @@ impl Store {
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(true)
             .synchronous(SqliteSynchronous::Full);
+        // The writer is one long-lived connection to a local file: no liveness ping before
+        // each use (it would cost a round trip per transaction) and no idle recycling.
         let writer = SqlitePoolOptions::new()
             .min_connections(1)
             .max_connections(1)
+            .test_before_acquire(false)
+            .idle_timeout(None)
+            .max_lifetime(None)
             .connect_with(options.clone().create_if_missing(true))
             .await
             .map_err(open_err)?;
@@ -312,10 +320,11 @@ impl Store {
         // open it now.
         let reader = SqlitePoolOptions::new()
             .max_connections(READERS)
+            .test_before_acquire(false)
             .connect_with(options.read_only(true))
             .await
             .map_err(open_err)?;
-        Ok(Store { writer, reader })
+        Ok(Store { writer, reader, heads: Default::default() })
     }
 
     /// Closes both pools, waiting for checked-out connections to come back (checkpoints the

@@ -221,7 +221,7 @@ async fn failing_event_rolls_back_the_whole_batch() {
     assert_eq!(loaded.summary, summary("running", 1));
     // The writer connection is usable again and the chain continues at seq 2.
     let next = store.append("t1", &[ev("k2", "{}")], &summary("running", 2)).await.unwrap();
-    assert!(matches!(next[0], AppendOutcome::Appended { seq: 2, .. }));
+    assert!(matches!(next[0], AppendOutcome::Appended { seq: 2, .. }), "{next:?}");
     assert!(store.verify_chain("t1").await.unwrap().ok);
 }
 
@@ -463,4 +463,23 @@ async fn concurrent_opens_of_a_new_file_both_succeed() {
     let (a, b) = (a.unwrap(), b.unwrap());
     created(&a, "t1").await;
     assert!(b.summary("t1").await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn the_one_round_trip_append_falls_back_when_another_process_moved_the_head() {
+    let (_dir, path, a) = fresh().await;
+    created(&a, "t1").await;
+    let b = Store::open(&path).await.unwrap();
+    a.append("t1", &[ev("k1", "{}")], &summary("running", 1)).await.unwrap();
+    let second = a.append("t1", &[ev("k2", "{}")], &summary("running", 2)).await.unwrap();
+    assert!(matches!(second[0], AppendOutcome::Appended { seq: 2, .. }), "{second:?}");
+    b.append("t1", &[ev("k3", "{}")], &summary("running", 3)).await.unwrap();
+    // `a` still believes the head is seq 2: its fast path must not write, the general path must.
+    let fourth = a.append("t1", &[ev("k4", "{}")], &summary("running", 4)).await.unwrap();
+    assert!(matches!(fourth[0], AppendOutcome::Appended { seq: 4, .. }), "{fourth:?}");
+    let dup = a.append("t1", &[ev("k1", "{}")], &summary("running", 4)).await.unwrap();
+    assert_eq!(dup, vec![AppendOutcome::Duplicate { seq: 1 }]);
+    let report = a.verify_chain("t1").await.unwrap();
+    assert!(report.ok && report.events == 4, "{report:?}");
+    assert_eq!(a.load("t1").await.unwrap().unwrap().summary, summary("running", 4));
 }

@@ -396,7 +396,6 @@ fn random_runs_reach_every_status() {
 }
 
 #[test]
-#[ignore = "serde_json needs its `float_roundtrip` feature (Cargo.toml, outside the engine)"]
 fn state_json_round_trip_is_exact_for_costs() {
     let ids: Vec<String> = (1..=10).map(|i| format!("1.{i}")).collect();
     let mut state = started(vec![phase(1, ids.iter().map(|id| step(id, &[])).collect())]);
