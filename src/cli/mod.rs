@@ -270,7 +270,7 @@ enum ExecuteCommand {
         #[arg(long)]
         add_step: Vec<String>,
     },
-    /// Print the next action after recovery (dispatched steps are re-offered by `run`).
+    /// Recover after a driver stopped: steps it had dispatched are offered again; print the next action.
     Resume {
         #[command(flatten)]
         task: Task,
@@ -605,8 +605,7 @@ async fn execute(data: DataDir, command: ExecuteCommand, json: bool) -> anyhow::
         }
         ExecuteCommand::Resume { task } => {
             let task_id = execs.resolve_task_id(task.task_id.as_deref()).await?;
-            let state = execs.get(&task_id).await?;
-            Ok(print_action(&engine::next_action(&state), &task_id, json))
+            resume(&execs, &task_id, json).await
         }
         ExecuteCommand::List => {
             let rows = execs.store().list_executions().await?;
@@ -788,6 +787,40 @@ async fn record_command(execs: &Executions, command: ExecuteCommand, json: bool)
         eprintln!("recorded {kind} for {task_id}");
     }
     Ok(print_action(&engine::next_action(&state), &task_id, json))
+}
+
+/// `execute resume`: for an execution an external orchestrator drives, every step that was
+/// dispatched when the orchestrator stopped is offered again (its attempt is lost); an
+/// execution that `execute run` drives recovers its attempts itself on the next `run`.
+async fn resume(execs: &Executions, task_id: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let lease = lease::acquire(execs.store(), task_id).await?;
+    let result = async {
+        let mut state = execs.get(task_id).await?;
+        if execs.data().runs(task_id).join("execution.json").exists() {
+            eprintln!(
+                "execution {task_id} is driven by `baton execute run`: run it again to recover its attempts \
+                 (running ones are re-adopted, finished ones harvested, dead ones re-run)"
+            );
+            return Ok(state);
+        }
+        let dispatched: Vec<String> = state
+            .current()
+            .map(|p| p.steps.iter().map(|s| s.step_id.clone()).collect::<Vec<_>>())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|id| state.step_status(id) == crate::model::state::StepStatus::Dispatched)
+            .collect();
+        for step_id in dispatched {
+            let event = Event::new(EventKind::StepRequeued { step_id: step_id.clone() }).by(actor());
+            execs.record(&mut state, event).await?;
+            eprintln!("step {step_id} was dispatched when the driver stopped; it is offered again");
+        }
+        Ok::<_, anyhow::Error>(state)
+    }
+    .await;
+    lease.release().await?;
+    let state = result?;
+    Ok(print_action(&engine::next_action(&state), task_id, json))
 }
 
 fn print_status(state: &ExecutionState, json: bool) -> anyhow::Result<()> {

@@ -572,9 +572,9 @@ fn default_round(state: &ExecutionState, kind: &EventKind) -> u64 {
     };
     match kind {
         EventKind::StepDispatched { step_id, .. } | EventKind::StepRecorded { step_id, .. } => step_round(step_id),
-        EventKind::StepRetried { step_id } | EventKind::InteractCompleted { step_id } => {
-            u64::from(state.result(step_id).map_or(0, |r| r.attempt))
-        }
+        EventKind::StepRetried { step_id }
+        | EventKind::InteractCompleted { step_id }
+        | EventKind::StepRequeued { step_id } => u64::from(state.result(step_id).map_or(0, |r| r.attempt)),
         EventKind::StepSkipped { step_id, .. } => {
             // A skipped step is pending again only after its phase's gate failed and re-dispatched it.
             let phase = state.locate(step_id).and_then(|(pi, _)| state.plan.phases.get(pi));
@@ -747,6 +747,21 @@ fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), EngineError> {
                     step_id: step_id.clone(),
                     status: st.as_str().into(),
                     reason: "only a failed step can be retried".into(),
+                });
+            }
+            Ok(())
+        }
+        EventKind::StepRequeued { step_id } => {
+            current_step(state, step_id)?;
+            if status != ExecutionStatus::Running {
+                return Err(wrong("step_requeued"));
+            }
+            let st = state.step_status(step_id);
+            if st != StepStatus::Dispatched {
+                return Err(EngineError::StepState {
+                    step_id: step_id.clone(),
+                    status: st.as_str().into(),
+                    reason: "only a dispatched step can be requeued".into(),
                 });
             }
             Ok(())
@@ -1011,6 +1026,11 @@ fn mutate(state: &mut ExecutionState, event: &Event, now: &str) {
                 r.error.clear();
             }
             reopen(state);
+        }
+        EventKind::StepRequeued { step_id } => {
+            if let Some(r) = state.step_results.get_mut(step_id) {
+                r.status = StepStatus::Pending;
+            }
         }
         EventKind::StepSkipped { step_id, reason } => {
             let r = result_entry(state, step_id, "");

@@ -167,6 +167,12 @@ pub enum EventKind {
         /// Phase.
         phase_id: i64,
     },
+    /// A dispatched step whose attempt is lost (its driver died) is offered again
+    /// (agent-baton's `recover_dispatched_steps`, run by `execute resume`).
+    StepRequeued {
+        /// Step.
+        step_id: String,
+    },
     /// An operator skipped a step: it counts as done for its dependants.
     StepSkipped {
         /// Step.
@@ -198,6 +204,7 @@ impl EventKind {
             EventKind::Cancelled { .. } => "cancelled",
             EventKind::StepRetried { .. } => "step_retried",
             EventKind::GateRetried { .. } => "gate_retried",
+            EventKind::StepRequeued { .. } => "step_requeued",
             EventKind::StepSkipped { .. } => "step_skipped",
         }
     }

@@ -3,6 +3,7 @@
 //! worktrees, real agent subprocesses (the demo agent).
 
 mod bad_input;
+mod cli;
 mod common;
 mod crash;
 mod golden_plan;

@@ -141,3 +141,126 @@ fn a_second_driver_is_refused_with_who_holds_the_lease() {
     assert!(stderr(&record).contains(&format!("pid {}", first.id())), "{}", stderr(&record));
     assert!(first.wait().unwrap().success());
 }
+
+fn one_phase(task_id: &str, steps: serde_json::Value) -> String {
+    serde_json::json!({"task_id": task_id, "task_summary": "s", "phases": [{"phase_id": 1, "name": "P", "steps": steps}]})
+        .to_string()
+}
+
+#[test]
+fn automation_steps_run_their_command_in_the_worktree_and_no_change_means_no_commit() {
+    let ws = Workspace::with_repo(&[("README.md", "hello\n")]);
+    let plan = one_phase(
+        "auto-1",
+        serde_json::json!([
+            {"step_id": "1.1", "agent_name": "automation", "task_description": "generate", "step_type": "automation",
+             "command": "mkdir -p gen && echo generated > gen/out.txt"},
+            {"step_id": "1.2", "agent_name": "dev", "task_description": "look only [demo: noop]", "depends_on": ["1.1"]}
+        ]),
+    );
+    let plan = ws.write("plan.json", &plan);
+    let out = ws.run_plan(&plan);
+    assert_eq!(code(&out), 0, "{}\n{}", stdout(&out), stderr(&out));
+    assert_eq!(ws.git(&["show", "baton/auto-1:gen/out.txt"]), "generated\n");
+    let authors = ws.git(&["log", "--format=%an", "baton/auto-1"]);
+    assert_eq!(authors.lines().collect::<Vec<_>>(), vec!["automation", "Baton"], "1.2 changed nothing: no commit");
+    assert!(!ws.repo().join("gen").exists(), "the user's checkout is untouched");
+}
+
+#[test]
+fn a_step_over_its_timeout_is_killed_and_fails() {
+    let ws = Workspace::with_repo(&[("README.md", "hello\n")]);
+    let plan = one_phase(
+        "timeout-1",
+        serde_json::json!([{"step_id": "1.1", "agent_name": "dev", "task_description": "slow [demo: sleep=30]",
+                            "timeout_seconds": 1}]),
+    );
+    let plan = ws.write("plan.json", &plan);
+    let out = ws.run_plan(&plan);
+    assert_eq!(code(&out), 4, "{}\n{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("step 1.1 failed: timed out"), "{}", stdout(&out));
+    let exit: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(ws.data().join("runs/timeout-1/1.1/1/exit.json")).unwrap())
+            .unwrap();
+    assert_eq!(exit["timed_out"], true);
+    assert!(exit["duration_ms"].as_u64().unwrap() < 30_000);
+}
+
+#[test]
+fn an_interactive_step_waits_for_a_human_and_continues_with_the_reply() {
+    let ws = Workspace::with_repo(&[("README.md", "hello\n")]);
+    let plan = one_phase(
+        "talk-1",
+        serde_json::json!([{"step_id": "1.1", "agent_name": "pm", "interactive": true, "max_turns": 4,
+            "task_description": "Clarify the scope [demo: interact=Which database should I use?]", "deliverables": ["scope.md"]}]),
+    );
+    let plan = ws.write("plan.json", &plan);
+    let first = ws.run_plan(&plan);
+    assert_eq!(code(&first), 3, "{}\n{}", stdout(&first), stderr(&first));
+    assert!(stdout(&first).contains("ACTION: INTERACT"), "{}", stdout(&first));
+    assert!(stdout(&first).contains("Which database should I use?"));
+    let reply = ws.run(&["execute", "interact", "--task-id", "talk-1", "--step-id", "1.1", "--input", "Use SQLite."]);
+    assert_eq!(code(&reply), 0, "{}", stderr(&reply));
+    assert!(stdout(&reply).contains("ACTION: DISPATCH"), "{}", stdout(&reply));
+    let second = ws.run_plan(&plan);
+    assert_eq!(code(&second), 0, "{}\n{}", stdout(&second), stderr(&second));
+    let prompt = std::fs::read_to_string(ws.data().join("runs/talk-1/1.1/2/prompt.md")).unwrap();
+    assert!(prompt.contains("## Human reply\nUse SQLite."), "{prompt}");
+    assert_eq!(ws.git(&["show", "--format=", "--name-only", "baton/talk-1"]).trim(), "scope.md");
+}
+
+#[test]
+fn max_parallel_one_runs_steps_one_at_a_time() {
+    let ws = Workspace::with_repo(&[("README.md", "hello\n")]);
+    let steps: Vec<serde_json::Value> = (1..=3)
+        .map(|i| {
+            serde_json::json!({"step_id": format!("1.{i}"), "agent_name": "dev",
+            "task_description": "[demo: sleep=1]", "deliverables": [format!("f{i}.md")]})
+        })
+        .collect();
+    let plan = ws.write("plan.json", &one_phase("serial-1", serde_json::Value::Array(steps)));
+    let out = ws
+        .baton()
+        .args(["execute", "run", "--agent", "demo", "--max-parallel", "1", "--plan"])
+        .arg(&plan)
+        .arg("--repo")
+        .arg(ws.repo())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let mut spans: Vec<(String, String)> = (1..=3)
+        .map(|i| {
+            let dir = ws.data().join(format!("runs/serial-1/1.{i}/1"));
+            let read = |f: &str| -> serde_json::Value {
+                serde_json::from_str(&std::fs::read_to_string(dir.join(f)).unwrap()).unwrap()
+            };
+            (
+                read("exit.json")["started_at"].as_str().unwrap().to_string(),
+                read("exit.json")["finished_at"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    spans.sort();
+    for pair in spans.windows(2) {
+        assert!(pair[0].1 <= pair[1].0, "attempts overlapped with --max-parallel 1: {spans:?}");
+    }
+}
+
+#[test]
+fn gc_removes_worktrees_of_final_executions_only() {
+    let ws = Workspace::with_repo(&[("README.md", "hello\n")]);
+    let plan = ws.write("plan.json", &small_plan("gc-1", "[demo: fail]"));
+    assert_eq!(code(&ws.run_plan(&plan)), 4);
+    let kept = ws.data().join("worktrees/gc-1/1.1-1");
+    assert!(kept.exists());
+    let young = ws.run(&["gc"]);
+    assert_eq!(code(&young), 0);
+    assert!(kept.exists(), "younger than 72 h: kept");
+    let live = ws.write("live.json", &small_plan("gc-live", ""));
+    assert_eq!(code(&ws.run(&["execute", "start", "--plan", live.to_str().unwrap()])), 0);
+    let out = ws.run(&["gc", "--hours", "0"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stdout(&out).contains("removed 1 worktrees"), "{}", stdout(&out));
+    assert!(!kept.exists());
+    assert!(!ws.git(&["worktree", "list"]).contains("gc-1"));
+}

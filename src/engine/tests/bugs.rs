@@ -395,3 +395,27 @@ fn an_amended_phase_that_could_never_finish_is_refused() {
     );
     assert!(matches!(&err, EngineError::InvalidAmendment(m) if m.contains("has no options")), "{err:?}");
 }
+
+// seed-spec §5 #9: resume offers again a step that was dispatched when the driver stopped,
+// and does not touch completed steps.
+#[test]
+fn a_requeued_dispatched_step_is_offered_again_and_completed_steps_stay_done() {
+    let mut state = started(vec![phase(1, vec![step("1.1", &[]), step("1.2", &[])])]);
+    ok(&mut state, &dispatched("1.1"));
+    ok(&mut state, &dispatched("1.2"));
+    ok(&mut state, &record("1.1", RecordStatus::Complete));
+    assert!(dispatch_ids(&state).is_empty());
+    let requeue = ev(EventKind::StepRequeued { step_id: "1.2".into() });
+    ok(&mut state, &requeue);
+    assert_eq!(dispatch_ids(&state), vec!["1.2"]);
+    assert_eq!(state.step_status("1.1"), StepStatus::Complete);
+    match next_action(&state) {
+        Action::Dispatch(d) => assert_eq!(d.attempt, 2, "the lost attempt counts"),
+        other => panic!("expected DISPATCH, got {other:?}"),
+    }
+    let before = state.clone();
+    assert!(apply(&mut state, &requeue, T0).unwrap().duplicate, "the same requeue twice has one effect");
+    let err = apply(&mut state, &ev(EventKind::StepRequeued { step_id: "1.1".into() }), T0).unwrap_err();
+    assert!(matches!(err, EngineError::StepState { .. }), "{err}");
+    assert_eq!(state, before);
+}

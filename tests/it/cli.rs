@@ -1,0 +1,77 @@
+//! An external orchestrator drives a plan with the agent-baton CLI contract only.
+
+use crate::common::*;
+
+fn json_of(out: &std::process::Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(out)))
+}
+
+#[test]
+fn an_orchestrator_drives_a_plan_to_complete_with_the_cli() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let plan = ws.write("plan.json", &small_plan("orch-1", ""));
+    let saved = ws.run(&["plan", "--from", plan.to_str().unwrap()]);
+    assert_eq!(code(&saved), 0, "{}", stderr(&saved));
+    let start = ws.run(&["execute", "start", "--json"]);
+    assert_eq!(code(&start), 0, "{}", stderr(&start));
+    assert_eq!(json_of(&start)["action_type"], "dispatch");
+    // The active task is used without --task-id.
+    let all = ws.run(&["execute", "next", "--all", "--json"]);
+    let wave = json_of(&all);
+    let ids: Vec<&str> = wave.as_array().unwrap().iter().map(|a| a["step_id"].as_str().unwrap()).collect();
+    assert_eq!(ids, vec!["1.1", "1.2"]);
+    assert!(wave.as_array().unwrap().iter().all(|a| a["isolation"] == "worktree"));
+    assert_eq!(code(&ws.run(&["execute", "dispatched", "--step-id", "1.1", "--agent", "alpha"])), 0);
+    assert_eq!(code(&ws.run(&["execute", "record", "--step-id", "1.1", "--agent", "alpha", "--files", "a.md"])), 0);
+    let rec = ws.run(&["execute", "record", "--step-id", "1.2", "--agent", "beta", "--tokens", "12", "--json"]);
+    assert_eq!(json_of(&rec)["action_type"], "gate");
+    assert_eq!(json_of(&rec)["gate_command"], "test -s a.md && test -s b.md");
+    let gate = ws.run(&["execute", "gate", "--phase-id", "1", "--result", "pass", "--json"]);
+    assert_eq!(json_of(&gate)["step_id"], "2.1");
+    let rec = ws.run(&["execute", "record", "--step-id", "2.1", "--agent", "gamma", "--json"]);
+    assert_eq!(json_of(&rec)["action_type"], "complete");
+    assert_eq!(ws.status("orch-1")["status"], "running", "COMPLETE is an action; the status changes on `complete`");
+    let done = ws.run(&["execute", "complete"]);
+    assert_eq!(code(&done), 0, "{}", stderr(&done));
+    assert_eq!(ws.status("orch-1")["status"], "complete");
+    let list = ws.run(&["execute", "list"]);
+    assert!(stdout(&list).contains("orch-1  complete"), "{}", stdout(&list));
+}
+
+#[test]
+fn resume_offers_again_the_steps_a_stopped_orchestrator_had_dispatched() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let plan = ws.write("plan.json", &small_plan("resume-1", ""));
+    assert_eq!(code(&ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()])), 0);
+    assert_eq!(code(&ws.run(&["execute", "dispatched", "--step-id", "1.1", "--agent", "alpha"])), 0);
+    assert_eq!(code(&ws.run(&["execute", "record", "--step-id", "1.2", "--agent", "beta"])), 0);
+    let next = ws.run(&["execute", "next"]);
+    assert!(stdout(&next).contains("ACTION: WAIT"), "{}", stdout(&next));
+    let resumed = ws.run(&["execute", "resume"]);
+    assert_eq!(code(&resumed), 0, "{}", stderr(&resumed));
+    assert!(stdout(&resumed).contains("ACTION: DISPATCH"), "{}", stdout(&resumed));
+    assert!(stdout(&resumed).contains("Step: 1.1"));
+    assert!(stdout(&resumed).contains("Attempt: 2"));
+    let status = ws.status("resume-1");
+    assert_eq!(status["step_results"]["1.2"]["status"], "complete", "completed steps stay done");
+}
+
+#[test]
+fn amend_inserts_a_phase_that_runs_next() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let plan = ws.write("plan.json", &small_plan("amend-1", ""));
+    assert_eq!(code(&ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()])), 0);
+    let out = ws.run(&["execute", "amend", "--description", "Add docs", "--add-phase", "Docs:writer"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let status = ws.status("amend-1");
+    let phases = status["plan"]["phases"].as_array().unwrap();
+    assert_eq!(phases.len(), 3);
+    assert_eq!(phases[1]["name"], "Docs");
+    assert_eq!(phases[1]["steps"][0]["step_id"], "2.1");
+    assert_eq!(phases[2]["steps"][0]["step_id"], "3.1");
+    assert_eq!(phases[2]["steps"][0]["depends_on"], serde_json::json!(["1.1", "1.2"]));
+    assert_eq!(status["amendments"][0]["phases_added"], serde_json::json!([2]));
+    let bad = ws.run(&["execute", "amend", "--description", "x", "--add-phase", "NoAgent"]);
+    assert_eq!(code(&bad), 2);
+    assert!(stderr(&bad).contains("expected NAME:AGENT"), "{}", stderr(&bad));
+}
