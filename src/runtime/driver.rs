@@ -77,6 +77,9 @@ struct LaunchMeta {
 
 const META_FILE: &str = "baton.json";
 
+/// How often a driver renews its lease while it waits (a third of its lifetime).
+const LEASE_RENEW_EVERY: Duration = Duration::from_secs(lease::LEASE_TTL_SECS as u64 / 3);
+
 /// The feature branch of an execution.
 pub fn feature_branch(task_id: &str) -> String {
     format!("baton/{task_id}")
@@ -145,10 +148,13 @@ pub async fn run(data: DataDir, args: RunArgs) -> anyhow::Result<ExitCode> {
     let (state, meta) = match existing {
         Some(state) => {
             let path = meta_path(&data, &task_id);
-            let text = std::fs::read_to_string(&path).map_err(|e| {
-                BadInput(format!("execution {task_id} was not started by `execute run` ({}: {e})", path.display()))
-            })?;
-            let meta: RunMeta = serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
+            let meta = if path.exists() {
+                let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+                serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?
+            } else {
+                // Started by `execute start` (an orchestrator); `run` takes it over on --repo.
+                prepare_meta(&data, &task_id, &args).await?
+            };
             eprintln!("resuming execution {task_id} ({})", state.status);
             (state, meta)
         }
@@ -194,12 +200,9 @@ pub async fn run(data: DataDir, args: RunArgs) -> anyhow::Result<ExitCode> {
     outcome
 }
 
-async fn create(
-    execs: &Executions,
-    data: &DataDir,
-    plan: MachinePlan,
-    args: &RunArgs,
-) -> anyhow::Result<(ExecutionState, RunMeta)> {
+/// Opens `--repo`, resolves `--base`, creates the feature branch and writes the run's
+/// `execution.json`. Errors ([`BadInput`]) name the flag at fault.
+async fn prepare_meta(data: &DataDir, task_id: &str, args: &RunArgs) -> anyhow::Result<RunMeta> {
     let path = args.repo.clone();
     let repo = blocking(move || GitRepo::open(&path))
         .await?
@@ -212,17 +215,27 @@ async fn create(
     })
     .await?
     .map_err(|e| BadInput(format!("--base: {e}")))?;
-    // Validate the plan fully (team steps, …) before anything is written.
-    engine::start(plan.clone(), &clock::now_rfc3339()).map_err(|e| BadInput(e.to_string()))?;
-    let branch = feature_branch(&plan.task_id);
+    let branch = feature_branch(task_id);
     let (r, b, s) = (repo.clone(), branch.clone(), base_sha.clone());
     blocking(move || r.ensure_branch(&b, &s)).await?.map_err(|e| BadInput(format!("creating branch {branch}: {e}")))?;
     let meta = RunMeta { repo: repo.root().to_path_buf(), base_sha, branch, profile: args.agent.clone() };
-    let path = meta_path(data, &plan.task_id);
+    let path = meta_path(data, task_id);
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     write_atomic(&path, serde_json::to_string_pretty(&meta)?.as_bytes())?;
+    Ok(meta)
+}
+
+async fn create(
+    execs: &Executions,
+    data: &DataDir,
+    plan: MachinePlan,
+    args: &RunArgs,
+) -> anyhow::Result<(ExecutionState, RunMeta)> {
+    // Validate the plan fully (team steps, …) before anything is written.
+    engine::start(plan.clone(), &clock::now_rfc3339()).map_err(|e| BadInput(e.to_string()))?;
+    let meta = prepare_meta(data, &plan.task_id, args).await?;
     let state = execs.create(plan).await?;
     Ok((state, meta))
 }
@@ -238,7 +251,7 @@ impl Driver {
         self.recover(&mut state).await?;
         let mut last_renew = clock::Stopwatch::start();
         loop {
-            if last_renew.elapsed() > Duration::from_secs(10) {
+            if last_renew.elapsed() > LEASE_RENEW_EVERY {
                 lease.renew().await?;
                 last_renew = clock::Stopwatch::start();
             }
@@ -253,7 +266,7 @@ impl Driver {
                     let ready = engine::next_actions(&state);
                     let free = self.cap.saturating_sub(self.running);
                     if free == 0 || ready.is_empty() {
-                        self.wait_one(&mut state).await?;
+                        self.wait_one(&mut state, lease).await?;
                         continue;
                     }
                     for a in ready.into_iter().take(free) {
@@ -266,14 +279,21 @@ impl Driver {
                     if self.running == 0 {
                         anyhow::bail!("execution {} waits for in-flight steps that no process runs", state.task_id);
                     }
-                    self.wait_one(&mut state).await?;
+                    self.wait_one(&mut state, lease).await?;
                 }
                 Action::Gate(g) => {
                     if self.running > 0 {
-                        self.wait_one(&mut state).await?;
+                        self.wait_one(&mut state, lease).await?;
                         continue;
                     }
-                    self.gate(&mut state, g).await?;
+                    let gate = self.gate(&mut state, g);
+                    tokio::pin!(gate);
+                    loop {
+                        tokio::select! {
+                            done = &mut gate => break done?,
+                            () = tokio::time::sleep(LEASE_RENEW_EVERY) => lease.renew().await?,
+                        }
+                    }
                 }
                 Action::Approval(a) if self.auto_approve => {
                     eprintln!("notice: approving phase {} automatically (baton demo): {}", a.phase_id, a.message);
@@ -288,14 +308,14 @@ impl Driver {
                 }
                 Action::Approval(_) | Action::Feedback(_) | Action::Interact(_) => {
                     if self.running > 0 {
-                        self.wait_one(&mut state).await?;
+                        self.wait_one(&mut state, lease).await?;
                         continue;
                     }
                     return Ok(cli::print_action(&action, &state.task_id, false));
                 }
                 Action::Complete { .. } => {
                     if self.running > 0 {
-                        self.wait_one(&mut state).await?;
+                        self.wait_one(&mut state, lease).await?;
                         continue;
                     }
                     let key = format!("complete:{}", state.task_id);
@@ -307,7 +327,7 @@ impl Driver {
                 }
                 Action::Failed { .. } => {
                     if self.running > 0 {
-                        self.wait_one(&mut state).await?;
+                        self.wait_one(&mut state, lease).await?;
                         continue;
                     }
                     return Ok(cli::print_action(&action, &state.task_id, false));
@@ -442,9 +462,15 @@ impl Driver {
         Ok(())
     }
 
-    /// Waits for one in-flight attempt and records its result.
-    async fn wait_one(&mut self, state: &mut ExecutionState) -> anyhow::Result<()> {
-        let Some(joined) = self.inflight.join_next().await else {
+    /// Waits for one in-flight attempt (renewing the lease meanwhile) and records its result.
+    async fn wait_one(&mut self, state: &mut ExecutionState, lease: &lease::Lease) -> anyhow::Result<()> {
+        let joined = loop {
+            tokio::select! {
+                joined = self.inflight.join_next() => break joined,
+                () = tokio::time::sleep(LEASE_RENEW_EVERY) => lease.renew().await?,
+            }
+        };
+        let Some(joined) = joined else {
             anyhow::bail!("nothing in flight to wait for");
         };
         self.running = self.running.saturating_sub(1);

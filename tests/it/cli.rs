@@ -75,3 +75,21 @@ fn amend_inserts_a_phase_that_runs_next() {
     assert_eq!(code(&bad), 2);
     assert!(stderr(&bad).contains("expected NAME:AGENT"), "{}", stderr(&bad));
 }
+
+#[test]
+fn execute_run_takes_over_an_execution_an_orchestrator_started() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let plan = ws.write("plan.json", &small_plan("takeover-1", ""));
+    assert_eq!(code(&ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()])), 0);
+    let out = ws
+        .baton()
+        .args(["execute", "run", "--agent", "demo", "--task-id", "takeover-1", "--repo"])
+        .arg(ws.repo())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}\n{}", stdout(&out), stderr(&out));
+    for step in ["1.1", "1.2", "2.1"] {
+        assert_eq!(ws.launches("takeover-1", step), 1);
+    }
+    assert_eq!(ws.status("takeover-1")["status"], "complete");
+}
