@@ -85,28 +85,9 @@ pub(crate) fn check(
     // ids, answerable questions, …).
     // Only the plan's shape is checked, so the trial copies the plan, not the execution's
     // records (results, journal keys), which may be large.
-    let mut trial = ExecutionState {
-        task_id: String::new(),
-        plan: state.plan.clone(),
-        current_phase: state.current_phase,
-        status: state.status,
-        failure: None,
-        step_results: Default::default(),
-        gate_results: Vec::new(),
-        approval_results: Vec::new(),
-        feedback_results: Vec::new(),
-        amendments: Vec::new(),
-        pending_approval_request: None,
-        gate_redispatched: Default::default(),
-        gate_failures_forgiven: Default::default(),
-        checkpoint: Default::default(),
-        counters: Default::default(),
-        applied_keys: Default::default(),
-        events_applied: 0,
-        started_at: String::new(),
-        completed_at: String::new(),
-        index: state.index.clone(),
-    };
+    let mut trial = ExecutionState::fresh(state.plan.clone(), "");
+    trial.current_phase = state.current_phase;
+    trial.status = state.status;
     apply(&mut trial, "", "", phases, after_phase, steps, "");
     validate(&trial.plan).or_else(|problems| bad(problems.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("; ")))
 }

@@ -31,8 +31,8 @@ use crate::model::action::{
 use crate::model::event::{Event, EventKind, RecordStatus};
 use crate::model::plan::{MachinePlan, PlanPhase, PlanStep};
 use crate::model::state::{
-    ApprovalDecision, ApprovalResult, CheckpointMarks, Counters, ExecutionState, ExecutionStatus, GateResult,
-    InteractionTurn, PendingApprovalRequest, StepIndex, StepResult, StepStatus,
+    ApprovalDecision, ApprovalResult, CheckpointMarks, ExecutionState, ExecutionStatus, GateResult, InteractionTurn,
+    PendingApprovalRequest, StepResult, StepStatus,
 };
 
 pub use validate::{unsafe_id_reason, validate, PlanProblem};
@@ -180,29 +180,7 @@ pub fn start(plan: MachinePlan, now: &str) -> Result<ExecutionState, EngineError
     }
     let preflight = matches!(plan.risk_level.to_ascii_uppercase().as_str(), "HIGH" | "CRITICAL");
     let first_phase = plan.phases.first().map(|p| p.phase_id).unwrap_or(0);
-    let mut state = ExecutionState {
-        task_id: plan.task_id.clone(),
-        plan,
-        current_phase: 0,
-        status: ExecutionStatus::Running,
-        failure: None,
-        step_results: Default::default(),
-        gate_results: Vec::new(),
-        approval_results: Vec::new(),
-        feedback_results: Vec::new(),
-        amendments: Vec::new(),
-        pending_approval_request: None,
-        gate_redispatched: Default::default(),
-        gate_failures_forgiven: Default::default(),
-        checkpoint: CheckpointMarks::default(),
-        counters: Counters::default(),
-        applied_keys: Default::default(),
-        events_applied: 0,
-        started_at: now.to_string(),
-        completed_at: String::new(),
-        index: StepIndex::default(),
-    };
-    state.reindex();
+    let mut state = ExecutionState::fresh(plan, now);
     if preflight {
         state.status = ExecutionStatus::ApprovalPending;
         state.pending_approval_request =

@@ -375,6 +375,36 @@ pub struct ExecutionState {
 }
 
 impl ExecutionState {
+    /// A state for `plan` with no records yet: `running`, at the first phase, started at
+    /// `started_at` (RFC 3339). Plain construction: validation and the pre-flight approval
+    /// are `engine::start`'s job.
+    pub fn fresh(plan: MachinePlan, started_at: &str) -> ExecutionState {
+        let mut state = ExecutionState {
+            task_id: plan.task_id.clone(),
+            plan,
+            current_phase: 0,
+            status: ExecutionStatus::Running,
+            failure: None,
+            step_results: BTreeMap::new(),
+            gate_results: Vec::new(),
+            approval_results: Vec::new(),
+            feedback_results: Vec::new(),
+            amendments: Vec::new(),
+            pending_approval_request: None,
+            gate_redispatched: BTreeSet::new(),
+            gate_failures_forgiven: BTreeMap::new(),
+            checkpoint: CheckpointMarks::default(),
+            counters: Counters::default(),
+            applied_keys: BTreeSet::new(),
+            events_applied: 0,
+            started_at: started_at.to_string(),
+            completed_at: String::new(),
+            index: StepIndex::default(),
+        };
+        state.reindex();
+        state
+    }
+
     /// Result of a step, if it has one.
     pub fn result(&self, step_id: &str) -> Option<&StepResult> {
         self.step_results.get(step_id)
