@@ -781,6 +781,12 @@ async fn record_command(execs: &Executions, command: ExecuteCommand, json: bool)
     .await;
     lease.release().await?;
     let (state, kind, applied) = result?;
+    if kind == "cancelled" && !applied.duplicate {
+        let stopped = runtime::driver::stop_attempts(execs.data(), &state);
+        if stopped > 0 {
+            eprintln!("stopped {stopped} running agent attempts of {task_id}");
+        }
+    }
     if applied.duplicate {
         eprintln!("{kind} for {task_id} was already applied (idempotency key {}): nothing changed", applied.key);
     } else {

@@ -50,6 +50,9 @@ fn crash_point(name: &str) {
     }
 }
 
+/// Agent profiles `--agent` and `baton.toml` accept.
+pub const PROFILES: &[&str] = &["demo", "claude", "codex", "command"];
+
 /// What a run remembers about its execution (`runs/<task_id>/execution.json`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunMeta {
@@ -117,6 +120,9 @@ struct Finished {
 /// Errors: a bad plan, a missing repository, an execution that is complete or cancelled, or an
 /// execution driven by another process ([`BadInput`], exit 2); internal failures (exit 1).
 pub async fn run(data: DataDir, args: RunArgs) -> anyhow::Result<ExitCode> {
+    if !PROFILES.contains(&args.agent.as_str()) {
+        return Err(BadInput(format!("--agent {:?}: expected one of {}", args.agent, PROFILES.join(", "))).into());
+    }
     let config = data.config()?;
     let execs = Executions::open(data.clone()).await?;
     let plan = match &args.plan {
@@ -379,6 +385,10 @@ impl Driver {
 
     /// Journals the dispatch, prepares a fresh worktree and run dir, and launches the shim.
     async fn dispatch(&mut self, state: &mut ExecutionState, d: &DispatchAction) -> anyhow::Result<()> {
+        if d.command.is_empty() {
+            // A misconfigured agent is refused before anything is journaled.
+            self.resolve_agent(&d.agent_name, &d.agent_model)?;
+        }
         let kind = EventKind::StepDispatched { step_id: d.step_id.clone(), agent_name: d.agent_name.clone() };
         let key = format!("dispatch:{}:{}:{}", state.task_id, d.step_id, d.attempt);
         self.record(state, kind, key).await?;
@@ -806,4 +816,18 @@ pub async fn print_branch_log(repo: &GitRepo, branch: &str, limit: usize) -> any
         }
     }
     Ok(())
+}
+
+/// Kills the process groups of every attempt still in flight for `state` (after a cancel, so
+/// detached agents do not keep working for a cancelled execution). Returns how many it signalled.
+pub fn stop_attempts(data: &DataDir, state: &ExecutionState) -> usize {
+    let mut stopped = 0;
+    for (_, step) in state.plan.steps() {
+        let Some(r) = state.result(&step.step_id).filter(|r| r.status == StepStatus::Dispatched) else { continue };
+        let Some((_, dir)) = latest_launch(&data.run_dir(&state.task_id, &step.step_id, r.attempt)) else { continue };
+        if matches!(shim::kill_attempt(&dir), Ok(true)) {
+            stopped += 1;
+        }
+    }
+    stopped
 }

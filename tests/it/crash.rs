@@ -111,3 +111,28 @@ fn an_attempt_that_died_with_baton_is_run_again_in_a_fresh_worktree() {
     assert_eq!(ws.launches("died-1", "1.2"), 1);
     assert_eq!(commits_for_step(&ws, "baton/died-1", "1.1"), 1);
 }
+
+#[test]
+fn cancel_stops_the_agents_a_dead_driver_left_running() {
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    let plan = ws.write("plan.json", &small_plan("cancel-1", "[demo: sleep=30]"));
+    let mut child = spawn_run(&ws, &plan);
+    let started = ws.data().join("runs/cancel-1/1.1/1/started.json");
+    wait_for(&started);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&started).unwrap()).unwrap();
+    let agent = nix::unistd::Pid::from_raw(record["agent_pid"].as_i64().unwrap() as i32);
+    assert!(nix::sys::signal::kill(agent, None).is_ok(), "the agent outlives its driver");
+    let out = ws.run(&["execute", "cancel", "--task-id", "cancel-1", "--reason", "changed my mind"]);
+    assert_eq!(code(&out), 4, "{}", stderr(&out));
+    assert!(stderr(&out).contains("running agent attempts of cancel-1"), "{}", stderr(&out));
+    assert!(stdout(&out).contains("cancelled by"), "{}", stdout(&out));
+    for _ in 0..100 {
+        if nix::sys::signal::kill(agent, None).is_err() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("the agent of a cancelled execution is still running");
+}
