@@ -3,6 +3,22 @@
 //! The crate is a pure engine inside an imperative shell (see `README.md`, "Architecture"):
 //! arrows point down only, `engine` and `model` never do IO, and only `git` touches git.
 
+/// Prints a line to stdout; a closed pipe (`baton … | head`) is ignored rather than a panic.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// Prints to stdout without a newline; a closed pipe is ignored rather than a panic.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
 /// Plan and execution records: `MachinePlan`, `ExecutionState`, `Action`, `Event` (pure data).
 pub mod model;
 

@@ -20,7 +20,8 @@ use crate::model::event::{AddedStep, Event, EventKind, RecordStatus};
 use crate::model::plan::{MachinePlan, PlanPhase, PlanStep};
 use crate::model::state::{ApprovalDecision, ExecutionState};
 use crate::runtime::config::DataDir;
-use crate::runtime::executions::{BadInput, Executions};
+use crate::runtime::executions::Executions;
+use crate::runtime::BadInput;
 use crate::runtime::{self, lease};
 use crate::store::StoreError;
 
@@ -194,7 +195,7 @@ enum ExecuteCommand {
         #[command(flatten)]
         key: Key,
         /// Phase id.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         phase_id: i64,
         /// pass | fail.
         #[arg(long)]
@@ -210,7 +211,7 @@ enum ExecuteCommand {
         #[command(flatten)]
         key: Key,
         /// Phase id.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         phase_id: i64,
         /// approve | reject | approve-with-feedback.
         #[arg(long)]
@@ -226,7 +227,7 @@ enum ExecuteCommand {
         #[command(flatten)]
         key: Key,
         /// Phase id.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         phase_id: i64,
         /// Question id.
         #[arg(long)]
@@ -264,7 +265,7 @@ enum ExecuteCommand {
         #[arg(long)]
         add_phase: Vec<String>,
         /// Insert new phases after this phase id (default: after the current phase).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         after_phase: Option<i64>,
         /// `PHASE:AGENT:DESC`: a step appended to phase PHASE.
         #[arg(long)]
@@ -306,7 +307,7 @@ enum ExecuteCommand {
         #[command(flatten)]
         task: Task,
         /// Phase id.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         phase_id: i64,
     },
     /// Skip a step: it counts as done for its dependants.
@@ -335,12 +336,17 @@ pub struct RunArgs {
     /// Execution to resume (instead of --plan).
     #[arg(long, env = "BATON_TASK_ID")]
     pub task_id: Option<String>,
-    /// The git repository to work on (its checkout is never modified).
-    #[arg(long, default_value = ".")]
-    pub repo: PathBuf,
+    /// The git repository to work on (its checkout is never modified). Default: the current
+    /// directory for a new execution, the execution's own repository when resuming.
+    #[arg(long)]
+    pub repo: Option<PathBuf>,
     /// Agent profile for agents that baton.toml maps nowhere: demo | claude | codex | command.
-    #[arg(long, default_value = "claude")]
-    pub agent: String,
+    /// Default: `claude` for a new execution, the profile it started with when resuming.
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// Print the final action as JSON.
+    #[arg(skip)]
+    pub json: bool,
     /// Base of the feature branch (default: the repository's current branch tip).
     #[arg(long)]
     pub base: Option<String>,
@@ -464,7 +470,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 let target = dir.join("current.json");
                 let text = serde_json::to_string_pretty(&plan)?;
                 runtime::write_atomic(&target, text.as_bytes())?;
-                println!(
+                outln!(
                     "plan {} is valid: {} phases, {} steps; saved as {}",
                     plan.task_id,
                     plan.phases.len(),
@@ -472,7 +478,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     target.display()
                 );
             } else {
-                println!("plan {} is valid: {} phases, {} steps", plan.task_id, plan.phases.len(), plan.step_count());
+                outln!("plan {} is valid: {} phases, {} steps", plan.task_id, plan.phases.len(), plan.step_count());
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -488,22 +494,25 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let rebuilt_summary = runtime::executions::summary_of(&rebuilt);
             let same_state = rebuilt == stored;
             let same_summary = summary.as_ref() == Some(&rebuilt_summary);
-            println!(
+            outln!(
                 "replayed {} events of {task_id}: status {}, {}/{} steps done",
-                rebuilt.events_applied, rebuilt.status, rebuilt_summary.steps_done, rebuilt_summary.steps_total
+                rebuilt.events_applied,
+                rebuilt.status,
+                rebuilt_summary.steps_done,
+                rebuilt_summary.steps_total
             );
-            println!("state matches the stored snapshot + journal: {}", if same_state { "yes" } else { "NO" });
-            println!("summary matches the stored summary: {}", if same_summary { "yes" } else { "NO" });
+            outln!("state matches the stored snapshot + journal: {}", if same_state { "yes" } else { "NO" });
+            outln!("summary matches the stored summary: {}", if same_summary { "yes" } else { "NO" });
             Ok(if same_state && same_summary { ExitCode::SUCCESS } else { ExitCode::from(EXIT_FAILED) })
         }
         Command::Audit { command: AuditCommand::Verify { task_id } } => {
             let execs = Executions::open(DataDir::open(&cli.data_dir)?).await?;
             let report = execs.store().verify_chain(&task_id).await?;
             if report.ok {
-                println!("journal of {task_id}: {} events, hash chain intact", report.events);
+                outln!("journal of {task_id}: {} events, hash chain intact", report.events);
                 Ok(ExitCode::SUCCESS)
             } else {
-                println!(
+                outln!(
                     "journal of {task_id}: {} events, hash chain BROKEN at seq {}",
                     report.events,
                     report.first_bad_seq.map_or_else(|| "?".to_string(), |s| s.to_string())
@@ -519,7 +528,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             let execs = Executions::open(data).await?;
             let removed = runtime::gc::collect(&execs, hours).await?;
-            println!("removed {removed} worktrees of final executions older than {hours} h");
+            outln!("removed {removed} worktrees of final executions older than {hours} h");
             Ok(ExitCode::SUCCESS)
         }
         Command::Agent { .. } | Command::Attempt { .. } => Ok(ExitCode::SUCCESS),
@@ -529,9 +538,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// Prints an action (text or JSON) and returns the exit code it implies.
 pub fn print_action(action: &Action, task_id: &str, json: bool) -> ExitCode {
     if json {
-        println!("{}", serde_json::to_string_pretty(action).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(action).unwrap_or_default());
     } else {
-        print!("{}", wire::render(action, task_id));
+        out!("{}", wire::render(action, task_id));
     }
     exit_for(action)
 }
@@ -553,7 +562,8 @@ fn actor() -> String {
 }
 
 async fn execute(data: DataDir, command: ExecuteCommand, json: bool) -> anyhow::Result<ExitCode> {
-    if let ExecuteCommand::Run(args) = command {
+    if let ExecuteCommand::Run(mut args) = command {
+        args.json = json;
         return runtime::driver::run(data, args).await;
     }
     let execs = Executions::open(data).await?;
@@ -583,10 +593,10 @@ async fn execute(data: DataDir, command: ExecuteCommand, json: bool) -> anyhow::
             if all {
                 let actions = engine::next_actions(&state);
                 if json {
-                    println!("{}", serde_json::to_string_pretty(&actions)?);
+                    outln!("{}", serde_json::to_string_pretty(&actions)?);
                 } else {
                     for a in &actions {
-                        print!("{}", wire::render(a, &task_id));
+                        out!("{}", wire::render(a, &task_id));
                     }
                     if actions.is_empty() {
                         return Ok(print_action(&engine::next_action(&state), &task_id, json));
@@ -620,12 +630,12 @@ async fn execute(data: DataDir, command: ExecuteCommand, json: bool) -> anyhow::
                         })
                     })
                     .collect();
-                println!("{}", serde_json::to_string_pretty(&list)?);
+                outln!("{}", serde_json::to_string_pretty(&list)?);
             } else if rows.is_empty() {
-                println!("no executions");
+                outln!("no executions");
             } else {
                 for r in rows {
-                    println!(
+                    outln!(
                         "{}  {:<16} {}/{} steps  ${:.2}  {}",
                         r.task_id,
                         r.summary.status,
@@ -771,7 +781,11 @@ fn event_of(command: ExecuteCommand) -> anyhow::Result<(Option<String>, Event)> 
 async fn record_command(execs: &Executions, command: ExecuteCommand, json: bool) -> anyhow::Result<ExitCode> {
     let (task_id, event) = event_of(command)?;
     let task_id = execs.resolve_task_id(task_id.as_deref()).await?;
-    let lease = lease::acquire(execs.store(), &task_id).await?;
+    let lease = if matches!(event.kind, EventKind::Cancelled { .. }) {
+        lease::acquire_stopping_driver(execs.store(), &task_id).await?
+    } else {
+        lease::acquire(execs.store(), &task_id).await?
+    };
     let result = async {
         let mut state = execs.get(&task_id).await?;
         let kind = event.kind.name();
@@ -831,27 +845,27 @@ async fn resume(execs: &Executions, task_id: &str, json: bool) -> anyhow::Result
 
 fn print_status(state: &ExecutionState, json: bool) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(state)?);
+        outln!("{}", serde_json::to_string_pretty(state)?);
         return Ok(());
     }
     let (done, total) = state.progress();
-    println!("{}: {} — {done}/{total} steps done, ${:.2} spent", state.task_id, state.status, state.counters.spend_usd);
+    outln!("{}: {} — {done}/{total} steps done, ${:.2} spent", state.task_id, state.status, state.counters.spend_usd);
     if let Some(why) = &state.failure {
-        println!("  reason: {why}");
+        outln!("  reason: {why}");
     }
     for (i, phase) in state.plan.phases.iter().enumerate() {
         let marker = if i == state.current_phase { ">" } else { " " };
-        println!("{marker} phase {} {}", phase.phase_id, phase.name);
+        outln!("{marker} phase {} {}", phase.phase_id, phase.name);
         for step in &phase.steps {
             let r = state.result(&step.step_id);
             let status = r.map_or("pending", |r| r.status.as_str());
             let attempt = r.map_or(0, |r| r.attempt);
-            println!("    {:<10} {:<20} {:<12} attempt {attempt}", step.step_id, step.agent_name, status);
+            outln!("    {:<10} {:<20} {:<12} attempt {attempt}", step.step_id, step.agent_name, status);
         }
         if let Some(gate) = &phase.gate {
             let runs = state.gate_runs(phase.phase_id);
             let passed = state.gate_passed(phase.phase_id);
-            println!("    gate {} ({} runs{})", gate.gate_type, runs, if passed { ", passed" } else { "" });
+            outln!("    gate {} ({} runs{})", gate.gate_type, runs, if passed { ", passed" } else { "" });
         }
     }
     Ok(())

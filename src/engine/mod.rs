@@ -154,6 +154,15 @@ pub enum EngineError {
         /// Its name.
         name: String,
     },
+    /// An explicit idempotency key was already used for a different event.
+    #[error("idempotency key {key} was already used for a different event")]
+    KeyConflict {
+        /// The key.
+        key: String,
+    },
+    /// A value of the event is out of range (a negative cost, feedback missing, …).
+    #[error("invalid event: {0}")]
+    InvalidEvent(String),
     /// An amendment that cannot be applied.
     #[error("invalid amendment: {0}")]
     InvalidAmendment(String),
@@ -582,6 +591,11 @@ fn default_round(state: &ExecutionState, kind: &EventKind) -> u64 {
     }
 }
 
+fn payload_fingerprint(kind: &EventKind) -> String {
+    let payload = serde_json::to_string(kind).unwrap_or_default();
+    hex::encode(&Sha256::digest(payload.as_bytes())[..8])
+}
+
 /// Applies one event at `now` (RFC 3339).
 ///
 /// Validates first, then mutates: on `Err` the state is exactly as before. An event whose
@@ -589,7 +603,13 @@ fn default_round(state: &ExecutionState, kind: &EventKind) -> u64 {
 /// nothing. After a change the state is settled (phase end handled, see the module doc).
 pub fn apply(state: &mut ExecutionState, event: &Event, now: &str) -> Result<Applied, EngineError> {
     let key = idempotency_key(state, event);
-    if state.applied_keys.contains(&key) {
+    // Computed whether the key is explicit or derived: a journaled event carries its derived
+    // key explicitly, and must match the same event sent again without one.
+    let fingerprint = payload_fingerprint(&event.kind);
+    if let Some(seen) = state.applied_keys.get(&key) {
+        if *seen != fingerprint {
+            return Err(EngineError::KeyConflict { key });
+        }
         return Ok(Applied { key, duplicate: true });
     }
     if state.index.0.is_empty() {
@@ -597,7 +617,7 @@ pub fn apply(state: &mut ExecutionState, event: &Event, now: &str) -> Result<App
     }
     check(state, &event.kind)?;
     mutate(state, event, now);
-    state.applied_keys.insert(key.clone());
+    state.applied_keys.insert(key.clone(), fingerprint);
     state.events_applied += 1;
     settle(state, now);
     Ok(Applied { key, duplicate: false })
@@ -632,7 +652,17 @@ fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), EngineError> {
             }
             Ok(())
         }
-        EventKind::StepRecorded { step_id, status: rec, .. } => {
+        EventKind::StepRecorded { step_id, status: rec, cost_usd, duration_seconds, .. } => {
+            if !cost_usd.is_finite() || *cost_usd < 0.0 {
+                return Err(EngineError::InvalidEvent(format!(
+                    "step {step_id}: cost_usd {cost_usd} is not a non-negative number"
+                )));
+            }
+            if !duration_seconds.is_finite() || *duration_seconds < 0.0 {
+                return Err(EngineError::InvalidEvent(format!(
+                    "step {step_id}: duration_seconds {duration_seconds} is not a non-negative number"
+                )));
+            }
             let step = current_step(state, step_id)?;
             if status != ExecutionStatus::Running {
                 return Err(wrong("step_recorded"));
@@ -658,7 +688,10 @@ fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), EngineError> {
             }
             Ok(())
         }
-        EventKind::ApprovalRecorded { phase_id, .. } => {
+        EventKind::ApprovalRecorded { phase_id, result, feedback } => {
+            if *result == ApprovalDecision::ApproveWithFeedback && feedback.trim().is_empty() {
+                return Err(EngineError::InvalidEvent("approve-with-feedback needs the feedback text".into()));
+            }
             if status != ExecutionStatus::ApprovalPending {
                 return Err(wrong("approval_recorded"));
             }

@@ -358,9 +358,10 @@ pub struct ExecutionState {
     /// Incremental counters.
     #[serde(default)]
     pub counters: Counters,
-    /// Idempotency keys of every applied event.
+    /// Idempotency key of every applied event → fingerprint of its payload, so a key reused
+    /// for a different event is caught.
     #[serde(default)]
-    pub applied_keys: BTreeSet<String>,
+    pub applied_keys: BTreeMap<String, String>,
     /// Events applied (journal length, duplicates excluded).
     #[serde(default)]
     pub events_applied: u64,
@@ -395,7 +396,7 @@ impl ExecutionState {
             gate_failures_forgiven: BTreeMap::new(),
             checkpoint: CheckpointMarks::default(),
             counters: Counters::default(),
-            applied_keys: BTreeSet::new(),
+            applied_keys: BTreeMap::new(),
             events_applied: 0,
             started_at: started_at.to_string(),
             completed_at: String::new(),

@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use serde::Deserialize;
 
+use crate::runtime::BadInput;
+
 /// The data directory.
 #[derive(Debug, Clone)]
 pub struct DataDir {
@@ -23,12 +25,16 @@ impl DataDir {
     ///
     /// Errors: the directory cannot be created or written.
     pub fn open(root: &Path) -> anyhow::Result<DataDir> {
-        std::fs::create_dir_all(root).with_context(|| format!("creating data dir {}", root.display()))?;
+        let bad = |what: String| BadInput(format!("data dir {}: {what}", root.display()));
+        if root.exists() && !root.is_dir() {
+            return Err(bad("exists and is not a directory (pass --data-dir DIR or set BATON_DATA_DIR)".into()).into());
+        }
+        std::fs::create_dir_all(root).map_err(|e| bad(format!("cannot be created: {e}")))?;
         let ignore = root.join(".gitignore");
         if !ignore.exists() {
-            std::fs::write(&ignore, "*\n").with_context(|| format!("writing {}", ignore.display()))?;
+            std::fs::write(&ignore, "*\n").map_err(|e| bad(format!("is not writable: {e}")))?;
         }
-        let root = root.canonicalize().with_context(|| format!("resolving data dir {}", root.display()))?;
+        let root = root.canonicalize().map_err(|e| bad(format!("cannot be resolved: {e}")))?;
         Ok(DataDir { root })
     }
 
@@ -88,7 +94,11 @@ impl DataDir {
     pub fn config(&self) -> anyhow::Result<Config> {
         let path = self.config_path();
         match std::fs::read_to_string(&path) {
-            Ok(text) => toml::from_str(&text).with_context(|| format!("{} is not valid baton.toml", path.display())),
+            Ok(text) => toml::from_str(&text).map_err(|e| {
+                let detail =
+                    e.to_string().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
+                BadInput(format!("{} is not a valid baton.toml: {detail}", path.display())).into()
+            }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
             Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
         }
@@ -159,7 +169,8 @@ mod tests {
         let dir = DataDir::open(tmp.path()).unwrap();
         std::fs::write(dir.config_path(), "[agents.x]\nprofil = 'claude'\n").unwrap();
         let err = format!("{:#}", dir.config().unwrap_err());
-        assert!(err.contains("baton.toml is not valid"), "{err}");
+        assert!(err.contains("baton.toml is not a valid baton.toml"), "{err}");
+        assert!(err.contains("line 2"), "{err}");
         assert!(err.contains("profil"), "{err}");
     }
 

@@ -86,7 +86,7 @@ pub async fn run_demo(data_dir: &Path) -> anyhow::Result<ExitCode> {
         let p = repo_path.clone();
         blocking(move || GitRepo::open(&p)).await??
     } else {
-        println!("Creating the demo repository at {}", repo_path.display());
+        outln!("Creating the demo repository at {}", repo_path.display());
         let p = repo_path.clone();
         blocking(move || {
             git::init_repository(
@@ -100,19 +100,20 @@ pub async fn run_demo(data_dir: &Path) -> anyhow::Result<ExitCode> {
     let task_id = format!("demo-{}", clock::now().format("%Y%m%d-%H%M%S-%3f"));
     let plan_path = data.root().join("demo").join(format!("{task_id}.plan.json"));
     write_atomic(&plan_path, serde_json::to_string_pretty(&demo_plan(&task_id))?.as_bytes())?;
-    println!("Running plan {} with the demo agent (no API key needed)\n", plan_path.display());
+    outln!("Running plan {} with the demo agent (no API key needed)\n", plan_path.display());
     let args = RunArgs {
         plan: Some(plan_path),
         task_id: None,
-        repo: repo.root().to_path_buf(),
-        agent: "demo".into(),
+        repo: Some(repo.root().to_path_buf()),
+        agent: Some("demo".into()),
         base: None,
         max_parallel: None,
         auto_approve: true,
+        json: false,
     };
     let code = driver::run(data.clone(), args).await.context("running the demo plan")?;
-    println!();
+    outln!();
     driver::print_branch_log(&repo, &driver::feature_branch(&task_id), 20).await?;
-    println!("\nInspect it with: git -C {} log --stat {}", repo.root().display(), driver::feature_branch(&task_id));
+    outln!("\nInspect it with: git -C {} log --stat {}", repo.root().display(), driver::feature_branch(&task_id));
     Ok(code)
 }

@@ -34,7 +34,8 @@ use crate::runtime::agent::profile::{agent_env, build_argv, parse_output, AgentI
 use crate::runtime::agent::roster::{load_roster, Roster};
 use crate::runtime::agent::shim::{self, AttemptSpec, AttemptState, ExitRecord, WaitError};
 use crate::runtime::config::{Config, DataDir};
-use crate::runtime::executions::{BadInput, Executions};
+use crate::runtime::executions::Executions;
+use crate::runtime::BadInput;
 use crate::runtime::{blocking, lease, write_atomic};
 
 /// Named crash points (`BATON_CRASH_AT`): after a dispatch is journaled but before the launch;
@@ -80,6 +81,9 @@ struct LaunchMeta {
 
 const META_FILE: &str = "baton.json";
 
+/// `runs/<task_id>/gate.pgid`: the process group of a running gate.
+const GATE_PGID_FILE: &str = "gate.pgid";
+
 /// How often a driver renews its lease while it waits (a third of its lifetime).
 const LEASE_RENEW_EVERY: Duration = Duration::from_secs(lease::LEASE_TTL_SECS as u64 / 3);
 
@@ -104,6 +108,7 @@ struct Driver {
     env: Vec<(String, String)>,
     baton_exe: PathBuf,
     auto_approve: bool,
+    json: bool,
     inflight: JoinSet<Finished>,
     running: usize,
 }
@@ -120,8 +125,8 @@ struct Finished {
 /// Errors: a bad plan, a missing repository, an execution that is complete or cancelled, or an
 /// execution driven by another process ([`BadInput`], exit 2); internal failures (exit 1).
 pub async fn run(data: DataDir, args: RunArgs) -> anyhow::Result<ExitCode> {
-    if !PROFILES.contains(&args.agent.as_str()) {
-        return Err(BadInput(format!("--agent {:?}: expected one of {}", args.agent, PROFILES.join(", "))).into());
+    if let Some(agent) = args.agent.as_deref().filter(|a| !PROFILES.contains(a)) {
+        return Err(BadInput(format!("--agent {agent:?}: expected one of {}", PROFILES.join(", "))).into());
     }
     let config = data.config()?;
     let execs = Executions::open(data.clone()).await?;
@@ -154,9 +159,32 @@ pub async fn run(data: DataDir, args: RunArgs) -> anyhow::Result<ExitCode> {
     let (state, meta) = match existing {
         Some(state) => {
             let path = meta_path(&data, &task_id);
+            if let Some(plan) = &plan {
+                let stored = execs.original_plan(&task_id).await?;
+                if stored.as_ref() != Some(plan) {
+                    return Err(BadInput(format!(
+                        "execution {task_id} already exists with a different plan: give the new plan another \
+                         task_id, or resume this one with --task-id {task_id}"
+                    ))
+                    .into());
+                }
+            }
             let meta = if path.exists() {
                 let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-                serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?
+                let meta: RunMeta =
+                    serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
+                if let Some(repo) = &args.repo {
+                    let given = repo.canonicalize().unwrap_or_else(|_| repo.clone());
+                    if given != meta.repo {
+                        return Err(BadInput(format!(
+                            "execution {task_id} works on {}, not {}",
+                            meta.repo.display(),
+                            repo.display()
+                        ))
+                        .into());
+                    }
+                }
+                meta
             } else {
                 // Started by `execute start` (an orchestrator); `run` takes it over on --repo.
                 prepare_meta(&data, &task_id, &args).await?
@@ -168,7 +196,7 @@ pub async fn run(data: DataDir, args: RunArgs) -> anyhow::Result<ExitCode> {
             let Some(plan) = plan else {
                 return Err(BadInput(format!("no execution with task id {task_id}")).into());
             };
-            let (state, meta) = create(&execs, &data, plan, &args).await?;
+            let (state, meta) = create(&execs, &data, &config, plan, &args).await?;
             eprintln!("started execution {task_id} on branch {}", meta.branch);
             (state, meta)
         }
@@ -185,6 +213,7 @@ pub async fn run(data: DataDir, args: RunArgs) -> anyhow::Result<ExitCode> {
     {
         cap = cap.min(limit);
     }
+    let default_profile = args.agent.clone().unwrap_or_else(|| meta.profile.clone());
     let lease = lease::acquire(execs.store(), &task_id).await?;
     let mut driver = Driver {
         execs,
@@ -193,11 +222,12 @@ pub async fn run(data: DataDir, args: RunArgs) -> anyhow::Result<ExitCode> {
         repo,
         meta,
         roster,
-        default_profile: args.agent.clone(),
+        default_profile,
         cap,
         env: agent_env(std::env::vars()),
         baton_exe: std::env::current_exe().context("locating the baton executable")?,
         auto_approve: args.auto_approve,
+        json: args.json,
         inflight: JoinSet::new(),
         running: 0,
     };
@@ -209,22 +239,27 @@ pub async fn run(data: DataDir, args: RunArgs) -> anyhow::Result<ExitCode> {
 /// Opens `--repo`, resolves `--base`, creates the feature branch and writes the run's
 /// `execution.json`. Errors ([`BadInput`]) name the flag at fault.
 async fn prepare_meta(data: &DataDir, task_id: &str, args: &RunArgs) -> anyhow::Result<RunMeta> {
-    let path = args.repo.clone();
-    let repo = blocking(move || GitRepo::open(&path))
-        .await?
-        .map_err(|e| BadInput(format!("--repo {}: {e}", args.repo.display())))?;
+    let path = args.repo.clone().unwrap_or_else(|| PathBuf::from("."));
+    let shown = path.display().to_string();
+    let repo = blocking(move || GitRepo::open(&path)).await?.map_err(|e| BadInput(format!("--repo {shown}: {e}")))?;
     let base = args.base.clone();
     let r = repo.clone();
-    let base_sha = blocking(move || match base {
-        Some(rev) => r.resolve(&rev),
-        None => r.head_branch().map(|(_, sha)| sha),
+    let base_sha = blocking(move || match &base {
+        Some(rev) => r.resolve(rev).map_err(|e| format!("--base {rev}: {e}")),
+        None => r.head_branch().map(|(_, sha)| sha).map_err(|_| {
+            format!(
+                "the repository at {} has no commits yet: commit something first, or pass --base",
+                r.root().display()
+            )
+        }),
     })
     .await?
-    .map_err(|e| BadInput(format!("--base: {e}")))?;
+    .map_err(BadInput)?;
     let branch = feature_branch(task_id);
     let (r, b, s) = (repo.clone(), branch.clone(), base_sha.clone());
     blocking(move || r.ensure_branch(&b, &s)).await?.map_err(|e| BadInput(format!("creating branch {branch}: {e}")))?;
-    let meta = RunMeta { repo: repo.root().to_path_buf(), base_sha, branch, profile: args.agent.clone() };
+    let profile = args.agent.clone().unwrap_or_else(|| "claude".into());
+    let meta = RunMeta { repo: repo.root().to_path_buf(), base_sha, branch, profile };
     let path = meta_path(data, task_id);
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -236,11 +271,16 @@ async fn prepare_meta(data: &DataDir, task_id: &str, args: &RunArgs) -> anyhow::
 async fn create(
     execs: &Executions,
     data: &DataDir,
+    config: &Config,
     plan: MachinePlan,
     args: &RunArgs,
 ) -> anyhow::Result<(ExecutionState, RunMeta)> {
-    // Validate the plan fully (team steps, …) before anything is written.
+    // Validate the plan fully (team steps, …) and how each agent runs before anything is written.
     engine::start(plan.clone(), &clock::now_rfc3339()).map_err(|e| BadInput(e.to_string()))?;
+    let profile = args.agent.clone().unwrap_or_else(|| "claude".into());
+    for (_, step) in plan.steps().filter(|(_, s)| !s.is_automation()) {
+        profile_of(config, &profile, &step.agent_name)?;
+    }
     let meta = prepare_meta(data, &plan.task_id, args).await?;
     let state = execs.create(plan).await?;
     Ok((state, meta))
@@ -317,7 +357,7 @@ impl Driver {
                         self.wait_one(&mut state, lease).await?;
                         continue;
                     }
-                    return Ok(cli::print_action(&action, &state.task_id, false));
+                    return Ok(cli::print_action(&action, &state.task_id, self.json));
                 }
                 Action::Complete { .. } => {
                     if self.running > 0 {
@@ -327,8 +367,8 @@ impl Driver {
                     let key = format!("complete:{}", state.task_id);
                     self.record(&mut state, EventKind::Completed, key).await?;
                     let done = engine::next_action(&state);
-                    let code = cli::print_action(&done, &state.task_id, false);
-                    println!("Feature branch: {}", self.meta.branch);
+                    let code = cli::print_action(&done, &state.task_id, self.json);
+                    outln!("Feature branch: {}", self.meta.branch);
                     return Ok(code);
                 }
                 Action::Failed { .. } => {
@@ -336,7 +376,7 @@ impl Driver {
                         self.wait_one(&mut state, lease).await?;
                         continue;
                     }
-                    return Ok(cli::print_action(&action, &state.task_id, false));
+                    return Ok(cli::print_action(&action, &state.task_id, self.json));
                 }
             }
         }
@@ -350,26 +390,7 @@ impl Driver {
     ) -> anyhow::Result<(AgentProfile, AgentInvocationParts, u64)> {
         let cfg = self.config.agents.get(agent);
         let def = self.roster.get(agent);
-        let profile_name = cfg.and_then(|c| c.profile.clone()).unwrap_or_else(|| self.default_profile.clone());
-        let profile = match profile_name.as_str() {
-            "claude" => AgentProfile::Claude,
-            "codex" => AgentProfile::Codex,
-            "demo" => AgentProfile::Demo,
-            "command" => {
-                let template = cfg.and_then(|c| c.command.clone()).filter(|t| !t.is_empty()).ok_or_else(|| {
-                    BadInput(format!(
-                        "agent {agent}: profile `command` needs `command = [...]` in [agents.{agent}] of baton.toml"
-                    ))
-                })?;
-                AgentProfile::Command { argv_template: template }
-            }
-            other => {
-                return Err(BadInput(format!(
-                    "agent {agent}: unknown profile {other:?} (demo, claude, codex, command)"
-                ))
-                .into())
-            }
-        };
+        let profile = profile_of(&self.config, &self.default_profile, agent)?;
         let model = cfg
             .and_then(|c| c.model.clone())
             .or_else(|| def.and_then(|d| d.model.clone()))
@@ -529,7 +550,14 @@ impl Driver {
         let (pi, si) = state.locate(step_id).ok_or_else(|| anyhow::anyhow!("step {step_id} vanished"))?;
         let step = state.plan.phases[pi].steps[si].clone();
         let tokens = out.input_tokens + out.output_tokens;
-        let cost = out.cost_usd.unwrap_or(0.0);
+        let cost = match out.cost_usd {
+            Some(c) if c.is_finite() && c >= 0.0 => c,
+            Some(c) => {
+                eprintln!("warning: {step_id} reported an invalid cost ({c}); counted as $0");
+                0.0
+            }
+            None => 0.0,
+        };
         let duration = exit.duration_ms as f64 / 1000.0;
         let mut files = Vec::new();
         let mut commit_hash = String::new();
@@ -576,7 +604,8 @@ impl Driver {
         crash_point("after-record");
         if success {
             let short = commit_hash.get(..10).unwrap_or("no commit");
-            eprintln!("{step_id} complete ({short}, {} files, ${cost:.2})", files.len());
+            let done = state.step_status(step_id).as_str();
+            eprintln!("{step_id} {done} ({short}, {} files, ${cost:.2})", files.len());
             let (repo, wt) = (self.repo.clone(), meta.worktree.clone());
             let attempt_ref = format!("refs/baton/{}/{step_id}/{attempt}", state.task_id);
             let _ = blocking(move || {
@@ -674,7 +703,8 @@ impl Driver {
             .await?
             .context("preparing the integration worktree")?;
             eprintln!("gate {} of phase {} (attempt {}): {command}", g.gate_type, g.phase_id, g.attempt);
-            run_gate_command(&command, &path, &self.env, self.config.runtime.gate_timeout_secs).await?
+            let marker = self.data.runs(&state.task_id).join(GATE_PGID_FILE);
+            run_gate_command(&command, &path, &self.env, self.config.runtime.gate_timeout_secs, &marker).await?
         };
         let passed = passed && gate_type_passes(&g.gate_type, &output);
         eprintln!("gate of phase {} {}", g.phase_id, if passed { "passed" } else { "failed" });
@@ -686,6 +716,7 @@ impl Driver {
 
     /// Recovers every dispatched step of the current phase (see the module doc).
     async fn recover(&mut self, state: &mut ExecutionState) -> anyhow::Result<()> {
+        stop_orphan_gate(&self.data.runs(&state.task_id).join(GATE_PGID_FILE));
         let Some(phase) = state.current() else { return Ok(()) };
         let dispatched: Vec<(String, u32)> = phase
             .steps
@@ -735,13 +766,42 @@ struct AgentInvocationParts {
     allowed_tools: Vec<String>,
 }
 
-/// Run dir of launch `n` of an attempt: `<attempt>` for the first, `<attempt>.<n>` after.
+/// The profile an agent runs with: its `[agents.<name>]` entry in baton.toml, else `default`.
+///
+/// Errors ([`BadInput`]): an unknown profile, or `command` without a command template.
+fn profile_of(config: &Config, default: &str, agent: &str) -> anyhow::Result<AgentProfile> {
+    let cfg = config.agents.get(agent);
+    let name = cfg.and_then(|c| c.profile.as_deref()).unwrap_or(default);
+    Ok(match name {
+        "claude" => AgentProfile::Claude,
+        "codex" => AgentProfile::Codex,
+        "demo" => AgentProfile::Demo,
+        "command" => {
+            let template = cfg.and_then(|c| c.command.clone()).filter(|t| !t.is_empty()).ok_or_else(|| {
+                BadInput(format!(
+                    "agent {agent}: profile `command` needs a non-empty `command = [...]` in [agents.{agent}] of baton.toml"
+                ))
+            })?;
+            AgentProfile::Command { argv_template: template }
+        }
+        other => {
+            return Err(BadInput(format!(
+                "agent {agent}: unknown profile {other:?} (expected {})",
+                PROFILES.join(", ")
+            ))
+            .into())
+        }
+    })
+}
+
+/// Run dir of launch `n` of an attempt: `<attempt>` for the first, `<attempt>-r<n>` for a
+/// re-run after the attempt died with its driver.
 fn launch_dir(base: &Path, n: u32) -> PathBuf {
     if n <= 1 {
         base.to_path_buf()
     } else {
         let name = base.file_name().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
-        base.with_file_name(format!("{name}.{n}"))
+        base.with_file_name(format!("{name}-r{n}"))
     }
 }
 
@@ -778,6 +838,7 @@ async fn run_gate_command(
     cwd: &Path,
     env: &[(String, String)],
     timeout_secs: u64,
+    marker: &Path,
 ) -> anyhow::Result<(bool, String, Option<i32>)> {
     let mut cmd = tokio::process::Command::new("sh");
     cmd.arg("-c")
@@ -786,10 +847,22 @@ async fn run_gate_command(
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .process_group(0);
-    let child = cmd.output();
-    match tokio::time::timeout(Duration::from_secs(timeout_secs.max(1)), child).await {
+    let child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => return Ok((false, format!("gate command could not start: {e}"), None)),
+    };
+    // The gate's process group, so a driver that restarts after a crash can stop a gate its
+    // predecessor left running before it runs the gate again.
+    if let Some(pid) = child.id() {
+        write_atomic(marker, pid.to_string().as_bytes())?;
+    }
+    let result = tokio::time::timeout(Duration::from_secs(timeout_secs.max(1)), child.wait_with_output()).await;
+    let _ = std::fs::remove_file(marker);
+    match result {
         Ok(Ok(out)) => {
             let mut text = String::from_utf8_lossy(&out.stdout).to_string();
             let err = String::from_utf8_lossy(&out.stderr);
@@ -799,20 +872,32 @@ async fn run_gate_command(
             let code = out.status.code();
             Ok((out.status.success(), tail(&text, 4000).to_string(), code))
         }
-        Ok(Err(e)) => Ok((false, format!("gate command could not start: {e}"), None)),
+        Ok(Err(e)) => Ok((false, format!("gate command failed: {e}"), None)),
         Err(_) => Ok((false, format!("gate timed out after {timeout_secs} s"), None)),
     }
+}
+
+/// Stops a gate a crashed driver left running (its process group is in the marker file).
+fn stop_orphan_gate(marker: &Path) {
+    let Ok(text) = std::fs::read_to_string(marker) else { return };
+    if let Ok(pgid) = text.trim().parse::<i32>() {
+        if pgid > 1 {
+            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), nix::sys::signal::Signal::SIGKILL);
+            eprintln!("stopped the gate (process group {pgid}) a previous driver left running");
+        }
+    }
+    let _ = std::fs::remove_file(marker);
 }
 
 /// Prints `git log` of the feature branch (newest first) with each commit's trailers.
 pub async fn print_branch_log(repo: &GitRepo, branch: &str, limit: usize) -> anyhow::Result<()> {
     let (r, b) = (repo.clone(), branch.to_string());
     let log = blocking(move || r.log(&b, limit)).await??;
-    println!("git log {branch}:");
+    outln!("git log {branch}:");
     for c in log {
-        println!("  {} {} <{}> {}", c.sha.get(..10).unwrap_or(&c.sha), c.author_name, c.author_email, c.summary);
+        outln!("  {} {} <{}> {}", c.sha.get(..10).unwrap_or(&c.sha), c.author_name, c.author_email, c.summary);
         for line in c.message.lines().filter(|l| l.starts_with("Baton-")) {
-            println!("             {line}");
+            outln!("             {line}");
         }
     }
     Ok(())

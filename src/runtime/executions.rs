@@ -14,6 +14,7 @@ use crate::model::event::Event;
 use crate::model::plan::MachinePlan;
 use crate::model::state::ExecutionState;
 use crate::runtime::config::DataDir;
+use crate::runtime::BadInput;
 use crate::store::{NewEvent, Store, StoreError, Summary};
 
 /// Fewest events between two snapshots. The interval grows with the plan (twice its step
@@ -23,11 +24,6 @@ pub const SNAPSHOT_EVERY: u64 = 256;
 fn snapshot_interval(state: &ExecutionState) -> u64 {
     SNAPSHOT_EVERY.max(2 * state.plan.step_count() as u64)
 }
-
-/// A client's mistake (bad input, unknown id, wrong state): the CLI exits 2, the API answers 4xx.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct BadInput(pub String);
 
 /// Durable executions over one store.
 #[derive(Debug, Clone)]
@@ -113,6 +109,13 @@ impl Executions {
     /// Like [`Executions::load`], but an unknown task id is a [`BadInput`].
     pub async fn get(&self, task_id: &str) -> anyhow::Result<ExecutionState> {
         self.load(task_id).await?.ok_or_else(|| BadInput(format!("no execution with task id {task_id}")).into())
+    }
+
+    /// The plan an execution was created with (before any amendment), if it exists.
+    pub async fn original_plan(&self, task_id: &str) -> anyhow::Result<Option<MachinePlan>> {
+        let Some(loaded) = self.store.load(task_id).await? else { return Ok(None) };
+        let plan = MachinePlan::from_json(&loaded.plan_json).map_err(|e| anyhow::anyhow!("stored plan: {e}"))?;
+        Ok(Some(plan))
     }
 
     /// Rebuilds an execution from its plan and the whole journal (no snapshot).

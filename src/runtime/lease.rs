@@ -7,7 +7,7 @@
 use anyhow::Context as _;
 
 use crate::clock;
-use crate::runtime::executions::BadInput;
+use crate::runtime::BadInput;
 use crate::store::{LeaseInfo, Store, StoreError};
 
 /// Lease lifetime, seconds; drivers renew it every third of that.
@@ -30,9 +30,18 @@ pub fn this_holder() -> LeaseInfo {
     LeaseInfo { holder: format!("{host}:{pid}"), pid, host, acquired_at: String::new(), expires_at: String::new() }
 }
 
+/// Whether a process exists and is not a zombie (an exited driver its parent has not reaped
+/// yet holds nothing).
 fn alive(pid: u32) -> bool {
-    let Ok(pid) = i32::try_from(pid) else { return false };
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+    let Ok(raw) = i32::try_from(pid) else { return false };
+    if nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None).is_err() {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state field follows the parenthesised command name.
+        Ok(stat) => stat.rsplit_once(')').is_none_or(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => true,
+    }
 }
 
 /// A held lease; release it with [`Lease::release`].
@@ -83,4 +92,29 @@ pub async fn acquire(store: &Store, task_id: &str) -> anyhow::Result<Lease> {
         }
     }
     Err(BadInput(format!("execution {task_id}: the lease could not be taken over")).into())
+}
+
+/// Like [`acquire`], but a live driver on this host is stopped first (SIGTERM, waiting up to
+/// 10 s for it to exit): it stops at once, exactly as after a crash, so nothing it did is lost.
+/// Used by `execute cancel`, which must work while `execute run` drives the execution.
+///
+/// Errors ([`BadInput`]): the holder runs on another host, or does not exit in time.
+pub async fn acquire_stopping_driver(store: &Store, task_id: &str) -> anyhow::Result<Lease> {
+    let me = this_holder();
+    if let Some(holder) = store.lease(task_id).await.context("reading the lease")? {
+        if holder.holder != me.holder && holder.host == me.host && alive(holder.pid) {
+            if let Ok(pid) = i32::try_from(holder.pid) {
+                let pid = nix::unistd::Pid::from_raw(pid);
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+                eprintln!("stopping the driver of {task_id} (pid {})", holder.pid);
+                for _ in 0..100 {
+                    if !alive(holder.pid) {
+                        break;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+    acquire(store, task_id).await
 }

@@ -16,6 +16,12 @@ use std::path::Path;
 
 use anyhow::Context as _;
 
+/// A client's mistake (bad input, unknown id, wrong state, a misconfiguration): the CLI exits
+/// 2, the API answers 4xx. The message says what was wrong and where.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadInput(pub String);
+
 /// Runs blocking work (git2, the git CLI, file scans) off the async threads, in the current span.
 pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> anyhow::Result<T> {
     let span = tracing::Span::current();

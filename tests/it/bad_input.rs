@@ -112,3 +112,58 @@ fn the_same_record_twice_has_one_effect() {
     assert_eq!(code(&out), 2);
     assert!(stderr(&out).contains("phase 2 is not the current phase (1)"), "{}", stderr(&out));
 }
+
+#[test]
+fn a_closed_stdout_is_not_a_crash() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let script = format!(
+        "set -o pipefail; '{}' --data-dir '{}' demo | head -1",
+        env!("CARGO_BIN_EXE_baton"),
+        ws.data().display()
+    );
+    let out = std::process::Command::new("bash").args(["-c", &script]).output().unwrap();
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let list = ws.run(&["execute", "list"]);
+    assert!(stdout(&list).contains("complete"), "the run finished: {}", stdout(&list));
+}
+
+#[test]
+fn misconfiguration_is_a_clear_exit_2() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let file = ws.write("not-a-dir", "x");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+        .env("BATON_DATA_DIR", &file)
+        .args(["execute", "list"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("exists and is not a directory"), "{}", stderr(&out));
+    std::fs::create_dir_all(ws.data()).unwrap();
+    std::fs::write(ws.data().join("baton.toml"), "[runtime]\nbogus = 1\n").unwrap();
+    let plan = ws.write("plan.json", &small_plan("conf-1", ""));
+    let out = ws.run_plan(&plan);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).starts_with("error: "), "{}", stderr(&out));
+    assert!(stderr(&out).contains("baton.toml is not a valid baton.toml"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("bogus"), "{}", stderr(&out));
+    std::fs::write(ws.data().join("baton.toml"), "[agents.alpha]\nprofile = 'gpt'\n").unwrap();
+    let out = ws.run_plan(&plan);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("agent alpha: unknown profile \"gpt\""), "{}", stderr(&out));
+    assert!(stdout(&ws.run(&["execute", "list"])).contains("no executions"), "nothing was started");
+    let out = ws.run(&["execute", "run", "--agent", "bogus", "--plan", plan.to_str().unwrap()]);
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("--agent \"bogus\""), "{}", stderr(&out));
+}
+
+#[test]
+fn another_plan_with_a_live_task_id_is_refused() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let plan = ws.write("plan.json", &small_plan("same-1", "[demo: fail]"));
+    assert_eq!(code(&ws.run_plan(&plan)), 4);
+    let other = ws.write("other.json", &small_plan("same-1", "something else"));
+    let out = ws.run_plan(&other);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("already exists with a different plan"), "{}", stderr(&out));
+}

@@ -136,3 +136,20 @@ fn cancel_stops_the_agents_a_dead_driver_left_running() {
     }
     panic!("the agent of a cancelled execution is still running");
 }
+
+#[test]
+fn cancel_stops_a_live_driver_and_its_agents() {
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    let plan = ws.write("plan.json", &small_plan("cancel-live", "[demo: sleep=30]"));
+    let child = spawn_run(&ws, &plan);
+    let started = ws.data().join("runs/cancel-live/1.1/1/started.json");
+    wait_for(&started);
+    let out = ws.run(&["execute", "cancel", "--task-id", "cancel-live"]);
+    assert_eq!(code(&out), 4, "{}", stderr(&out));
+    assert!(stderr(&out).contains("stopping the driver of cancel-live"), "{}", stderr(&out));
+    assert_eq!(ws.status("cancel-live")["status"], "cancelled");
+    let output = child.wait_with_output().unwrap();
+    assert!(!output.status.success(), "the driver was stopped");
+    let again = ws.run_plan(&plan);
+    assert_eq!(code(&again), 2, "a cancelled execution is final: {}", stderr(&again));
+}

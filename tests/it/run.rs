@@ -264,3 +264,26 @@ fn gc_removes_worktrees_of_final_executions_only() {
     assert!(!kept.exists());
     assert!(!ws.git(&["worktree", "list"]).contains("gc-1"));
 }
+
+#[test]
+fn resuming_keeps_the_agent_profile_and_repository_the_execution_started_with() {
+    let ws = Workspace::with_repo(&[("README.md", "hello\n")]);
+    let plan = serde_json::json!({"task_id": "keep-1", "task_summary": "s", "phases": [
+        {"phase_id": 1, "name": "A", "steps": [{"step_id": "1.1", "agent_name": "a", "task_description": "write", "deliverables": ["a.md"]}],
+         "approval_required": true},
+        {"phase_id": 2, "name": "B", "steps": [{"step_id": "2.1", "agent_name": "b", "task_description": "write", "deliverables": ["b.md"]}]}
+    ]});
+    let plan = ws.write("plan.json", &plan.to_string());
+    assert_eq!(code(&ws.run_plan(&plan)), 3);
+    assert_eq!(
+        code(&ws.run(&["execute", "approve", "--task-id", "keep-1", "--phase-id", "1", "--result", "approve"])),
+        0
+    );
+    // No --agent, no --repo: the demo profile and the repository of the first run are kept.
+    let out = ws.run(&["execute", "run", "--task-id", "keep-1"]);
+    assert_eq!(code(&out), 0, "{}\n{}", stdout(&out), stderr(&out));
+    let other = Workspace::with_repo(&[("x", "x")]);
+    let wrong =
+        ws.baton().args(["execute", "run", "--task-id", "keep-1", "--repo"]).arg(other.repo()).output().unwrap();
+    assert_eq!(code(&wrong), 2, "{}", stderr(&wrong));
+}

@@ -419,3 +419,38 @@ fn a_requeued_dispatched_step_is_offered_again_and_completed_steps_stay_done() {
     assert!(matches!(err, EngineError::StepState { .. }), "{err}");
     assert_eq!(state, before);
 }
+
+#[test]
+fn an_explicit_key_reused_for_a_different_event_is_a_conflict_not_a_silent_duplicate() {
+    let mut state = started(vec![phase(1, vec![step("1.1", &[]), step("1.2", &[])])]);
+    ok(&mut state, &record("1.1", RecordStatus::Complete).with_key("K1"));
+    let err = refused(&mut state, &record("1.2", RecordStatus::Complete).with_key("K1"));
+    assert_eq!(err, EngineError::KeyConflict { key: "K1".into() });
+    assert_eq!(state.step_status("1.2"), StepStatus::Pending);
+    assert!(apply(&mut state, &record("1.1", RecordStatus::Complete).with_key("K1"), T0).unwrap().duplicate);
+}
+
+#[test]
+fn negative_or_non_finite_costs_and_durations_are_refused() {
+    let mut state = started(vec![phase(1, vec![step("1.1", &[])])]);
+    for (cost, duration) in [(-5.0, 1.0), (f64::NAN, 1.0), (f64::INFINITY, 1.0), (0.1, -1.0)] {
+        let mut event = record("1.1", RecordStatus::Complete);
+        if let EventKind::StepRecorded { cost_usd, duration_seconds, .. } = &mut event.kind {
+            *cost_usd = cost;
+            *duration_seconds = duration;
+        }
+        assert!(matches!(refused(&mut state, &event), EngineError::InvalidEvent(_)), "{cost} {duration}");
+    }
+}
+
+#[test]
+fn approve_with_feedback_needs_feedback_text() {
+    let mut p = phase(1, vec![step("1.1", &[])]);
+    p.approval_required = true;
+    let mut state = started(vec![p]);
+    ok(&mut state, &record("1.1", RecordStatus::Complete));
+    let err = refused(&mut state, &approval(1, ApprovalDecision::ApproveWithFeedback, "  "));
+    assert!(matches!(err, EngineError::InvalidEvent(_)), "{err}");
+    ok(&mut state, &approval(1, ApprovalDecision::ApproveWithFeedback, "tighten the schema"));
+    assert_eq!(state.plan.phases[1].name, "Remediation");
+}

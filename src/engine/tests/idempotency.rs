@@ -126,8 +126,10 @@ fn explicit_keys_decide_duplicates() {
     assert_eq!(applied, Applied { key: "k-1".into(), duplicate: false });
     let b = record("1.2", RecordStatus::Complete).with_key("k-1");
     let before = state.clone();
-    assert!(apply(&mut state, &b, T0).unwrap().duplicate, "same key, different payload: still a duplicate");
+    let err = apply(&mut state, &b, T0).unwrap_err();
+    assert_eq!(err, EngineError::KeyConflict { key: "k-1".into() }, "same key, different payload: a conflict");
     assert_eq!(state, before);
+    assert!(apply(&mut state, &a, T0).unwrap().duplicate, "same key, same payload: a duplicate");
     ok(&mut state, &record("1.2", RecordStatus::Complete).with_key("k-2"));
     assert_eq!(state.counters.steps_done, 2);
 }
@@ -211,4 +213,16 @@ fn a_skipped_last_step_redispatched_by_the_gate_can_be_skipped_again() {
     ok(&mut state, &skip);
     assert_eq!(state.step_status("1.1"), StepStatus::Skipped);
     assert_eq!(state.status, ExecutionStatus::GatePending);
+}
+
+#[test]
+fn an_event_sent_again_without_a_key_matches_its_journaled_copy_with_the_derived_key() {
+    let mut state = started(vec![phase(1, vec![step("1.1", &[]), step("1.2", &[])])]);
+    let event = record("1.1", RecordStatus::Complete);
+    let applied = apply(&mut state, &event, T0).unwrap();
+    // What the journal holds: the same event with its derived key made explicit.
+    let journaled = event.clone().with_key(applied.key.clone());
+    let mut reloaded = replay(state.plan.clone(), T0, [(&journaled, T0)]).unwrap();
+    let again = apply(&mut reloaded, &event, T0).unwrap();
+    assert!(again.duplicate, "the CLI sending the same record again is a duplicate, not a conflict");
 }
