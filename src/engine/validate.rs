@@ -38,7 +38,7 @@ pub fn unsafe_id_reason(id: &str) -> Option<String> {
     }
     if let Some(c) = id.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
         let shown = if c.is_control() || c.is_whitespace() { format!("{:?}", c) } else { format!("`{c}`") };
-        return Some(format!("contains {shown} (allowed: letters, digits, `.`, `_`, `-`)"));
+        return Some(format!("contains {shown} (allowed: ASCII letters and digits, `.`, `_`, `-`)"));
     }
     if id.starts_with('-') {
         return Some("starts with `-`".into());
@@ -129,7 +129,34 @@ pub fn validate(plan: &MachinePlan) -> Result<(), Vec<PlanProblem>> {
     }
 }
 
+/// Why a repository path of a plan (deliverable, allowed/blocked path, context file) could
+/// leave the repository, or None when it stays inside: absolute paths and `..` components.
+pub fn unsafe_path_reason(path: &str) -> Option<&'static str> {
+    if path.starts_with('/') || path.starts_with('\\') {
+        return Some("is absolute (paths are relative to the repository root)");
+    }
+    if path.split(['/', '\\']).any(|c| c == "..") {
+        return Some("contains `..` (paths must stay inside the repository)");
+    }
+    if path.chars().any(char::is_control) {
+        return Some("contains a control character");
+    }
+    None
+}
+
 fn check_step(step: &PlanStep, sloc: &str, push: &mut impl FnMut(String, String)) {
+    for (field, paths) in [
+        ("deliverables", &step.deliverables),
+        ("allowed_paths", &step.allowed_paths),
+        ("blocked_paths", &step.blocked_paths),
+        ("context_files", &step.context_files),
+    ] {
+        for path in paths {
+            if let Some(why) = unsafe_path_reason(path) {
+                push(sloc.into(), format!("{field} entry {path:?} {why}"));
+            }
+        }
+    }
     if let Some(why) = unsafe_id_reason(&step.step_id) {
         push(sloc.into(), format!("step_id {:?} {why}", step.step_id));
     }
@@ -288,7 +315,22 @@ mod tests {
         let got = messages(&plan(vec![phase(1, vec![step("../x", &[])])]));
         assert_eq!(
             got,
-            vec!["phase 1 (P1), step ../x: step_id \"../x\" contains `/` (allowed: letters, digits, `.`, `_`, `-`)"]
+            vec!["phase 1 (P1), step ../x: step_id \"../x\" contains `/` (allowed: ASCII letters and digits, `.`, `_`, `-`)"]
+        );
+    }
+
+    #[test]
+    fn paths_that_leave_the_repository_are_rejected() {
+        let mut s = step("1.1", &[]);
+        s.deliverables = vec!["../../etc/x.md".into(), "docs/ok.md".into()];
+        s.allowed_paths = vec!["/tmp/".into()];
+        let got = messages(&plan(vec![phase(1, vec![s])]));
+        assert_eq!(
+            got,
+            vec![
+                "phase 1 (P1), step 1.1: deliverables entry \"../../etc/x.md\" contains `..` (paths must stay inside the repository)",
+                "phase 1 (P1), step 1.1: allowed_paths entry \"/tmp/\" is absolute (paths are relative to the repository root)",
+            ]
         );
     }
 

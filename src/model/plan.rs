@@ -450,6 +450,8 @@ impl MachinePlan {
     /// Errors name the JSON path and the missing or mistyped field
     /// (`phases[0].steps[1]: missing field \`agent_name\``).
     pub fn from_json(text: &str) -> Result<MachinePlan, PlanParseError> {
+        // Editors on some platforms start UTF-8 files with a byte-order mark.
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let de = &mut serde_json::Deserializer::from_str(text);
         serde_path_to_error::deserialize(de).map_err(|err| {
             let path = err.path().to_string();
