@@ -28,7 +28,7 @@ use crate::git::{self, CommitIdentity, GitRepo, PickOutcome};
 use crate::model::action::{Action, DispatchAction, GateAction};
 use crate::model::event::{Event, EventKind, RecordStatus};
 use crate::model::plan::MachinePlan;
-use crate::model::state::{ApprovalDecision, ExecutionState, StepStatus};
+use crate::model::state::{ApprovalDecision, ExecutionState, ExecutionStatus, StepStatus};
 use crate::runtime::agent::output::tail;
 use crate::runtime::agent::profile::{agent_env, build_argv, parse_output, AgentInvocation, AgentProfile};
 use crate::runtime::agent::roster::{load_roster, Roster};
@@ -316,6 +316,10 @@ impl Driver {
                         continue;
                     }
                     for a in ready.into_iter().take(free) {
+                        // A launch that failed may have ended the execution: stop dispatching.
+                        if state.status != ExecutionStatus::Running {
+                            break;
+                        }
                         if let Action::Dispatch(d) = a {
                             self.dispatch(&mut state, &d).await?;
                         }
@@ -415,7 +419,39 @@ impl Driver {
         self.record(state, kind, key).await?;
         eprintln!("dispatched {} to {} (attempt {})", d.step_id, d.agent_name, d.attempt);
         crash_point("after-dispatch");
-        self.launch(state, &d.step_id, d.attempt, 1).await
+        self.launch_or_fail(state, &d.step_id, d.attempt, 1).await
+    }
+
+    /// Launches an attempt; when it cannot even start (no worktree, an unwritable run dir, …)
+    /// the step fails with the reason instead of stopping the driver, so a rerun cannot loop.
+    async fn launch_or_fail(
+        &mut self,
+        state: &mut ExecutionState,
+        step_id: &str,
+        attempt: u32,
+        launch: u32,
+    ) -> anyhow::Result<()> {
+        let Err(e) = self.launch(state, step_id, attempt, launch).await else { return Ok(()) };
+        if e.chain().any(|c| c.is::<BadInput>()) {
+            return Err(e);
+        }
+        let error = format!("the attempt could not be started: {e:#}");
+        eprintln!("{step_id} failed: {error}");
+        let agent_name = state.result(step_id).map(|r| r.agent_name.clone()).unwrap_or_default();
+        let kind = EventKind::StepRecorded {
+            step_id: step_id.to_string(),
+            agent_name,
+            status: RecordStatus::Failed,
+            outcome: String::new(),
+            files_changed: Vec::new(),
+            commit_hash: String::new(),
+            tokens: 0,
+            cost_usd: 0.0,
+            duration_seconds: 0.0,
+            error,
+        };
+        let key = format!("record:{}:{step_id}:{attempt}", state.task_id);
+        self.record(state, kind, key).await
     }
 
     /// Launches (launch number `launch` ≥ 1) attempt `attempt` of a dispatched step.
@@ -522,10 +558,10 @@ impl Driver {
         }
     }
 
-    async fn relaunch(&mut self, state: &ExecutionState, step_id: &str, attempt: u32) -> anyhow::Result<()> {
+    async fn relaunch(&mut self, state: &mut ExecutionState, step_id: &str, attempt: u32) -> anyhow::Result<()> {
         let base = self.data.run_dir(&state.task_id, step_id, attempt);
         let next = latest_launch(&base).map_or(1, |(n, _)| n + 1);
-        self.launch(state, step_id, attempt, next).await
+        self.launch_or_fail(state, step_id, attempt, next).await
     }
 
     /// Turns a finished attempt into a result: commit, path check, consolidation, record.
@@ -569,7 +605,11 @@ impl Driver {
             error = out.error.clone().unwrap_or_else(|| exit.describe());
             false
         } else {
-            match self.consolidate(state, &meta, &step, &out.outcome).await? {
+            match self
+                .consolidate(state, &meta, &step, &out.outcome)
+                .await
+                .unwrap_or_else(|e| Err(format!("consolidation failed: {e:#}")))
+            {
                 Ok((sha, changed)) => {
                     commit_hash = sha;
                     files = changed;
@@ -729,7 +769,7 @@ impl Driver {
             let base = self.data.run_dir(&state.task_id, &step_id, attempt);
             let Some((n, dir)) = latest_launch(&base) else {
                 eprintln!("recovering {step_id}: attempt {attempt} was journaled but never launched; launching it");
-                self.launch(state, &step_id, attempt, 1).await?;
+                self.launch_or_fail(state, &step_id, attempt, 1).await?;
                 continue;
             };
             match shim::inspect(&dir)? {
@@ -738,7 +778,7 @@ impl Driver {
                         "recovering {step_id}: attempt {attempt} did not survive; running it again in a fresh worktree"
                     );
                     let _ = shim::kill_attempt(&dir);
-                    self.launch(state, &step_id, attempt, n + 1).await?;
+                    self.launch_or_fail(state, &step_id, attempt, n + 1).await?;
                 }
                 AttemptState::Running => {
                     eprintln!("recovering {step_id}: attempt {attempt} is still running; re-adopting it");

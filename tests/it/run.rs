@@ -287,3 +287,16 @@ fn resuming_keeps_the_agent_profile_and_repository_the_execution_started_with() 
         ws.baton().args(["execute", "run", "--task-id", "keep-1", "--repo"]).arg(other.repo()).output().unwrap();
     assert_eq!(code(&wrong), 2, "{}", stderr(&wrong));
 }
+
+#[test]
+fn an_attempt_that_cannot_start_fails_its_step_instead_of_stopping_the_driver() {
+    let ws = Workspace::with_repo(&[("README.md", "hello\n")]);
+    let occupied = ws.data().join("worktrees/occupied-1/1.1-1");
+    std::fs::create_dir_all(&occupied).unwrap();
+    std::fs::write(occupied.join("precious.txt"), "not baton's").unwrap();
+    let plan = ws.write("plan.json", &small_plan("occupied-1", ""));
+    let out = ws.run_plan(&plan);
+    assert_eq!(code(&out), 4, "{}\n{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("step 1.1 failed: the attempt could not be started"), "{}", stdout(&out));
+    assert_eq!(std::fs::read_to_string(occupied.join("precious.txt")).unwrap(), "not baton's");
+}
