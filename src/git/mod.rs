@@ -204,6 +204,16 @@ impl GitRepo {
         Ok(resolve_oid(&repo, rev)?.to_string())
     }
 
+    /// Whether the main checkout has uncommitted changes to tracked files (untracked files
+    /// are ignored). Baton never includes them: the feature branch starts at a commit.
+    pub fn has_uncommitted_changes(&self) -> Result<bool, GitError> {
+        let repo = self.repo()?;
+        let mut options = git2::StatusOptions::new();
+        options.include_untracked(false).include_ignored(false);
+        let dirty = !repo.statuses(Some(&mut options))?.is_empty();
+        Ok(dirty)
+    }
+
     /// The main checkout's current branch (short name, `None` if detached) and HEAD sha.
     ///
     /// Errors: [`GitError::UnknownRevision`] (`HEAD`) on an unborn branch.

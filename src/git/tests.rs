@@ -353,3 +353,14 @@ fn check_paths_matches_whole_components() {
     assert_eq!(check_paths(&strings(&["docsx/a.md"]), &[], &strings(&["docs/"])), vec![]);
     assert_eq!(check_paths(&strings(&["x"]), &[], &strings(&["."])).len(), 1);
 }
+
+#[test]
+fn uncommitted_changes_to_tracked_files_are_detected_and_untracked_files_are_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = crate::git::init_repository(&tmp.path().join("r"), &[("a.txt", "a\n")], "init").unwrap();
+    assert!(!repo.has_uncommitted_changes().unwrap());
+    std::fs::write(repo.root().join("new.txt"), "untracked").unwrap();
+    assert!(!repo.has_uncommitted_changes().unwrap());
+    std::fs::write(repo.root().join("a.txt"), "changed\n").unwrap();
+    assert!(repo.has_uncommitted_changes().unwrap());
+}

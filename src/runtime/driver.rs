@@ -242,6 +242,15 @@ async fn prepare_meta(data: &DataDir, task_id: &str, args: &RunArgs) -> anyhow::
     let path = args.repo.clone().unwrap_or_else(|| PathBuf::from("."));
     let shown = path.display().to_string();
     let repo = blocking(move || GitRepo::open(&path)).await?.map_err(|e| BadInput(format!("--repo {shown}: {e}")))?;
+    if args.base.is_none() {
+        let r = repo.clone();
+        if blocking(move || r.has_uncommitted_changes()).await?.unwrap_or(false) {
+            eprintln!(
+                "note: {} has uncommitted changes; the feature branch starts at its last commit, without them",
+                repo.root().display()
+            );
+        }
+    }
     let base = args.base.clone();
     let r = repo.clone();
     let base_sha = blocking(move || match &base {
