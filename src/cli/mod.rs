@@ -6,6 +6,7 @@
 //! 3 waiting for a human (approval, feedback, interact) · 4 execution failed.
 //! This module parses and prints; the work happens in `runtime`.
 
+pub mod demo;
 pub mod wire;
 
 use std::path::{Path, PathBuf};
@@ -344,18 +345,12 @@ pub struct RunArgs {
     /// Default: `claude` for a new execution, the profile it started with when resuming.
     #[arg(long)]
     pub agent: Option<String>,
-    /// Print the final action as JSON.
-    #[arg(skip)]
-    pub json: bool,
     /// Base of the feature branch (default: the repository's current branch tip).
     #[arg(long)]
     pub base: Option<String>,
     /// Concurrent agents (default: baton.toml, 3; the plan's resource limits may lower it).
     #[arg(long)]
     pub max_parallel: Option<usize>,
-    /// Approve every approval automatically, printing a notice (used by `baton demo`).
-    #[arg(long, hide = true)]
-    pub auto_approve: bool,
 }
 
 /// Entry point of the binary.
@@ -459,7 +454,7 @@ fn check_plan(path: &Path, plan: &MachinePlan) -> anyhow::Result<()> {
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let json = cli.json;
     match cli.command {
-        Command::Demo => runtime::demo::run_demo(&cli.data_dir).await,
+        Command::Demo => demo::run_demo(&cli.data_dir).await,
         Command::Plan { from, check } => {
             let plan = read_plan(&from)?;
             check_plan(&from, &plan)?;
@@ -545,6 +540,15 @@ pub fn print_action(action: &Action, task_id: &str, json: bool) -> ExitCode {
     exit_for(action)
 }
 
+/// Prints how a run ended (the action, and the feature branch when complete).
+pub fn print_outcome(outcome: &runtime::driver::RunOutcome, json: bool) -> ExitCode {
+    let code = print_action(&outcome.action, &outcome.task_id, json);
+    if !json && outcome.action.action_type() == ActionType::Complete {
+        outln!("Feature branch: {}", outcome.branch);
+    }
+    code
+}
+
 /// Exit code implied by an action: 3 for a human decision, 4 for FAILED, else 0.
 pub fn exit_for(action: &Action) -> ExitCode {
     match action.action_type() {
@@ -562,9 +566,26 @@ fn actor() -> String {
 }
 
 async fn execute(data: DataDir, command: ExecuteCommand, json: bool) -> anyhow::Result<ExitCode> {
-    if let ExecuteCommand::Run(mut args) = command {
-        args.json = json;
-        return runtime::driver::run(data, args).await;
+    if let ExecuteCommand::Run(args) = command {
+        let plan = match &args.plan {
+            Some(path) => {
+                let plan = read_plan(path)?;
+                check_plan(path, &plan)?;
+                Some(plan)
+            }
+            None => None,
+        };
+        let options = runtime::driver::RunOptions {
+            plan,
+            task_id: args.task_id,
+            repo: args.repo,
+            agent: args.agent,
+            base: args.base,
+            max_parallel: args.max_parallel,
+            auto_approve: false,
+        };
+        let outcome = runtime::driver::run(data, options).await?;
+        return Ok(print_outcome(&outcome, json));
     }
     let execs = Executions::open(data).await?;
     match command {

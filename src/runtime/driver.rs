@@ -14,14 +14,12 @@
 //! point (see [`CRASH_POINTS`]) so tests can prove it.
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
-use crate::cli::{self, RunArgs};
 use crate::clock;
 use crate::engine;
 use crate::git::{self, CommitIdentity, GitRepo, PickOutcome};
@@ -49,6 +47,38 @@ fn crash_point(name: &str) {
         eprintln!("baton: crashing at {name} (BATON_CRASH_AT)");
         std::process::exit(137);
     }
+}
+
+/// What `execute run` is asked to do.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// A parsed plan (its task id resumes a live execution of the same plan).
+    pub plan: Option<MachinePlan>,
+    /// The execution to resume, when no plan is given.
+    pub task_id: Option<String>,
+    /// The repository (default `.` for a new execution, the execution's own when resuming).
+    pub repo: Option<PathBuf>,
+    /// Default agent profile (default `claude`, or the execution's own when resuming).
+    pub agent: Option<String>,
+    /// Base of the feature branch (default: the repository's current branch tip).
+    pub base: Option<String>,
+    /// Concurrent agents (default: baton.toml).
+    pub max_parallel: Option<usize>,
+    /// Approve every approval automatically with a printed notice (`baton demo`).
+    pub auto_approve: bool,
+}
+
+/// How a run ended: the action it stopped on (COMPLETE, FAILED, or a human decision).
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    /// The execution.
+    pub task_id: String,
+    /// The action the run stopped on.
+    pub action: Action,
+    /// The feature branch, `baton/<task_id>`.
+    pub branch: String,
+    /// The repository the execution works on.
+    pub repo: PathBuf,
 }
 
 /// Agent profiles `--agent` and `baton.toml` accept.
@@ -108,7 +138,6 @@ struct Driver {
     env: Vec<(String, String)>,
     baton_exe: PathBuf,
     auto_approve: bool,
-    json: bool,
     inflight: JoinSet<Finished>,
     running: usize,
 }
@@ -124,23 +153,13 @@ struct Finished {
 ///
 /// Errors: a bad plan, a missing repository, an execution that is complete or cancelled, or an
 /// execution driven by another process ([`BadInput`], exit 2); internal failures (exit 1).
-pub async fn run(data: DataDir, args: RunArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> {
     if let Some(agent) = args.agent.as_deref().filter(|a| !PROFILES.contains(a)) {
         return Err(BadInput(format!("--agent {agent:?}: expected one of {}", PROFILES.join(", "))).into());
     }
     let config = data.config()?;
     let execs = Executions::open(data.clone()).await?;
-    let plan = match &args.plan {
-        Some(path) => {
-            let plan = cli::read_plan(path)?;
-            if let Err(problems) = engine::validate(&plan) {
-                let lines: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
-                return Err(BadInput(format!("{} is not a valid plan:\n{}", path.display(), lines.join("\n"))).into());
-            }
-            Some(plan)
-        }
-        None => None,
-    };
+    let plan = args.plan.clone();
     let task_id = match (&plan, &args.task_id) {
         (Some(p), _) => p.task_id.clone(),
         (None, Some(id)) => id.clone(),
@@ -227,7 +246,6 @@ pub async fn run(data: DataDir, args: RunArgs) -> anyhow::Result<ExitCode> {
         env: agent_env(std::env::vars()),
         baton_exe: std::env::current_exe().context("locating the baton executable")?,
         auto_approve: args.auto_approve,
-        json: args.json,
         inflight: JoinSet::new(),
         running: 0,
     };
@@ -238,7 +256,7 @@ pub async fn run(data: DataDir, args: RunArgs) -> anyhow::Result<ExitCode> {
 
 /// Opens `--repo`, resolves `--base`, creates the feature branch and writes the run's
 /// `execution.json`. Errors ([`BadInput`]) name the flag at fault.
-async fn prepare_meta(data: &DataDir, task_id: &str, args: &RunArgs) -> anyhow::Result<RunMeta> {
+async fn prepare_meta(data: &DataDir, task_id: &str, args: &RunOptions) -> anyhow::Result<RunMeta> {
     let path = args.repo.clone().unwrap_or_else(|| PathBuf::from("."));
     let shown = path.display().to_string();
     let repo = blocking(move || GitRepo::open(&path)).await?.map_err(|e| BadInput(format!("--repo {shown}: {e}")))?;
@@ -282,7 +300,7 @@ async fn create(
     data: &DataDir,
     config: &Config,
     plan: MachinePlan,
-    args: &RunArgs,
+    args: &RunOptions,
 ) -> anyhow::Result<(ExecutionState, RunMeta)> {
     // Validate the plan fully (team steps, …) and how each agent runs before anything is written.
     engine::start(plan.clone(), &clock::now_rfc3339()).map_err(|e| BadInput(e.to_string()))?;
@@ -302,7 +320,7 @@ impl Driver {
         Ok(())
     }
 
-    async fn drive(&mut self, mut state: ExecutionState, lease: &lease::Lease) -> anyhow::Result<ExitCode> {
+    async fn drive(&mut self, mut state: ExecutionState, lease: &lease::Lease) -> anyhow::Result<RunOutcome> {
         self.recover(&mut state).await?;
         let mut last_renew = clock::Stopwatch::start();
         loop {
@@ -370,7 +388,7 @@ impl Driver {
                         self.wait_one(&mut state, lease).await?;
                         continue;
                     }
-                    return Ok(cli::print_action(&action, &state.task_id, self.json));
+                    return Ok(self.outcome(&state, action.clone()));
                 }
                 Action::Complete { .. } => {
                     if self.running > 0 {
@@ -379,19 +397,25 @@ impl Driver {
                     }
                     let key = format!("complete:{}", state.task_id);
                     self.record(&mut state, EventKind::Completed, key).await?;
-                    let done = engine::next_action(&state);
-                    let code = cli::print_action(&done, &state.task_id, self.json);
-                    outln!("Feature branch: {}", self.meta.branch);
-                    return Ok(code);
+                    return Ok(self.outcome(&state, engine::next_action(&state)));
                 }
                 Action::Failed { .. } => {
                     if self.running > 0 {
                         self.wait_one(&mut state, lease).await?;
                         continue;
                     }
-                    return Ok(cli::print_action(&action, &state.task_id, self.json));
+                    return Ok(self.outcome(&state, action.clone()));
                 }
             }
+        }
+    }
+
+    fn outcome(&self, state: &ExecutionState, action: Action) -> RunOutcome {
+        RunOutcome {
+            task_id: state.task_id.clone(),
+            action,
+            branch: self.meta.branch.clone(),
+            repo: self.meta.repo.clone(),
         }
     }
 
@@ -938,18 +962,11 @@ fn stop_orphan_gate(marker: &Path) {
     let _ = std::fs::remove_file(marker);
 }
 
-/// Prints `git log` of the feature branch (newest first) with each commit's trailers.
-pub async fn print_branch_log(repo: &GitRepo, branch: &str, limit: usize) -> anyhow::Result<()> {
-    let (r, b) = (repo.clone(), branch.to_string());
-    let log = blocking(move || r.log(&b, limit)).await??;
-    outln!("git log {branch}:");
-    for c in log {
-        outln!("  {} {} <{}> {}", c.sha.get(..10).unwrap_or(&c.sha), c.author_name, c.author_email, c.summary);
-        for line in c.message.lines().filter(|l| l.starts_with("Baton-")) {
-            outln!("             {line}");
-        }
-    }
-    Ok(())
+/// The newest `limit` commits of the feature branch (newest first).
+pub async fn branch_log(repo: &Path, branch: &str, limit: usize) -> anyhow::Result<Vec<git::CommitInfo>> {
+    let (path, b) = (repo.to_path_buf(), branch.to_string());
+    let log = blocking(move || GitRepo::open(&path).and_then(|r| r.log(&b, limit))).await??;
+    Ok(log)
 }
 
 /// Kills the process groups of every attempt still in flight for `state` (after a cancel, so

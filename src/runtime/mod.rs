@@ -5,7 +5,6 @@
 
 pub mod agent;
 pub mod config;
-pub mod demo;
 pub mod driver;
 pub mod executions;
 pub mod gc;

@@ -7,5 +7,6 @@ mod cli;
 mod common;
 mod crash;
 mod golden_plan;
+mod layering;
 mod run;
 mod wire;

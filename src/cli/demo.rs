@@ -10,11 +10,13 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 
-use crate::cli::RunArgs;
+use crate::cli::print_outcome;
 use crate::clock;
 use crate::git::{self, GitRepo};
+use crate::model::plan::MachinePlan;
 use crate::runtime::config::DataDir;
-use crate::runtime::{blocking, driver, write_atomic};
+use crate::runtime::driver::{self, RunOptions};
+use crate::runtime::{blocking, write_atomic};
 
 const CHECK_SCRIPT: &str = "#!/bin/sh\n\
 # The demo's test gate: every deliverable of the build phase must exist and be non-empty.\n\
@@ -101,19 +103,24 @@ pub async fn run_demo(data_dir: &Path) -> anyhow::Result<ExitCode> {
     let plan_path = data.root().join("demo").join(format!("{task_id}.plan.json"));
     write_atomic(&plan_path, serde_json::to_string_pretty(&demo_plan(&task_id))?.as_bytes())?;
     outln!("Running plan {} with the demo agent (no API key needed)\n", plan_path.display());
-    let args = RunArgs {
-        plan: Some(plan_path),
-        task_id: None,
+    let plan = MachinePlan::from_value(demo_plan(&task_id)).map_err(|e| anyhow::anyhow!("the demo plan: {e}"))?;
+    let options = RunOptions {
+        plan: Some(plan),
         repo: Some(repo.root().to_path_buf()),
         agent: Some("demo".into()),
-        base: None,
-        max_parallel: None,
         auto_approve: true,
-        json: false,
+        ..RunOptions::default()
     };
-    let code = driver::run(data.clone(), args).await.context("running the demo plan")?;
+    let outcome = driver::run(data.clone(), options).await.context("running the demo plan")?;
+    let code = print_outcome(&outcome, false);
     outln!();
-    driver::print_branch_log(&repo, &driver::feature_branch(&task_id), 20).await?;
-    outln!("\nInspect it with: git -C {} log --stat {}", repo.root().display(), driver::feature_branch(&task_id));
+    outln!("git log {}:", outcome.branch);
+    for c in driver::branch_log(&outcome.repo, &outcome.branch, 20).await? {
+        outln!("  {} {} <{}> {}", c.sha.get(..10).unwrap_or(&c.sha), c.author_name, c.author_email, c.summary);
+        for line in c.message.lines().filter(|l| l.starts_with("Baton-")) {
+            outln!("             {line}");
+        }
+    }
+    outln!("\nInspect it with: git -C {} log --stat {}", repo.root().display(), outcome.branch);
     Ok(code)
 }
