@@ -287,6 +287,24 @@ impl GitRepo {
         }
     }
 
+    /// Deletes every ref under `prefix` (e.g. `refs/baton/<task_id>/`, the kept attempt refs
+    /// of an execution) and returns how many. Never touches branches (`refs/heads/`).
+    pub fn delete_refs_under(&self, prefix: &str) -> Result<usize, GitError> {
+        if !prefix.starts_with("refs/") || prefix.starts_with("refs/heads/") || !prefix.ends_with('/') {
+            return Err(GitError::InvalidRefName { name: prefix.to_owned() });
+        }
+        let repo = self.repo()?;
+        let names: Vec<String> = repo
+            .references_glob(&format!("{prefix}*"))?
+            .filter_map(Result::ok)
+            .filter_map(|r| r.name().map(str::to_owned))
+            .collect();
+        for name in &names {
+            self.delete_ref(name)?;
+        }
+        Ok(names.len())
+    }
+
     /// Cherry-picks `commit_sha` onto `refs/heads/<branch>` in memory and advances the branch.
     ///
     /// The new commit keeps the original author and message; the committer is Baton. The

@@ -502,10 +502,16 @@ impl Driver {
                 .ok_or_else(|| anyhow::anyhow!("branch {} is gone", self.meta.branch))?
         };
         {
+            // The attempt's ref names its starting point now and its commit after success; a
+            // failed attempt keeps it (and its worktree) for inspection until `baton gc`.
             let (repo, wt, sha) = (self.repo.clone(), worktree.clone(), tip.clone());
-            blocking(move || repo.add_worktree(&wt, &sha))
-                .await?
-                .with_context(|| format!("creating worktree for {step_id}"))?;
+            let attempt_ref = format!("refs/baton/{}/{step_id}/{attempt}", state.task_id);
+            blocking(move || {
+                repo.add_worktree(&wt, &sha)?;
+                repo.set_ref(&attempt_ref, &sha)
+            })
+            .await?
+            .with_context(|| format!("creating worktree for {step_id}"))?;
         }
         std::fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
         let prompt_path = run_dir.join("prompt.md");

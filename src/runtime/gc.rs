@@ -1,4 +1,5 @@
-//! `baton gc`: removes the worktrees (and attempt refs) of final executions.
+//! `baton gc`: removes the worktrees and kept attempt refs (`refs/baton/<task_id>/…`) of
+//! final executions.
 //!
 //! Only executions that are `complete`, `cancelled` or `failed` and whose last update is older
 //! than the cut-off are touched; live executions never are. Run directories stay (they are the
@@ -53,7 +54,12 @@ pub async fn collect(execs: &Executions, hours: u64) -> anyhow::Result<usize> {
         }
         let _ = std::fs::remove_dir_all(&dir);
         if let Some(r) = repo {
-            let _ = blocking(move || r.prune_worktrees()).await;
+            let prefix = format!("refs/baton/{}/", row.task_id);
+            let _ = blocking(move || {
+                let _ = r.delete_refs_under(&prefix);
+                r.prune_worktrees()
+            })
+            .await;
         }
     }
     Ok(removed)

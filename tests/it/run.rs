@@ -253,6 +253,7 @@ fn gc_removes_worktrees_of_final_executions_only() {
     assert_eq!(code(&ws.run_plan(&plan)), 4);
     let kept = ws.data().join("worktrees/gc-1/1.1-1");
     assert!(kept.exists());
+    assert!(!ws.git(&["for-each-ref", "refs/baton/gc-1/"]).is_empty(), "the failed attempt's ref is kept");
     let young = ws.run(&["gc"]);
     assert_eq!(code(&young), 0);
     assert!(kept.exists(), "younger than 72 h: kept");
@@ -263,6 +264,8 @@ fn gc_removes_worktrees_of_final_executions_only() {
     assert!(stdout(&out).contains("removed 1 worktrees"), "{}", stdout(&out));
     assert!(!kept.exists());
     assert!(!ws.git(&["worktree", "list"]).contains("gc-1"));
+    assert_eq!(ws.git(&["for-each-ref", "refs/baton/gc-1/"]), "", "attempt refs removed");
+    assert!(!ws.git(&["branch", "--list", "baton/gc-1"]).is_empty(), "the feature branch stays");
 }
 
 #[test]
