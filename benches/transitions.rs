@@ -75,6 +75,35 @@ async fn durable_bench(steps: usize, dir: &std::path::Path) -> f64 {
     watch.elapsed().as_secs_f64() * 1e6 / ids.len() as f64
 }
 
+/// The disk's floor: one single-row `BEGIN IMMEDIATE … COMMIT` per event through sqlx on a
+/// WAL database with `synchronous=FULL`, nothing else. Durable transitions cannot beat it.
+async fn commit_floor(dir: &std::path::Path) -> f64 {
+    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+    let options = SqliteConnectOptions::new()
+        .filename(dir.join("floor.db"))
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full);
+    let pool =
+        SqlitePoolOptions::new().max_connections(1).connect_with(options).await.unwrap_or_else(|e| panic!("{e}"));
+    sqlx::query("create table t (id integer primary key, body text not null)")
+        .execute(&pool)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let n = 2_000;
+    let watch = Stopwatch::start();
+    for i in 0..n {
+        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.unwrap_or_else(|e| panic!("{e}"));
+        sqlx::query("insert into t (body) values (?)")
+            .bind(format!("event {i}"))
+            .execute(&mut *tx)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        tx.commit().await.unwrap_or_else(|e| panic!("{e}"));
+    }
+    watch.elapsed().as_secs_f64() * 1e6 / f64::from(n)
+}
+
 fn main() {
     let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap_or_else(|e| panic!("{e}"));
@@ -99,4 +128,9 @@ fn main() {
             }
         }
     }
+    let floor = rt.block_on(commit_floor(tmp.path()));
+    println!(
+        "disk floor: a bare single-row commit (WAL, synchronous=FULL) takes {floor:.1} µs here ({:.0} commits/s)",
+        1e6 / floor
+    );
 }

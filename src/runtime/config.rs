@@ -30,6 +30,8 @@ impl DataDir {
             return Err(bad("exists and is not a directory (pass --data-dir DIR or set BATON_DATA_DIR)".into()).into());
         }
         std::fs::create_dir_all(root).map_err(|e| bad(format!("cannot be created: {e}")))?;
+        // The layout's directories (worktrees/ and runs/ appear with the first execution).
+        let _ = std::fs::create_dir_all(root.join("logs"));
         let ignore = root.join(".gitignore");
         if !ignore.exists() {
             std::fs::write(&ignore, "*\n").map_err(|e| bad(format!("is not writable: {e}")))?;
