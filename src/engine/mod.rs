@@ -1,14 +1,14 @@
 //! The engine: a deterministic state machine over `ExecutionState`.
 //!
-//! * [`start`] validates a plan and builds the initial state (HIGH/CRITICAL plans start with a
+//! * [`start`](crate::engine::start) validates a plan and builds the initial state (HIGH/CRITICAL plans start with a
 //!   pre-flight approval).
-//! * [`next_action`] says what to do next: one of the nine actions.
-//! * [`next_actions`] lists every step of the current phase that may be dispatched now (the
+//! * [`next_action`](crate::engine::next_action) says what to do next: one of the nine actions.
+//! * [`next_actions`](crate::engine::next_actions) lists every step of the current phase that may be dispatched now (the
 //!   parallel rule); it is empty whenever the execution waits (in-flight work, a human, a gate)
 //!   or is finished.
-//! * [`apply`] applies one event: it validates first, then mutates, so a rejected event leaves
+//! * [`apply`](crate::engine::apply) applies one event: it validates first, then mutates, so a rejected event leaves
 //!   the state untouched; the same event twice (same idempotency key) has one effect.
-//! * [`replay`] rebuilds a state from its plan and journal.
+//! * [`replay`](crate::engine::replay) rebuilds a state from its plan and journal.
 //!
 //! After every event the state is *settled*: the end of a phase is handled here, in the order
 //! approval → feedback questions → gate → advance, so `next_action` is a pure read.
