@@ -19,6 +19,15 @@ macro_rules! out {
     }};
 }
 
+/// Prints a line to stderr (progress, notices, errors); a closed pipe is ignored rather than a
+/// panic, so `baton execute run 2>&1 | head` cannot kill a run midway.
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 /// Plan and execution records: `MachinePlan`, `ExecutionState`, `Action`, `Event` (pure data).
 pub mod model;
 

@@ -371,14 +371,14 @@ pub fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: starting the async runtime: {e}");
+            errln!("error: starting the async runtime: {e}");
             return ExitCode::from(1);
         }
     };
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            errln!("error: {e:#}");
             ExitCode::from(exit_code_of(&e))
         }
     }
@@ -412,13 +412,13 @@ fn agent_demo() -> ExitCode {
     use std::io::Read as _;
     let mut prompt = String::new();
     if let Err(e) = std::io::stdin().read_to_string(&mut prompt) {
-        eprintln!("error: reading the prompt from stdin: {e}");
+        errln!("error: reading the prompt from stdin: {e}");
         return ExitCode::from(1);
     }
     let cwd = match std::env::current_dir() {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("error: no working directory: {e}");
+            errln!("error: no working directory: {e}");
             return ExitCode::from(1);
         }
     };
@@ -426,7 +426,7 @@ fn agent_demo() -> ExitCode {
     match runtime::agent::demo::run_demo_agent(&prompt, &cwd, &mut out) {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(e) => {
-            eprintln!("error: demo agent: {e}");
+            errln!("error: demo agent: {e}");
             ExitCode::from(1)
         }
     }
@@ -438,7 +438,7 @@ pub fn read_plan(path: &Path) -> anyhow::Result<MachinePlan> {
         std::fs::read_to_string(path).map_err(|e| BadInput(format!("cannot read plan {}: {e}", path.display())))?;
     let plan = MachinePlan::from_json(&text).map_err(|e| BadInput(format!("{}: {e}", path.display())))?;
     for warning in plan.unknown_keys() {
-        eprintln!("warning: {}: {warning}", path.display());
+        errln!("warning: {}: {warning}", path.display());
     }
     Ok(plan)
 }
@@ -805,7 +805,7 @@ async fn record_command(execs: &Executions, command: ExecuteCommand, json: bool)
     let lease = if matches!(event.kind, EventKind::Cancelled { .. }) {
         lease::acquire_stopping_driver(execs.store(), &task_id).await?
     } else {
-        lease::acquire(execs.store(), &task_id).await?
+        lease::acquire_briefly(execs.store(), &task_id).await?
     };
     let result = async {
         let mut state = execs.get(&task_id).await?;
@@ -819,13 +819,13 @@ async fn record_command(execs: &Executions, command: ExecuteCommand, json: bool)
     if kind == "cancelled" && !applied.duplicate {
         let stopped = runtime::driver::stop_attempts(execs.data(), &state);
         if stopped > 0 {
-            eprintln!("stopped {stopped} running agent attempts of {task_id}");
+            errln!("stopped {stopped} running agent attempts of {task_id}");
         }
     }
     if applied.duplicate {
-        eprintln!("{kind} for {task_id} was already applied (idempotency key {}): nothing changed", applied.key);
+        errln!("{kind} for {task_id} was already applied (idempotency key {}): nothing changed", applied.key);
     } else {
-        eprintln!("recorded {kind} for {task_id}");
+        errln!("recorded {kind} for {task_id}");
     }
     Ok(print_action(&engine::next_action(&state), &task_id, json))
 }
@@ -834,11 +834,11 @@ async fn record_command(execs: &Executions, command: ExecuteCommand, json: bool)
 /// dispatched when the orchestrator stopped is offered again (its attempt is lost); an
 /// execution that `execute run` drives recovers its attempts itself on the next `run`.
 async fn resume(execs: &Executions, task_id: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let lease = lease::acquire(execs.store(), task_id).await?;
+    let lease = lease::acquire_briefly(execs.store(), task_id).await?;
     let result = async {
         let mut state = execs.get(task_id).await?;
         if execs.data().runs(task_id).join("execution.json").exists() {
-            eprintln!(
+            errln!(
                 "execution {task_id} is driven by `baton execute run`: run it again to recover its attempts \
                  (running ones are re-adopted, finished ones harvested, dead ones re-run)"
             );
@@ -854,7 +854,7 @@ async fn resume(execs: &Executions, task_id: &str, json: bool) -> anyhow::Result
         for step_id in dispatched {
             let event = Event::new(EventKind::StepRequeued { step_id: step_id.clone() }).by(actor());
             execs.record(&mut state, event).await?;
-            eprintln!("step {step_id} was dispatched when the driver stopped; it is offered again");
+            errln!("step {step_id} was dispatched when the driver stopped; it is offered again");
         }
         Ok::<_, anyhow::Error>(state)
     }

@@ -45,6 +45,9 @@ pub const CHECKPOINT_PHASE_INTERVAL: u32 = 3;
 pub const CHECKPOINT_TURN_THRESHOLD: u64 = 40;
 /// … or this many tokens since the last checkpoint.
 pub const CHECKPOINT_TOKEN_THRESHOLD: u64 = 150_000;
+/// Largest spend one step may report, USD: anything above is a broken report, not a cost
+/// (and would overflow the execution's total).
+pub const MAX_STEP_COST_USD: f64 = 1_000_000.0;
 /// Marker an interactive agent emits when the conversation is done.
 pub const INTERACT_COMPLETE: &str = "INTERACT_COMPLETE";
 
@@ -137,7 +140,7 @@ pub enum EngineError {
         question_id: String,
     },
     /// The option index is out of range.
-    #[error("option {index} is out of range: question {question_id} has {count} options (0..{count})")]
+    #[error("option {index} is out of range: question {question_id} has {count} options, numbered from 0")]
     OptionOutOfRange {
         /// Question.
         question_id: String,
@@ -653,9 +656,9 @@ fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), EngineError> {
             Ok(())
         }
         EventKind::StepRecorded { step_id, status: rec, cost_usd, duration_seconds, .. } => {
-            if !cost_usd.is_finite() || *cost_usd < 0.0 {
+            if !cost_usd.is_finite() || *cost_usd < 0.0 || *cost_usd > MAX_STEP_COST_USD {
                 return Err(EngineError::InvalidEvent(format!(
-                    "step {step_id}: cost_usd {cost_usd} is not a non-negative number"
+                    "step {step_id}: cost_usd {cost_usd} is not a number between 0 and {MAX_STEP_COST_USD}"
                 )));
             }
             if !duration_seconds.is_finite() || *duration_seconds < 0.0 {
@@ -778,7 +781,12 @@ fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), EngineError> {
             Ok(())
         }
         EventKind::StepSkipped { step_id, .. } => {
-            current_step(state, step_id)?;
+            // A step of a later phase may be skipped in advance; one of a done phase may not.
+            let (pi, _) =
+                state.locate(step_id).ok_or_else(|| EngineError::UnknownStep { step_id: step_id.to_string() })?;
+            if pi < state.current_phase {
+                current_step(state, step_id)?;
+            }
             let st = state.step_status(step_id);
             if !matches!(st, StepStatus::Pending | StepStatus::Failed) {
                 return Err(EngineError::StepState {

@@ -44,7 +44,7 @@ pub const CRASH_POINTS: &[&str] =
 
 fn crash_point(name: &str) {
     if std::env::var("BATON_CRASH_AT").is_ok_and(|v| v == name) {
-        eprintln!("baton: crashing at {name} (BATON_CRASH_AT)");
+        errln!("baton: crashing at {name} (BATON_CRASH_AT)");
         std::process::exit(137);
     }
 }
@@ -208,7 +208,7 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
                 // Started by `execute start` (an orchestrator); `run` takes it over on --repo.
                 prepare_meta(&data, &task_id, &args).await?
             };
-            eprintln!("resuming execution {task_id} ({})", state.status);
+            errln!("resuming execution {task_id} ({})", state.status);
             (state, meta)
         }
         None => {
@@ -216,7 +216,7 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
                 return Err(BadInput(format!("no execution with task id {task_id}")).into());
             };
             let (state, meta) = create(&execs, &data, &config, plan, &args).await?;
-            eprintln!("started execution {task_id} on branch {}", meta.branch);
+            errln!("started execution {task_id} on branch {}", meta.branch);
             (state, meta)
         }
     };
@@ -233,7 +233,7 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
         cap = cap.min(limit);
     }
     let default_profile = args.agent.clone().unwrap_or_else(|| meta.profile.clone());
-    let lease = lease::acquire(execs.store(), &task_id).await?;
+    let lease = lease::acquire_as_driver(execs.store(), &task_id).await?;
     let mut driver = Driver {
         execs,
         data,
@@ -263,7 +263,7 @@ async fn prepare_meta(data: &DataDir, task_id: &str, args: &RunOptions) -> anyho
     if args.base.is_none() {
         let r = repo.clone();
         if blocking(move || r.has_uncommitted_changes()).await?.unwrap_or(false) {
-            eprintln!(
+            errln!(
                 "note: {} has uncommitted changes; the feature branch starts at its last commit, without them",
                 repo.root().display()
             );
@@ -283,6 +283,19 @@ async fn prepare_meta(data: &DataDir, task_id: &str, args: &RunOptions) -> anyho
     .await?
     .map_err(BadInput)?;
     let branch = feature_branch(task_id);
+    let (r, b) = (repo.clone(), branch.clone());
+    if let Some(tip) = blocking(move || r.branch_tip(&b)).await?? {
+        if tip != base_sha {
+            return Err(BadInput(format!(
+                "branch {branch} already exists in {} at {} (not at the base {}): it is not this \
+                 execution's; delete it (git branch -D {branch}) or give the plan another task_id",
+                repo.root().display(),
+                tip.get(..10).unwrap_or(&tip),
+                base_sha.get(..10).unwrap_or(&base_sha)
+            ))
+            .into());
+        }
+    }
     let (r, b, s) = (repo.clone(), branch.clone(), base_sha.clone());
     blocking(move || r.ensure_branch(&b, &s)).await?.map_err(|e| BadInput(format!("creating branch {branch}: {e}")))?;
     let profile = args.agent.clone().unwrap_or_else(|| "claude".into());
@@ -331,7 +344,7 @@ impl Driver {
             let action = engine::next_action(&state);
             match &action {
                 Action::Checkpoint(c) => {
-                    eprintln!("checkpoint before phase {}: {}", c.phase_id, c.reason);
+                    errln!("checkpoint before phase {}: {}", c.phase_id, c.reason);
                     let key = format!("checkpoint:{}:{}", state.task_id, state.checkpoint.count + 1);
                     self.record(&mut state, EventKind::CheckpointAcknowledged, key).await?;
                 }
@@ -373,7 +386,7 @@ impl Driver {
                     }
                 }
                 Action::Approval(a) if self.auto_approve => {
-                    eprintln!("notice: approving phase {} automatically (baton demo): {}", a.phase_id, a.message);
+                    errln!("notice: approving phase {} automatically (baton demo): {}", a.phase_id, a.message);
                     let kind = EventKind::ApprovalRecorded {
                         phase_id: a.phase_id,
                         result: ApprovalDecision::Approve,
@@ -450,7 +463,7 @@ impl Driver {
         let kind = EventKind::StepDispatched { step_id: d.step_id.clone(), agent_name: d.agent_name.clone() };
         let key = format!("dispatch:{}:{}:{}", state.task_id, d.step_id, d.attempt);
         self.record(state, kind, key).await?;
-        eprintln!("dispatched {} to {} (attempt {})", d.step_id, d.agent_name, d.attempt);
+        errln!("dispatched {} to {} (attempt {})", d.step_id, d.agent_name, d.attempt);
         crash_point("after-dispatch");
         self.launch_or_fail(state, &d.step_id, d.attempt, 1).await
     }
@@ -469,7 +482,7 @@ impl Driver {
             return Err(e);
         }
         let error = format!("the attempt could not be started: {e:#}");
-        eprintln!("{step_id} failed: {error}");
+        errln!("{step_id} failed: {error}");
         let agent_name = state.result(step_id).map(|r| r.agent_name.clone()).unwrap_or_default();
         let kind = EventKind::StepRecorded {
             step_id: step_id.to_string(),
@@ -584,9 +597,10 @@ impl Driver {
         match finished.result {
             Ok(exit) => self.harvest(state, &finished.step_id, finished.attempt, &finished.run_dir, exit).await,
             Err(WaitError::Died(_) | WaitError::NotStarted(_)) => {
-                eprintln!(
+                errln!(
                     "attempt {} of {} died; running it again in a fresh worktree",
-                    finished.attempt, finished.step_id
+                    finished.attempt,
+                    finished.step_id
                 );
                 let _ = shim::kill_attempt(&finished.run_dir);
                 self.relaunch(state, &finished.step_id, finished.attempt).await
@@ -626,9 +640,10 @@ impl Driver {
         let step = state.plan.phases[pi].steps[si].clone();
         let tokens = out.input_tokens + out.output_tokens;
         let cost = match out.cost_usd {
-            Some(c) if c.is_finite() && c >= 0.0 => c,
+            // `+ 0.0` turns a reported -0 into 0.
+            Some(c) if c.is_finite() && (0.0..=engine::MAX_STEP_COST_USD).contains(&c) => c + 0.0,
             Some(c) => {
-                eprintln!("warning: {step_id} reported an invalid cost ({c}); counted as $0");
+                errln!("warning: {step_id} reported an invalid cost ({c}); counted as $0");
                 0.0
             }
             None => 0.0,
@@ -684,7 +699,7 @@ impl Driver {
         if success {
             let short = commit_hash.get(..10).unwrap_or("no commit");
             let done = state.step_status(step_id).as_str();
-            eprintln!("{step_id} {done} ({short}, {} files, ${cost:.2})", files.len());
+            errln!("{step_id} {done} ({short}, {} files, ${cost:.2})", files.len());
             let (repo, wt) = (self.repo.clone(), meta.worktree.clone());
             let attempt_ref = format!("refs/baton/{}/{step_id}/{attempt}", state.task_id);
             let _ = blocking(move || {
@@ -693,7 +708,7 @@ impl Driver {
             })
             .await;
         } else {
-            eprintln!("{step_id} failed: {error} (worktree kept at {})", meta.worktree.display());
+            errln!("{step_id} failed: {error} (worktree kept at {})", meta.worktree.display());
         }
         Ok(())
     }
@@ -781,12 +796,12 @@ impl Driver {
             })
             .await?
             .context("preparing the integration worktree")?;
-            eprintln!("gate {} of phase {} (attempt {}): {command}", g.gate_type, g.phase_id, g.attempt);
+            errln!("gate {} of phase {} (attempt {}): {command}", g.gate_type, g.phase_id, g.attempt);
             let marker = self.data.runs(&state.task_id).join(GATE_PGID_FILE);
             run_gate_command(&command, &path, &self.env, self.config.runtime.gate_timeout_secs, &marker).await?
         };
         let passed = passed && gate_type_passes(&g.gate_type, &output);
-        eprintln!("gate of phase {} {}", g.phase_id, if passed { "passed" } else { "failed" });
+        errln!("gate of phase {} {}", g.phase_id, if passed { "passed" } else { "failed" });
         crash_point("before-gate-record");
         let kind = EventKind::GateRecorded { phase_id: g.phase_id, passed, output, command: Some(command), exit_code };
         let key = format!("gate:{}:{}:{}", state.task_id, g.phase_id, g.attempt);
@@ -807,20 +822,20 @@ impl Driver {
         for (step_id, attempt) in dispatched {
             let base = self.data.run_dir(&state.task_id, &step_id, attempt);
             let Some((n, dir)) = latest_launch(&base) else {
-                eprintln!("recovering {step_id}: attempt {attempt} was journaled but never launched; launching it");
+                errln!("recovering {step_id}: attempt {attempt} was journaled but never launched; launching it");
                 self.launch_or_fail(state, &step_id, attempt, 1).await?;
                 continue;
             };
             match shim::inspect(&dir)? {
                 AttemptState::NotStarted | AttemptState::Died => {
-                    eprintln!(
+                    errln!(
                         "recovering {step_id}: attempt {attempt} did not survive; running it again in a fresh worktree"
                     );
                     let _ = shim::kill_attempt(&dir);
                     self.launch_or_fail(state, &step_id, attempt, n + 1).await?;
                 }
                 AttemptState::Running => {
-                    eprintln!("recovering {step_id}: attempt {attempt} is still running; re-adopting it");
+                    errln!("recovering {step_id}: attempt {attempt} is still running; re-adopting it");
                     self.running += 1;
                     self.inflight.spawn(async move {
                         let result = shim::wait_until_finished(&dir).await;
@@ -828,7 +843,7 @@ impl Driver {
                     });
                 }
                 AttemptState::Finished(exit) => {
-                    eprintln!("recovering {step_id}: attempt {attempt} finished while baton was down; harvesting it");
+                    errln!("recovering {step_id}: attempt {attempt} finished while baton was down; harvesting it");
                     self.harvest(state, &step_id, attempt, &dir, exit).await?;
                 }
             }
@@ -962,7 +977,7 @@ fn stop_orphan_gate(marker: &Path) {
     if let Ok(pgid) = text.trim().parse::<i32>() {
         if pgid > 1 {
             let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), nix::sys::signal::Signal::SIGKILL);
-            eprintln!("stopped the gate (process group {pgid}) a previous driver left running");
+            errln!("stopped the gate (process group {pgid}) a previous driver left running");
         }
     }
     let _ = std::fs::remove_file(marker);

@@ -23,11 +23,50 @@ pub fn host_name() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
-/// This process as a lease holder.
+/// This process as a lease holder: `<host>:<pid>`.
 pub fn this_holder() -> LeaseInfo {
     let pid = std::process::id();
     let host = host_name();
     LeaseInfo { holder: format!("{host}:{pid}"), pid, host, acquired_at: String::new(), expires_at: String::new() }
+}
+
+/// How long a one-shot command (`execute record`, `approve`, …) waits for another one-shot
+/// command that holds the lease for a moment; a driver's lease is refused at once.
+const BRIEF_HOLD_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Like [`acquire`] for one-shot commands: they hold the lease for milliseconds, so when
+/// another one-shot command holds it this waits (up to 10 s) instead of refusing. A lease held
+/// by a driver (`execute run`, which marks itself in `holder`) is refused at once.
+pub async fn acquire_briefly(store: &Store, task_id: &str) -> anyhow::Result<Lease> {
+    let watch = crate::clock::Stopwatch::start();
+    let mut delay = std::time::Duration::from_millis(5);
+    loop {
+        match acquire(store, task_id).await {
+            Ok(lease) => return Ok(lease),
+            Err(e) => {
+                let driver = store.lease(task_id).await.ok().flatten().is_some_and(|l| l.holder.ends_with(DRIVER_MARK));
+                if driver || watch.elapsed() > BRIEF_HOLD_WAIT {
+                    return Err(e);
+                }
+            }
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(std::time::Duration::from_millis(200));
+    }
+}
+
+/// Suffix of a driver's holder id (`<host>:<pid>:run`).
+const DRIVER_MARK: &str = ":run";
+
+/// Takes the lease of `task_id` for this process as its driver (`execute run`).
+pub async fn acquire_as_driver(store: &Store, task_id: &str) -> anyhow::Result<Lease> {
+    acquire_with(store, task_id, driver_holder()).await
+}
+
+fn driver_holder() -> LeaseInfo {
+    let mut me = this_holder();
+    me.holder.push_str(DRIVER_MARK);
+    me
 }
 
 /// Whether a process exists and is not a zombie (an exited driver its parent has not reaped
@@ -73,7 +112,10 @@ impl Lease {
 /// Errors ([`BadInput`]): another live process holds it ("… is driven by host:pid (pid N on
 /// host) since T").
 pub async fn acquire(store: &Store, task_id: &str) -> anyhow::Result<Lease> {
-    let me = this_holder();
+    acquire_with(store, task_id, this_holder()).await
+}
+
+async fn acquire_with(store: &Store, task_id: &str, me: LeaseInfo) -> anyhow::Result<Lease> {
     for _ in 0..2 {
         match store.acquire_lease(task_id, &me, &clock::now_rfc3339(), LEASE_TTL_SECS).await {
             Ok(()) => return Ok(Lease { store: store.clone(), task_id: task_id.to_string(), holder: me }),
@@ -94,7 +136,7 @@ pub async fn acquire(store: &Store, task_id: &str) -> anyhow::Result<Lease> {
     Err(BadInput(format!("execution {task_id}: the lease could not be taken over")).into())
 }
 
-/// Like [`acquire`], but a live driver on this host is stopped first (SIGTERM, waiting up to
+/// Like [`acquire_briefly`], but a live driver on this host is stopped first (SIGTERM, waiting up to
 /// 10 s for it to exit): it stops at once, exactly as after a crash, so nothing it did is lost.
 /// Used by `execute cancel`, which must work while `execute run` drives the execution.
 ///
@@ -102,11 +144,12 @@ pub async fn acquire(store: &Store, task_id: &str) -> anyhow::Result<Lease> {
 pub async fn acquire_stopping_driver(store: &Store, task_id: &str) -> anyhow::Result<Lease> {
     let me = this_holder();
     if let Some(holder) = store.lease(task_id).await.context("reading the lease")? {
-        if holder.holder != me.holder && holder.host == me.host && alive(holder.pid) {
+        let driver = holder.holder.ends_with(DRIVER_MARK);
+        if driver && holder.pid != me.pid && holder.host == me.host && alive(holder.pid) {
             if let Ok(pid) = i32::try_from(holder.pid) {
                 let pid = nix::unistd::Pid::from_raw(pid);
                 let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-                eprintln!("stopping the driver of {task_id} (pid {})", holder.pid);
+                errln!("stopping the driver of {task_id} (pid {})", holder.pid);
                 for _ in 0..100 {
                     if !alive(holder.pid) {
                         break;
@@ -116,5 +159,5 @@ pub async fn acquire_stopping_driver(store: &Store, task_id: &str) -> anyhow::Re
             }
         }
     }
-    acquire(store, task_id).await
+    acquire_briefly(store, task_id).await
 }

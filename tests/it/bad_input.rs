@@ -167,3 +167,70 @@ fn another_plan_with_a_live_task_id_is_refused() {
     assert_eq!(code(&out), 2, "{}", stderr(&out));
     assert!(stderr(&out).contains("already exists with a different plan"), "{}", stderr(&out));
 }
+
+#[test]
+fn a_closed_stderr_does_not_kill_a_run() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let plan = ws.write("plan.json", &small_plan("stderr-1", ""));
+    let script = format!(
+        "set -o pipefail; '{}' --data-dir '{}' execute run --agent demo --plan '{}' --repo '{}' 2>&1 >/dev/null | head -1",
+        env!("CARGO_BIN_EXE_baton"),
+        ws.data().display(),
+        plan.display(),
+        ws.repo().display()
+    );
+    let out = std::process::Command::new("bash").args(["-c", &script]).output().unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(ws.status("stderr-1")["status"], "complete");
+}
+
+#[test]
+fn an_existing_feature_branch_that_is_not_at_the_base_is_refused() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    std::fs::write(ws.repo().join("junk.txt"), "unrelated").unwrap();
+    ws.git(&["add", "junk.txt"]);
+    ws.git(&["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "unrelated"]);
+    ws.git(&["branch", "baton/branch-1"]);
+    ws.git(&["reset", "-q", "--hard", "HEAD~1"]);
+    let plan = ws.write("plan.json", &small_plan("branch-1", ""));
+    let out = ws.run_plan(&plan);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("branch baton/branch-1 already exists"), "{}", stderr(&out));
+    assert!(stdout(&ws.run(&["execute", "list"])).contains("no executions"));
+}
+
+#[test]
+fn concurrent_cli_records_wait_for_each_other_instead_of_failing() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let steps: Vec<serde_json::Value> = (1..=12)
+        .map(|i| serde_json::json!({"step_id": format!("1.{i}"), "agent_name": "dev", "task_description": "x"}))
+        .collect();
+    let plan = serde_json::json!({"task_id": "many-1", "task_summary": "s", "phases": [{"phase_id": 1, "name": "P", "steps": steps}]});
+    let plan = ws.write("plan.json", &plan.to_string());
+    assert_eq!(code(&ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()])), 0);
+    let ws = std::sync::Arc::new(ws);
+    let handles: Vec<_> = (0..3)
+        .map(|t| {
+            let ws = ws.clone();
+            std::thread::spawn(move || {
+                (0..4)
+                    .map(|k| {
+                        let step = format!("1.{}", t * 4 + k + 1);
+                        let out =
+                            ws.run(&["execute", "record", "--task-id", "many-1", "--step-id", &step, "--agent", "dev"]);
+                        (step, code(&out), stderr(&out))
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    for h in handles {
+        for (step, code, err) in h.join().unwrap() {
+            assert_eq!(code, 0, "record {step}: {err}");
+        }
+    }
+    let status = ws.status("many-1");
+    assert_eq!(status["counters"]["steps_done"], 12);
+    let replay = ws.run(&["replay", "many-1"]);
+    assert_eq!(code(&replay), 0, "{}", stdout(&replay));
+}

@@ -433,7 +433,7 @@ fn an_explicit_key_reused_for_a_different_event_is_a_conflict_not_a_silent_dupli
 #[test]
 fn negative_or_non_finite_costs_and_durations_are_refused() {
     let mut state = started(vec![phase(1, vec![step("1.1", &[])])]);
-    for (cost, duration) in [(-5.0, 1.0), (f64::NAN, 1.0), (f64::INFINITY, 1.0), (0.1, -1.0)] {
+    for (cost, duration) in [(-5.0, 1.0), (f64::NAN, 1.0), (f64::INFINITY, 1.0), (1e308, 1.0), (0.1, -1.0)] {
         let mut event = record("1.1", RecordStatus::Complete);
         if let EventKind::StepRecorded { cost_usd, duration_seconds, .. } = &mut event.kind {
             *cost_usd = cost;
@@ -453,4 +453,16 @@ fn approve_with_feedback_needs_feedback_text() {
     assert!(matches!(err, EngineError::InvalidEvent(_)), "{err}");
     ok(&mut state, &approval(1, ApprovalDecision::ApproveWithFeedback, "tighten the schema"));
     assert_eq!(state.plan.phases[1].name, "Remediation");
+}
+
+#[test]
+fn a_step_of_a_later_phase_can_be_skipped_in_advance_but_not_one_of_a_done_phase() {
+    let mut state =
+        started(vec![phase(1, vec![step("1.1", &[])]), phase(2, vec![step("2.1", &[]), step("2.2", &["2.1"])])]);
+    ok(&mut state, &ev(EventKind::StepSkipped { step_id: "2.1".into(), reason: "done by hand".into() }));
+    assert_eq!(dispatch_ids(&state), vec!["1.1"], "phase 1 still runs first");
+    ok(&mut state, &record("1.1", RecordStatus::Complete));
+    assert_eq!(dispatch_ids(&state), vec!["2.2"], "the skipped step counts as done for its dependant");
+    let err = refused(&mut state, &ev(EventKind::StepSkipped { step_id: "1.1".into(), reason: String::new() }));
+    assert!(matches!(err, EngineError::StepState { .. }), "{err}");
 }

@@ -41,7 +41,7 @@ pub(crate) mod test_support {
             "fixtures folder {} is missing (set BATON_FIXTURES)",
             dir.display()
         );
-        eprintln!("notice: fixtures folder {} not found; skipping conformance test", dir.display());
+        errln!("notice: fixtures folder {} not found; skipping conformance test", dir.display());
         None
     }
 
