@@ -390,9 +390,12 @@ fn init_tracing() {
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 
-/// 2 for a client's mistake, 1 for anything else.
+/// 2 for a client's mistake, 130 for an interrupted run, 1 for anything else.
 fn exit_code_of(e: &anyhow::Error) -> u8 {
     for cause in e.chain() {
+        if cause.is::<runtime::driver::Interrupted>() {
+            return 130;
+        }
         if cause.is::<BadInput>() || cause.is::<EngineError>() || cause.is::<crate::git::GitError>() {
             return EXIT_BAD_INPUT;
         }

@@ -249,9 +249,25 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
         inflight: JoinSet::new(),
         running: 0,
     };
-    let outcome = driver.drive(state, &lease).await;
+    // Ctrl-C stops the driver at once: everything done so far is journaled, and the detached
+    // agents keep running, to be re-adopted by the next `run`.
+    let outcome = tokio::select! {
+        outcome = driver.drive(state, &lease) => outcome,
+        _ = tokio::signal::ctrl_c() => Err(Interrupted { task_id: task_id.clone() }.into()),
+    };
     lease.release().await?;
     outcome
+}
+
+/// `execute run` was interrupted (Ctrl-C); the CLI exits 130.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "interrupted: execution {task_id} is saved and its running agents keep going; \
+     `baton execute run --task-id {task_id}` picks them up"
+)]
+pub struct Interrupted {
+    /// The execution.
+    pub task_id: String,
 }
 
 /// Opens `--repo`, resolves `--base`, creates the feature branch and writes the run's

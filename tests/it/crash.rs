@@ -153,3 +153,28 @@ fn cancel_stops_a_live_driver_and_its_agents() {
     let again = ws.run_plan(&plan);
     assert_eq!(code(&again), 2, "a cancelled execution is final: {}", stderr(&again));
 }
+
+#[test]
+fn ctrl_c_stops_the_driver_and_the_next_run_picks_the_agents_up() {
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    let plan = ws.write("plan.json", &small_plan("int-1", "[demo: sleep=2]"));
+    let child = ws
+        .baton()
+        .args(["execute", "run", "--agent", "demo", "--plan"])
+        .arg(&plan)
+        .arg("--repo")
+        .arg(ws.repo())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&ws.data().join("runs/int-1/1.1/1/started.json"));
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("interrupted: execution int-1 is saved"));
+    let resumed = ws.run_plan(&plan);
+    assert_eq!(code(&resumed), 0, "{}", stderr(&resumed));
+    assert_eq!(ws.launches("int-1", "1.1"), 1);
+}
