@@ -43,6 +43,9 @@ pub mod git;
 /// The imperative shell: drivers that carry out actions, agent launches, gates and recovery.
 pub mod runtime;
 
+/// `baton serve`: the REST API (axum) over the runtime's services.
+pub mod web;
+
 /// The `baton` command line: argument parsing and the `ACTION:` wire format.
 pub mod cli;
 

@@ -75,6 +75,12 @@ enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
+    /// Serve the REST API (JSON under /api/v1, /healthz, /readyz) until SIGINT or SIGTERM.
+    Serve {
+        /// Address to listen on; only loopback is allowed until authentication exists.
+        #[arg(long, default_value = crate::web::DEFAULT_BIND)]
+        bind: std::net::SocketAddr,
+    },
     /// Remove worktrees of final executions older than the configured age.
     Gc {
         /// Age in hours (default: `runtime.gc_hours` of baton.toml, 72).
@@ -529,6 +535,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             outln!("removed {removed} worktrees of final executions older than {hours} h");
             Ok(ExitCode::SUCCESS)
         }
+        Command::Serve { bind } => serve(&cli.data_dir, bind).await,
         Command::Agent { .. } | Command::Attempt { .. } => Ok(ExitCode::SUCCESS),
     }
 }
@@ -674,6 +681,19 @@ async fn execute(data: DataDir, command: ExecuteCommand, json: bool) -> anyhow::
         }
         other => record_command(&execs, other, json).await,
     }
+}
+
+/// `baton serve`: checks the address, opens the data dir, serves until SIGINT/SIGTERM.
+async fn serve(data_dir: &Path, bind: std::net::SocketAddr) -> anyhow::Result<ExitCode> {
+    crate::web::check_bind(bind)?;
+    let execs = Executions::open(DataDir::open(data_dir)?).await?;
+    let listener = tokio::net::TcpListener::bind(bind).await.with_context(|| format!("listening on {bind}"))?;
+    let addr = listener.local_addr().context("reading the listening address")?;
+    errln!("baton serving http://{addr} (data dir {}; no authentication: loopback only)", data_dir.display());
+    tracing::info!(%addr, "serving");
+    crate::web::serve(listener, crate::web::AppState::new(execs), crate::web::shutdown_signal()).await?;
+    errln!("baton serve stopped");
+    Ok(ExitCode::SUCCESS)
 }
 
 fn split_n<'a>(value: &'a str, n: usize, flag: &str, shape: &str) -> anyhow::Result<Vec<&'a str>> {

@@ -494,7 +494,7 @@ impl Driver {
         launch: u32,
     ) -> anyhow::Result<()> {
         let Err(e) = self.launch(state, step_id, attempt, launch).await else { return Ok(()) };
-        if e.chain().any(|c| c.is::<BadInput>()) {
+        if e.chain().any(|c| c.is::<BadInput>() || c.is::<crate::engine::EngineError>()) {
             return Err(e);
         }
         let error = format!("the attempt could not be started: {e:#}");

@@ -9,7 +9,7 @@
 use anyhow::Context as _;
 
 use crate::clock;
-use crate::engine::{self, Applied, EngineError};
+use crate::engine::{self, Applied};
 use crate::model::event::Event;
 use crate::model::plan::MachinePlan;
 use crate::model::state::ExecutionState;
@@ -137,11 +137,12 @@ impl Executions {
     /// Applies `event` to `state` and journals it (with the new summary) in one transaction.
     ///
     /// A duplicate (same idempotency key) changes nothing and writes nothing. Errors: an
-    /// [`EngineError`] wrapped in [`BadInput`] (state unchanged, nothing written), or a store
+    /// [`EngineError`](crate::engine::EngineError), unwrapped so callers can classify it (the
+    /// CLI exits 2, the API answers 409 or 422; state unchanged, nothing written), or a store
     /// error — then the in-memory state is ahead of the journal and must be reloaded.
     pub async fn record(&self, state: &mut ExecutionState, event: Event) -> anyhow::Result<Applied> {
         let now = clock::now_rfc3339();
-        let applied = engine::apply(state, &event, &now).map_err(|e: EngineError| BadInput(e.to_string()))?;
+        let applied = engine::apply(state, &event, &now)?;
         if applied.duplicate {
             return Ok(applied);
         }

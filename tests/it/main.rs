@@ -9,4 +9,5 @@ mod crash;
 mod golden_plan;
 mod layering;
 mod run;
+mod web;
 mod wire;

@@ -1,0 +1,315 @@
+//! Executions over REST: list, show, journal, next action, and recording events (the CLI's
+//! driver contract: `record`, `approve`, `feedback`, `cancel`, `retry-step`, `skip`, …).
+//!
+//! Recording follows the CLI's discipline: take the execution's lease briefly (a cancel first
+//! stops a live `execute run` driver), load, let the engine apply the event, journal it,
+//! release. Records this process makes on one execution are also serialised by
+//! [`AppState::record_lock`], because the lease is re-entrant for its holder (this process).
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+
+use crate::engine;
+use crate::model::action::Action;
+use crate::model::event::{Event, EventKind};
+use crate::model::state::{ApprovalDecision, ExecutionState};
+use crate::runtime::{self, lease};
+use crate::web::error::AppError;
+use crate::web::extract::{Actor, ApiJson};
+use crate::web::AppState;
+
+/// Routes under `/api/v1/executions`.
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/", get(list))
+        .route("/{task_id}", get(show))
+        .route("/{task_id}/journal", get(journal))
+        .route("/{task_id}/next", get(next))
+        .route("/{task_id}/events", post(record_event))
+        .route("/{task_id}/approve", post(approve))
+        .route("/{task_id}/feedback", post(feedback))
+        .route("/{task_id}/cancel", post(cancel))
+        .route("/{task_id}/retry-step", post(retry_step))
+        .route("/{task_id}/skip", post(skip))
+}
+
+/// One execution in the list (its board summary).
+#[derive(Debug, Serialize)]
+pub struct ExecutionListItem {
+    /// Task id.
+    pub task_id: String,
+    /// Status (`running`, `approval_pending`, …).
+    pub status: String,
+    /// `"<id> <name>"` of the current phase, empty when none.
+    pub current_phase: String,
+    /// Steps done.
+    pub steps_done: i64,
+    /// Steps in the plan.
+    pub steps_total: i64,
+    /// Spend so far, USD.
+    pub spend_usd: f64,
+    /// Created (RFC 3339).
+    pub created_at: String,
+    /// Last event (RFC 3339).
+    pub updated_at: String,
+}
+
+async fn list(State(app): State<AppState>) -> Result<Json<Vec<ExecutionListItem>>, AppError> {
+    let rows = app.execs.store().list_executions().await.map_err(anyhow::Error::from)?;
+    let items = rows
+        .into_iter()
+        .map(|r| ExecutionListItem {
+            task_id: r.task_id,
+            status: r.summary.status,
+            current_phase: r.summary.current_phase,
+            steps_done: r.summary.steps_done,
+            steps_total: r.summary.steps_total,
+            spend_usd: r.summary.spend_usd,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+        })
+        .collect();
+    Ok(Json(items))
+}
+
+/// An execution's state with the action the engine asks for next.
+#[derive(Debug, Serialize)]
+pub struct ExecutionView {
+    /// The whole state (plan, results, counters, …).
+    #[serde(flatten)]
+    pub state: ExecutionState,
+    /// What the engine asks for next.
+    pub next_action: Action,
+}
+
+async fn load(app: &AppState, task_id: &str) -> Result<ExecutionState, AppError> {
+    app.execs.load(task_id).await?.ok_or_else(|| no_such(task_id))
+}
+
+fn no_such(task_id: &str) -> AppError {
+    AppError::NotFound(format!("no execution with task id {task_id}"))
+}
+
+async fn show(State(app): State<AppState>, Path(task_id): Path<String>) -> Result<Json<ExecutionView>, AppError> {
+    let state = load(&app, &task_id).await?;
+    let next_action = engine::next_action(&state);
+    Ok(Json(ExecutionView { state, next_action }))
+}
+
+/// One journal entry; `payload` is the event's JSON.
+#[derive(Debug, Serialize)]
+pub struct JournalEntry {
+    /// Sequence number (1-based).
+    pub seq: i64,
+    /// Event kind.
+    pub kind: String,
+    /// When it was recorded (RFC 3339).
+    pub at: String,
+    /// The event.
+    pub payload: serde_json::Value,
+    /// Its idempotency key.
+    pub idempotency_key: String,
+    /// Chain hash.
+    pub hash: String,
+}
+
+async fn journal(
+    State(app): State<AppState>,
+    Path(task_id): Path<String>,
+) -> Result<Json<Vec<JournalEntry>>, AppError> {
+    let store = app.execs.store();
+    if store.summary(&task_id).await.map_err(anyhow::Error::from)?.is_none() {
+        return Err(no_such(&task_id));
+    }
+    let events = store.events(&task_id, 0).await.map_err(anyhow::Error::from)?;
+    let entries = events
+        .into_iter()
+        .map(|e| JournalEntry {
+            payload: serde_json::from_str(&e.payload).unwrap_or(serde_json::Value::String(e.payload)),
+            seq: e.seq,
+            kind: e.kind,
+            at: e.at,
+            idempotency_key: e.idempotency_key,
+            hash: e.hash,
+        })
+        .collect();
+    Ok(Json(entries))
+}
+
+/// `?all=true`: every dispatchable action instead of the next one.
+#[derive(Debug, Deserialize)]
+struct NextQuery {
+    #[serde(default)]
+    all: bool,
+}
+
+async fn next(
+    State(app): State<AppState>,
+    Path(task_id): Path<String>,
+    query: Result<Query<NextQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<serde_json::Value>, AppError> {
+    let Query(query) = query?;
+    let state = load(&app, &task_id).await?;
+    let body = if query.all {
+        serde_json::to_value(engine::next_actions(&state))
+    } else {
+        serde_json::to_value(engine::next_action(&state))
+    };
+    Ok(Json(body.map_err(anyhow::Error::from)?))
+}
+
+/// The answer to a recording request: 201 when recorded, 200 for a duplicate.
+#[derive(Debug, Serialize)]
+pub struct Recorded {
+    /// False when the idempotency key was already applied (nothing changed).
+    pub recorded: bool,
+    /// The event's idempotency key (explicit or derived).
+    pub idempotency_key: String,
+    /// What the engine asks for next.
+    pub next_action: Action,
+}
+
+/// Records `event` under the lease (see the module doc).
+async fn record(app: &AppState, task_id: &str, event: Event) -> Result<(StatusCode, Json<Recorded>), AppError> {
+    let execs = &app.execs;
+    if execs.store().summary(task_id).await.map_err(anyhow::Error::from)?.is_none() {
+        return Err(no_such(task_id));
+    }
+    let lock = app.record_lock(task_id);
+    let _serialised = lock.lock().await;
+    let cancel = matches!(event.kind, EventKind::Cancelled { .. });
+    let lease = if cancel {
+        lease::acquire_stopping_driver(execs.store(), task_id).await?
+    } else {
+        lease::acquire_briefly(execs.store(), task_id).await?
+    };
+    let result = async {
+        let mut state = execs.get(task_id).await?;
+        let applied = execs.record(&mut state, event).await?;
+        Ok::<_, anyhow::Error>((state, applied))
+    }
+    .await;
+    lease.release().await?;
+    let (state, applied) = result?;
+    if cancel && !applied.duplicate {
+        let (data, snapshot) = (execs.data().clone(), state.clone());
+        let stopped = runtime::blocking(move || runtime::driver::stop_attempts(&data, &snapshot)).await?;
+        if stopped > 0 {
+            tracing::info!(task.id = %task_id, "stopped {stopped} running agent attempts");
+        }
+    }
+    let status = if applied.duplicate { StatusCode::OK } else { StatusCode::CREATED };
+    let next_action = engine::next_action(&state);
+    Ok((status, Json(Recorded { recorded: !applied.duplicate, idempotency_key: applied.key, next_action })))
+}
+
+/// Builds the event of a convenience route.
+fn event(kind: EventKind, key: Option<String>, actor: Actor) -> Event {
+    let mut event = Event::new(kind).by(actor.0);
+    event.idempotency_key = key;
+    event
+}
+
+/// `POST …/events`: any [`Event`]; the actor is always the caller's (header, else `api`).
+async fn record_event(
+    State(app): State<AppState>,
+    Path(task_id): Path<String>,
+    actor: Actor,
+    ApiJson(body): ApiJson<Event>,
+) -> Result<(StatusCode, Json<Recorded>), AppError> {
+    record(&app, &task_id, event(body.kind, body.idempotency_key, actor)).await
+}
+
+/// `POST …/approve` body.
+#[derive(Debug, Deserialize)]
+struct ApproveBody {
+    phase_id: i64,
+    result: ApprovalDecision,
+    #[serde(default)]
+    feedback: String,
+    #[serde(default)]
+    idempotency_key: Option<String>,
+}
+
+async fn approve(
+    State(app): State<AppState>,
+    Path(task_id): Path<String>,
+    actor: Actor,
+    ApiJson(b): ApiJson<ApproveBody>,
+) -> Result<(StatusCode, Json<Recorded>), AppError> {
+    let kind = EventKind::ApprovalRecorded { phase_id: b.phase_id, result: b.result, feedback: b.feedback };
+    record(&app, &task_id, event(kind, b.idempotency_key, actor)).await
+}
+
+/// `POST …/feedback` body.
+#[derive(Debug, Deserialize)]
+struct FeedbackBody {
+    phase_id: i64,
+    question_id: String,
+    chosen_index: usize,
+    #[serde(default)]
+    idempotency_key: Option<String>,
+}
+
+async fn feedback(
+    State(app): State<AppState>,
+    Path(task_id): Path<String>,
+    actor: Actor,
+    ApiJson(b): ApiJson<FeedbackBody>,
+) -> Result<(StatusCode, Json<Recorded>), AppError> {
+    let kind =
+        EventKind::FeedbackRecorded { phase_id: b.phase_id, question_id: b.question_id, chosen_index: b.chosen_index };
+    record(&app, &task_id, event(kind, b.idempotency_key, actor)).await
+}
+
+/// `POST …/cancel` body.
+#[derive(Debug, Deserialize)]
+struct CancelBody {
+    #[serde(default)]
+    reason: String,
+}
+
+async fn cancel(
+    State(app): State<AppState>,
+    Path(task_id): Path<String>,
+    actor: Actor,
+    ApiJson(b): ApiJson<CancelBody>,
+) -> Result<(StatusCode, Json<Recorded>), AppError> {
+    record(&app, &task_id, event(EventKind::Cancelled { reason: b.reason }, None, actor)).await
+}
+
+/// `POST …/retry-step` body.
+#[derive(Debug, Deserialize)]
+struct RetryStepBody {
+    step_id: String,
+}
+
+async fn retry_step(
+    State(app): State<AppState>,
+    Path(task_id): Path<String>,
+    actor: Actor,
+    ApiJson(b): ApiJson<RetryStepBody>,
+) -> Result<(StatusCode, Json<Recorded>), AppError> {
+    record(&app, &task_id, event(EventKind::StepRetried { step_id: b.step_id }, None, actor)).await
+}
+
+/// `POST …/skip` body.
+#[derive(Debug, Deserialize)]
+struct SkipBody {
+    step_id: String,
+    #[serde(default)]
+    reason: String,
+}
+
+async fn skip(
+    State(app): State<AppState>,
+    Path(task_id): Path<String>,
+    actor: Actor,
+    ApiJson(b): ApiJson<SkipBody>,
+) -> Result<(StatusCode, Json<Recorded>), AppError> {
+    let kind = EventKind::StepSkipped { step_id: b.step_id, reason: b.reason };
+    record(&app, &task_id, event(kind, None, actor)).await
+}

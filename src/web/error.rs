@@ -1,0 +1,147 @@
+//! `AppError`: every failure of a request, rendered as JSON `{error, message, details}`.
+//!
+//! Status mapping (the one place it is decided):
+//! - a body that is not JSON or not the expected shape: 400 (syntax) or 422 (shape), with
+//!   axum's text naming the field; a missing JSON content type: 415;
+//! - an unknown execution: 404;
+//! - an event naming something the plan lacks or carrying an out-of-range value (unknown step,
+//!   phase or question, an option index out of range, an invalid event or amendment): 422;
+//! - an event the execution's state refuses (wrong status, not the current phase, a pending
+//!   approval for another phase, an idempotency key reused for another event, a final or failed
+//!   execution) and a lease another process holds: 409;
+//! - the database not answering `/readyz`: 503;
+//! - anything else: 500 with a generic message; the real one is logged, never sent.
+
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+
+use crate::engine::EngineError;
+use crate::runtime::BadInput;
+use crate::store::StoreError;
+
+/// A request's failure; see the module doc for the status of each variant.
+#[derive(Debug)]
+pub enum AppError {
+    /// 400: a malformed request (bad header, bad query string, a body that is not JSON).
+    BadRequest(String),
+    /// A body axum's extractor refused, with the extractor's status (400, 413, 415 or 422).
+    Body {
+        /// Status the extractor chose.
+        status: StatusCode,
+        /// Its text (names the field and position).
+        message: String,
+    },
+    /// 422: well-formed, but it names something the plan lacks or a value out of range.
+    Unprocessable(String),
+    /// 404: no such execution (or route).
+    NotFound(String),
+    /// 409: the execution's current state refuses the request.
+    Conflict {
+        /// What was refused and why.
+        message: String,
+        /// The engine's refusal kind, when it is one (`wrong_status`, `key_conflict`, …).
+        reason: Option<&'static str>,
+    },
+    /// 503: a dependency (the database) does not answer.
+    Unavailable(String),
+    /// 500: a failure that is not the client's; the cause is logged, not returned.
+    Internal(anyhow::Error),
+}
+
+impl AppError {
+    fn parts(&self) -> (StatusCode, &'static str) {
+        match self {
+            AppError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            AppError::Body { status, .. } => (*status, "invalid_body"),
+            AppError::Unprocessable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unprocessable"),
+            AppError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            AppError::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
+            AppError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            AppError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+}
+
+/// The 422 / 409 split of the engine's refusals, with a stable reason code.
+fn classify_engine(e: &EngineError) -> AppError {
+    let message = e.to_string();
+    let conflict = |reason| AppError::Conflict { message: message.clone(), reason: Some(reason) };
+    match e {
+        EngineError::UnknownStep { .. }
+        | EngineError::UnknownPhase { .. }
+        | EngineError::UnknownQuestion { .. }
+        | EngineError::OptionOutOfRange { .. }
+        | EngineError::InvalidEvent(_)
+        | EngineError::InvalidAmendment(_)
+        | EngineError::InvalidPlan(_)
+        | EngineError::TeamStepsUnsupported { .. } => AppError::Unprocessable(message),
+        EngineError::Final { .. } => conflict("final"),
+        EngineError::ExecutionFailed { .. } => conflict("execution_failed"),
+        EngineError::NotCurrentPhase { .. } => conflict("not_current_phase"),
+        EngineError::StepState { .. } => conflict("step_state"),
+        EngineError::WrongStatus { .. } => conflict("wrong_status"),
+        EngineError::ApprovalPhaseMismatch { .. } => conflict("approval_phase_mismatch"),
+        EngineError::QuestionAnswered { .. } => conflict("question_answered"),
+        EngineError::NotFinished { .. } => conflict("not_finished"),
+        EngineError::KeyConflict { .. } => conflict("key_conflict"),
+    }
+}
+
+impl From<anyhow::Error> for AppError {
+    /// Classifies by the first recognised cause in the chain: engine refusals, store
+    /// conflicts, then [`BadInput`] (a lease held by another process, …) as 409.
+    fn from(e: anyhow::Error) -> Self {
+        for cause in e.chain() {
+            if let Some(engine) = cause.downcast_ref::<EngineError>() {
+                return classify_engine(engine);
+            }
+            if let Some(store) = cause.downcast_ref::<StoreError>() {
+                match store {
+                    StoreError::NotFound { .. } => return AppError::NotFound(store.to_string()),
+                    StoreError::AlreadyExists { .. } | StoreError::LeaseHeld { .. } => {
+                        return AppError::Conflict { message: store.to_string(), reason: None }
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(bad) = cause.downcast_ref::<BadInput>() {
+                return AppError::Conflict { message: bad.to_string(), reason: None };
+            }
+        }
+        AppError::Internal(e)
+    }
+}
+
+impl From<JsonRejection> for AppError {
+    fn from(rejection: JsonRejection) -> Self {
+        AppError::Body { status: rejection.status(), message: rejection.body_text() }
+    }
+}
+
+impl From<QueryRejection> for AppError {
+    fn from(rejection: QueryRejection) -> Self {
+        AppError::BadRequest(rejection.body_text())
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        let (status, error) = self.parts();
+        let (message, details) = match self {
+            AppError::BadRequest(m)
+            | AppError::Body { message: m, .. }
+            | AppError::Unprocessable(m)
+            | AppError::NotFound(m)
+            | AppError::Unavailable(m) => (m, Value::Null),
+            AppError::Conflict { message, reason } => (message, reason.map_or(Value::Null, |r| json!({ "reason": r }))),
+            AppError::Internal(e) => {
+                tracing::error!(error = %format!("{e:#}"), "request failed");
+                ("internal error (see the server log)".to_string(), Value::Null)
+            }
+        };
+        (status, Json(json!({ "error": error, "message": message, "details": details }))).into_response()
+    }
+}

@@ -1,0 +1,338 @@
+//! `baton serve`'s router, driven with `oneshot` requests over a real SQLite file in a temp
+//! data dir; one smoke test serves on 127.0.0.1:0.
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use baton::model::plan::MachinePlan;
+use baton::runtime::config::DataDir;
+use baton::runtime::executions::Executions;
+use baton::web::{self, AppState};
+use serde_json::{json, Value};
+use tower::ServiceExt as _;
+
+/// A router over a fresh data dir (kept alive by the returned guard).
+struct TestApp {
+    _tmp: tempfile::TempDir,
+    execs: Executions,
+}
+
+impl TestApp {
+    async fn new() -> TestApp {
+        let tmp = tempfile::tempdir().unwrap();
+        let execs = Executions::open(DataDir::open(&tmp.path().join("data")).unwrap()).await.unwrap();
+        TestApp { _tmp: tmp, execs }
+    }
+
+    /// Creates an execution of a two-phase plan: step 1.1 behind an approval, then step 2.1.
+    async fn with_approval_plan(&self, task_id: &str) {
+        let plan = json!({
+            "task_id": task_id,
+            "task_summary": "Plan for the API tests",
+            "phases": [
+                {"phase_id": 1, "name": "Design", "approval_required": true, "steps": [
+                    {"step_id": "1.1", "agent_name": "alpha", "task_description": "Design it."}]},
+                {"phase_id": 2, "name": "Build", "steps": [
+                    {"step_id": "2.1", "agent_name": "beta", "task_description": "Build it."}]}
+            ]
+        });
+        let plan = MachinePlan::from_json(&plan.to_string()).unwrap();
+        self.execs.create(plan).await.unwrap();
+    }
+
+    async fn send(&self, req: Request<Body>) -> (StatusCode, Value) {
+        let response = web::app(AppState::new(self.execs.clone())).oneshot(req).await.unwrap();
+        let status = response.status();
+        let bytes = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
+        let body = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() };
+        (status, body)
+    }
+
+    async fn get(&self, uri: &str) -> (StatusCode, Value) {
+        self.send(Request::get(uri).body(Body::empty()).unwrap()).await
+    }
+
+    async fn post_raw(&self, uri: &str, body: &str) -> (StatusCode, Value) {
+        let req = Request::post(uri).header("content-type", "application/json").body(Body::from(body.to_string()));
+        self.send(req.unwrap()).await
+    }
+
+    async fn post(&self, uri: &str, body: Value) -> (StatusCode, Value) {
+        self.post_raw(uri, &body.to_string()).await
+    }
+
+    async fn journal_len(&self, task_id: &str) -> usize {
+        let (status, body) = self.get(&format!("/api/v1/executions/{task_id}/journal")).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body.as_array().unwrap().len()
+    }
+}
+
+fn record_step(step_id: &str, agent: &str) -> Value {
+    json!({"kind": "step_recorded", "step_id": step_id, "agent_name": agent, "status": "complete", "outcome": "done"})
+}
+
+#[tokio::test]
+async fn health_and_readiness_answer_ok() {
+    let app = TestApp::new().await;
+    assert_eq!(app.get("/healthz").await, (StatusCode::OK, json!({"status": "ok"})));
+    let (status, body) = app.get("/readyz").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = app.get("/no/such/route").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(body["error"], "not_found");
+}
+
+#[tokio::test]
+async fn executions_are_listed_and_shown_with_their_next_action() {
+    let app = TestApp::new().await;
+    let (status, body) = app.get("/api/v1/executions").await;
+    assert_eq!((status, body), (StatusCode::OK, json!([])));
+    app.with_approval_plan("web-list").await;
+    let (status, body) = app.get("/api/v1/executions").await;
+    assert_eq!(status, StatusCode::OK);
+    let item = &body[0];
+    assert_eq!(item["task_id"], "web-list");
+    assert_eq!(item["status"], "running");
+    assert_eq!(item["steps_done"], 0);
+    assert_eq!(item["steps_total"], 2);
+    assert!(item["created_at"].is_string() && item["updated_at"].is_string(), "{item}");
+    let (status, body) = app.get("/api/v1/executions/web-list").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["task_id"], "web-list");
+    assert_eq!(body["plan"]["phases"][0]["name"], "Design");
+    assert_eq!(body["next_action"]["action_type"], "dispatch");
+    assert_eq!(body["next_action"]["step_id"], "1.1");
+    let (status, body) = app.get("/api/v1/executions/web-list/next?all=true").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body.as_array().unwrap().len(), 1, "{body}");
+    assert_eq!(body[0]["step_id"], "1.1");
+}
+
+#[tokio::test]
+async fn an_approval_is_asked_after_the_step_and_decided_over_the_api() {
+    let app = TestApp::new().await;
+    app.with_approval_plan("web-approve").await;
+    assert_eq!(app.journal_len("web-approve").await, 0);
+
+    let (status, body) = app.post("/api/v1/executions/web-approve/events", record_step("1.1", "alpha")).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["recorded"], true);
+    assert!(body["idempotency_key"].as_str().is_some_and(|k| !k.is_empty()), "{body}");
+    assert_eq!(body["next_action"]["action_type"], "approval");
+
+    let (_, journal) = app.get("/api/v1/executions/web-approve/journal").await;
+    assert_eq!(journal.as_array().unwrap().len(), 1);
+    assert_eq!(journal[0]["seq"], 1);
+    assert_eq!(journal[0]["kind"], "step_recorded");
+    assert_eq!(journal[0]["payload"]["step_id"], "1.1");
+    assert_eq!(journal[0]["payload"]["actor"], "api");
+    assert!(journal[0]["hash"].is_string());
+
+    let (status, next) = app.get("/api/v1/executions/web-approve/next").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(next["action_type"], "approval");
+
+    let req = Request::post("/api/v1/executions/web-approve/approve")
+        .header("content-type", "application/json")
+        .header("x-baton-actor", "reviewer@example")
+        .body(Body::from(json!({"phase_id": 1, "result": "approve", "feedback": "fine"}).to_string()))
+        .unwrap();
+    let (status, body) = app.send(req).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["next_action"]["action_type"], "dispatch");
+    assert_eq!(body["next_action"]["step_id"], "2.1");
+    let (_, journal) = app.get("/api/v1/executions/web-approve/journal").await;
+    assert_eq!(journal[1]["payload"]["actor"], "reviewer@example");
+
+    let (status, body) = app.post("/api/v1/executions/web-approve/events", record_step("2.1", "beta")).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["next_action"]["action_type"], "complete");
+    let (_, next) = app.get("/api/v1/executions/web-approve/next").await;
+    assert_eq!(next["action_type"], "complete");
+}
+
+#[tokio::test]
+async fn the_same_record_twice_is_applied_once() {
+    let app = TestApp::new().await;
+    app.with_approval_plan("web-dup").await;
+    let mut event = record_step("1.1", "alpha");
+    event["idempotency_key"] = json!("client-key-1");
+    let (status, first) = app.post("/api/v1/executions/web-dup/events", event.clone()).await;
+    assert_eq!(status, StatusCode::CREATED, "{first}");
+    assert_eq!(first["idempotency_key"], "client-key-1");
+    let (status, second) = app.post("/api/v1/executions/web-dup/events", event).await;
+    assert_eq!(status, StatusCode::OK, "{second}");
+    assert_eq!(second["recorded"], false);
+    assert_eq!(second["idempotency_key"], "client-key-1");
+    assert_eq!(app.journal_len("web-dup").await, 1);
+    // The same key for a different event is a conflict.
+    let mut other = record_step("1.1", "alpha");
+    other["idempotency_key"] = json!("client-key-1");
+    other["outcome"] = json!("something else");
+    let (status, body) = app.post("/api/v1/executions/web-dup/events", other).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["details"]["reason"], "key_conflict");
+}
+
+#[tokio::test]
+async fn malformed_bodies_are_client_errors_naming_the_problem() {
+    let app = TestApp::new().await;
+    app.with_approval_plan("web-bad").await;
+    let uri = "/api/v1/executions/web-bad/events";
+
+    let (status, body) = app.post_raw(uri, "{ not json").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"], "invalid_body");
+    assert!(body["message"].is_string() && body.get("details").is_some(), "{body}");
+
+    let (status, body) = app.post(uri, json!({"kind": "step_teleported", "step_id": "1.1"})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("step_teleported"), "{body}");
+
+    let (status, body) = app.post("/api/v1/executions/web-bad/approve", json!({"phase_id": "one"})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("phase_id"), "{body}");
+
+    let req = Request::post(uri).body(Body::from(record_step("1.1", "alpha").to_string())).unwrap();
+    let (status, body) = app.send(req).await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{body}");
+    assert_eq!(body["error"], "invalid_body");
+
+    let (status, body) = app.get("/api/v1/executions/web-bad/next?all=maybe").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(app.journal_len("web-bad").await, 0);
+}
+
+#[tokio::test]
+async fn an_unknown_execution_is_404_everywhere() {
+    let app = TestApp::new().await;
+    for uri in ["/api/v1/executions/nope", "/api/v1/executions/nope/journal", "/api/v1/executions/nope/next"] {
+        let (status, body) = app.get(uri).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{uri}: {body}");
+        assert_eq!(body["error"], "not_found");
+        assert!(body["message"].as_str().unwrap().contains("nope"), "{body}");
+    }
+    let (status, body) = app.post("/api/v1/executions/nope/events", record_step("1.1", "alpha")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let (status, _) = app.post("/api/v1/executions/nope/cancel", json!({"reason": "x"})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_record_for_an_unknown_step_is_422_and_writes_nothing() {
+    let app = TestApp::new().await;
+    app.with_approval_plan("web-unknown-step").await;
+    let (status, body) = app.post("/api/v1/executions/web-unknown-step/events", record_step("9.9", "x")).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["error"], "unprocessable");
+    assert_eq!(body["message"], "unknown step 9.9");
+    assert_eq!(app.journal_len("web-unknown-step").await, 0);
+    let (status, body) = app.post("/api/v1/executions/web-unknown-step/skip", json!({"step_id": "9.9"})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(app.journal_len("web-unknown-step").await, 0);
+}
+
+#[tokio::test]
+async fn state_conflicts_are_409_and_write_nothing() {
+    let app = TestApp::new().await;
+    app.with_approval_plan("web-conflict").await;
+    // No approval is pending yet.
+    let approve = json!({"phase_id": 1, "result": "approve"});
+    let (status, body) = app.post("/api/v1/executions/web-conflict/approve", approve).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"], "conflict");
+    // An approval for another phase than the pending one.
+    let (status, _) = app.post("/api/v1/executions/web-conflict/events", record_step("1.1", "alpha")).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let wrong = json!({"phase_id": 2, "result": "approve"});
+    let (status, body) = app.post("/api/v1/executions/web-conflict/approve", wrong).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(app.journal_len("web-conflict").await, 1);
+    // Cancelled is final.
+    let (status, body) = app.post("/api/v1/executions/web-conflict/cancel", json!({"reason": "test"})).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["next_action"]["action_type"], "failed");
+    let (status, body) = app.post("/api/v1/executions/web-conflict/retry-step", json!({"step_id": "1.1"})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["details"]["reason"], "final");
+    assert_eq!(app.journal_len("web-conflict").await, 2);
+}
+
+#[test]
+fn only_loopback_addresses_may_be_bound() {
+    assert!(web::check_bind("127.0.0.1:8741".parse().unwrap()).is_ok());
+    assert!(web::check_bind("[::1]:0".parse().unwrap()).is_ok());
+    let err = web::check_bind("0.0.0.0:8741".parse().unwrap()).unwrap_err();
+    assert!(err.to_string().contains("loopback"), "{err}");
+    assert!(web::check_bind("192.168.1.10:80".parse().unwrap()).is_err());
+}
+
+#[test]
+fn serve_refuses_a_non_loopback_bind_with_exit_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+        .arg("--data-dir")
+        .arg(tmp.path().join("data"))
+        .args(["serve", "--bind", "0.0.0.0:8741"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only a loopback address"));
+}
+
+#[tokio::test]
+async fn the_server_serves_on_a_real_socket_and_shuts_down_gracefully() {
+    let app = TestApp::new().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(web::serve(listener, AppState::new(app.execs.clone()), async {
+        let _ = stopped.await;
+    }));
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.to_ascii_lowercase().contains("x-request-id"), "{response}");
+    assert!(response.ends_with(r#"{"status":"ok"}"#), "{response}");
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn two_concurrent_decisions_on_one_approval_record_exactly_one() {
+    let app = TestApp::new().await;
+    app.with_approval_plan("web-race").await;
+    let (status, _) = app.post("/api/v1/executions/web-race/events", record_step("1.1", "alpha")).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let router = web::app(AppState::new(app.execs.clone()));
+    let decide = |result: &str| {
+        let body = json!({"phase_id": 1, "result": result, "feedback": "why"}).to_string();
+        let req = Request::post("/api/v1/executions/web-race/approve")
+            .header("content-type", "application/json")
+            .body(Body::from(body))
+            .unwrap();
+        router.clone().oneshot(req)
+    };
+    let (a, b) = tokio::join!(decide("approve"), decide("reject"));
+    let mut statuses = [a.unwrap().status(), b.unwrap().status()];
+    statuses.sort();
+    assert_eq!(statuses, [StatusCode::CREATED, StatusCode::CONFLICT]);
+    assert_eq!(app.journal_len("web-race").await, 2);
+}
+
+#[tokio::test]
+async fn a_record_while_a_driver_holds_the_lease_is_409() {
+    let app = TestApp::new().await;
+    app.with_approval_plan("web-leased").await;
+    let lease = baton::runtime::lease::acquire_as_driver(app.execs.store(), "web-leased").await.unwrap();
+    let (status, body) = app.post("/api/v1/executions/web-leased/events", record_step("1.1", "alpha")).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("driven by another process"), "{body}");
+    lease.release().await.unwrap();
+    assert_eq!(app.journal_len("web-leased").await, 0);
+    let (status, body) = app.post("/api/v1/executions/web-leased/events", record_step("1.1", "alpha")).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+}
