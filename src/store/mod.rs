@@ -306,24 +306,47 @@ impl Store {
             .synchronous(SqliteSynchronous::Full);
         // The writer is one long-lived connection to a local file: no liveness ping before
         // each use (it would cost a round trip per transaction) and no idle recycling.
-        let writer = SqlitePoolOptions::new()
-            .min_connections(1)
-            .max_connections(1)
-            .test_before_acquire(false)
-            .idle_timeout(None)
-            .max_lifetime(None)
-            .connect_with(options.clone().create_if_missing(true))
-            .await
-            .map_err(open_err)?;
+        // Two processes creating the same new file race on switching it to WAL, which SQLite
+        // answers with SQLITE_BUSY without waiting on the busy handler: retry briefly.
+        let mut attempt = 0u32;
+        let writer = loop {
+            let connected = SqlitePoolOptions::new()
+                .min_connections(1)
+                .max_connections(1)
+                .test_before_acquire(false)
+                .idle_timeout(None)
+                .max_lifetime(None)
+                .connect_with(options.clone().create_if_missing(true))
+                .await;
+            match connected {
+                Ok(pool) => break pool,
+                Err(e) if attempt < OPEN_BUSY_RETRIES && is_busy(&e) => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
+                }
+                Err(e) => return Err(open_err(e)),
+            }
+        };
         migrate(&writer).await?;
         // The writer created the file and switched it to WAL, so read-only connections can
         // open it now.
-        let reader = SqlitePoolOptions::new()
-            .max_connections(READERS)
-            .test_before_acquire(false)
-            .connect_with(options.read_only(true))
-            .await
-            .map_err(open_err)?;
+        let reader_options = options.read_only(true);
+        let mut attempt = 0u32;
+        let reader = loop {
+            let connected = SqlitePoolOptions::new()
+                .max_connections(READERS)
+                .test_before_acquire(false)
+                .connect_with(reader_options.clone())
+                .await;
+            match connected {
+                Ok(pool) => break pool,
+                Err(e) if attempt < OPEN_BUSY_RETRIES && is_busy(&e) => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
+                }
+                Err(e) => return Err(open_err(e)),
+            }
+        };
         Ok(Store { writer, reader, heads: Default::default() })
     }
 
@@ -344,6 +367,20 @@ impl Store {
     /// Begins a read transaction on a reader connection: one consistent view of the file.
     async fn begin_read(&self) -> Result<SqliteTransaction<'static>, StoreError> {
         Ok(self.reader.begin().await?)
+    }
+}
+
+/// Retries of opening a file another process is creating at the same moment.
+const OPEN_BUSY_RETRIES: u32 = 10;
+
+/// SQLITE_BUSY / SQLITE_LOCKED ("database is locked").
+fn is_busy(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => {
+            matches!(db.code().as_deref(), Some("5") | Some("6") | Some("261") | Some("517"))
+                || db.message().contains("database is locked")
+        }
+        _ => false,
     }
 }
 
