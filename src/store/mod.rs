@@ -306,47 +306,18 @@ impl Store {
             .synchronous(SqliteSynchronous::Full);
         // The writer is one long-lived connection to a local file: no liveness ping before
         // each use (it would cost a round trip per transaction) and no idle recycling.
-        // Two processes creating the same new file race on switching it to WAL, which SQLite
-        // answers with SQLITE_BUSY without waiting on the busy handler: retry briefly.
-        let mut attempt = 0u32;
-        let writer = loop {
-            let connected = SqlitePoolOptions::new()
-                .min_connections(1)
-                .max_connections(1)
-                .test_before_acquire(false)
-                .idle_timeout(None)
-                .max_lifetime(None)
-                .connect_with(options.clone().create_if_missing(true))
-                .await;
-            match connected {
-                Ok(pool) => break pool,
-                Err(e) if attempt < OPEN_BUSY_RETRIES && is_busy(&e) => {
-                    attempt += 1;
-                    tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
-                }
-                Err(e) => return Err(open_err(e)),
-            }
-        };
+        let writer_pool = SqlitePoolOptions::new()
+            .min_connections(1)
+            .max_connections(1)
+            .test_before_acquire(false)
+            .idle_timeout(None)
+            .max_lifetime(None);
+        let writer = connect_retrying(writer_pool, options.clone().create_if_missing(true)).await.map_err(open_err)?;
         migrate(&writer).await?;
         // The writer created the file and switched it to WAL, so read-only connections can
         // open it now.
-        let reader_options = options.read_only(true);
-        let mut attempt = 0u32;
-        let reader = loop {
-            let connected = SqlitePoolOptions::new()
-                .max_connections(READERS)
-                .test_before_acquire(false)
-                .connect_with(reader_options.clone())
-                .await;
-            match connected {
-                Ok(pool) => break pool,
-                Err(e) if attempt < OPEN_BUSY_RETRIES && is_busy(&e) => {
-                    attempt += 1;
-                    tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
-                }
-                Err(e) => return Err(open_err(e)),
-            }
-        };
+        let reader_pool = SqlitePoolOptions::new().max_connections(READERS).test_before_acquire(false);
+        let reader = connect_retrying(reader_pool, options.read_only(true)).await.map_err(open_err)?;
         Ok(Store { writer, reader, heads: Default::default() })
     }
 
@@ -372,6 +343,23 @@ impl Store {
 
 /// Retries of opening a file another process is creating at the same moment.
 const OPEN_BUSY_RETRIES: u32 = 10;
+
+/// Connects a pool, retrying briefly while another process creates the same new file: the two
+/// race on switching it to WAL, which SQLite answers with SQLITE_BUSY without waiting on the
+/// busy handler.
+async fn connect_retrying(pool: SqlitePoolOptions, options: SqliteConnectOptions) -> Result<SqlitePool, sqlx::Error> {
+    let mut attempt = 0u32;
+    loop {
+        match pool.clone().connect_with(options.clone()).await {
+            Ok(pool) => return Ok(pool),
+            Err(e) if attempt < OPEN_BUSY_RETRIES && is_busy(&e) => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
 
 /// SQLITE_BUSY / SQLITE_LOCKED ("database is locked").
 fn is_busy(e: &sqlx::Error) -> bool {
