@@ -653,6 +653,9 @@ fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), EngineError> {
             if !is_ready(state, step) {
                 return Err(not_ready(state, step, "it cannot be dispatched now"));
             }
+            if state.checkpoint.due {
+                return Err(checkpoint_due(step_id));
+            }
             Ok(())
         }
         EventKind::StepRecorded { step_id, status: rec, cost_usd, duration_seconds, .. } => {
@@ -674,6 +677,9 @@ fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), EngineError> {
             let open = st == StepStatus::Dispatched || is_ready(state, step);
             if !open {
                 return Err(not_ready(state, step, "it has no attempt to record"));
+            }
+            if st != StepStatus::Dispatched && state.checkpoint.due {
+                return Err(checkpoint_due(step_id));
             }
             if *rec == RecordStatus::Interacting && !step.interactive {
                 return Err(EngineError::StepState {
@@ -811,6 +817,15 @@ fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), EngineError> {
             }
             Ok(())
         }
+    }
+}
+
+/// No new attempt starts while a checkpoint is due (`next_actions` offers none either).
+fn checkpoint_due(step_id: &str) -> EngineError {
+    EngineError::StepState {
+        step_id: step_id.to_string(),
+        status: StepStatus::Pending.as_str().into(),
+        reason: "a checkpoint is due: acknowledge it first".into(),
     }
 }
 

@@ -68,6 +68,8 @@ fn every_event_kind_applied_twice_has_one_effect() {
     assert_eq!(state.amendments.iter().filter(|a| a.trigger == "manual").count(), 1);
     twice(&mut state, &record("5.1", RecordStatus::Complete));
     twice(&mut state, &record("6.1", RecordStatus::Complete));
+    assert!(state.checkpoint.due, "three phases advanced since the last checkpoint");
+    twice(&mut state, &ev(EventKind::CheckpointAcknowledged));
     twice(&mut state, &record("7.1", RecordStatus::Complete));
     twice(&mut state, &ev(EventKind::Completed));
     assert_eq!(state.status, ExecutionStatus::Complete);

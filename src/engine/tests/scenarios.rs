@@ -641,6 +641,10 @@ fn a_checkpoint_is_due_after_three_phase_advances() {
     assert!(c.handoff.contains("Goal: Build the thing"), "{}", c.handoff);
     assert!(c.handoff.contains("- 3.1 (dev): did 3.1"), "{}", c.handoff);
     assert!(c.handoff.contains("baton execute resume --task-id t-1"), "{}", c.handoff);
+    for early in [dispatched("4.1"), record("4.1", RecordStatus::Complete)] {
+        let err = refused(&mut state, &early);
+        assert!(err.to_string().contains("a checkpoint is due"), "{err}");
+    }
     ok(&mut state, &ev(EventKind::CheckpointAcknowledged));
     assert!(!state.checkpoint.due);
     assert_eq!(state.checkpoint.count, 1);
