@@ -825,32 +825,17 @@ fn event_of(command: ExecuteCommand) -> anyhow::Result<(Option<String>, Event)> 
 async fn record_command(execs: &Executions, command: ExecuteCommand, json: bool) -> anyhow::Result<ExitCode> {
     let (task_id, event) = event_of(command)?;
     let task_id = execs.resolve_task_id(task_id.as_deref()).await?;
-    let lease = if matches!(event.kind, EventKind::Cancelled { .. }) {
-        lease::acquire_stopping_driver(execs.store(), &task_id).await?
-    } else {
-        lease::acquire_briefly(execs.store(), &task_id).await?
-    };
-    let result = async {
-        let mut state = execs.get(&task_id).await?;
-        let kind = event.kind.name();
-        let applied = execs.record(&mut state, event).await?;
-        Ok::<_, anyhow::Error>((state, kind, applied))
+    let kind = event.kind.name();
+    let done = execs.record_once(&task_id, event).await?;
+    if done.stopped_attempts > 0 {
+        errln!("stopped {} running agent attempts of {task_id}", done.stopped_attempts);
     }
-    .await;
-    lease.release().await?;
-    let (state, kind, applied) = result?;
-    if kind == "cancelled" && !applied.duplicate {
-        let stopped = runtime::driver::stop_attempts(execs.data(), &state);
-        if stopped > 0 {
-            errln!("stopped {stopped} running agent attempts of {task_id}");
-        }
-    }
-    if applied.duplicate {
-        errln!("{kind} for {task_id} was already applied (idempotency key {}): nothing changed", applied.key);
+    if done.applied.duplicate {
+        errln!("{kind} for {task_id} was already applied (idempotency key {}): nothing changed", done.applied.key);
     } else {
         errln!("recorded {kind} for {task_id}");
     }
-    Ok(print_action(&engine::next_action(&state), &task_id, json))
+    Ok(print_action(&engine::next_action(&done.state), &task_id, json))
 }
 
 /// `execute resume`: for an execution an external orchestrator drives, every step that was

@@ -10,11 +10,11 @@ use anyhow::Context as _;
 
 use crate::clock;
 use crate::engine::{self, Applied};
-use crate::model::event::Event;
+use crate::model::event::{Event, EventKind};
 use crate::model::plan::MachinePlan;
 use crate::model::state::ExecutionState;
 use crate::runtime::config::DataDir;
-use crate::runtime::BadInput;
+use crate::runtime::{driver, lease, BadInput};
 use crate::store::{NewEvent, Store, StoreError, Summary};
 
 /// Fewest events between two snapshots. The interval grows with the plan (twice its step
@@ -23,6 +23,17 @@ pub const SNAPSHOT_EVERY: u64 = 256;
 
 fn snapshot_interval(state: &ExecutionState) -> u64 {
     SNAPSHOT_EVERY.max(2 * state.plan.step_count() as u64)
+}
+
+/// What [`Executions::record_once`] did.
+#[derive(Debug)]
+pub struct RecordedOnce {
+    /// The execution after the event.
+    pub state: ExecutionState,
+    /// The event's key, and whether it was a duplicate (nothing changed).
+    pub applied: Applied,
+    /// Agent attempts a cancel stopped.
+    pub stopped_attempts: usize,
 }
 
 /// Durable executions over one store.
@@ -163,6 +174,36 @@ impl Executions {
             self.snapshot_in_background(state, &now);
         }
         Ok(applied)
+    }
+
+    /// Records one event the way every one-shot client (the CLI, the REST API) must: take the
+    /// execution's lease briefly (a cancel first stops a live `execute run` driver), load,
+    /// apply and journal, release; after a cancel, kill the agents still running for it.
+    ///
+    /// Errors: unknown task ([`BadInput`]), the lease held by a driver ([`BadInput`]), an
+    /// [`EngineError`](crate::engine::EngineError) refusal (state and journal unchanged).
+    pub async fn record_once(&self, task_id: &str, event: Event) -> anyhow::Result<RecordedOnce> {
+        let cancel = matches!(event.kind, EventKind::Cancelled { .. });
+        let lease = if cancel {
+            lease::acquire_stopping_driver(&self.store, task_id).await?
+        } else {
+            lease::acquire_briefly(&self.store, task_id).await?
+        };
+        let result = async {
+            let mut state = self.get(task_id).await?;
+            let applied = self.record(&mut state, event).await?;
+            Ok::<_, anyhow::Error>((state, applied))
+        }
+        .await;
+        lease.release().await?;
+        let (state, applied) = result?;
+        let stopped_attempts = if cancel && !applied.duplicate {
+            let (data, snapshot) = (self.data.clone(), state.clone());
+            crate::runtime::blocking(move || driver::stop_attempts(&data, &snapshot)).await?
+        } else {
+            0
+        };
+        Ok(RecordedOnce { state, applied, stopped_attempts })
     }
 
     fn snapshot_in_background(&self, state: &ExecutionState, now: &str) {

@@ -1,9 +1,8 @@
 //! Executions over REST: list, show, journal, next action, and recording events (the CLI's
 //! driver contract: `record`, `approve`, `feedback`, `cancel`, `retry-step`, `skip`, …).
 //!
-//! Recording follows the CLI's discipline: take the execution's lease briefly (a cancel first
-//! stops a live `execute run` driver), load, let the engine apply the event, journal it,
-//! release. Records this process makes on one execution are also serialised by
+//! Recording is [`Executions::record_once`](crate::runtime::executions::Executions::record_once),
+//! as for the CLI. Records this process makes on one execution are also serialised by
 //! [`AppState::record_lock`], because the lease is re-entrant for its holder (this process).
 
 use axum::extract::{Path, Query, State};
@@ -16,7 +15,6 @@ use crate::engine;
 use crate::model::action::Action;
 use crate::model::event::{Event, EventKind};
 use crate::model::state::{ApprovalDecision, ExecutionState};
-use crate::runtime::{self, lease};
 use crate::web::error::AppError;
 use crate::web::extract::{Actor, ApiJson};
 use crate::web::AppState;
@@ -180,27 +178,11 @@ async fn record(app: &AppState, task_id: &str, event: Event) -> Result<(StatusCo
     }
     let lock = app.record_lock(task_id);
     let _serialised = lock.lock().await;
-    let cancel = matches!(event.kind, EventKind::Cancelled { .. });
-    let lease = if cancel {
-        lease::acquire_stopping_driver(execs.store(), task_id).await?
-    } else {
-        lease::acquire_briefly(execs.store(), task_id).await?
-    };
-    let result = async {
-        let mut state = execs.get(task_id).await?;
-        let applied = execs.record(&mut state, event).await?;
-        Ok::<_, anyhow::Error>((state, applied))
+    let done = execs.record_once(task_id, event).await?;
+    if done.stopped_attempts > 0 {
+        tracing::info!(task.id = %task_id, "stopped {} running agent attempts", done.stopped_attempts);
     }
-    .await;
-    lease.release().await?;
-    let (state, applied) = result?;
-    if cancel && !applied.duplicate {
-        let (data, snapshot) = (execs.data().clone(), state.clone());
-        let stopped = runtime::blocking(move || runtime::driver::stop_attempts(&data, &snapshot)).await?;
-        if stopped > 0 {
-            tracing::info!(task.id = %task_id, "stopped {stopped} running agent attempts");
-        }
-    }
+    let (state, applied) = (done.state, done.applied);
     let status = if applied.duplicate { StatusCode::OK } else { StatusCode::CREATED };
     let next_action = engine::next_action(&state);
     Ok((status, Json(Recorded { recorded: !applied.duplicate, idempotency_key: applied.key, next_action })))
