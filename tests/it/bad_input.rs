@@ -234,3 +234,28 @@ fn concurrent_cli_records_wait_for_each_other_instead_of_failing() {
     let replay = ws.run(&["replay", "many-1"]);
     assert_eq!(code(&replay), 0, "{}", stdout(&replay));
 }
+
+#[test]
+fn an_explicit_idempotency_key_dedupes_and_refuses_reuse_for_another_event() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let plan = ws.write("plan.json", &small_plan("key-1", ""));
+    assert_eq!(code(&ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()])), 0);
+    let first =
+        ["execute", "record", "--task-id", "key-1", "--step-id", "1.1", "--agent", "alpha", "--idempotency-key", "K1"];
+    assert_eq!(code(&ws.run(&first)), 0);
+    let before = journal_len(&ws, "key-1");
+    let again = ws.run(&first);
+    assert_eq!(code(&again), 0, "{}", stderr(&again));
+    assert!(stderr(&again).contains("already applied (idempotency key K1)"), "{}", stderr(&again));
+    let other =
+        ["execute", "record", "--task-id", "key-1", "--step-id", "1.2", "--agent", "beta", "--idempotency-key", "K1"];
+    let reused = ws.run(&other);
+    assert_eq!(code(&reused), 2, "{}", stderr(&reused));
+    assert!(
+        stderr(&reused).contains("idempotency key K1 was already used for a different event"),
+        "{}",
+        stderr(&reused)
+    );
+    assert_eq!(journal_len(&ws, "key-1"), before, "nothing journaled by the duplicate or the conflict");
+    assert_eq!(ws.status("key-1")["step_results"]["1.2"], serde_json::Value::Null);
+}

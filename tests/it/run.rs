@@ -303,3 +303,32 @@ fn an_attempt_that_cannot_start_fails_its_step_instead_of_stopping_the_driver() 
     assert!(stdout(&out).contains("step 1.1 failed: the attempt could not be started"), "{}", stdout(&out));
     assert_eq!(std::fs::read_to_string(occupied.join("precious.txt")).unwrap(), "not baton's");
 }
+
+#[test]
+fn agents_never_see_forge_tokens_or_baton_secrets() {
+    let ws = Workspace::with_repo(&[("README.md", "hello\n")]);
+    let plan = one_phase(
+        "env-1",
+        serde_json::json!([{"step_id": "1.1", "agent_name": "automation", "task_description": "dump the environment",
+                            "step_type": "automation", "command": "env | sort > env.txt"}]),
+    );
+    let plan = ws.write("plan.json", &plan);
+    let out = ws
+        .baton()
+        .env("GITHUB_TOKEN", "ghp_secret_token")
+        .env("ADO_PAT", "ado_secret")
+        .env("BATON_GITHUB_WEBHOOK_SECRET", "hook_secret")
+        .args(["execute", "run", "--agent", "demo", "--plan"])
+        .arg(&plan)
+        .arg("--repo")
+        .arg(ws.repo())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}\n{}", stdout(&out), stderr(&out));
+    let env = ws.git(&["show", "baton/env-1:env.txt"]);
+    for secret in ["ghp_secret_token", "ado_secret", "hook_secret", "GITHUB_TOKEN", "ADO_PAT"] {
+        assert!(!env.contains(secret), "{secret} leaked into the agent environment:\n{env}");
+    }
+    assert!(env.contains("BATON_TASK_ID=env-1"), "{env}");
+    assert!(env.contains("PATH="), "{env}");
+}
