@@ -518,11 +518,6 @@ impl MachinePlan {
     pub fn step_count(&self) -> usize {
         self.phases.iter().map(|p| p.steps.len()).sum()
     }
-
-    /// True when any step has team members (not supported by the engine yet).
-    pub fn has_team_steps(&self) -> bool {
-        self.steps().any(|(_, s)| !s.team.is_empty())
-    }
 }
 
 fn collect_members(out: &mut Vec<UnknownKey>, prefix: &str, members: &[TeamMember]) {

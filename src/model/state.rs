@@ -462,9 +462,4 @@ impl ExecutionState {
     pub fn progress(&self) -> (u64, u64) {
         (self.counters.steps_done, self.plan.step_count() as u64)
     }
-
-    /// Name of the current phase, or `""` when every phase is done.
-    pub fn current_phase_name(&self) -> &str {
-        self.current().map_or("", |p| p.name.as_str())
-    }
 }
