@@ -845,7 +845,7 @@ async fn resume(execs: &Executions, task_id: &str, json: bool) -> anyhow::Result
     let lease = lease::acquire_briefly(execs.store(), task_id).await?;
     let result = async {
         let mut state = execs.get(task_id).await?;
-        if execs.data().runs(task_id).join("execution.json").exists() {
+        if runtime::driver::meta_path(execs.data(), task_id).exists() {
             errln!(
                 "execution {task_id} is driven by `baton execute run`: run it again to recover its attempts \
                  (running ones are re-adopted, finished ones harvested, dead ones re-run)"

@@ -122,7 +122,9 @@ pub fn feature_branch(task_id: &str) -> String {
     format!("baton/{task_id}")
 }
 
-fn meta_path(data: &DataDir, task_id: &str) -> PathBuf {
+/// `runs/<task_id>/execution.json`: written when `execute run` first drives an execution;
+/// its presence means `execute run` owns the execution's attempts.
+pub fn meta_path(data: &DataDir, task_id: &str) -> PathBuf {
     data.runs(task_id).join("execution.json")
 }
 

@@ -30,7 +30,7 @@ pub async fn collect(execs: &Executions, hours: u64) -> anyhow::Result<usize> {
         if !dir.exists() {
             continue;
         }
-        let meta_path = execs.data().runs(&row.task_id).join("execution.json");
+        let meta_path = crate::runtime::driver::meta_path(execs.data(), &row.task_id);
         let repo = std::fs::read_to_string(&meta_path)
             .ok()
             .and_then(|t| serde_json::from_str::<RunMeta>(&t).ok())
