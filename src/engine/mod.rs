@@ -594,6 +594,23 @@ fn default_round(state: &ExecutionState, kind: &EventKind) -> u64 {
     }
 }
 
+/// Longest explicit idempotency key, characters.
+pub const MAX_KEY_LEN: usize = 256;
+
+/// An explicit key must name something: 1–256 characters, no control characters (an empty
+/// key would otherwise be one key shared by every client that sends it).
+fn check_key(key: &str) -> Result<(), EngineError> {
+    let len = key.chars().count();
+    if key.trim().is_empty() || len > MAX_KEY_LEN || key.chars().any(char::is_control) {
+        let shown: String = key.chars().take(40).collect();
+        return Err(EngineError::InvalidEvent(format!(
+            "idempotency key {shown:?}{}: expected 1 to {MAX_KEY_LEN} characters, no control characters",
+            if len > 40 { "…" } else { "" }
+        )));
+    }
+    Ok(())
+}
+
 fn payload_fingerprint(kind: &EventKind) -> String {
     let payload = serde_json::to_string(kind).unwrap_or_default();
     hex::encode(&Sha256::digest(payload.as_bytes())[..8])
@@ -605,6 +622,9 @@ fn payload_fingerprint(kind: &EventKind) -> String {
 /// idempotency key was already applied returns `Ok(Applied { duplicate: true, .. })` and changes
 /// nothing. After a change the state is settled (phase end handled, see the module doc).
 pub fn apply(state: &mut ExecutionState, event: &Event, now: &str) -> Result<Applied, EngineError> {
+    if let Some(key) = &event.idempotency_key {
+        check_key(key)?;
+    }
     let key = idempotency_key(state, event);
     // Computed whether the key is explicit or derived: a journaled event carries its derived
     // key explicitly, and must match the same event sent again without one.
@@ -698,6 +718,9 @@ fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), EngineError> {
             Ok(())
         }
         EventKind::ApprovalRecorded { phase_id, result, feedback } => {
+            if state.plan.phase_index(*phase_id).is_none() {
+                return Err(EngineError::UnknownPhase { phase_id: *phase_id });
+            }
             if *result == ApprovalDecision::ApproveWithFeedback && feedback.trim().is_empty() {
                 return Err(EngineError::InvalidEvent("approve-with-feedback needs the feedback text".into()));
             }

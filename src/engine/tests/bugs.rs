@@ -466,3 +466,23 @@ fn a_step_of_a_later_phase_can_be_skipped_in_advance_but_not_one_of_a_done_phase
     let err = refused(&mut state, &ev(EventKind::StepSkipped { step_id: "1.1".into(), reason: String::new() }));
     assert!(matches!(err, EngineError::StepState { .. }), "{err}");
 }
+
+#[test]
+fn empty_overlong_or_control_character_keys_are_refused() {
+    let mut state = started(vec![phase(1, vec![step("1.1", &[])])]);
+    for key in [String::new(), "   ".into(), "a\nb".into(), "k".repeat(MAX_KEY_LEN + 1)] {
+        let err = refused(&mut state, &record("1.1", RecordStatus::Complete).with_key(key.clone()));
+        assert!(matches!(err, EngineError::InvalidEvent(_)), "{key:?}: {err}");
+    }
+    ok(&mut state, &record("1.1", RecordStatus::Complete).with_key("k".repeat(MAX_KEY_LEN)));
+}
+
+#[test]
+fn an_approval_for_a_phase_the_plan_lacks_is_an_unknown_phase() {
+    let mut p = phase(1, vec![step("1.1", &[])]);
+    p.approval_required = true;
+    let mut state = started(vec![p]);
+    ok(&mut state, &record("1.1", RecordStatus::Complete));
+    let err = refused(&mut state, &approval(9, ApprovalDecision::Approve, ""));
+    assert_eq!(err, EngineError::UnknownPhase { phase_id: 9 });
+}
