@@ -211,7 +211,11 @@ impl EventKind {
 }
 
 /// An event with its idempotency key and actor, as journaled.
+///
+/// Deserializing requires `kind` to be one of the snake_case names (serde alone would also
+/// take a number as the variant's position, so `{"kind": 0}` read as `step_dispatched`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "serde_json::Value")]
 pub struct Event {
     /// What happened.
     #[serde(flatten)]
@@ -222,6 +226,30 @@ pub struct Event {
     /// Who caused it (`user@host`, `baton`, a reviewer's login).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub actor: String,
+}
+
+/// The derived shape of [`Event`], read once `kind` is known to be a name.
+#[derive(Deserialize)]
+struct EventRepr {
+    #[serde(flatten)]
+    kind: EventKind,
+    #[serde(default)]
+    idempotency_key: Option<String>,
+    #[serde(default)]
+    actor: String,
+}
+
+impl TryFrom<serde_json::Value> for Event {
+    type Error = String;
+
+    fn try_from(value: serde_json::Value) -> Result<Self, Self::Error> {
+        match value.get("kind") {
+            None | Some(serde_json::Value::String(_)) => {}
+            Some(other) => return Err(format!("`kind` must be an event name such as \"step_recorded\", not {other}")),
+        }
+        let repr: EventRepr = serde_json::from_value(value).map_err(|e| e.to_string())?;
+        Ok(Event { kind: repr.kind, idempotency_key: repr.idempotency_key, actor: repr.actor })
+    }
 }
 
 impl Event {
@@ -240,5 +268,23 @@ impl Event {
     pub fn with_key(mut self, key: impl Into<String>) -> Self {
         self.idempotency_key = Some(key.into());
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_must_be_a_name_not_a_variant_position() {
+        let err = serde_json::from_str::<Event>(r#"{"kind":0,"step_id":"1.1","agent_name":"a"}"#).unwrap_err();
+        assert!(err.to_string().contains("`kind` must be an event name"), "{err}");
+        let ok: Event = serde_json::from_str(r#"{"kind":"step_dispatched","step_id":"1.1","agent_name":"a"}"#).unwrap();
+        assert_eq!(ok.kind, EventKind::StepDispatched { step_id: "1.1".into(), agent_name: "a".into() });
+        let round: Event =
+            serde_json::from_str(&serde_json::to_string(&ok.clone().with_key("k").by("me")).unwrap()).unwrap();
+        assert_eq!(round, ok.with_key("k").by("me"));
+        let missing = serde_json::from_str::<Event>(r#"{"kind":"step_dispatched","agent_name":"a"}"#).unwrap_err();
+        assert!(missing.to_string().contains("missing field `step_id`"), "{missing}");
     }
 }
