@@ -34,6 +34,9 @@ pub mod model;
 /// The deterministic state machine: `start`, `next_action`, `next_actions`, `apply`, plan validation.
 pub mod engine;
 
+/// Spec-queue rules without IO: enrichment.
+pub mod pmo;
+
 /// SQLite persistence: the per-execution event journal, snapshots, summaries and leases.
 pub mod store;
 

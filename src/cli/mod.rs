@@ -592,7 +592,7 @@ async fn execute(data: DataDir, command: ExecuteCommand, json: bool) -> anyhow::
             agent: args.agent,
             base: args.base,
             max_parallel: args.max_parallel,
-            auto_approve: false,
+            ..runtime::driver::RunOptions::default()
         };
         let outcome = runtime::driver::run(data, options).await?;
         return Ok(print_outcome(&outcome, json));

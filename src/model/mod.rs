@@ -7,4 +7,5 @@
 pub mod action;
 pub mod event;
 pub mod plan;
+pub mod spec;
 pub mod state;

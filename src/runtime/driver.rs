@@ -14,10 +14,12 @@
 //! point (see [`CRASH_POINTS`]) so tests can prove it.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::clock;
@@ -66,6 +68,13 @@ pub struct RunOptions {
     pub max_parallel: Option<usize>,
     /// Approve every approval automatically with a printed notice (`baton demo`).
     pub auto_approve: bool,
+    /// Agent slots shared with other drivers (`baton serve`: the global and the project's
+    /// cap): an attempt launches only when every one of them has a free permit, and holds one
+    /// permit of each until it finishes.
+    pub slots: Vec<Arc<Semaphore>>,
+    /// Stops the run when it turns `true` (`baton serve` shutting down, pausing or cancelling):
+    /// the run returns [`Interrupted`] exactly as after Ctrl-C. Without it, Ctrl-C stops the run.
+    pub stop: Option<watch::Receiver<bool>>,
 }
 
 /// How a run ended: the action it stopped on (COMPLETE, FAILED, or a human decision).
@@ -114,6 +123,9 @@ const META_FILE: &str = "baton.json";
 /// `runs/<task_id>/gate.pgid`: the process group of a running gate.
 const GATE_PGID_FILE: &str = "gate.pgid";
 
+/// How often a driver waiting for a shared agent slot looks again.
+const SLOT_POLL: Duration = Duration::from_millis(250);
+
 /// How often a driver renews its lease while it waits (a third of its lifetime).
 const LEASE_RENEW_EVERY: Duration = Duration::from_secs(lease::LEASE_TTL_SECS as u64 / 3);
 
@@ -142,6 +154,9 @@ struct Driver {
     auto_approve: bool,
     inflight: JoinSet<Finished>,
     running: usize,
+    slots: Vec<Arc<Semaphore>>,
+    /// One group of permits (one per slot semaphore) per running attempt.
+    permits: Vec<Vec<OwnedSemaphorePermit>>,
 }
 
 struct Finished {
@@ -250,12 +265,28 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
         auto_approve: args.auto_approve,
         inflight: JoinSet::new(),
         running: 0,
+        slots: args.slots.clone(),
+        permits: Vec::new(),
     };
-    // Ctrl-C stops the driver at once: everything done so far is journaled, and the detached
-    // agents keep running, to be re-adopted by the next `run`.
+    // Ctrl-C (or the stop signal) stops the driver at once: everything done so far is
+    // journaled, and the detached agents keep running, to be re-adopted by the next `run`.
+    let stopped = async {
+        match args.stop.clone() {
+            Some(mut stop) => {
+                if stop.wait_for(|s| *s).await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+            None => {
+                if tokio::signal::ctrl_c().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
+    };
     let outcome = tokio::select! {
         outcome = driver.drive(state, &lease) => outcome,
-        _ = tokio::signal::ctrl_c() => Err(Interrupted { task_id: task_id.clone() }.into()),
+        () = stopped => Err(Interrupted { task_id: task_id.clone() }.into()),
     };
     lease.release().await?;
     outcome
@@ -326,6 +357,23 @@ async fn prepare_meta(data: &DataDir, task_id: &str, args: &RunOptions) -> anyho
     Ok(meta)
 }
 
+/// Creates an execution of `plan` that a later [`run`] (by task id) drives: validates the plan
+/// and its agents, creates the feature branch at `options.base` (default: the repository's
+/// current branch tip) and journals the start. Nothing runs yet. Used by `baton serve` when a
+/// spec is fired.
+///
+/// Errors ([`BadInput`]): an invalid plan, an unknown agent profile, a repository that is not
+/// one, an unknown base, a feature branch that exists elsewhere, an existing task id.
+pub async fn prepare(data: &DataDir, plan: MachinePlan, options: &RunOptions) -> anyhow::Result<ExecutionState> {
+    let config = data.config()?;
+    let execs = Executions::open(data.clone()).await?;
+    if execs.load(&plan.task_id).await?.is_some() {
+        return Err(BadInput(format!("execution {} already exists", plan.task_id)).into());
+    }
+    let (state, _) = create(&execs, data, &config, plan, options).await?;
+    Ok(state)
+}
+
 async fn create(
     execs: &Executions,
     data: &DataDir,
@@ -368,7 +416,12 @@ impl Driver {
                 }
                 Action::Dispatch(_) => {
                     let ready = engine::next_actions(&state);
-                    let free = self.cap.saturating_sub(self.running);
+                    let free = self.cap.saturating_sub(self.running).min(self.shared_slots_free());
+                    if free == 0 && self.running == 0 {
+                        // Every shared slot is taken by other executions' attempts.
+                        tokio::time::sleep(SLOT_POLL).await;
+                        continue;
+                    }
                     if free == 0 || ready.is_empty() {
                         self.wait_one(&mut state, lease).await?;
                         continue;
@@ -439,6 +492,25 @@ impl Driver {
                 }
             }
         }
+    }
+
+    /// Free permits of the scarcest shared slot semaphore (unbounded without any).
+    fn shared_slots_free(&self) -> usize {
+        self.slots.iter().map(|s| s.available_permits()).min().unwrap_or(usize::MAX)
+    }
+
+    /// Counts a launched attempt, taking a permit of each shared slot semaphore (one may be
+    /// missing when a re-adopted attempt finds its slots taken: it runs anyway).
+    fn started_one(&mut self) {
+        self.running += 1;
+        let group = self.slots.iter().filter_map(|s| s.clone().try_acquire_owned().ok()).collect();
+        self.permits.push(group);
+    }
+
+    /// Counts a finished attempt and frees its permits.
+    fn finished_one(&mut self) {
+        self.running = self.running.saturating_sub(1);
+        self.permits.pop();
     }
 
     fn outcome(&self, state: &ExecutionState, action: Action) -> RunOutcome {
@@ -594,7 +666,7 @@ impl Driver {
         let launched = shim::launch(&self.baton_exe, &run_dir)?;
         crash_point("after-launch");
         let (step_id, dir) = (step_id.to_string(), run_dir.clone());
-        self.running += 1;
+        self.started_one();
         self.inflight.spawn(async move { Finished { step_id, attempt, run_dir: dir, result: launched.wait().await } });
         Ok(())
     }
@@ -610,7 +682,7 @@ impl Driver {
         let Some(joined) = joined else {
             anyhow::bail!("nothing in flight to wait for");
         };
-        self.running = self.running.saturating_sub(1);
+        self.finished_one();
         let finished = joined.context("an attempt watcher panicked")?;
         match finished.result {
             Ok(exit) => self.harvest(state, &finished.step_id, finished.attempt, &finished.run_dir, exit).await,
@@ -854,7 +926,7 @@ impl Driver {
                 }
                 AttemptState::Running => {
                     errln!("recovering {step_id}: attempt {attempt} is still running; re-adopting it");
-                    self.running += 1;
+                    self.started_one();
                     self.inflight.spawn(async move {
                         let result = shim::wait_until_finished(&dir).await;
                         Finished { step_id, attempt, run_dir: dir, result }

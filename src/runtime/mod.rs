@@ -9,6 +9,8 @@ pub mod driver;
 pub mod executions;
 pub mod gc;
 pub mod lease;
+pub mod pool;
+pub mod specs;
 
 use std::io::Write as _;
 use std::path::Path;

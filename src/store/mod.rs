@@ -18,6 +18,9 @@
 
 mod journal;
 mod lease;
+mod pmo;
+
+pub use pmo::{CardRow, NewSpec, ProjectRow, SpecChange, SpecEventRow, SpecFilter, SpecRow};
 #[cfg(test)]
 mod tests;
 
@@ -120,6 +123,40 @@ pub enum StoreError {
         path: PathBuf,
         /// The underlying error.
         source: sqlx::Error,
+    },
+    /// `insert_project` with a name that is taken.
+    #[error("project {name} already exists")]
+    ProjectExists {
+        /// The name.
+        name: String,
+    },
+    /// No project of that name.
+    #[error("no project named {name}")]
+    NoSuchProject {
+        /// The name.
+        name: String,
+    },
+    /// `delete_project` on a project that still has specs.
+    #[error("project {name} has {specs} specs; cancel or move them first")]
+    ProjectInUse {
+        /// The name.
+        name: String,
+        /// How many specs it has.
+        specs: i64,
+    },
+    /// No spec with that id.
+    #[error("no spec with id {spec_id}")]
+    NoSuchSpec {
+        /// The id.
+        spec_id: i64,
+    },
+    /// `change_spec` found another status than the one the caller saw (someone else acted).
+    #[error("spec {spec_id} is {current} now")]
+    SpecChanged {
+        /// The id.
+        spec_id: i64,
+        /// Its status now.
+        current: String,
     },
     /// Applying `migrations/` failed.
     #[error("migrating store")]

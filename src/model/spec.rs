@@ -1,0 +1,314 @@
+//! Specs: the spec lifecycle as a pure transition table, and where a spec stands on the board.
+//!
+//! The lifecycle is DESIGN.md §6: `draft | imported → enriched → in_review → approved | bounced
+//! → executing → awaiting_human ⇄ validating → changelist_review → merged`, plus `failed` and
+//! `cancelled`. The store keeps only the statuses a human moves a spec through
+//! ([`SpecStatus`]); once a spec is fired, where it stands (executing, awaiting human,
+//! validating, changelist review, failed) is read from its execution's summary
+//! ([`SpecStage::of`]). This module never does IO.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// The stored status of a spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SpecStatus {
+    /// Written on the board, not enriched yet.
+    Draft,
+    /// Imported from a forge (GitHub issue, Azure DevOps work item), not enriched yet.
+    Imported,
+    /// Has a plan, a risk tier and a cost forecast.
+    Enriched,
+    /// Submitted for human review.
+    InReview,
+    /// Approved by a reviewer; may be fired.
+    Approved,
+    /// Sent back with a reason; may be edited and enriched again.
+    Bounced,
+    /// Fired: its execution exists (see [`SpecStage`] for where it stands).
+    Executing,
+    /// Its pull request was merged (final).
+    Merged,
+    /// Cancelled by an operator (final).
+    Cancelled,
+}
+
+/// Every stored status, in lifecycle order.
+pub const SPEC_STATUSES: [SpecStatus; 9] = [
+    SpecStatus::Draft,
+    SpecStatus::Imported,
+    SpecStatus::Enriched,
+    SpecStatus::InReview,
+    SpecStatus::Approved,
+    SpecStatus::Bounced,
+    SpecStatus::Executing,
+    SpecStatus::Merged,
+    SpecStatus::Cancelled,
+];
+
+impl SpecStatus {
+    /// The wire and database string (`draft`, `in_review`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpecStatus::Draft => "draft",
+            SpecStatus::Imported => "imported",
+            SpecStatus::Enriched => "enriched",
+            SpecStatus::InReview => "in_review",
+            SpecStatus::Approved => "approved",
+            SpecStatus::Bounced => "bounced",
+            SpecStatus::Executing => "executing",
+            SpecStatus::Merged => "merged",
+            SpecStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// Parses [`SpecStatus::as_str`]'s strings; `None` for anything else.
+    pub fn parse(s: &str) -> Option<SpecStatus> {
+        SPEC_STATUSES.into_iter().find(|st| st.as_str() == s)
+    }
+
+    /// Merged and cancelled specs accept no action.
+    pub fn is_final(self) -> bool {
+        matches!(self, SpecStatus::Merged | SpecStatus::Cancelled)
+    }
+}
+
+impl fmt::Display for SpecStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a person (or an importer) does to a spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SpecAction {
+    /// Change the title, body or priority: the plan no longer matches, so the spec is a
+    /// draft again.
+    Edit,
+    /// Attach a generated plan, risk tier and forecast (again, after an edit or a bounce).
+    Enrich,
+    /// Replace the plan with an uploaded MachinePlan (a new forecast is made for it).
+    UploadPlan,
+    /// Ask for review.
+    Submit,
+    /// A reviewer approves it.
+    Approve,
+    /// A reviewer sends it back with a reason.
+    Bounce,
+    /// Start its execution.
+    Fire,
+    /// Firing failed after the spec was claimed: it is approved again.
+    FireFailed,
+    /// Stop it (and its execution, when fired).
+    Cancel,
+}
+
+impl SpecAction {
+    /// The journal string (`edit`, `upload_plan`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpecAction::Edit => "edit",
+            SpecAction::Enrich => "enrich",
+            SpecAction::UploadPlan => "upload_plan",
+            SpecAction::Submit => "submit",
+            SpecAction::Approve => "approve",
+            SpecAction::Bounce => "bounce",
+            SpecAction::Fire => "fire",
+            SpecAction::FireFailed => "fire_failed",
+            SpecAction::Cancel => "cancel",
+        }
+    }
+}
+
+/// An action the spec's status does not allow; the web layer answers 409 with `current`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot {} a spec that is {current} (allowed from: {allowed})", action.as_str())]
+pub struct IllegalTransition {
+    /// The refused action.
+    pub action: SpecAction,
+    /// The spec's status.
+    pub current: SpecStatus,
+    /// The statuses the action is allowed from, comma-separated.
+    pub allowed: String,
+}
+
+/// The statuses `action` is allowed from, and the status it leads to.
+pub fn rule(action: SpecAction) -> (&'static [SpecStatus], SpecStatus) {
+    use SpecStatus::*;
+    match action {
+        SpecAction::Edit => (&[Draft, Imported, Enriched, InReview, Bounced], Draft),
+        SpecAction::Enrich | SpecAction::UploadPlan => (&[Draft, Imported, Enriched, Bounced], Enriched),
+        SpecAction::Submit => (&[Enriched], InReview),
+        SpecAction::Approve => (&[Enriched, InReview], Approved),
+        SpecAction::Bounce => (&[Enriched, InReview], Bounced),
+        SpecAction::Fire => (&[Approved], Executing),
+        SpecAction::FireFailed => (&[Executing], Approved),
+        SpecAction::Cancel => (&[Draft, Imported, Enriched, InReview, Approved, Bounced, Executing], Cancelled),
+    }
+}
+
+/// The status `action` moves a spec in `current` to.
+///
+/// Errors: [`IllegalTransition`] when `current` is not one the action is allowed from (every
+/// action is refused on a merged or cancelled spec).
+pub fn transition(current: SpecStatus, action: SpecAction) -> Result<SpecStatus, IllegalTransition> {
+    let (from, to) = rule(action);
+    if from.contains(&current) {
+        return Ok(to);
+    }
+    Err(IllegalTransition { action, current, allowed: from.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ") })
+}
+
+/// Where a spec stands: its stored status before it is fired, its execution's afterwards.
+/// The board's columns group these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SpecStage {
+    /// Draft, imported, enriched, approved or bounced.
+    Queued,
+    /// Submitted for review.
+    InReview,
+    /// Its execution dispatches steps or waits for running agents.
+    Executing,
+    /// Its execution waits for an approval or feedback.
+    AwaitingHuman,
+    /// A gate must run, or failed and is retried.
+    Validating,
+    /// Its execution completed: the changelist is ready for review.
+    ChangelistReview,
+    /// Merged.
+    Merged,
+    /// Its execution failed.
+    Failed,
+    /// Cancelled (shown in the archive, not on the board).
+    Cancelled,
+}
+
+/// The board's columns in order (cancelled specs are archived, not a column).
+pub const BOARD_STAGES: [SpecStage; 8] = [
+    SpecStage::Queued,
+    SpecStage::InReview,
+    SpecStage::Executing,
+    SpecStage::AwaitingHuman,
+    SpecStage::Validating,
+    SpecStage::ChangelistReview,
+    SpecStage::Merged,
+    SpecStage::Failed,
+];
+
+impl SpecStage {
+    /// Where a spec with stored `status` stands, given its execution's summary status
+    /// (`running`, `approval_pending`, …; `None` before it is fired).
+    pub fn of(status: SpecStatus, execution_status: Option<&str>) -> SpecStage {
+        match status {
+            SpecStatus::Draft
+            | SpecStatus::Imported
+            | SpecStatus::Enriched
+            | SpecStatus::Approved
+            | SpecStatus::Bounced => SpecStage::Queued,
+            SpecStatus::InReview => SpecStage::InReview,
+            SpecStatus::Merged => SpecStage::Merged,
+            SpecStatus::Cancelled => SpecStage::Cancelled,
+            SpecStatus::Executing => match execution_status {
+                Some("approval_pending" | "feedback_pending") => SpecStage::AwaitingHuman,
+                Some("gate_pending" | "gate_failed") => SpecStage::Validating,
+                Some("complete") => SpecStage::ChangelistReview,
+                Some("failed") => SpecStage::Failed,
+                Some("cancelled") => SpecStage::Cancelled,
+                _ => SpecStage::Executing,
+            },
+        }
+    }
+
+    /// The wire string (`awaiting_human`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpecStage::Queued => "queued",
+            SpecStage::InReview => "in_review",
+            SpecStage::Executing => "executing",
+            SpecStage::AwaitingHuman => "awaiting_human",
+            SpecStage::Validating => "validating",
+            SpecStage::ChangelistReview => "changelist_review",
+            SpecStage::Merged => "merged",
+            SpecStage::Failed => "failed",
+            SpecStage::Cancelled => "cancelled",
+        }
+    }
+
+    /// The column heading on the board.
+    pub fn title(self) -> &'static str {
+        match self {
+            SpecStage::Queued => "Queued",
+            SpecStage::InReview => "In review",
+            SpecStage::Executing => "Executing",
+            SpecStage::AwaitingHuman => "Awaiting human",
+            SpecStage::Validating => "Validating",
+            SpecStage::ChangelistReview => "Changelist review",
+            SpecStage::Merged => "Merged",
+            SpecStage::Failed => "Failed",
+            SpecStage::Cancelled => "Archive",
+        }
+    }
+
+    /// Parses [`SpecStage::as_str`]'s strings.
+    pub fn parse(s: &str) -> Option<SpecStage> {
+        BOARD_STAGES.into_iter().chain([SpecStage::Cancelled]).find(|st| st.as_str() == s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_happy_path_reaches_executing() {
+        let mut s = SpecStatus::Draft;
+        for a in [SpecAction::Enrich, SpecAction::Submit, SpecAction::Approve, SpecAction::Fire] {
+            s = transition(s, a).expect("allowed");
+        }
+        assert_eq!(s, SpecStatus::Executing);
+    }
+
+    #[test]
+    fn a_bounced_spec_is_edited_and_enriched_again() {
+        let s = transition(SpecStatus::InReview, SpecAction::Bounce).expect("bounce");
+        assert_eq!(s, SpecStatus::Bounced);
+        assert_eq!(transition(s, SpecAction::Fire).map_err(|e| e.current), Err(SpecStatus::Bounced));
+        let s = transition(s, SpecAction::Edit).expect("edit");
+        assert_eq!(transition(s, SpecAction::Enrich), Ok(SpecStatus::Enriched));
+    }
+
+    #[test]
+    fn final_specs_refuse_every_action_and_name_their_status() {
+        for status in [SpecStatus::Merged, SpecStatus::Cancelled] {
+            for a in [SpecAction::Edit, SpecAction::Enrich, SpecAction::Approve, SpecAction::Fire, SpecAction::Cancel] {
+                let err = transition(status, a).expect_err("final");
+                assert_eq!(err.current, status);
+                assert!(err.to_string().contains(status.as_str()), "{err}");
+            }
+        }
+    }
+
+    #[test]
+    fn firing_needs_an_approval_and_happens_once() {
+        assert!(transition(SpecStatus::Enriched, SpecAction::Fire).is_err());
+        assert!(transition(SpecStatus::Executing, SpecAction::Fire).is_err());
+    }
+
+    #[test]
+    fn stage_follows_the_execution_once_fired() {
+        let st = |e| SpecStage::of(SpecStatus::Executing, e);
+        assert_eq!(st(Some("running")), SpecStage::Executing);
+        assert_eq!(st(Some("approval_pending")), SpecStage::AwaitingHuman);
+        assert_eq!(st(Some("gate_failed")), SpecStage::Validating);
+        assert_eq!(st(Some("complete")), SpecStage::ChangelistReview);
+        assert_eq!(st(Some("failed")), SpecStage::Failed);
+        assert_eq!(SpecStage::of(SpecStatus::Approved, None), SpecStage::Queued);
+        for s in SPEC_STATUSES {
+            assert_eq!(SpecStatus::parse(s.as_str()), Some(s));
+        }
+    }
+}

@@ -1,0 +1,551 @@
+//! The spec queue service: projects, specs and their lifecycle, enrichment, firing.
+//!
+//! Every change checks the lifecycle table (`model::spec`) against the status it read, then
+//! writes with a compare-and-set on that status (`Store::change_spec`), so two people acting at
+//! once get one change and one [`SpecError::Conflict`] naming the status now. Firing claims the
+//! spec first, then creates the execution (`driver::prepare`), and hands it to the
+//! [`Pool`]; when creating fails the spec is approved again with the reason. This module reads
+//! repositories (roster, test command) but never writes them, and never touches HTTP.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::clock;
+use crate::engine;
+use crate::git::GitRepo;
+use crate::model::event::{Event, EventKind};
+use crate::model::plan::MachinePlan;
+use crate::model::spec::{self, IllegalTransition, SpecAction, SpecStatus};
+use crate::pmo::enrich::{self, AgentHistory, EnrichInput, Forecast};
+use crate::runtime::agent::roster::load_roster;
+use crate::runtime::driver::{self, RunOptions, PROFILES};
+use crate::runtime::executions::Executions;
+use crate::runtime::pool::Pool;
+use crate::runtime::{blocking, BadInput};
+use crate::store::{NewSpec, ProjectRow, SpecChange, SpecEventRow, SpecFilter, SpecRow, StoreError};
+
+/// Longest spec title, characters.
+pub const MAX_TITLE_CHARS: usize = 200;
+/// Largest spec body, bytes.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// Why a spec-queue request failed; the web layer maps each to a status.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// 404: no such project or spec.
+    #[error("{0}")]
+    NotFound(String),
+    /// 422: a field is wrong; names the field.
+    #[error("{field}: {message}")]
+    Invalid {
+        /// The field (`title`, `repo_path`, `plan.phases[0].steps[1].agent_name`, …).
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// 422: an uploaded plan has problems (every one listed).
+    #[error("the plan has {} problems: {}", .0.len(), .0.join("; "))]
+    InvalidPlan(Vec<String>),
+    /// 409: the spec's status does not allow it (or changed meanwhile): `current` is its status.
+    #[error("{message}")]
+    Conflict {
+        /// What was refused.
+        message: String,
+        /// The spec's (or project's) status now.
+        current: String,
+    },
+    /// 500: anything else.
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+impl From<IllegalTransition> for SpecError {
+    fn from(e: IllegalTransition) -> SpecError {
+        SpecError::Conflict { message: e.to_string(), current: e.current.as_str().to_string() }
+    }
+}
+
+impl From<StoreError> for SpecError {
+    fn from(e: StoreError) -> SpecError {
+        match e {
+            StoreError::NoSuchSpec { .. } | StoreError::NoSuchProject { .. } => SpecError::NotFound(e.to_string()),
+            StoreError::SpecChanged { ref current, .. } => {
+                SpecError::Conflict { message: format!("{e}; reload and try again"), current: current.clone() }
+            }
+            StoreError::ProjectExists { .. } | StoreError::ProjectInUse { .. } => {
+                SpecError::Conflict { message: e.to_string(), current: String::new() }
+            }
+            other => SpecError::Internal(other.into()),
+        }
+    }
+}
+
+fn invalid(field: &str, message: impl Into<String>) -> SpecError {
+    SpecError::Invalid { field: field.into(), message: message.into() }
+}
+
+/// A project to register.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewProject {
+    /// 1–64 of `A-Z a-z 0-9 . _ -`.
+    pub name: String,
+    /// Path of a local git repository.
+    pub repo_path: PathBuf,
+    /// Branch feature branches start from (default: the repository's current branch).
+    #[serde(default)]
+    pub default_branch: Option<String>,
+    /// `demo`, `claude`, `codex` or `command` (default `claude`).
+    #[serde(default)]
+    pub agent_profile: Option<String>,
+    /// Test gate command (default: detected from the repository at enrichment).
+    #[serde(default)]
+    pub test_command: Option<String>,
+    /// Link to the repository on its forge.
+    #[serde(default)]
+    pub forge_url: Option<String>,
+    /// Concurrent agents across its executions (0 or absent: only the global cap).
+    #[serde(default)]
+    pub max_agents: Option<u32>,
+}
+
+/// A spec to create.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpecInput {
+    /// Project name.
+    pub project: String,
+    /// 1–200 characters.
+    pub title: String,
+    /// Up to 64 KiB.
+    #[serde(default)]
+    pub body: String,
+    /// 0 (highest) … 3; default 2.
+    #[serde(default)]
+    pub priority: Option<i64>,
+}
+
+/// Changes to a spec's text.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpecEdit {
+    /// New title.
+    #[serde(default)]
+    pub title: Option<String>,
+    /// New body.
+    #[serde(default)]
+    pub body: Option<String>,
+    /// New priority.
+    #[serde(default)]
+    pub priority: Option<i64>,
+}
+
+/// The spec queue over one store, firing into one pool.
+#[derive(Debug, Clone)]
+pub struct Specs {
+    execs: Executions,
+    pool: Pool,
+}
+
+fn check_title(title: &str) -> Result<String, SpecError> {
+    let t = title.trim();
+    if t.is_empty() {
+        return Err(invalid("title", "must not be empty"));
+    }
+    if t.chars().count() > MAX_TITLE_CHARS {
+        return Err(invalid("title", format!("longer than {MAX_TITLE_CHARS} characters")));
+    }
+    if t.chars().any(char::is_control) {
+        return Err(invalid("title", "must be one line without control characters"));
+    }
+    Ok(t.to_string())
+}
+
+fn check_body(body: &str) -> Result<String, SpecError> {
+    if body.len() > MAX_BODY_BYTES {
+        return Err(invalid("body", format!("larger than {MAX_BODY_BYTES} bytes")));
+    }
+    Ok(body.to_string())
+}
+
+fn check_priority(p: i64) -> Result<i64, SpecError> {
+    if (0..=3).contains(&p) {
+        Ok(p)
+    } else {
+        Err(invalid("priority", format!("{p} is not 0 (highest) … 3")))
+    }
+}
+
+/// The test command a repository's files suggest: `cargo test` (Cargo.toml), `npm test`
+/// (package.json with a test script), `python -m pytest` (pyproject.toml, setup.py,
+/// pytest.ini), `go test ./...` (go.mod), `make test` (a Makefile with a `test:` target),
+/// `sh scripts/test.sh` or `sh scripts/check.sh` when present; `None` otherwise.
+pub fn detect_test_command(root: &Path) -> Option<String> {
+    let has = |f: &str| root.join(f).is_file();
+    if has("Cargo.toml") {
+        return Some("cargo test".into());
+    }
+    if let Ok(text) = std::fs::read_to_string(root.join("package.json")) {
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        if v.pointer("/scripts/test").and_then(|t| t.as_str()).is_some() {
+            return Some("npm test".into());
+        }
+    }
+    if has("pyproject.toml") || has("setup.py") || has("pytest.ini") {
+        return Some("python -m pytest".into());
+    }
+    if has("go.mod") {
+        return Some("go test ./...".into());
+    }
+    if std::fs::read_to_string(root.join("Makefile")).is_ok_and(|m| m.lines().any(|l| l.starts_with("test:"))) {
+        return Some("make test".into());
+    }
+    ["scripts/test.sh", "scripts/check.sh"].into_iter().find(|s| has(s)).map(|s| format!("sh {s}"))
+}
+
+impl Specs {
+    /// The service over `pool`'s executions.
+    pub fn new(pool: Pool) -> Specs {
+        Specs { execs: pool.execs().clone(), pool }
+    }
+
+    /// The pool specs are fired into.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Registers a project after checking its repository and branch.
+    ///
+    /// Errors: a bad name, a path that is not a git repository, an unknown branch or profile
+    /// ([`SpecError::Invalid`]); a taken name ([`SpecError::Conflict`]).
+    pub async fn register_project(&self, p: NewProject) -> Result<ProjectRow, SpecError> {
+        let name = p.name.trim().to_string();
+        if name.is_empty()
+            || name.len() > 64
+            || !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        {
+            return Err(invalid("name", "1-64 characters of A-Z a-z 0-9 . _ -"));
+        }
+        let profile = p.agent_profile.clone().unwrap_or_else(|| "claude".into());
+        if !PROFILES.contains(&profile.as_str()) {
+            return Err(invalid("agent_profile", format!("{profile:?} is not one of {}", PROFILES.join(", "))));
+        }
+        let path = p.repo_path.clone();
+        let shown = path.display().to_string();
+        let repo =
+            blocking(move || GitRepo::open(&path)).await?.map_err(|e| invalid("repo_path", format!("{shown}: {e}")))?;
+        let branch = match p.default_branch.clone().filter(|b| !b.trim().is_empty()) {
+            Some(b) => {
+                let (r, name) = (repo.clone(), b.clone());
+                let tip = blocking(move || r.branch_tip(&name)).await?.map_err(anyhow::Error::from)?;
+                if tip.is_none() {
+                    return Err(invalid("default_branch", format!("no branch {b} in {}", repo.root().display())));
+                }
+                b
+            }
+            None => {
+                let r = repo.clone();
+                let (b, _) = blocking(move || r.head_branch())
+                    .await?
+                    .map_err(|e| invalid("repo_path", format!("no current branch ({e}): commit something first")))?;
+                b.ok_or_else(|| invalid("default_branch", "HEAD is detached: name the default branch"))?
+            }
+        };
+        let row = ProjectRow {
+            name,
+            repo_path: repo.root().display().to_string(),
+            default_branch: branch,
+            agent_profile: profile,
+            test_command: p.test_command.unwrap_or_default().trim().to_string(),
+            forge_url: p.forge_url.unwrap_or_default().trim().to_string(),
+            max_agents: i64::from(p.max_agents.unwrap_or(0)),
+            created_at: clock::now_rfc3339(),
+        };
+        self.execs.store().insert_project(&row).await?;
+        self.pool.set_project_cap(&row.name, usize::try_from(row.max_agents).unwrap_or(0));
+        Ok(row)
+    }
+
+    /// Every project.
+    ///
+    /// Errors: the database.
+    pub async fn projects(&self) -> Result<Vec<ProjectRow>, SpecError> {
+        Ok(self.execs.store().list_projects().await?)
+    }
+
+    /// One project. Errors: [`SpecError::NotFound`].
+    pub async fn project(&self, name: &str) -> Result<ProjectRow, SpecError> {
+        self.execs.store().project(name).await?.ok_or_else(|| SpecError::NotFound(format!("no project named {name}")))
+    }
+
+    /// Removes a project without specs. Errors: not found; it has specs (conflict).
+    pub async fn remove_project(&self, name: &str) -> Result<(), SpecError> {
+        self.execs.store().delete_project(name).await?;
+        self.pool.set_project_cap(name, 0);
+        Ok(())
+    }
+
+    /// Applies every project's agent cap to the pool (at server start).
+    ///
+    /// Errors: the database.
+    pub async fn load_project_caps(&self) -> Result<(), SpecError> {
+        for p in self.projects().await? {
+            self.pool.set_project_cap(&p.name, usize::try_from(p.max_agents).unwrap_or(0));
+        }
+        Ok(())
+    }
+
+    /// Creates a draft spec (`imported` when `source` is a forge).
+    ///
+    /// Errors: an empty or overlong title, an oversized body, a priority out of 0…3
+    /// ([`SpecError::Invalid`]); an unknown project ([`SpecError::NotFound`]).
+    pub async fn create(
+        &self,
+        input: SpecInput,
+        source: &str,
+        source_url: &str,
+        actor: &str,
+    ) -> Result<SpecRow, SpecError> {
+        let title = check_title(&input.title)?;
+        let body = check_body(&input.body)?;
+        let priority = check_priority(input.priority.unwrap_or(2))?;
+        let status = if source == "board" { SpecStatus::Draft } else { SpecStatus::Imported };
+        let id = self
+            .execs
+            .store()
+            .insert_spec(&NewSpec {
+                project: input.project,
+                title,
+                body,
+                source: source.into(),
+                source_url: source_url.into(),
+                priority,
+                status: status.as_str().into(),
+                actor: actor.into(),
+                at: clock::now_rfc3339(),
+            })
+            .await?;
+        self.get(id).await
+    }
+
+    /// One spec. Errors: [`SpecError::NotFound`].
+    pub async fn get(&self, spec_id: i64) -> Result<SpecRow, SpecError> {
+        self.execs.store().spec(spec_id).await?.ok_or_else(|| SpecError::NotFound(format!("no spec with id {spec_id}")))
+    }
+
+    /// Specs matching `filter`. Errors: an unknown status name (invalid), the database.
+    pub async fn list(&self, filter: &SpecFilter) -> Result<Vec<SpecRow>, SpecError> {
+        if let Some(s) = filter.status.as_deref().filter(|s| SpecStatus::parse(s).is_none()) {
+            return Err(invalid("status", format!("{s:?} is not a spec status")));
+        }
+        Ok(self.execs.store().list_specs(filter).await?)
+    }
+
+    /// A spec's lifecycle events. Errors: not found.
+    pub async fn events(&self, spec_id: i64) -> Result<Vec<SpecEventRow>, SpecError> {
+        self.get(spec_id).await?;
+        Ok(self.execs.store().spec_events(spec_id).await?)
+    }
+
+    fn status_of(row: &SpecRow) -> Result<SpecStatus, SpecError> {
+        SpecStatus::parse(&row.status).ok_or_else(|| {
+            SpecError::Internal(anyhow::anyhow!("spec {} has unknown status {}", row.spec_id, row.status))
+        })
+    }
+
+    /// Checks `action` on the spec and writes `change` (its action, statuses, actor and time
+    /// are filled in here).
+    async fn change(
+        &self,
+        row: &SpecRow,
+        action: SpecAction,
+        actor: &str,
+        mut change: SpecChange,
+    ) -> Result<SpecRow, SpecError> {
+        let current = Self::status_of(row)?;
+        let to = spec::transition(current, action)?;
+        change.action = action.as_str().into();
+        change.expected = current.as_str().into();
+        change.to = to.as_str().into();
+        change.actor = actor.into();
+        change.at = clock::now_rfc3339();
+        self.execs.store().change_spec(row.spec_id, &change).await?;
+        self.get(row.spec_id).await
+    }
+
+    /// Edits title, body or priority; the spec becomes a draft (its plan is dropped).
+    ///
+    /// Errors: invalid fields; a status that does not allow editing (conflict).
+    pub async fn edit(&self, spec_id: i64, e: SpecEdit, actor: &str) -> Result<SpecRow, SpecError> {
+        let row = self.get(spec_id).await?;
+        let change = SpecChange {
+            title: e.title.as_deref().map(check_title).transpose()?,
+            body: e.body.as_deref().map(check_body).transpose()?,
+            priority: e.priority.map(check_priority).transpose()?,
+            plan_json: Some(None),
+            forecast_json: Some(None),
+            risk: Some(String::new()),
+            ..SpecChange::default()
+        };
+        self.change(&row, SpecAction::Edit, actor, change).await
+    }
+
+    async fn history(&self) -> Result<BTreeMap<String, AgentHistory>, SpecError> {
+        let rows = self.execs.store().agent_spend().await?;
+        Ok(rows
+            .into_iter()
+            .map(|(agent, runs, mean)| {
+                (agent, AgentHistory { runs: u32::try_from(runs).unwrap_or(u32::MAX), mean_cost_usd: mean })
+            })
+            .collect())
+    }
+
+    /// Attaches a rule-based plan, risk tier and forecast (see `pmo::enrich`), using the
+    /// project's roster and its test command (configured, else detected).
+    ///
+    /// Errors: a status that does not allow it (conflict); an unreadable roster (invalid).
+    pub async fn enrich(&self, spec_id: i64, actor: &str) -> Result<SpecRow, SpecError> {
+        let row = self.get(spec_id).await?;
+        spec::transition(Self::status_of(&row)?, SpecAction::Enrich)?;
+        let project = self.project(&row.project).await?;
+        let root = PathBuf::from(&project.repo_path);
+        let configured = project.test_command.clone();
+        let (roster, test_command) = blocking(move || {
+            let roster = load_roster(&root).map(|r| r.iter().map(|d| d.name.clone()).collect::<Vec<_>>());
+            let cmd = if configured.is_empty() { detect_test_command(&root) } else { Some(configured) };
+            (roster, cmd)
+        })
+        .await?;
+        let roster = roster.map_err(|e| invalid("roster", format!("{e:#}")))?;
+        let history = self.history().await?;
+        let task_id = format!("spec-{spec_id}");
+        let input =
+            EnrichInput { task_id: &task_id, title: &row.title, body: &row.body, roster, test_command, history };
+        let e = enrich::enrich(&input).map_err(|e| SpecError::Internal(anyhow::anyhow!("generated plan: {e}")))?;
+        let change = SpecChange {
+            risk: Some(e.risk),
+            plan_json: Some(Some(serde_json::to_string(&e.plan).map_err(anyhow::Error::from)?)),
+            forecast_json: Some(Some(serde_json::to_string(&e.forecast).map_err(anyhow::Error::from)?)),
+            ..SpecChange::default()
+        };
+        self.change(&row, SpecAction::Enrich, actor, change).await
+    }
+
+    /// Replaces the plan with an uploaded MachinePlan (agent-baton `plan.json`), validated, with
+    /// a new forecast; the risk tier becomes the plan's `risk_level`.
+    ///
+    /// Errors: a malformed plan (invalid, naming the JSON path), an invalid plan (every
+    /// problem), a status that does not allow it (conflict).
+    pub async fn upload_plan(&self, spec_id: i64, plan: serde_json::Value, actor: &str) -> Result<SpecRow, SpecError> {
+        let row = self.get(spec_id).await?;
+        spec::transition(Self::status_of(&row)?, SpecAction::UploadPlan)?;
+        let plan = MachinePlan::from_value(plan).map_err(|e| invalid("plan", e.to_string()))?;
+        if let Err(problems) = engine::validate::validate(&plan) {
+            return Err(SpecError::InvalidPlan(problems.iter().map(ToString::to_string).collect()));
+        }
+        engine::start(plan.clone(), &clock::now_rfc3339()).map_err(|e| invalid("plan", e.to_string()))?;
+        let forecast: Forecast = enrich::forecast(&plan, &self.history().await?);
+        let change = SpecChange {
+            risk: Some(plan.risk_level.to_uppercase()),
+            plan_json: Some(Some(serde_json::to_string(&plan).map_err(anyhow::Error::from)?)),
+            forecast_json: Some(Some(serde_json::to_string(&forecast).map_err(anyhow::Error::from)?)),
+            ..SpecChange::default()
+        };
+        self.change(&row, SpecAction::UploadPlan, actor, change).await
+    }
+
+    /// Submits an enriched spec for review. Errors: conflict.
+    pub async fn submit(&self, spec_id: i64, actor: &str) -> Result<SpecRow, SpecError> {
+        let row = self.get(spec_id).await?;
+        self.change(&row, SpecAction::Submit, actor, SpecChange::default()).await
+    }
+
+    /// A reviewer approves (`approve`) or bounces the spec; a bounce needs a reason.
+    ///
+    /// Errors: a bounce without a reason (invalid), conflict.
+    pub async fn review(&self, spec_id: i64, approve: bool, reason: &str, actor: &str) -> Result<SpecRow, SpecError> {
+        let row = self.get(spec_id).await?;
+        let reason = reason.trim();
+        if !approve && reason.is_empty() {
+            return Err(invalid("reason", "a bounce needs a reason the author can act on"));
+        }
+        let action = if approve { SpecAction::Approve } else { SpecAction::Bounce };
+        self.change(&row, action, actor, SpecChange { reason: reason.into(), ..SpecChange::default() }).await
+    }
+
+    /// Fires an approved spec: claims it, creates its execution (task id
+    /// `spec-<id>-<UTC yyyymmddHHMMSS>`) on the project's repository and default branch with the
+    /// project's agent profile, and hands it to the pool.
+    ///
+    /// Errors: a status that does not allow it (conflict); the execution cannot be created
+    /// (invalid, and the spec is approved again with the reason).
+    pub async fn fire(&self, spec_id: i64, actor: &str) -> Result<SpecRow, SpecError> {
+        let row = self.get(spec_id).await?;
+        let Some(plan_json) = row.plan_json.clone() else {
+            return Err(SpecError::Conflict { message: format!("spec {spec_id} has no plan"), current: row.status });
+        };
+        let project = self.project(&row.project).await?;
+        let claimed = self.change(&row, SpecAction::Fire, actor, SpecChange::default()).await?;
+        match self.create_execution(spec_id, &plan_json, &project).await {
+            Ok(task_id) => {
+                self.execs.store().attach_execution(spec_id, &task_id).await?;
+                self.pool.drive(&task_id, Some(&project.name));
+                self.get(spec_id).await
+            }
+            Err(e) => {
+                let reason = format!("{e:#}");
+                let change = SpecChange { reason: format!("firing failed: {reason}"), ..SpecChange::default() };
+                self.change(&claimed, SpecAction::FireFailed, "baton", change).await?;
+                Err(invalid("spec", format!("the execution could not be created: {reason}")))
+            }
+        }
+    }
+
+    async fn create_execution(&self, spec_id: i64, plan_json: &str, project: &ProjectRow) -> anyhow::Result<String> {
+        let mut plan: MachinePlan = serde_json::from_str(plan_json)?;
+        plan.task_id = format!("spec-{spec_id}-{}", clock::now().format("%Y%m%d%H%M%S"));
+        let options = RunOptions {
+            repo: Some(PathBuf::from(&project.repo_path)),
+            agent: Some(project.agent_profile.clone()),
+            base: Some(project.default_branch.clone()),
+            ..RunOptions::default()
+        };
+        let state = driver::prepare(self.execs.data(), plan, &options).await?;
+        Ok(state.task_id)
+    }
+
+    /// Cancels a spec; a fired spec's execution is cancelled first (its driver stopped, its
+    /// agents' process groups sent SIGTERM).
+    ///
+    /// Errors: conflict (already final).
+    pub async fn cancel(&self, spec_id: i64, reason: &str, actor: &str) -> Result<SpecRow, SpecError> {
+        let row = self.get(spec_id).await?;
+        spec::transition(Self::status_of(&row)?, SpecAction::Cancel)?;
+        if let Some(task_id) = &row.task_id {
+            let summary = self.execs.store().summary(task_id).await?;
+            if summary.is_some_and(|s| !matches!(s.status.as_str(), "complete" | "cancelled")) {
+                self.pool.halt(task_id).await;
+                let why = if reason.trim().is_empty() { "spec cancelled" } else { reason.trim() };
+                let event = Event::new(EventKind::Cancelled { reason: why.to_string() }).by(actor);
+                self.execs.record_once(task_id, event).await.map_err(|e| match e.downcast::<BadInput>() {
+                    Ok(b) => SpecError::Conflict { message: b.0, current: row.status.clone() },
+                    Err(e) => SpecError::Internal(e),
+                })?;
+            }
+        }
+        self.change(
+            &row,
+            SpecAction::Cancel,
+            actor,
+            SpecChange { reason: reason.trim().into(), ..SpecChange::default() },
+        )
+        .await
+    }
+}
+
+/// The project of `task_id`'s spec (for its agent cap), when it was fired from one.
+///
+/// Errors: the database.
+pub async fn project_of(execs: &Executions, task_id: &str) -> anyhow::Result<Option<String>> {
+    Ok(execs.store().spec_of_execution(task_id).await?.map(|s| s.project))
+}

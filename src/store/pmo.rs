@@ -1,0 +1,537 @@
+//! Projects, specs and spec events (migration `0002_pmo.sql`).
+//!
+//! Owns the `projects`, `specs` and `spec_events` tables. A spec's status changes only by
+//! [`Store::change_spec`], a compare-and-set on the status the caller saw, written with its
+//! event in one transaction: two people acting on one spec at once get one change and one
+//! [`StoreError::SpecChanged`]. Which transitions are legal is the caller's rule
+//! (`model::spec`); the store never judges them.
+
+use super::{Store, StoreError};
+
+/// A registered project.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
+pub struct ProjectRow {
+    /// Unique name (1–64 characters).
+    pub name: String,
+    /// Absolute path of its git repository.
+    pub repo_path: String,
+    /// Branch its feature branches start from.
+    pub default_branch: String,
+    /// Agent profile of its executions (`demo`, `claude`, …).
+    pub agent_profile: String,
+    /// Test gate command; empty: detected at enrichment.
+    pub test_command: String,
+    /// Link to the repository on its forge; empty when none.
+    pub forge_url: String,
+    /// Concurrent agents across its executions; 0: only the global cap.
+    pub max_agents: i64,
+    /// When it was registered (RFC 3339).
+    pub created_at: String,
+}
+
+/// A spec, whole.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow, serde::Serialize)]
+pub struct SpecRow {
+    /// Id (1, 2, …).
+    pub spec_id: i64,
+    /// Project name.
+    pub project: String,
+    /// Title.
+    pub title: String,
+    /// Body (free text).
+    pub body: String,
+    /// `board`, `github`, `ado`.
+    pub source: String,
+    /// Link to where it came from; empty when written on the board.
+    pub source_url: String,
+    /// 0 (highest) … 3.
+    pub priority: i64,
+    /// Stored status (`model::spec::SpecStatus` string).
+    pub status: String,
+    /// Risk tier once enriched, else empty.
+    pub risk: String,
+    /// The plan (MachinePlan JSON) once enriched.
+    pub plan_json: Option<String>,
+    /// The forecast JSON once enriched.
+    pub forecast_json: Option<String>,
+    /// Its execution once fired.
+    pub task_id: Option<String>,
+    /// Why it was last bounced, cancelled or failed to fire.
+    pub status_reason: String,
+    /// Who created it.
+    pub created_by: String,
+    /// Created (RFC 3339).
+    pub created_at: String,
+    /// Last changed (RFC 3339).
+    pub updated_at: String,
+}
+
+/// A spec as a board card: its row without body and plan, joined with its execution's summary.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow, serde::Serialize)]
+pub struct CardRow {
+    /// Id.
+    pub spec_id: i64,
+    /// Project name.
+    pub project: String,
+    /// Title.
+    pub title: String,
+    /// `board`, `github`, `ado`.
+    pub source: String,
+    /// Link to where it came from.
+    pub source_url: String,
+    /// 0 … 3.
+    pub priority: i64,
+    /// Stored status.
+    pub status: String,
+    /// Risk tier.
+    pub risk: String,
+    /// Expected cost from the forecast, USD.
+    pub forecast_mid_usd: Option<f64>,
+    /// Distinct agent names of the plan, comma-separated.
+    pub agents: Option<String>,
+    /// Its execution once fired.
+    pub task_id: Option<String>,
+    /// Why it was last bounced or cancelled.
+    pub status_reason: String,
+    /// Last changed (RFC 3339).
+    pub updated_at: String,
+    /// The execution's status (`running`, `approval_pending`, …).
+    pub execution_status: Option<String>,
+    /// `"<id> <name>"` of the execution's current phase.
+    pub current_phase: Option<String>,
+    /// Steps done.
+    pub steps_done: Option<i64>,
+    /// Steps in the plan.
+    pub steps_total: Option<i64>,
+    /// Spend so far, USD.
+    pub spend_usd: Option<f64>,
+}
+
+/// One transition of a spec.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
+pub struct SpecEventRow {
+    /// 1, 2, … per spec.
+    pub seq: i64,
+    /// `create`, `enrich`, `approve`, … (`model::spec::SpecAction` strings, and `create`).
+    pub action: String,
+    /// Status before (empty for `create`).
+    pub from_status: String,
+    /// Status after.
+    pub to_status: String,
+    /// Who did it.
+    pub actor: String,
+    /// The reason or comment given.
+    pub reason: String,
+    /// When (RFC 3339).
+    pub at: String,
+}
+
+/// A new spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewSpec {
+    /// Project name (must exist).
+    pub project: String,
+    /// Title.
+    pub title: String,
+    /// Body.
+    pub body: String,
+    /// `board`, `github`, `ado`.
+    pub source: String,
+    /// Link to where it came from.
+    pub source_url: String,
+    /// 0 … 3.
+    pub priority: i64,
+    /// Initial status (`draft`, `imported`).
+    pub status: String,
+    /// Who creates it.
+    pub actor: String,
+    /// When (RFC 3339).
+    pub at: String,
+}
+
+/// A change of a spec: its event, and the columns it sets (`None`: unchanged).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SpecChange {
+    /// The action (`edit`, `enrich`, …).
+    pub action: String,
+    /// The status the caller saw; the change fails with [`StoreError::SpecChanged`] otherwise.
+    pub expected: String,
+    /// The status after.
+    pub to: String,
+    /// Who.
+    pub actor: String,
+    /// Reason or comment (also stored as `status_reason`).
+    pub reason: String,
+    /// When (RFC 3339).
+    pub at: String,
+    /// New title.
+    pub title: Option<String>,
+    /// New body.
+    pub body: Option<String>,
+    /// New priority.
+    pub priority: Option<i64>,
+    /// New risk tier.
+    pub risk: Option<String>,
+    /// New plan (`Some(None)` clears it).
+    pub plan_json: Option<Option<String>>,
+    /// New forecast (`Some(None)` clears it).
+    pub forecast_json: Option<Option<String>>,
+    /// The execution (set when fired, `Some(None)` clears it when firing failed).
+    pub task_id: Option<Option<String>>,
+}
+
+/// Filters of [`Store::list_specs`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SpecFilter {
+    /// Only this stored status.
+    pub status: Option<String>,
+    /// Only this project.
+    pub project: Option<String>,
+    /// At most this many (newest first).
+    pub limit: i64,
+    /// Skip this many.
+    pub offset: i64,
+}
+
+const SPEC_COLUMNS: &str = "spec_id, project, title, body, source, source_url, priority, status, risk, plan_json, \
+     forecast_json, task_id, status_reason, created_by, created_at, updated_at";
+
+impl Store {
+    /// Registers a project.
+    ///
+    /// # Errors
+    /// [`StoreError::ProjectExists`] when the name is taken; [`StoreError::Sqlx`] otherwise.
+    pub async fn insert_project(&self, p: &ProjectRow) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        let exists = sqlx::query_scalar::<_, i64>("select 1 from projects where name = ?")
+            .bind(&p.name)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if exists.is_some() {
+            return Err(StoreError::ProjectExists { name: p.name.clone() });
+        }
+        sqlx::query(
+            "insert into projects (name, repo_path, default_branch, agent_profile, test_command, forge_url, \
+             max_agents, created_at) values (?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&p.name)
+        .bind(&p.repo_path)
+        .bind(&p.default_branch)
+        .bind(&p.agent_profile)
+        .bind(&p.test_command)
+        .bind(&p.forge_url)
+        .bind(p.max_agents)
+        .bind(&p.created_at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// All projects by name.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn list_projects(&self) -> Result<Vec<ProjectRow>, StoreError> {
+        Ok(sqlx::query_as::<_, ProjectRow>("select * from projects order by name").fetch_all(&self.reader).await?)
+    }
+
+    /// One project.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn project(&self, name: &str) -> Result<Option<ProjectRow>, StoreError> {
+        Ok(sqlx::query_as::<_, ProjectRow>("select * from projects where name = ?")
+            .bind(name)
+            .fetch_optional(&self.reader)
+            .await?)
+    }
+
+    /// Removes a project that has no specs.
+    ///
+    /// # Errors
+    /// [`StoreError::NoSuchProject`]; [`StoreError::ProjectInUse`] with its spec count.
+    pub async fn delete_project(&self, name: &str) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        let specs = sqlx::query_scalar::<_, i64>("select count(*) from specs where project = ?")
+            .bind(name)
+            .fetch_one(&mut *tx)
+            .await?;
+        if specs > 0 {
+            return Err(StoreError::ProjectInUse { name: name.to_string(), specs });
+        }
+        let done = sqlx::query("delete from projects where name = ?").bind(name).execute(&mut *tx).await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NoSuchProject { name: name.to_string() });
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Creates a spec with its `create` event; returns its id.
+    ///
+    /// # Errors
+    /// [`StoreError::NoSuchProject`]; [`StoreError::Sqlx`].
+    pub async fn insert_spec(&self, s: &NewSpec) -> Result<i64, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let exists = sqlx::query_scalar::<_, i64>("select 1 from projects where name = ?")
+            .bind(&s.project)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if exists.is_none() {
+            return Err(StoreError::NoSuchProject { name: s.project.clone() });
+        }
+        let id = sqlx::query_scalar::<_, i64>(
+            "insert into specs (project, title, body, source, source_url, priority, status, created_by, created_at, \
+             updated_at) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) returning spec_id",
+        )
+        .bind(&s.project)
+        .bind(&s.title)
+        .bind(&s.body)
+        .bind(&s.source)
+        .bind(&s.source_url)
+        .bind(s.priority)
+        .bind(&s.status)
+        .bind(&s.actor)
+        .bind(&s.at)
+        .bind(&s.at)
+        .fetch_one(&mut *tx)
+        .await?;
+        sqlx::query(
+            "insert into spec_events (spec_id, seq, action, from_status, to_status, actor, reason, at) \
+             values (?, 1, 'create', '', ?, ?, '', ?)",
+        )
+        .bind(id)
+        .bind(&s.status)
+        .bind(&s.actor)
+        .bind(&s.at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    /// One spec.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn spec(&self, spec_id: i64) -> Result<Option<SpecRow>, StoreError> {
+        Ok(sqlx::query_as::<_, SpecRow>(&format!("select {SPEC_COLUMNS} from specs where spec_id = ?"))
+            .bind(spec_id)
+            .fetch_optional(&self.reader)
+            .await?)
+    }
+
+    /// The spec fired as execution `task_id`, if any.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn spec_of_execution(&self, task_id: &str) -> Result<Option<SpecRow>, StoreError> {
+        Ok(sqlx::query_as::<_, SpecRow>(&format!("select {SPEC_COLUMNS} from specs where task_id = ?"))
+            .bind(task_id)
+            .fetch_optional(&self.reader)
+            .await?)
+    }
+
+    /// Specs, newest change first, filtered.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn list_specs(&self, f: &SpecFilter) -> Result<Vec<SpecRow>, StoreError> {
+        Ok(sqlx::query_as::<_, SpecRow>(&format!(
+            "select {SPEC_COLUMNS} from specs where (?1 is null or status = ?1) and (?2 is null or project = ?2) \
+             order by updated_at desc, spec_id desc limit ?3 offset ?4"
+        ))
+        .bind(&f.status)
+        .bind(&f.project)
+        .bind(f.limit)
+        .bind(f.offset)
+        .fetch_all(&self.reader)
+        .await?)
+    }
+
+    /// Every spec as a card (cancelled ones only when `archived`), newest change first.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn cards(&self, project: Option<&str>, archived: bool) -> Result<Vec<CardRow>, StoreError> {
+        Ok(sqlx::query_as::<_, CardRow>(
+            "select s.spec_id, s.project, s.title, s.source, s.source_url, s.priority, s.status, s.risk, \
+             json_extract(s.forecast_json, '$.mid_usd') as forecast_mid_usd, \
+             (select group_concat(distinct json_extract(st.value, '$.agent_name')) \
+                from json_each(s.plan_json, '$.phases') ph, json_each(ph.value, '$.steps') st) as agents, \
+             s.task_id, s.status_reason, s.updated_at, e.status as execution_status, e.current_phase, \
+             e.steps_done, e.steps_total, e.spend_usd \
+             from specs s left join executions e on e.task_id = s.task_id \
+             where (?1 is null or s.project = ?1) \
+               and ((?2 = 1) = (s.status = 'cancelled' or coalesce(e.status, '') = 'cancelled')) \
+             order by s.updated_at desc, s.spec_id desc",
+        )
+        .bind(project)
+        .bind(i64::from(archived))
+        .fetch_all(&self.reader)
+        .await?)
+    }
+
+    /// Changes a spec if its status is still `change.expected`, appending the event.
+    ///
+    /// # Errors
+    /// [`StoreError::NoSuchSpec`]; [`StoreError::SpecChanged`] with the current status when it
+    /// is not `expected` (nothing is written); [`StoreError::Sqlx`].
+    pub async fn change_spec(&self, spec_id: i64, c: &SpecChange) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        let current = sqlx::query_scalar::<_, String>("select status from specs where spec_id = ?")
+            .bind(spec_id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(StoreError::NoSuchSpec { spec_id })?;
+        if current != c.expected {
+            return Err(StoreError::SpecChanged { spec_id, current });
+        }
+        let (set_plan, plan) = split(&c.plan_json);
+        let (set_forecast, forecast) = split(&c.forecast_json);
+        let (set_task, task) = split(&c.task_id);
+        sqlx::query(
+            "update specs set status = ?, status_reason = ?, updated_at = ?, \
+             title = coalesce(?, title), body = coalesce(?, body), priority = coalesce(?, priority), \
+             risk = coalesce(?, risk), \
+             plan_json = case when ? then ? else plan_json end, \
+             forecast_json = case when ? then ? else forecast_json end, \
+             task_id = case when ? then ? else task_id end \
+             where spec_id = ?",
+        )
+        .bind(&c.to)
+        .bind(&c.reason)
+        .bind(&c.at)
+        .bind(&c.title)
+        .bind(&c.body)
+        .bind(c.priority)
+        .bind(&c.risk)
+        .bind(set_plan)
+        .bind(plan)
+        .bind(set_forecast)
+        .bind(forecast)
+        .bind(set_task)
+        .bind(task)
+        .bind(spec_id)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "insert into spec_events (spec_id, seq, action, from_status, to_status, actor, reason, at) \
+             values (?1, (select coalesce(max(seq), 0) + 1 from spec_events where spec_id = ?1), ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(spec_id)
+        .bind(&c.action)
+        .bind(&current)
+        .bind(&c.to)
+        .bind(&c.actor)
+        .bind(&c.reason)
+        .bind(&c.at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// A spec's events in order.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn spec_events(&self, spec_id: i64) -> Result<Vec<SpecEventRow>, StoreError> {
+        Ok(sqlx::query_as::<_, SpecEventRow>(
+            "select seq, action, from_status, to_status, actor, reason, at from spec_events where spec_id = ? \
+             order by seq",
+        )
+        .bind(spec_id)
+        .fetch_all(&self.reader)
+        .await?)
+    }
+
+    /// Recorded spend per agent name: (agent, steps with a cost, mean cost USD), from the
+    /// `step_recorded` events of every execution.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn agent_spend(&self) -> Result<Vec<(String, i64, f64)>, StoreError> {
+        Ok(sqlx::query_as::<_, (String, i64, f64)>(
+            "select json_extract(payload, '$.agent_name') as agent, count(*), \
+             avg(json_extract(payload, '$.cost_usd')) from execution_events \
+             where kind = 'step_recorded' and json_extract(payload, '$.cost_usd') > 0 \
+               and agent is not null group by agent order by agent",
+        )
+        .fetch_all(&self.reader)
+        .await?)
+    }
+}
+
+impl Store {
+    /// Links a fired spec (status `executing`) to its execution, once it exists.
+    ///
+    /// # Errors
+    /// [`StoreError::NoSuchSpec`] unless the spec exists and is `executing`; [`StoreError::Sqlx`]
+    /// (the execution must exist).
+    pub async fn attach_execution(&self, spec_id: i64, task_id: &str) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query("update specs set task_id = ? where spec_id = ? and status = 'executing'")
+            .bind(task_id)
+            .bind(spec_id)
+            .execute(&mut *tx)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NoSuchSpec { spec_id });
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Seq of an execution's newest event (0 before the first); `None` when it does not exist.
+    /// A primary-key lookup: cheap enough to poll every second.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn head_seq(&self, task_id: &str) -> Result<Option<i64>, StoreError> {
+        Ok(sqlx::query_scalar::<_, i64>("select last_seq from executions where task_id = ?")
+            .bind(task_id)
+            .fetch_optional(&self.reader)
+            .await?)
+    }
+
+    /// Marks an execution paused (`paused = true`) or not, in `settings`.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn set_paused(&self, task_id: &str, paused: bool) -> Result<(), StoreError> {
+        let key = format!("paused:{task_id}");
+        let mut tx = self.begin_write().await?;
+        if paused {
+            sqlx::query("insert into settings (key, value) values (?, '1') on conflict (key) do nothing")
+                .bind(&key)
+                .execute(&mut *tx)
+                .await?;
+        } else {
+            sqlx::query("delete from settings where key = ?").bind(&key).execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Whether an execution is paused.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn is_paused(&self, task_id: &str) -> Result<bool, StoreError> {
+        Ok(sqlx::query_scalar::<_, i64>("select 1 from settings where key = ?")
+            .bind(format!("paused:{task_id}"))
+            .fetch_optional(&self.reader)
+            .await?
+            .is_some())
+    }
+}
+
+/// `Some(v)` → (true, v); `None` → (false, None).
+fn split(v: &Option<Option<String>>) -> (bool, Option<String>) {
+    match v {
+        Some(inner) => (true, inner.clone()),
+        None => (false, None),
+    }
+}
