@@ -4,6 +4,9 @@
 //! phases: a design step behind an approval, a parallel pair behind a real test gate, a
 //! review), runs it with the bundled demo agent — approving the approval automatically with a
 //! printed notice — and ends by printing the feature branch and its `git log`.
+//!
+//! [`seed_board`] is `baton serve --demo`: a demo project on its own small repository, with a
+//! few specs at different points of their lifecycle.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -123,4 +126,82 @@ pub async fn run_demo(data_dir: &Path) -> anyhow::Result<ExitCode> {
     }
     outln!("\nInspect it with: git -C {} log --stat {}", repo.root().display(), outcome.branch);
     Ok(code)
+}
+
+/// The board demo's gate: every Markdown file the agents wrote is non-empty.
+const BOARD_CHECK_SCRIPT: &str = "#!/bin/sh\n\
+# The board demo's test gate: every file under docs/, src/ and tests/ is non-empty.\n\
+set -e\n\
+for f in $(find docs src tests -type f 2>/dev/null); do\n\
+  test -s \"$f\" || { echo \"empty: $f\"; exit 1; }\n\
+done\n\
+echo \"every file has content\"\n";
+
+/// The demo specs: (title, body, how far along: 0 draft, 1 enriched, 2 approved).
+const DEMO_SPECS: &[(&str, &str, u8)] = &[
+    (
+        "Add a farewell message to the greeting service",
+        "The service greets people but never says goodbye. Add a farewell message next to the greeting, with a test.",
+        0,
+    ),
+    (
+        "Fix the greeting when the name is empty",
+        "An empty name produces \"Hello, !\". Greet \"Hello, stranger!\" instead, and cover it with a test.",
+        1,
+    ),
+    ("Document the greeting service", "Write a short guide to the greeting service for new contributors.", 2),
+];
+
+/// Name of the demo project `baton serve --demo` registers.
+pub const DEMO_PROJECT: &str = "demo";
+
+/// `baton serve --demo`: creates (once) a small repository under `<data>/demo/board-repo`,
+/// registers it as project `demo` on the demo agent, and adds the demo specs. Does nothing
+/// when the project exists.
+///
+/// Errors: the repository cannot be created; the database.
+pub async fn seed_board(data: &DataDir, specs: &crate::runtime::specs::Specs) -> anyhow::Result<()> {
+    if specs.projects().await?.iter().any(|p| p.name == DEMO_PROJECT) {
+        return Ok(());
+    }
+    let repo_path = data.root().join("demo").join("board-repo");
+    let repo = if repo_path.join(".git").exists() {
+        let p = repo_path.clone();
+        blocking(move || GitRepo::open(&p)).await??
+    } else {
+        let p = repo_path.clone();
+        blocking(move || {
+            git::init_repository(
+                &p,
+                &[("README.md", README), ("scripts/check.sh", BOARD_CHECK_SCRIPT), ("agents/architect.md", ARCHITECT)],
+                "Initial commit of the demo repository",
+            )
+        })
+        .await??
+    };
+    let project = crate::runtime::specs::NewProject {
+        name: DEMO_PROJECT.into(),
+        repo_path: repo.root().to_path_buf(),
+        agent_profile: Some("demo".into()),
+        test_command: Some("sh scripts/check.sh".into()),
+        ..Default::default()
+    };
+    specs.register_project(project).await.map_err(|e| anyhow::anyhow!("registering the demo project: {e}"))?;
+    for (title, body, stage) in DEMO_SPECS {
+        let input = crate::runtime::specs::SpecInput {
+            project: DEMO_PROJECT.into(),
+            title: (*title).into(),
+            body: (*body).into(),
+            priority: Some(2),
+        };
+        let row = specs.create(input, "board", "", "baton demo").await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        if *stage >= 1 {
+            specs.enrich(row.spec_id, "baton demo").await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        if *stage >= 2 {
+            specs.review(row.spec_id, true, "", "baton demo").await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+    }
+    outln!("Registered the demo project (repository {}) with {} specs", repo.root().display(), DEMO_SPECS.len());
+    Ok(())
 }

@@ -47,7 +47,6 @@ struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-#[expect(clippy::large_enum_variant, reason = "parsed once per process")]
 enum Command {
     /// Run the demo: a small repository, an example plan, the demo agent, to COMPLETE.
     Demo,
@@ -75,11 +74,18 @@ enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
-    /// Serve the REST API (JSON under /api/v1, /healthz, /readyz) until SIGINT or SIGTERM.
+    /// Serve the board and the REST API, driving fired specs, until SIGINT or SIGTERM.
     Serve {
         /// Address to listen on; only loopback is allowed until authentication exists.
         #[arg(long, default_value = crate::web::DEFAULT_BIND)]
         bind: std::net::SocketAddr,
+        /// Register a demo project (a small git repository under the data dir, on the bundled
+        /// demo agent) and a few specs, so the whole flow runs with no API key.
+        #[arg(long)]
+        demo: bool,
+        /// Agents running at once across every execution.
+        #[arg(long, default_value_t = crate::runtime::pool::DEFAULT_MAX_AGENTS)]
+        max_agents: usize,
     },
     /// Remove worktrees of final executions older than the configured age.
     Gc {
@@ -535,7 +541,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             outln!("removed {removed} worktrees of final executions older than {hours} h");
             Ok(ExitCode::SUCCESS)
         }
-        Command::Serve { bind } => serve(&cli.data_dir, bind).await,
+        Command::Serve { bind, demo, max_agents } => serve(&cli.data_dir, bind, demo, max_agents).await,
         Command::Agent { .. } | Command::Attempt { .. } => Ok(ExitCode::SUCCESS),
     }
 }
@@ -683,15 +689,38 @@ async fn execute(data: DataDir, command: ExecuteCommand, json: bool) -> anyhow::
     }
 }
 
-/// `baton serve`: checks the address, opens the data dir, serves until SIGINT/SIGTERM.
-async fn serve(data_dir: &Path, bind: std::net::SocketAddr) -> anyhow::Result<ExitCode> {
+/// How long `baton serve` waits for its drivers to stop on shutdown.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// `baton serve`: checks the address, locks the data dir, recovers every execution it was
+/// driving, seeds the demo when asked, serves until SIGINT/SIGTERM, then stops its drivers.
+async fn serve(data_dir: &Path, bind: std::net::SocketAddr, demo: bool, max_agents: usize) -> anyhow::Result<ExitCode> {
     crate::web::check_bind(bind)?;
-    let execs = Executions::open(DataDir::open(data_dir)?).await?;
-    let listener = tokio::net::TcpListener::bind(bind).await.with_context(|| format!("listening on {bind}"))?;
+    let data = DataDir::open(data_dir)?;
+    let _lock = crate::runtime::server_lock(&data)?;
+    let execs = Executions::open(data.clone()).await?;
+    let pool = crate::runtime::pool::Pool::new(execs, max_agents);
+    let state = crate::web::AppState::with_pool(pool.clone());
+    state.specs.load_project_caps().await?;
+    if demo {
+        demo::seed_board(&data, &state.specs).await?;
+    }
+    let listener = tokio::net::TcpListener::bind(bind).await.map_err(|e| {
+        runtime::BadInput(format!("--bind {bind}: {e} (is another server listening there? pick another port)"))
+    })?;
     let addr = listener.local_addr().context("reading the listening address")?;
-    errln!("baton serving http://{addr} (data dir {}; no authentication: loopback only)", data_dir.display());
+    let recovered = pool.recover().await?;
+    if recovered > 0 {
+        errln!("resumed {recovered} executions");
+    }
+    errln!("baton serving http://{addr}/ (data dir {})", data_dir.display());
+    errln!(
+        "open mode: no users are configured and the server only listens on loopback; anyone on this machine may act"
+    );
     tracing::info!(%addr, "serving");
-    crate::web::serve(listener, crate::web::AppState::new(execs), crate::web::shutdown_signal()).await?;
+    crate::web::serve(listener, state, crate::web::shutdown_signal()).await?;
+    errln!("stopping: drivers stop now; running agents keep going and are picked up at the next start");
+    pool.shutdown(SHUTDOWN_GRACE).await;
     errln!("baton serve stopped");
     Ok(ExitCode::SUCCESS)
 }

@@ -359,6 +359,49 @@ impl GitRepo {
         diff_paths(&repo, &from, &to)
     }
 
+    /// Per-file line counts of the change from `from_sha` to `to_sha` (like `git diff
+    /// --numstat`), sorted by path; binary files count 0 lines.
+    pub fn diff_stats(&self, from_sha: &str, to_sha: &str) -> Result<Vec<FileStat>, GitError> {
+        let repo = self.repo()?;
+        let from = repo.find_commit(resolve_oid(&repo, from_sha)?)?.tree()?;
+        let to = repo.find_commit(resolve_oid(&repo, to_sha)?)?.tree()?;
+        let diff = repo.diff_tree_to_tree(Some(&from), Some(&to), None)?;
+        let mut out = Vec::new();
+        for i in 0..diff.deltas().len() {
+            let Some(patch) = git2::Patch::from_diff(&diff, i)? else { continue };
+            let delta = patch.delta();
+            let path = delta.new_file().path_bytes().or_else(|| delta.old_file().path_bytes()).unwrap_or_default();
+            let (_, added, removed) = patch.line_stats()?;
+            out.push(FileStat { path: String::from_utf8_lossy(path).into_owned(), added, removed });
+        }
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(out)
+    }
+
+    /// The unified diff from `from_sha` to `to_sha`, cut at `max_bytes` (the flag says
+    /// whether it was cut). Invalid UTF-8 is replaced.
+    pub fn diff_patch(&self, from_sha: &str, to_sha: &str, max_bytes: usize) -> Result<(String, bool), GitError> {
+        let repo = self.repo()?;
+        let from = repo.find_commit(resolve_oid(&repo, from_sha)?)?.tree()?;
+        let to = repo.find_commit(resolve_oid(&repo, to_sha)?)?.tree()?;
+        let diff = repo.diff_tree_to_tree(Some(&from), Some(&to), None)?;
+        let mut bytes = Vec::new();
+        let mut cut = false;
+        diff.print(git2::DiffFormat::Patch, |_, _, line| {
+            if bytes.len() >= max_bytes {
+                cut = true;
+                return false;
+            }
+            if matches!(line.origin(), '+' | '-' | ' ') {
+                bytes.push(line.origin() as u8);
+            }
+            bytes.extend_from_slice(line.content());
+            true
+        })
+        .or_else(|e| if cut { Ok(()) } else { Err(e) })?;
+        Ok((String::from_utf8_lossy(&bytes).into_owned(), cut))
+    }
+
     /// Up to `limit` commits reachable from `rev`, newest first (like `git log`).
     pub fn log(&self, rev: &str, limit: usize) -> Result<Vec<CommitInfo>, GitError> {
         let repo = self.repo()?;
@@ -392,6 +435,17 @@ impl GitRepo {
         }
         Ok(())
     }
+}
+
+/// Lines added and removed in one file.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FileStat {
+    /// Path (the new path of a rename).
+    pub path: String,
+    /// Lines added.
+    pub added: usize,
+    /// Lines removed.
+    pub removed: usize,
 }
 
 /// The Baton committer signature, timestamped now.

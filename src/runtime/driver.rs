@@ -989,6 +989,21 @@ fn launch_dir(base: &Path, n: u32) -> PathBuf {
     }
 }
 
+/// The last `max_bytes` (at most) of what the newest launch of an attempt printed on stdout,
+/// lossily decoded; empty when it has not started. For the execution page's live log tail.
+pub fn attempt_log_tail(data: &DataDir, task_id: &str, step_id: &str, attempt: u32, max_bytes: u64) -> String {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let Some((_, dir)) = latest_launch(&data.run_dir(task_id, step_id, attempt)) else { return String::new() };
+    let Ok(mut file) = std::fs::File::open(dir.join(shim::STDOUT_FILE)) else { return String::new() };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if file.seek(SeekFrom::Start(len.saturating_sub(max_bytes))).is_err() {
+        return String::new();
+    }
+    let mut bytes = Vec::new();
+    let _ = file.take(max_bytes).read_to_end(&mut bytes);
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
 /// The newest launch of an attempt that exists on disk: (launch number, dir).
 fn latest_launch(base: &Path) -> Option<(u32, PathBuf)> {
     if !base.exists() {

@@ -4,6 +4,7 @@
 //! `runtime` composes `engine` (pure), `store` (SQLite) and `git`; it never serves HTTP.
 
 pub mod agent;
+pub mod changelist;
 pub mod config;
 pub mod driver;
 pub mod executions;
@@ -39,4 +40,39 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     tmp.as_file().sync_all().with_context(|| format!("syncing {}", path.display()))?;
     tmp.persist(path).with_context(|| format!("replacing {}", path.display()))?;
     Ok(())
+}
+
+/// The data dir's server lock (`serve.lock`, an exclusive `flock` held while the returned
+/// value lives, with this process's pid written in it): one `baton serve` per data dir.
+///
+/// Errors ([`BadInput`]): another process holds it (naming its pid); the file cannot be opened.
+pub fn server_lock(data: &config::DataDir) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
+    use std::io::{Read as _, Seek as _, Write as _};
+    let path = data.root().join("serve.lock");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| anyhow::anyhow!("opening {}: {e}", path.display()))?;
+    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(mut lock) => {
+            let _ = lock.set_len(0);
+            let _ = lock.rewind();
+            let _ = write!(lock, "{}", std::process::id());
+            let _ = lock.flush();
+            Ok(lock)
+        }
+        Err((mut file, _)) => {
+            let mut pid = String::new();
+            let _ = file.read_to_string(&mut pid);
+            Err(BadInput(format!(
+                "another baton serve (pid {}) already uses the data dir {}; stop it or pass another --data-dir",
+                pid.trim(),
+                data.root().display()
+            ))
+            .into())
+        }
+    }
 }

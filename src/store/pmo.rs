@@ -515,6 +515,32 @@ impl Store {
         Ok(())
     }
 
+    /// A text that changes whenever any spec or execution changes (newest `updated_at` of
+    /// each table and their row counts), for the board's live updates.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn board_version(&self) -> Result<String, StoreError> {
+        Ok(sqlx::query_scalar::<_, String>(
+            "select (select coalesce(max(updated_at), '') || ':' || count(*) from specs) || '|' || \
+             (select coalesce(max(updated_at), '') || ':' || count(*) || ':' || coalesce(sum(last_seq), 0) from executions)",
+        )
+        .fetch_one(&self.reader)
+        .await?)
+    }
+
+    /// Executions waiting for a human decision (`approval_pending`, `feedback_pending`).
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn count_waiting_decisions(&self) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar::<_, i64>(
+            "select count(*) from executions where status in ('approval_pending', 'feedback_pending')",
+        )
+        .fetch_one(&self.reader)
+        .await?)
+    }
+
     /// Whether an execution is paused.
     ///
     /// # Errors

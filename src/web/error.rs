@@ -19,6 +19,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use crate::engine::EngineError;
+use crate::runtime::specs::SpecError;
 use crate::runtime::BadInput;
 use crate::store::StoreError;
 
@@ -36,6 +37,22 @@ pub enum AppError {
     },
     /// 422: well-formed, but it names something the plan lacks or a value out of range.
     Unprocessable(String),
+    /// 422 with details (the field, the plan's problems).
+    Invalid {
+        /// What is wrong.
+        message: String,
+        /// `{field}` or `{field, problems}`.
+        details: Value,
+    },
+    /// 409: a spec's (or project's) status refuses the request; `details.current_status`.
+    StatusConflict {
+        /// What was refused.
+        message: String,
+        /// The status now.
+        current: String,
+    },
+    /// 403: the request is not allowed (a form whose CSRF token does not match).
+    Forbidden(String),
     /// 404: no such execution (or route).
     NotFound(String),
     /// 409: the execution's current state refuses the request.
@@ -52,12 +69,33 @@ pub enum AppError {
 }
 
 impl AppError {
-    fn parts(&self) -> (StatusCode, &'static str) {
+    /// The message shown to the client (a generic one for internal errors).
+    pub fn message(&self) -> String {
+        match self {
+            AppError::BadRequest(m)
+            | AppError::Body { message: m, .. }
+            | AppError::Unprocessable(m)
+            | AppError::NotFound(m)
+            | AppError::Forbidden(m)
+            | AppError::Unavailable(m)
+            | AppError::Invalid { message: m, .. }
+            | AppError::StatusConflict { message: m, .. }
+            | AppError::Conflict { message: m, .. } => m.clone(),
+            AppError::Internal(_) => "internal error (see the server log)".into(),
+        }
+    }
+
+    /// The status code and the `error` code of the JSON body.
+    pub fn parts(&self) -> (StatusCode, &'static str) {
         match self {
             AppError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
             AppError::Body { status, .. } => (*status, "invalid_body"),
-            AppError::Unprocessable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unprocessable"),
+            AppError::Unprocessable(_) | AppError::Invalid { .. } => {
+                (StatusCode::UNPROCESSABLE_ENTITY, "unprocessable")
+            }
+            AppError::StatusConflict { .. } => (StatusCode::CONFLICT, "conflict"),
             AppError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            AppError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             AppError::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
             AppError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             AppError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
@@ -115,6 +153,25 @@ impl From<anyhow::Error> for AppError {
     }
 }
 
+impl From<SpecError> for AppError {
+    /// Not found → 404, a bad field or plan → 422 (`details.field` / `details.problems`), a
+    /// status that refuses → 409 (`details.current_status`).
+    fn from(e: SpecError) -> Self {
+        match e {
+            SpecError::NotFound(m) => AppError::NotFound(m),
+            SpecError::Invalid { field, message } => {
+                AppError::Invalid { message: format!("{field}: {message}"), details: json!({ "field": field }) }
+            }
+            SpecError::InvalidPlan(problems) => AppError::Invalid {
+                message: format!("the plan has {} problems", problems.len()),
+                details: json!({ "field": "plan", "problems": problems }),
+            },
+            SpecError::Conflict { message, current } => AppError::StatusConflict { message, current },
+            SpecError::Internal(e) => AppError::from(e),
+        }
+    }
+}
+
 impl From<JsonRejection> for AppError {
     fn from(rejection: JsonRejection) -> Self {
         AppError::Body { status: rejection.status(), message: rejection.body_text() }
@@ -135,8 +192,11 @@ impl IntoResponse for AppError {
             | AppError::Body { message: m, .. }
             | AppError::Unprocessable(m)
             | AppError::NotFound(m)
+            | AppError::Forbidden(m)
             | AppError::Unavailable(m) => (m, Value::Null),
             AppError::Conflict { message, reason } => (message, reason.map_or(Value::Null, |r| json!({ "reason": r }))),
+            AppError::Invalid { message, details } => (message, details),
+            AppError::StatusConflict { message, current } => (message, json!({ "current_status": current })),
             AppError::Internal(e) => {
                 tracing::error!(error = %format!("{e:#}"), "request failed");
                 ("internal error (see the server log)".to_string(), Value::Null)

@@ -7,9 +7,11 @@
 //! [`check_bind`](crate::web::check_bind) refuses any address but loopback.
 
 pub mod api;
+pub mod board;
 pub mod error;
 pub mod extract;
 pub mod health;
+pub mod pages;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -26,6 +28,8 @@ use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::runtime::executions::Executions;
+use crate::runtime::pool::{Pool, DEFAULT_MAX_AGENTS};
+use crate::runtime::specs::Specs;
 use crate::runtime::BadInput;
 pub use crate::web::error::AppError;
 
@@ -41,6 +45,8 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct AppState {
     /// The execution service over the data dir's database.
     pub execs: Executions,
+    /// The spec queue, with the worker pool it fires into.
+    pub specs: Specs,
     /// One lock per execution, serialising the records this process makes on it: the
     /// execution lease is re-entrant for its holder (this process), so two requests on one
     /// execution must not interleave. Other executions are not held up.
@@ -48,9 +54,19 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// State over `execs`.
+    /// State over `execs`, with a pool of [`DEFAULT_MAX_AGENTS`] agents.
     pub fn new(execs: Executions) -> AppState {
-        AppState { execs, record_locks: Arc::default() }
+        AppState::with_pool(Pool::new(execs, DEFAULT_MAX_AGENTS))
+    }
+
+    /// State over `pool` and its executions.
+    pub fn with_pool(pool: Pool) -> AppState {
+        AppState { execs: pool.execs().clone(), specs: Specs::new(pool), record_locks: Arc::default() }
+    }
+
+    /// The worker pool.
+    pub fn pool(&self) -> &Pool {
+        self.specs.pool()
     }
 
     /// The record lock of `task_id` (created on first use; one entry per existing execution).
@@ -66,6 +82,7 @@ pub fn app(state: AppState) -> Router {
     Router::new()
         .merge(health::router())
         .merge(api::router())
+        .merge(pages::router())
         .fallback(|| async { AppError::NotFound("no such route".into()) })
         .with_state(state)
         .layer(CompressionLayer::new())

@@ -1,6 +1,7 @@
 //! The dependency rule of the architecture (arrows point down only), checked on the source:
 //! `store` never imports `engine`, `runtime` or `cli`; `git` never imports `store`, `runtime`
-//! or `cli`; `runtime` never imports `cli` or `web`; `web` never calls git (nor `cli`). (The
+//! or `cli`; `runtime` never imports `cli` or `web`; `web` never calls git (nor `cli`); `pmo`
+//! (pure spec-queue rules) imports nothing with IO. (The
 //! engine's purity has its own test.)
 
 use std::path::Path;
@@ -24,6 +25,7 @@ fn lower_layers_never_import_higher_ones() {
         ("git", &["store", "runtime", "cli", "engine", "web"]),
         ("runtime", &["cli", "web"]),
         ("web", &["git", "cli"]),
+        ("pmo", &["store", "runtime", "cli", "git", "web"]),
     ];
     let mut violations = Vec::new();
     for (module, forbidden) in rules {

@@ -32,6 +32,8 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/{task_id}/cancel", post(cancel))
         .route("/{task_id}/retry-step", post(retry_step))
         .route("/{task_id}/skip", post(skip))
+        .route("/{task_id}/pause", post(pause))
+        .route("/{task_id}/resume", post(resume))
 }
 
 /// One execution in the list (its board summary).
@@ -114,6 +116,20 @@ pub struct JournalEntry {
     pub hash: String,
 }
 
+impl JournalEntry {
+    /// The entry of a stored event (a payload that is not JSON is kept as a string).
+    pub fn from_stored(e: crate::store::StoredEvent) -> JournalEntry {
+        JournalEntry {
+            payload: serde_json::from_str(&e.payload).unwrap_or(serde_json::Value::String(e.payload)),
+            seq: e.seq,
+            kind: e.kind,
+            at: e.at,
+            idempotency_key: e.idempotency_key,
+            hash: e.hash,
+        }
+    }
+}
+
 async fn journal(
     State(app): State<AppState>,
     Path(task_id): Path<String>,
@@ -123,18 +139,7 @@ async fn journal(
         return Err(no_such(&task_id));
     }
     let events = store.events(&task_id, 0).await.map_err(anyhow::Error::from)?;
-    let entries = events
-        .into_iter()
-        .map(|e| JournalEntry {
-            payload: serde_json::from_str(&e.payload).unwrap_or(serde_json::Value::String(e.payload)),
-            seq: e.seq,
-            kind: e.kind,
-            at: e.at,
-            idempotency_key: e.idempotency_key,
-            hash: e.hash,
-        })
-        .collect();
-    Ok(Json(entries))
+    Ok(Json(events.into_iter().map(JournalEntry::from_stored).collect()))
 }
 
 /// `?all=true`: every dispatchable action instead of the next one.
@@ -178,7 +183,17 @@ async fn record(app: &AppState, task_id: &str, event: Event) -> Result<(StatusCo
     }
     let lock = app.record_lock(task_id);
     let _serialised = lock.lock().await;
+    let cancel = matches!(event.kind, EventKind::Cancelled { .. });
+    if cancel {
+        // This process's own driver holds the lease: stop it first (its agents are stopped
+        // with the cancel).
+        app.pool().halt(task_id).await;
+    }
     let done = execs.record_once(task_id, event).await?;
+    if !cancel && !done.applied.duplicate {
+        // A parked driver goes on at once (a decision, a retry, a skip).
+        app.pool().wake(task_id);
+    }
     if done.stopped_attempts > 0 {
         tracing::info!(task.id = %task_id, "stopped {} running agent attempts", done.stopped_attempts);
     }
@@ -186,6 +201,14 @@ async fn record(app: &AppState, task_id: &str, event: Event) -> Result<(StatusCo
     let status = if applied.duplicate { StatusCode::OK } else { StatusCode::CREATED };
     let next_action = engine::next_action(&state);
     Ok((status, Json(Recorded { recorded: !applied.duplicate, idempotency_key: applied.key, next_action })))
+}
+
+/// Records `event` (its actor set by the caller) as the REST routes do: the lease, this
+/// process's record lock, waking or stopping the pool's driver. For the HTML forms.
+///
+/// Errors: as the REST routes (404 unknown, 409 refused, 422 invalid).
+pub(crate) async fn record_event_as(app: &AppState, task_id: &str, event: Event) -> Result<Recorded, AppError> {
+    record(app, task_id, event).await.map(|(_, Json(r))| r)
 }
 
 /// Builds the event of a convenience route.
@@ -294,4 +317,45 @@ async fn skip(
 ) -> Result<(StatusCode, Json<Recorded>), AppError> {
     let kind = EventKind::StepSkipped { step_id: b.step_id, reason: b.reason };
     record(&app, &task_id, event(kind, None, actor)).await
+}
+
+/// What pause and resume answer.
+#[derive(Debug, Serialize)]
+pub struct PauseState {
+    /// The execution.
+    pub task_id: String,
+    /// Whether it is paused now.
+    pub paused: bool,
+}
+
+/// `POST …/pause`: no new dispatches (its driver stops; running agents finish and are
+/// harvested on resume). Idempotent.
+async fn pause(State(app): State<AppState>, Path(task_id): Path<String>) -> Result<Json<PauseState>, AppError> {
+    let state = load(&app, &task_id).await?;
+    if state.status.is_final() {
+        return Err(AppError::Conflict {
+            message: format!("execution {task_id} is {}", state.status),
+            reason: Some("final"),
+        });
+    }
+    app.execs.store().set_paused(&task_id, true).await.map_err(anyhow::Error::from)?;
+    app.pool().halt(&task_id).await;
+    Ok(Json(PauseState { task_id, paused: true }))
+}
+
+/// `POST …/resume`: a paused execution is driven again. Idempotent.
+async fn resume(State(app): State<AppState>, Path(task_id): Path<String>) -> Result<Json<PauseState>, AppError> {
+    let state = load(&app, &task_id).await?;
+    if state.status.is_final() {
+        return Err(AppError::Conflict {
+            message: format!("execution {task_id} is {}", state.status),
+            reason: Some("final"),
+        });
+    }
+    app.execs.store().set_paused(&task_id, false).await.map_err(anyhow::Error::from)?;
+    if crate::runtime::driver::meta_path(app.execs.data(), &task_id).exists() {
+        let project = crate::runtime::specs::project_of(&app.execs, &task_id).await?;
+        app.pool().drive(&task_id, project.as_deref());
+    }
+    Ok(Json(PauseState { task_id, paused: false }))
 }

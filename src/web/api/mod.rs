@@ -1,6 +1,9 @@
 //! The REST API under `/api/v1`: one router per resource, merged here.
 
 pub mod executions;
+pub mod projects;
+pub mod specs;
+pub mod stream;
 
 use axum::Router;
 
@@ -8,5 +11,10 @@ use crate::web::AppState;
 
 /// Every `/api/v1` route.
 pub(crate) fn router() -> Router<AppState> {
-    Router::new().nest("/api/v1/executions", executions::router())
+    Router::new()
+        .nest("/api/v1/executions", executions::router())
+        .nest("/api/v1/projects", projects::router())
+        .nest("/api/v1/specs", specs::router())
+        .merge(specs::board_router())
+        .merge(stream::router())
 }

@@ -1,0 +1,128 @@
+//! Live updates as Server-Sent Events.
+//!
+//! `GET /api/v1/executions/{task_id}/stream`: the execution's journal, one event per journal
+//! entry (`id` = seq, `event` = kind, `data` = the entry as JSON), from the entry after
+//! `Last-Event-ID` (or `?after=SEQ`), so a reconnecting client loses nothing; the stream ends
+//! once the execution is final and everything was sent. `GET /api/v1/stream`: an event
+//! `changed` whenever any spec or execution changed (the board re-renders on it). Both read
+//! the database every [`POLL`], so changes made by other processes show up too.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::routing::get;
+use axum::Router;
+use futures_util::stream::{self, Stream};
+use serde::Deserialize;
+
+use crate::web::api::executions::JournalEntry;
+use crate::web::error::AppError;
+use crate::web::AppState;
+
+/// How often a stream looks at the database.
+pub const POLL: Duration = Duration::from_millis(500);
+
+/// The stream routes.
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/executions/{task_id}/stream", get(journal_stream))
+        .route("/api/v1/stream", get(board_stream))
+}
+
+/// `?after=SEQ`: resume after this seq when there is no `Last-Event-ID` header.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StreamQuery {
+    after: Option<i64>,
+}
+
+/// The seq to resume after: `Last-Event-ID`, else `?after`, else 0.
+fn resume_after(headers: &HeaderMap, query: &StreamQuery) -> Result<i64, AppError> {
+    if let Some(v) = headers.get("last-event-id") {
+        let text = v.to_str().map_err(|_| AppError::BadRequest("Last-Event-ID: not text".into()))?;
+        return text
+            .trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|n| *n >= 0)
+            .ok_or_else(|| AppError::BadRequest(format!("Last-Event-ID: {text:?} is not a journal seq")));
+    }
+    match query.after {
+        Some(n) if n < 0 => Err(AppError::BadRequest("after: must be 0 or more".into())),
+        Some(n) => Ok(n),
+        None => Ok(0),
+    }
+}
+
+async fn journal_stream(
+    State(app): State<AppState>,
+    Path(task_id): Path<String>,
+    headers: HeaderMap,
+    query: Result<Query<StreamQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, AppError> {
+    let Query(query) = query?;
+    let after = resume_after(&headers, &query)?;
+    if app.execs.store().summary(&task_id).await.map_err(anyhow::Error::from)?.is_none() {
+        return Err(AppError::NotFound(format!("no execution with task id {task_id}")));
+    }
+    struct Cursor {
+        app: AppState,
+        task_id: String,
+        after: i64,
+        pending: std::collections::VecDeque<SseEvent>,
+        done: bool,
+    }
+    let cursor = Cursor { app, task_id, after, pending: Default::default(), done: false };
+    let s = stream::unfold(cursor, |mut c| async move {
+        loop {
+            if let Some(ev) = c.pending.pop_front() {
+                return Some((Ok(ev), c));
+            }
+            if c.done {
+                return None;
+            }
+            let store = c.app.execs.store();
+            let events = store.events(&c.task_id, c.after).await.unwrap_or_default();
+            for e in events {
+                c.after = e.seq;
+                let entry = JournalEntry::from_stored(e);
+                let data = serde_json::to_string(&entry).unwrap_or_default();
+                c.pending.push_back(SseEvent::default().id(entry.seq.to_string()).event(entry.kind.clone()).data(data));
+            }
+            if c.pending.is_empty() {
+                let fin = store
+                    .summary(&c.task_id)
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_none_or(|s| matches!(s.status.as_str(), "complete" | "cancelled"));
+                if fin {
+                    c.done = true;
+                    continue;
+                }
+                tokio::time::sleep(POLL).await;
+            }
+        }
+    });
+    Ok(Sse::new(s).keep_alive(KeepAlive::default()))
+}
+
+async fn board_stream(State(app): State<AppState>) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    let first = app.execs.store().board_version().await.unwrap_or_default();
+    let s = stream::unfold((app, first, 0u64), |(app, mut seen, mut n)| async move {
+        loop {
+            tokio::time::sleep(POLL).await;
+            let now = app.execs.store().board_version().await.unwrap_or_default();
+            if now != seen {
+                seen = now;
+                n += 1;
+                let ev = SseEvent::default().id(n.to_string()).event("changed").data(seen.clone());
+                return Some((Ok(ev), (app, seen, n)));
+            }
+        }
+    });
+    Sse::new(s).keep_alive(KeepAlive::default())
+}

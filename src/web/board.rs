@@ -1,0 +1,172 @@
+//! The PMO board: specs grouped into the columns of DESIGN.md §6, each column paginated, built
+//! from the summary rows only (specs joined with their executions' summaries; no plan or
+//! journal is read). Shared by `GET /api/v1/board` and the HTML board.
+
+use serde::Serialize;
+
+use crate::model::spec::{SpecStage, SpecStatus, BOARD_STAGES};
+use crate::store::CardRow;
+use crate::web::api::specs::BoardQuery;
+use crate::web::error::AppError;
+use crate::web::AppState;
+
+/// Cards per column page.
+pub const PAGE_SIZE: usize = 20;
+
+/// Where a spec with stored `status` stands, given its execution's status.
+pub fn stage_of(status: &str, execution_status: Option<&str>) -> SpecStage {
+    SpecStatus::parse(status).map_or(SpecStage::Queued, |s| SpecStage::of(s, execution_status))
+}
+
+/// One card.
+#[derive(Debug, Clone, Serialize)]
+pub struct Card {
+    /// Spec id.
+    pub spec_id: i64,
+    /// Title (untrusted text: escaped when rendered).
+    pub title: String,
+    /// `board`, `github`, `ado`.
+    pub source: String,
+    /// Link to where it came from, empty when none.
+    pub source_url: String,
+    /// Project name.
+    pub project: String,
+    /// Risk tier, empty before enrichment.
+    pub risk: String,
+    /// 0 (highest) … 3.
+    pub priority: i64,
+    /// Stored status (`draft`, `approved`, …).
+    pub status: String,
+    /// Where it stands.
+    pub stage: SpecStage,
+    /// The plan's agents.
+    pub agents: Vec<String>,
+    /// One pip per step: true when done.
+    pub pips: Vec<bool>,
+    /// `"<id> <name>"` of the current phase, when executing.
+    pub current_phase: String,
+    /// Spend so far, USD.
+    pub spend_usd: f64,
+    /// Expected cost, USD, once enriched.
+    pub forecast_mid_usd: Option<f64>,
+    /// What it waits for (a human decision, a gate, a review), when it waits.
+    pub waits_for: Option<String>,
+    /// Its execution, once fired.
+    pub task_id: Option<String>,
+}
+
+/// One column.
+#[derive(Debug, Clone, Serialize)]
+pub struct Column {
+    /// Which stage it holds.
+    pub stage: SpecStage,
+    /// Heading.
+    pub title: &'static str,
+    /// Cards in the column, all pages.
+    pub total: usize,
+    /// The page shown (1-based).
+    pub page: usize,
+    /// Pages in the column.
+    pub pages: usize,
+    /// The cards of the page shown.
+    pub cards: Vec<Card>,
+}
+
+/// The whole board.
+#[derive(Debug, Clone, Serialize)]
+pub struct Board {
+    /// The project filter, if any.
+    pub project: Option<String>,
+    /// Whether this is the archive (cancelled specs in one column).
+    pub archived: bool,
+    /// Every project name, for the filter.
+    pub projects: Vec<String>,
+    /// The columns in order.
+    pub columns: Vec<Column>,
+    /// Executions waiting for a human decision (approval or feedback).
+    pub decisions_waiting: usize,
+}
+
+/// What a card in `stage` waits for.
+fn waits_for(stage: SpecStage, row: &CardRow) -> Option<String> {
+    let phase = row.current_phase.clone().unwrap_or_default();
+    match (stage, row.execution_status.as_deref()) {
+        (SpecStage::AwaitingHuman, Some("approval_pending")) => Some(format!("approval of phase {phase}")),
+        (SpecStage::AwaitingHuman, _) => Some(format!("feedback on phase {phase}")),
+        (SpecStage::Validating, Some("gate_failed")) => Some(format!("gate retry of phase {phase}")),
+        (SpecStage::Validating, _) => Some(format!("gate of phase {phase}")),
+        (SpecStage::InReview, _) => Some("a reviewer".into()),
+        (SpecStage::ChangelistReview, _) => Some("changelist review".into()),
+        (SpecStage::Queued, _) => match row.status.as_str() {
+            "draft" | "imported" => Some("enrichment".into()),
+            "enriched" => Some("review".into()),
+            "approved" => Some("fire".into()),
+            "bounced" => Some(format!("an edit: {}", row.status_reason)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Turns a card row into a card.
+pub fn card(row: CardRow) -> Card {
+    let stage = stage_of(&row.status, row.execution_status.as_deref());
+    let total = usize::try_from(row.steps_total.unwrap_or(0)).unwrap_or(0).min(200);
+    let done = usize::try_from(row.steps_done.unwrap_or(0)).unwrap_or(0).min(total);
+    let mut agents: Vec<String> =
+        row.agents.as_deref().unwrap_or("").split(',').filter(|a| !a.is_empty()).map(String::from).collect();
+    agents.sort();
+    Card {
+        waits_for: waits_for(stage, &row),
+        spec_id: row.spec_id,
+        title: row.title,
+        source: row.source,
+        source_url: row.source_url,
+        project: row.project,
+        risk: row.risk,
+        priority: row.priority,
+        status: row.status,
+        stage,
+        agents,
+        pips: (0..total).map(|i| i < done).collect(),
+        current_phase: row.current_phase.unwrap_or_default(),
+        spend_usd: row.spend_usd.unwrap_or(0.0),
+        forecast_mid_usd: row.forecast_mid_usd,
+        task_id: row.task_id,
+    }
+}
+
+/// Groups `cards` into the board's columns (or the archive's one) and cuts page `page` of each.
+pub fn group(cards: Vec<Card>, archived: bool, page: usize) -> Vec<Column> {
+    let stages: Vec<SpecStage> = if archived { vec![SpecStage::Cancelled] } else { BOARD_STAGES.to_vec() };
+    stages
+        .into_iter()
+        .map(|stage| {
+            let all: Vec<&Card> = cards.iter().filter(|c| archived || c.stage == stage).collect();
+            let total = all.len();
+            let pages = total.div_ceil(PAGE_SIZE).max(1);
+            let page = page.clamp(1, pages);
+            let cards = all.into_iter().skip((page - 1) * PAGE_SIZE).take(PAGE_SIZE).cloned().collect();
+            Column { stage, title: stage.title(), total, page, pages, cards }
+        })
+        .collect()
+}
+
+/// Loads the board for `query`.
+///
+/// Errors: the database (500).
+pub async fn load(app: &AppState, query: &BoardQuery) -> Result<Board, AppError> {
+    let store = app.execs.store();
+    let rows = store.cards(query.project.as_deref(), query.archived).await.map_err(anyhow::Error::from)?;
+    let cards: Vec<Card> = rows.into_iter().map(card).collect();
+    let decisions_waiting =
+        if query.archived { 0 } else { cards.iter().filter(|c| c.stage == SpecStage::AwaitingHuman).count() };
+    let projects = store.list_projects().await.map_err(anyhow::Error::from)?.into_iter().map(|p| p.name).collect();
+    Ok(Board {
+        project: query.project.clone(),
+        archived: query.archived,
+        projects,
+        columns: group(cards, query.archived, query.page.unwrap_or(1)),
+        decisions_waiting,
+    })
+}

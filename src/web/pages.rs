@@ -1,0 +1,783 @@
+//! Server-rendered pages (askama templates in `templates/`): the board, the archive, specs,
+//! executions, the approvals queue and the changelist; and the plain HTML forms they post.
+//!
+//! Pages work without JavaScript: every action is a form that posts and is answered with a
+//! 303 redirect to the page it came from (or an error page with the API's status). Every form
+//! carries a CSRF token that must equal the `baton_csrf` cookie (double-submit: a cross-site
+//! page can post a form but cannot read or set the cookie, which is also `SameSite=Strict`).
+//! Every value is escaped by askama. Handlers call the same services as the REST API.
+
+use askama::Template;
+use axum::extract::{Path, Query, State};
+use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Form, Router};
+use serde::Deserialize;
+
+use crate::engine;
+use crate::model::action::{Action, ApprovalAction, FeedbackAction, InteractAction};
+use crate::model::event::{Event, EventKind};
+use crate::model::plan::MachinePlan;
+use crate::model::spec::{self, SpecAction, SpecStatus};
+use crate::model::state::{ApprovalDecision, ExecutionState, StepStatus};
+use crate::pmo::enrich::Forecast;
+use crate::runtime::changelist::{self, Changelist};
+use crate::runtime::driver;
+use crate::runtime::specs::SpecEdit;
+use crate::store::{SpecEventRow, SpecRow};
+use crate::web::api::specs::BoardQuery;
+use crate::web::board::{self, Board};
+use crate::web::error::AppError;
+use crate::web::AppState;
+
+/// The CSRF cookie's name.
+pub const CSRF_COOKIE: &str = "baton_csrf";
+
+const CSS: &str = include_str!("../../static/baton.css");
+const LIVE_JS: &str = include_str!("../../static/live.js");
+
+/// The page routes.
+pub(crate) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/", get(board_page))
+        .route("/archive", get(archive_page))
+        .route("/approvals", get(approvals_page))
+        .route("/specs/new", get(new_spec_page))
+        .route("/specs", post(create_spec))
+        .route("/specs/{id}", get(spec_page))
+        .route("/specs/{id}/{action}", post(spec_action))
+        .route("/executions/{task_id}", get(execution_page))
+        .route("/executions/{task_id}/changelist", get(changelist_page))
+        .route("/executions/{task_id}/{action}", post(execution_action))
+        .route("/static/baton.css", get(|| async { asset("text/css; charset=utf-8", CSS) }))
+        .route("/static/live.js", get(|| async { asset("text/javascript; charset=utf-8", LIVE_JS) }))
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (CONTENT_TYPE, HeaderValue::from_static(content_type)),
+            (CACHE_CONTROL, HeaderValue::from_static("max-age=300")),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// What every page's layout shows.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// The CSRF token forms carry.
+    pub csrf: String,
+    /// No users configured: the server runs open (said on every page).
+    pub open_mode: bool,
+    /// Executions waiting for a human decision.
+    pub decisions_waiting: usize,
+    /// Whether the page follows live updates (`data-live`).
+    pub live: &'static str,
+}
+
+/// The `baton_csrf` cookie's value, if the request has one.
+fn cookie_token(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == CSRF_COOKIE)
+        .map(|(_, v)| v.to_string())
+        .filter(|v| v.len() == 32 && v.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// 16 random bytes from the OS, hex.
+fn new_token() -> String {
+    use std::io::Read as _;
+    let mut bytes = [0u8; 16];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        let _ = f.read_exact(&mut bytes);
+    }
+    hex::encode(bytes)
+}
+
+/// A rendered page, setting the CSRF cookie when the request had none.
+struct Page {
+    status: StatusCode,
+    html: String,
+    set_cookie: Option<String>,
+}
+
+impl IntoResponse for Page {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, Html(self.html)).into_response();
+        if let Some(token) = self.set_cookie {
+            let cookie = format!("{CSRF_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict");
+            if let Ok(v) = HeaderValue::from_str(&cookie) {
+                response.headers_mut().append(SET_COOKIE, v);
+            }
+        }
+        response
+    }
+}
+
+/// A page's failure: the API's status, rendered as HTML.
+#[derive(Debug)]
+pub struct PageError {
+    error: AppError,
+    back: String,
+}
+
+impl<E: Into<AppError>> From<E> for PageError {
+    fn from(e: E) -> PageError {
+        PageError { error: e.into(), back: "/".into() }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "error.html")]
+struct ErrorTemplate {
+    layout: Layout,
+    status: String,
+    message: String,
+    back: String,
+}
+
+impl IntoResponse for PageError {
+    fn into_response(self) -> Response {
+        let (status, _) = self.error.parts();
+        let message = match &self.error {
+            AppError::Internal(e) => {
+                tracing::error!(error = %format!("{e:#}"), "page failed");
+                "internal error (see the server log)".to_string()
+            }
+            other => other.message(),
+        };
+        let t = ErrorTemplate {
+            layout: Layout { csrf: String::new(), open_mode: true, decisions_waiting: 0, live: "off" },
+            status: status.to_string(),
+            message,
+            back: self.back,
+        };
+        let html = t.render().unwrap_or_else(|e| format!("<p>{status}</p><!-- {e} -->"));
+        (status, Html(html)).into_response()
+    }
+}
+
+fn back_to(back: impl Into<String>) -> impl FnOnce(AppError) -> PageError {
+    let back = back.into();
+    move |error| PageError { error, back }
+}
+
+async fn layout(app: &AppState, headers: &HeaderMap, live: bool) -> Result<(Layout, Option<String>), PageError> {
+    let (csrf, set) = match cookie_token(headers) {
+        Some(t) => (t, None),
+        None => {
+            let t = new_token();
+            (t.clone(), Some(t))
+        }
+    };
+    let decisions_waiting =
+        app.execs.store().count_waiting_decisions().await.map_err(|e| AppError::from(anyhow::Error::from(e)))?;
+    let layout = Layout {
+        csrf,
+        open_mode: true,
+        decisions_waiting: usize::try_from(decisions_waiting).unwrap_or(0),
+        live: if live { "on" } else { "off" },
+    };
+    Ok((layout, set))
+}
+
+fn render(t: &impl Template, set_cookie: Option<String>) -> Result<Page, PageError> {
+    let html = t.render().map_err(|e| AppError::Internal(anyhow::anyhow!("rendering a page: {e}")))?;
+    Ok(Page { status: StatusCode::OK, html, set_cookie })
+}
+
+/// Refuses a form whose `csrf` field is not the request's `baton_csrf` cookie (403).
+fn check_csrf(headers: &HeaderMap, token: &str) -> Result<(), AppError> {
+    match cookie_token(headers) {
+        Some(cookie) if !token.is_empty() && cookie.as_bytes() == token.as_bytes() => Ok(()),
+        _ => Err(AppError::Forbidden(
+            "the form's CSRF token does not match this browser's session: reload the page and submit again".into(),
+        )),
+    }
+}
+
+fn see_other(location: &str) -> Response {
+    let mut r = StatusCode::SEE_OTHER.into_response();
+    if let Ok(v) = HeaderValue::from_str(location) {
+        r.headers_mut().insert(LOCATION, v);
+    }
+    r
+}
+
+#[derive(Template)]
+#[template(path = "board.html")]
+struct BoardTemplate {
+    layout: Layout,
+    board: Board,
+}
+
+async fn board_page(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<BoardQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Page, PageError> {
+    let Query(mut q) = query?;
+    q.project = q.project.filter(|p| !p.is_empty());
+    let (layout, set) = layout(&app, &headers, true).await?;
+    let board = board::load(&app, &q).await?;
+    render(&BoardTemplate { layout, board }, set)
+}
+
+async fn archive_page(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<BoardQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Page, PageError> {
+    let Query(mut q) = query?;
+    q.project = q.project.filter(|p| !p.is_empty());
+    q.archived = true;
+    let (layout, set) = layout(&app, &headers, false).await?;
+    let board = board::load(&app, &q).await?;
+    render(&BoardTemplate { layout, board }, set)
+}
+
+#[derive(Template)]
+#[template(path = "spec_new.html")]
+struct NewSpecTemplate {
+    layout: Layout,
+    projects: Vec<String>,
+}
+
+async fn new_spec_page(State(app): State<AppState>, headers: HeaderMap) -> Result<Page, PageError> {
+    let (layout, set) = layout(&app, &headers, false).await?;
+    let projects = app.specs.projects().await?.into_iter().map(|p| p.name).collect();
+    render(&NewSpecTemplate { layout, projects }, set)
+}
+
+/// The new-spec form.
+#[derive(Debug, Deserialize)]
+struct NewSpecForm {
+    csrf: String,
+    project: String,
+    title: String,
+    #[serde(default)]
+    body: String,
+    #[serde(default)]
+    priority: Option<i64>,
+}
+
+async fn create_spec(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    form: Result<Form<NewSpecForm>, axum::extract::rejection::FormRejection>,
+) -> Result<Response, PageError> {
+    let back = back_to("/specs/new");
+    let Form(f) = form.map_err(|e| back_to("/specs/new")(AppError::BadRequest(e.body_text())))?;
+    check_csrf(&headers, &f.csrf).map_err(back_to("/specs/new"))?;
+    let input =
+        crate::runtime::specs::SpecInput { project: f.project, title: f.title, body: f.body, priority: f.priority };
+    let row = app.specs.create(input, "board", "", "board").await.map_err(|e| back(e.into()))?;
+    Ok(see_other(&format!("/specs/{}", row.spec_id)))
+}
+
+#[derive(Template)]
+#[template(path = "spec.html")]
+struct SpecTemplate {
+    layout: Layout,
+    spec: SpecRow,
+    stage: &'static str,
+    plan: Option<MachinePlan>,
+    forecast: Option<Forecast>,
+    events: Vec<SpecEventRow>,
+    can_enrich: bool,
+    can_submit: bool,
+    can_review: bool,
+    can_fire: bool,
+    can_cancel: bool,
+    can_edit: bool,
+}
+
+fn parse_spec_id(raw: &str) -> Result<i64, AppError> {
+    raw.parse::<i64>().ok().filter(|n| *n > 0).ok_or_else(|| AppError::NotFound(format!("no spec with id {raw:?}")))
+}
+
+async fn spec_page(State(app): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Result<Page, PageError> {
+    let id = parse_spec_id(&id)?;
+    let (layout, set) = layout(&app, &headers, true).await?;
+    let mut spec = app.specs.get(id).await?;
+    let exec_status = match &spec.task_id {
+        Some(t) => app.execs.store().summary(t).await.map_err(anyhow::Error::from)?.map(|s| s.status),
+        None => None,
+    };
+    let stage = board::stage_of(&spec.status, exec_status.as_deref()).as_str();
+    let plan = spec.plan_json.take().and_then(|t| serde_json::from_str(&t).ok());
+    let forecast = spec.forecast_json.take().and_then(|t| serde_json::from_str(&t).ok());
+    let events = app.specs.events(id).await?;
+    let status = SpecStatus::parse(&spec.status).unwrap_or(SpecStatus::Cancelled);
+    let can = |a: SpecAction| spec::transition(status, a).is_ok();
+    let t = SpecTemplate {
+        layout,
+        stage,
+        plan,
+        forecast,
+        events,
+        can_enrich: can(SpecAction::Enrich),
+        can_submit: can(SpecAction::Submit),
+        can_review: can(SpecAction::Approve),
+        can_fire: can(SpecAction::Fire),
+        can_cancel: can(SpecAction::Cancel),
+        can_edit: can(SpecAction::Edit),
+        spec,
+    };
+    render(&t, set)
+}
+
+/// Every spec form's fields (each action reads the ones it needs).
+#[derive(Debug, Deserialize)]
+struct SpecForm {
+    csrf: String,
+    #[serde(default)]
+    reason: String,
+    #[serde(default)]
+    decision: String,
+    #[serde(default)]
+    title: Option<String>,
+    #[serde(default)]
+    body: Option<String>,
+    #[serde(default)]
+    priority: Option<String>,
+    #[serde(default)]
+    plan: String,
+}
+
+async fn spec_action(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Path((id, action)): Path<(String, String)>,
+    form: Result<Form<SpecForm>, axum::extract::rejection::FormRejection>,
+) -> Result<Response, PageError> {
+    let id = parse_spec_id(&id)?;
+    let page = format!("/specs/{id}");
+    let back = back_to(page.clone());
+    let Form(f) = form.map_err(|e| back_to(page.clone())(AppError::BadRequest(e.body_text())))?;
+    check_csrf(&headers, &f.csrf).map_err(back_to(page.clone()))?;
+    let actor = "board";
+    let s = &app.specs;
+    let result = match action.as_str() {
+        "enrich" => s.enrich(id, actor).await,
+        "submit" => s.submit(id, actor).await,
+        "review" => match f.decision.as_str() {
+            "approve" | "bounce" => s.review(id, f.decision == "approve", &f.reason, actor).await,
+            other => return Err(back(AppError::BadRequest(format!("decision: {other:?} is not approve or bounce")))),
+        },
+        "fire" => s.fire(id, actor).await,
+        "cancel" => s.cancel(id, &f.reason, actor).await,
+        "edit" => {
+            let priority = match f.priority.as_deref().map(str::trim).filter(|p| !p.is_empty()) {
+                Some(p) => Some(p.parse::<i64>().map_err(|_| {
+                    back_to(page.clone())(AppError::BadRequest(format!("priority: {p:?} is not a number")))
+                })?),
+                None => None,
+            };
+            s.edit(id, SpecEdit { title: f.title, body: f.body, priority }, actor).await
+        }
+        "plan" => {
+            let value: serde_json::Value = serde_json::from_str(&f.plan)
+                .map_err(|e| back_to(page.clone())(AppError::BadRequest(format!("plan: not JSON: {e}"))))?;
+            s.upload_plan(id, value, actor).await
+        }
+        other => return Err(back(AppError::NotFound(format!("no spec action {other:?}")))),
+    };
+    result.map_err(|e| back_to(page.clone())(e.into()))?;
+    Ok(see_other(&page))
+}
+
+/// One step on the execution page.
+#[derive(Debug)]
+struct StepView {
+    step_id: String,
+    agent_name: String,
+    status: &'static str,
+    attempt: u32,
+    duration_seconds: f64,
+    cost_usd: f64,
+    files: usize,
+    error: String,
+    log_tail: String,
+    skippable: bool,
+}
+
+/// One gate run on the execution page.
+#[derive(Debug)]
+struct GateView {
+    gate_type: String,
+    passed: bool,
+    command: Option<String>,
+    output: String,
+}
+
+/// One phase on the execution page.
+#[derive(Debug)]
+struct PhaseView {
+    phase_id: i64,
+    name: String,
+    state: &'static str,
+    steps: Vec<StepView>,
+    gates: Vec<GateView>,
+}
+
+/// One journal line on the execution page.
+#[derive(Debug)]
+struct JournalLine {
+    seq: i64,
+    at: String,
+    kind: String,
+    actor: String,
+}
+
+#[derive(Template)]
+#[template(path = "execution.html")]
+struct ExecutionTemplate {
+    layout: Layout,
+    task_id: String,
+    spec_id: Option<i64>,
+    status: String,
+    paused: bool,
+    final_: bool,
+    driver: Option<String>,
+    steps_done: u64,
+    steps_total: u64,
+    spend_usd: f64,
+    summary: String,
+    failure: String,
+    next_message: String,
+    approval: Option<ApprovalAction>,
+    feedback: Option<FeedbackAction>,
+    interact: Option<InteractAction>,
+    phases: Vec<PhaseView>,
+    journal: Vec<JournalLine>,
+}
+
+/// Bytes of a running attempt's output shown.
+const LOG_TAIL_BYTES: u64 = 4096;
+
+fn phases_of(app: &AppState, state: &ExecutionState) -> Vec<PhaseView> {
+    state
+        .plan
+        .phases
+        .iter()
+        .enumerate()
+        .map(|(i, ph)| PhaseView {
+            phase_id: ph.phase_id,
+            name: ph.name.clone(),
+            state: if state.status.is_final() && i == state.current_phase {
+                state.status.as_str()
+            } else if i < state.current_phase {
+                "done"
+            } else if i == state.current_phase {
+                "current"
+            } else {
+                "pending"
+            },
+            steps: ph
+                .steps
+                .iter()
+                .map(|s| {
+                    let r = state.result(&s.step_id);
+                    let status = r.map_or("pending", |r| r.status.as_str());
+                    let running = r.is_some_and(|r| r.status == StepStatus::Dispatched);
+                    StepView {
+                        step_id: s.step_id.clone(),
+                        agent_name: r.map_or_else(|| s.agent_name.clone(), |r| r.agent_name.clone()),
+                        status,
+                        attempt: r.map_or(0, |r| r.attempt),
+                        duration_seconds: r.map_or(0.0, |r| r.duration_seconds),
+                        cost_usd: r.map_or(0.0, |r| r.cost_usd),
+                        files: r.map_or(0, |r| r.files_changed.len()),
+                        error: r.map(|r| r.error.clone()).unwrap_or_default(),
+                        log_tail: match r {
+                            Some(r) if running => driver::attempt_log_tail(
+                                app.execs.data(),
+                                &state.task_id,
+                                &s.step_id,
+                                r.attempt,
+                                LOG_TAIL_BYTES,
+                            ),
+                            _ => String::new(),
+                        },
+                        skippable: !matches!(
+                            r.map(|r| r.status),
+                            Some(StepStatus::Complete | StepStatus::Skipped | StepStatus::Dispatched)
+                        ) && i >= state.current_phase,
+                    }
+                })
+                .collect(),
+            gates: state
+                .gate_results
+                .iter()
+                .filter(|g| g.phase_id == ph.phase_id)
+                .map(|g| GateView {
+                    gate_type: g.gate_type.clone(),
+                    passed: g.passed,
+                    command: Some(g.command.clone()).filter(|c| !c.is_empty()),
+                    output: g.output.clone(),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// Journal lines shown on the execution page (the newest).
+const JOURNAL_LINES: usize = 200;
+
+async fn execution_page(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Path(task_id): Path<String>,
+) -> Result<Page, PageError> {
+    let (layout, set) = layout(&app, &headers, true).await?;
+    let state = app
+        .execs
+        .load(&task_id)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("no execution with task id {task_id}")))?;
+    let store = app.execs.store();
+    let spec_id = store.spec_of_execution(&task_id).await.map_err(anyhow::Error::from)?.map(|s| s.spec_id);
+    let paused = store.is_paused(&task_id).await.map_err(anyhow::Error::from)?;
+    let events = store.events(&task_id, 0).await.map_err(anyhow::Error::from)?;
+    let skip = events.len().saturating_sub(JOURNAL_LINES);
+    let journal = events
+        .into_iter()
+        .skip(skip)
+        .rev()
+        .map(|e| {
+            let actor = serde_json::from_str::<serde_json::Value>(&e.payload)
+                .ok()
+                .and_then(|v| v.get("actor").and_then(|a| a.as_str()).map(String::from))
+                .unwrap_or_default();
+            JournalLine { seq: e.seq, at: e.at, kind: e.kind, actor }
+        })
+        .collect();
+    let action = engine::next_action(&state);
+    let (mut approval, mut feedback, mut interact) = (None, None, None);
+    match &action {
+        Action::Approval(a) => approval = Some(a.clone()),
+        Action::Feedback(f) => feedback = Some(f.clone()),
+        Action::Interact(i) => interact = Some(i.clone()),
+        _ => {}
+    }
+    let (done, total) = state.progress();
+    let driver = app.pool().driver_state(&task_id).map(|d| match d {
+        crate::runtime::pool::DriverState::Running => "running".to_string(),
+        crate::runtime::pool::DriverState::Parked => "parked".to_string(),
+        crate::runtime::pool::DriverState::Errored(e) => format!("errored: {e}"),
+    });
+    let t = ExecutionTemplate {
+        layout,
+        spec_id,
+        status: state.status.as_str().to_string(),
+        paused,
+        final_: state.status.is_final(),
+        driver,
+        steps_done: done,
+        steps_total: total,
+        spend_usd: state.counters.spend_usd,
+        summary: state.plan.task_summary.clone(),
+        failure: state.failure.clone().unwrap_or_default(),
+        next_message: action.message().to_string(),
+        approval,
+        feedback,
+        interact,
+        phases: phases_of(&app, &state),
+        journal,
+        task_id,
+    };
+    render(&t, set)
+}
+
+/// Every execution form's fields.
+#[derive(Debug, Deserialize)]
+struct ExecutionForm {
+    csrf: String,
+    #[serde(default)]
+    phase_id: Option<i64>,
+    #[serde(default)]
+    result: String,
+    #[serde(default)]
+    feedback: String,
+    #[serde(default)]
+    question_id: String,
+    #[serde(default)]
+    chosen_index: Option<usize>,
+    #[serde(default)]
+    step_id: String,
+    #[serde(default)]
+    input: String,
+    #[serde(default)]
+    done: Option<String>,
+    #[serde(default)]
+    reason: String,
+}
+
+async fn execution_action(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Path((task_id, action)): Path<(String, String)>,
+    form: Result<Form<ExecutionForm>, axum::extract::rejection::FormRejection>,
+) -> Result<Response, PageError> {
+    let page = format!("/executions/{task_id}");
+    let back = back_to(page.clone());
+    let Form(f) = form.map_err(|e| back_to(page.clone())(AppError::BadRequest(e.body_text())))?;
+    check_csrf(&headers, &f.csrf).map_err(back_to(page.clone()))?;
+    let missing = |field: &str| AppError::BadRequest(format!("{field}: missing"));
+    let kind = match action.as_str() {
+        "approve" => {
+            let result = match f.result.as_str() {
+                "approve" => ApprovalDecision::Approve,
+                "reject" => ApprovalDecision::Reject,
+                "approve-with-feedback" => ApprovalDecision::ApproveWithFeedback,
+                other => {
+                    return Err(back(AppError::BadRequest(format!("result: {other:?} is not an approval option"))))
+                }
+            };
+            let phase_id = f.phase_id.ok_or_else(|| missing("phase_id")).map_err(back_to(page.clone()))?;
+            EventKind::ApprovalRecorded { phase_id, result, feedback: f.feedback }
+        }
+        "feedback" => EventKind::FeedbackRecorded {
+            phase_id: f.phase_id.ok_or_else(|| missing("phase_id")).map_err(back_to(page.clone()))?,
+            question_id: f.question_id,
+            chosen_index: f.chosen_index.ok_or_else(|| missing("chosen_index")).map_err(back_to(page.clone()))?,
+        },
+        "interact" if f.done.is_some() => EventKind::InteractCompleted { step_id: f.step_id },
+        "interact" => EventKind::InteractInput { step_id: f.step_id, input: f.input },
+        "retry-step" => EventKind::StepRetried { step_id: f.step_id },
+        "skip" => EventKind::StepSkipped { step_id: f.step_id, reason: "skipped on the board".into() },
+        "cancel" => EventKind::Cancelled {
+            reason: if f.reason.trim().is_empty() { "cancelled on the board".into() } else { f.reason },
+        },
+        "pause" | "resume" => {
+            let paused = action == "pause";
+            let state =
+                app.execs.load(&task_id).await.map_err(|e| back_to(page.clone())(e.into()))?.ok_or_else(|| {
+                    back_to(page.clone())(AppError::NotFound(format!("no execution with task id {task_id}")))
+                })?;
+            if state.status.is_final() {
+                return Err(back(AppError::Conflict {
+                    message: format!("execution {task_id} is {}", state.status),
+                    reason: Some("final"),
+                }));
+            }
+            app.execs
+                .store()
+                .set_paused(&task_id, paused)
+                .await
+                .map_err(|e| back_to(page.clone())(anyhow::Error::from(e).into()))?;
+            if paused {
+                app.pool().halt(&task_id).await;
+            } else if driver::meta_path(app.execs.data(), &task_id).exists() {
+                let project = crate::runtime::specs::project_of(&app.execs, &task_id)
+                    .await
+                    .map_err(|e| back_to(page.clone())(e.into()))?;
+                app.pool().drive(&task_id, project.as_deref());
+            }
+            return Ok(see_other(&page));
+        }
+        other => return Err(back(AppError::NotFound(format!("no execution action {other:?}")))),
+    };
+    let event = Event::new(kind).by("board");
+    crate::web::api::executions::record_event_as(&app, &task_id, event).await.map_err(back)?;
+    Ok(see_other(&page))
+}
+
+/// One row of the approvals queue.
+#[derive(Debug)]
+struct WaitingRow {
+    task_id: String,
+    waits_for: String,
+    spec_title: Option<String>,
+    updated_at: String,
+}
+
+#[derive(Template)]
+#[template(path = "approvals.html")]
+struct ApprovalsTemplate {
+    layout: Layout,
+    rows: Vec<WaitingRow>,
+}
+
+async fn approvals_page(State(app): State<AppState>, headers: HeaderMap) -> Result<Page, PageError> {
+    let (layout, set) = layout(&app, &headers, true).await?;
+    let store = app.execs.store();
+    let mut rows = Vec::new();
+    for r in store.list_executions().await.map_err(anyhow::Error::from)? {
+        let waits_for = match r.summary.status.as_str() {
+            "approval_pending" => format!("approval of phase {}", r.summary.current_phase),
+            "feedback_pending" => format!("feedback on phase {}", r.summary.current_phase),
+            _ => continue,
+        };
+        let spec_title = store.spec_of_execution(&r.task_id).await.map_err(anyhow::Error::from)?.map(|s| s.title);
+        rows.push(WaitingRow { task_id: r.task_id, waits_for, spec_title, updated_at: r.updated_at });
+    }
+    render(&ApprovalsTemplate { layout, rows }, set)
+}
+
+/// A commit of the changelist page.
+#[derive(Debug)]
+struct CommitView {
+    short: String,
+    step_id: String,
+    agent_name: String,
+    summary: String,
+    files: Vec<crate::runtime::changelist::FileStat>,
+}
+
+#[derive(Template)]
+#[template(path = "changelist.html")]
+struct ChangelistTemplate {
+    layout: Layout,
+    task_id: String,
+    base_short: String,
+    tip_short: String,
+    commits: Vec<CommitView>,
+    cl: Changelist,
+}
+
+fn short(sha: &str) -> String {
+    sha.get(..10).unwrap_or(sha).to_string()
+}
+
+async fn changelist_page(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Path(task_id): Path<String>,
+) -> Result<Page, PageError> {
+    let (layout, set) = layout(&app, &headers, false).await?;
+    let state = app
+        .execs
+        .load(&task_id)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("no execution with task id {task_id}")))?;
+    let mut cl = changelist::changelist(app.execs.data(), &state).await?;
+    let commits = std::mem::take(&mut cl.commits)
+        .into_iter()
+        .map(|c| CommitView {
+            short: short(&c.sha),
+            step_id: c.step_id,
+            agent_name: c.agent_name,
+            summary: c.summary,
+            files: c.files,
+        })
+        .collect();
+    let t = ChangelistTemplate {
+        layout,
+        base_short: short(&cl.base_sha),
+        tip_short: short(&cl.tip_sha),
+        commits,
+        cl,
+        task_id,
+    };
+    render(&t, set)
+}
