@@ -418,7 +418,7 @@ impl Store {
         .await?;
         sqlx::query(
             "insert into spec_events (spec_id, seq, action, from_status, to_status, actor, reason, at) \
-             values (?1, (select coalesce(max(seq), 0) + 1 from spec_events where spec_id = ?1), ?, ?, ?, ?, ?, ?)",
+             values (?1, (select coalesce(max(seq), 0) + 1 from spec_events where spec_id = ?1), ?2, ?3, ?4, ?5, ?6, ?7)",
         )
         .bind(spec_id)
         .bind(&c.action)

@@ -9,5 +9,6 @@ mod crash;
 mod golden_plan;
 mod layering;
 mod run;
+mod specs;
 mod web;
 mod wire;

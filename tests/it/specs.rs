@@ -1,0 +1,424 @@
+//! The spec queue over REST and the HTML forms, driven with `oneshot` requests against one
+//! router over a real SQLite file and a real git repository (nothing here fires: firing runs
+//! agents, which `serve.rs` covers with the real binary).
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use baton::runtime::config::DataDir;
+use baton::runtime::executions::Executions;
+use baton::web::{self, AppState};
+use serde_json::{json, Value};
+use tower::ServiceExt as _;
+
+use crate::common::Workspace;
+
+struct App {
+    ws: Workspace,
+    router: Router,
+}
+
+impl App {
+    async fn new() -> App {
+        let ws = Workspace::with_repo(&[("README.md", "hello\n"), ("Cargo.toml", "[package]\nname = \"x\"\n")]);
+        let execs = Executions::open(DataDir::open(&ws.data()).unwrap()).await.unwrap();
+        let router = web::app(AppState::new(execs));
+        App { ws, router }
+    }
+
+    /// An app with project `p` registered on the workspace's repository.
+    async fn with_project() -> App {
+        let app = App::new().await;
+        let (status, body) = app.post("/api/v1/projects", project_body(&app.ws, "p")).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        app
+    }
+
+    async fn send(&self, req: Request<Body>) -> (StatusCode, Value) {
+        let response = self.router.clone().oneshot(req).await.unwrap();
+        let status = response.status();
+        let bytes = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
+        let body = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() };
+        (status, body)
+    }
+
+    async fn get(&self, uri: &str) -> (StatusCode, Value) {
+        self.send(Request::get(uri).body(Body::empty()).unwrap()).await
+    }
+
+    async fn text(&self, req: Request<Body>) -> (StatusCode, axum::http::HeaderMap, String) {
+        let response = self.router.clone().oneshot(req).await.unwrap();
+        let (status, headers) = (response.status(), response.headers().clone());
+        let bytes = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
+        (status, headers, String::from_utf8(bytes.to_vec()).unwrap())
+    }
+
+    async fn post_as(&self, uri: &str, actor: &str, body: Value) -> (StatusCode, Value) {
+        let req = Request::post(uri)
+            .header("content-type", "application/json")
+            .header("x-baton-actor", actor)
+            .body(Body::from(body.to_string()));
+        self.send(req.unwrap()).await
+    }
+
+    async fn post(&self, uri: &str, body: Value) -> (StatusCode, Value) {
+        self.post_as(uri, "tester", body).await
+    }
+
+    async fn spec(&self, title: &str) -> i64 {
+        let (status, body) =
+            self.post("/api/v1/specs", json!({"project": "p", "title": title, "body": "Do it."})).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        body["spec_id"].as_i64().unwrap()
+    }
+}
+
+fn project_body(ws: &Workspace, name: &str) -> Value {
+    json!({"name": name, "repo_path": ws.repo(), "agent_profile": "demo"})
+}
+
+#[tokio::test]
+async fn projects_register_list_show_and_refuse_bad_input() {
+    let app = App::with_project().await;
+    let (status, body) = app.get("/api/v1/projects/p").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["default_branch"], "main", "the repository's current branch");
+    assert_eq!(body["agent_profile"], "demo");
+    let (status, body) = app.post("/api/v1/projects", project_body(&app.ws, "p")).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let cases = [
+        (json!({"name": "bad name!", "repo_path": app.ws.repo()}), "name"),
+        (json!({"name": "q", "repo_path": app.ws.data().join("nowhere")}), "repo_path"),
+        (json!({"name": "q", "repo_path": app.ws.repo(), "default_branch": "nope"}), "default_branch"),
+        (json!({"name": "q", "repo_path": app.ws.repo(), "agent_profile": "gpt"}), "agent_profile"),
+    ];
+    for (body, field) in cases {
+        let (status, answer) = app.post("/api/v1/projects", body).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+        assert_eq!(answer["details"]["field"], field, "{answer}");
+    }
+    let (status, answer) = app.post("/api/v1/projects", json!({"name": "q", "repo_path": "/", "colour": 1})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "unknown fields are refused: {answer}");
+    assert!(answer["message"].as_str().unwrap().contains("colour"), "{answer}");
+    let (status, list) = app.get("/api/v1/projects").await;
+    assert_eq!((status, list.as_array().unwrap().len()), (StatusCode::OK, 1));
+    assert_eq!(app.get("/api/v1/projects/nope").await.0, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_project_with_specs_cannot_be_removed() {
+    let app = App::with_project().await;
+    app.spec("Keep me").await;
+    let del = |uri: &str| Request::delete(uri).body(Body::empty()).unwrap();
+    let (status, body) = app.send(del("/api/v1/projects/p")).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("1 specs"), "{body}");
+    let (status, body) = app.post("/api/v1/projects", project_body(&app.ws, "empty")).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(app.send(del("/api/v1/projects/empty")).await.0, StatusCode::NO_CONTENT);
+    assert_eq!(app.send(del("/api/v1/projects/empty")).await.0, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn spec_creation_names_the_bad_field() {
+    let app = App::with_project().await;
+    let long = "x".repeat(201);
+    let cases = [
+        (json!({"project": "p", "title": "  "}), StatusCode::UNPROCESSABLE_ENTITY, Some("title")),
+        (json!({"project": "p", "title": long}), StatusCode::UNPROCESSABLE_ENTITY, Some("title")),
+        (json!({"project": "p", "title": "a\nb"}), StatusCode::UNPROCESSABLE_ENTITY, Some("title")),
+        (json!({"project": "p", "title": "t", "priority": 9}), StatusCode::UNPROCESSABLE_ENTITY, Some("priority")),
+        (
+            json!({"project": "p", "title": "t", "body": "x".repeat(70_000)}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Some("body"),
+        ),
+        (json!({"project": "nope", "title": "t"}), StatusCode::NOT_FOUND, None),
+        (json!({"title": "t"}), StatusCode::UNPROCESSABLE_ENTITY, None),
+    ];
+    for (body, expected, field) in cases {
+        let (status, answer) = app.post("/api/v1/specs", body.clone()).await;
+        assert_eq!(status, expected, "{body} → {answer}");
+        if let Some(field) = field {
+            assert_eq!(answer["details"]["field"], field, "{answer}");
+        }
+    }
+    let (status, list) = app.get("/api/v1/specs").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(list.as_array().unwrap().is_empty(), "nothing half-written: {list}");
+    assert_eq!(app.get("/api/v1/specs/abc").await.0, StatusCode::NOT_FOUND);
+    assert_eq!(app.get("/api/v1/specs/999").await.0, StatusCode::NOT_FOUND);
+    assert_eq!(app.get("/api/v1/specs?status=weird").await.0, StatusCode::UNPROCESSABLE_ENTITY);
+}
+
+#[tokio::test]
+async fn the_lifecycle_records_every_transition_with_actor_and_refuses_illegal_ones() {
+    let app = App::with_project().await;
+    let id = app.spec("Add a greeting").await;
+    let uri = |action: &str| format!("/api/v1/specs/{id}/{action}");
+
+    let (status, body) = app.post(&uri("fire"), json!({})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["details"]["current_status"], "draft");
+
+    let (status, body) = app.post_as(&uri("enrich"), "erin", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "enriched");
+    assert_eq!(body["risk"], "LOW");
+    assert_eq!(body["plan"]["phases"].as_array().unwrap().len(), 3);
+    let gate = &body["plan"]["phases"][1]["gate"];
+    assert_eq!(gate["command"], "cargo test", "detected from Cargo.toml: {gate}");
+    assert!(body["forecast"]["mid_usd"].as_f64().unwrap() > 0.0, "{body}");
+
+    let (status, body) = app.post(&uri("review"), json!({"decision": "bounce"})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "a bounce needs a reason: {body}");
+    let (status, body) =
+        app.post_as(&uri("review"), "rita", json!({"decision": "bounce", "reason": "say which greeting"})).await;
+    assert_eq!((status, body["status"].as_str()), (StatusCode::OK, Some("bounced")), "{body}");
+    assert_eq!(body["stage"], "queued");
+
+    let req = Request::patch(format!("/api/v1/specs/{id}"))
+        .header("content-type", "application/json")
+        .body(Body::from(json!({"body": "Say hello in French."}).to_string()))
+        .unwrap();
+    let (status, body) = app.send(req).await;
+    assert_eq!((status, body["status"].as_str()), (StatusCode::OK, Some("draft")), "{body}");
+    assert!(body["plan"].is_null(), "an edit drops the plan: {body}");
+
+    for (action, expected) in [("enrich", "enriched"), ("submit", "in_review")] {
+        let (status, body) = app.post(&uri(action), json!({})).await;
+        assert_eq!((status, body["status"].as_str()), (StatusCode::OK, Some(expected)), "{body}");
+    }
+    let (_, board) = app.get("/api/v1/board").await;
+    assert_eq!(board["columns"][1]["stage"], "in_review");
+    assert_eq!(board["columns"][1]["cards"][0]["spec_id"], id);
+    let (status, body) = app.post_as(&uri("review"), "rita", json!({"decision": "approve"})).await;
+    assert_eq!((status, body["status"].as_str()), (StatusCode::OK, Some("approved")), "{body}");
+
+    let actions: Vec<(String, String)> = body["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["action"].as_str().unwrap().to_string(), e["actor"].as_str().unwrap().to_string()))
+        .collect();
+    let expected = [
+        ("create", "tester"),
+        ("enrich", "erin"),
+        ("bounce", "rita"),
+        ("edit", "api"),
+        ("enrich", "tester"),
+        ("submit", "tester"),
+        ("approve", "rita"),
+    ];
+    assert_eq!(actions, expected.map(|(a, b)| (a.to_string(), b.to_string())));
+    assert!(body["events"].as_array().unwrap().iter().all(|e| !e["at"].as_str().unwrap().is_empty()));
+
+    let (status, body) = app.post(&uri("cancel"), json!({"reason": "not now"})).await;
+    assert_eq!((status, body["status"].as_str()), (StatusCode::OK, Some("cancelled")), "{body}");
+    let (status, body) = app.post(&uri("enrich"), json!({})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["details"]["current_status"], "cancelled");
+    let (_, archive) = app.get("/api/v1/board?archived=true").await;
+    assert_eq!(archive["columns"][0]["cards"][0]["spec_id"], id);
+    let (_, board) = app.get("/api/v1/board").await;
+    assert!(board["columns"].as_array().unwrap().iter().all(|c| c["total"] == 0), "{board}");
+}
+
+#[tokio::test]
+async fn an_uploaded_plan_is_parsed_validated_and_forecast() {
+    let app = App::with_project().await;
+    let id = app.spec("Use my plan").await;
+    let put = |plan: Value| {
+        Request::put(format!("/api/v1/specs/{id}/plan"))
+            .header("content-type", "application/json")
+            .body(Body::from(plan.to_string()))
+            .unwrap()
+    };
+    let (status, body) = app.send(put(json!({"task_id": "t", "task_summary": "s", "phases": 3}))).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("phases"), "names the field: {body}");
+    let duplicate = json!({"task_id": "t", "task_summary": "s", "phases": [
+        {"phase_id": 1, "name": "A", "steps": [
+            {"step_id": "1.1", "agent_name": "a", "task_description": "x"},
+            {"step_id": "1.1", "agent_name": "", "task_description": "y"}]}]});
+    let (status, body) = app.send(put(duplicate)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body["details"]["problems"].as_array().unwrap().len() >= 2, "every problem listed: {body}");
+    let (_, spec) = app.get(&format!("/api/v1/specs/{id}")).await;
+    assert_eq!(spec["status"], "draft", "a refused plan changes nothing");
+
+    let good = json!({"task_id": "t", "task_summary": "s", "risk_level": "HIGH", "phases": [
+        {"phase_id": 1, "name": "A", "steps": [
+            {"step_id": "1.1", "agent_name": "alpha", "model": "haiku", "task_description": "x"}]}]});
+    let (status, body) = app.send(put(good)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!((body["status"].as_str(), body["risk"].as_str()), (Some("enriched"), Some("HIGH")));
+    assert_eq!(body["forecast"]["steps"][0]["agent_name"], "alpha");
+    assert_eq!(body["forecast"]["steps"][0]["model"], "haiku");
+}
+
+#[tokio::test]
+async fn two_reviewers_at_once_record_exactly_one_review() {
+    let app = App::with_project().await;
+    let id = app.spec("Race").await;
+    app.post(&format!("/api/v1/specs/{id}/enrich"), json!({})).await;
+    let review = |decision: &str| {
+        let body = json!({"decision": decision, "reason": "because"}).to_string();
+        let req = Request::post(format!("/api/v1/specs/{id}/review"))
+            .header("content-type", "application/json")
+            .body(Body::from(body))
+            .unwrap();
+        app.router.clone().oneshot(req)
+    };
+    let (a, b) = tokio::join!(review("approve"), review("bounce"));
+    let mut statuses = [a.unwrap().status(), b.unwrap().status()];
+    statuses.sort();
+    assert_eq!(statuses, [StatusCode::OK, StatusCode::CONFLICT]);
+    let (_, spec) = app.get(&format!("/api/v1/specs/{id}")).await;
+    assert_eq!(spec["events"].as_array().unwrap().len(), 3, "create, enrich, one review: {spec}");
+}
+
+fn cookie_of(headers: &axum::http::HeaderMap) -> String {
+    let set = headers.get("set-cookie").expect("a page sets the CSRF cookie").to_str().unwrap();
+    assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict"), "{set}");
+    set.split(';').next().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn forms_need_the_csrf_token_of_their_cookie() {
+    let app = App::with_project().await;
+    let (status, headers, html) = app.text(Request::get("/specs/new").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::OK);
+    let cookie = cookie_of(&headers);
+    let token = cookie.split_once('=').unwrap().1.to_string();
+    assert!(html.contains(&format!("value=\"{token}\"")), "the form carries the token");
+    let form = |cookie: Option<&str>, csrf: &str| {
+        let mut req = Request::post("/specs").header("content-type", "application/x-www-form-urlencoded");
+        if let Some(c) = cookie {
+            req = req.header("cookie", c);
+        }
+        req.body(Body::from(format!("csrf={csrf}&project=p&title=From+a+form&priority=1&body=hi"))).unwrap()
+    };
+    let (status, _, html) = app.text(form(None, &token)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "no cookie");
+    assert!(html.contains("CSRF"), "{html}");
+    let (status, _, _) = app.text(form(Some(&cookie), "0123456789abcdef0123456789abcdef")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "another token");
+    let (_, list) = app.get("/api/v1/specs").await;
+    assert!(list.as_array().unwrap().is_empty(), "refused forms created nothing");
+    let (status, headers, _) = app.text(form(Some(&cookie), &token)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(headers.get("location").unwrap(), "/specs/1");
+    let (_, spec) = app.get("/api/v1/specs/1").await;
+    assert_eq!((spec["title"].as_str(), spec["priority"].as_i64()), (Some("From a form"), Some(1)));
+}
+
+/// Whether `html` holds `text` escaped (as named or numeric character references).
+fn has_text(html: &str, text: &str) -> bool {
+    let named = text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    let numeric = text.replace('&', "&#38;").replace('<', "&#60;").replace('>', "&#62;");
+    html.contains(&named) || html.contains(&numeric)
+}
+
+#[tokio::test]
+async fn hostile_text_is_escaped_on_every_page() {
+    let app = App::with_project().await;
+    let title = "<script>alert(1)</script><img src=x onerror=alert(2)>";
+    let (status, body) =
+        app.post("/api/v1/specs", json!({"project": "p", "title": title, "body": "</pre><b>bold</b>"})).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let id = body["spec_id"].as_i64().unwrap();
+    app.post(&format!("/api/v1/specs/{id}/enrich"), json!({})).await;
+    for uri in ["/".to_string(), format!("/specs/{id}")] {
+        let (status, _, html) = app.text(Request::get(&uri).body(Body::empty()).unwrap()).await;
+        assert_eq!(status, StatusCode::OK, "{uri}");
+        assert!(!html.contains("<script>alert"), "{uri} has raw script");
+        assert!(!html.contains("<img src=x"), "{uri} has a raw img");
+        assert!(has_text(&html, "<script>alert(1)</script>"), "{uri} shows the title as text");
+    }
+    let (_, _, html) = app.text(Request::get(format!("/specs/{id}")).body(Body::empty()).unwrap()).await;
+    assert!(!html.contains("<b>bold</b>") && has_text(&html, "<b>bold</b>"), "the body is escaped");
+}
+
+#[tokio::test]
+async fn page_errors_are_html_with_the_api_status() {
+    let app = App::with_project().await;
+    let (status, _, html) = app.text(Request::get("/specs/42").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(html.contains("no spec with id 42"), "{html}");
+    let (status, _, html) = app.text(Request::get("/executions/nope").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(html.contains("no execution with task id nope"), "{html}");
+}
+
+/// Reads SSE frames from `body` until `n` events (frames with an `id:`) arrived.
+async fn sse_events(body: Body, n: usize) -> Vec<(String, String)> {
+    use http_body_util::BodyExt as _;
+    let mut body = body;
+    let mut text = String::new();
+    let mut events = Vec::new();
+    let deadline = std::time::Duration::from_secs(10);
+    tokio::time::timeout(deadline, async {
+        while events.len() < n {
+            let Some(frame) = body.frame().await else { break };
+            if let Ok(data) = frame.unwrap().into_data() {
+                text.push_str(std::str::from_utf8(&data).unwrap());
+            }
+            while let Some((block, rest)) = text.split_once("\n\n") {
+                let id = block.lines().find_map(|l| l.strip_prefix("id: ")).map(String::from);
+                let kind = block.lines().find_map(|l| l.strip_prefix("event: ")).unwrap_or_default().to_string();
+                if let Some(id) = id {
+                    events.push((id, kind));
+                }
+                text = rest.to_string();
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the stream sent {n} events in time; got {events:?}, pending {text:?}"));
+    events
+}
+
+#[tokio::test]
+async fn the_journal_stream_resumes_after_last_event_id() {
+    let app = App::new().await;
+    let plan = json!({"task_id": "sse", "task_summary": "s", "phases": [
+        {"phase_id": 1, "name": "A", "steps": [{"step_id": "1.1", "agent_name": "a", "task_description": "x"}]}]});
+    let execs = Executions::open(DataDir::open(&app.ws.data()).unwrap()).await.unwrap();
+    execs.create(baton::model::plan::MachinePlan::from_json(&plan.to_string()).unwrap()).await.unwrap();
+    let (status, body) = app
+        .post("/api/v1/executions/sse/events", json!({"kind": "step_dispatched", "step_id": "1.1", "agent_name": "a"}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+
+    let stream = |last: Option<&str>| {
+        let mut req = Request::get("/api/v1/executions/sse/stream");
+        if let Some(l) = last {
+            req = req.header("last-event-id", l);
+        }
+        app.router.clone().oneshot(req.body(Body::empty()).unwrap())
+    };
+    let all = sse_events(stream(None).await.unwrap().into_body(), 1).await;
+    assert_eq!(all, [("1".into(), "step_dispatched".into())]);
+
+    let resumed = stream(Some("1")).await.unwrap();
+    assert_eq!(resumed.headers().get("content-type").unwrap(), "text/event-stream");
+    let body = resumed.into_body();
+    let (status, _) = app
+        .post(
+            "/api/v1/executions/sse/events",
+            json!({"kind": "step_recorded", "step_id": "1.1", "agent_name": "a", "status": "complete"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let after = sse_events(body, 1).await;
+    assert_eq!(after, [("2".into(), "step_recorded".into())], "nothing before Last-Event-ID is sent again");
+    let from_start = sse_events(stream(Some("0")).await.unwrap().into_body(), 2).await;
+    assert_eq!(from_start, [("1".into(), "step_dispatched".into()), ("2".into(), "step_recorded".into())]);
+
+    let bad = app.router.clone().oneshot(
+        Request::get("/api/v1/executions/sse/stream").header("last-event-id", "x").body(Body::empty()).unwrap(),
+    );
+    assert_eq!(bad.await.unwrap().status(), StatusCode::BAD_REQUEST);
+    assert_eq!(app.get("/api/v1/executions/nope/stream").await.0, StatusCode::NOT_FOUND);
+}
