@@ -9,6 +9,7 @@ mod crash;
 mod golden_plan;
 mod layering;
 mod run;
+mod serve;
 mod specs;
 mod web;
 mod wire;

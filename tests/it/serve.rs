@@ -1,0 +1,245 @@
+//! `baton serve` as a real process: fired specs are driven by its worker pool with the demo
+//! agent, decisions wake parked drivers, a killed server resumes on restart, a second server
+//! on the same data dir refuses to start, and cancelling a running spec stops it.
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// A `baton serve --demo` child process on a free port, killed on drop.
+struct Server {
+    child: Child,
+    port: u16,
+    data: std::path::PathBuf,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Server {
+    fn start(data: &std::path::Path) -> Server {
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_baton"))
+            .arg("--data-dir")
+            .arg(data)
+            .args(["serve", "--demo", "--bind", &format!("127.0.0.1:{port}")])
+            .env_remove("BATON_CRASH_AT")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let server = Server { child, port, data: data.to_path_buf() };
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(30) {
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() && server.request("GET", "/healthz", None).0 == 200 {
+                return server;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("baton serve did not answer /healthz within 30 s");
+    }
+
+    /// One HTTP/1.1 request (`Connection: close`); (status, JSON body or Null).
+    fn request(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\n\
+             X-Baton-Actor: serve-test\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        stream.write_all(body.as_bytes()).unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        let status = response.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        (status, serde_json::from_str(body).unwrap_or(Value::Null))
+    }
+
+    fn spec(&self, id: i64) -> Value {
+        let (status, body) = self.request("GET", &format!("/api/v1/specs/{id}"), None);
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    /// Polls spec `id` until its stage is `stage` (up to 90 s).
+    fn wait_stage(&self, id: i64, stage: &str) -> Value {
+        let start = Instant::now();
+        loop {
+            let spec = self.spec(id);
+            if spec["stage"] == stage {
+                return spec;
+            }
+            assert!(start.elapsed() < Duration::from_secs(90), "spec {id} never reached {stage}: {spec}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap()),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.kill9();
+    }
+}
+
+/// Spec 2 of the demo ("Fix the greeting when the name is empty") is enriched: approve it.
+fn approve_spec(server: &Server, id: i64) {
+    let (status, body) =
+        server.request("POST", &format!("/api/v1/specs/{id}/review"), Some(json!({"decision": "approve"})));
+    assert_eq!(status, 200, "{body}");
+}
+
+#[test]
+fn a_fired_spec_runs_parks_on_its_approval_and_wakes_when_decided() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(&tmp.path().join("data"));
+    approve_spec(&server, 2);
+    let (status, body) = server.request("POST", "/api/v1/specs/2/fire", None);
+    assert_eq!(status, 200, "{body}");
+    let task_id = body["task_id"].as_str().unwrap().to_string();
+    assert!(task_id.starts_with("spec-2-"), "{task_id}");
+    let (status, again) = server.request("POST", "/api/v1/specs/2/fire", None);
+    assert_eq!(status, 409, "fired once: {again}");
+
+    let spec = server.wait_stage(2, "awaiting_human");
+    assert_eq!(spec["status"], "executing");
+    let (_, board) = server.request("GET", "/api/v1/board", None);
+    assert_eq!(board["decisions_waiting"], 1, "{board}");
+    let (status, body) = server.request(
+        "POST",
+        &format!("/api/v1/executions/{task_id}/approve"),
+        Some(json!({"phase_id": 1, "result": "approve", "feedback": "go"})),
+    );
+    assert_eq!(status, 201, "{body}");
+    server.wait_stage(2, "changelist_review");
+
+    let (_, exec) = server.request("GET", &format!("/api/v1/executions/{task_id}"), None);
+    assert_eq!(exec["status"], "complete");
+    let gates = exec["gate_results"].as_array().unwrap();
+    assert!(gates.iter().any(|g| g["passed"] == true && g["command"] == "sh scripts/check.sh"), "{gates:?}");
+    let (_, journal) = server.request("GET", &format!("/api/v1/executions/{task_id}/journal"), None);
+    let approval = journal.as_array().unwrap().iter().find(|e| e["kind"] == "approval_recorded").unwrap();
+    assert_eq!(approval["payload"]["actor"], "serve-test", "{approval}");
+    let repo = server.data.join("demo").join("board-repo");
+    let log = Command::new("git")
+        .arg("-C")
+        .arg(&repo)
+        .args(["log", "--format=%s", &format!("baton/{task_id}")])
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&log.stdout);
+    assert_eq!(log.lines().count(), 5, "four step commits on the base commit:\n{log}");
+}
+
+#[test]
+fn a_killed_server_resumes_its_executions_on_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let mut server = Server::start(&data);
+    // Spec 3 (docs) is approved and has no approval phase before its agents run.
+    let (status, body) = server.request("POST", "/api/v1/specs/3/fire", None);
+    assert_eq!(status, 200, "{body}");
+    let task_id = body["task_id"].as_str().unwrap().to_string();
+    server.wait_stage(3, "awaiting_human");
+    server.kill9();
+
+    let server = Server::start(&data);
+    let (status, body) = server.request(
+        "POST",
+        &format!("/api/v1/executions/{task_id}/approve"),
+        Some(json!({"phase_id": 1, "result": "approve"})),
+    );
+    assert_eq!(status, 201, "the restarted server recovered the parked execution: {body}");
+    server.wait_stage(3, "changelist_review");
+    let (_, specs) = server.request("GET", "/api/v1/specs", None);
+    assert_eq!(specs.as_array().unwrap().len(), 3, "--demo seeds only once: {specs}");
+}
+
+#[test]
+fn a_second_server_on_the_same_data_dir_refuses_to_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let _server = Server::start(&data);
+    let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["serve", "--bind", &format!("127.0.0.1:{}", free_port())])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("another baton serve") && stderr.contains("already uses the data dir"), "{stderr}");
+}
+
+#[test]
+fn cancelling_a_running_spec_cancels_its_execution() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(&tmp.path().join("data"));
+    let (status, body) = server.request("POST", "/api/v1/specs/3/fire", None);
+    assert_eq!(status, 200, "{body}");
+    let task_id = body["task_id"].as_str().unwrap().to_string();
+    let (status, body) = server.request("POST", "/api/v1/specs/3/cancel", Some(json!({"reason": "changed my mind"})));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "cancelled");
+    let (_, exec) = server.request("GET", &format!("/api/v1/executions/{task_id}"), None);
+    assert_eq!(exec["status"], "cancelled", "{exec}");
+    let (_, archive) = server.request("GET", "/api/v1/board?archived=true", None);
+    assert_eq!(archive["columns"][0]["cards"][0]["spec_id"], 3, "{archive}");
+}
+
+#[test]
+fn a_server_killed_while_an_agent_runs_re_adopts_the_agent_on_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let mut server = Server::start(&data);
+    let body = json!({"project": "demo", "title": "Document the slow path", "body": "Take your time. [demo: sleep=2]"});
+    let (status, spec) = server.request("POST", "/api/v1/specs", Some(body));
+    assert_eq!(status, 201, "{spec}");
+    let id = spec["spec_id"].as_i64().unwrap();
+    for (action, body) in [("enrich", None), ("review", Some(json!({"decision": "approve"}))), ("fire", None)] {
+        let (status, answer) = server.request("POST", &format!("/api/v1/specs/{id}/{action}"), body);
+        assert_eq!(status, 200, "{action}: {answer}");
+    }
+    let task_id = server.spec(id)["task_id"].as_str().unwrap().to_string();
+    let journal = |server: &Server| server.request("GET", &format!("/api/v1/executions/{task_id}/journal"), None).1;
+    let start = Instant::now();
+    while !journal(&server).as_array().unwrap().iter().any(|e| e["kind"] == "step_dispatched") {
+        assert!(start.elapsed() < Duration::from_secs(30), "no dispatch");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server.kill9();
+
+    let server = Server::start(&data);
+    server.wait_stage(id, "awaiting_human");
+    let dispatches = journal(&server).as_array().unwrap().iter().filter(|e| e["kind"] == "step_dispatched").count();
+    assert_eq!(dispatches, 1, "the running attempt was re-adopted, not dispatched again");
+    let (status, body) = server.request(
+        "POST",
+        &format!("/api/v1/executions/{task_id}/approve"),
+        Some(json!({"phase_id": 1, "result": "approve"})),
+    );
+    assert_eq!(status, 201, "{body}");
+    server.wait_stage(id, "changelist_review");
+}
