@@ -5,7 +5,9 @@
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use baton::clock::Stopwatch;
 
 use serde_json::{json, Value};
 
@@ -33,7 +35,7 @@ impl Server {
             .spawn()
             .unwrap();
         let server = Server { child, port, data: data.to_path_buf() };
-        let start = Instant::now();
+        let start = Stopwatch::start();
         while start.elapsed() < Duration::from_secs(30) {
             if TcpStream::connect(("127.0.0.1", port)).is_ok() && server.request("GET", "/healthz", None).0 == 200 {
                 return server;
@@ -70,7 +72,7 @@ impl Server {
 
     /// Polls spec `id` until its stage is `stage` (up to 90 s).
     fn wait_stage(&self, id: i64, stage: &str) -> Value {
-        let start = Instant::now();
+        let start = Stopwatch::start();
         loop {
             let spec = self.spec(id);
             if spec["stage"] == stage {
@@ -93,7 +95,7 @@ impl Drop for Server {
             nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap()),
             nix::sys::signal::Signal::SIGTERM,
         );
-        let start = Instant::now();
+        let start = Stopwatch::start();
         while start.elapsed() < Duration::from_secs(10) {
             if self.child.try_wait().ok().flatten().is_some() {
                 return;
@@ -224,7 +226,7 @@ fn a_server_killed_while_an_agent_runs_re_adopts_the_agent_on_restart() {
     }
     let task_id = server.spec(id)["task_id"].as_str().unwrap().to_string();
     let journal = |server: &Server| server.request("GET", &format!("/api/v1/executions/{task_id}/journal"), None).1;
-    let start = Instant::now();
+    let start = Stopwatch::start();
     while !journal(&server).as_array().unwrap().iter().any(|e| e["kind"] == "step_dispatched") {
         assert!(start.elapsed() < Duration::from_secs(30), "no dispatch");
         std::thread::sleep(Duration::from_millis(50));
