@@ -69,6 +69,16 @@ enum Command {
         /// Execution id.
         task_id: String,
     },
+    /// API tokens: create (and the user with its role), list, revoke.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+    /// Signed single-use approval links.
+    Approval {
+        #[command(subcommand)]
+        command: ApprovalCommand,
+    },
     /// Audit commands.
     Audit {
         #[command(subcommand)]
@@ -107,8 +117,52 @@ enum Command {
 }
 
 #[derive(Debug, Subcommand)]
+enum TokenCommand {
+    /// Create a token for USER (created with ROLE if new; its role is set to ROLE otherwise)
+    /// and print it once. The server stores only its hash.
+    Create {
+        /// User name (1-64 of A-Z a-z 0-9 . _ - @).
+        #[arg(long)]
+        user: String,
+        /// viewer, reviewer, lead or admin.
+        #[arg(long)]
+        role: String,
+        /// What the token is for.
+        #[arg(long, default_value = "")]
+        label: String,
+    },
+    /// List tokens (never the tokens themselves).
+    List,
+    /// Revoke a token by its id (from `token list`).
+    Revoke {
+        /// Token id.
+        id: i64,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ApprovalCommand {
+    /// Print a signed single-use link that decides the pending approval of an execution
+    /// without signing in.
+    Link {
+        /// Execution id.
+        #[arg(long)]
+        task_id: String,
+        /// Who the link is for (recorded as the decider).
+        #[arg(long)]
+        reviewer: String,
+        /// Hours until it expires.
+        #[arg(long, default_value_t = 24)]
+        hours: u32,
+        /// The server's address as reviewers reach it.
+        #[arg(long, default_value = "http://127.0.0.1:8741")]
+        base_url: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 enum AuditCommand {
-    /// Check the hash chain of an execution's journal.
+    /// Check the hash chain of an execution's journal and the signatures of its decisions.
     Verify {
         /// Execution id.
         task_id: String,
@@ -516,19 +570,53 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(if same_state && same_summary { ExitCode::SUCCESS } else { ExitCode::from(EXIT_FAILED) })
         }
         Command::Audit { command: AuditCommand::Verify { task_id } } => {
-            let execs = Executions::open(DataDir::open(&cli.data_dir)?).await?;
+            let data = DataDir::open(&cli.data_dir)?;
+            let execs = Executions::open(data.clone()).await?;
             let report = execs.store().verify_chain(&task_id).await?;
+            let chain_ok = report.ok;
             if report.ok {
                 outln!("journal of {task_id}: {} events, hash chain intact", report.events);
-                Ok(ExitCode::SUCCESS)
             } else {
                 outln!(
                     "journal of {task_id}: {} events, hash chain BROKEN at seq {}",
                     report.events,
                     report.first_bad_seq.map_or_else(|| "?".to_string(), |s| s.to_string())
                 );
-                Ok(ExitCode::from(EXIT_FAILED))
             }
+            let key = runtime::auth::ServerKey::load_or_create(&data)?;
+            let d = runtime::auth::verify_decisions(execs.store(), &key, &task_id).await?;
+            outln!(
+                "decisions: {} signed and verified, {} unsigned (recorded outside the server), {} with a BAD signature{}",
+                d.signed,
+                d.unsigned,
+                d.bad.len(),
+                if d.bad.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (seq {})", d.bad.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))
+                }
+            );
+            Ok(if chain_ok && d.bad.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_FAILED) })
+        }
+        Command::Token { command } => token_command(&cli.data_dir, command).await,
+        Command::Approval { command: ApprovalCommand::Link { task_id, reviewer, hours, base_url } } => {
+            let data = DataDir::open(&cli.data_dir)?;
+            let execs = Executions::open(data.clone()).await?;
+            runtime::auth::check_user_name(&reviewer)?;
+            let state = execs.get(&task_id).await?;
+            let Action::Approval(a) = engine::next_action(&state) else {
+                return Err(BadInput(format!("execution {task_id} does not wait for an approval")).into());
+            };
+            let key = runtime::auth::ServerKey::load_or_create(&data)?;
+            let claims = runtime::auth::LinkClaims {
+                link_id: hex::encode(runtime::auth::random_bytes::<16>()?),
+                task_id,
+                phase_id: a.phase_id,
+                expires: crate::clock::now().timestamp() + i64::from(hours) * 3600,
+                reviewer,
+            };
+            outln!("{}/approve/{}", base_url.trim_end_matches('/'), key.link(&claims));
+            Ok(ExitCode::SUCCESS)
         }
         Command::Gc { hours } => {
             let data = DataDir::open(&cli.data_dir)?;
@@ -689,18 +777,50 @@ async fn execute(data: DataDir, command: ExecuteCommand, json: bool) -> anyhow::
     }
 }
 
+/// `baton token create | list | revoke`.
+async fn token_command(data_dir: &Path, command: TokenCommand) -> anyhow::Result<ExitCode> {
+    let execs = Executions::open(DataDir::open(data_dir)?).await?;
+    let store = execs.store();
+    match command {
+        TokenCommand::Create { user, role, label } => {
+            runtime::auth::check_user_name(&user)?;
+            let role = runtime::auth::Role::parse(&role)
+                .ok_or_else(|| BadInput(format!("--role {role}: expected viewer, reviewer, lead or admin")))?;
+            let token = runtime::auth::new_token()?;
+            let hash = runtime::auth::hash_token(&token);
+            let id = store.add_token(&user, role.as_str(), &hash, &label, &crate::clock::now_rfc3339()).await?;
+            errln!("token {id} for {user} ({}); it is shown once, keep it safe:", role.as_str());
+            outln!("{token}");
+        }
+        TokenCommand::List => {
+            for t in store.list_tokens().await? {
+                let state = t.revoked_at.map_or_else(|| "active".to_string(), |at| format!("revoked {at}"));
+                outln!("{}\t{}\t{}\t{}\t{}", t.token_id, t.user_name, t.created_at, state, t.label);
+            }
+        }
+        TokenCommand::Revoke { id } => {
+            if !store.revoke_token(id, &crate::clock::now_rfc3339()).await? {
+                return Err(BadInput(format!("no active token with id {id}")).into());
+            }
+            outln!("token {id} revoked");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// How long `baton serve` waits for its drivers to stop on shutdown.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// `baton serve`: checks the address, locks the data dir, recovers every execution it was
 /// driving, seeds the demo when asked, serves until SIGINT/SIGTERM, then stops its drivers.
 async fn serve(data_dir: &Path, bind: std::net::SocketAddr, demo: bool, max_agents: usize) -> anyhow::Result<ExitCode> {
-    crate::web::check_bind(bind)?;
     let data = DataDir::open(data_dir)?;
     let _lock = crate::runtime::server_lock(&data)?;
     let execs = Executions::open(data.clone()).await?;
+    let has_users = execs.store().has_users().await?;
+    crate::web::check_bind(bind, has_users)?;
     let pool = crate::runtime::pool::Pool::new(execs, max_agents);
-    let state = crate::web::AppState::with_pool(pool.clone());
+    let state = crate::web::AppState::with_pool(pool.clone())?;
     state.specs.load_project_caps().await?;
     if demo {
         demo::seed_board(&data, &state.specs).await?;

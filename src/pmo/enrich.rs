@@ -131,7 +131,8 @@ pub enum WorkType {
     Feature,
 }
 
-const WORK_WORDS: &[(WorkType, &[&str])] = &[
+/// Words that choose a work type, checked in this order.
+pub const WORK_WORDS: &[(WorkType, &[&str])] = &[
     (WorkType::Bugfix, &["fix", "bug", "crash", "error", "regression", "broken", "fails"]),
     (WorkType::Docs, &["doc", "docs", "documentation", "readme", "guide"]),
     (WorkType::Refactor, &["refactor", "cleanup", "clean", "rename", "simplify"]),

@@ -107,6 +107,9 @@ pub struct NewProject {
     /// Concurrent agents across its executions (0 or absent: only the global cap).
     #[serde(default)]
     pub max_agents: Option<u32>,
+    /// Whoever fires an execution may not decide its approvals (default false).
+    #[serde(default)]
+    pub require_separate_reviewer: bool,
 }
 
 /// A spec to create.
@@ -260,6 +263,7 @@ impl Specs {
             forge_url: p.forge_url.unwrap_or_default().trim().to_string(),
             max_agents: i64::from(p.max_agents.unwrap_or(0)),
             created_at: clock::now_rfc3339(),
+            require_separate_reviewer: p.require_separate_reviewer,
         };
         self.execs.store().insert_project(&row).await?;
         self.pool.set_project_cap(&row.name, usize::try_from(row.max_agents).unwrap_or(0));

@@ -16,10 +16,12 @@
 //!   rewrites the plan.
 //! - The store never reads the clock: every timestamp is an RFC 3339 argument from the caller.
 
+mod auth;
 mod journal;
 mod lease;
 mod pmo;
 
+pub use auth::{TokenRow, UserRow};
 pub use pmo::{CardRow, NewSpec, ProjectRow, SpecChange, SpecEventRow, SpecFilter, SpecRow};
 #[cfg(test)]
 mod tests;

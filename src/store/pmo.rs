@@ -27,6 +27,8 @@ pub struct ProjectRow {
     pub max_agents: i64,
     /// When it was registered (RFC 3339).
     pub created_at: String,
+    /// Whoever fired an execution may not decide its approvals.
+    pub require_separate_reviewer: bool,
 }
 
 /// A spec, whole.
@@ -212,7 +214,7 @@ impl Store {
         }
         sqlx::query(
             "insert into projects (name, repo_path, default_branch, agent_profile, test_command, forge_url, \
-             max_agents, created_at) values (?, ?, ?, ?, ?, ?, ?, ?)",
+             max_agents, created_at, require_separate_reviewer) values (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&p.name)
         .bind(&p.repo_path)
@@ -222,6 +224,7 @@ impl Store {
         .bind(&p.forge_url)
         .bind(p.max_agents)
         .bind(&p.created_at)
+        .bind(p.require_separate_reviewer)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;

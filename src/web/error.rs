@@ -51,8 +51,13 @@ pub enum AppError {
         /// The status now.
         current: String,
     },
-    /// 403: the request is not allowed (a form whose CSRF token does not match).
+    /// 401: no valid credential (sign in or send an API token).
+    Unauthorized(String),
+    /// 403: the request is not allowed (a role too low, a form whose CSRF token does not
+    /// match, a tampered approval link, deciding one's own approval).
     Forbidden(String),
+    /// 410: an expired approval link.
+    Gone(String),
     /// 404: no such execution (or route).
     NotFound(String),
     /// 409: the execution's current state refuses the request.
@@ -77,6 +82,8 @@ impl AppError {
             | AppError::Unprocessable(m)
             | AppError::NotFound(m)
             | AppError::Forbidden(m)
+            | AppError::Unauthorized(m)
+            | AppError::Gone(m)
             | AppError::Unavailable(m)
             | AppError::Invalid { message: m, .. }
             | AppError::StatusConflict { message: m, .. }
@@ -96,6 +103,8 @@ impl AppError {
             AppError::StatusConflict { .. } => (StatusCode::CONFLICT, "conflict"),
             AppError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             AppError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
+            AppError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            AppError::Gone(_) => (StatusCode::GONE, "gone"),
             AppError::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
             AppError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             AppError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
@@ -193,6 +202,8 @@ impl IntoResponse for AppError {
             | AppError::Unprocessable(m)
             | AppError::NotFound(m)
             | AppError::Forbidden(m)
+            | AppError::Unauthorized(m)
+            | AppError::Gone(m)
             | AppError::Unavailable(m) => (m, Value::Null),
             AppError::Conflict { message, reason } => (message, reason.map_or(Value::Null, |r| json!({ "reason": r }))),
             AppError::Invalid { message, details } => (message, details),

@@ -1,4 +1,5 @@
 //! Extractors whose rejections are [`AppError`]s (JSON bodies, the acting user).
+//! They never check roles: `auth.rs` has done that before a handler runs.
 
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
@@ -26,7 +27,8 @@ pub const ACTOR_HEADER: &str = "x-baton-actor";
 /// Longest accepted actor name, bytes.
 const ACTOR_MAX: usize = 200;
 
-/// Who records an event: the `X-Baton-Actor` header, else `api`.
+/// Who records an event: the signed-in user (or the API token's); in open mode (no users)
+/// the `X-Baton-Actor` header, else `api`.
 #[derive(Debug, Clone)]
 pub struct Actor(pub String);
 
@@ -34,6 +36,9 @@ impl<S: Send + Sync> FromRequestParts<S> for Actor {
     type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, AppError> {
+        if let Some(who) = parts.extensions.get::<crate::web::auth::Identity>().filter(|i| !i.open) {
+            return Ok(Actor(who.name.clone()));
+        }
         let Some(value) = parts.headers.get(ACTOR_HEADER) else { return Ok(Actor("api".into())) };
         let bad =
             || AppError::BadRequest(format!("header {ACTOR_HEADER}: expected 1 to {ACTOR_MAX} visible characters"));

@@ -3,10 +3,12 @@
 //! Handlers extract, call [`Executions`](crate::runtime::executions::Executions),
 //! `runtime::lease` or the engine, and return JSON; they never call git or the store's SQL
 //! beyond its read functions. Errors are one [`AppError`](crate::web::AppError) (`error.rs`
-//! documents the status of each case). There is no authentication yet, so
-//! [`check_bind`](crate::web::check_bind) refuses any address but loopback.
+//! documents the status of each case). `auth.rs` checks every route's role; with no users the
+//! server runs open, and [`check_bind`](crate::web::check_bind) then refuses any address but
+//! loopback.
 
 pub mod api;
+pub mod auth;
 pub mod board;
 pub mod error;
 pub mod extract;
@@ -27,6 +29,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
+use crate::runtime::auth::ServerKey;
 use crate::runtime::executions::Executions;
 use crate::runtime::pool::{Pool, DEFAULT_MAX_AGENTS};
 use crate::runtime::specs::Specs;
@@ -47,6 +50,10 @@ pub struct AppState {
     pub execs: Executions,
     /// The spec queue, with the worker pool it fires into.
     pub specs: Specs,
+    /// The server key (sessions, approval links, decision signatures).
+    pub key: ServerKey,
+    /// Set once a user is known to exist: auth stays on from then (users are never deleted).
+    users_known: Arc<std::sync::atomic::AtomicBool>,
     /// One lock per execution, serialising the records this process makes on it: the
     /// execution lease is re-entrant for its holder (this process), so two requests on one
     /// execution must not interleave. Other executions are not held up.
@@ -55,13 +62,40 @@ pub struct AppState {
 
 impl AppState {
     /// State over `execs`, with a pool of [`DEFAULT_MAX_AGENTS`] agents.
-    pub fn new(execs: Executions) -> AppState {
+    ///
+    /// Errors: as [`AppState::with_pool`].
+    pub fn new(execs: Executions) -> anyhow::Result<AppState> {
         AppState::with_pool(Pool::new(execs, DEFAULT_MAX_AGENTS))
     }
 
-    /// State over `pool` and its executions.
-    pub fn with_pool(pool: Pool) -> AppState {
-        AppState { execs: pool.execs().clone(), specs: Specs::new(pool), record_locks: Arc::default() }
+    /// State over `pool` and its executions, with the data dir's server key (created on
+    /// first use).
+    ///
+    /// Errors: the key file cannot be read or created.
+    pub fn with_pool(pool: Pool) -> anyhow::Result<AppState> {
+        let key = ServerKey::load_or_create(pool.execs().data())?;
+        Ok(AppState {
+            execs: pool.execs().clone(),
+            specs: Specs::new(pool),
+            key,
+            users_known: Arc::default(),
+            record_locks: Arc::default(),
+        })
+    }
+
+    /// Whether any user exists (then every non-public route needs a credential).
+    ///
+    /// Errors: the database (500).
+    pub async fn auth_enabled(&self) -> Result<bool, AppError> {
+        use std::sync::atomic::Ordering;
+        if self.users_known.load(Ordering::Relaxed) {
+            return Ok(true);
+        }
+        let known = self.execs.store().has_users().await.map_err(anyhow::Error::from)?;
+        if known {
+            self.users_known.store(true, Ordering::Relaxed);
+        }
+        Ok(known)
     }
 
     /// The worker pool.
@@ -83,6 +117,7 @@ pub fn app(state: AppState) -> Router {
         .merge(health::router())
         .merge(api::router())
         .merge(pages::router())
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::authorize))
         .fallback(|| async { AppError::NotFound("no such route".into()) })
         .with_state(state)
         .layer(CompressionLayer::new())
@@ -92,16 +127,17 @@ pub fn app(state: AppState) -> Router {
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
 }
 
-/// Refuses an address other than loopback: the server has no authentication yet.
+/// Refuses an address other than loopback while no user is configured (the server would be
+/// open to the network).
 ///
-/// Errors ([`BadInput`]): a non-loopback address, saying why.
-pub fn check_bind(addr: SocketAddr) -> Result<(), BadInput> {
-    if addr.ip().is_loopback() {
+/// Errors ([`BadInput`]): a non-loopback address without users, saying what to do.
+pub fn check_bind(addr: SocketAddr, has_users: bool) -> Result<(), BadInput> {
+    if addr.ip().is_loopback() || has_users {
         return Ok(());
     }
     Err(BadInput(format!(
-        "--bind {addr}: only a loopback address (127.0.0.1, ::1) is allowed; authentication is not built yet, \
-         so the API would be open to the network"
+        "--bind {addr}: no users are configured, so the server would be open to the network; create one first \
+         (baton token create --user NAME --role admin) or bind a loopback address (127.0.0.1, ::1)"
     )))
 }
 

@@ -23,11 +23,13 @@ use crate::model::plan::MachinePlan;
 use crate::model::spec::{self, SpecAction, SpecStatus};
 use crate::model::state::{ApprovalDecision, ExecutionState, StepStatus};
 use crate::pmo::enrich::Forecast;
+use crate::runtime::auth::{LinkClaims, LinkError, Role};
 use crate::runtime::changelist::{self, Changelist};
 use crate::runtime::driver;
 use crate::runtime::specs::SpecEdit;
 use crate::store::{SpecEventRow, SpecRow};
 use crate::web::api::specs::BoardQuery;
+use crate::web::auth::{Identity, SESSION_COOKIE, SESSION_SECS};
 use crate::web::board::{self, Board};
 use crate::web::error::AppError;
 use crate::web::AppState;
@@ -50,7 +52,14 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/specs/{id}/{action}", post(spec_action))
         .route("/executions/{task_id}", get(execution_page))
         .route("/executions/{task_id}/changelist", get(changelist_page))
+        .route("/executions/{task_id}/approve", post(approve_form))
+        .route("/executions/{task_id}/feedback", post(feedback_form))
+        .route("/executions/{task_id}/interact", post(interact_form))
+        .route("/executions/{task_id}/approval-link", post(make_approval_link))
         .route("/executions/{task_id}/{action}", post(execution_action))
+        .route("/login", get(login_page).post(login))
+        .route("/logout", post(logout))
+        .route("/approve/{token}", get(link_page).post(link_decide))
         .route("/static/baton.css", get(|| async { asset("text/css; charset=utf-8", CSS) }))
         .route("/static/live.js", get(|| async { asset("text/javascript; charset=utf-8", LIVE_JS) }))
 }
@@ -73,6 +82,8 @@ pub struct Layout {
     pub csrf: String,
     /// No users configured: the server runs open (said on every page).
     pub open_mode: bool,
+    /// The signed-in user and role (`None` in open mode or signed out).
+    pub user: Option<(String, &'static str)>,
     /// Executions waiting for a human decision.
     pub decisions_waiting: usize,
     /// Whether the page follows live updates (`data-live`).
@@ -155,7 +166,7 @@ impl IntoResponse for PageError {
             other => other.message(),
         };
         let t = ErrorTemplate {
-            layout: Layout { csrf: String::new(), open_mode: true, decisions_waiting: 0, live: "off" },
+            layout: Layout { csrf: String::new(), open_mode: false, user: None, decisions_waiting: 0, live: "off" },
             status: status.to_string(),
             message,
             back: self.back,
@@ -170,7 +181,34 @@ fn back_to(back: impl Into<String>) -> impl FnOnce(AppError) -> PageError {
     move |error| PageError { error, back }
 }
 
-async fn layout(app: &AppState, headers: &HeaderMap, live: bool) -> Result<(Layout, Option<String>), PageError> {
+/// The caller as `auth::authorize` resolved it (`None` on a public page without a sign-in).
+#[derive(Debug, Clone)]
+pub struct Who(pub Option<Identity>);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Who {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Who(parts.extensions.get::<Identity>().cloned()))
+    }
+}
+
+impl Who {
+    /// The actor recorded for this caller's forms: the user, or `board` in open mode.
+    fn actor(&self) -> String {
+        match &self.0 {
+            Some(i) if !i.open => i.name.clone(),
+            _ => "board".into(),
+        }
+    }
+}
+
+async fn layout(
+    app: &AppState,
+    who: &Who,
+    headers: &HeaderMap,
+    live: bool,
+) -> Result<(Layout, Option<String>), PageError> {
     let (csrf, set) = match cookie_token(headers) {
         Some(t) => (t, None),
         None => {
@@ -180,10 +218,14 @@ async fn layout(app: &AppState, headers: &HeaderMap, live: bool) -> Result<(Layo
     };
     let decisions_waiting =
         app.execs.store().count_waiting_decisions().await.map_err(|e| AppError::from(anyhow::Error::from(e)))?;
+    let open_mode = who.0.as_ref().is_none_or(|i| i.open) && !app.auth_enabled().await?;
+    let user = who.0.as_ref().filter(|i| !i.open).map(|i| (i.name.clone(), i.role.as_str()));
+    let can_decide = who.0.as_ref().is_some_and(|i| i.role >= Role::Reviewer);
     let layout = Layout {
         csrf,
-        open_mode: true,
-        decisions_waiting: usize::try_from(decisions_waiting).unwrap_or(0),
+        open_mode,
+        user,
+        decisions_waiting: if can_decide { usize::try_from(decisions_waiting).unwrap_or(0) } else { 0 },
         live: if live { "on" } else { "off" },
     };
     Ok((layout, set))
@@ -221,25 +263,27 @@ struct BoardTemplate {
 
 async fn board_page(
     State(app): State<AppState>,
+    who: Who,
     headers: HeaderMap,
     query: Result<Query<BoardQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Page, PageError> {
     let Query(mut q) = query?;
     q.project = q.project.filter(|p| !p.is_empty());
-    let (layout, set) = layout(&app, &headers, true).await?;
+    let (layout, set) = layout(&app, &who, &headers, true).await?;
     let board = board::load(&app, &q).await?;
     render(&BoardTemplate { layout, board }, set)
 }
 
 async fn archive_page(
     State(app): State<AppState>,
+    who: Who,
     headers: HeaderMap,
     query: Result<Query<BoardQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Page, PageError> {
     let Query(mut q) = query?;
     q.project = q.project.filter(|p| !p.is_empty());
     q.archived = true;
-    let (layout, set) = layout(&app, &headers, false).await?;
+    let (layout, set) = layout(&app, &who, &headers, false).await?;
     let board = board::load(&app, &q).await?;
     render(&BoardTemplate { layout, board }, set)
 }
@@ -251,8 +295,8 @@ struct NewSpecTemplate {
     projects: Vec<String>,
 }
 
-async fn new_spec_page(State(app): State<AppState>, headers: HeaderMap) -> Result<Page, PageError> {
-    let (layout, set) = layout(&app, &headers, false).await?;
+async fn new_spec_page(State(app): State<AppState>, who: Who, headers: HeaderMap) -> Result<Page, PageError> {
+    let (layout, set) = layout(&app, &who, &headers, false).await?;
     let projects = app.specs.projects().await?.into_iter().map(|p| p.name).collect();
     render(&NewSpecTemplate { layout, projects }, set)
 }
@@ -271,6 +315,7 @@ struct NewSpecForm {
 
 async fn create_spec(
     State(app): State<AppState>,
+    who: Who,
     headers: HeaderMap,
     form: Result<Form<NewSpecForm>, axum::extract::rejection::FormRejection>,
 ) -> Result<Response, PageError> {
@@ -279,7 +324,7 @@ async fn create_spec(
     check_csrf(&headers, &f.csrf).map_err(back_to("/specs/new"))?;
     let input =
         crate::runtime::specs::SpecInput { project: f.project, title: f.title, body: f.body, priority: f.priority };
-    let row = app.specs.create(input, "board", "", "board").await.map_err(|e| back(e.into()))?;
+    let row = app.specs.create(input, "board", "", &who.actor()).await.map_err(|e| back(e.into()))?;
     Ok(see_other(&format!("/specs/{}", row.spec_id)))
 }
 
@@ -304,9 +349,14 @@ fn parse_spec_id(raw: &str) -> Result<i64, AppError> {
     raw.parse::<i64>().ok().filter(|n| *n > 0).ok_or_else(|| AppError::NotFound(format!("no spec with id {raw:?}")))
 }
 
-async fn spec_page(State(app): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Result<Page, PageError> {
+async fn spec_page(
+    State(app): State<AppState>,
+    who: Who,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Page, PageError> {
     let id = parse_spec_id(&id)?;
-    let (layout, set) = layout(&app, &headers, true).await?;
+    let (layout, set) = layout(&app, &who, &headers, true).await?;
     let mut spec = app.specs.get(id).await?;
     let exec_status = match &spec.task_id {
         Some(t) => app.execs.store().summary(t).await.map_err(anyhow::Error::from)?.map(|s| s.status),
@@ -355,6 +405,7 @@ struct SpecForm {
 
 async fn spec_action(
     State(app): State<AppState>,
+    who: Who,
     headers: HeaderMap,
     Path((id, action)): Path<(String, String)>,
     form: Result<Form<SpecForm>, axum::extract::rejection::FormRejection>,
@@ -364,7 +415,8 @@ async fn spec_action(
     let back = back_to(page.clone());
     let Form(f) = form.map_err(|e| back_to(page.clone())(AppError::BadRequest(e.body_text())))?;
     check_csrf(&headers, &f.csrf).map_err(back_to(page.clone()))?;
-    let actor = "board";
+    let actor = who.actor();
+    let actor = actor.as_str();
     let s = &app.specs;
     let result = match action.as_str() {
         "enrich" => s.enrich(id, actor).await,
@@ -535,10 +587,11 @@ const JOURNAL_LINES: usize = 200;
 
 async fn execution_page(
     State(app): State<AppState>,
+    who: Who,
     headers: HeaderMap,
     Path(task_id): Path<String>,
 ) -> Result<Page, PageError> {
-    let (layout, set) = layout(&app, &headers, true).await?;
+    let (layout, set) = layout(&app, &who, &headers, true).await?;
     let state = app
         .execs
         .load(&task_id)
@@ -622,18 +675,65 @@ struct ExecutionForm {
     reason: String,
 }
 
+type ExecutionFormResult = Result<Form<ExecutionForm>, axum::extract::rejection::FormRejection>;
+
 async fn execution_action(
     State(app): State<AppState>,
+    who: Who,
     headers: HeaderMap,
     Path((task_id, action)): Path<(String, String)>,
-    form: Result<Form<ExecutionForm>, axum::extract::rejection::FormRejection>,
+    form: ExecutionFormResult,
+) -> Result<Response, PageError> {
+    act(app, who, headers, task_id, &action, form).await
+}
+
+/// The approval form (its own route: deciding needs the reviewer role, not lead).
+async fn approve_form(
+    State(app): State<AppState>,
+    who: Who,
+    headers: HeaderMap,
+    Path(task_id): Path<String>,
+    form: ExecutionFormResult,
+) -> Result<Response, PageError> {
+    act(app, who, headers, task_id, "approve", form).await
+}
+
+/// The feedback form.
+async fn feedback_form(
+    State(app): State<AppState>,
+    who: Who,
+    headers: HeaderMap,
+    Path(task_id): Path<String>,
+    form: ExecutionFormResult,
+) -> Result<Response, PageError> {
+    act(app, who, headers, task_id, "feedback", form).await
+}
+
+/// The interact form.
+async fn interact_form(
+    State(app): State<AppState>,
+    who: Who,
+    headers: HeaderMap,
+    Path(task_id): Path<String>,
+    form: ExecutionFormResult,
+) -> Result<Response, PageError> {
+    act(app, who, headers, task_id, "interact", form).await
+}
+
+async fn act(
+    app: AppState,
+    who: Who,
+    headers: HeaderMap,
+    task_id: String,
+    action: &str,
+    form: ExecutionFormResult,
 ) -> Result<Response, PageError> {
     let page = format!("/executions/{task_id}");
     let back = back_to(page.clone());
     let Form(f) = form.map_err(|e| back_to(page.clone())(AppError::BadRequest(e.body_text())))?;
     check_csrf(&headers, &f.csrf).map_err(back_to(page.clone()))?;
     let missing = |field: &str| AppError::BadRequest(format!("{field}: missing"));
-    let kind = match action.as_str() {
+    let kind = match action {
         "approve" => {
             let result = match f.result.as_str() {
                 "approve" => ApprovalDecision::Approve,
@@ -687,7 +787,7 @@ async fn execution_action(
         }
         other => return Err(back(AppError::NotFound(format!("no execution action {other:?}")))),
     };
-    let event = Event::new(kind).by("board");
+    let event = Event::new(kind).by(who.actor());
     crate::web::api::executions::record_event_as(&app, &task_id, event).await.map_err(back)?;
     Ok(see_other(&page))
 }
@@ -708,8 +808,8 @@ struct ApprovalsTemplate {
     rows: Vec<WaitingRow>,
 }
 
-async fn approvals_page(State(app): State<AppState>, headers: HeaderMap) -> Result<Page, PageError> {
-    let (layout, set) = layout(&app, &headers, true).await?;
+async fn approvals_page(State(app): State<AppState>, who: Who, headers: HeaderMap) -> Result<Page, PageError> {
+    let (layout, set) = layout(&app, &who, &headers, true).await?;
     let store = app.execs.store();
     let mut rows = Vec::new();
     for r in store.list_executions().await.map_err(anyhow::Error::from)? {
@@ -751,10 +851,11 @@ fn short(sha: &str) -> String {
 
 async fn changelist_page(
     State(app): State<AppState>,
+    who: Who,
     headers: HeaderMap,
     Path(task_id): Path<String>,
 ) -> Result<Page, PageError> {
-    let (layout, set) = layout(&app, &headers, false).await?;
+    let (layout, set) = layout(&app, &who, &headers, false).await?;
     let state = app
         .execs
         .load(&task_id)
@@ -780,4 +881,235 @@ async fn changelist_page(
         task_id,
     };
     render(&t, set)
+}
+
+#[derive(Template)]
+#[template(path = "login.html")]
+struct LoginTemplate {
+    layout: Layout,
+    next: String,
+}
+
+/// `?next=` of the login page: a local path only (never another site).
+#[derive(Debug, Deserialize)]
+struct NextQuery {
+    next: Option<String>,
+}
+
+fn local_path(next: Option<String>) -> String {
+    next.filter(|n| n.starts_with('/') && !n.starts_with("//") && !n.contains('\\')).unwrap_or_else(|| "/".into())
+}
+
+async fn login_page(
+    State(app): State<AppState>,
+    who: Who,
+    headers: HeaderMap,
+    Query(q): Query<NextQuery>,
+) -> Result<Page, PageError> {
+    let (layout, set) = layout(&app, &who, &headers, false).await?;
+    render(&LoginTemplate { layout, next: local_path(q.next) }, set)
+}
+
+/// The login form.
+#[derive(Debug, Deserialize)]
+struct LoginForm {
+    csrf: String,
+    token: String,
+    #[serde(default)]
+    next: Option<String>,
+}
+
+async fn login(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    form: Result<Form<LoginForm>, axum::extract::rejection::FormRejection>,
+) -> Result<Response, PageError> {
+    let back = || back_to("/login");
+    let Form(f) = form.map_err(|e| back()(AppError::BadRequest(e.body_text())))?;
+    check_csrf(&headers, &f.csrf).map_err(back())?;
+    let user = app
+        .execs
+        .store()
+        .user_of_token(&crate::runtime::auth::hash_token(f.token.trim()))
+        .await
+        .map_err(|e| back()(anyhow::Error::from(e).into()))?
+        .ok_or_else(|| back()(AppError::Unauthorized("unknown or revoked token".into())))?;
+    let value = app.key.session(&user.name, crate::clock::now().timestamp() + SESSION_SECS);
+    let mut response = see_other(&local_path(f.next));
+    let cookie = format!("{SESSION_COOKIE}={value}; Path=/; HttpOnly; SameSite=Lax; Max-Age={SESSION_SECS}");
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().append(SET_COOKIE, v);
+    }
+    Ok(response)
+}
+
+/// The logout form (only the CSRF token).
+#[derive(Debug, Deserialize)]
+struct CsrfOnly {
+    csrf: String,
+}
+
+async fn logout(
+    headers: HeaderMap,
+    form: Result<Form<CsrfOnly>, axum::extract::rejection::FormRejection>,
+) -> Result<Response, PageError> {
+    let Form(f) = form.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    check_csrf(&headers, &f.csrf)?;
+    let mut response = see_other("/login");
+    let cookie = format!("{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0");
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().append(SET_COOKIE, v);
+    }
+    Ok(response)
+}
+
+/// How long an approval link made on the page lasts, seconds.
+pub const LINK_SECS: i64 = 24 * 3600;
+
+/// Makes a signed approval link for `task_id`'s pending approval.
+///
+/// Errors: the execution does not wait for an approval (409).
+pub async fn approval_link(app: &AppState, task_id: &str, reviewer: &str, secs: i64) -> Result<String, AppError> {
+    let state = app
+        .execs
+        .load(task_id)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("no execution with task id {task_id}")))?;
+    let Action::Approval(a) = engine::next_action(&state) else {
+        return Err(AppError::Conflict {
+            message: format!("execution {task_id} does not wait for an approval"),
+            reason: None,
+        });
+    };
+    let link_id = hex::encode(crate::runtime::auth::random_bytes::<16>()?);
+    let claims = LinkClaims {
+        link_id,
+        task_id: task_id.to_string(),
+        phase_id: a.phase_id,
+        expires: crate::clock::now().timestamp() + secs,
+        reviewer: reviewer.to_string(),
+    };
+    Ok(format!("/approve/{}", app.key.link(&claims)))
+}
+
+#[derive(Template)]
+#[template(path = "link_made.html")]
+struct LinkMadeTemplate {
+    layout: Layout,
+    task_id: String,
+    link: String,
+    reviewer: String,
+}
+
+/// The "make an approval link" form.
+#[derive(Debug, Deserialize)]
+struct LinkForm {
+    csrf: String,
+    #[serde(default)]
+    reviewer: String,
+}
+
+async fn make_approval_link(
+    State(app): State<AppState>,
+    who: Who,
+    headers: HeaderMap,
+    Path(task_id): Path<String>,
+    form: Result<Form<LinkForm>, axum::extract::rejection::FormRejection>,
+) -> Result<Page, PageError> {
+    let page = format!("/executions/{task_id}");
+    let Form(f) = form.map_err(|e| back_to(page.clone())(AppError::BadRequest(e.body_text())))?;
+    check_csrf(&headers, &f.csrf).map_err(back_to(page.clone()))?;
+    let reviewer = f.reviewer.trim();
+    crate::runtime::auth::check_user_name(reviewer)
+        .map_err(|e| back_to(page.clone())(AppError::BadRequest(format!("reviewer: {e}"))))?;
+    let link = approval_link(&app, &task_id, reviewer, LINK_SECS).await.map_err(back_to(page.clone()))?;
+    let (layout, set) = layout(&app, &who, &headers, false).await?;
+    let host = headers.get("host").and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1:8741");
+    let t = LinkMadeTemplate { layout, task_id, link: format!("http://{host}{link}"), reviewer: reviewer.to_string() };
+    render(&t, set)
+}
+
+#[derive(Template)]
+#[template(path = "link.html")]
+struct LinkTemplate {
+    layout: Layout,
+    claims: LinkClaims,
+    approval: ApprovalAction,
+    summary: String,
+}
+
+/// Checks a link token: genuine, not expired, not used, and its execution waits for the
+/// approval of its phase. Returns its claims and the pending approval.
+async fn check_link(app: &AppState, token: &str) -> Result<(LinkClaims, ApprovalAction, String), AppError> {
+    let claims = app.key.link_claims(token).map_err(|e| match e {
+        LinkError::Malformed | LinkError::Tampered => AppError::Forbidden(e.to_string()),
+    })?;
+    if claims.expires <= crate::clock::now().timestamp() {
+        return Err(AppError::Gone("this approval link has expired; ask for a new one".into()));
+    }
+    if app.execs.store().approval_link_used(&claims.link_id).await.map_err(anyhow::Error::from)? {
+        return Err(AppError::Conflict { message: "this approval link was already used".into(), reason: Some("used") });
+    }
+    let state = app
+        .execs
+        .load(&claims.task_id)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("no execution with task id {}", claims.task_id)))?;
+    match engine::next_action(&state) {
+        Action::Approval(a) if a.phase_id == claims.phase_id => Ok((claims, a, state.plan.task_summary.clone())),
+        _ => Err(AppError::Conflict {
+            message: format!(
+                "execution {} does not wait for the approval of phase {} any more",
+                claims.task_id, claims.phase_id
+            ),
+            reason: Some("not_pending"),
+        }),
+    }
+}
+
+async fn link_page(
+    State(app): State<AppState>,
+    who: Who,
+    headers: HeaderMap,
+    Path(token): Path<String>,
+) -> Result<Page, PageError> {
+    let (claims, approval, summary) = check_link(&app, &token).await?;
+    let (layout, set) = layout(&app, &who, &headers, false).await?;
+    render(&LinkTemplate { layout, claims, approval, summary }, set)
+}
+
+/// The approval link's form.
+#[derive(Debug, Deserialize)]
+struct LinkDecisionForm {
+    csrf: String,
+    result: String,
+    #[serde(default)]
+    feedback: String,
+}
+
+async fn link_decide(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Path(token): Path<String>,
+    form: Result<Form<LinkDecisionForm>, axum::extract::rejection::FormRejection>,
+) -> Result<Response, PageError> {
+    let Form(f) = form.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    check_csrf(&headers, &f.csrf)?;
+    let result = ApprovalDecision::parse(&f.result)
+        .ok_or_else(|| AppError::BadRequest(format!("result: {:?} is not an approval option", f.result)))?;
+    let (claims, _, _) = check_link(&app, &token).await?;
+    let who = format!("{} (approval link)", claims.reviewer);
+    let store = app.execs.store();
+    if !store
+        .use_approval_link(&claims.link_id, &who, &crate::clock::now_rfc3339())
+        .await
+        .map_err(anyhow::Error::from)?
+    {
+        return Err(
+            AppError::Conflict { message: "this approval link was already used".into(), reason: Some("used") }.into()
+        );
+    }
+    let kind = EventKind::ApprovalRecorded { phase_id: claims.phase_id, result, feedback: f.feedback };
+    crate::web::api::executions::record_event_as(&app, &claims.task_id, Event::new(kind).by(who)).await?;
+    Ok(see_other(&format!("/executions/{}", claims.task_id)))
 }

@@ -47,12 +47,24 @@ impl Server {
 
     /// One HTTP/1.1 request (`Connection: close`); (status, JSON body or Null).
     fn request(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        self.request_as(method, path, body, None)
+    }
+
+    /// [`Server::request`] with a bearer token.
+    fn request_as(&self, method: &str, path: &str, body: Option<Value>, token: Option<&str>) -> (u16, Value) {
+        let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let extra = format!("{auth}Content-Type: application/json\r\nX-Baton-Actor: serve-test\r\n");
+        let (status, _, text) = self.raw(method, path, &extra, &body);
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// A raw request with `extra` header lines; (status, head, body text).
+    fn raw(&self, method: &str, path: &str, extra: &str, body: &str) -> (u16, String, String) {
         let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
         stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        let body = body.map(|b| b.to_string()).unwrap_or_default();
         let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\n\
-             X-Baton-Actor: serve-test\r\nContent-Length: {}\r\n\r\n",
+            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{extra}Content-Length: {}\r\n\r\n",
             body.len()
         );
         stream.write_all(head.as_bytes()).unwrap();
@@ -60,8 +72,8 @@ impl Server {
         let mut response = String::new();
         stream.read_to_string(&mut response).unwrap();
         let status = response.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
-        let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-        (status, serde_json::from_str(body).unwrap_or(Value::Null))
+        let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+        (status, head.to_string(), body.to_string())
     }
 
     fn spec(&self, id: i64) -> Value {
@@ -244,4 +256,109 @@ fn a_server_killed_while_an_agent_runs_re_adopts_the_agent_on_restart() {
     );
     assert_eq!(status, 201, "{body}");
     server.wait_stage(id, "changelist_review");
+}
+
+/// `baton --data-dir <data> <args>`: (exit code, stdout, stderr).
+fn baton(data: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_baton")).arg("--data-dir").arg(data).args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+fn token(data: &std::path::Path, user: &str, role: &str) -> String {
+    let (code, out, err) = baton(data, &["token", "create", "--user", user, "--role", role]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("baton_"), "{out}");
+    out
+}
+
+#[test]
+fn decisions_are_signed_links_are_single_use_and_initiators_need_another_reviewer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let (lead, rita) = (token(&data, "lee", "lead"), token(&data, "rita", "reviewer"));
+    let admin = token(&data, "ada", "admin");
+    let server = Server::start(&data);
+    let (status, _) = server.request("GET", "/api/v1/specs", None);
+    assert_eq!(status, 401, "users exist: auth is on");
+
+    // A project that requires a separate reviewer, and a spec the lead fires.
+    let repo = data.join("demo").join("board-repo");
+    let project =
+        json!({"name": "strict", "repo_path": repo, "agent_profile": "demo", "require_separate_reviewer": true});
+    let (status, body) = server.request_as("POST", "/api/v1/projects", Some(project), Some(&admin));
+    assert_eq!(status, 201, "{body}");
+    let spec = json!({"project": "strict", "title": "Add a farewell", "body": "Say goodbye."});
+    let (status, body) = server.request_as("POST", "/api/v1/specs", Some(spec), Some(&lead));
+    assert_eq!(status, 201, "{body}");
+    let id = body["spec_id"].as_i64().unwrap();
+    for (action, body) in [("enrich", None), ("review", Some(json!({"decision": "approve"}))), ("fire", None)] {
+        let (status, answer) = server.request_as("POST", &format!("/api/v1/specs/{id}/{action}"), body, Some(&lead));
+        assert_eq!(status, 200, "{action}: {answer}");
+    }
+    let task_id = server.request_as("GET", &format!("/api/v1/specs/{id}"), None, Some(&lead)).1["task_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let start = Stopwatch::start();
+    while server.request_as("GET", &format!("/api/v1/specs/{id}"), None, Some(&lead)).1["stage"] != "awaiting_human" {
+        assert!(start.elapsed() < Duration::from_secs(60), "never waited for the approval");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let approve = json!({"phase_id": 1, "result": "approve", "feedback": "mine"});
+    let uri = format!("/api/v1/executions/{task_id}/approve");
+    let (status, body) = server.request_as("POST", &uri, Some(approve), Some(&lead));
+    assert_eq!(status, 403, "the initiator may not approve: {body}");
+    assert!(body["message"].as_str().unwrap().contains("separate reviewer"), "{body}");
+
+    // Approval links: tampered, expired, then used once by the reviewer it names.
+    let base = format!("http://127.0.0.1:{}", server.port);
+    let link = |hours: &str| {
+        let (code, out, err) = baton(
+            &data,
+            &["approval", "link", "--task-id", &task_id, "--reviewer", "rita", "--hours", hours, "--base-url", &base],
+        );
+        assert_eq!(code, 0, "{err}");
+        out.strip_prefix(&base).unwrap().to_string()
+    };
+    let (path, expired) = (link("24"), link("0"));
+    let mut tampered = path.clone().into_bytes();
+    let i = path.find("/approve/").unwrap() + 12;
+    tampered[i] = if tampered[i] == b'0' { b'1' } else { b'0' };
+    let tampered = String::from_utf8(tampered).unwrap();
+    assert_eq!(server.raw("GET", &tampered, "", "").0, 403, "tampered");
+    assert_eq!(server.raw("GET", &expired, "", "").0, 410, "expired");
+    let (status, head, html) = server.raw("GET", &path, "", "");
+    assert_eq!(status, 200, "{html}");
+    let cookie =
+        head.lines().find_map(|l| l.strip_prefix("set-cookie: ")).unwrap().split(';').next().unwrap().to_string();
+    let csrf = cookie.split_once('=').unwrap().1;
+    let form = format!("csrf={csrf}&result=approve&feedback=fine+by+me");
+    let headers = format!("Cookie: {cookie}\r\nContent-Type: application/x-www-form-urlencoded\r\n");
+    let (status, _, page) = server.raw("POST", &path, &headers, &form);
+    assert_eq!(status, 303, "{page}");
+    let (status, _, page) = server.raw("POST", &path, &headers, &form);
+    assert!(status == 409, "a used link is refused: {status} {page}");
+
+    let (_, journal) = server.request_as("GET", &format!("/api/v1/executions/{task_id}/journal"), None, Some(&rita));
+    let decision = journal.as_array().unwrap().iter().find(|e| e["kind"] == "approval_recorded").unwrap();
+    assert_eq!(decision["payload"]["actor"], "rita (approval link)");
+
+    // The decision is signed; audit verify checks it, and notices a forged signature.
+    let (code, out, err) = baton(&data, &["audit", "verify", &task_id]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("1 signed and verified") && out.contains("0 with a BAD signature"), "{out}");
+    let seq = decision["seq"].as_i64().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let store = baton::store::Store::open(&data.join("baton.db")).await.unwrap();
+        store.put_decision_signature(&task_id, seq, &"0".repeat(64)).await.unwrap();
+    });
+    let (code, out, _) = baton(&data, &["audit", "verify", &task_id]);
+    assert_eq!(code, 4, "audit verify fails like a broken chain: {out}");
+    assert!(out.contains(&format!("1 with a BAD signature (seq {seq})")), "{out}");
 }

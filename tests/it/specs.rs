@@ -22,7 +22,7 @@ impl App {
     async fn new() -> App {
         let ws = Workspace::with_repo(&[("README.md", "hello\n"), ("Cargo.toml", "[package]\nname = \"x\"\n")]);
         let execs = Executions::open(DataDir::open(&ws.data()).unwrap()).await.unwrap();
-        let router = web::app(AppState::new(execs));
+        let router = web::app(AppState::new(execs).unwrap());
         App { ws, router }
     }
 

@@ -40,7 +40,7 @@ impl TestApp {
     }
 
     async fn send(&self, req: Request<Body>) -> (StatusCode, Value) {
-        let response = web::app(AppState::new(self.execs.clone())).oneshot(req).await.unwrap();
+        let response = web::app(AppState::new(self.execs.clone()).unwrap()).oneshot(req).await.unwrap();
         let status = response.status();
         let bytes = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
         let body = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() };
@@ -259,16 +259,17 @@ async fn state_conflicts_are_409_and_write_nothing() {
 }
 
 #[test]
-fn only_loopback_addresses_may_be_bound() {
-    assert!(web::check_bind("127.0.0.1:8741".parse().unwrap()).is_ok());
-    assert!(web::check_bind("[::1]:0".parse().unwrap()).is_ok());
-    let err = web::check_bind("0.0.0.0:8741".parse().unwrap()).unwrap_err();
-    assert!(err.to_string().contains("loopback"), "{err}");
-    assert!(web::check_bind("192.168.1.10:80".parse().unwrap()).is_err());
+fn without_users_only_loopback_addresses_may_be_bound() {
+    assert!(web::check_bind("127.0.0.1:8741".parse().unwrap(), false).is_ok());
+    assert!(web::check_bind("[::1]:0".parse().unwrap(), false).is_ok());
+    let err = web::check_bind("0.0.0.0:8741".parse().unwrap(), false).unwrap_err();
+    assert!(err.to_string().contains("loopback") && err.to_string().contains("token create"), "{err}");
+    assert!(web::check_bind("192.168.1.10:80".parse().unwrap(), false).is_err());
+    assert!(web::check_bind("0.0.0.0:8741".parse().unwrap(), true).is_ok(), "with users, any address");
 }
 
 #[test]
-fn serve_refuses_a_non_loopback_bind_with_exit_2() {
+fn serve_refuses_a_non_loopback_bind_without_users_with_exit_2() {
     let tmp = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
         .arg("--data-dir")
@@ -277,7 +278,7 @@ fn serve_refuses_a_non_loopback_bind_with_exit_2() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("only a loopback address"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no users are configured"), "{out:?}");
 }
 
 #[tokio::test]
@@ -286,7 +287,7 @@ async fn the_server_serves_on_a_real_socket_and_shuts_down_gracefully() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(web::serve(listener, AppState::new(app.execs.clone()), async {
+    let server = tokio::spawn(web::serve(listener, AppState::new(app.execs.clone()).unwrap(), async {
         let _ = stopped.await;
     }));
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -307,7 +308,7 @@ async fn two_concurrent_decisions_on_one_approval_record_exactly_one() {
     app.with_approval_plan("web-race").await;
     let (status, _) = app.post("/api/v1/executions/web-race/events", record_step("1.1", "alpha")).await;
     assert_eq!(status, StatusCode::CREATED);
-    let router = web::app(AppState::new(app.execs.clone()));
+    let router = web::app(AppState::new(app.execs.clone()).unwrap());
     let decide = |result: &str| {
         let body = json!({"phase_id": 1, "result": result, "feedback": "why"}).to_string();
         let req = Request::post("/api/v1/executions/web-race/approve")

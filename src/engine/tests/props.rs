@@ -370,8 +370,10 @@ proptest! {
 
 #[test]
 fn random_runs_reach_every_status() {
-    let mut runner =
-        proptest::test_runner::TestRunner::new(Config { cases: 1, failure_persistence: None, ..Config::default() });
+    // A fixed seed: with a random one, 48 runs occasionally missed a status (a flaky test).
+    let config = Config { cases: 1, failure_persistence: None, ..Config::default() };
+    let rng = proptest::test_runner::TestRng::deterministic_rng(proptest::test_runner::RngAlgorithm::ChaCha);
+    let mut runner = proptest::test_runner::TestRunner::new_with_rng(config, rng);
     let strategy = (
         prop::collection::vec(phase_spec(), 1..=4),
         prop::bool::weighted(0.2),

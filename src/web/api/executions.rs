@@ -183,6 +183,10 @@ async fn record(app: &AppState, task_id: &str, event: Event) -> Result<(StatusCo
     }
     let lock = app.record_lock(task_id);
     let _serialised = lock.lock().await;
+    if matches!(event.kind, EventKind::ApprovalRecorded { .. }) {
+        check_separate_reviewer(app, task_id, &event.actor).await?;
+    }
+    let decision = crate::runtime::auth::decision_fields(&event.kind);
     let cancel = matches!(event.kind, EventKind::Cancelled { .. });
     if cancel {
         // This process's own driver holds the lease: stop it first (its agents are stopped
@@ -198,9 +202,55 @@ async fn record(app: &AppState, task_id: &str, event: Event) -> Result<(StatusCo
         tracing::info!(task.id = %task_id, "stopped {} running agent attempts", done.stopped_attempts);
     }
     let (state, applied) = (done.state, done.applied);
+    if let (Some((phase_id, decision, comment)), false) = (decision, applied.duplicate) {
+        sign_decision(app, task_id, &applied.key, phase_id, &decision, &comment).await?;
+    }
     let status = if applied.duplicate { StatusCode::OK } else { StatusCode::CREATED };
     let next_action = engine::next_action(&state);
     Ok((status, Json(Recorded { recorded: !applied.duplicate, idempotency_key: applied.key, next_action })))
+}
+
+/// Signs the decision journaled under `key` with the server key (who and when as journaled).
+async fn sign_decision(
+    app: &AppState,
+    task_id: &str,
+    key: &str,
+    phase_id: i64,
+    decision: &str,
+    comment: &str,
+) -> Result<(), AppError> {
+    let store = app.execs.store();
+    let head = store.head_seq(task_id).await.map_err(anyhow::Error::from)?.unwrap_or(0);
+    let recent = store.events(task_id, (head - 16).max(0)).await.map_err(anyhow::Error::from)?;
+    let Some(entry) = recent.iter().rev().find(|e| e.idempotency_key == key) else {
+        return Err(AppError::Internal(anyhow::anyhow!("the decision {key} of {task_id} is not in the journal")));
+    };
+    let payload: serde_json::Value = serde_json::from_str(&entry.payload).map_err(anyhow::Error::from)?;
+    let who = payload.get("actor").and_then(|a| a.as_str()).unwrap_or_default();
+    let d = crate::runtime::auth::Decision { task_id, phase_id, decision, comment, who, at: &entry.at };
+    let signature = app.key.sign_decision(&d);
+    store.put_decision_signature(task_id, entry.seq, &signature).await.map_err(anyhow::Error::from)?;
+    Ok(())
+}
+
+/// Refuses an approval by whoever fired the execution when its project requires a separate
+/// reviewer (403).
+async fn check_separate_reviewer(app: &AppState, task_id: &str, actor: &str) -> Result<(), AppError> {
+    let store = app.execs.store();
+    let Some(spec) = store.spec_of_execution(task_id).await.map_err(anyhow::Error::from)? else { return Ok(()) };
+    let project = store.project(&spec.project).await.map_err(anyhow::Error::from)?;
+    if !project.is_some_and(|p| p.require_separate_reviewer) {
+        return Ok(());
+    }
+    let events = store.spec_events(spec.spec_id).await.map_err(anyhow::Error::from)?;
+    let initiator = events.iter().rev().find(|e| e.action == "fire").map(|e| e.actor.as_str());
+    if initiator == Some(actor) {
+        return Err(AppError::Forbidden(format!(
+            "{actor} fired this execution, and project {} requires a separate reviewer for its approvals",
+            spec.project
+        )));
+    }
+    Ok(())
 }
 
 /// Records `event` (its actor set by the caller) as the REST routes do: the lease, this

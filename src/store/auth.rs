@@ -1,0 +1,195 @@
+//! Users, API tokens, used approval links and decision signatures (migration `0003_auth.sql`).
+//!
+//! Owns the `users`, `api_tokens`, `used_approval_links` and `decision_signatures` tables.
+//! Tokens are stored as their SHA-256 only (the caller hashes); the store never sees a token,
+//! never judges a role, and never computes a signature.
+
+use super::{Store, StoreError};
+
+/// A user.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
+pub struct UserRow {
+    /// Unique name.
+    pub name: String,
+    /// `viewer`, `reviewer`, `lead` or `admin`.
+    pub role: String,
+    /// When created (RFC 3339).
+    pub created_at: String,
+}
+
+/// An API token's record (never the token).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
+pub struct TokenRow {
+    /// Id (for `baton token revoke`).
+    pub token_id: i64,
+    /// Its user.
+    pub user_name: String,
+    /// Free text.
+    pub label: String,
+    /// When created (RFC 3339).
+    pub created_at: String,
+    /// When revoked (RFC 3339).
+    pub revoked_at: Option<String>,
+}
+
+impl Store {
+    /// Whether any user exists (no users: the server runs open on loopback).
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn has_users(&self) -> Result<bool, StoreError> {
+        Ok(sqlx::query_scalar::<_, i64>("select 1 from users limit 1").fetch_optional(&self.reader).await?.is_some())
+    }
+
+    /// Creates `name` with `role`, or sets the role of an existing user; then adds a token
+    /// (its SHA-256 `token_hash`) for it. Returns the token's id.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`] (a role outside the four, a duplicate hash).
+    pub async fn add_token(
+        &self,
+        name: &str,
+        role: &str,
+        token_hash: &str,
+        label: &str,
+        at: &str,
+    ) -> Result<i64, StoreError> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "insert into users (name, role, created_at) values (?, ?, ?) \
+             on conflict (name) do update set role = excluded.role",
+        )
+        .bind(name)
+        .bind(role)
+        .bind(at)
+        .execute(&mut *tx)
+        .await?;
+        let id = sqlx::query_scalar::<_, i64>(
+            "insert into api_tokens (user_name, token_hash, label, created_at) values (?, ?, ?, ?) returning token_id",
+        )
+        .bind(name)
+        .bind(token_hash)
+        .bind(label)
+        .bind(at)
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    /// The user of an unrevoked token with this hash (a read: checking a token writes nothing).
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn user_of_token(&self, token_hash: &str) -> Result<Option<UserRow>, StoreError> {
+        Ok(sqlx::query_as::<_, UserRow>(
+            "select u.name, u.role, u.created_at from api_tokens t join users u on u.name = t.user_name \
+             where t.token_hash = ? and t.revoked_at is null",
+        )
+        .bind(token_hash)
+        .fetch_optional(&self.reader)
+        .await?)
+    }
+
+    /// One user.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn user(&self, name: &str) -> Result<Option<UserRow>, StoreError> {
+        Ok(sqlx::query_as::<_, UserRow>("select name, role, created_at from users where name = ?")
+            .bind(name)
+            .fetch_optional(&self.reader)
+            .await?)
+    }
+
+    /// Every token record, newest first.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn list_tokens(&self) -> Result<Vec<TokenRow>, StoreError> {
+        Ok(sqlx::query_as::<_, TokenRow>(
+            "select token_id, user_name, label, created_at, revoked_at from api_tokens \
+             order by token_id desc",
+        )
+        .fetch_all(&self.reader)
+        .await?)
+    }
+
+    /// Revokes a token; false when there is no such unrevoked token.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn revoke_token(&self, token_id: i64, at: &str) -> Result<bool, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query("update api_tokens set revoked_at = ? where token_id = ? and revoked_at is null")
+            .bind(at)
+            .bind(token_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Marks an approval link used; false when it already was (links are single-use).
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn use_approval_link(&self, link_id: &str, used_by: &str, at: &str) -> Result<bool, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "insert into used_approval_links (link_id, used_at, used_by) values (?, ?, ?) \
+             on conflict (link_id) do nothing",
+        )
+        .bind(link_id)
+        .bind(at)
+        .bind(used_by)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Whether an approval link was used.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn approval_link_used(&self, link_id: &str) -> Result<bool, StoreError> {
+        Ok(sqlx::query_scalar::<_, i64>("select 1 from used_approval_links where link_id = ?")
+            .bind(link_id)
+            .fetch_optional(&self.reader)
+            .await?
+            .is_some())
+    }
+
+    /// Stores the signature of the decision at journal position (`task_id`, `seq`).
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`] (the execution must exist).
+    pub async fn put_decision_signature(&self, task_id: &str, seq: i64, signature: &str) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "insert into decision_signatures (task_id, seq, signature) values (?, ?, ?) \
+             on conflict (task_id, seq) do update set signature = excluded.signature",
+        )
+        .bind(task_id)
+        .bind(seq)
+        .bind(signature)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The decision signatures of an execution: (seq, signature), by seq.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn decision_signatures(&self, task_id: &str) -> Result<Vec<(i64, String)>, StoreError> {
+        Ok(sqlx::query_as::<_, (i64, String)>(
+            "select seq, signature from decision_signatures where task_id = ? order by seq",
+        )
+        .bind(task_id)
+        .fetch_all(&self.reader)
+        .await?)
+    }
+}

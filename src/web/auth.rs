@@ -1,0 +1,192 @@
+//! Authentication and authorization for every route.
+//!
+//! One middleware ([`authorize`]) resolves who calls — a bearer API token, a signed session
+//! cookie from `/login`, or, when no user exists, the open local mode — and checks the role the
+//! route needs ([`required_role`], the one table of the role matrix). API routes answer 401/403
+//! as JSON; pages redirect to `/login` or show the error page. The resolved [`Identity`] is put
+//! in the request's extensions for handlers. This module never records events.
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::header::{AUTHORIZATION, COOKIE};
+use axum::http::{HeaderMap, Method};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::clock;
+use crate::runtime::auth::{hash_token, Role};
+use crate::web::error::AppError;
+use crate::web::extract::ACTOR_HEADER;
+use crate::web::AppState;
+
+/// The session cookie's name.
+pub const SESSION_COOKIE: &str = "baton_session";
+
+/// How long a browser session lasts, seconds.
+pub const SESSION_SECS: i64 = 12 * 3600;
+
+/// Who calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// The user's name (in open mode: the `X-Baton-Actor` header, else `local`).
+    pub name: String,
+    /// The user's role (admin in open mode).
+    pub role: Role,
+    /// No users are configured: the server runs open on loopback.
+    pub open: bool,
+}
+
+/// The role `method` on the route `path` (axum's matched path, e.g.
+/// `/api/v1/specs/{id}/fire`) needs; `None` for public routes.
+///
+/// Public: health, login/logout, static files and approval links (they carry their own
+/// signature). Reading: viewer. Deciding (approve, feedback, interact): reviewer. Managing
+/// projects (any write under `/api/v1/projects`): admin. Every other write: lead.
+pub fn required_role(method: &Method, path: &str) -> Option<Role> {
+    let public = matches!(path, "/healthz" | "/readyz" | "/login" | "/logout")
+        || path.starts_with("/static/")
+        || path.starts_with("/approve/");
+    if public {
+        return None;
+    }
+    if matches!(*method, Method::GET | Method::HEAD) {
+        return Some(Role::Viewer);
+    }
+    if path.starts_with("/api/v1/projects") {
+        return Some(Role::Admin);
+    }
+    let deciding = ["/approve", "/feedback", "/interact"].iter().any(|end| path.ends_with(end))
+        && (path.starts_with("/api/v1/executions/") || path.starts_with("/executions/"));
+    Some(if deciding { Role::Reviewer } else { Role::Lead })
+}
+
+/// A cookie's value from the request's `Cookie` headers.
+pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.to_string())
+}
+
+/// Who the request comes from; `None` when auth is on and it carries no valid credential.
+///
+/// Errors: a malformed or unknown bearer token (401), the database.
+pub async fn identify(app: &AppState, headers: &HeaderMap) -> Result<Option<Identity>, AppError> {
+    let store = app.execs.store();
+    if !app.auth_enabled().await? {
+        let name = headers
+            .get(ACTOR_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty() && v.len() <= 200)
+            .unwrap_or("local")
+            .to_string();
+        return Ok(Some(Identity { name, role: Role::Admin, open: true }));
+    }
+    if let Some(value) = headers.get(AUTHORIZATION) {
+        let token = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .ok_or_else(|| AppError::Unauthorized("Authorization: expected `Bearer <token>`".into()))?;
+        let user = store.user_of_token(&hash_token(token)).await.map_err(anyhow::Error::from)?;
+        let user = user.ok_or_else(|| AppError::Unauthorized("unknown or revoked API token".into()))?;
+        return Ok(Some(to_identity(user)));
+    }
+    if let Some(value) = cookie(headers, SESSION_COOKIE) {
+        if let Some(name) = app.key.session_user(&value, clock::now().timestamp()) {
+            if let Some(user) = store.user(&name).await.map_err(anyhow::Error::from)? {
+                return Ok(Some(to_identity(user)));
+            }
+        }
+    }
+    Ok(None)
+}
+
+fn to_identity(user: crate::store::UserRow) -> Identity {
+    Identity { role: Role::parse(&user.role).unwrap_or(Role::Viewer), name: user.name, open: false }
+}
+
+/// The middleware: resolves the caller, checks the route's role, and passes the request on
+/// with the [`Identity`] in its extensions (public routes get one too when the caller has one).
+pub async fn authorize(State(app): State<AppState>, mut req: Request, next: Next) -> Response {
+    let path =
+        req.extensions().get::<MatchedPath>().map_or_else(|| req.uri().path().to_string(), |m| m.as_str().to_string());
+    let api = path.starts_with("/api/");
+    let need = required_role(req.method(), &path);
+    let identity = match identify(&app, req.headers()).await {
+        Ok(i) => i,
+        Err(e) if need.is_none() => {
+            tracing::debug!("ignoring a bad credential on a public route: {}", e.message());
+            None
+        }
+        Err(e) => return refuse(e, api),
+    };
+    if let Some(need) = need {
+        match &identity {
+            None => {
+                if !api && matches!(*req.method(), Method::GET | Method::HEAD) {
+                    let next_path = req.uri().path_and_query().map_or("/", |p| p.as_str()).to_string();
+                    let target = format!("/login?next={}", urlencode(&next_path));
+                    return axum::response::Redirect::to(&target).into_response();
+                }
+                return refuse(
+                    AppError::Unauthorized("sign in, or send an API token (Authorization: Bearer …)".into()),
+                    api,
+                );
+            }
+            Some(who) if who.role < need => {
+                let message = format!("{} is a {}; this needs the {} role", who.name, who.role.as_str(), need.as_str());
+                return refuse(AppError::Forbidden(message), api);
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(identity) = identity {
+        req.extensions_mut().insert(identity);
+    }
+    next.run(req).await
+}
+
+fn refuse(e: AppError, api: bool) -> Response {
+    if api {
+        e.into_response()
+    } else {
+        crate::web::pages::PageError::from(e).into_response()
+    }
+}
+
+/// Percent-encodes everything but unreserved characters and `/`.
+pub fn urlencode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_role_table() {
+        let post = Method::POST;
+        assert_eq!(required_role(&Method::GET, "/"), Some(Role::Viewer));
+        assert_eq!(required_role(&Method::GET, "/healthz"), None);
+        assert_eq!(required_role(&post, "/approve/{token}"), None);
+        assert_eq!(required_role(&post, "/api/v1/executions/{task_id}/approve"), Some(Role::Reviewer));
+        assert_eq!(required_role(&post, "/executions/{task_id}/{action}"), Some(Role::Lead));
+        assert_eq!(required_role(&post, "/api/v1/specs/{id}/fire"), Some(Role::Lead));
+        assert_eq!(required_role(&Method::DELETE, "/api/v1/projects/{name}"), Some(Role::Admin));
+        assert_eq!(urlencode("/specs/1?x=a b"), "/specs/1%3Fx%3Da%20b");
+    }
+}
