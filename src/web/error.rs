@@ -58,6 +58,8 @@ pub enum AppError {
     Forbidden(String),
     /// 410: an expired approval link.
     Gone(String),
+    /// 405: the route exists, not with this method.
+    MethodNotAllowed(String),
     /// 404: no such execution (or route).
     NotFound(String),
     /// 409: the execution's current state refuses the request.
@@ -84,6 +86,7 @@ impl AppError {
             | AppError::Forbidden(m)
             | AppError::Unauthorized(m)
             | AppError::Gone(m)
+            | AppError::MethodNotAllowed(m)
             | AppError::Unavailable(m)
             | AppError::Invalid { message: m, .. }
             | AppError::StatusConflict { message: m, .. }
@@ -105,6 +108,7 @@ impl AppError {
             AppError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             AppError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
             AppError::Gone(_) => (StatusCode::GONE, "gone"),
+            AppError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             AppError::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
             AppError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             AppError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
@@ -204,6 +208,7 @@ impl IntoResponse for AppError {
             | AppError::Forbidden(m)
             | AppError::Unauthorized(m)
             | AppError::Gone(m)
+            | AppError::MethodNotAllowed(m)
             | AppError::Unavailable(m) => (m, Value::Null),
             AppError::Conflict { message, reason } => (message, reason.map_or(Value::Null, |r| json!({ "reason": r }))),
             AppError::Invalid { message, details } => (message, details),

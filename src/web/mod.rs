@@ -26,7 +26,7 @@ use axum::http::StatusCode;
 use axum::Router;
 use tower_http::compression::CompressionLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::timeout::TimeoutLayer;
+use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 use tower_http::trace::TraceLayer;
 
 use crate::runtime::auth::ServerKey;
@@ -43,6 +43,12 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8741";
 /// 10 s for the lease).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Longest a client may take to send a request body (then 408).
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Longest the server waits, after a shutdown signal, for open connections to finish.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// What every handler shares.
 #[derive(Debug, Clone)]
 pub struct AppState {
@@ -54,6 +60,8 @@ pub struct AppState {
     pub key: ServerKey,
     /// Set once a user is known to exist: auth stays on from then (users are never deleted).
     users_known: Arc<std::sync::atomic::AtomicBool>,
+    /// Turns true when the server begins its shutdown: event streams end.
+    closing: Arc<tokio::sync::watch::Sender<bool>>,
     /// One lock per execution, serialising the records this process makes on it: the
     /// execution lease is re-entrant for its holder (this process), so two requests on one
     /// execution must not interleave. Other executions are not held up.
@@ -79,8 +87,14 @@ impl AppState {
             specs: Specs::new(pool),
             key,
             users_known: Arc::default(),
+            closing: Arc::new(tokio::sync::watch::channel(false).0),
             record_locks: Arc::default(),
         })
+    }
+
+    /// A receiver that turns true when the server begins its shutdown.
+    pub fn closing(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.closing.subscribe()
     }
 
     /// Whether any user exists (then every non-public route needs a credential).
@@ -119,9 +133,13 @@ pub fn app(state: AppState) -> Router {
         .merge(pages::router())
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::authorize))
         .fallback(|| async { AppError::NotFound("no such route".into()) })
+        .method_not_allowed_fallback(|method: axum::http::Method| async move {
+            AppError::MethodNotAllowed(format!("{method} is not allowed on this route"))
+        })
         .with_state(state)
         .layer(CompressionLayer::new())
         .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, REQUEST_TIMEOUT))
+        .layer(RequestBodyTimeoutLayer::new(BODY_TIMEOUT))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(TraceLayer::new_for_http())
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
@@ -141,13 +159,34 @@ pub fn check_bind(addr: SocketAddr, has_users: bool) -> Result<(), BadInput> {
     )))
 }
 
-/// Serves [`app`] on `listener` until `shutdown` completes, then lets in-flight requests finish.
+/// Serves [`app`] on `listener` until `shutdown` completes, then lets in-flight requests finish
+/// for up to [`DRAIN_TIMEOUT`] (a stalled client or an open event stream cannot hold the
+/// shutdown longer).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await.context("serving HTTP")
+    let closing = state.closing.clone();
+    let mut on_signal = state.closing();
+    let graceful = async move {
+        shutdown.await;
+        let _ = closing.send(true);
+    };
+    let server = axum::serve(listener, app(state)).with_graceful_shutdown(graceful);
+    let drain_limit = async move {
+        if on_signal.wait_for(|s| *s).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep(DRAIN_TIMEOUT).await;
+    };
+    tokio::select! {
+        served = server => served.context("serving HTTP"),
+        () = drain_limit => {
+            tracing::warn!("connections still open after {DRAIN_TIMEOUT:?}; closing them");
+            Ok(())
+        }
+    }
 }
 
 /// Completes on SIGINT or SIGTERM.

@@ -337,3 +337,40 @@ async fn a_record_while_a_driver_holds_the_lease_is_409() {
     let (status, body) = app.post("/api/v1/executions/web-leased/events", record_step("1.1", "alpha")).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
 }
+
+#[tokio::test]
+async fn wrong_methods_and_unknown_fields_get_json_errors() {
+    let app = TestApp::new().await;
+    app.with_approval_plan("web-shape").await;
+    let req = Request::delete("/api/v1/executions/web-shape/journal").body(Body::empty()).unwrap();
+    let (status, body) = app.send(req).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(body["error"], "method_not_allowed", "{body}");
+    let (status, body) = app
+        .post("/api/v1/executions/web-shape/approve", json!({"phase_id": 1, "result": "approve", "feedbak": "typo"}))
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "a misspelt field is not silently dropped: {body}");
+    assert!(body["message"].as_str().unwrap().contains("feedbak"), "{body}");
+}
+
+#[tokio::test]
+async fn an_open_event_stream_does_not_hold_up_shutdown() {
+    let app = TestApp::new().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(web::serve(listener, AppState::new(app.execs.clone()).unwrap(), async {
+        let _ = stopped.await;
+    }));
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(b"GET /api/v1/stream HTTP/1.1\r\nHost: localhost\r\n\r\n").await.unwrap();
+    let mut head = [0u8; 64];
+    let n = stream.read(&mut head).await.unwrap();
+    assert!(String::from_utf8_lossy(&head[..n]).starts_with("HTTP/1.1 200"), "the stream is open");
+    stop.send(()).unwrap();
+    let done = tokio::time::timeout(std::time::Duration::from_secs(5), server).await;
+    assert!(done.is_ok(), "the server stopped without waiting for the stream's client");
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest).await;
+}

@@ -280,6 +280,7 @@ async fn record_event(
 
 /// `POST …/approve` body.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ApproveBody {
     phase_id: i64,
     result: ApprovalDecision,
@@ -301,6 +302,7 @@ async fn approve(
 
 /// `POST …/feedback` body.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct FeedbackBody {
     phase_id: i64,
     question_id: String,
@@ -322,6 +324,7 @@ async fn feedback(
 
 /// `POST …/cancel` body.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct CancelBody {
     #[serde(default)]
     reason: String,
@@ -338,6 +341,7 @@ async fn cancel(
 
 /// `POST …/retry-step` body.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RetryStepBody {
     step_id: String,
 }
@@ -353,6 +357,7 @@ async fn retry_step(
 
 /// `POST …/skip` body.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct SkipBody {
     step_id: String,
     #[serde(default)]

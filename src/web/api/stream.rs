@@ -25,6 +25,17 @@ use crate::web::AppState;
 /// How often a stream looks at the database.
 pub const POLL: Duration = Duration::from_millis(500);
 
+/// Waits one [`POLL`]; false when the server began its shutdown (the stream ends).
+async fn pause(closing: &mut tokio::sync::watch::Receiver<bool>) -> bool {
+    if *closing.borrow() {
+        return false;
+    }
+    tokio::select! {
+        () = tokio::time::sleep(POLL) => true,
+        _ = closing.changed() => false,
+    }
+}
+
 /// The stream routes.
 pub(crate) fn router() -> Router<AppState> {
     Router::new()
@@ -74,8 +85,10 @@ async fn journal_stream(
         after: i64,
         pending: std::collections::VecDeque<SseEvent>,
         done: bool,
+        closing: tokio::sync::watch::Receiver<bool>,
     }
-    let cursor = Cursor { app, task_id, after, pending: Default::default(), done: false };
+    let closing = app.closing();
+    let cursor = Cursor { app, task_id, after, pending: Default::default(), done: false, closing };
     let s = stream::unfold(cursor, |mut c| async move {
         loop {
             if let Some(ev) = c.pending.pop_front() {
@@ -103,7 +116,9 @@ async fn journal_stream(
                     c.done = true;
                     continue;
                 }
-                tokio::time::sleep(POLL).await;
+                if !pause(&mut c.closing).await {
+                    return None;
+                }
             }
         }
     });
@@ -112,15 +127,18 @@ async fn journal_stream(
 
 async fn board_stream(State(app): State<AppState>) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let first = app.execs.store().board_version().await.unwrap_or_default();
-    let s = stream::unfold((app, first, 0u64), |(app, mut seen, mut n)| async move {
+    let closing = app.closing();
+    let s = stream::unfold((app, first, 0u64, closing), |(app, mut seen, mut n, mut closing)| async move {
         loop {
-            tokio::time::sleep(POLL).await;
+            if !pause(&mut closing).await {
+                return None;
+            }
             let now = app.execs.store().board_version().await.unwrap_or_default();
             if now != seen {
                 seen = now;
                 n += 1;
                 let ev = SseEvent::default().id(n.to_string()).event("changed").data(seen.clone());
-                return Some((Ok(ev), (app, seen, n)));
+                return Some((Ok(ev), (app, seen, n, closing)));
             }
         }
     });
