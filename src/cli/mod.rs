@@ -6,6 +6,7 @@
 //! 3 waiting for a human (approval, feedback, interact) · 4 execution failed.
 //! This module parses and prints; the work happens in `runtime`.
 
+mod daemon;
 pub mod demo;
 pub mod wire;
 
@@ -96,6 +97,11 @@ enum Command {
         /// Agents running at once across every execution.
         #[arg(long, default_value_t = crate::runtime::pool::DEFAULT_MAX_AGENTS)]
         max_agents: usize,
+    },
+    /// Run `baton serve` in the background: start, stop, status.
+    Daemon {
+        #[command(subcommand)]
+        command: daemon::DaemonCommand,
     },
     /// Remove worktrees of final executions older than the configured age.
     Gc {
@@ -630,6 +636,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Serve { bind, demo, max_agents } => serve(&cli.data_dir, bind, demo, max_agents).await,
+        Command::Daemon { command } => daemon::run(&cli.data_dir, command, json).await,
         Command::Agent { .. } | Command::Attempt { .. } => Ok(ExitCode::SUCCESS),
     }
 }
@@ -812,7 +819,8 @@ async fn token_command(data_dir: &Path, command: TokenCommand) -> anyhow::Result
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// `baton serve`: checks the address, locks the data dir, recovers every execution it was
-/// driving, seeds the demo when asked, serves until SIGINT/SIGTERM, then stops its drivers.
+/// driving, seeds the demo when asked, publishes its address in `serve.json` (for `baton daemon
+/// status`), serves until SIGINT/SIGTERM, then stops its drivers.
 async fn serve(data_dir: &Path, bind: std::net::SocketAddr, demo: bool, max_agents: usize) -> anyhow::Result<ExitCode> {
     let data = DataDir::open(data_dir)?;
     let _lock = crate::runtime::server_lock(&data)?;
@@ -829,6 +837,7 @@ async fn serve(data_dir: &Path, bind: std::net::SocketAddr, demo: bool, max_agen
         runtime::BadInput(format!("--bind {bind}: {e} (is another server listening there? pick another port)"))
     })?;
     let addr = listener.local_addr().context("reading the listening address")?;
+    let _published = daemon::publish(&data, addr)?;
     let recovered = pool.recover().await?;
     if recovered > 0 {
         errln!("resumed {recovered} executions");

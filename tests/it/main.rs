@@ -7,6 +7,7 @@ mod bad_input;
 mod cli;
 mod common;
 mod crash;
+mod daemon;
 mod golden_plan;
 mod layering;
 mod run;
