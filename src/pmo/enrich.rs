@@ -238,7 +238,7 @@ fn words(text: &str) -> Vec<String> {
     text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
 }
 
-/// The work type of a spec: the first `WORK_WORDS` row with a word in the title, else in
+/// The work type of a spec: the first [`WORK_WORDS`] row with a word in the title, else in
 /// the body, else [`WorkType::Feature`].
 pub fn work_type(title: &str, body: &str) -> WorkType {
     for text in [title, body] {
