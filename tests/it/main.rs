@@ -4,6 +4,7 @@
 
 mod auth;
 mod bad_input;
+mod browser;
 mod cli;
 mod common;
 mod crash;
