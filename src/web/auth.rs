@@ -117,6 +117,9 @@ pub async fn authorize(State(app): State<AppState>, mut req: Request, next: Next
     let path =
         req.extensions().get::<MatchedPath>().map_or_else(|| req.uri().path().to_string(), |m| m.as_str().to_string());
     let api = path.starts_with("/api/");
+    if let Err(e) = same_origin(req.method(), req.headers()) {
+        return refuse(e, api);
+    }
     let need = required_role(req.method(), &path);
     let identity = match identify(&app, req.headers()).await {
         Ok(i) => i,
@@ -150,6 +153,34 @@ pub async fn authorize(State(app): State<AppState>, mut req: Request, next: Next
         req.extensions_mut().insert(identity);
     }
     next.run(req).await
+}
+
+/// Refuses a state-changing request a browser sent from another site (403): its `Origin` is
+/// not this server's `Host`, or `Sec-Fetch-Site` says `cross-site` or `same-site` (another
+/// port or host name of the same machine, e.g. `localhost` against `127.0.0.1`). Without
+/// those headers (curl, scripts) nothing is refused: they carry no ambient credential but a
+/// token. This is what protects the API's body-less POSTs, which no CSRF token guards.
+///
+/// Errors: [`AppError::Forbidden`] naming the origin.
+pub fn same_origin(method: &Method, headers: &HeaderMap) -> Result<(), AppError> {
+    if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
+        return Ok(());
+    }
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    if let Some(site) = text("sec-fetch-site") {
+        if matches!(site, "cross-site" | "same-site") {
+            return Err(AppError::Forbidden(format!(
+                "a {site} request from another page may not change anything here (Sec-Fetch-Site)"
+            )));
+        }
+    }
+    if let (Some(origin), Some(host)) = (text("origin"), text("host")) {
+        let origin_host = origin.split_once("://").map_or(origin, |(_, rest)| rest);
+        if origin == "null" || !origin_host.eq_ignore_ascii_case(host) {
+            return Err(AppError::Forbidden(format!("a request from {origin} may not change anything on {host}")));
+        }
+    }
+    Ok(())
 }
 
 fn refuse(e: AppError, api: bool) -> Response {
@@ -188,5 +219,29 @@ mod tests {
         assert_eq!(required_role(&post, "/api/v1/specs/{id}/fire"), Some(Role::Lead));
         assert_eq!(required_role(&Method::DELETE, "/api/v1/projects/{name}"), Some(Role::Admin));
         assert_eq!(urlencode("/specs/1?x=a b"), "/specs/1%3Fx%3Da%20b");
+    }
+
+    #[test]
+    fn cross_site_writes_are_refused_and_plain_clients_pass() {
+        let headers = |pairs: &[(&'static str, &str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.insert(*k, v.parse().unwrap());
+            }
+            h
+        };
+        let post = Method::POST;
+        assert!(same_origin(&post, &headers(&[])).is_ok(), "curl sends neither header");
+        assert!(
+            same_origin(&post, &headers(&[("origin", "http://127.0.0.1:8741"), ("host", "127.0.0.1:8741")])).is_ok()
+        );
+        assert!(same_origin(&post, &headers(&[("sec-fetch-site", "same-origin")])).is_ok());
+        assert!(
+            same_origin(&post, &headers(&[("origin", "http://localhost:8741"), ("host", "127.0.0.1:8741")])).is_err()
+        );
+        assert!(same_origin(&post, &headers(&[("origin", "null"), ("host", "127.0.0.1:8741")])).is_err());
+        assert!(same_origin(&post, &headers(&[("sec-fetch-site", "same-site")])).is_err());
+        assert!(same_origin(&post, &headers(&[("sec-fetch-site", "cross-site")])).is_err());
+        assert!(same_origin(&Method::GET, &headers(&[("sec-fetch-site", "cross-site")])).is_ok(), "reads pass");
     }
 }

@@ -422,3 +422,29 @@ async fn the_journal_stream_resumes_after_last_event_id() {
     assert_eq!(bad.await.unwrap().status(), StatusCode::BAD_REQUEST);
     assert_eq!(app.get("/api/v1/executions/nope/stream").await.0, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn another_site_cannot_act_through_the_api() {
+    // Found with Chromium: a page on http://localhost:PORT fired a spec on 127.0.0.1:PORT with
+    // a body-less `fetch(…, {method: 'POST', mode: 'no-cors'})` in open mode.
+    let app = App::with_project().await;
+    let id = app.spec("Guarded").await;
+    let cross = |origin: Option<&str>, site: Option<&str>| {
+        let mut req = Request::post(format!("/api/v1/specs/{id}/enrich")).header("host", "127.0.0.1:8741");
+        if let Some(o) = origin {
+            req = req.header("origin", o);
+        }
+        if let Some(s) = site {
+            req = req.header("sec-fetch-site", s);
+        }
+        req.body(Body::empty()).unwrap()
+    };
+    let (status, body) = app.send(cross(Some("http://localhost:8741"), Some("same-site"))).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    let (status, _) = app.send(cross(Some("http://evil.example"), None)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (_, spec) = app.get(&format!("/api/v1/specs/{id}")).await;
+    assert_eq!(spec["status"], "draft", "nothing changed");
+    let (status, body) = app.send(cross(Some("http://127.0.0.1:8741"), Some("same-origin"))).await;
+    assert_eq!(status, StatusCode::OK, "the board's own page may: {body}");
+}
