@@ -362,3 +362,44 @@ fn decisions_are_signed_links_are_single_use_and_initiators_need_another_reviewe
     assert_eq!(code, 4, "audit verify fails like a broken chain: {out}");
     assert!(out.contains(&format!("1 with a BAD signature (seq {seq})")), "{out}");
 }
+
+#[test]
+fn fifty_clients_hammering_the_api_during_a_run_never_see_a_locked_database() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(&tmp.path().join("data"));
+    let (status, body) = server.request("POST", "/api/v1/specs/3/fire", None);
+    assert_eq!(status, 200, "{body}");
+    let task_id = body["task_id"].as_str().unwrap().to_string();
+    let failures = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for client in 0..50 {
+            let (server, failures, task_id) = (&server, &failures, &task_id);
+            scope.spawn(move || {
+                for round in 0..6 {
+                    let calls: [(&str, String, Option<Value>); 4] = [
+                        ("GET", "/api/v1/board".into(), None),
+                        ("GET", format!("/api/v1/executions/{task_id}"), None),
+                        (
+                            "POST",
+                            "/api/v1/specs".into(),
+                            Some(json!({"project": "demo", "title": format!("load {client}-{round}")})),
+                        ),
+                        ("GET", "/api/v1/specs?limit=5".into(), None),
+                    ];
+                    for (method, path, body) in calls {
+                        let (status, answer) = server.request(method, &path, body);
+                        let text = answer.to_string();
+                        if status >= 500 || status == 0 || text.contains("database is locked") {
+                            failures.lock().unwrap().push(format!("{method} {path}: {status} {text}"));
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    assert!(failures.is_empty(), "{} failures, e.g. {:?}", failures.len(), failures.first());
+    let (_, specs) = server.request("GET", "/api/v1/specs?limit=500", None);
+    assert_eq!(specs.as_array().unwrap().len(), 3 + 50 * 6, "every create landed once");
+    server.wait_stage(3, "awaiting_human");
+}
