@@ -374,3 +374,30 @@ async fn an_open_event_stream_does_not_hold_up_shutdown() {
     let mut rest = Vec::new();
     let _ = stream.read_to_end(&mut rest).await;
 }
+
+#[tokio::test]
+async fn the_driver_routes_for_gate_interact_and_amend_record_their_events() {
+    let app = TestApp::new().await;
+    app.with_approval_plan("web-driver").await;
+    let (status, body) = app
+        .post(
+            "/api/v1/executions/web-driver/amend",
+            json!({"description": "one more step", "steps": [{"phase_id": 2, "step": {"step_id": "2.2", "agent_name": "gamma", "task_description": "More."}}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (_, state) = app.get("/api/v1/executions/web-driver").await;
+    assert_eq!(state["plan"]["phases"][1]["steps"].as_array().unwrap().len(), 2, "{state}");
+    let (status, body) = app.post("/api/v1/executions/web-driver/amend", json!({"kind": "cancelled"})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let (status, body) = app
+        .post("/api/v1/executions/web-driver/interact", json!({"step_id": "1.1", "input": "x", "complete": true}))
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let (status, body) =
+        app.post("/api/v1/executions/web-driver/gate", json!({"phase_id": 1, "passed": true, "colour": 1})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let (status, body) = app.post("/api/v1/executions/web-driver/gate", json!({"phase_id": 1, "passed": true})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "phase 1 has no gate to record now: {body}");
+    assert_eq!(app.journal_len("web-driver").await, 1, "only the amendment was journaled");
+}

@@ -32,6 +32,9 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/{task_id}/cancel", post(cancel))
         .route("/{task_id}/retry-step", post(retry_step))
         .route("/{task_id}/skip", post(skip))
+        .route("/{task_id}/gate", post(gate))
+        .route("/{task_id}/interact", post(interact))
+        .route("/{task_id}/amend", post(amend))
         .route("/{task_id}/pause", post(pause))
         .route("/{task_id}/resume", post(resume))
 }
@@ -413,4 +416,85 @@ async fn resume(State(app): State<AppState>, Path(task_id): Path<String>) -> Res
         app.pool().drive(&task_id, project.as_deref());
     }
     Ok(Json(PauseState { task_id, paused: false }))
+}
+
+/// `POST …/gate` body (an external driver's gate result).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GateBody {
+    phase_id: i64,
+    passed: bool,
+    #[serde(default)]
+    output: String,
+    #[serde(default)]
+    command: Option<String>,
+    #[serde(default)]
+    exit_code: Option<i32>,
+    #[serde(default)]
+    idempotency_key: Option<String>,
+}
+
+async fn gate(
+    State(app): State<AppState>,
+    Path(task_id): Path<String>,
+    actor: Actor,
+    ApiJson(b): ApiJson<GateBody>,
+) -> Result<(StatusCode, Json<Recorded>), AppError> {
+    let kind = EventKind::GateRecorded {
+        phase_id: b.phase_id,
+        passed: b.passed,
+        output: b.output,
+        command: b.command,
+        exit_code: b.exit_code,
+    };
+    record(&app, &task_id, event(kind, b.idempotency_key, actor)).await
+}
+
+/// `POST …/interact` body: a reply to an interactive step, or `complete: true` to end it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InteractBody {
+    step_id: String,
+    #[serde(default)]
+    input: String,
+    #[serde(default)]
+    complete: bool,
+    #[serde(default)]
+    idempotency_key: Option<String>,
+}
+
+async fn interact(
+    State(app): State<AppState>,
+    Path(task_id): Path<String>,
+    actor: Actor,
+    ApiJson(b): ApiJson<InteractBody>,
+) -> Result<(StatusCode, Json<Recorded>), AppError> {
+    if b.complete && !b.input.is_empty() {
+        return Err(AppError::Unprocessable("give either input (a reply) or complete: true, not both".into()));
+    }
+    let kind = if b.complete {
+        EventKind::InteractCompleted { step_id: b.step_id }
+    } else {
+        EventKind::InteractInput { step_id: b.step_id, input: b.input }
+    };
+    record(&app, &task_id, event(kind, b.idempotency_key, actor)).await
+}
+
+/// `POST …/amend`: the fields of an `amended` event (`description`, `phases` and
+/// `after_phase`, or `steps`), without `kind`.
+async fn amend(
+    State(app): State<AppState>,
+    Path(task_id): Path<String>,
+    actor: Actor,
+    ApiJson(mut body): ApiJson<serde_json::Value>,
+) -> Result<(StatusCode, Json<Recorded>), AppError> {
+    let Some(fields) = body.as_object_mut() else {
+        return Err(AppError::Unprocessable("the amendment must be a JSON object".into()));
+    };
+    if fields.contains_key("kind") {
+        return Err(AppError::Unprocessable("kind: not allowed here (this route records an amendment)".into()));
+    }
+    fields.insert("kind".into(), serde_json::Value::String("amended".into()));
+    let parsed: Event = serde_json::from_value(body).map_err(|e| AppError::Unprocessable(format!("amendment: {e}")))?;
+    record(&app, &task_id, event(parsed.kind, parsed.idempotency_key, actor)).await
 }
