@@ -24,11 +24,17 @@ fn free_port() -> u16 {
 
 impl Server {
     fn start(data: &std::path::Path) -> Server {
+        Server::start_with(data, &[])
+    }
+
+    /// `baton serve --demo` with `extra` flags.
+    fn start_with(data: &std::path::Path, extra: &[&str]) -> Server {
         let port = free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_baton"))
             .arg("--data-dir")
             .arg(data)
             .args(["serve", "--demo", "--bind", &format!("127.0.0.1:{port}")])
+            .args(extra)
             .env_remove("BATON_CRASH_AT")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -402,4 +408,54 @@ fn fifty_clients_hammering_the_api_during_a_run_never_see_a_locked_database() {
     let (_, specs) = server.request("GET", "/api/v1/specs?limit=500", None);
     assert_eq!(specs.as_array().unwrap().len(), 3 + 50 * 6, "every create landed once");
     server.wait_stage(3, "awaiting_human");
+}
+
+/// Creates, enriches, approves and fires a docs spec whose agents sleep `secs`; its task id.
+fn fire_sleepy(server: &Server, title: &str, secs: u32) -> (i64, String) {
+    let body = json!({"project": "demo", "title": title, "body": format!("Slowly. [demo: sleep={secs}]")});
+    let (status, spec) = server.request("POST", "/api/v1/specs", Some(body));
+    assert_eq!(status, 201, "{spec}");
+    let id = spec["spec_id"].as_i64().unwrap();
+    for (action, body) in [("enrich", None), ("review", Some(json!({"decision": "approve"}))), ("fire", None)] {
+        let (status, answer) = server.request("POST", &format!("/api/v1/specs/{id}/{action}"), body);
+        assert_eq!(status, 200, "{action}: {answer}");
+    }
+    (id, server.spec(id)["task_id"].as_str().unwrap().to_string())
+}
+
+#[test]
+fn the_global_agent_cap_holds_across_executions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start_with(&tmp.path().join("data"), &["--max-agents", "1"]);
+    let runs: Vec<(i64, String)> = (0..3).map(|i| fire_sleepy(&server, &format!("Document part {i}"), 1)).collect();
+    let mut spans = Vec::new();
+    for (id, task_id) in &runs {
+        server.wait_stage(*id, "awaiting_human");
+        let (_, exec) = server.request("GET", &format!("/api/v1/executions/{task_id}"), None);
+        let r = &exec["step_results"]["1.1"];
+        let at = |k: &str| chrono::DateTime::parse_from_rfc3339(r[k].as_str().unwrap()).unwrap();
+        spans.push((at("dispatched_at"), at("completed_at")));
+    }
+    spans.sort();
+    for pair in spans.windows(2) {
+        assert!(pair[1].0 >= pair[0].1, "two agents ran at once under --max-agents 1: {spans:?}");
+    }
+}
+
+#[test]
+fn a_paused_execution_dispatches_nothing_until_resumed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(&tmp.path().join("data"));
+    let (id, task_id) = fire_sleepy(&server, "Document slowly", 1);
+    let (status, body) = server.request("POST", &format!("/api/v1/executions/{task_id}/pause"), None);
+    assert_eq!((status, body["paused"].as_bool()), (200, Some(true)), "{body}");
+    std::thread::sleep(Duration::from_secs(3));
+    let (_, exec) = server.request("GET", &format!("/api/v1/executions/{task_id}"), None);
+    assert_eq!(exec["status"], "running", "paused: the finished attempt waits to be harvested: {exec}");
+    let (status, body) = server.request("POST", &format!("/api/v1/executions/{task_id}/resume"), None);
+    assert_eq!((status, body["paused"].as_bool()), (200, Some(false)), "{body}");
+    server.wait_stage(id, "awaiting_human");
+    let (_, journal) = server.request("GET", &format!("/api/v1/executions/{task_id}/journal"), None);
+    let dispatches = journal.as_array().unwrap().iter().filter(|e| e["kind"] == "step_dispatched").count();
+    assert_eq!(dispatches, 1, "the attempt that ran during the pause was harvested, not re-run");
 }
