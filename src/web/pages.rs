@@ -9,7 +9,7 @@
 
 use askama::Template;
 use axum::extract::{Path, Query, State};
-use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
+use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, LOCATION, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
@@ -90,17 +90,9 @@ pub struct Layout {
     pub live: &'static str,
 }
 
-/// The `baton_csrf` cookie's value, if the request has one.
+/// The `baton_csrf` cookie's value, if the request has a well-formed one.
 fn cookie_token(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get_all(COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == CSRF_COOKIE)
-        .map(|(_, v)| v.to_string())
-        .filter(|v| v.len() == 32 && v.bytes().all(|b| b.is_ascii_hexdigit()))
+    crate::web::auth::cookie(headers, CSRF_COOKIE).filter(|v| v.len() == 32 && v.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// 16 random bytes from the OS, hex.
@@ -687,38 +679,25 @@ async fn execution_action(
     act(app, who, headers, task_id, &action, form).await
 }
 
-/// The approval form (its own route: deciding needs the reviewer role, not lead).
-async fn approve_form(
-    State(app): State<AppState>,
-    who: Who,
-    headers: HeaderMap,
-    Path(task_id): Path<String>,
-    form: ExecutionFormResult,
-) -> Result<Response, PageError> {
-    act(app, who, headers, task_id, "approve", form).await
+/// The decision forms have their own routes (deciding needs the reviewer role, not lead):
+/// `approve_form`, `feedback_form`, `interact_form`.
+macro_rules! decision_form {
+    ($name:ident, $action:literal) => {
+        async fn $name(
+            State(app): State<AppState>,
+            who: Who,
+            headers: HeaderMap,
+            Path(task_id): Path<String>,
+            form: ExecutionFormResult,
+        ) -> Result<Response, PageError> {
+            act(app, who, headers, task_id, $action, form).await
+        }
+    };
 }
 
-/// The feedback form.
-async fn feedback_form(
-    State(app): State<AppState>,
-    who: Who,
-    headers: HeaderMap,
-    Path(task_id): Path<String>,
-    form: ExecutionFormResult,
-) -> Result<Response, PageError> {
-    act(app, who, headers, task_id, "feedback", form).await
-}
-
-/// The interact form.
-async fn interact_form(
-    State(app): State<AppState>,
-    who: Who,
-    headers: HeaderMap,
-    Path(task_id): Path<String>,
-    form: ExecutionFormResult,
-) -> Result<Response, PageError> {
-    act(app, who, headers, task_id, "interact", form).await
-}
+decision_form!(approve_form, "approve");
+decision_form!(feedback_form, "feedback");
+decision_form!(interact_form, "interact");
 
 async fn act(
     app: AppState,
