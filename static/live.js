@@ -1,13 +1,21 @@
 // Live updates for Baton's pages: when anything changes (Server-Sent Events from
 // /api/v1/stream), the page's <main> is fetched again and swapped in, unless the user is
-// typing in a form. Pages work without this script.
+// in the middle of a form: once any field was touched (typed in, a radio or box chosen) or
+// has focus, updates pause until the form is submitted or the page reloaded, so a half-made
+// decision is never reset. Pages work without this script.
 (function () {
   "use strict";
   if (document.body.dataset.live !== "on" || !window.EventSource) return;
-  var busy = false, again = false;
+  var busy = false, again = false, dirty = false;
+  function markDirty(e) {
+    if (e.target && e.target.form && e.target.type !== "hidden") dirty = true;
+  }
+  document.addEventListener("input", markDirty, true);
+  document.addEventListener("change", markDirty, true);
   function typing() {
+    if (dirty) return true;
     var el = document.activeElement;
-    return el && (el.tagName === "TEXTAREA" || (el.tagName === "INPUT" && el.type !== "submit" && el.type !== "hidden" && el.type !== "radio"));
+    return !!(el && el.form && el.type !== "submit" && el.type !== "hidden");
   }
   function refresh() {
     if (busy) { again = true; return; }

@@ -459,7 +459,12 @@ pub fn main() -> ExitCode {
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("BATON_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    use std::io::IsTerminal as _;
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
 }
 
 /// 2 for a client's mistake, 130 for an interrupted run, 1 for anything else.
@@ -843,9 +848,14 @@ async fn serve(data_dir: &Path, bind: std::net::SocketAddr, demo: bool, max_agen
         errln!("resumed {recovered} executions");
     }
     errln!("baton serving http://{addr}/ (data dir {})", data_dir.display());
-    errln!(
-        "open mode: no users are configured and the server only listens on loopback; anyone on this machine may act"
-    );
+    if has_users {
+        errln!("authentication on: API calls need a token (Authorization: Bearer …), browsers sign in at /login");
+    } else {
+        errln!(
+            "open mode: no users are configured and the server only listens on loopback; anyone on this machine \
+             may act (create users with `baton token create --user NAME --role ROLE`)"
+        );
+    }
     tracing::info!(%addr, "serving");
     crate::web::serve(listener, state, crate::web::shutdown_signal()).await?;
     errln!("stopping: drivers stop now; running agents keep going and are picked up at the next start");

@@ -160,8 +160,8 @@ fn check_step(step: &PlanStep, sloc: &str, push: &mut impl FnMut(String, String)
     if let Some(why) = unsafe_id_reason(&step.step_id) {
         push(sloc.into(), format!("step_id {:?} {why}", step.step_id));
     }
-    if step.agent_name.trim().is_empty() {
-        push(sloc.into(), "agent_name is empty".into());
+    if let Some(why) = agent_name_problem(&step.agent_name) {
+        push(sloc.into(), why);
     }
     if step.is_automation() && step.command.trim().is_empty() {
         push(sloc.into(), "automation step has no command".into());
@@ -171,6 +171,25 @@ fn check_step(step: &PlanStep, sloc: &str, push: &mut impl FnMut(String, String)
     }
     let mut members = HashSet::new();
     check_members(&step.team, sloc, &mut members, push);
+}
+
+/// Longest agent name, characters.
+pub const MAX_AGENT_NAME: usize = 64;
+
+/// Why an agent name is unusable, if it is: it names a roster file, a git author and a log
+/// line, so it must be 1–64 characters of letters, digits, `.`, `_`, `-`, `:` and `@` (found
+/// by a tester: `<x>` broke the commit signature, a newline the consolidation).
+fn agent_name_problem(name: &str) -> Option<String> {
+    if name.trim().is_empty() {
+        return Some("agent_name is empty".into());
+    }
+    if name.chars().count() > MAX_AGENT_NAME {
+        return Some(format!("agent_name is longer than {MAX_AGENT_NAME} characters"));
+    }
+    if !name.chars().all(|c| c.is_alphanumeric() || matches!(c, '.' | '_' | '-' | ':' | '@')) {
+        return Some(format!("agent_name {name:?} may only hold letters, digits and . _ - : @"));
+    }
+    None
 }
 
 fn check_members<'a>(
@@ -187,8 +206,8 @@ fn check_members<'a>(
         if !seen.insert(m.member_id.as_str()) {
             push(mloc.clone(), "duplicate member_id".into());
         }
-        if m.agent_name.trim().is_empty() {
-            push(mloc.clone(), "agent_name is empty".into());
+        if let Some(why) = agent_name_problem(&m.agent_name) {
+            push(mloc.clone(), why);
         }
         if !m.sub_team.is_empty() && m.role != "lead" {
             push(mloc.clone(), format!("sub_team on a member whose role is {:?} (only a lead may have one)", m.role));
@@ -294,6 +313,22 @@ mod tests {
         assert!(got.contains(&"phase 1 (P1), step 1.2: agent_name is empty".to_string()), "{got:?}");
         assert!(got.contains(&"phase 1 (P1), step 1.2: depends_on names unknown step 9.9".to_string()), "{got:?}");
         assert!(got.contains(&"phase 1 (P1), step 1.1: duplicate step_id 1.1".to_string()), "{got:?}");
+    }
+
+    #[test]
+    fn agent_names_that_would_break_a_commit_or_a_path_are_refused() {
+        for name in ["a<b>", "two\nlines", "../x", "sp ace"] {
+            let mut s = step("1.1", &[]);
+            s.agent_name = name.into();
+            let got = messages(&plan(vec![phase(1, vec![s])]));
+            assert!(got.iter().any(|g| g.contains("may only hold")), "{name:?}: {got:?}");
+        }
+        let mut s = step("1.1", &[]);
+        s.agent_name = "x".repeat(65);
+        assert!(messages(&plan(vec![phase(1, vec![s])]))[0].contains("longer than 64"));
+        let mut s = step("1.1", &[]);
+        s.agent_name = "backend-engineer--python".into();
+        assert_eq!(validate(&plan(vec![phase(1, vec![s])])), Ok(()));
     }
 
     #[test]

@@ -157,6 +157,8 @@ struct Driver {
     slots: Vec<Arc<Semaphore>>,
     /// One group of permits (one per slot semaphore) per running attempt.
     permits: Vec<Vec<OwnedSemaphorePermit>>,
+    /// Permits taken for the attempt being dispatched, handed to it at launch.
+    reserved: Option<Vec<OwnedSemaphorePermit>>,
 }
 
 struct Finished {
@@ -267,6 +269,7 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
         running: 0,
         slots: args.slots.clone(),
         permits: Vec::new(),
+        reserved: None,
     };
     // Ctrl-C (or the stop signal) stops the driver at once: everything done so far is
     // journaled, and the detached agents keep running, to be re-adopted by the next `run`.
@@ -426,14 +429,25 @@ impl Driver {
                         self.wait_one(&mut state, lease).await?;
                         continue;
                     }
+                    let mut dispatched = 0;
                     for a in ready.into_iter().take(free) {
                         // A launch that failed may have ended the execution: stop dispatching.
                         if state.status != ExecutionStatus::Running {
                             break;
                         }
+                        // The shared slots are taken before the dispatch is journaled: another
+                        // driver may have taken the last one since `free` was counted.
+                        let Some(group) = self.reserve_slots() else { break };
+                        self.reserved = Some(group);
                         if let Action::Dispatch(d) = a {
-                            self.dispatch(&mut state, &d).await?;
+                            let done = self.dispatch(&mut state, &d).await;
+                            self.reserved = None;
+                            done?;
+                            dispatched += 1;
                         }
+                    }
+                    if dispatched == 0 && self.running == 0 {
+                        tokio::time::sleep(SLOT_POLL).await;
                     }
                 }
                 Action::Wait { .. } => {
@@ -499,11 +513,19 @@ impl Driver {
         self.slots.iter().map(|s| s.available_permits()).min().unwrap_or(usize::MAX)
     }
 
-    /// Counts a launched attempt, taking a permit of each shared slot semaphore (one may be
-    /// missing when a re-adopted attempt finds its slots taken: it runs anyway).
+    /// One permit of every shared slot semaphore, or none (all or nothing).
+    fn reserve_slots(&self) -> Option<Vec<OwnedSemaphorePermit>> {
+        self.slots.iter().map(|s| s.clone().try_acquire_owned().ok()).collect()
+    }
+
+    /// Counts a launched attempt with the permits reserved for it before its dispatch; a
+    /// re-adopted attempt takes what is free (it runs anyway when its slots are taken).
     fn started_one(&mut self) {
         self.running += 1;
-        let group = self.slots.iter().filter_map(|s| s.clone().try_acquire_owned().ok()).collect();
+        let group = self
+            .reserved
+            .take()
+            .unwrap_or_else(|| self.slots.iter().filter_map(|s| s.clone().try_acquire_owned().ok()).collect());
         self.permits.push(group);
     }
 

@@ -38,10 +38,16 @@ const BRIEF_HOLD_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// another one-shot command holds it this waits (up to 10 s) instead of refusing. A lease held
 /// by a driver (`execute run`, which marks itself in `holder`) is refused at once.
 pub async fn acquire_briefly(store: &Store, task_id: &str) -> anyhow::Result<Lease> {
+    acquire_waiting(store, task_id, this_holder()).await
+}
+
+/// Takes the lease for `me`, waiting (up to [`BRIEF_HOLD_WAIT`]) while a one-shot command holds
+/// it; a driver's lease is refused at once.
+async fn acquire_waiting(store: &Store, task_id: &str, me: LeaseInfo) -> anyhow::Result<Lease> {
     let watch = crate::clock::Stopwatch::start();
     let mut delay = std::time::Duration::from_millis(5);
     loop {
-        match acquire(store, task_id).await {
+        match acquire_with(store, task_id, me.clone()).await {
             Ok(lease) => return Ok(lease),
             Err(e) => {
                 let driver = store.lease(task_id).await.ok().flatten().is_some_and(|l| l.holder.ends_with(DRIVER_MARK));
@@ -58,9 +64,11 @@ pub async fn acquire_briefly(store: &Store, task_id: &str) -> anyhow::Result<Lea
 /// Suffix of a driver's holder id (`<host>:<pid>:run`).
 const DRIVER_MARK: &str = ":run";
 
-/// Takes the lease of `task_id` for this process as its driver (`execute run`).
+/// Takes the lease of `task_id` for this process as its driver (`execute run`, the server's
+/// pool). A one-shot command holding it for a moment (a decision being recorded) is waited for,
+/// up to 10 s, as [`acquire_briefly`] does; another driver is refused at once.
 pub async fn acquire_as_driver(store: &Store, task_id: &str) -> anyhow::Result<Lease> {
-    acquire_with(store, task_id, driver_holder()).await
+    acquire_waiting(store, task_id, driver_holder()).await
 }
 
 fn driver_holder() -> LeaseInfo {

@@ -492,7 +492,19 @@ impl Specs {
         let claimed = self.change(&row, SpecAction::Fire, actor, SpecChange::default()).await?;
         match self.create_execution(spec_id, &plan_json, &project).await {
             Ok(task_id) => {
-                self.execs.store().attach_execution(spec_id, &task_id).await?;
+                if let Err(e) = self.execs.store().attach_execution(spec_id, &task_id).await {
+                    // Cancelled while its execution was being created: cancel that execution
+                    // too, so nothing runs for a cancelled spec.
+                    let event =
+                        Event::new(EventKind::Cancelled { reason: "the spec was cancelled while firing".into() })
+                            .by("baton");
+                    self.execs.record_once(&task_id, event).await?;
+                    let current = self.get(spec_id).await.map(|r| r.status).unwrap_or_default();
+                    return Err(SpecError::Conflict {
+                        message: format!("spec {spec_id} changed while it was being fired ({e})"),
+                        current,
+                    });
+                }
                 self.pool.drive(&task_id, Some(&project.name));
                 self.get(spec_id).await
             }

@@ -90,7 +90,8 @@ pub async fn identify(app: &AppState, headers: &HeaderMap) -> Result<Option<Iden
         let token = value
             .to_str()
             .ok()
-            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(|v| v.split_once(' ').filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer")))
+            .map(|(_, token)| token)
             .map(str::trim)
             .ok_or_else(|| AppError::Unauthorized("Authorization: expected `Bearer <token>`".into()))?;
         let user = store.user_of_token(&hash_token(token)).await.map_err(anyhow::Error::from)?;
@@ -121,6 +122,9 @@ pub async fn authorize(State(app): State<AppState>, mut req: Request, next: Next
         return refuse(e, api);
     }
     let need = required_role(req.method(), &path);
+    if let Err(e) = loopback_host_in_open_mode(&app, req.headers()).await {
+        return refuse(e, api);
+    }
     let identity = match identify(&app, req.headers()).await {
         Ok(i) => i,
         Err(e) if need.is_none() => {
@@ -153,6 +157,36 @@ pub async fn authorize(State(app): State<AppState>, mut req: Request, next: Next
         req.extensions_mut().insert(identity);
     }
     next.run(req).await
+}
+
+/// In open mode (no users), refuses a request whose `Host` is not a loopback name
+/// (`127.0.0.1`, `[::1]`, `localhost`, any port): a page that rebinds its own DNS name to
+/// 127.0.0.1 would otherwise reach the open API as a same-origin page (403).
+///
+/// Errors: [`AppError::Forbidden`]; the database.
+pub async fn loopback_host_in_open_mode(app: &AppState, headers: &HeaderMap) -> Result<(), AppError> {
+    if app.auth_enabled().await? {
+        return Ok(());
+    }
+    // No Host at all (HTTP/1.0, in-process calls) is no browser: only a browser can be rebound.
+    let Some(host) = headers.get(axum::http::header::HOST) else { return Ok(()) };
+    let host = host.to_str().unwrap_or("");
+    if is_loopback_host(host) {
+        return Ok(());
+    }
+    Err(AppError::Forbidden(format!(
+        "Host {host:?}: in open mode (no users) the server only answers 127.0.0.1, [::1] or localhost"
+    )))
+}
+
+/// Whether a `Host` header names a loopback address (with or without a port).
+pub fn is_loopback_host(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split_once(']').map_or(rest, |(h, _)| h)
+    } else {
+        host.rsplit_once(':').map_or(host, |(h, _)| h)
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Refuses a state-changing request a browser sent from another site (403): its `Origin` is
@@ -243,5 +277,11 @@ mod tests {
         assert!(same_origin(&post, &headers(&[("sec-fetch-site", "same-site")])).is_err());
         assert!(same_origin(&post, &headers(&[("sec-fetch-site", "cross-site")])).is_err());
         assert!(same_origin(&Method::GET, &headers(&[("sec-fetch-site", "cross-site")])).is_ok(), "reads pass");
+        for ok in ["127.0.0.1:8741", "localhost", "LOCALHOST:1", "[::1]:8741", "127.1.2.3"] {
+            assert!(is_loopback_host(ok), "{ok}");
+        }
+        for bad in ["rebind.attacker.example:8741", "", "10.0.0.1:80", "localhost.evil.example"] {
+            assert!(!is_loopback_host(bad), "{bad}");
+        }
     }
 }

@@ -875,8 +875,13 @@ struct NextQuery {
     next: Option<String>,
 }
 
+/// A redirect target after sign-in: a path on this site only (`/`, then no `/` or `\`; only
+/// visible ASCII, so no tab or newline a browser would strip into `//other.site`).
 fn local_path(next: Option<String>) -> String {
-    next.filter(|n| n.starts_with('/') && !n.starts_with("//") && !n.contains('\\')).unwrap_or_else(|| "/".into())
+    next.filter(|n| {
+        n.starts_with('/') && !n[1..].starts_with(['/', '\\']) && n.bytes().all(|b| b.is_ascii_graphic() && b != b'\\')
+    })
+    .unwrap_or_else(|| "/".into())
 }
 
 async fn login_page(
@@ -960,6 +965,16 @@ pub async fn approval_link(app: &AppState, task_id: &str, reviewer: &str, secs: 
             reason: None,
         });
     };
+    if app.auth_enabled().await? {
+        let user = app.execs.store().user(reviewer).await.map_err(anyhow::Error::from)?;
+        if user.is_none_or(|u| Role::parse(&u.role).is_none_or(|r| r < Role::Reviewer)) {
+            return Err(AppError::Invalid {
+                message: format!("reviewer: {reviewer} is not a user with the reviewer role or above"),
+                details: serde_json::json!({ "field": "reviewer" }),
+            });
+        }
+    }
+    crate::web::api::executions::check_separate_reviewer(app, task_id, reviewer).await?;
     let link_id = hex::encode(crate::runtime::auth::random_bytes::<16>()?);
     let claims = LinkClaims {
         link_id,
@@ -1006,6 +1021,14 @@ async fn make_approval_link(
     let host = headers.get("host").and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1:8741");
     let t = LinkMadeTemplate { layout, task_id, link: format!("http://{host}{link}"), reviewer: reviewer.to_string() };
     render(&t, set)
+}
+
+#[derive(Template)]
+#[template(path = "link_done.html")]
+struct LinkDoneTemplate {
+    layout: Layout,
+    decision: String,
+    task_id: String,
 }
 
 #[derive(Template)]
@@ -1077,18 +1100,18 @@ async fn link_decide(
     let result = ApprovalDecision::parse(&f.result)
         .ok_or_else(|| AppError::BadRequest(format!("result: {:?} is not an approval option", f.result)))?;
     let (claims, _, _) = check_link(&app, &token).await?;
-    let who = format!("{} (approval link)", claims.reviewer);
-    let store = app.execs.store();
-    if !store
+    let who = format!("{}{}", claims.reviewer, crate::web::api::executions::LINK_ACTOR_SUFFIX);
+    let kind = EventKind::ApprovalRecorded { phase_id: claims.phase_id, result, feedback: f.feedback };
+    // Recorded first, spent after: a decision the engine refuses (e.g. approve-with-feedback
+    // without feedback) leaves the link usable; two racing uses record one decision (the engine
+    // refuses the second) and spend the link once.
+    crate::web::api::executions::record_event_as(&app, &claims.task_id, Event::new(kind).by(who.clone())).await?;
+    app.execs
+        .store()
         .use_approval_link(&claims.link_id, &who, &crate::clock::now_rfc3339())
         .await
-        .map_err(anyhow::Error::from)?
-    {
-        return Err(
-            AppError::Conflict { message: "this approval link was already used".into(), reason: Some("used") }.into()
-        );
-    }
-    let kind = EventKind::ApprovalRecorded { phase_id: claims.phase_id, result, feedback: f.feedback };
-    crate::web::api::executions::record_event_as(&app, &claims.task_id, Event::new(kind).by(who)).await?;
-    Ok(see_other(&format!("/executions/{}", claims.task_id)))
+        .map_err(anyhow::Error::from)?;
+    let (layout, set) = layout(&app, &Who(None), &headers, false).await?;
+    let t = LinkDoneTemplate { layout, decision: result.as_str().to_string(), task_id: claims.task_id };
+    Ok(render(&t, set)?.into_response())
 }

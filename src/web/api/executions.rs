@@ -196,7 +196,20 @@ async fn record(app: &AppState, task_id: &str, event: Event) -> Result<(StatusCo
         // with the cancel).
         app.pool().halt(task_id).await;
     }
-    let done = execs.record_once(task_id, event).await?;
+    // This process's own driver, while it runs, holds the lease: an operator event (skip,
+    // retry, amend …) stops it for the record and starts it again after (its running agents
+    // are re-adopted), as a pause and resume would.
+    let running = matches!(app.pool().driver_state(task_id), Some(crate::runtime::pool::DriverState::Running));
+    let restart = !cancel && running;
+    if restart {
+        app.pool().halt(task_id).await;
+    }
+    let done = execs.record_once(task_id, event).await;
+    if restart {
+        let project = crate::runtime::specs::project_of(execs, task_id).await?;
+        app.pool().drive(task_id, project.as_deref());
+    }
+    let done = done?;
     if !cancel && !done.applied.duplicate {
         // A parked driver goes on at once (a decision, a retry, a skip).
         app.pool().wake(task_id);
@@ -236,9 +249,13 @@ async fn sign_decision(
     Ok(())
 }
 
+/// Suffix of the actor of a decision made through an approval link.
+pub(crate) const LINK_ACTOR_SUFFIX: &str = " (approval link)";
+
 /// Refuses an approval by whoever fired the execution when its project requires a separate
-/// reviewer (403).
-async fn check_separate_reviewer(app: &AppState, task_id: &str, actor: &str) -> Result<(), AppError> {
+/// reviewer (403); a decision through an approval link counts as its reviewer's.
+pub(crate) async fn check_separate_reviewer(app: &AppState, task_id: &str, actor: &str) -> Result<(), AppError> {
+    let actor = actor.strip_suffix(LINK_ACTOR_SUFFIX).unwrap_or(actor);
     let store = app.execs.store();
     let Some(spec) = store.spec_of_execution(task_id).await.map_err(anyhow::Error::from)? else { return Ok(()) };
     let project = store.project(&spec.project).await.map_err(anyhow::Error::from)?;
