@@ -1,7 +1,10 @@
 //! Operability of `baton serve`: `/metrics` (HTTP latency by matched route, the families read
-//! from the database, the pool) and `/readyz` with its checks. One router per test over a real
-//! SQLite file in a temp data dir, driven with `oneshot` requests.
+//! from the database, the pool), `/readyz` with its checks, and the OpenAPI document checked
+//! against the routes declared in `src/web/api/`. One router per test over a real SQLite file
+//! in a temp data dir, driven with `oneshot` requests.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -178,4 +181,206 @@ async fn readyz_reports_the_database_and_the_pool_and_fails_once_the_pool_shut_d
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert_eq!(body["details"]["database"]["ok"], false, "{body}");
     assert!(body["message"].as_str().unwrap().contains("database does not answer"), "{body}");
+}
+
+/// `(METHOD, path)` of every route declared under `src/web/api/`: `.route("…", get(…).post(…))`
+/// calls, with the prefix of the module's `.nest("…", module::router())` in `api/mod.rs` for a
+/// relative path.
+fn declared_api_routes() -> BTreeSet<(String, String)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/web/api");
+    let mod_rs = std::fs::read_to_string(dir.join("mod.rs")).unwrap();
+    let mut prefixes = BTreeMap::new();
+    for call in calls(&mod_rs, ".nest(") {
+        let (prefix, rest) = string_literal(call);
+        let module = rest.trim_start_matches([',', ' ', '\n']).split("::").next().unwrap().trim().to_string();
+        prefixes.insert(module, prefix);
+    }
+    let mut routes = BTreeSet::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let module = path.file_stem().unwrap().to_str().unwrap().to_string();
+        let source = std::fs::read_to_string(&path).unwrap();
+        for call in calls(&source, ".route(") {
+            let (route, handlers) = string_literal(call);
+            let full = if route.starts_with("/api/") {
+                route
+            } else {
+                let prefix =
+                    prefixes.get(&module).unwrap_or_else(|| panic!("{module}: relative route {route:?} but no .nest"));
+                if route == "/" {
+                    prefix.clone()
+                } else {
+                    format!("{prefix}{route}")
+                }
+            };
+            let methods = methods_of(handlers);
+            assert!(!methods.is_empty(), "{module}: no method found for {full}: {handlers}");
+            for method in methods {
+                routes.insert((method, full.clone()));
+            }
+        }
+    }
+    routes
+}
+
+/// The argument text of every `needle…)` call in `source` (parentheses balanced).
+fn calls<'a>(source: &'a str, needle: &str) -> Vec<&'a str> {
+    let mut out = Vec::new();
+    let mut rest = source;
+    while let Some(at) = rest.find(needle) {
+        let args = &rest[at + needle.len()..];
+        let mut depth = 1;
+        let mut end = args.len();
+        for (i, c) in args.char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                _ => {}
+            }
+            if depth == 0 {
+                end = i;
+                break;
+            }
+        }
+        out.push(&args[..end]);
+        rest = &args[end..];
+    }
+    out
+}
+
+/// The leading string literal of `args` and the text after it.
+fn string_literal(args: &str) -> (String, &str) {
+    let args = args.trim_start();
+    let body = args.strip_prefix('"').unwrap_or_else(|| panic!("expected a string literal: {args}"));
+    let end = body.find('"').unwrap();
+    (body[..end].to_string(), &body[end + 1..])
+}
+
+/// HTTP methods of a method router expression: `get(list).post(create)`,
+/// `axum::routing::put(upload_plan)`.
+fn methods_of(handlers: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for method in ["get", "post", "put", "patch", "delete", "head", "options", "trace"] {
+        let needle = format!("{method}(");
+        let mut from = 0;
+        while let Some(at) = handlers[from..].find(&needle) {
+            let start = from + at;
+            let before = handlers[..start].chars().next_back();
+            if before.is_none_or(|c| !(c.is_alphanumeric() || c == '_')) {
+                out.push(method.to_uppercase());
+            }
+            from = start + needle.len();
+        }
+    }
+    out
+}
+
+/// Resolves a local `$ref` (`#/components/…`) in `doc`.
+fn resolve<'a>(doc: &'a Value, value: &'a Value) -> &'a Value {
+    match value.get("$ref").and_then(Value::as_str) {
+        Some(reference) => {
+            let pointer = reference.strip_prefix('#').unwrap_or_else(|| panic!("non-local $ref {reference}"));
+            doc.pointer(pointer).unwrap_or_else(|| panic!("dangling $ref {reference}"))
+        }
+        None => value,
+    }
+}
+
+/// Every `$ref` string anywhere in `value`.
+fn refs(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                match (k.as_str(), v) {
+                    ("$ref", Value::String(r)) => out.push(r.clone()),
+                    _ => refs(v, out),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| refs(v, out)),
+        _ => {}
+    }
+}
+
+#[tokio::test]
+async fn the_openapi_document_lists_exactly_the_api_routes() {
+    let app = App::new().await;
+    let (status, headers, text) = app.send(Request::get("/api/v1/openapi.json").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers["content-type"], "application/json");
+    let doc: Value = serde_json::from_str(&text).expect("the document is JSON");
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."), "openapi: {}", doc["openapi"]);
+    assert!(doc["info"]["title"].is_string() && doc["info"]["version"].is_string());
+
+    let mut all_refs = Vec::new();
+    refs(&doc, &mut all_refs);
+    for r in &all_refs {
+        resolve(&doc, &json!({ "$ref": r }));
+    }
+    let error = &doc["components"]["schemas"]["Error"];
+    let required: BTreeSet<&str> = error["required"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(required, BTreeSet::from(["error", "message", "details"]), "the error shape");
+
+    let mut documented = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        let params: BTreeSet<String> = path
+            .split('/')
+            .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
+            .map(String::from)
+            .collect();
+        for (method, operation) in item.as_object().unwrap() {
+            documented.insert((method.to_uppercase(), path.clone()));
+            let declared: BTreeSet<String> = operation["parameters"]
+                .as_array()
+                .map(|ps| {
+                    ps.iter()
+                        .map(|p| resolve(&doc, p))
+                        .filter(|p| p["in"] == "path")
+                        .map(|p| p["name"].as_str().unwrap().to_string())
+                        .collect()
+                })
+                .unwrap_or_default();
+            assert_eq!(declared, params, "{method} {path}: path parameters");
+            let responses =
+                operation["responses"].as_object().unwrap_or_else(|| panic!("{method} {path}: no responses"));
+            assert!(responses.keys().any(|c| c.starts_with('2')), "{method} {path}: no success response");
+            for (code, response) in responses {
+                if code.starts_with('4') || code.starts_with('5') {
+                    let schema = &resolve(&doc, response)["content"]["application/json"]["schema"]["$ref"];
+                    assert_eq!(schema, "#/components/schemas/Error", "{method} {path} {code}: not the error shape");
+                }
+            }
+        }
+    }
+
+    let declared = declared_api_routes();
+    assert!(declared.len() > 20, "the source scan found too few routes: {declared:?}");
+    let missing: Vec<_> = declared.difference(&documented).collect();
+    let extra: Vec<_> = documented.difference(&declared).collect();
+    assert!(missing.is_empty(), "routes missing from src/web/openapi.json: {missing:?}");
+    assert!(extra.is_empty(), "src/web/openapi.json lists routes the router lacks: {extra:?}");
+
+    // And the router really serves each documented route (the scan's prefixes are right): a
+    // request with made-up parameters reaches a handler, never the fallback or a 405.
+    for (method, path) in &documented {
+        let uri =
+            path.replace("{task_id}", "no-such-task").replace("{id}", "999999").replace("{name}", "no-such-project");
+        let req = Request::builder().method(method.as_str()).uri(&uri);
+        let req = if matches!(method.as_str(), "POST" | "PUT" | "PATCH") {
+            req.header("content-type", "application/json").body(Body::from("{}"))
+        } else {
+            req.body(Body::empty())
+        };
+        let response = app.router.clone().oneshot(req.unwrap()).await.unwrap();
+        let status = response.status();
+        assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {uri}");
+        if status == StatusCode::NOT_FOUND {
+            let bytes = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
+            let body: Value = serde_json::from_slice(&bytes).unwrap();
+            assert_ne!(body["message"], "no such route", "{method} {uri} fell through to the fallback");
+        }
+    }
 }
