@@ -7,10 +7,11 @@
 //! pool's drivers and free agent slots. Each scrape builds a fresh [`Registry`], so there is
 //! no global state and no family keeps a status that left the database.
 //!
-//! The route label is axum's [`MatchedPath`] (`/api/v1/specs/{id}`), never the request's URI, and
-//! `unmatched` for the fallback (404) and for a method a path does not allow, so the label's
-//! cardinality is bounded by the router. Methods outside the standard nine are `other`. The
-//! latency is the time until the response head (for an SSE stream: until it opens).
+//! The route label is axum's [`MatchedPath`] (`/api/v1/specs/{id}`), never the request's URI,
+//! and `unmatched` for what the router's fallbacks answer (404 for an unknown path, 405 for a
+//! method the path does not serve: neither runs the route layers), so the label's cardinality
+//! is bounded by the router. Methods outside the standard nine are `other`. The latency is the
+//! time until the response head (for an SSE stream: until it opens).
 //!
 //! The encoder is OpenMetrics text. A scraper that asks for it (`Accept:
 //! application/openmetrics-text`, as Prometheus does) gets it as is; anything else gets the

@@ -102,6 +102,8 @@ async fn metrics_expose_latency_by_matched_route_and_the_database_families() {
     assert_eq!(app.get("/api/v1/executions/met-1").await.0, StatusCode::OK);
     assert_eq!(app.get("/api/v1/executions/no-such-task").await.0, StatusCode::NOT_FOUND);
     assert_eq!(app.get("/no/such/route/4711").await.0, StatusCode::NOT_FOUND);
+    let delete = Request::delete("/api/v1/board").body(Body::empty()).unwrap();
+    assert_eq!(app.send(delete).await.0, StatusCode::METHOD_NOT_ALLOWED);
 
     let (content_type, text) = app.scrape(None).await;
     assert!(content_type.starts_with("text/plain; version=0.0.4"), "{content_type}");
@@ -113,6 +115,7 @@ async fn metrics_expose_latency_by_matched_route_and_the_database_families() {
         format!("{hist}_count{{method=\"GET\",route=\"/api/v1/executions/{{task_id}}\",status=\"404\"}} 1"),
         format!("{hist}_count{{method=\"POST\",route=\"/api/v1/executions/{{task_id}}/events\",status=\"201\"}} 6"),
         format!("{hist}_count{{method=\"GET\",route=\"unmatched\",status=\"404\"}} 1"),
+        format!("{hist}_count{{method=\"DELETE\",route=\"unmatched\",status=\"405\"}} 1"),
         format!("{hist}_bucket{{le=\"+Inf\",method=\"GET\",route=\"unmatched\",status=\"404\"}} 1"),
     ] {
         assert!(has(&expected), "missing {expected:?} in\n{text}");
