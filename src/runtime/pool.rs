@@ -205,7 +205,8 @@ impl Pool {
     /// Stops every driver (they stop at once; agents keep running detached) and waits up to
     /// `grace` for them to release their leases. No driver starts afterwards.
     pub async fn shutdown(&self, grace: Duration) {
-        let _ = self.inner.closed.send(true);
+        // `send_replace`: `send` fails, and stores nothing, while no receiver exists (none does).
+        self.inner.closed.send_replace(true);
         let handles: Vec<Handle> = {
             let mut map = self.inner.drivers.lock().unwrap_or_else(PoisonError::into_inner);
             map.drain().map(|(_, h)| h).collect()

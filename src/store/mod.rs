@@ -2,8 +2,9 @@
 //! leases and the active task pointer.
 //!
 //! The store owns the database file and the schema in `migrations/`. Plans, event payloads and
-//! snapshots are opaque JSON text: the store checks that they parse and never interprets them,
-//! so it never imports `engine`, `runtime` or anything above it. Loading an execution (latest
+//! snapshots are opaque JSON text: the store checks that they parse and never interprets them
+//! (save the `/metrics` aggregates of `metrics.rs`, which sum two payload fields by name in
+//! SQL), so it never imports `engine`, `runtime` or anything above it. Loading an execution (latest
 //! snapshot + replay of the events after it) is composed by the caller, which then calls
 //! `engine`.
 //!
@@ -19,9 +20,11 @@
 mod auth;
 mod journal;
 mod lease;
+mod metrics;
 mod pmo;
 
 pub use auth::{TokenRow, UserRow};
+pub use metrics::MetricTotals;
 pub use pmo::{CardRow, NewSpec, ProjectRow, SpecChange, SpecEventRow, SpecFilter, SpecRow};
 #[cfg(test)]
 mod tests;

@@ -9,7 +9,8 @@
 //! - an event the execution's state refuses (wrong status, not the current phase, a pending
 //!   approval for another phase, an idempotency key reused for another event, a final or failed
 //!   execution) and a lease another process holds: 409;
-//! - the database not answering `/readyz`: 503;
+//! - a dependency that does not answer: 503 (`/readyz` builds its own 503 in this shape, with
+//!   its checks as `details`);
 //! - anything else: 500 with a generic message; the real one is logged, never sent.
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};

@@ -13,6 +13,7 @@ pub mod board;
 pub mod error;
 pub mod extract;
 pub mod health;
+pub mod metrics;
 pub mod pages;
 
 use std::collections::HashMap;
@@ -35,6 +36,7 @@ use crate::runtime::pool::{Pool, DEFAULT_MAX_AGENTS};
 use crate::runtime::specs::Specs;
 use crate::runtime::BadInput;
 pub use crate::web::error::AppError;
+use crate::web::metrics::Metrics;
 
 /// Default `--bind` address.
 pub const DEFAULT_BIND: &str = "127.0.0.1:8741";
@@ -62,6 +64,8 @@ pub struct AppState {
     users_known: Arc<std::sync::atomic::AtomicBool>,
     /// Turns true when the server begins its shutdown: event streams end.
     closing: Arc<tokio::sync::watch::Sender<bool>>,
+    /// What this process measures for `/metrics` (HTTP latency).
+    pub metrics: Metrics,
     /// One lock per execution, serialising the records this process makes on it: the
     /// execution lease is re-entrant for its holder (this process), so two requests on one
     /// execution must not interleave. Other executions are not held up.
@@ -86,6 +90,7 @@ impl AppState {
             execs: pool.execs().clone(),
             specs: Specs::new(pool),
             key,
+            metrics: Metrics::new(),
             users_known: Arc::default(),
             closing: Arc::new(tokio::sync::watch::channel(false).0),
             record_locks: Arc::default(),
@@ -124,14 +129,19 @@ impl AppState {
     }
 }
 
-/// The whole application: routes, a JSON 404 for unknown paths, and the tower-http layers
-/// (request id, trace, timeout, gzip).
+/// The whole application: routes, a JSON 404 for unknown paths, and the layers (request id,
+/// trace, HTTP latency metrics, timeout, gzip).
 pub fn app(state: AppState) -> Router {
+    let http_metrics = state.metrics.clone();
     Router::new()
         .merge(health::router())
+        .merge(metrics::router())
         .merge(api::router())
         .merge(pages::router())
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::authorize))
+        // Runs only for matched routes: hands the matched path to the latency layer
+        // below (outside auth, so a refusal is recorded under its route too).
+        .route_layer(axum::middleware::from_fn(metrics::record_route))
         .fallback(|| async { AppError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|method: axum::http::Method| async move {
             AppError::MethodNotAllowed(format!("{method} is not allowed on this route"))
@@ -140,6 +150,7 @@ pub fn app(state: AppState) -> Router {
         .layer(CompressionLayer::new())
         .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, REQUEST_TIMEOUT))
         .layer(RequestBodyTimeoutLayer::new(BODY_TIMEOUT))
+        .layer(axum::middleware::from_fn_with_state(http_metrics, metrics::track))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(TraceLayer::new_for_http())
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))

@@ -11,6 +11,7 @@ mod crash;
 mod daemon;
 mod golden_plan;
 mod layering;
+mod metrics;
 mod run;
 mod serve;
 mod specs;

@@ -1,6 +1,7 @@
 //! The REST API under `/api/v1`: one router per resource, merged here.
 
 pub mod executions;
+pub mod openapi;
 pub mod projects;
 pub mod specs;
 pub mod stream;
@@ -17,4 +18,5 @@ pub(crate) fn router() -> Router<AppState> {
         .nest("/api/v1/specs", specs::router())
         .merge(specs::board_router())
         .merge(stream::router())
+        .merge(openapi::router())
 }
