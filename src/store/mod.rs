@@ -20,6 +20,7 @@ mod auth;
 mod journal;
 mod lease;
 mod pmo;
+mod webhooks;
 
 pub use auth::{TokenRow, UserRow};
 pub use pmo::{CardRow, NewSpec, ProjectRow, SpecChange, SpecEventRow, SpecFilter, SpecRow};

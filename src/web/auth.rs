@@ -38,13 +38,14 @@ pub struct Identity {
 /// The role `method` on the route `path` (axum's matched path, e.g.
 /// `/api/v1/specs/{id}/fire`) needs; `None` for public routes.
 ///
-/// Public: health, login/logout, static files and approval links (they carry their own
-/// signature). Reading: viewer. Deciding (approve, feedback, interact): reviewer. Managing
+/// Public: health, login/logout, static files, approval links (they carry their own
+/// signature) and forge webhooks (they authenticate by their own signature or credentials). Reading: viewer. Deciding (approve, feedback, interact): reviewer. Managing
 /// projects (any write under `/api/v1/projects`): admin. Every other write: lead.
 pub fn required_role(method: &Method, path: &str) -> Option<Role> {
     let public = matches!(path, "/healthz" | "/readyz" | "/login" | "/logout")
         || path.starts_with("/static/")
-        || path.starts_with("/approve/");
+        || path.starts_with("/approve/")
+        || path.starts_with("/webhooks/");
     if public {
         return None;
     }
@@ -214,6 +215,8 @@ mod tests {
         assert_eq!(required_role(&Method::GET, "/"), Some(Role::Viewer));
         assert_eq!(required_role(&Method::GET, "/healthz"), None);
         assert_eq!(required_role(&post, "/approve/{token}"), None);
+        assert_eq!(required_role(&post, "/webhooks/github"), None);
+        assert_eq!(required_role(&post, "/webhooks/ado"), None);
         assert_eq!(required_role(&post, "/api/v1/executions/{task_id}/approve"), Some(Role::Reviewer));
         assert_eq!(required_role(&post, "/executions/{task_id}/{action}"), Some(Role::Lead));
         assert_eq!(required_role(&post, "/api/v1/specs/{id}/fire"), Some(Role::Lead));

@@ -14,6 +14,7 @@ pub mod error;
 pub mod extract;
 pub mod health;
 pub mod pages;
+pub mod webhooks;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -35,6 +36,7 @@ use crate::runtime::pool::{Pool, DEFAULT_MAX_AGENTS};
 use crate::runtime::specs::Specs;
 use crate::runtime::BadInput;
 pub use crate::web::error::AppError;
+pub use crate::web::webhooks::WebhookConfig;
 
 /// Default `--bind` address.
 pub const DEFAULT_BIND: &str = "127.0.0.1:8741";
@@ -66,6 +68,8 @@ pub struct AppState {
     /// execution lease is re-entrant for its holder (this process), so two requests on one
     /// execution must not interleave. Other executions are not held up.
     record_locks: Arc<std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    /// Forge webhook secrets and limits (none set: the webhook routes answer 503).
+    pub webhooks: Arc<WebhookConfig>,
 }
 
 impl AppState {
@@ -89,7 +93,16 @@ impl AppState {
             users_known: Arc::default(),
             closing: Arc::new(tokio::sync::watch::channel(false).0),
             record_locks: Arc::default(),
+            webhooks: Arc::default(),
         })
+    }
+
+    /// The state with these webhook settings (the server reads them from the environment at
+    /// start; tests pass their own).
+    #[must_use]
+    pub fn with_webhooks(mut self, config: WebhookConfig) -> AppState {
+        self.webhooks = Arc::new(config);
+        self
     }
 
     /// A receiver that turns true when the server begins its shutdown.
@@ -127,8 +140,10 @@ impl AppState {
 /// The whole application: routes, a JSON 404 for unknown paths, and the tower-http layers
 /// (request id, trace, timeout, gzip).
 pub fn app(state: AppState) -> Router {
+    let webhooks = webhooks::router(&state.webhooks);
     Router::new()
         .merge(health::router())
+        .merge(webhooks)
         .merge(api::router())
         .merge(pages::router())
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::authorize))

@@ -15,4 +15,5 @@ mod run;
 mod serve;
 mod specs;
 mod web;
+mod webhooks;
 mod wire;
