@@ -797,6 +797,12 @@ async fn token_command(data_dir: &Path, command: TokenCommand) -> anyhow::Result
             runtime::auth::check_user_name(&user)?;
             let role = runtime::auth::Role::parse(&role)
                 .ok_or_else(|| BadInput(format!("--role {role}: expected viewer, reviewer, lead or admin")))?;
+            if let Some(login) = github_login.as_deref().map(str::trim) {
+                // Checked before the token exists, so a refused login prints and stores none.
+                if let Some(other) = store.user_by_github_login(login).await?.filter(|u| u.name != user) {
+                    return Err(BadInput(format!("--github-login {login}: already the login of {}", other.name)).into());
+                }
+            }
             let token = runtime::auth::new_token()?;
             let hash = runtime::auth::hash_token(&token);
             let id = store.add_token(&user, role.as_str(), &hash, &label, &crate::clock::now_rfc3339()).await?;

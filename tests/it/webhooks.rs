@@ -133,10 +133,11 @@ impl App {
         std::fs::read(self.dir.join("azure-devops/hooks").join(name)).unwrap()
     }
 
+    /// Every spec, as the API shows them (read from the store: auth may be on).
     async fn specs(&self) -> Vec<Value> {
-        let (status, body) = self.send(Request::get("/api/v1/specs").body(Body::empty()).unwrap()).await;
-        assert_eq!(status, StatusCode::OK, "{body}");
-        body.as_array().unwrap().clone()
+        let filter = baton::store::SpecFilter { limit: 500, ..Default::default() };
+        let rows = self.execs.store().list_specs(&filter).await.unwrap();
+        rows.iter().map(|r| serde_json::to_value(r).unwrap()).collect()
     }
 
     async fn deliveries(&self, source: &str) -> usize {
@@ -442,7 +443,7 @@ async fn a_baton_approve_comment_decides_the_approval_and_a_merged_pull_request_
 }
 
 #[tokio::test]
-async fn a_reject_comment_needs_a_reason_and_fails_the_execution() {
+async fn a_reject_comment_needs_a_reason_and_records_the_rejection() {
     let Some(dir) = fixtures() else { return };
     let app = App::new(&dir).await;
     app.project("p", REPO, "bug").await;
@@ -487,6 +488,10 @@ async fn azure_devops_work_items_import_with_basic_auth_once() {
     app.project("fab", "ado:fabrikam-fiber-inc/FabrikamCloud", "").await;
     app.project("good", "GoodCompanyCloud", "").await;
     let created = app.ado_fixture("workitem.created.json");
+    // With users (auth on), the hook's Basic header is its own credential, not a token.
+    app.execs.store().add_token("ada", "admin", "hash-a", "", "2026-01-01T00:00:00Z").await.unwrap();
+    let (status, _) = app.send(Request::get("/api/v1/specs").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "auth is on");
 
     let (status, _) = app.post_ado(&created, None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
@@ -551,4 +556,24 @@ async fn azure_devops_work_items_import_with_basic_auth_once() {
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     assert_eq!(body["ignored"], "event git.push is not handled");
     assert_eq!(app.deliveries("ado").await, 5);
+}
+
+#[test]
+fn token_create_maps_a_github_login_and_refuses_another_users_login() {
+    let ws = Workspace::with_repo(&[("README.md", "hello\n")]);
+    let args = ["token", "create", "--user", "rita", "--role", "reviewer", "--github-login", "rita-gh"];
+    let out = ws.baton().args(args).output().unwrap();
+    assert_eq!(crate::common::code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    let args = ["token", "create", "--user", "bob", "--role", "reviewer", "--github-login", "Rita-GH"];
+    let out = ws.baton().args(args).output().unwrap();
+    assert_eq!(crate::common::code(&out), 2, "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already the login of rita"));
+    assert!(out.stdout.is_empty(), "no token is printed");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let execs = Executions::open(DataDir::open(&ws.data()).unwrap()).await.unwrap();
+        let user = execs.store().user_by_github_login("RITA-gh").await.unwrap().expect("mapped");
+        assert_eq!(user.name, "rita");
+        assert!(execs.store().user("bob").await.unwrap().is_none(), "the refused user was not created");
+    });
 }
