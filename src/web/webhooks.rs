@@ -9,6 +9,7 @@
 //! back (no outbound HTTP).
 
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -103,6 +104,11 @@ fn ignored(reason: impl Into<String>) -> Handled {
     (StatusCode::ACCEPTED, json!({ "ignored": reason.into() }))
 }
 
+/// A body that could not be read (over the limit: 413) as the JSON error every route gives.
+fn refused_body(e: &BytesRejection) -> Response {
+    AppError::Body { status: e.status(), message: e.body_text() }.into_response()
+}
+
 fn not_configured(what: &str) -> Response {
     AppError::Unavailable(format!("not configured: set {what} to receive these webhooks")).into_response()
 }
@@ -157,7 +163,11 @@ where
 }
 
 /// `POST /webhooks/github`.
-async fn github(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+async fn github(State(app): State<AppState>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => return refused_body(&e),
+    };
     let Some(secret) = app.webhooks.github_secret.as_deref() else {
         return not_configured("BATON_GITHUB_WEBHOOK_SECRET");
     };
@@ -387,7 +397,11 @@ fn basic_auth_ok(headers: &HeaderMap, user: &str, password: &str) -> bool {
 }
 
 /// `POST /webhooks/ado`.
-async fn ado(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+async fn ado(State(app): State<AppState>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => return refused_body(&e),
+    };
     let (Some(user), Some(password)) = (app.webhooks.ado_user.as_deref(), app.webhooks.ado_password.as_deref()) else {
         return not_configured("BATON_ADO_WEBHOOK_USER and BATON_ADO_WEBHOOK_PASSWORD");
     };

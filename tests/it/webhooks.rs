@@ -318,8 +318,9 @@ async fn a_64_kib_unicode_body_is_imported_and_edits_update_the_spec() {
     // Over the configured limit: 413, nothing stored.
     let huge = vec![b' '; web::webhooks::DEFAULT_MAX_BODY_BYTES + 1];
     let (_, headers) = app.fixture("issues.opened");
-    let (status, _) = app.post_github(huge, &headers).await;
+    let (status, reply) = app.post_github(huge, &headers).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(reply["error"].is_string(), "a JSON error: {reply}");
     let small = App::with_config(&dir, WebhookConfig { max_body_bytes: 1024, ..config() }).await;
     let (status, _) = small.deliver("issues.opened").await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
