@@ -321,10 +321,18 @@ async fn a_64_kib_unicode_body_is_imported_and_edits_update_the_spec() {
     let (status, reply) = app.post_github(huge, &headers).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     assert!(reply["error"].is_string(), "a JSON error: {reply}");
+    // Between axum's 2 MB default and the 5 MiB limit: accepted, the text cut to fit a spec.
+    let mut large = app.payload("issues.opened");
+    large["issue"]["html_url"] = json!("https://github.com/example-user-1/Hello-World/issues/2");
+    large["issue"]["body"] = json!("ß".repeat(1_500_000));
+    let (status, reply) = app.deliver_variant("issues.opened", &large, "d-large").await;
+    assert_eq!(status, StatusCode::CREATED, "{reply}");
+    let spec = app.execs.store().spec(reply["spec_id"].as_i64().unwrap()).await.unwrap().unwrap();
+    assert!(spec.body.len() <= 64 * 1024 && spec.body.ends_with("/issues/2)"), "cut with a note");
     let small = App::with_config(&dir, WebhookConfig { max_body_bytes: 1024, ..config() }).await;
     let (status, _) = small.deliver("issues.opened").await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
-    assert_eq!(app.deliveries("github").await, 2);
+    assert_eq!(app.deliveries("github").await, 3);
 }
 
 /// A plan whose phase 1 asks for an approval after its step.
