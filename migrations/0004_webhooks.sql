@@ -14,6 +14,15 @@ create table webhook_deliveries (
     primary key (source, delivery_id)
 ) strict;
 
+-- the newest revision of a forge item that was imported (azure devops work items carry a
+-- `rev`; deliveries may arrive out of order, an older one is ignored).
+create table forge_item_revs (
+    source text not null,
+    url    text not null,
+    rev    integer not null,
+    primary key (source, url)
+) strict;
+
 -- the label that makes a GitHub issue a spec (empty: no issue is imported).
 alter table projects add column trigger_label text not null default '';
 -- the repository on its forge: `owner/name` on GitHub, `ado:<org>/<project>` or the bare

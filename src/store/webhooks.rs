@@ -1,6 +1,6 @@
 //! Webhook deliveries and the look-ups a delivery needs (migration `0004_webhooks.sql`).
 //!
-//! Owns the `webhook_deliveries` table and the `github_login` of users; finds projects by
+//! Owns the `webhook_deliveries` and `forge_item_revs` tables and the `github_login` of users; finds projects by
 //! `forge_repo` and specs by `source_url`. It never authenticates a delivery nor interprets
 //! its payload: the web layer verifies, the runtime imports.
 
@@ -70,6 +70,37 @@ impl Store {
         .bind(source)
         .fetch_all(&self.reader)
         .await?)
+    }
+
+    /// The newest imported revision of the forge item at `url`, if any.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn item_rev(&self, source: &str, url: &str) -> Result<Option<i64>, StoreError> {
+        Ok(sqlx::query_scalar::<_, i64>("select rev from forge_item_revs where source = ? and url = ?")
+            .bind(source)
+            .bind(url)
+            .fetch_optional(&self.reader)
+            .await?)
+    }
+
+    /// Records `rev` as the imported revision of the item at `url` (kept when it is newer).
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn set_item_rev(&self, source: &str, url: &str, rev: i64) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "insert into forge_item_revs (source, url, rev) values (?, ?, ?) \
+             on conflict (source, url) do update set rev = max(rev, excluded.rev)",
+        )
+        .bind(source)
+        .bind(url)
+        .bind(rev)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     /// The projects whose `forge_repo` is one of `names` (compared without case), by name.

@@ -498,13 +498,25 @@ async fn ado_event(app: &AppState, p: &Value) -> Result<Handled, AppError> {
     let Some(project) = projects.first() else {
         return Ok(ignored(format!("no project for Azure DevOps project {team_project}")));
     };
+    let rev = if updated { resource.pointer("/revision/rev") } else { resource.get("rev") }.and_then(Value::as_i64);
+    let store = app.execs.store();
+    if let Some(rev) = rev {
+        if let Some(seen) = store.item_rev("ado", &url).await.map_err(anyhow::Error::from)? {
+            if rev <= seen {
+                return Ok(ignored(format!("revision {rev} is not newer than the imported revision {seen}")));
+            }
+        }
+    }
     let item = ForgeItem {
         source: "ado".into(),
-        url,
+        url: url.clone(),
         title: fields.get("System.Title").and_then(Value::as_str).unwrap_or_default().into(),
         body: ado_body(fields),
     };
     let outcome = app.specs.import(&project.name, item, "ado").await?;
+    if let Some(rev) = rev {
+        store.set_item_rev("ado", &url, rev).await.map_err(anyhow::Error::from)?;
+    }
     Ok(outcome_body(&outcome))
 }
 

@@ -554,17 +554,28 @@ async fn azure_devops_work_items_import_with_basic_auth_once() {
     assert_eq!(spec.source_url, "http://good-company.some.ssl.host/DefaultCollection/_apis/wit/workItems/5");
 
     change["id"] = json!("update-2");
+    change["resource"]["revision"]["rev"] = json!(4);
     change["resource"]["revision"]["fields"]["System.Title"] = json!("The best idea");
     let (status, body) = app.post_ado(change.to_string().as_bytes(), Some(ADO_AUTH)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["outcome"], "updated");
     assert_eq!(app.specs().await.len(), 2);
 
+    // Revision 3 arrives after revision 4 (another notification id): too old, ignored.
+    change["id"] = json!("update-late");
+    change["resource"]["revision"]["rev"] = json!(3);
+    change["resource"]["revision"]["fields"]["System.Title"] = json!("An older idea");
+    let (status, body) = app.post_ado(change.to_string().as_bytes(), Some(ADO_AUTH)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["ignored"], "revision 3 is not newer than the imported revision 4");
+    let titles: Vec<Value> = app.specs().await.iter().map(|s| s["title"].clone()).collect();
+    assert!(titles.contains(&json!("The best idea")), "{titles:?}");
+
     let other = json!({"id": "n-3", "eventType": "git.push", "resource": {}});
     let (status, body) = app.post_ado(other.to_string().as_bytes(), Some(ADO_AUTH)).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     assert_eq!(body["ignored"], "event git.push is not handled");
-    assert_eq!(app.deliveries("ado").await, 5);
+    assert_eq!(app.deliveries("ado").await, 6);
 }
 
 #[test]
