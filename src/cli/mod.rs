@@ -136,6 +136,10 @@ enum TokenCommand {
         /// What the token is for.
         #[arg(long, default_value = "")]
         label: String,
+        /// The user's GitHub login: their `/baton approve` and `/baton reject` issue comments
+        /// decide approvals (webhooks).
+        #[arg(long)]
+        github_login: Option<String>,
     },
     /// List tokens (never the tokens themselves).
     List,
@@ -794,13 +798,25 @@ async fn token_command(data_dir: &Path, command: TokenCommand) -> anyhow::Result
     let execs = Executions::open(DataDir::open(data_dir)?).await?;
     let store = execs.store();
     match command {
-        TokenCommand::Create { user, role, label } => {
+        TokenCommand::Create { user, role, label, github_login } => {
             runtime::auth::check_user_name(&user)?;
             let role = runtime::auth::Role::parse(&role)
                 .ok_or_else(|| BadInput(format!("--role {role}: expected viewer, reviewer, lead or admin")))?;
+            if let Some(login) = github_login.as_deref().map(str::trim) {
+                // Checked before the token exists, so a refused login prints and stores none.
+                if let Some(other) = store.user_by_github_login(login).await?.filter(|u| u.name != user) {
+                    return Err(BadInput(format!("--github-login {login}: already the login of {}", other.name)).into());
+                }
+            }
             let token = runtime::auth::new_token()?;
             let hash = runtime::auth::hash_token(&token);
             let id = store.add_token(&user, role.as_str(), &hash, &label, &crate::clock::now_rfc3339()).await?;
+            if let Some(login) = github_login.as_deref().map(str::trim) {
+                store
+                    .set_github_login(&user, login)
+                    .await
+                    .map_err(|e| BadInput(format!("--github-login {login}: {e} (is it another user's login?)")))?;
+            }
             errln!("token {id} for {user} ({}); it is shown once, keep it safe:", role.as_str());
             outln!("{token}");
         }
@@ -833,7 +849,7 @@ async fn serve(data_dir: &Path, bind: std::net::SocketAddr, demo: bool, max_agen
     let has_users = execs.store().has_users().await?;
     crate::web::check_bind(bind, has_users)?;
     let pool = crate::runtime::pool::Pool::new(execs, max_agents);
-    let state = crate::web::AppState::with_pool(pool.clone())?;
+    let state = crate::web::AppState::with_pool(pool.clone())?.with_webhooks(crate::web::WebhookConfig::from_env());
     state.specs.load_project_caps().await?;
     if demo {
         demo::seed_board(&data, &state.specs).await?;

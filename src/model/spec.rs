@@ -104,6 +104,11 @@ pub enum SpecAction {
     FireFailed,
     /// Stop it (and its execution, when fired).
     Cancel,
+    /// Its forge item changed (a webhook): new title and body, the plan dropped, imported
+    /// again.
+    Reimport,
+    /// Its pull request was merged on the forge.
+    Merged,
 }
 
 impl SpecAction {
@@ -119,6 +124,8 @@ impl SpecAction {
             SpecAction::Fire => "fire",
             SpecAction::FireFailed => "fire_failed",
             SpecAction::Cancel => "cancel",
+            SpecAction::Reimport => "reimport",
+            SpecAction::Merged => "merged",
         }
     }
 }
@@ -147,6 +154,8 @@ pub fn rule(action: SpecAction) -> (&'static [SpecStatus], SpecStatus) {
         SpecAction::Fire => (&[Approved], Executing),
         SpecAction::FireFailed => (&[Executing], Approved),
         SpecAction::Cancel => (&[Draft, Imported, Enriched, InReview, Approved, Bounced, Executing], Cancelled),
+        SpecAction::Reimport => (&[Draft, Imported, Enriched, InReview, Bounced], Imported),
+        SpecAction::Merged => (&[Executing], Merged),
     }
 }
 
@@ -289,6 +298,29 @@ mod tests {
                 assert_eq!(err.current, status);
                 assert!(err.to_string().contains(status.as_str()), "{err}");
             }
+        }
+    }
+
+    #[test]
+    fn only_an_executing_spec_is_merged_and_merged_is_final() {
+        assert_eq!(transition(SpecStatus::Executing, SpecAction::Merged), Ok(SpecStatus::Merged));
+        for s in SPEC_STATUSES.into_iter().filter(|s| *s != SpecStatus::Executing) {
+            let err = transition(s, SpecAction::Merged).expect_err("only from executing");
+            assert_eq!(err.allowed, "executing");
+        }
+        assert!(SpecStatus::Merged.is_final());
+        assert!(transition(SpecStatus::Merged, SpecAction::Cancel).is_err());
+    }
+
+    #[test]
+    fn a_forge_update_reimports_until_the_spec_is_approved() {
+        for s in
+            [SpecStatus::Draft, SpecStatus::Imported, SpecStatus::Enriched, SpecStatus::InReview, SpecStatus::Bounced]
+        {
+            assert_eq!(transition(s, SpecAction::Reimport), Ok(SpecStatus::Imported));
+        }
+        for s in [SpecStatus::Approved, SpecStatus::Executing, SpecStatus::Merged, SpecStatus::Cancelled] {
+            assert!(transition(s, SpecAction::Reimport).is_err(), "{s}");
         }
     }
 

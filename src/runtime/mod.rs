@@ -9,6 +9,7 @@ pub mod changelist;
 pub mod config;
 pub mod driver;
 pub mod executions;
+pub mod forge;
 pub mod gc;
 pub mod lease;
 pub mod pool;

@@ -20,6 +20,7 @@ use crate::pmo::enrich::{self, AgentHistory, EnrichInput, Forecast};
 use crate::runtime::agent::roster::load_roster;
 use crate::runtime::driver::{self, RunOptions, PROFILES};
 use crate::runtime::executions::Executions;
+use crate::runtime::forge::{ForgeItem, ImportOutcome};
 use crate::runtime::pool::Pool;
 use crate::runtime::{blocking, BadInput};
 use crate::store::{NewSpec, ProjectRow, SpecChange, SpecEventRow, SpecFilter, SpecRow, StoreError};
@@ -110,6 +111,14 @@ pub struct NewProject {
     /// Whoever fires an execution may not decide its approvals (default false).
     #[serde(default)]
     pub require_separate_reviewer: bool,
+    /// The label that makes a GitHub issue of `forge_repo` a spec (default: none, no issue is
+    /// imported).
+    #[serde(default)]
+    pub trigger_label: Option<String>,
+    /// The repository webhooks map to this project: `owner/name` on GitHub, `ado:<org>/<project>`
+    /// or the bare project name on Azure DevOps (default: none).
+    #[serde(default)]
+    pub forge_repo: Option<String>,
 }
 
 /// A spec to create.
@@ -264,6 +273,8 @@ impl Specs {
             max_agents: i64::from(p.max_agents.unwrap_or(0)),
             created_at: clock::now_rfc3339(),
             require_separate_reviewer: p.require_separate_reviewer,
+            trigger_label: p.trigger_label.unwrap_or_default().trim().to_string(),
+            forge_repo: p.forge_repo.unwrap_or_default().trim().to_string(),
         };
         self.execs.store().insert_project(&row).await?;
         self.pool.set_project_cap(&row.name, usize::try_from(row.max_agents).unwrap_or(0));
@@ -392,6 +403,69 @@ impl Specs {
             ..SpecChange::default()
         };
         self.change(&row, SpecAction::Edit, actor, change).await
+    }
+
+    /// Imports a forge item into `project`: creates its spec (source and url from the item,
+    /// status `imported`), or updates the spec with the item's url (one spec per item) as
+    /// [`Specs::reimport`] does.
+    ///
+    /// Errors: the database; an unknown project (not found).
+    pub async fn import(&self, project: &str, item: ForgeItem, actor: &str) -> Result<ImportOutcome, SpecError> {
+        let item = item.fitted();
+        if let Some(row) = self.execs.store().spec_by_source_url(&item.source, &item.url).await? {
+            return self.reimport_row(row, item, actor).await;
+        }
+        let input = SpecInput { project: project.into(), title: item.title, body: item.body, priority: None };
+        Ok(ImportOutcome::Created(self.create(input, &item.source, &item.url, actor).await?))
+    }
+
+    /// Updates the spec imported from `item`'s url with its title and body; `None` when no
+    /// spec came from it. A spec not yet approved is imported again (its plan dropped); an
+    /// approved, fired or final one keeps its text and plan, and the update is noted as a spec
+    /// event `import_update_ignored` ([`ImportOutcome::Ignored`]).
+    ///
+    /// Errors: the database.
+    pub async fn reimport(&self, item: ForgeItem, actor: &str) -> Result<Option<ImportOutcome>, SpecError> {
+        let item = item.fitted();
+        match self.execs.store().spec_by_source_url(&item.source, &item.url).await? {
+            Some(row) => Ok(Some(self.reimport_row(row, item, actor).await?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn reimport_row(&self, row: SpecRow, item: ForgeItem, actor: &str) -> Result<ImportOutcome, SpecError> {
+        if row.title == item.title && row.body == item.body {
+            return Ok(ImportOutcome::Unchanged(row));
+        }
+        if let Err(e) = spec::transition(Self::status_of(&row)?, SpecAction::Reimport) {
+            let reason = format!(
+                "the {} item changed, but the spec is {}: its text and plan stay as they are ({e})",
+                item.source, row.status
+            );
+            let store = self.execs.store();
+            store.note_spec_event(row.spec_id, "import_update_ignored", actor, &reason, &clock::now_rfc3339()).await?;
+            return Ok(ImportOutcome::Ignored { spec: row, reason });
+        }
+        let change = SpecChange {
+            title: Some(item.title),
+            body: Some(item.body),
+            plan_json: Some(None),
+            forecast_json: Some(None),
+            risk: Some(String::new()),
+            reason: format!("updated from {}", item.url),
+            ..SpecChange::default()
+        };
+        Ok(ImportOutcome::Updated(self.change(&row, SpecAction::Reimport, actor, change).await?))
+    }
+
+    /// Marks the spec fired as `task_id` merged (its pull request `pr_url` was merged); `None`
+    /// when no spec was fired as `task_id`.
+    ///
+    /// Errors: the spec is not `executing` (conflict); the database.
+    pub async fn mark_merged(&self, task_id: &str, pr_url: &str, actor: &str) -> Result<Option<SpecRow>, SpecError> {
+        let Some(row) = self.execs.store().spec_of_execution(task_id).await? else { return Ok(None) };
+        let change = SpecChange { reason: format!("merged: {pr_url}"), ..SpecChange::default() };
+        Ok(Some(self.change(&row, SpecAction::Merged, actor, change).await?))
     }
 
     async fn history(&self) -> Result<BTreeMap<String, AgentHistory>, SpecError> {

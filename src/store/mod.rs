@@ -22,6 +22,7 @@ mod journal;
 mod lease;
 mod metrics;
 mod pmo;
+mod webhooks;
 
 pub use auth::{TokenRow, UserRow};
 pub use metrics::MetricTotals;

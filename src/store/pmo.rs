@@ -29,6 +29,11 @@ pub struct ProjectRow {
     pub created_at: String,
     /// Whoever fired an execution may not decide its approvals.
     pub require_separate_reviewer: bool,
+    /// The label that makes a GitHub issue a spec; empty: no issue is imported.
+    pub trigger_label: String,
+    /// The repository on its forge (`owner/name`, `ado:<org>/<project>` or an Azure DevOps
+    /// project name) that webhooks map to this project; empty: none.
+    pub forge_repo: String,
 }
 
 /// A spec, whole.
@@ -195,7 +200,8 @@ pub struct SpecFilter {
     pub offset: i64,
 }
 
-const SPEC_COLUMNS: &str = "spec_id, project, title, body, source, source_url, priority, status, risk, plan_json, \
+pub(super) const SPEC_COLUMNS: &str =
+    "spec_id, project, title, body, source, source_url, priority, status, risk, plan_json, \
      forecast_json, task_id, status_reason, created_by, created_at, updated_at";
 
 impl Store {
@@ -214,7 +220,8 @@ impl Store {
         }
         sqlx::query(
             "insert into projects (name, repo_path, default_branch, agent_profile, test_command, forge_url, \
-             max_agents, created_at, require_separate_reviewer) values (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             max_agents, created_at, require_separate_reviewer, trigger_label, forge_repo) \
+             values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&p.name)
         .bind(&p.repo_path)
@@ -225,6 +232,8 @@ impl Store {
         .bind(p.max_agents)
         .bind(&p.created_at)
         .bind(p.require_separate_reviewer)
+        .bind(&p.trigger_label)
+        .bind(&p.forge_repo)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -430,6 +439,41 @@ impl Store {
         .bind(&c.actor)
         .bind(&c.reason)
         .bind(&c.at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Appends an event to a spec without changing it (from and to its current status): a
+    /// forge update that was not applied, say.
+    ///
+    /// # Errors
+    /// [`StoreError::NoSuchSpec`]; [`StoreError::Sqlx`].
+    pub async fn note_spec_event(
+        &self,
+        spec_id: i64,
+        action: &str,
+        actor: &str,
+        reason: &str,
+        at: &str,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        let current = sqlx::query_scalar::<_, String>("select status from specs where spec_id = ?")
+            .bind(spec_id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(StoreError::NoSuchSpec { spec_id })?;
+        sqlx::query(
+            "insert into spec_events (spec_id, seq, action, from_status, to_status, actor, reason, at) \
+             values (?1, (select coalesce(max(seq), 0) + 1 from spec_events where spec_id = ?1), ?2, ?3, ?3, ?4, ?5, ?6)",
+        )
+        .bind(spec_id)
+        .bind(action)
+        .bind(&current)
+        .bind(actor)
+        .bind(reason)
+        .bind(at)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;

@@ -38,13 +38,14 @@ pub struct Identity {
 /// The role `method` on the route `path` (axum's matched path, e.g.
 /// `/api/v1/specs/{id}/fire`) needs; `None` for public routes.
 ///
-/// Public: health, login/logout, static files and approval links (they carry their own
-/// signature). Reading: viewer. Deciding (approve, feedback, interact): reviewer. Managing
+/// Public: health, login/logout, static files, approval links (they carry their own
+/// signature) and forge webhooks (they authenticate by their own signature or credentials). Reading: viewer. Deciding (approve, feedback, interact): reviewer. Managing
 /// projects (any write under `/api/v1/projects`): admin. Every other write: lead.
 pub fn required_role(method: &Method, path: &str) -> Option<Role> {
     let public = matches!(path, "/healthz" | "/readyz" | "/login" | "/logout")
         || path.starts_with("/static/")
-        || path.starts_with("/approve/");
+        || path.starts_with("/approve/")
+        || path.starts_with("/webhooks/");
     if public {
         return None;
     }
@@ -122,8 +123,12 @@ pub async fn authorize(State(app): State<AppState>, mut req: Request, next: Next
         return refuse(e, api);
     }
     let need = required_role(req.method(), &path);
-    if let Err(e) = loopback_host_in_open_mode(&app, req.headers()).await {
-        return refuse(e, api);
+    // Public routes (health, sign-in, links, webhooks) carry their own proof or reveal
+    // nothing, and health must answer while the database does not.
+    if need.is_some() {
+        if let Err(e) = loopback_host_in_open_mode(&app, req.headers()).await {
+            return refuse(e, api);
+        }
     }
     let identity = match identify(&app, req.headers()).await {
         Ok(i) => i,
@@ -248,6 +253,8 @@ mod tests {
         assert_eq!(required_role(&Method::GET, "/"), Some(Role::Viewer));
         assert_eq!(required_role(&Method::GET, "/healthz"), None);
         assert_eq!(required_role(&post, "/approve/{token}"), None);
+        assert_eq!(required_role(&post, "/webhooks/github"), None);
+        assert_eq!(required_role(&post, "/webhooks/ado"), None);
         assert_eq!(required_role(&post, "/api/v1/executions/{task_id}/approve"), Some(Role::Reviewer));
         assert_eq!(required_role(&post, "/executions/{task_id}/{action}"), Some(Role::Lead));
         assert_eq!(required_role(&post, "/api/v1/specs/{id}/fire"), Some(Role::Lead));

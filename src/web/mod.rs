@@ -15,6 +15,7 @@ pub mod extract;
 pub mod health;
 pub mod metrics;
 pub mod pages;
+pub mod webhooks;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -37,6 +38,7 @@ use crate::runtime::specs::Specs;
 use crate::runtime::BadInput;
 pub use crate::web::error::AppError;
 use crate::web::metrics::Metrics;
+pub use crate::web::webhooks::WebhookConfig;
 
 /// Default `--bind` address.
 pub const DEFAULT_BIND: &str = "127.0.0.1:8741";
@@ -70,6 +72,8 @@ pub struct AppState {
     /// execution lease is re-entrant for its holder (this process), so two requests on one
     /// execution must not interleave. Other executions are not held up.
     record_locks: Arc<std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    /// Forge webhook secrets and limits (none set: the webhook routes answer 503).
+    pub webhooks: Arc<WebhookConfig>,
 }
 
 impl AppState {
@@ -94,7 +98,16 @@ impl AppState {
             users_known: Arc::default(),
             closing: Arc::new(tokio::sync::watch::channel(false).0),
             record_locks: Arc::default(),
+            webhooks: Arc::default(),
         })
+    }
+
+    /// The state with these webhook settings (the server reads them from the environment at
+    /// start; tests pass their own).
+    #[must_use]
+    pub fn with_webhooks(mut self, config: WebhookConfig) -> AppState {
+        self.webhooks = Arc::new(config);
+        self
     }
 
     /// A receiver that turns true when the server begins its shutdown.
@@ -133,9 +146,11 @@ impl AppState {
 /// trace, HTTP latency metrics, timeout, gzip).
 pub fn app(state: AppState) -> Router {
     let http_metrics = state.metrics.clone();
+    let webhooks = webhooks::router(&state.webhooks);
     Router::new()
         .merge(health::router())
         .merge(metrics::router())
+        .merge(webhooks)
         .merge(api::router())
         .merge(pages::router())
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::authorize))

@@ -16,4 +16,5 @@ mod run;
 mod serve;
 mod specs;
 mod web;
+mod webhooks;
 mod wire;

@@ -1,0 +1,170 @@
+//! Webhook deliveries and the look-ups a delivery needs (migration `0004_webhooks.sql`).
+//!
+//! Owns the `webhook_deliveries` and `forge_item_revs` tables and the `github_login` of users; finds projects by
+//! `forge_repo` and specs by `source_url`. It never authenticates a delivery nor interprets
+//! its payload: the web layer verifies, the runtime imports.
+
+use super::pmo::{ProjectRow, SpecRow};
+use super::{Store, StoreError, UserRow};
+
+impl Store {
+    /// Claims delivery `delivery_id` of `source`: `true` the first time, `false` when it was
+    /// claimed before (a redelivery).
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn claim_delivery(&self, source: &str, delivery_id: &str, at: &str) -> Result<bool, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "insert into webhook_deliveries (source, delivery_id, received_at, outcome) values (?, ?, ?, 'received') \
+             on conflict (source, delivery_id) do nothing",
+        )
+        .bind(source)
+        .bind(delivery_id)
+        .bind(at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Sets what a claimed delivery did.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn set_delivery_outcome(&self, source: &str, delivery_id: &str, outcome: &str) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query("update webhook_deliveries set outcome = ? where source = ? and delivery_id = ?")
+            .bind(outcome)
+            .bind(source)
+            .bind(delivery_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Forgets a claimed delivery whose handling failed, so the forge's retry applies it.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn release_delivery(&self, source: &str, delivery_id: &str) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query("delete from webhook_deliveries where source = ? and delivery_id = ?")
+            .bind(source)
+            .bind(delivery_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Recorded deliveries of `source` as (delivery id, outcome), oldest first.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn deliveries(&self, source: &str) -> Result<Vec<(String, String)>, StoreError> {
+        Ok(sqlx::query_as::<_, (String, String)>(
+            "select delivery_id, outcome from webhook_deliveries where source = ? order by received_at, delivery_id",
+        )
+        .bind(source)
+        .fetch_all(&self.reader)
+        .await?)
+    }
+
+    /// The newest imported revision of the forge item at `url`, if any.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn item_rev(&self, source: &str, url: &str) -> Result<Option<i64>, StoreError> {
+        Ok(sqlx::query_scalar::<_, i64>("select rev from forge_item_revs where source = ? and url = ?")
+            .bind(source)
+            .bind(url)
+            .fetch_optional(&self.reader)
+            .await?)
+    }
+
+    /// Records `rev` as the imported revision of the item at `url` (kept when it is newer).
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn set_item_rev(&self, source: &str, url: &str, rev: i64) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "insert into forge_item_revs (source, url, rev) values (?, ?, ?) \
+             on conflict (source, url) do update set rev = max(rev, excluded.rev)",
+        )
+        .bind(source)
+        .bind(url)
+        .bind(rev)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The projects whose `forge_repo` is one of `names` (compared without case), by name.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn projects_by_forge_repo(&self, names: &[&str]) -> Result<Vec<ProjectRow>, StoreError> {
+        let mut out = Vec::new();
+        for name in names.iter().filter(|n| !n.is_empty()) {
+            let rows = sqlx::query_as::<_, ProjectRow>(
+                "select * from projects where forge_repo != '' and lower(forge_repo) = lower(?) order by name",
+            )
+            .bind(name)
+            .fetch_all(&self.reader)
+            .await?;
+            for r in rows {
+                if !out.iter().any(|p: &ProjectRow| p.name == r.name) {
+                    out.push(r);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The spec imported from `source_url` of `source`, if any (the oldest when several).
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn spec_by_source_url(&self, source: &str, source_url: &str) -> Result<Option<SpecRow>, StoreError> {
+        Ok(sqlx::query_as::<_, SpecRow>(&format!(
+            "select {} from specs where source = ? and source_url = ? and source_url != '' order by spec_id limit 1",
+            super::pmo::SPEC_COLUMNS
+        ))
+        .bind(source)
+        .bind(source_url)
+        .fetch_optional(&self.reader)
+        .await?)
+    }
+
+    /// The user whose GitHub login is `login` (compared without case).
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn user_by_github_login(&self, login: &str) -> Result<Option<UserRow>, StoreError> {
+        Ok(sqlx::query_as::<_, UserRow>(
+            "select name, role, created_at from users where github_login != '' and lower(github_login) = lower(?)",
+        )
+        .bind(login)
+        .fetch_optional(&self.reader)
+        .await?)
+    }
+
+    /// Sets (or, with `""`, clears) the GitHub login of user `name`; `false` when no such user.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`] (the login is another user's).
+    pub async fn set_github_login(&self, name: &str, login: &str) -> Result<bool, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query("update users set github_login = ? where name = ?")
+            .bind(login)
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+}

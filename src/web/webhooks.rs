@@ -1,0 +1,558 @@
+//! Forge webhooks: `POST /webhooks/github` and `POST /webhooks/ado`.
+//!
+//! Owns authenticating a delivery — GitHub's `X-Hub-Signature-256` HMAC over the raw body,
+//! Azure DevOps's Basic credentials, both compared in constant time before the body is
+//! parsed — de-duplicating it (`X-GitHub-Delivery`, the ADO notification `id`), and turning
+//! its event into a spec import, an approval or a merge. The routes are public to the auth
+//! middleware because they authenticate themselves. The secrets live in [`WebhookConfig`],
+//! read once at server start; this module never logs or echoes them, and never calls a forge
+//! back (no outbound HTTP).
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use hmac::{Hmac, Mac};
+use serde_json::{json, Value};
+use sha2::{Digest as _, Sha256};
+
+use crate::clock;
+use crate::model::event::{Event, EventKind};
+use crate::model::state::ApprovalDecision;
+use crate::runtime::auth::Role;
+use crate::runtime::forge::{html_to_text, ForgeItem, ImportOutcome};
+use crate::runtime::specs::SpecError;
+use crate::web::error::AppError;
+use crate::web::AppState;
+
+/// Default largest delivery body, bytes (5 MiB; GitHub caps payloads at 25 MB, issue texts at
+/// 64 KiB).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 5 * 1024 * 1024;
+
+/// Webhook settings, read once at server start ([`WebhookConfig::from_env`]). Its `Debug`
+/// never shows the secrets.
+#[derive(Clone)]
+pub struct WebhookConfig {
+    /// `BATON_GITHUB_WEBHOOK_SECRET`: GitHub deliveries are signed with it; unset: 503.
+    pub github_secret: Option<String>,
+    /// `BATON_ADO_WEBHOOK_USER`: the Basic user of Azure DevOps service hooks.
+    pub ado_user: Option<String>,
+    /// `BATON_ADO_WEBHOOK_PASSWORD`: their Basic password; either unset: 503.
+    pub ado_password: Option<String>,
+    /// `BATON_WEBHOOK_MAX_BODY_BYTES`: larger bodies get 413 (default 5 MiB).
+    pub max_body_bytes: usize,
+}
+
+impl Default for WebhookConfig {
+    fn default() -> WebhookConfig {
+        WebhookConfig {
+            github_secret: None,
+            ado_user: None,
+            ado_password: None,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+        }
+    }
+}
+
+impl std::fmt::Debug for WebhookConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set = |v: &Option<String>| if v.is_some() { "<set>" } else { "<unset>" };
+        f.debug_struct("WebhookConfig")
+            .field("github_secret", &set(&self.github_secret))
+            .field("ado_user", &self.ado_user)
+            .field("ado_password", &set(&self.ado_password))
+            .field("max_body_bytes", &self.max_body_bytes)
+            .finish()
+    }
+}
+
+impl WebhookConfig {
+    /// The settings from the process environment (empty values count as unset).
+    pub fn from_env() -> WebhookConfig {
+        WebhookConfig::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// The settings from `lookup` (an environment).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> WebhookConfig {
+        let get = |k: &str| lookup(k).filter(|v| !v.is_empty());
+        WebhookConfig {
+            github_secret: get("BATON_GITHUB_WEBHOOK_SECRET"),
+            ado_user: get("BATON_ADO_WEBHOOK_USER"),
+            ado_password: get("BATON_ADO_WEBHOOK_PASSWORD"),
+            max_body_bytes: get("BATON_WEBHOOK_MAX_BODY_BYTES")
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(DEFAULT_MAX_BODY_BYTES),
+        }
+    }
+}
+
+/// The webhook routes, with the configured body limit.
+pub(crate) fn router(config: &WebhookConfig) -> Router<AppState> {
+    Router::new()
+        .route("/webhooks/github", post(github))
+        .route("/webhooks/ado", post(ado))
+        .layer(DefaultBodyLimit::max(config.max_body_bytes))
+}
+
+/// A handled delivery: its status and JSON answer (also stored as the delivery's outcome).
+type Handled = (StatusCode, Value);
+
+fn ignored(reason: impl Into<String>) -> Handled {
+    (StatusCode::ACCEPTED, json!({ "ignored": reason.into() }))
+}
+
+/// A body that could not be read (over the limit: 413) as the JSON error every route gives.
+fn refused_body(e: &BytesRejection) -> Response {
+    AppError::Body { status: e.status(), message: e.body_text() }.into_response()
+}
+
+fn not_configured(what: &str) -> Response {
+    AppError::Unavailable(format!("not configured: set {what} to receive these webhooks")).into_response()
+}
+
+/// Whether `signature` (the `X-Hub-Signature-256` value) is `sha256=` + the hex HMAC-SHA256
+/// of `body` under `secret`, compared in constant time.
+pub fn github_signature_ok(secret: &[u8], body: &[u8], signature: &str) -> bool {
+    let Some(hex_mac) = signature.trim().strip_prefix("sha256=") else { return false };
+    let Ok(expected) = hex::decode(hex_mac) else { return false };
+    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret) else { return false };
+    mac.update(body);
+    mac.verify_slice(&expected).is_ok()
+}
+
+/// Compares two secrets in constant time (over their SHA-256, so lengths leak nothing).
+fn same_secret(a: &str, b: &str) -> bool {
+    let (x, y) = (Sha256::digest(a.as_bytes()), Sha256::digest(b.as_bytes()));
+    x.iter().zip(y.iter()).fold(0u8, |acc, (p, q)| acc | (p ^ q)) == 0
+}
+
+fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty())
+}
+
+/// Claims the delivery, runs `handle`, and stores its outcome; a redelivery answers
+/// `{"duplicate": true}` and applies nothing; a failure forgets the claim (the retry applies).
+async fn once<F>(app: &AppState, source: &str, delivery: &str, handle: F) -> Response
+where
+    F: std::future::Future<Output = Result<Handled, AppError>>,
+{
+    let store = app.execs.store();
+    match store.claim_delivery(source, delivery, &clock::now_rfc3339()).await {
+        Ok(true) => {}
+        Ok(false) => return (StatusCode::OK, Json(json!({ "duplicate": true }))).into_response(),
+        Err(e) => return AppError::from(anyhow::Error::from(e)).into_response(),
+    }
+    match handle.await {
+        Ok((status, body)) => {
+            if let Err(e) = store.set_delivery_outcome(source, delivery, &body.to_string()).await {
+                tracing::warn!("storing the outcome of {source} delivery {delivery}: {e}");
+            }
+            tracing::info!(webhook.source = source, webhook.delivery = delivery, "webhook: {body}");
+            (status, Json(body)).into_response()
+        }
+        Err(e) => {
+            if let Err(e) = store.release_delivery(source, delivery).await {
+                tracing::warn!("forgetting the failed {source} delivery {delivery}: {e}");
+            }
+            e.into_response()
+        }
+    }
+}
+
+/// `POST /webhooks/github`.
+async fn github(State(app): State<AppState>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => return refused_body(&e),
+    };
+    let Some(secret) = app.webhooks.github_secret.as_deref() else {
+        return not_configured("BATON_GITHUB_WEBHOOK_SECRET");
+    };
+    let Some(signature) = header(&headers, "x-hub-signature-256") else {
+        let why = if header(&headers, "x-hub-signature").is_some() {
+            "only a SHA-1 X-Hub-Signature was sent; Baton needs X-Hub-Signature-256"
+        } else {
+            "unsigned delivery: X-Hub-Signature-256 is missing"
+        };
+        return AppError::Unauthorized(why.into()).into_response();
+    };
+    if !github_signature_ok(secret.as_bytes(), &body, signature) {
+        return AppError::Unauthorized("X-Hub-Signature-256 does not match the body".into()).into_response();
+    }
+    let Some(event) = header(&headers, "x-github-event").map(str::to_string) else {
+        return AppError::BadRequest("X-GitHub-Event is missing".into()).into_response();
+    };
+    let Some(delivery) = header(&headers, "x-github-delivery").map(str::to_string) else {
+        return AppError::BadRequest("X-GitHub-Delivery is missing".into()).into_response();
+    };
+    let payload: Value = match serde_json::from_slice(&body) {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(_) => return AppError::BadRequest("the payload is not a JSON object".into()).into_response(),
+        Err(e) => return AppError::BadRequest(format!("the payload is not JSON: {e}")).into_response(),
+    };
+    if event == "ping" {
+        return (StatusCode::OK, Json(json!({ "pong": true }))).into_response();
+    }
+    once(&app, "github", &delivery, github_event(&app, &event, &delivery, &payload)).await
+}
+
+fn text<'v>(v: &'v Value, pointer: &str) -> &'v str {
+    v.pointer(pointer).and_then(Value::as_str).unwrap_or_default()
+}
+
+async fn github_event(app: &AppState, event: &str, delivery: &str, p: &Value) -> Result<Handled, AppError> {
+    let action = text(p, "/action");
+    let actor = format!("github:{}", text(p, "/sender/login"));
+    match (event, action) {
+        ("issues", "opened" | "labeled" | "edited") => issue(app, action, p, &actor).await,
+        ("issue_comment", "created") => comment(app, delivery, p).await,
+        ("pull_request", "closed") => pull_request_closed(app, p, &actor).await,
+        ("issues" | "issue_comment" | "pull_request", _) => Ok(ignored(format!("{event} {action} is not handled"))),
+        _ => Ok(ignored(format!("event {event} is not handled"))),
+    }
+}
+
+fn issue_item(p: &Value) -> ForgeItem {
+    ForgeItem {
+        source: "github".into(),
+        url: text(p, "/issue/html_url").into(),
+        title: text(p, "/issue/title").into(),
+        body: text(p, "/issue/body").into(),
+    }
+}
+
+fn outcome_body(o: &ImportOutcome) -> Handled {
+    let spec = o.spec();
+    let mut body =
+        json!({ "spec_id": spec.spec_id, "project": spec.project, "outcome": o.as_str(), "status": spec.status });
+    if let ImportOutcome::Ignored { reason, .. } = o {
+        body["reason"] = json!(reason);
+    }
+    let status = if matches!(o, ImportOutcome::Created(_)) { StatusCode::CREATED } else { StatusCode::OK };
+    (status, body)
+}
+
+async fn issue(app: &AppState, action: &str, p: &Value, actor: &str) -> Result<Handled, AppError> {
+    let number = p.pointer("/issue/number").and_then(Value::as_i64).unwrap_or_default();
+    if p.pointer("/issue/pull_request").is_some_and(|v| !v.is_null()) {
+        return Ok(ignored(format!("#{number} is a pull request, not an issue")));
+    }
+    let item = issue_item(p);
+    if item.url.is_empty() {
+        return Err(AppError::BadRequest("issue.html_url is missing".into()));
+    }
+    if action == "edited" {
+        return Ok(match app.specs.reimport(item, actor).await? {
+            Some(o) => outcome_body(&o),
+            None => ignored(format!("no spec was imported from {}", text(p, "/issue/html_url"))),
+        });
+    }
+    let repo = text(p, "/repository/full_name");
+    let projects = app.execs.store().projects_by_forge_repo(&[repo]).await.map_err(anyhow::Error::from)?;
+    if projects.is_empty() {
+        return Ok(ignored(format!("no project for {repo}")));
+    }
+    let labels: Vec<&str> = p
+        .pointer("/issue/labels")
+        .and_then(Value::as_array)
+        .map(|ls| ls.iter().filter_map(|l| l.get("name").and_then(Value::as_str)).collect())
+        .unwrap_or_default();
+    let labelled = |want: &str| !want.is_empty() && labels.iter().any(|l| l.eq_ignore_ascii_case(want));
+    let Some(project) = projects.iter().find(|pr| labelled(&pr.trigger_label)) else {
+        let wanted: Vec<String> = projects
+            .iter()
+            .map(|pr| {
+                if pr.trigger_label.is_empty() {
+                    format!("project {} has no trigger label", pr.name)
+                } else {
+                    format!("project {} imports issues labelled {:?}", pr.name, pr.trigger_label)
+                }
+            })
+            .collect();
+        return Ok(ignored(format!("issue #{number} carries no trigger label ({})", wanted.join("; "))));
+    };
+    Ok(outcome_body(&app.specs.import(&project.name, item, actor).await?))
+}
+
+/// A `/baton approve` or `/baton reject <reason>` comment: (decision, feedback).
+fn command(body: &str) -> Option<(ApprovalDecision, String)> {
+    let line = body.trim().lines().next().unwrap_or_default().trim();
+    let rest = line.strip_prefix("/baton")?;
+    let mut words = rest.trim_start().splitn(2, char::is_whitespace);
+    let verb = words.next().unwrap_or_default();
+    let arg = words.next().unwrap_or_default().trim().to_string();
+    match verb {
+        "approve" => Some((ApprovalDecision::Approve, arg)),
+        "reject" => Some((ApprovalDecision::Reject, arg)),
+        _ => None,
+    }
+}
+
+async fn comment(app: &AppState, delivery: &str, p: &Value) -> Result<Handled, AppError> {
+    let Some((decision, feedback)) = command(text(p, "/comment/body")) else {
+        return Ok(ignored("the comment is not a /baton approve or /baton reject command"));
+    };
+    if decision == ApprovalDecision::Reject && feedback.is_empty() {
+        return Ok(ignored("/baton reject needs a reason: /baton reject <reason>"));
+    }
+    let login = text(p, "/comment/user/login");
+    let store = app.execs.store();
+    let Some(user) = store.user_by_github_login(login).await.map_err(anyhow::Error::from)? else {
+        return Ok(ignored(format!("GitHub user {login} is not mapped to a Baton user")));
+    };
+    if Role::parse(&user.role).is_none_or(|r| r < Role::Reviewer) {
+        return Ok(ignored(format!("{} ({login}) is a {}; deciding needs the reviewer role", user.name, user.role)));
+    }
+    let url = text(p, "/issue/html_url");
+    let Some(spec) = store.spec_by_source_url("github", url).await.map_err(anyhow::Error::from)? else {
+        return Ok(ignored(format!("no spec was imported from {url}")));
+    };
+    let Some(task_id) = spec.task_id.clone() else {
+        return Ok(ignored(format!("spec {} has not been fired", spec.spec_id)));
+    };
+    let state = app.execs.get(&task_id).await?;
+    let Some(pending) = state.pending_approval_request else {
+        return Ok(ignored(format!("execution {task_id} of spec {} is not waiting for an approval", spec.spec_id)));
+    };
+    let kind = EventKind::ApprovalRecorded { phase_id: pending.phase_id, result: decision, feedback };
+    let recorded = crate::web::api::executions::record_event_as(app, &task_id, Event::new(kind).by(&user.name)).await?;
+    tracing::info!(task.id = %task_id, "approval by {} from GitHub delivery {delivery}", user.name);
+    Ok((
+        StatusCode::OK,
+        json!({
+            "spec_id": spec.spec_id,
+            "task_id": task_id,
+            "phase_id": pending.phase_id,
+            "decision": decision.as_str(),
+            "by": user.name,
+            "recorded": recorded.recorded,
+        }),
+    ))
+}
+
+async fn pull_request_closed(app: &AppState, p: &Value, actor: &str) -> Result<Handled, AppError> {
+    let number = p.pointer("/pull_request/number").and_then(Value::as_i64).unwrap_or_default();
+    if p.pointer("/pull_request/merged").and_then(Value::as_bool) != Some(true) {
+        return Ok(ignored(format!("pull request #{number} was closed without merging")));
+    }
+    let head = text(p, "/pull_request/head/ref");
+    let Some(task_id) = head.strip_prefix("baton/").filter(|t| !t.is_empty()) else {
+        return Ok(ignored(format!("pull request #{number} ({head}) is not a baton/<task_id> branch")));
+    };
+    let store = app.execs.store();
+    let Some(spec) = store.spec_of_execution(task_id).await.map_err(anyhow::Error::from)? else {
+        return Ok(ignored(format!("no spec was fired as {task_id}")));
+    };
+    let repo = text(p, "/repository/full_name");
+    let project = store.project(&spec.project).await.map_err(anyhow::Error::from)?;
+    if !project.is_some_and(|pr| pr.forge_repo.eq_ignore_ascii_case(repo)) {
+        return Ok(ignored(format!("spec {} belongs to project {}, which is not {repo}", spec.spec_id, spec.project)));
+    }
+    let pr_url = text(p, "/pull_request/html_url");
+    match app.specs.mark_merged(task_id, pr_url, actor).await {
+        Ok(Some(row)) => Ok((StatusCode::OK, json!({ "spec_id": row.spec_id, "status": row.status }))),
+        Ok(None) => Ok(ignored(format!("no spec was fired as {task_id}"))),
+        Err(SpecError::Conflict { message, .. }) => Ok(ignored(message)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Decodes standard base64 (with or without padding); `None` when malformed.
+fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in s.trim().trim_end_matches('=').bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push(u8::try_from((acc >> bits) & 0xff).ok()?);
+        }
+    }
+    Some(out)
+}
+
+/// Whether the request's Basic credentials are `user`:`password` (constant-time).
+fn basic_auth_ok(headers: &HeaderMap, user: &str, password: &str) -> bool {
+    let Some(encoded) = header(headers, "authorization").and_then(|v| v.strip_prefix("Basic ")) else {
+        return false;
+    };
+    let Some(decoded) = base64_decode(encoded).and_then(|b| String::from_utf8(b).ok()) else { return false };
+    let Some((u, pw)) = decoded.split_once(':') else { return false };
+    // Both compared, always: no early exit on the user name.
+    let user_ok = same_secret(u, user);
+    let password_ok = same_secret(pw, password);
+    user_ok & password_ok
+}
+
+/// `POST /webhooks/ado`.
+async fn ado(State(app): State<AppState>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => return refused_body(&e),
+    };
+    let (Some(user), Some(password)) = (app.webhooks.ado_user.as_deref(), app.webhooks.ado_password.as_deref()) else {
+        return not_configured("BATON_ADO_WEBHOOK_USER and BATON_ADO_WEBHOOK_PASSWORD");
+    };
+    if !basic_auth_ok(&headers, user, password) {
+        return AppError::Unauthorized("Basic credentials are missing or wrong".into()).into_response();
+    }
+    let payload: Value = match serde_json::from_slice(&body) {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(_) => return AppError::BadRequest("the payload is not a JSON object".into()).into_response(),
+        Err(e) => return AppError::BadRequest(format!("the payload is not JSON: {e}")).into_response(),
+    };
+    let id = text(&payload, "/id").to_string();
+    if id.is_empty() {
+        return AppError::BadRequest("the notification id is missing".into()).into_response();
+    }
+    once(&app, "ado", &id, ado_event(&app, &payload)).await
+}
+
+/// The fields that make a work item's spec text.
+const ADO_TEXT_FIELDS: [&str; 3] = ["System.Title", "System.Description", "Microsoft.VSTS.Common.AcceptanceCriteria"];
+
+/// The organisation in an Azure DevOps address (`dev.azure.com/<org>/…`, `<org>.visualstudio.com`).
+fn ado_org(url: &str) -> Option<&str> {
+    let rest = url.split_once("://")?.1;
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    if host.eq_ignore_ascii_case("dev.azure.com") {
+        return path.split('/').next().filter(|s| !s.is_empty());
+    }
+    host.strip_suffix(".visualstudio.com")
+}
+
+/// The work item's own address: its `html` link, else its API address without the
+/// `/updates/<n>` or `/revisions/<n>` of the delivery.
+fn ado_url(resource: &Value, updated: bool) -> String {
+    let html = text(resource, "/_links/html/href");
+    let html = if html.is_empty() { text(resource, "/revision/_links/html/href") } else { html };
+    if !html.is_empty() {
+        return html.to_string();
+    }
+    let parent = if updated { text(resource, "/_links/parent/href") } else { "" };
+    let url = if parent.is_empty() { text(resource, "/url") } else { parent };
+    let cut = ["/updates/", "/revisions/"].iter().filter_map(|m| url.find(m)).min().unwrap_or(url.len());
+    url[..cut].to_string()
+}
+
+/// Description (as text) and acceptance criteria under their own heading.
+fn ado_body(fields: &Value) -> String {
+    let description = html_to_text(fields.get("System.Description").and_then(Value::as_str).unwrap_or_default());
+    let criteria = html_to_text(
+        fields.get("Microsoft.VSTS.Common.AcceptanceCriteria").and_then(Value::as_str).unwrap_or_default(),
+    );
+    if criteria.is_empty() {
+        return description;
+    }
+    let mut body = description;
+    if !body.is_empty() {
+        body.push_str("\n\n");
+    }
+    body.push_str("## Acceptance criteria\n\n");
+    body.push_str(&criteria);
+    body
+}
+
+async fn ado_event(app: &AppState, p: &Value) -> Result<Handled, AppError> {
+    let event = text(p, "/eventType");
+    let updated = match event {
+        "workitem.created" => false,
+        "workitem.updated" => true,
+        _ => return Ok(ignored(format!("event {event} is not handled"))),
+    };
+    let resource = p.get("resource").unwrap_or(&Value::Null);
+    let fields = if updated { resource.pointer("/revision/fields") } else { resource.get("fields") };
+    let Some(fields) = fields.filter(|f| f.is_object()) else {
+        return Err(AppError::BadRequest(format!("{event}: the resource carries no fields")));
+    };
+    if updated {
+        let changed = resource.get("fields").and_then(Value::as_object);
+        if !changed.is_some_and(|c| ADO_TEXT_FIELDS.iter().any(|f| c.contains_key(*f))) {
+            return Ok(ignored("the update changed no title, description or acceptance criteria"));
+        }
+    }
+    let team_project = fields.get("System.TeamProject").and_then(Value::as_str).unwrap_or_default();
+    let url = ado_url(resource, updated);
+    if url.is_empty() {
+        return Err(AppError::BadRequest(format!("{event}: the work item has no address")));
+    }
+    let mut names = Vec::new();
+    if let Some(org) = ado_org(&url) {
+        names.push(format!("ado:{org}/{team_project}"));
+    }
+    names.push(team_project.to_string());
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let projects = app.execs.store().projects_by_forge_repo(&refs).await.map_err(anyhow::Error::from)?;
+    let Some(project) = projects.first() else {
+        return Ok(ignored(format!("no project for Azure DevOps project {team_project}")));
+    };
+    let rev = if updated { resource.pointer("/revision/rev") } else { resource.get("rev") }.and_then(Value::as_i64);
+    let store = app.execs.store();
+    if let Some(rev) = rev {
+        if let Some(seen) = store.item_rev("ado", &url).await.map_err(anyhow::Error::from)? {
+            if rev <= seen {
+                return Ok(ignored(format!("revision {rev} is not newer than the imported revision {seen}")));
+            }
+        }
+    }
+    let item = ForgeItem {
+        source: "ado".into(),
+        url: url.clone(),
+        title: fields.get("System.Title").and_then(Value::as_str).unwrap_or_default().into(),
+        body: ado_body(fields),
+    };
+    let outcome = app.specs.import(&project.name, item, "ado").await?;
+    if let Some(rev) = rev {
+        store.set_item_rev("ado", &url, rev).await.map_err(anyhow::Error::from)?;
+    }
+    Ok(outcome_body(&outcome))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn githubs_documented_test_vector_verifies() {
+        let sig = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";
+        assert!(github_signature_ok(b"It's a Secret to Everybody", b"Hello, World!", sig));
+        assert!(!github_signature_ok(b"It's a Secret to Everybody", b"Hello, World?", sig));
+        assert!(!github_signature_ok(b"another secret", b"Hello, World!", sig));
+        assert!(!github_signature_ok(b"It's a Secret to Everybody", b"Hello, World!", "sha1=757107"));
+        assert!(!github_signature_ok(b"It's a Secret to Everybody", b"Hello, World!", "sha256=zz"));
+    }
+
+    #[test]
+    fn commands_base64_and_addresses() {
+        assert_eq!(command("/baton approve"), Some((ApprovalDecision::Approve, String::new())));
+        assert_eq!(command("  /baton reject too risky\nmore"), Some((ApprovalDecision::Reject, "too risky".into())));
+        assert_eq!(command("please /baton approve"), None);
+        assert_eq!(command("/baton merge"), None);
+        assert_eq!(base64_decode("dXNlcjpwYXNz").as_deref(), Some(&b"user:pass"[..]));
+        assert_eq!(base64_decode("YQ==").as_deref(), Some(&b"a"[..]));
+        assert_eq!(base64_decode("*"), None);
+        assert_eq!(ado_org("https://dev.azure.com/fabrikam/DefaultCollection/_apis"), Some("fabrikam"));
+        assert_eq!(ado_org("https://fabrikam.visualstudio.com/x"), Some("fabrikam"));
+        assert_eq!(ado_org("http://tfs.example/x"), None);
+        let r = json!({"url": "https://h/_apis/wit/workItems/5/updates/2", "_links": {"parent": {"href": "https://h/_apis/wit/workItems/5"}}});
+        assert_eq!(ado_url(&r, true), "https://h/_apis/wit/workItems/5");
+        assert_eq!(
+            ado_url(&json!({"url": "https://h/_apis/wit/workItems/5/revisions/3"}), false),
+            "https://h/_apis/wit/workItems/5"
+        );
+        assert!(!format!("{:?}", WebhookConfig { github_secret: Some("s3cr3t".into()), ..WebhookConfig::default() })
+            .contains("s3cr3t"));
+    }
+}

@@ -1,0 +1,599 @@
+//! Forge webhooks (`/webhooks/github`, `/webhooks/ado`) driven with `oneshot` requests over a
+//! real SQLite file and a real git repository: the recorded GitHub and Azure DevOps deliveries
+//! of `../shared/fixtures` (exact bytes and headers), and variants of them re-signed with the
+//! test secret.
+
+use std::path::{Path, PathBuf};
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use baton::model::plan::MachinePlan;
+use baton::runtime::config::DataDir;
+use baton::runtime::executions::Executions;
+use baton::store::SpecChange;
+use baton::web::{self, AppState, WebhookConfig};
+use hmac::{Hmac, Mac};
+use serde_json::{json, Value};
+use tower::ServiceExt as _;
+
+use crate::common::{fixtures, Workspace};
+
+/// GitHub's documented test secret, which the fixtures were signed with.
+const SECRET: &str = "It's a Secret to Everybody";
+/// `Basic` of `ado-hooks:pa55:word` (a password may hold a colon).
+const ADO_AUTH: &str = "Basic YWRvLWhvb2tzOnBhNTU6d29yZA==";
+/// `Basic` of `ado-hooks:wrong`.
+const ADO_WRONG: &str = "Basic YWRvLWhvb2tzOndyb25n";
+const REPO: &str = "example-user-1/Hello-World";
+const ISSUE_URL: &str = "https://github.com/example-user-1/Hello-World/issues/1";
+
+struct App {
+    ws: Workspace,
+    execs: Executions,
+    state: AppState,
+    dir: PathBuf,
+}
+
+fn config() -> WebhookConfig {
+    WebhookConfig {
+        github_secret: Some(SECRET.into()),
+        ado_user: Some("ado-hooks".into()),
+        ado_password: Some("pa55:word".into()),
+        ..WebhookConfig::default()
+    }
+}
+
+impl App {
+    async fn new(dir: &Path) -> App {
+        App::with_config(dir, config()).await
+    }
+
+    async fn with_config(dir: &Path, config: WebhookConfig) -> App {
+        let ws = Workspace::with_repo(&[("README.md", "hello\n")]);
+        let execs = Executions::open(DataDir::open(&ws.data()).unwrap()).await.unwrap();
+        let state = AppState::new(execs.clone()).unwrap().with_webhooks(config);
+        App { ws, execs, state, dir: dir.to_path_buf() }
+    }
+
+    async fn send(&self, req: Request<Body>) -> (StatusCode, Value) {
+        let response = web::app(self.state.clone()).oneshot(req).await.unwrap();
+        let status = response.status();
+        let bytes = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
+        let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| json!(String::from_utf8_lossy(&bytes)));
+        (status, body)
+    }
+
+    async fn project(&self, name: &str, forge_repo: &str, trigger_label: &str) {
+        let body = json!({"name": name, "repo_path": self.ws.repo(), "agent_profile": "demo",
+                          "forge_repo": forge_repo, "trigger_label": trigger_label});
+        let req = Request::post("/api/v1/projects").header("content-type", "application/json");
+        let (status, body) = self.send(req.body(Body::from(body.to_string())).unwrap()).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        assert_eq!(body["forge_repo"], forge_repo);
+    }
+
+    /// The fixture `<name>.json` and its headers.
+    fn fixture(&self, name: &str) -> (Vec<u8>, Vec<(String, String)>) {
+        let dir = self.dir.join("github-webhooks");
+        let body = std::fs::read(dir.join(format!("{name}.json"))).unwrap();
+        let headers: Value =
+            serde_json::from_slice(&std::fs::read(dir.join(format!("{name}.headers.json"))).unwrap()).unwrap();
+        let headers = headers
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "Host" | "Content-Length"))
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+            .collect();
+        (body, headers)
+    }
+
+    /// Posts the fixture `name` as recorded.
+    async fn deliver(&self, name: &str) -> (StatusCode, Value) {
+        let (body, headers) = self.fixture(name);
+        self.post_github(body, &headers).await
+    }
+
+    /// Posts `payload` as a variant of fixture `name`: re-signed, with delivery id `delivery`.
+    async fn deliver_variant(&self, name: &str, payload: &Value, delivery: &str) -> (StatusCode, Value) {
+        let (_, headers) = self.fixture(name);
+        let body = payload.to_string().into_bytes();
+        let headers: Vec<(String, String)> = headers
+            .into_iter()
+            .map(|(k, v)| match k.as_str() {
+                "X-Hub-Signature-256" => (k, sign(&body)),
+                "X-GitHub-Delivery" => (k, delivery.to_string()),
+                _ => (k, v),
+            })
+            .collect();
+        self.post_github(body, &headers).await
+    }
+
+    fn payload(&self, name: &str) -> Value {
+        serde_json::from_slice(&self.fixture(name).0).unwrap()
+    }
+
+    async fn post_github(&self, body: Vec<u8>, headers: &[(String, String)]) -> (StatusCode, Value) {
+        let mut req = Request::post("/webhooks/github");
+        for (k, v) in headers {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        self.send(req.body(Body::from(body)).unwrap()).await
+    }
+
+    async fn post_ado(&self, body: &[u8], auth: Option<&str>) -> (StatusCode, Value) {
+        let mut req = Request::post("/webhooks/ado").header("content-type", "application/json");
+        if let Some(a) = auth {
+            req = req.header("authorization", a);
+        }
+        self.send(req.body(Body::from(body.to_vec())).unwrap()).await
+    }
+
+    fn ado_fixture(&self, name: &str) -> Vec<u8> {
+        std::fs::read(self.dir.join("azure-devops/hooks").join(name)).unwrap()
+    }
+
+    /// Every spec, as the API shows them (read from the store: auth may be on).
+    async fn specs(&self) -> Vec<Value> {
+        let filter = baton::store::SpecFilter { limit: 500, ..Default::default() };
+        let rows = self.execs.store().list_specs(&filter).await.unwrap();
+        rows.iter().map(|r| serde_json::to_value(r).unwrap()).collect()
+    }
+
+    async fn deliveries(&self, source: &str) -> usize {
+        self.execs.store().deliveries(source).await.unwrap().len()
+    }
+}
+
+fn sign(body: &[u8]) -> String {
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+#[tokio::test]
+async fn recorded_github_deliveries_import_once_and_the_rest_is_acknowledged() {
+    let Some(dir) = fixtures() else { return };
+    let app = App::new(&dir).await;
+    app.project("p", REPO, "bug").await;
+
+    let (status, body) = app.deliver("ping").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    let (status, body) = app.deliver("issues.opened").await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["outcome"], "created");
+    let specs = app.specs().await;
+    assert_eq!(specs.len(), 1);
+    assert_eq!(specs[0]["source"], "github");
+    assert_eq!(specs[0]["source_url"], ISSUE_URL);
+    assert_eq!(specs[0]["status"], "imported");
+    assert_eq!(specs[0]["title"], "Spelling error in the README file");
+    assert_eq!(specs[0]["body"], "It looks like you accidently spelled 'commit' with two 't's.");
+    assert_eq!(specs[0]["created_by"], "github:example-user-1");
+
+    // A redelivery (same X-GitHub-Delivery) applies nothing.
+    let (status, body) = app.deliver("issues.opened").await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"duplicate": true})));
+    assert_eq!(app.specs().await, specs);
+
+    // One spec per issue: labelling it again finds the same spec, unchanged.
+    let (status, body) = app.deliver("issues.labeled").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["outcome"], "unchanged");
+    assert_eq!(app.specs().await.len(), 1);
+
+    for (name, reason) in [
+        ("pull_request.opened", "pull_request opened is not handled"),
+        (
+            "pull_request.closed.merged-from-fork",
+            "pull request #3 (example-user-1-patch-1) is not a baton/<task_id> branch",
+        ),
+        ("issue_comment.created", "the comment is not a /baton approve or /baton reject command"),
+    ] {
+        let (status, body) = app.deliver(name).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{name}: {body}");
+        assert_eq!(body["ignored"], reason, "{name}");
+    }
+    assert_eq!(app.specs().await.len(), 1);
+    // Every authenticated delivery but the ping is remembered once, with what it did.
+    let recorded = app.execs.store().deliveries("github").await.unwrap();
+    assert_eq!(recorded.len(), 5, "{recorded:?}");
+    assert!(recorded.iter().any(|(_, outcome)| outcome.contains("\"created\"")), "{recorded:?}");
+
+    let mut other = app.payload("issues.opened");
+    other["action"] = json!("closed");
+    let (status, body) = app.deliver_variant("issues.opened", &other, "d-closed").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let (_, headers) = app.fixture("ping");
+    let headers: Vec<_> = headers
+        .into_iter()
+        .map(|(k, v)| if k == "X-GitHub-Event" { (k, "star".to_string()) } else { (k, v) })
+        .collect();
+    let (status, body) = app.post_github(app.fixture("ping").0, &headers).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["ignored"], "event star is not handled");
+}
+
+#[tokio::test]
+async fn unsigned_sha1_only_tampered_and_unconfigured_deliveries_store_nothing() {
+    let Some(dir) = fixtures() else { return };
+    let app = App::new(&dir).await;
+    app.project("p", REPO, "bug").await;
+    let (body, headers) = app.fixture("issues.opened");
+
+    let unsigned: Vec<_> = headers.iter().filter(|(k, _)| !k.starts_with("X-Hub-Signature")).cloned().collect();
+    let (status, reply) = app.post_github(body.clone(), &unsigned).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{reply}");
+
+    let sha1_only: Vec<_> = headers.iter().filter(|(k, _)| k != "X-Hub-Signature-256").cloned().collect();
+    let (status, reply) = app.post_github(body.clone(), &sha1_only).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{reply}");
+    assert!(reply.to_string().contains("SHA-1"), "{reply}");
+
+    let mut tampered = body.clone();
+    let at = tampered.windows(8).position(|w| w == b"Spelling").unwrap();
+    tampered[at] = b's';
+    let (status, reply) = app.post_github(tampered, &headers).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{reply}");
+    assert!(!reply.to_string().contains(SECRET));
+
+    // A signed `null` is well authenticated but no event: 400, nothing stored.
+    let nulls: Vec<_> = headers
+        .iter()
+        .map(|(k, v)| if k == "X-Hub-Signature-256" { (k.clone(), sign(b"null")) } else { (k.clone(), v.clone()) })
+        .collect();
+    let (status, reply) = app.post_github(b"null".to_vec(), &nulls).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{reply}");
+
+    assert!(app.specs().await.is_empty());
+    assert_eq!(app.deliveries("github").await, 0);
+
+    // The real delivery still applies afterwards (the refusals claimed nothing).
+    let (status, reply) = app.post_github(body.clone(), &headers).await;
+    assert_eq!(status, StatusCode::CREATED, "{reply}");
+
+    let unconfigured = App::with_config(&dir, WebhookConfig::default()).await;
+    let (status, reply) = unconfigured.post_github(body, &headers).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{reply}");
+    assert!(reply.to_string().contains("not configured"), "{reply}");
+    let (status, _) = unconfigured.post_ado(b"{}", Some(ADO_AUTH)).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+}
+
+#[tokio::test]
+async fn issues_without_a_project_or_the_trigger_label_or_that_are_pull_requests_are_ignored() {
+    let Some(dir) = fixtures() else { return };
+    let app = App::new(&dir).await;
+    let (status, body) = app.deliver("issues.opened").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body, json!({"ignored": format!("no project for {REPO}")}));
+
+    app.project("p", REPO, "baton").await;
+    let (status, body) = app.deliver("issues.labeled").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert!(body["ignored"].as_str().unwrap().contains("\"baton\""), "{body}");
+
+    // Labelled with the trigger label: imported.
+    let mut labelled = app.payload("issues.labeled");
+    labelled["label"] = json!({"name": "baton"});
+    labelled["issue"]["labels"] = json!([{"name": "bug"}, {"name": "Baton"}]);
+    let (status, body) = app.deliver_variant("issues.labeled", &labelled, "d-labelled").await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+
+    let mut pr = labelled.clone();
+    pr["issue"]["pull_request"] = json!({"url": "https://api.github.com/repos/x/y/pulls/1"});
+    let (status, body) = app.deliver_variant("issues.labeled", &pr, "d-pr").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["ignored"], "#1 is a pull request, not an issue");
+    assert_eq!(app.specs().await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_64_kib_unicode_body_is_imported_and_edits_update_the_spec() {
+    let Some(dir) = fixtures() else { return };
+    let app = App::new(&dir).await;
+    app.project("p", REPO, "bug").await;
+    let mut body = String::from("# Ünïcödé spec ✓\n\n");
+    while body.len() + "- 日本語のテキスト 🚀\n".len() <= 64 * 1024 {
+        body.push_str("- 日本語のテキスト 🚀\n");
+    }
+    let mut payload = app.payload("issues.opened");
+    payload["issue"]["body"] = json!(body);
+    let (status, reply) = app.deliver_variant("issues.opened", &payload, "d-big").await;
+    assert_eq!(status, StatusCode::CREATED, "{reply}");
+    let specs = app.specs().await;
+    assert_eq!(specs[0]["body"], body.as_str());
+
+    payload["action"] = json!("edited");
+    payload["issue"]["title"] = json!("Spelling error in the README (edited)");
+    let (status, reply) = app.deliver_variant("issues.opened", &payload, "d-edit").await;
+    assert_eq!(status, StatusCode::OK, "{reply}");
+    assert_eq!(reply["outcome"], "updated");
+    let specs = app.specs().await;
+    assert_eq!(specs.len(), 1);
+    assert_eq!(specs[0]["title"], "Spelling error in the README (edited)");
+    assert_eq!(specs[0]["status"], "imported");
+
+    // Over the configured limit: 413, nothing stored.
+    let huge = vec![b' '; web::webhooks::DEFAULT_MAX_BODY_BYTES + 1];
+    let (_, headers) = app.fixture("issues.opened");
+    let (status, reply) = app.post_github(huge, &headers).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(reply["error"].is_string(), "a JSON error: {reply}");
+    // Between axum's 2 MB default and the 5 MiB limit: accepted, the text cut to fit a spec.
+    let mut large = app.payload("issues.opened");
+    large["issue"]["html_url"] = json!("https://github.com/example-user-1/Hello-World/issues/2");
+    large["issue"]["body"] = json!("ß".repeat(1_500_000));
+    let (status, reply) = app.deliver_variant("issues.opened", &large, "d-large").await;
+    assert_eq!(status, StatusCode::CREATED, "{reply}");
+    let spec = app.execs.store().spec(reply["spec_id"].as_i64().unwrap()).await.unwrap().unwrap();
+    assert!(spec.body.len() <= 64 * 1024 && spec.body.ends_with("/issues/2)"), "cut with a note");
+    let small = App::with_config(&dir, WebhookConfig { max_body_bytes: 1024, ..config() }).await;
+    let (status, _) = small.deliver("issues.opened").await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(app.deliveries("github").await, 3);
+}
+
+/// A plan whose phase 1 asks for an approval after its step.
+fn approval_plan(task_id: &str) -> MachinePlan {
+    let plan = json!({
+        "task_id": task_id,
+        "task_summary": "Fix the spelling",
+        "phases": [
+            {"phase_id": 1, "name": "Fix", "approval_required": true, "steps": [
+                {"step_id": "1.1", "agent_name": "alpha", "task_description": "Fix it."}]},
+            {"phase_id": 2, "name": "Check", "steps": [
+                {"step_id": "2.1", "agent_name": "beta", "task_description": "Check it."}]}
+        ]
+    });
+    MachinePlan::from_json(&plan.to_string()).unwrap()
+}
+
+#[tokio::test]
+async fn a_baton_approve_comment_decides_the_approval_and_a_merged_pull_request_closes_the_spec() {
+    let Some(dir) = fixtures() else { return };
+    let app = App::new(&dir).await;
+    app.project("p", REPO, "bug").await;
+    let (status, body) = app.deliver("issues.opened").await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let spec_id = body["spec_id"].as_i64().unwrap();
+
+    // Fire by hand: an execution waiting for the approval of phase 1, linked to the spec.
+    let task_id = "hook-approve";
+    app.execs.create(approval_plan(task_id)).await.unwrap();
+    let step = json!({"kind": "step_recorded", "step_id": "1.1", "agent_name": "alpha", "status": "complete", "outcome": "done"});
+    let req = Request::post(format!("/api/v1/executions/{task_id}/events")).header("content-type", "application/json");
+    let (status, body) = app.send(req.body(Body::from(step.to_string())).unwrap()).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["next_action"]["action_type"], "approval");
+    let store = app.execs.store();
+    let fire = SpecChange {
+        action: "fire".into(),
+        expected: "imported".into(),
+        to: "executing".into(),
+        actor: "lead".into(),
+        at: "2026-01-01T00:00:00Z".into(),
+        ..SpecChange::default()
+    };
+    store.change_spec(spec_id, &fire).await.unwrap();
+    store.attach_execution(spec_id, task_id).await.unwrap();
+
+    // Users: a reviewer mapped to the commenter.
+    store.add_token("rev", "reviewer", "hash-1", "", "2026-01-01T00:00:00Z").await.unwrap();
+    store.add_token("watcher", "viewer", "hash-2", "", "2026-01-01T00:00:00Z").await.unwrap();
+    assert!(store.set_github_login("watcher", "example-watcher").await.unwrap());
+
+    let mut comment = app.payload("issue_comment.created");
+    comment["comment"]["body"] = json!("/baton approve");
+    comment["comment"]["user"]["login"] = json!("someone-else");
+    let (status, body) = app.deliver_variant("issue_comment.created", &comment, "c-unknown").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["ignored"], "GitHub user someone-else is not mapped to a Baton user");
+
+    comment["comment"]["user"]["login"] = json!("example-watcher");
+    let (status, body) = app.deliver_variant("issue_comment.created", &comment, "c-viewer").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert!(body["ignored"].as_str().unwrap().contains("reviewer role"), "{body}");
+
+    assert!(store.set_github_login("rev", "Example-User-1").await.unwrap());
+    comment["comment"]["user"]["login"] = json!("example-user-1");
+    let (status, body) = app.deliver_variant("issue_comment.created", &comment, "c-approve").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["decision"], "approve");
+    assert_eq!(body["by"], "rev");
+    let state = app.execs.get(task_id).await.unwrap();
+    assert!(state.pending_approval_request.is_none());
+    let events = store.events(task_id, 0).await.unwrap();
+    let approval = events.iter().find(|e| e.kind == "approval_recorded").expect("an approval is journaled");
+    assert!(approval.payload.contains("\"rev\""), "{}", approval.payload);
+    assert_eq!(store.decision_signatures(task_id).await.unwrap().len(), 1, "signed like the web form's");
+
+    // Redelivered: nothing more. Commenting again: nothing is waiting.
+    let (status, body) = app.deliver_variant("issue_comment.created", &comment, "c-approve").await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"duplicate": true})));
+    let (status, body) = app.deliver_variant("issue_comment.created", &comment, "c-again").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert!(body["ignored"].as_str().unwrap().contains("not waiting for an approval"), "{body}");
+    assert_eq!(store.events(task_id, 0).await.unwrap().len(), events.len());
+
+    // An edit of a fired spec's issue keeps its text and plan, and says so.
+    let mut edited = app.payload("issues.opened");
+    edited["action"] = json!("edited");
+    edited["issue"]["body"] = json!("Changed after firing.");
+    let (status, body) = app.deliver_variant("issues.opened", &edited, "e-1").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["outcome"], "ignored");
+    let spec = store.spec(spec_id).await.unwrap().unwrap();
+    assert_eq!(spec.body, "It looks like you accidently spelled 'commit' with two 't's.");
+    let spec_events = store.spec_events(spec_id).await.unwrap();
+    assert_eq!(spec_events.last().unwrap().action, "import_update_ignored");
+
+    // Its pull request merged: the spec is merged. Closed without merging, or from another
+    // repository: nothing.
+    let mut pr = app.payload("pull_request.closed.merged-from-fork");
+    pr["pull_request"]["head"]["ref"] = json!(format!("baton/{task_id}"));
+    pr["pull_request"]["merged"] = json!(false);
+    pr["repository"]["full_name"] = json!(REPO);
+    let (status, body) = app.deliver_variant("pull_request.closed.merged-from-fork", &pr, "m-0").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    pr["pull_request"]["merged"] = json!(true);
+    pr["repository"]["full_name"] = json!("someone/else");
+    let (status, body) = app.deliver_variant("pull_request.closed.merged-from-fork", &pr, "m-1").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(store.spec(spec_id).await.unwrap().unwrap().status, "executing");
+    pr["repository"]["full_name"] = json!(REPO);
+    let (status, body) = app.deliver_variant("pull_request.closed.merged-from-fork", &pr, "m-2").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "merged");
+    let spec = store.spec(spec_id).await.unwrap().unwrap();
+    assert_eq!(spec.status, "merged");
+    assert!(spec.status_reason.contains("/pull/3"), "{}", spec.status_reason);
+}
+
+#[tokio::test]
+async fn a_reject_comment_needs_a_reason_and_records_the_rejection() {
+    let Some(dir) = fixtures() else { return };
+    let app = App::new(&dir).await;
+    app.project("p", REPO, "bug").await;
+    let (_, body) = app.deliver("issues.opened").await;
+    let spec_id = body["spec_id"].as_i64().unwrap();
+    let task_id = "hook-reject";
+    app.execs.create(approval_plan(task_id)).await.unwrap();
+    let step = json!({"kind": "step_recorded", "step_id": "1.1", "agent_name": "alpha", "status": "complete", "outcome": "done"});
+    let req = Request::post(format!("/api/v1/executions/{task_id}/events")).header("content-type", "application/json");
+    let (status, _) = app.send(req.body(Body::from(step.to_string())).unwrap()).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let store = app.execs.store();
+    let fire = SpecChange {
+        action: "fire".into(),
+        expected: "imported".into(),
+        to: "executing".into(),
+        actor: "lead".into(),
+        at: "2026-01-01T00:00:00Z".into(),
+        ..SpecChange::default()
+    };
+    store.change_spec(spec_id, &fire).await.unwrap();
+    store.attach_execution(spec_id, task_id).await.unwrap();
+    store.add_token("rev", "reviewer", "hash-1", "", "2026-01-01T00:00:00Z").await.unwrap();
+    store.set_github_login("rev", "example-user-1").await.unwrap();
+
+    let mut comment = app.payload("issue_comment.created");
+    comment["comment"]["body"] = json!("/baton reject");
+    let (status, body) = app.deliver_variant("issue_comment.created", &comment, "r-0").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    comment["comment"]["body"] = json!("/baton reject the fix is wrong");
+    let (status, body) = app.deliver_variant("issue_comment.created", &comment, "r-1").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["decision"], "reject");
+    let events = store.events(task_id, 0).await.unwrap();
+    assert!(events.iter().any(|e| e.kind == "approval_recorded" && e.payload.contains("the fix is wrong")));
+}
+
+#[tokio::test]
+async fn azure_devops_work_items_import_with_basic_auth_once() {
+    let Some(dir) = fixtures() else { return };
+    let app = App::new(&dir).await;
+    app.project("fab", "ado:fabrikam-fiber-inc/FabrikamCloud", "").await;
+    app.project("good", "GoodCompanyCloud", "").await;
+    let created = app.ado_fixture("workitem.created.json");
+    // With users (auth on), the hook's Basic header is its own credential, not a token.
+    app.execs.store().add_token("ada", "admin", "hash-a", "", "2026-01-01T00:00:00Z").await.unwrap();
+    let (status, _) = app.send(Request::get("/api/v1/specs").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "auth is on");
+
+    let (status, _) = app.post_ado(&created, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _) = app.post_ado(&created, Some(ADO_WRONG)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _) = app.post_ado(&created, Some("Bearer pa55:word")).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(app.specs().await.is_empty());
+    assert_eq!(app.deliveries("ado").await, 0);
+
+    let (status, body) = app.post_ado(&created, Some(ADO_AUTH)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["project"], "fab");
+    let specs = app.specs().await;
+    assert_eq!(specs.len(), 1);
+    assert_eq!(specs[0]["source"], "ado");
+    assert_eq!(specs[0]["status"], "imported");
+    assert_eq!(specs[0]["title"], "Some great new idea!");
+    assert_eq!(
+        specs[0]["source_url"],
+        "https://dev.azure.com/fabrikam-fiber-inc/DefaultCollection/_apis/wit/workItems/5"
+    );
+
+    let (status, body) = app.post_ado(&created, Some(ADO_AUTH)).await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"duplicate": true})));
+    assert_eq!(app.specs().await.len(), 1);
+
+    // The recorded update changes state and severity only: nothing to re-import.
+    let updated = app.ado_fixture("workitem.updated.json");
+    let (status, body) = app.post_ado(&updated, Some(ADO_AUTH)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert!(body["ignored"].as_str().unwrap().contains("no title"), "{body}");
+
+    // A title and description change: imported (the work item had no spec in `good` yet),
+    // then updated in place by the next change.
+    let mut change: Value = serde_json::from_slice(&updated).unwrap();
+    change["id"] = json!("update-with-text");
+    change["resource"]["fields"]["System.Title"] =
+        json!({"oldValue": "Some great new idea!", "newValue": "A better idea"});
+    change["resource"]["revision"]["fields"]["System.Title"] = json!("A better idea");
+    change["resource"]["revision"]["fields"]["System.Description"] =
+        json!("<div>Make it <b>faster</b>&nbsp;&amp; smaller.</div><ul><li>one</li><li>two</li></ul>");
+    change["resource"]["revision"]["fields"]["Microsoft.VSTS.Common.AcceptanceCriteria"] =
+        json!("<p>Loads in &lt; 1&nbsp;s</p>");
+    let (status, body) = app.post_ado(change.to_string().as_bytes(), Some(ADO_AUTH)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["project"], "good");
+    let spec = app.execs.store().spec(body["spec_id"].as_i64().unwrap()).await.unwrap().unwrap();
+    assert_eq!(spec.title, "A better idea");
+    assert_eq!(spec.body, "Make it faster & smaller.\n\n- one\n- two\n\n## Acceptance criteria\n\nLoads in < 1 s");
+    assert_eq!(spec.source_url, "http://good-company.some.ssl.host/DefaultCollection/_apis/wit/workItems/5");
+
+    change["id"] = json!("update-2");
+    change["resource"]["revision"]["rev"] = json!(4);
+    change["resource"]["revision"]["fields"]["System.Title"] = json!("The best idea");
+    let (status, body) = app.post_ado(change.to_string().as_bytes(), Some(ADO_AUTH)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["outcome"], "updated");
+    assert_eq!(app.specs().await.len(), 2);
+
+    // Revision 3 arrives after revision 4 (another notification id): too old, ignored.
+    change["id"] = json!("update-late");
+    change["resource"]["revision"]["rev"] = json!(3);
+    change["resource"]["revision"]["fields"]["System.Title"] = json!("An older idea");
+    let (status, body) = app.post_ado(change.to_string().as_bytes(), Some(ADO_AUTH)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["ignored"], "revision 3 is not newer than the imported revision 4");
+    let titles: Vec<Value> = app.specs().await.iter().map(|s| s["title"].clone()).collect();
+    assert!(titles.contains(&json!("The best idea")), "{titles:?}");
+
+    let other = json!({"id": "n-3", "eventType": "git.push", "resource": {}});
+    let (status, body) = app.post_ado(other.to_string().as_bytes(), Some(ADO_AUTH)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["ignored"], "event git.push is not handled");
+    assert_eq!(app.deliveries("ado").await, 6);
+}
+
+#[test]
+fn token_create_maps_a_github_login_and_refuses_another_users_login() {
+    let ws = Workspace::with_repo(&[("README.md", "hello\n")]);
+    let args = ["token", "create", "--user", "rita", "--role", "reviewer", "--github-login", "rita-gh"];
+    let out = ws.baton().args(args).output().unwrap();
+    assert_eq!(crate::common::code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    let args = ["token", "create", "--user", "bob", "--role", "reviewer", "--github-login", "Rita-GH"];
+    let out = ws.baton().args(args).output().unwrap();
+    assert_eq!(crate::common::code(&out), 2, "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already the login of rita"));
+    assert!(out.stdout.is_empty(), "no token is printed");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let execs = Executions::open(DataDir::open(&ws.data()).unwrap()).await.unwrap();
+        let user = execs.store().user_by_github_login("RITA-gh").await.unwrap().expect("mapped");
+        assert_eq!(user.name, "rita");
+        assert!(execs.store().user("bob").await.unwrap().is_none(), "the refused user was not created");
+    });
+}
