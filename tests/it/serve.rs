@@ -332,6 +332,17 @@ fn decisions_are_signed_links_are_single_use_and_initiators_need_another_reviewe
         out.strip_prefix(&base).unwrap().to_string()
     };
     let (path, expired) = (link("24"), link("0"));
+    // A link made out to the initiator does not get round the separate-reviewer rule.
+    let (code, own, err) =
+        baton(&data, &["approval", "link", "--task-id", &task_id, "--reviewer", "lee", "--base-url", &base]);
+    assert_eq!(code, 0, "{err}");
+    let own = own.strip_prefix(&base).unwrap().to_string();
+    let (_, own_head, _) = server.raw("GET", &own, "", "");
+    let own_cookie =
+        own_head.lines().find_map(|l| l.strip_prefix("set-cookie: ")).unwrap().split(';').next().unwrap().to_string();
+    let own_form = format!("csrf={}&result=approve", own_cookie.split_once('=').unwrap().1);
+    let own_headers = format!("Cookie: {own_cookie}\r\nContent-Type: application/x-www-form-urlencoded\r\n");
+    assert_eq!(server.raw("POST", &own, &own_headers, &own_form).0, 403, "lee fired it: not through a link either");
     let mut tampered = path.clone().into_bytes();
     let i = path.find("/approve/").unwrap() + 12;
     tampered[i] = if tampered[i] == b'0' { b'1' } else { b'0' };

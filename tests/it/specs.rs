@@ -448,3 +448,27 @@ async fn another_site_cannot_act_through_the_api() {
     let (status, body) = app.send(cross(Some("http://127.0.0.1:8741"), Some("same-origin"))).await;
     assert_eq!(status, StatusCode::OK, "the board's own page may: {body}");
 }
+
+#[tokio::test]
+async fn open_mode_only_answers_loopback_host_names() {
+    // Found by a tester: a page whose DNS name was rebound to 127.0.0.1 sent requests with its
+    // own Host and Origin, passed the same-origin check, registered a project whose test
+    // command ran as a gate.
+    let app = App::with_project().await;
+    let with_host = |host: &str| {
+        Request::post("/api/v1/projects")
+            .header("host", host)
+            .header("origin", format!("http://{host}"))
+            .header("content-type", "application/json")
+            .body(Body::from(json!({"name": "pwn", "repo_path": app.ws.repo()}).to_string()))
+            .unwrap()
+    };
+    let (status, body) = app.send(with_host("rebind.attacker.example:8741")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("open mode"), "{body}");
+    assert_eq!(app.get("/api/v1/projects/pwn").await.0, StatusCode::NOT_FOUND, "nothing registered");
+    let (status, body) = app.send(with_host("localhost:8741")).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let health = Request::get("/healthz").header("host", "anything.example").body(Body::empty()).unwrap();
+    assert_eq!(app.send(health).await.0, StatusCode::OK, "health stays public");
+}
