@@ -94,7 +94,8 @@ pub struct CardRow {
     pub risk: String,
     /// Expected cost from the forecast, USD.
     pub forecast_mid_usd: Option<f64>,
-    /// Distinct agent names of the plan, comma-separated.
+    /// Distinct agent names of the plan, comma-separated (kept by a trigger when the plan is
+    /// written; empty before enrichment).
     pub agents: Option<String>,
     /// Its execution once fired.
     pub task_id: Option<String>,
@@ -370,8 +371,7 @@ impl Store {
         Ok(sqlx::query_as::<_, CardRow>(
             "select s.spec_id, s.project, s.title, s.source, s.source_url, s.priority, s.status, s.risk, \
              json_extract(s.forecast_json, '$.mid_usd') as forecast_mid_usd, \
-             (select group_concat(distinct json_extract(st.value, '$.agent_name')) \
-                from json_each(s.plan_json, '$.phases') ph, json_each(ph.value, '$.steps') st) as agents, \
+             s.agents, \
              s.task_id, s.status_reason, s.updated_at, e.status as execution_status, e.current_phase, \
              e.steps_done, e.steps_total, e.spend_usd \
              from specs s left join executions e on e.task_id = s.task_id \

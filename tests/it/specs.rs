@@ -184,6 +184,8 @@ async fn the_lifecycle_records_every_transition_with_actor_and_refuses_illegal_o
     let (status, body) = app.send(req).await;
     assert_eq!((status, body["status"].as_str()), (StatusCode::OK, Some("draft")), "{body}");
     assert!(body["plan"].is_null(), "an edit drops the plan: {body}");
+    let (_, board) = app.get("/api/v1/board").await;
+    assert_eq!(board["columns"][0]["cards"][0]["agents"], json!([]), "and the card's agents with it");
 
     for (action, expected) in [("enrich", "enriched"), ("submit", "in_review")] {
         let (status, body) = app.post(&uri(action), json!({})).await;
@@ -192,6 +194,8 @@ async fn the_lifecycle_records_every_transition_with_actor_and_refuses_illegal_o
     let (_, board) = app.get("/api/v1/board").await;
     assert_eq!(board["columns"][1]["stage"], "in_review");
     assert_eq!(board["columns"][1]["cards"][0]["spec_id"], id);
+    let agents = board["columns"][1]["cards"][0]["agents"].as_array().unwrap().clone();
+    assert!(agents.contains(&json!("architect")) && agents.contains(&json!("code-reviewer")), "{agents:?}");
     let (status, body) = app.post_as(&uri("review"), "rita", json!({"decision": "approve"})).await;
     assert_eq!((status, body["status"].as_str()), (StatusCode::OK, Some("approved")), "{body}");
 
