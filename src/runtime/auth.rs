@@ -151,18 +151,21 @@ impl ServerKey {
         hex::decode(signature).is_ok_and(|sig| self.mac(fields).verify_slice(&sig).is_ok())
     }
 
-    /// A session cookie value for `user` until `expires` (unix seconds): `user|expires|sig`.
-    pub fn session(&self, user: &str, expires: i64) -> String {
-        let exp = expires.to_string();
-        format!("{user}|{exp}|{}", self.sign(&["session", user, &exp]))
+    /// A session cookie value for `user`, signed in with token `token_id`, until `expires`
+    /// (unix seconds): `user|token_id|expires|sig`. Revoking the token ends the session.
+    pub fn session(&self, user: &str, token_id: i64, expires: i64) -> String {
+        let (id, exp) = (token_id.to_string(), expires.to_string());
+        format!("{user}|{id}|{exp}|{}", self.sign(&["session", user, &id, &exp]))
     }
 
-    /// The user of a session cookie value that is genuine and not expired at `now`.
-    pub fn session_user(&self, value: &str, now: i64) -> Option<String> {
+    /// (user, token id) of a session cookie value that is genuine and not expired at `now`.
+    pub fn session_user(&self, value: &str, now: i64) -> Option<(String, i64)> {
         let mut parts = value.split('|');
-        let (user, exp, sig) = (parts.next()?, parts.next()?, parts.next()?);
+        let (user, id, exp, sig) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
         let expires: i64 = exp.parse().ok()?;
-        (parts.next().is_none() && expires > now && self.verify(&["session", user, exp], sig)).then(|| user.to_string())
+        let token_id: i64 = id.parse().ok()?;
+        (parts.next().is_none() && expires > now && self.verify(&["session", user, id, exp], sig))
+            .then(|| (user.to_string(), token_id))
     }
 
     /// A signed approval link token for `claims`: hex of the claims' JSON, `.`, signature.
@@ -302,10 +305,11 @@ mod tests {
     #[test]
     fn sessions_expire_and_resist_tampering() {
         let k = key();
-        let v = k.session("ann", 100);
-        assert_eq!(k.session_user(&v, 99).as_deref(), Some("ann"));
+        let v = k.session("ann", 7, 100);
+        assert_eq!(k.session_user(&v, 99), Some(("ann".to_string(), 7)));
         assert_eq!(k.session_user(&v, 100), None, "expired");
         assert_eq!(k.session_user(&v.replace("ann", "bob"), 99), None, "another user");
+        assert_eq!(k.session_user(&v.replace("|7|", "|8|"), 99), None, "another token");
         assert_eq!(k.session_user(&v.replace("|100|", "|999|"), 99), None, "extended");
         assert_eq!(ServerKey([8; 32]).session_user(&v, 99), None, "another server");
     }

@@ -91,6 +91,37 @@ impl Store {
         .await?)
     }
 
+    /// The user and token id of an unrevoked token with this hash (for signing in).
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn token_login(&self, token_hash: &str) -> Result<Option<(UserRow, i64)>, StoreError> {
+        let row = sqlx::query_as::<_, (String, String, String, i64)>(
+            "select u.name, u.role, u.created_at, t.token_id from api_tokens t join users u on u.name = t.user_name \
+             where t.token_hash = ? and t.revoked_at is null",
+        )
+        .bind(token_hash)
+        .fetch_optional(&self.reader)
+        .await?;
+        Ok(row.map(|(name, role, created_at, id)| (UserRow { name, role, created_at }, id)))
+    }
+
+    /// The user of a session signed in with token `token_id`, while that token is unrevoked and
+    /// still the user's.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn session_user(&self, name: &str, token_id: i64) -> Result<Option<UserRow>, StoreError> {
+        Ok(sqlx::query_as::<_, UserRow>(
+            "select u.name, u.role, u.created_at from api_tokens t join users u on u.name = t.user_name \
+             where t.token_id = ? and u.name = ? and t.revoked_at is null",
+        )
+        .bind(token_id)
+        .bind(name)
+        .fetch_optional(&self.reader)
+        .await?)
+    }
+
     /// One user.
     ///
     /// # Errors

@@ -113,6 +113,8 @@ pub struct CardRow {
     pub steps_total: Option<i64>,
     /// Spend so far, USD.
     pub spend_usd: Option<f64>,
+    /// The board column it falls in (the caller's stage expression).
+    pub stage: String,
 }
 
 /// One transition of a spec.
@@ -363,26 +365,52 @@ impl Store {
         .await?)
     }
 
-    /// Every spec as a card (cancelled ones only when `archived`), newest change first.
+    /// One page of cards per board column, and every column's count.
+    ///
+    /// `stage_sql` is an SQL expression over `s` (specs) and `e` (its execution's summary row)
+    /// naming a card's column; the caller builds it from its own rules (trusted text, never
+    /// user input). Cards are those of `project` (all when `None`), cancelled ones only when
+    /// `archived`; each column holds the cards ranked `offset + 1 ..= offset + limit` by newest
+    /// change. Returns (cards with their `stage`, (stage, count) of every non-empty column).
     ///
     /// # Errors
     /// [`StoreError::Sqlx`].
-    pub async fn cards(&self, project: Option<&str>, archived: bool) -> Result<Vec<CardRow>, StoreError> {
-        Ok(sqlx::query_as::<_, CardRow>(
+    pub async fn card_page(
+        &self,
+        stage_sql: &str,
+        project: Option<&str>,
+        archived: bool,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<CardRow>, Vec<(String, i64)>), StoreError> {
+        let base = format!(
             "select s.spec_id, s.project, s.title, s.source, s.source_url, s.priority, s.status, s.risk, \
-             json_extract(s.forecast_json, '$.mid_usd') as forecast_mid_usd, \
-             s.agents, \
+             json_extract(s.forecast_json, '$.mid_usd') as forecast_mid_usd, s.agents, \
              s.task_id, s.status_reason, s.updated_at, e.status as execution_status, e.current_phase, \
-             e.steps_done, e.steps_total, e.spend_usd \
+             e.steps_done, e.steps_total, e.spend_usd, ({stage_sql}) as stage \
              from specs s left join executions e on e.task_id = s.task_id \
              where (?1 is null or s.project = ?1) \
-               and ((?2 = 1) = (s.status = 'cancelled' or coalesce(e.status, '') = 'cancelled')) \
-             order by s.updated_at desc, s.spec_id desc",
-        )
+               and ((?2 = 1) = (s.status = 'cancelled' or coalesce(e.status, '') = 'cancelled'))"
+        );
+        let mut tx = self.begin_read().await?;
+        let cards = sqlx::query_as::<_, CardRow>(&format!(
+            "select * from (select c.*, row_number() over (partition by stage order by updated_at desc, spec_id desc) \
+             as rank from ({base}) c) where rank > ?3 and rank <= ?3 + ?4 order by updated_at desc, spec_id desc"
+        ))
         .bind(project)
         .bind(i64::from(archived))
-        .fetch_all(&self.reader)
-        .await?)
+        .bind(offset)
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        let counts =
+            sqlx::query_as::<_, (String, i64)>(&format!("select stage, count(*) from ({base}) group by stage"))
+                .bind(project)
+                .bind(i64::from(archived))
+                .fetch_all(&mut *tx)
+                .await?;
+        tx.commit().await?;
+        Ok((cards, counts))
     }
 
     /// Changes a spec if its status is still `change.expected`, appending the event.

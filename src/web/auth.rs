@@ -100,8 +100,9 @@ pub async fn identify(app: &AppState, headers: &HeaderMap) -> Result<Option<Iden
         return Ok(Some(to_identity(user)));
     }
     if let Some(value) = cookie(headers, SESSION_COOKIE) {
-        if let Some(name) = app.key.session_user(&value, clock::now().timestamp()) {
-            if let Some(user) = store.user(&name).await.map_err(anyhow::Error::from)? {
+        if let Some((name, token_id)) = app.key.session_user(&value, clock::now().timestamp()) {
+            // A revoked token ends the sessions signed in with it.
+            if let Some(user) = store.session_user(&name, token_id).await.map_err(anyhow::Error::from)? {
                 return Ok(Some(to_identity(user)));
             }
         }

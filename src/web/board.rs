@@ -136,37 +136,68 @@ pub fn card(row: CardRow) -> Card {
     }
 }
 
-/// Groups `cards` into the board's columns (or the archive's one) and cuts page `page` of each.
-pub fn group(cards: Vec<Card>, archived: bool, page: usize) -> Vec<Column> {
-    let stages: Vec<SpecStage> = if archived { vec![SpecStage::Cancelled] } else { BOARD_STAGES.to_vec() };
-    stages
-        .into_iter()
-        .map(|stage| {
-            let all: Vec<&Card> = cards.iter().filter(|c| archived || c.stage == stage).collect();
-            let total = all.len();
-            let pages = total.div_ceil(PAGE_SIZE).max(1);
-            let page = page.clamp(1, pages);
-            let cards = all.into_iter().skip((page - 1) * PAGE_SIZE).take(PAGE_SIZE).cloned().collect();
-            Column { stage, title: stage.title(), total, page, pages, cards }
-        })
-        .collect()
+/// Execution statuses a fired spec's stage depends on (the engine's `ExecutionStatus` strings).
+const EXECUTION_STATUSES: [&str; 8] = [
+    "running",
+    "approval_pending",
+    "feedback_pending",
+    "gate_pending",
+    "gate_failed",
+    "complete",
+    "failed",
+    "cancelled",
+];
+
+/// The SQL expression (over `s`, the spec row, and `e`, its execution's summary row) naming a
+/// card's column: generated from [`SpecStage::of`], so the database pages columns by the same
+/// rule the cards are drawn with.
+pub fn stage_sql() -> String {
+    let mut sql = String::from("case s.status");
+    for status in crate::model::spec::SPEC_STATUSES {
+        let stage = if status == SpecStatus::Executing {
+            let mut inner = String::from("case e.status");
+            for exec in EXECUTION_STATUSES {
+                inner.push_str(&format!(" when '{exec}' then '{}'", SpecStage::of(status, Some(exec)).as_str()));
+            }
+            inner.push_str(&format!(" else '{}' end", SpecStage::of(status, None).as_str()));
+            inner
+        } else {
+            format!("'{}'", SpecStage::of(status, None).as_str())
+        };
+        sql.push_str(&format!(" when '{}' then {stage}", status.as_str()));
+    }
+    sql.push_str(" else 'queued' end");
+    sql
 }
 
-/// Loads the board for `query`.
+/// Loads the board for `query`: one page (`?page`, [`PAGE_SIZE`] cards) of every column, paged
+/// in the database, so the cost does not grow with the number of specs beyond the counts.
 ///
 /// Errors: the database (500).
 pub async fn load(app: &AppState, query: &BoardQuery) -> Result<Board, AppError> {
     let store = app.execs.store();
-    let rows = store.cards(query.project.as_deref(), query.archived).await.map_err(anyhow::Error::from)?;
+    let page = query.page.unwrap_or(1).max(1);
+    let size = i64::try_from(PAGE_SIZE).unwrap_or(20);
+    let offset = i64::try_from(page - 1).unwrap_or(0).saturating_mul(size);
+    let (rows, counts) = store
+        .card_page(&stage_sql(), query.project.as_deref(), query.archived, offset, size)
+        .await
+        .map_err(anyhow::Error::from)?;
+    let count = |stage: SpecStage| {
+        counts.iter().find(|(s, _)| s == stage.as_str()).map_or(0, |(_, n)| usize::try_from(*n).unwrap_or(0))
+    };
     let cards: Vec<Card> = rows.into_iter().map(card).collect();
-    let decisions_waiting =
-        if query.archived { 0 } else { cards.iter().filter(|c| c.stage == SpecStage::AwaitingHuman).count() };
+    let stages: Vec<SpecStage> = if query.archived { vec![SpecStage::Cancelled] } else { BOARD_STAGES.to_vec() };
+    let columns = stages
+        .into_iter()
+        .map(|stage| {
+            let total = count(stage);
+            let pages = total.div_ceil(PAGE_SIZE).max(1);
+            let cards = cards.iter().filter(|c| c.stage == stage).cloned().collect();
+            Column { stage, title: stage.title(), total, page: page.min(pages), pages, cards }
+        })
+        .collect();
+    let decisions_waiting = if query.archived { 0 } else { count(SpecStage::AwaitingHuman) };
     let projects = store.list_projects().await.map_err(anyhow::Error::from)?.into_iter().map(|p| p.name).collect();
-    Ok(Board {
-        project: query.project.clone(),
-        archived: query.archived,
-        projects,
-        columns: group(cards, query.archived, query.page.unwrap_or(1)),
-        decisions_waiting,
-    })
+    Ok(Board { project: query.project.clone(), archived: query.archived, projects, columns, decisions_waiting })
 }

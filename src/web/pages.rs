@@ -911,14 +911,14 @@ async fn login(
     let back = || back_to("/login");
     let Form(f) = form.map_err(|e| back()(AppError::BadRequest(e.body_text())))?;
     check_csrf(&headers, &f.csrf).map_err(back())?;
-    let user = app
+    let (user, token_id) = app
         .execs
         .store()
-        .user_of_token(&crate::runtime::auth::hash_token(f.token.trim()))
+        .token_login(&crate::runtime::auth::hash_token(f.token.trim()))
         .await
         .map_err(|e| back()(anyhow::Error::from(e).into()))?
         .ok_or_else(|| back()(AppError::Unauthorized("unknown or revoked token".into())))?;
-    let value = app.key.session(&user.name, crate::clock::now().timestamp() + SESSION_SECS);
+    let value = app.key.session(&user.name, token_id, crate::clock::now().timestamp() + SESSION_SECS);
     let mut response = see_other(&local_path(f.next));
     let cookie = format!("{SESSION_COOKIE}={value}; Path=/; HttpOnly; SameSite=Lax; Max-Age={SESSION_SECS}");
     if let Ok(v) = HeaderValue::from_str(&cookie) {

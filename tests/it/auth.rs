@@ -16,6 +16,7 @@ use crate::common::Workspace;
 struct App {
     _ws: Workspace,
     router: Router,
+    store: baton::store::Store,
     tokens: std::collections::HashMap<&'static str, String>,
 }
 
@@ -33,8 +34,9 @@ impl App {
             execs.store().add_token(role, role, &hash_token(&token), "", "2026-11-29T00:00:00Z").await.unwrap();
             tokens.insert(role, token);
         }
+        let store = execs.store().clone();
         let router = web::app(AppState::new(execs).unwrap());
-        let app = App { _ws: ws, router, tokens };
+        let app = App { _ws: ws, router, store, tokens };
         let repo = app._ws.repo();
         let (s, b) = app
             .call(Method::POST, "/api/v1/projects", Some("admin"), Some(json!({"name": "p", "repo_path": repo})))
@@ -189,4 +191,11 @@ async fn the_browser_signs_in_with_a_token_and_gets_its_role() {
     let tampered = cookies.replace("reviewer|", "admin|");
     let r = send(Request::get("/specs/1").header("cookie", &tampered).body(Body::empty()).unwrap()).await.unwrap();
     assert_eq!(r.status(), StatusCode::SEE_OTHER, "a forged session is no session");
+    // Revoking the token a browser signed in with ends that session (found by a tester: it
+    // used to live on until it expired).
+    let token_id =
+        app.store.list_tokens().await.unwrap().into_iter().find(|t| t.user_name == "reviewer").unwrap().token_id;
+    assert!(app.store.revoke_token(token_id, "2026-11-29T00:00:01Z").await.unwrap());
+    let r = send(Request::get("/specs/1").header("cookie", &cookies).body(Body::empty()).unwrap()).await.unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER, "a revoked token's session is over");
 }

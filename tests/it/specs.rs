@@ -476,3 +476,47 @@ async fn open_mode_only_answers_loopback_host_names() {
     let health = Request::get("/healthz").header("host", "anything.example").body(Body::empty()).unwrap();
     assert_eq!(app.send(health).await.0, StatusCode::OK, "health stays public");
 }
+
+#[tokio::test]
+async fn the_boards_sql_stage_is_the_models_stage_for_every_status() {
+    use baton::model::spec::{SpecStage, SPEC_STATUSES};
+    use sqlx::Connection as _;
+    let mut db = sqlx::SqliteConnection::connect("sqlite::memory:").await.unwrap();
+    let sql =
+        format!("select {} from (select ?1 as status) s, (select ?2 as status) e", baton::web::board::stage_sql());
+    let execution_statuses = [
+        None,
+        Some("running"),
+        Some("approval_pending"),
+        Some("feedback_pending"),
+        Some("gate_pending"),
+        Some("gate_failed"),
+        Some("complete"),
+        Some("failed"),
+        Some("cancelled"),
+    ];
+    for status in SPEC_STATUSES {
+        for exec in execution_statuses {
+            let got: String =
+                sqlx::query_scalar(&sql).bind(status.as_str()).bind(exec).fetch_one(&mut db).await.unwrap();
+            assert_eq!(got, SpecStage::of(status, exec).as_str(), "{status} with execution {exec:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn board_columns_page_in_the_database() {
+    let app = App::with_project().await;
+    for i in 0..45 {
+        app.spec(&format!("Spec {i}")).await;
+    }
+    let (_, board) = app.get("/api/v1/board").await;
+    let queued = &board["columns"][0];
+    assert_eq!((queued["total"].as_i64(), queued["pages"].as_i64()), (Some(45), Some(3)), "{queued}");
+    assert_eq!(queued["cards"].as_array().unwrap().len(), 20);
+    assert_eq!(queued["cards"][0]["title"], "Spec 44", "newest first");
+    let (_, page3) = app.get("/api/v1/board?page=3").await;
+    let titles: Vec<&str> =
+        page3["columns"][0]["cards"].as_array().unwrap().iter().map(|c| c["title"].as_str().unwrap()).collect();
+    assert_eq!(titles, ["Spec 4", "Spec 3", "Spec 2", "Spec 1", "Spec 0"]);
+}
