@@ -47,6 +47,9 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8741";
 /// 10 s for the lease).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long "no users" is trusted before the database is asked again.
+pub const NO_USERS_RECHECK: Duration = Duration::from_secs(1);
+
 /// Longest a client may take to send a request body (then 408).
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -64,6 +67,8 @@ pub struct AppState {
     pub key: ServerKey,
     /// Set once a user is known to exist: auth stays on from then (users are never deleted).
     users_known: Arc<std::sync::atomic::AtomicBool>,
+    /// When the database last said there are no users.
+    no_users_checked: Arc<std::sync::Mutex<Option<crate::clock::Stopwatch>>>,
     /// Turns true when the server begins its shutdown: event streams end.
     closing: Arc<tokio::sync::watch::Sender<bool>>,
     /// What this process measures for `/metrics` (HTTP latency).
@@ -96,6 +101,7 @@ impl AppState {
             key,
             metrics: Metrics::new(),
             users_known: Arc::default(),
+            no_users_checked: Arc::default(),
             closing: Arc::new(tokio::sync::watch::channel(false).0),
             record_locks: Arc::default(),
             webhooks: Arc::default(),
@@ -123,9 +129,21 @@ impl AppState {
         if self.users_known.load(Ordering::Relaxed) {
             return Ok(true);
         }
+        // "No users" is remembered for a second: a user created meanwhile (by the CLI, in
+        // another process) turns auth on within that second, and a request costs no query.
+        let fresh = {
+            let checked = self.no_users_checked.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            checked.as_ref().is_some_and(|w| w.elapsed() < NO_USERS_RECHECK)
+        };
+        if fresh {
+            return Ok(false);
+        }
         let known = self.execs.store().has_users().await.map_err(anyhow::Error::from)?;
         if known {
             self.users_known.store(true, Ordering::Relaxed);
+        } else {
+            let mut checked = self.no_users_checked.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            *checked = Some(crate::clock::Stopwatch::start());
         }
         Ok(known)
     }

@@ -499,6 +499,9 @@ async fn azure_devops_work_items_import_with_basic_auth_once() {
     let created = app.ado_fixture("workitem.created.json");
     // With users (auth on), the hook's Basic header is its own credential, not a token.
     app.execs.store().add_token("ada", "admin", "hash-a", "", "2026-01-01T00:00:00Z").await.unwrap();
+    // The server trusts "no users" for up to NO_USERS_RECHECK (the projects above were
+    // registered in open mode).
+    tokio::time::sleep(baton::web::NO_USERS_RECHECK).await;
     let (status, _) = app.send(Request::get("/api/v1/specs").body(Body::empty()).unwrap()).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "auth is on");
 
