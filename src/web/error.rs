@@ -201,23 +201,16 @@ impl From<QueryRejection> for AppError {
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let (status, error) = self.parts();
-        let (message, details) = match self {
-            AppError::BadRequest(m)
-            | AppError::Body { message: m, .. }
-            | AppError::Unprocessable(m)
-            | AppError::NotFound(m)
-            | AppError::Forbidden(m)
-            | AppError::Unauthorized(m)
-            | AppError::Gone(m)
-            | AppError::MethodNotAllowed(m)
-            | AppError::Unavailable(m) => (m, Value::Null),
-            AppError::Conflict { message, reason } => (message, reason.map_or(Value::Null, |r| json!({ "reason": r }))),
-            AppError::Invalid { message, details } => (message, details),
-            AppError::StatusConflict { message, current } => (message, json!({ "current_status": current })),
+        let message = self.message();
+        let details = match self {
+            AppError::Conflict { reason, .. } => reason.map_or(Value::Null, |r| json!({ "reason": r })),
+            AppError::Invalid { details, .. } => details,
+            AppError::StatusConflict { current, .. } => json!({ "current_status": current }),
             AppError::Internal(e) => {
                 tracing::error!(error = %format!("{e:#}"), "request failed");
-                ("internal error (see the server log)".to_string(), Value::Null)
+                Value::Null
             }
+            _ => Value::Null,
         };
         (status, Json(json!({ "error": error, "message": message, "details": details }))).into_response()
     }

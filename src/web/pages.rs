@@ -337,17 +337,13 @@ struct SpecTemplate {
     can_edit: bool,
 }
 
-fn parse_spec_id(raw: &str) -> Result<i64, AppError> {
-    raw.parse::<i64>().ok().filter(|n| *n > 0).ok_or_else(|| AppError::NotFound(format!("no spec with id {raw:?}")))
-}
-
 async fn spec_page(
     State(app): State<AppState>,
     who: Who,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Page, PageError> {
-    let id = parse_spec_id(&id)?;
+    let id = crate::web::api::specs::spec_id(&id)?;
     let (layout, set) = layout(&app, &who, &headers, true).await?;
     let mut spec = app.specs.get(id).await?;
     let exec_status = match &spec.task_id {
@@ -402,7 +398,7 @@ async fn spec_action(
     Path((id, action)): Path<(String, String)>,
     form: Result<Form<SpecForm>, axum::extract::rejection::FormRejection>,
 ) -> Result<Response, PageError> {
-    let id = parse_spec_id(&id)?;
+    let id = crate::web::api::specs::spec_id(&id)?;
     let page = format!("/specs/{id}");
     let back = back_to(page.clone());
     let Form(f) = form.map_err(|e| back_to(page.clone())(AppError::BadRequest(e.body_text())))?;
@@ -584,11 +580,7 @@ async fn execution_page(
     Path(task_id): Path<String>,
 ) -> Result<Page, PageError> {
     let (layout, set) = layout(&app, &who, &headers, true).await?;
-    let state = app
-        .execs
-        .load(&task_id)
-        .await?
-        .ok_or_else(|| AppError::NotFound(format!("no execution with task id {task_id}")))?;
+    let state = crate::web::api::executions::load(&app, &task_id).await?;
     let store = app.execs.store();
     let spec_id = store.spec_of_execution(&task_id).await.map_err(anyhow::Error::from)?.map(|s| s.spec_id);
     let paused = store.is_paused(&task_id).await.map_err(anyhow::Error::from)?;
@@ -738,30 +730,7 @@ async fn act(
             reason: if f.reason.trim().is_empty() { "cancelled on the board".into() } else { f.reason },
         },
         "pause" | "resume" => {
-            let paused = action == "pause";
-            let state =
-                app.execs.load(&task_id).await.map_err(|e| back_to(page.clone())(e.into()))?.ok_or_else(|| {
-                    back_to(page.clone())(AppError::NotFound(format!("no execution with task id {task_id}")))
-                })?;
-            if state.status.is_final() {
-                return Err(back(AppError::Conflict {
-                    message: format!("execution {task_id} is {}", state.status),
-                    reason: Some("final"),
-                }));
-            }
-            app.execs
-                .store()
-                .set_paused(&task_id, paused)
-                .await
-                .map_err(|e| back_to(page.clone())(anyhow::Error::from(e).into()))?;
-            if paused {
-                app.pool().halt(&task_id).await;
-            } else if driver::meta_path(app.execs.data(), &task_id).exists() {
-                let project = crate::runtime::specs::project_of(&app.execs, &task_id)
-                    .await
-                    .map_err(|e| back_to(page.clone())(e.into()))?;
-                app.pool().drive(&task_id, project.as_deref());
-            }
+            crate::web::api::executions::set_paused(&app, &task_id, action == "pause").await.map_err(back)?;
             return Ok(see_other(&page));
         }
         other => return Err(back(AppError::NotFound(format!("no execution action {other:?}")))),
@@ -835,11 +804,7 @@ async fn changelist_page(
     Path(task_id): Path<String>,
 ) -> Result<Page, PageError> {
     let (layout, set) = layout(&app, &who, &headers, false).await?;
-    let state = app
-        .execs
-        .load(&task_id)
-        .await?
-        .ok_or_else(|| AppError::NotFound(format!("no execution with task id {task_id}")))?;
+    let state = crate::web::api::executions::load(&app, &task_id).await?;
     let mut cl = changelist::changelist(app.execs.data(), &state).await?;
     let commits = std::mem::take(&mut cl.commits)
         .into_iter()
@@ -954,11 +919,7 @@ pub const LINK_SECS: i64 = 24 * 3600;
 ///
 /// Errors: the execution does not wait for an approval (409).
 pub async fn approval_link(app: &AppState, task_id: &str, reviewer: &str, secs: i64) -> Result<String, AppError> {
-    let state = app
-        .execs
-        .load(task_id)
-        .await?
-        .ok_or_else(|| AppError::NotFound(format!("no execution with task id {task_id}")))?;
+    let state = crate::web::api::executions::load(app, task_id).await?;
     let Action::Approval(a) = engine::next_action(&state) else {
         return Err(AppError::Conflict {
             message: format!("execution {task_id} does not wait for an approval"),
@@ -1052,11 +1013,7 @@ async fn check_link(app: &AppState, token: &str) -> Result<(LinkClaims, Approval
     if app.execs.store().approval_link_used(&claims.link_id).await.map_err(anyhow::Error::from)? {
         return Err(AppError::Conflict { message: "this approval link was already used".into(), reason: Some("used") });
     }
-    let state = app
-        .execs
-        .load(&claims.task_id)
-        .await?
-        .ok_or_else(|| AppError::NotFound(format!("no execution with task id {}", claims.task_id)))?;
+    let state = crate::web::api::executions::load(app, &claims.task_id).await?;
     match engine::next_action(&state) {
         Action::Approval(a) if a.phase_id == claims.phase_id => Ok((claims, a, state.plan.task_summary.clone())),
         _ => Err(AppError::Conflict {

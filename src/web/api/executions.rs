@@ -88,7 +88,8 @@ pub struct ExecutionView {
     pub next_action: Action,
 }
 
-async fn load(app: &AppState, task_id: &str) -> Result<ExecutionState, AppError> {
+/// The execution `task_id`, or 404.
+pub(crate) async fn load(app: &AppState, task_id: &str) -> Result<ExecutionState, AppError> {
     app.execs.load(task_id).await?.ok_or_else(|| no_such(task_id))
 }
 
@@ -403,36 +404,37 @@ pub struct PauseState {
     pub paused: bool,
 }
 
-/// `POST …/pause`: no new dispatches (its driver stops; running agents finish and are
-/// harvested on resume). Idempotent.
-async fn pause(State(app): State<AppState>, Path(task_id): Path<String>) -> Result<Json<PauseState>, AppError> {
-    let state = load(&app, &task_id).await?;
+/// Pauses (`paused`: no new dispatches; its driver stops, running agents finish and are
+/// harvested on resume) or resumes an execution; idempotent. Shared by the REST routes and the
+/// execution page's buttons.
+///
+/// Errors: unknown execution (404), a final one (409).
+pub(crate) async fn set_paused(app: &AppState, task_id: &str, paused: bool) -> Result<PauseState, AppError> {
+    let state = load(app, task_id).await?;
     if state.status.is_final() {
         return Err(AppError::Conflict {
             message: format!("execution {task_id} is {}", state.status),
             reason: Some("final"),
         });
     }
-    app.execs.store().set_paused(&task_id, true).await.map_err(anyhow::Error::from)?;
-    app.pool().halt(&task_id).await;
-    Ok(Json(PauseState { task_id, paused: true }))
+    app.execs.store().set_paused(task_id, paused).await.map_err(anyhow::Error::from)?;
+    if paused {
+        app.pool().halt(task_id).await;
+    } else if crate::runtime::driver::meta_path(app.execs.data(), task_id).exists() {
+        let project = crate::runtime::specs::project_of(&app.execs, task_id).await?;
+        app.pool().drive(task_id, project.as_deref());
+    }
+    Ok(PauseState { task_id: task_id.to_string(), paused })
 }
 
-/// `POST …/resume`: a paused execution is driven again. Idempotent.
+/// `POST …/pause`.
+async fn pause(State(app): State<AppState>, Path(task_id): Path<String>) -> Result<Json<PauseState>, AppError> {
+    Ok(Json(set_paused(&app, &task_id, true).await?))
+}
+
+/// `POST …/resume`.
 async fn resume(State(app): State<AppState>, Path(task_id): Path<String>) -> Result<Json<PauseState>, AppError> {
-    let state = load(&app, &task_id).await?;
-    if state.status.is_final() {
-        return Err(AppError::Conflict {
-            message: format!("execution {task_id} is {}", state.status),
-            reason: Some("final"),
-        });
-    }
-    app.execs.store().set_paused(&task_id, false).await.map_err(anyhow::Error::from)?;
-    if crate::runtime::driver::meta_path(app.execs.data(), &task_id).exists() {
-        let project = crate::runtime::specs::project_of(&app.execs, &task_id).await?;
-        app.pool().drive(&task_id, project.as_deref());
-    }
-    Ok(Json(PauseState { task_id, paused: false }))
+    Ok(Json(set_paused(&app, &task_id, false).await?))
 }
 
 /// `POST …/gate` body (an external driver's gate result).

@@ -37,7 +37,7 @@ pub(crate) fn board_router() -> Router<AppState> {
 }
 
 /// A spec's id in a path: a positive integer.
-fn spec_id(raw: &str) -> Result<i64, AppError> {
+pub(crate) fn spec_id(raw: &str) -> Result<i64, AppError> {
     raw.parse::<i64>()
         .ok()
         .filter(|n| *n > 0)
