@@ -424,7 +424,12 @@ fn fifty_clients_hammering_the_api_during_a_run_never_see_a_locked_database() {
 
 /// Creates, enriches, approves and fires a docs spec whose agents sleep `secs`; its task id.
 fn fire_sleepy(server: &Server, title: &str, secs: u32) -> (i64, String) {
-    let body = json!({"project": "demo", "title": title, "body": format!("Slowly. [demo: sleep={secs}]")});
+    fire_sleepy_in(server, "demo", title, secs)
+}
+
+/// [`fire_sleepy`] in `project`.
+fn fire_sleepy_in(server: &Server, project: &str, title: &str, secs: u32) -> (i64, String) {
+    let body = json!({"project": project, "title": title, "body": format!("Slowly. [demo: sleep={secs}]")});
     let (status, spec) = server.request("POST", "/api/v1/specs", Some(body));
     assert_eq!(status, 201, "{spec}");
     let id = spec["spec_id"].as_i64().unwrap();
@@ -439,12 +444,16 @@ fn fire_sleepy(server: &Server, title: &str, secs: u32) -> (i64, String) {
 fn the_global_agent_cap_holds_across_executions() {
     let tmp = tempfile::tempdir().unwrap();
     let server = Server::start_with(&tmp.path().join("data"), &["--max-agents", "1"]);
-    // Three agents that sleep 2 s each, under a cap of one: at least 6 s from the first
-    // dispatch to the last completion (journal times are whole seconds: at least 5), where
-    // running them at once would take about 2 s.
     let runs: Vec<(i64, String)> = (0..3).map(|i| fire_sleepy(&server, &format!("Document part {i}"), 2)).collect();
+    assert_ran_one_at_a_time(&server, &runs);
+}
+
+/// Three agents that sleep 2 s each, under a cap of one: at least 6 s from the first dispatch
+/// to the last completion (journal times are whole seconds: at least 5), where running them at
+/// once would take about 2 s.
+fn assert_ran_one_at_a_time(server: &Server, runs: &[(i64, String)]) {
     let mut spans = Vec::new();
-    for (id, task_id) in &runs {
+    for (id, task_id) in runs {
         server.wait_stage(*id, "awaiting_human");
         let (_, exec) = server.request("GET", &format!("/api/v1/executions/{task_id}"), None);
         let r = &exec["step_results"]["1.1"];
@@ -453,7 +462,21 @@ fn the_global_agent_cap_holds_across_executions() {
     }
     let first = spans.iter().map(|s| s.0).min().unwrap();
     let last = spans.iter().map(|s| s.1).max().unwrap();
-    assert!((last - first).num_seconds() >= 5, "the agents overlapped under --max-agents 1: {spans:?}");
+    assert!((last - first).num_seconds() >= 5, "the agents overlapped under a cap of one: {spans:?}");
+}
+
+#[test]
+fn a_projects_agent_cap_holds_under_a_larger_global_cap() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let server = Server::start(&data);
+    let repo = data.join("demo").join("board-repo");
+    let project = json!({"name": "capped", "repo_path": repo, "agent_profile": "demo", "max_agents": 1});
+    let (status, body) = server.request("POST", "/api/v1/projects", Some(project));
+    assert_eq!(status, 201, "{body}");
+    let runs: Vec<(i64, String)> =
+        (0..3).map(|i| fire_sleepy_in(&server, "capped", &format!("Document part {i}"), 2)).collect();
+    assert_ran_one_at_a_time(&server, &runs);
 }
 
 #[test]
