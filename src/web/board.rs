@@ -110,7 +110,8 @@ fn waits_for(stage: SpecStage, row: &CardRow) -> Option<String> {
 
 /// Turns a card row into a card.
 pub fn card(row: CardRow) -> Card {
-    let stage = stage_of(&row.status, row.execution_status.as_deref());
+    // The column the database paged it in ([`stage_sql`], generated from `SpecStage::of`).
+    let stage = SpecStage::parse(&row.stage).unwrap_or(SpecStage::Queued);
     let total = usize::try_from(row.steps_total.unwrap_or(0)).unwrap_or(0).min(200);
     let done = usize::try_from(row.steps_done.unwrap_or(0)).unwrap_or(0).min(total);
     let mut agents: Vec<String> =
