@@ -124,8 +124,9 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum TokenCommand {
-    /// Create a token for USER (created with ROLE if new; its role is set to ROLE otherwise)
-    /// and print it once. The server stores only its hash.
+    /// Create a token for USER (created with ROLE if new) and print it once. The server stores
+    /// only its hash. A role belongs to the user, not the token: giving an existing user
+    /// another role needs --change-role (and changes every token of theirs).
     Create {
         /// User name (1-64 of A-Z a-z 0-9 . _ - @).
         #[arg(long)]
@@ -140,8 +141,11 @@ enum TokenCommand {
         /// decide approvals (webhooks).
         #[arg(long)]
         github_login: Option<String>,
+        /// Let an existing user's role become ROLE (all their tokens change with it).
+        #[arg(long)]
+        change_role: bool,
     },
-    /// List tokens (never the tokens themselves).
+    /// List tokens, tab-separated: id, user, role, created, state, label (never the tokens).
     List,
     /// Revoke a token by its id (from `token list`).
     Revoke {
@@ -161,8 +165,8 @@ enum ApprovalCommand {
         /// Who the link is for (recorded as the decider).
         #[arg(long)]
         reviewer: String,
-        /// Hours until it expires.
-        #[arg(long, default_value_t = 24)]
+        /// Hours until it expires (at least 1).
+        #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u32).range(1..))]
         hours: u32,
         /// The server's address as reviewers reach it.
         #[arg(long, default_value = "http://127.0.0.1:8741")]
@@ -798,11 +802,22 @@ async fn token_command(data_dir: &Path, command: TokenCommand) -> anyhow::Result
     let execs = Executions::open(DataDir::open(data_dir)?).await?;
     let store = execs.store();
     match command {
-        TokenCommand::Create { user, role, label, github_login } => {
+        TokenCommand::Create { user, role, label, github_login, change_role } => {
             runtime::auth::check_user_name(&user)?;
             let role = runtime::auth::Role::parse(&role)
                 .ok_or_else(|| BadInput(format!("--role {role}: expected viewer, reviewer, lead or admin")))?;
+            if let Some(existing) = store.user(&user).await?.filter(|u| u.role != role.as_str() && !change_role) {
+                return Err(BadInput(format!(
+                    "user {user} is a {}: a role belongs to the user, so a {} token would make every token of \
+                     {user} a {} token; pass --change-role to do that",
+                    existing.role,
+                    role.as_str(),
+                    role.as_str()
+                ))
+                .into());
+            }
             if let Some(login) = github_login.as_deref().map(str::trim) {
+                runtime::auth::check_github_login(login)?;
                 // Checked before the token exists, so a refused login prints and stores none.
                 if let Some(other) = store.user_by_github_login(login).await?.filter(|u| u.name != user) {
                     return Err(BadInput(format!("--github-login {login}: already the login of {}", other.name)).into());
@@ -823,7 +838,7 @@ async fn token_command(data_dir: &Path, command: TokenCommand) -> anyhow::Result
         TokenCommand::List => {
             for t in store.list_tokens().await? {
                 let state = t.revoked_at.map_or_else(|| "active".to_string(), |at| format!("revoked {at}"));
-                outln!("{}\t{}\t{}\t{}\t{}", t.token_id, t.user_name, t.created_at, state, t.label);
+                outln!("{}\t{}\t{}\t{}\t{}\t{}", t.token_id, t.user_name, t.role, t.created_at, state, t.label);
             }
         }
         TokenCommand::Revoke { id } => {

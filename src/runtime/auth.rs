@@ -65,6 +65,21 @@ pub fn check_user_name(name: &str) -> Result<(), BadInput> {
     Err(BadInput(format!("user name {name:?}: 1-64 characters of A-Z a-z 0-9 . _ - @")))
 }
 
+/// Checks a GitHub login: 1–39 of `A-Z a-z 0-9 -`, not starting or ending with `-` (GitHub's
+/// own rule).
+///
+/// Errors ([`BadInput`]): anything else, e.g. an empty login.
+pub fn check_github_login(login: &str) -> Result<(), BadInput> {
+    let ok = (1..=39).contains(&login.len())
+        && login.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        && !login.starts_with('-')
+        && !login.ends_with('-');
+    if ok {
+        return Ok(());
+    }
+    Err(BadInput(format!("--github-login {login:?}: 1-39 characters of A-Z a-z 0-9 -, not starting or ending with -")))
+}
+
 /// `n` random bytes from the OS.
 ///
 /// Errors: `/dev/urandom` cannot be read.

@@ -24,6 +24,8 @@ pub struct TokenRow {
     pub token_id: i64,
     /// Its user.
     pub user_name: String,
+    /// The user's role (a token carries its user's role).
+    pub role: String,
     /// Free text.
     pub label: String,
     /// When created (RFC 3339).
@@ -139,8 +141,8 @@ impl Store {
     /// [`StoreError::Sqlx`].
     pub async fn list_tokens(&self) -> Result<Vec<TokenRow>, StoreError> {
         Ok(sqlx::query_as::<_, TokenRow>(
-            "select token_id, user_name, label, created_at, revoked_at from api_tokens \
-             order by token_id desc",
+            "select t.token_id, t.user_name, u.role, t.label, t.created_at, t.revoked_at \
+             from api_tokens t join users u on u.name = t.user_name order by t.token_id desc",
         )
         .fetch_all(&self.reader)
         .await?)

@@ -180,6 +180,10 @@ impl From<SpecError> for AppError {
                 message: format!("the plan has {} problems", problems.len()),
                 details: json!({ "field": "plan", "problems": problems }),
             },
+            // A conflict about a name (a project that exists or still has specs) has no status.
+            SpecError::Conflict { message, current } if current.is_empty() => {
+                AppError::Conflict { message, reason: None }
+            }
             SpecError::Conflict { message, current } => AppError::StatusConflict { message, current },
             SpecError::Internal(e) => AppError::from(e),
         }

@@ -331,7 +331,13 @@ fn decisions_are_signed_links_are_single_use_and_initiators_need_another_reviewe
         assert_eq!(code, 0, "{err}");
         out.strip_prefix(&base).unwrap().to_string()
     };
-    let (path, expired) = (link("24"), link("0"));
+    let path = link("24");
+    // An expired link, signed with the server's key (the CLI refuses to make one).
+    let key = baton::runtime::auth::ServerKey::load_or_create(&baton::runtime::config::DataDir::open(&data).unwrap())
+        .unwrap();
+    let mut claims = key.link_claims(path.strip_prefix("/approve/").unwrap()).unwrap();
+    claims.expires = 1;
+    let expired = format!("/approve/{}", key.link(&claims));
     // A link made out to the initiator does not get round the separate-reviewer rule.
     let (code, own, err) =
         baton(&data, &["approval", "link", "--task-id", &task_id, "--reviewer", "lee", "--base-url", &base]);
@@ -495,4 +501,31 @@ fn a_paused_execution_dispatches_nothing_until_resumed() {
     let (_, journal) = server.request("GET", &format!("/api/v1/executions/{task_id}/journal"), None);
     let dispatches = journal.as_array().unwrap().iter().filter(|e| e["kind"] == "step_dispatched").count();
     assert_eq!(dispatches, 1, "the attempt that ran during the pause was harvested, not re-run");
+}
+
+#[test]
+fn token_create_never_changes_a_role_silently_and_checks_its_inputs() {
+    // Found by a tester: a second `token create` with another role silently turned every
+    // token of that user into the new role.
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    token(&data, "bob", "admin");
+    let (code, _, err) = baton(&data, &["token", "create", "--user", "bob", "--role", "viewer"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("user bob is a admin") && err.contains("--change-role"), "{err}");
+    let (_, list, _) = baton(&data, &["token", "list"]);
+    assert_eq!(list.lines().count(), 1, "no token was made: {list}");
+    assert!(list.contains("\tbob\tadmin\t"), "the list shows the role: {list}");
+    let (code, _, err) = baton(&data, &["token", "create", "--user", "bob", "--role", "viewer", "--change-role"]);
+    assert_eq!(code, 0, "{err}");
+    let (_, list, _) = baton(&data, &["token", "list"]);
+    assert!(list.lines().all(|l| l.contains("\tbob\tviewer\t")), "{list}");
+    for login in ["", "bad login!", "-dash", &"x".repeat(40)] {
+        let (code, _, err) =
+            baton(&data, &["token", "create", "--user", "gil", "--role", "viewer", "--github-login", login]);
+        assert_eq!(code, 2, "{login:?}: {err}");
+    }
+    let (code, _, err) = baton(&data, &["approval", "link", "--task-id", "t", "--reviewer", "bob", "--hours", "0"]);
+    assert_eq!(code, 2, "a link that is expired when made: {err}");
 }

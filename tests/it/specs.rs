@@ -86,6 +86,7 @@ async fn projects_register_list_show_and_refuse_bad_input() {
     assert_eq!(body["agent_profile"], "demo");
     let (status, body) = app.post("/api/v1/projects", project_body(&app.ws, "p")).await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(body["details"].get("current_status").is_none(), "a name conflict has no status: {body}");
     let cases = [
         (json!({"name": "bad name!", "repo_path": app.ws.repo()}), "name"),
         (json!({"name": "q", "repo_path": app.ws.data().join("nowhere")}), "repo_path"),
