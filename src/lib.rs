@@ -46,6 +46,10 @@ pub mod git;
 /// The imperative shell: drivers that carry out actions, agent launches, gates and recovery.
 pub mod runtime;
 
+/// Outbound forge clients: GitHub (octocrab) and Azure DevOps (reqwest): items, pull requests,
+/// comments; credentials, retries and error meanings.
+pub mod forge;
+
 /// `baton serve`: the REST API (axum) over the runtime's services.
 pub mod web;
 

@@ -229,6 +229,24 @@ impl GitRepo {
         Ok((branch, sha))
     }
 
+    /// Pushes local branch `branch` to the same name on remote `remote` with the `git` CLI (so
+    /// the user's credential helpers and ssh config apply; never a terminal prompt), without
+    /// force: a remote branch that moved elsewhere is an error. Pushing a commit the remote
+    /// already has succeeds. Returns the commit pushed.
+    ///
+    /// Errors: [`GitError::InvalidRefName`] for a remote name that is empty or starts with
+    /// `-`; the branch does not exist ([`GitError::UnknownRevision`]); the push failed
+    /// ([`GitError::Command`] with git's message: no such remote, rejected, unreachable).
+    pub fn push_branch(&self, remote: &str, branch: &str) -> Result<String, GitError> {
+        if remote.is_empty() || remote.starts_with('-') || remote.chars().any(char::is_control) {
+            return Err(GitError::InvalidRefName { name: remote.to_string() });
+        }
+        let sha = self.branch_tip(branch)?.ok_or_else(|| GitError::UnknownRevision { rev: branch.to_string() })?;
+        let spec = format!("refs/heads/{branch}:refs/heads/{branch}");
+        cli::run_git(&self.root, None, None, ["push", "--porcelain", "--", remote, spec.as_str()])?;
+        Ok(sha)
+    }
+
     /// The sha `refs/heads/<name>` points at, or `None` if the branch does not exist.
     pub fn branch_tip(&self, name: &str) -> Result<Option<String>, GitError> {
         let repo = self.repo()?;

@@ -1,24 +1,163 @@
-//! Forge items as specs: what an issue or a work item imports as ([`ForgeItem`]), what an
-//! import did ([`ImportOutcome`]), and the text helpers imports need (fitting a title and a
-//! body into the spec limits, Azure DevOps HTML as readable text).
+//! Forge items as specs: the forge clients of a running Baton ([`Forges`]), what to import
+//! ([`ImportRequest`]: one item, a GitHub label, an Azure DevOps WIQL query), what an import
+//! did ([`ImportOutcome`]) and fitting an item's title and body into the spec limits.
 //!
-//! The imports themselves are [`Specs::import`](crate::runtime::specs::Specs::import) and
-//! friends. This module never authenticates a delivery, never touches HTTP and never does IO.
+//! The spec changes themselves are [`Specs::import`](crate::runtime::specs::Specs::import)
+//! and friends. This module never authenticates a webhook delivery; its only IO is the forge
+//! calls of [`crate::forge`].
 
-use crate::runtime::specs::{MAX_BODY_BYTES, MAX_TITLE_CHARS};
+use std::sync::Arc;
+
+use crate::forge::ado::AzureDevOps;
+use crate::forge::github::GitHub;
+use crate::forge::{ForgeError, ForgeSettings, ItemRef, RetryPolicy};
+pub use crate::forge::{ForgeItem, ItemMeta};
+use crate::runtime::specs::{SpecError, Specs, MAX_BODY_BYTES, MAX_TITLE_CHARS};
 use crate::store::SpecRow;
 
-/// A forge item as a spec: where it lives and its text.
+/// The forge clients of a running Baton, built once from [`ForgeSettings`]. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Forges {
+    settings: Arc<ForgeSettings>,
+    github: GitHub,
+    ado: AzureDevOps,
+    /// One merge at a time in this process (a merge is push + find-or-open).
+    pub(crate) merging: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Forges {
+    /// Clients for `settings`, retrying by `policy`.
+    ///
+    /// Errors: an API address that is not a URL.
+    pub fn new(settings: ForgeSettings, policy: RetryPolicy) -> Result<Forges, ForgeError> {
+        Ok(Forges {
+            github: GitHub::new(&settings, policy)?,
+            ado: AzureDevOps::new(&settings, policy)?,
+            settings: Arc::new(settings),
+            merging: Arc::default(),
+        })
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &ForgeSettings {
+        &self.settings
+    }
+
+    /// The GitHub client.
+    pub fn github(&self) -> &GitHub {
+        &self.github
+    }
+
+    /// The Azure DevOps client.
+    pub fn ado(&self) -> &AzureDevOps {
+        &self.ado
+    }
+
+    /// The items `request` names, fetched.
+    ///
+    /// Errors: any [`ForgeError`] of the calls.
+    pub async fn fetch(&self, request: &ImportRequest) -> Result<Vec<ForgeItem>, ForgeError> {
+        match request {
+            ImportRequest::Item(ItemRef::GitHub { owner, repo, number }) => {
+                Ok(vec![self.github.issue(owner, repo, *number).await?])
+            }
+            ImportRequest::Item(ItemRef::Ado { org, project, id }) => {
+                Ok(vec![self.ado.work_item(org, project, *id).await?])
+            }
+            ImportRequest::GitHubLabel { owner, repo, label } => self.github.issues_labelled(owner, repo, label).await,
+            ImportRequest::AdoQuery { org, project, wiql } => self.ado.query(org, project, wiql).await,
+        }
+    }
+}
+
+/// What to import.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ForgeItem {
-    /// `github` or `ado`.
-    pub source: String,
-    /// Its web address (the spec's `source_url`; one spec per address).
-    pub url: String,
-    /// Its title.
-    pub title: String,
-    /// Its description, as markdown or plain text.
-    pub body: String,
+pub enum ImportRequest {
+    /// One issue or work item.
+    Item(ItemRef),
+    /// The open issues of a GitHub repository carrying a label.
+    GitHubLabel {
+        /// Owner.
+        owner: String,
+        /// Repository.
+        repo: String,
+        /// Label.
+        label: String,
+    },
+    /// The work items a WIQL query selects.
+    AdoQuery {
+        /// Organization.
+        org: String,
+        /// Team project.
+        project: String,
+        /// The query (`Select [System.Id] From WorkItems Where …`).
+        wiql: String,
+    },
+}
+
+impl ImportRequest {
+    /// The request a user typed: `github:OWNER/REPO#N`, `ado:ORG/PROJECT#ID`,
+    /// `github:OWNER/REPO` with `label`, or `ado:ORG/PROJECT` with `wiql`.
+    ///
+    /// Errors: a reference of none of these forms, or a label with an Azure DevOps
+    /// reference (and a query with a GitHub one) — [`ForgeError::Invalid`], naming the forms.
+    pub fn parse(reference: &str, label: Option<&str>, wiql: Option<&str>) -> Result<ImportRequest, ForgeError> {
+        let label = label.map(str::trim).filter(|l| !l.is_empty());
+        let wiql = wiql.map(str::trim).filter(|q| !q.is_empty());
+        match (label, wiql) {
+            (None, None) => ItemRef::parse(reference).map(ImportRequest::Item),
+            (Some(_), Some(_)) => Err(ForgeError::Invalid("give a label or a WIQL query, not both".into())),
+            (Some(label), None) => match crate::forge::RepoRef::parse(reference.trim()) {
+                Ok(crate::forge::RepoRef::GitHub { owner, repo }) if reference.trim().starts_with("github:") => {
+                    Ok(ImportRequest::GitHubLabel { owner, repo, label: label.into() })
+                }
+                _ => Err(ForgeError::Invalid(format!(
+                    "a label imports from a GitHub repository: {reference:?} should be github:OWNER/REPO"
+                ))),
+            },
+            (None, Some(wiql)) => match crate::forge::RepoRef::parse(reference.trim()) {
+                Ok(crate::forge::RepoRef::Ado { org, project, repository }) if repository == project => {
+                    Ok(ImportRequest::AdoQuery { org, project, wiql: wiql.into() })
+                }
+                _ => Err(ForgeError::Invalid(format!(
+                    "a WIQL query imports from an Azure DevOps project: {reference:?} should be ado:ORG/PROJECT"
+                ))),
+            },
+        }
+    }
+}
+
+/// An import that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    /// The forge call failed.
+    #[error(transparent)]
+    Forge(#[from] ForgeError),
+    /// The spec change failed (unknown project, …).
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+}
+
+/// Imports what `request` names into `project`: one spec per item (created, updated, or left
+/// as it is), in the forge's order.
+///
+/// Errors: an unknown project (checked before any forge call); a forge failure (nothing is
+/// imported when the fetch fails); a spec change that fails stops the import there (the
+/// items before it stay imported; importing again is idempotent).
+pub async fn import(
+    specs: &Specs,
+    forges: &Forges,
+    project: &str,
+    request: &ImportRequest,
+    actor: &str,
+) -> Result<Vec<ImportOutcome>, ImportError> {
+    specs.project(project).await?;
+    let items = forges.fetch(request).await?;
+    let mut outcomes = Vec::with_capacity(items.len());
+    for item in items {
+        outcomes.push(specs.import(project, item, actor).await?);
+    }
+    Ok(outcomes)
 }
 
 impl ForgeItem {
@@ -54,7 +193,12 @@ pub enum ImportOutcome {
     /// A new spec (status `imported`).
     Created(SpecRow),
     /// The item's spec got the new title and body, and is `imported` again (its plan dropped).
-    Updated(SpecRow),
+    Updated {
+        /// The spec, updated.
+        spec: SpecRow,
+        /// What changed: `title`, `body` or both.
+        changed: Vec<&'static str>,
+    },
     /// The item's spec already has this title and body.
     Unchanged(SpecRow),
     /// The item's spec is approved, fired or final: its plan stays, the update is noted as a
@@ -71,8 +215,8 @@ impl ImportOutcome {
     /// The spec concerned.
     pub fn spec(&self) -> &SpecRow {
         match self {
-            ImportOutcome::Created(s) | ImportOutcome::Updated(s) | ImportOutcome::Unchanged(s) => s,
-            ImportOutcome::Ignored { spec, .. } => spec,
+            ImportOutcome::Created(s) | ImportOutcome::Unchanged(s) => s,
+            ImportOutcome::Updated { spec, .. } | ImportOutcome::Ignored { spec, .. } => spec,
         }
     }
 
@@ -80,168 +224,16 @@ impl ImportOutcome {
     pub fn as_str(&self) -> &'static str {
         match self {
             ImportOutcome::Created(_) => "created",
-            ImportOutcome::Updated(_) => "updated",
+            ImportOutcome::Updated { .. } => "updated",
             ImportOutcome::Unchanged(_) => "unchanged",
             ImportOutcome::Ignored { .. } => "ignored",
         }
     }
 }
 
-/// Readable text of an HTML fragment (Azure DevOps descriptions): paragraphs, `div`s and
-/// headings become blank-line separated blocks, `br` a line break, `li` a `- ` item; other
-/// tags are dropped (the contents of `script` and `style` too); entities are decoded
-/// (named: amp, lt, gt, quot, apos, nbsp; numeric: decimal and hex); runs of spaces collapse.
-pub fn html_to_text(html: &str) -> String {
-    let mut out = String::new();
-    let mut rest = html;
-    let mut skip_until: Option<&'static str> = None;
-    while let Some(lt) = rest.find('<') {
-        if skip_until.is_none() {
-            push_text(&mut out, &rest[..lt]);
-        }
-        let after = &rest[lt + 1..];
-        let Some(gt) = after.find('>') else {
-            if skip_until.is_none() {
-                push_text(&mut out, &rest[lt..]);
-            }
-            rest = "";
-            break;
-        };
-        let tag = after[..gt].trim();
-        rest = &after[gt + 1..];
-        let closing = tag.starts_with('/');
-        let name: String = tag
-            .trim_start_matches('/')
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric())
-            .collect::<String>()
-            .to_ascii_lowercase();
-        if let Some(end) = skip_until {
-            if closing && name == end {
-                skip_until = None;
-            }
-            continue;
-        }
-        match name.as_str() {
-            "script" if !closing => skip_until = Some("script"),
-            "style" if !closing => skip_until = Some("style"),
-            "br" => newline(&mut out, 1),
-            "li" if !closing => {
-                newline(&mut out, 1);
-                out.push_str("- ");
-            }
-            "p" | "div" | "ul" | "ol" | "h1" | "h2" | "h3" | "h4" | "h5" | "h6" | "table" | "tr" | "blockquote"
-            | "pre" => newline(&mut out, 2),
-            "li" => newline(&mut out, 1),
-            _ => {}
-        }
-    }
-    if skip_until.is_none() {
-        push_text(&mut out, rest);
-    }
-    let lines: Vec<&str> = out.lines().map(str::trim_end).collect();
-    let mut text = String::new();
-    let mut blank = 0;
-    for line in lines {
-        if line.trim().is_empty() {
-            blank += 1;
-            continue;
-        }
-        if !text.is_empty() {
-            text.push_str(if blank > 0 { "\n\n" } else { "\n" });
-        }
-        blank = 0;
-        text.push_str(line.trim_start());
-    }
-    text
-}
-
-/// Ends the current line, leaving at most `lines - 1` blank lines before the next text.
-fn newline(out: &mut String, lines: usize) {
-    while out.ends_with(' ') {
-        out.pop();
-    }
-    let have = out.chars().rev().take_while(|c| *c == '\n').count();
-    for _ in have..lines {
-        out.push('\n');
-    }
-}
-
-/// Appends decoded text, collapsing whitespace runs to one space.
-fn push_text(out: &mut String, raw: &str) {
-    let decoded = decode_entities(raw);
-    for c in decoded.chars() {
-        if c.is_whitespace() && c != '\u{a0}' {
-            if !(out.is_empty() || out.ends_with(' ') || out.ends_with('\n')) {
-                out.push(' ');
-            }
-        } else if c == '\u{a0}' {
-            out.push(' ');
-        } else {
-            out.push(c);
-        }
-    }
-}
-
-/// Decodes `&name;` and `&#n;` / `&#xh;` entities; anything else is kept as written.
-fn decode_entities(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut rest = s;
-    while let Some(amp) = rest.find('&') {
-        out.push_str(&rest[..amp]);
-        let after = &rest[amp + 1..];
-        let semi = after.find(';').filter(|i| *i <= 10);
-        let decoded = semi.and_then(|i| {
-            let ent = &after[..i];
-            let c = match ent {
-                "amp" => Some('&'),
-                "lt" => Some('<'),
-                "gt" => Some('>'),
-                "quot" => Some('"'),
-                "apos" | "#39" => Some('\''),
-                "nbsp" => Some('\u{a0}'),
-                _ => ent.strip_prefix('#').and_then(|n| {
-                    let code = match n.strip_prefix(['x', 'X']) {
-                        Some(hex) => u32::from_str_radix(hex, 16).ok(),
-                        None => n.parse::<u32>().ok(),
-                    };
-                    code.and_then(char::from_u32)
-                }),
-            };
-            c.map(|c| (c, i))
-        });
-        match decoded {
-            Some((c, i)) => {
-                out.push(c);
-                rest = &after[i + 1..];
-            }
-            None => {
-                out.push('&');
-                rest = after;
-            }
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn html_becomes_readable_text() {
-        let html = "<div>Fix the <b>login</b> page&nbsp;now.</div><p>Steps:</p><ul><li>open &lt;app&gt;</li>\
-                    <li>click &quot;Sign in&quot; &amp; wait</li></ul>line one<br>line two<br/>&#233;&#x1F600;\
-                    <script>alert(1)</script> end";
-        assert_eq!(
-            html_to_text(html),
-            "Fix the login page now.\n\nSteps:\n\n- open <app>\n- click \"Sign in\" & wait\n\nline one\nline two\né😀 end"
-        );
-        assert_eq!(html_to_text("plain &unknown; & text"), "plain &unknown; & text");
-        assert_eq!(html_to_text(""), "");
-        assert_eq!(html_to_text("a < b"), "a < b");
-    }
 
     #[test]
     fn titles_and_bodies_are_fitted_to_the_spec_limits() {
@@ -250,13 +242,14 @@ mod tests {
             url: "https://example.invalid/1".into(),
             title: format!("  {}\n", "é".repeat(300)),
             body: "ü".repeat(MAX_BODY_BYTES),
+            ..ForgeItem::default()
         }
         .fitted();
         assert_eq!(item.title.chars().count(), MAX_TITLE_CHARS);
         assert!(item.title.ends_with('…'));
         assert!(item.body.len() <= MAX_BODY_BYTES);
         assert!(item.body.ends_with("https://example.invalid/1)"));
-        let empty = ForgeItem { source: "ado".into(), url: String::new(), title: " ".into(), body: String::new() };
+        let empty = ForgeItem { source: "ado".into(), title: " ".into(), ..ForgeItem::default() };
         assert_eq!(empty.fitted().title, "(untitled)");
     }
 }

@@ -12,6 +12,7 @@ pub mod executions;
 pub mod forge;
 pub mod gc;
 pub mod lease;
+pub mod merge;
 pub mod pool;
 pub mod specs;
 

@@ -321,6 +321,17 @@ impl Specs {
         source_url: &str,
         actor: &str,
     ) -> Result<SpecRow, SpecError> {
+        self.insert(input, source, source_url, "{}", actor).await
+    }
+
+    async fn insert(
+        &self,
+        input: SpecInput,
+        source: &str,
+        source_url: &str,
+        source_meta: &str,
+        actor: &str,
+    ) -> Result<SpecRow, SpecError> {
         let title = check_title(&input.title)?;
         let body = check_body(&input.body)?;
         let priority = check_priority(input.priority.unwrap_or(2))?;
@@ -334,6 +345,7 @@ impl Specs {
                 body,
                 source: source.into(),
                 source_url: source_url.into(),
+                source_meta: source_meta.into(),
                 priority,
                 status: status.as_str().into(),
                 actor: actor.into(),
@@ -415,8 +427,9 @@ impl Specs {
         if let Some(row) = self.execs.store().spec_by_source_url(&item.source, &item.url).await? {
             return self.reimport_row(row, item, actor).await;
         }
+        let meta = meta_json(&item.meta);
         let input = SpecInput { project: project.into(), title: item.title, body: item.body, priority: None };
-        Ok(ImportOutcome::Created(self.create(input, &item.source, &item.url, actor).await?))
+        Ok(ImportOutcome::Created(self.insert(input, &item.source, &item.url, &meta, actor).await?))
     }
 
     /// Updates the spec imported from `item`'s url with its title and body; `None` when no
@@ -433,7 +446,13 @@ impl Specs {
         }
     }
 
-    async fn reimport_row(&self, row: SpecRow, item: ForgeItem, actor: &str) -> Result<ImportOutcome, SpecError> {
+    async fn reimport_row(&self, mut row: SpecRow, item: ForgeItem, actor: &str) -> Result<ImportOutcome, SpecError> {
+        // Labels, state and the like follow the item whatever the spec's status.
+        let meta = meta_json(&item.meta);
+        if meta != row.source_meta && !item.meta.item_ref.is_empty() {
+            self.execs.store().set_source_meta(row.spec_id, &meta).await?;
+            row.source_meta = meta;
+        }
         if row.title == item.title && row.body == item.body {
             return Ok(ImportOutcome::Unchanged(row));
         }
@@ -446,6 +465,13 @@ impl Specs {
             store.note_spec_event(row.spec_id, "import_update_ignored", actor, &reason, &clock::now_rfc3339()).await?;
             return Ok(ImportOutcome::Ignored { spec: row, reason });
         }
+        let mut changed = Vec::new();
+        if row.title != item.title {
+            changed.push("title");
+        }
+        if row.body != item.body {
+            changed.push("body");
+        }
         let change = SpecChange {
             title: Some(item.title),
             body: Some(item.body),
@@ -455,7 +481,8 @@ impl Specs {
             reason: format!("updated from {}", item.url),
             ..SpecChange::default()
         };
-        Ok(ImportOutcome::Updated(self.change(&row, SpecAction::Reimport, actor, change).await?))
+        let spec = self.change(&row, SpecAction::Reimport, actor, change).await?;
+        Ok(ImportOutcome::Updated { spec, changed })
     }
 
     /// Marks the spec fired as `task_id` merged (its pull request `pr_url` was merged); `None`
@@ -638,4 +665,9 @@ impl Specs {
 /// Errors: the database.
 pub async fn project_of(execs: &Executions, task_id: &str) -> anyhow::Result<Option<String>> {
     Ok(execs.store().spec_of_execution(task_id).await?.map(|s| s.project))
+}
+
+/// An item's meta as the spec's `source_meta` JSON.
+fn meta_json(meta: &crate::forge::ItemMeta) -> String {
+    serde_json::to_string(meta).unwrap_or_else(|_| "{}".into())
 }

@@ -18,6 +18,7 @@
 //! - The store never reads the clock: every timestamp is an RFC 3339 argument from the caller.
 
 mod auth;
+mod forge;
 mod journal;
 mod lease;
 mod metrics;
@@ -25,6 +26,7 @@ mod pmo;
 mod webhooks;
 
 pub use auth::{TokenRow, UserRow};
+pub use forge::MergeRow;
 pub use metrics::MetricTotals;
 pub use pmo::{CardRow, NewSpec, ProjectRow, SpecChange, SpecEventRow, SpecFilter, SpecRow};
 #[cfg(test)]

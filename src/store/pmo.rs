@@ -71,6 +71,8 @@ pub struct SpecRow {
     pub created_at: String,
     /// Last changed (RFC 3339).
     pub updated_at: String,
+    /// What else its forge said of it (`forge::ItemMeta` JSON; `{}` for board specs).
+    pub source_meta: String,
 }
 
 /// A spec as a board card: its row without body and plan, joined with its execution's summary.
@@ -149,6 +151,8 @@ pub struct NewSpec {
     pub source: String,
     /// Link to where it came from.
     pub source_url: String,
+    /// `forge::ItemMeta` JSON (`{}` for board specs).
+    pub source_meta: String,
     /// 0 … 3.
     pub priority: i64,
     /// Initial status (`draft`, `imported`).
@@ -205,7 +209,7 @@ pub struct SpecFilter {
 
 pub(super) const SPEC_COLUMNS: &str =
     "spec_id, project, title, body, source, source_url, priority, status, risk, plan_json, \
-     forecast_json, task_id, status_reason, created_by, created_at, updated_at";
+     forecast_json, task_id, status_reason, created_by, created_at, updated_at, source_meta";
 
 impl Store {
     /// Registers a project.
@@ -298,7 +302,7 @@ impl Store {
         }
         let id = sqlx::query_scalar::<_, i64>(
             "insert into specs (project, title, body, source, source_url, priority, status, created_by, created_at, \
-             updated_at) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) returning spec_id",
+             updated_at, source_meta) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) returning spec_id",
         )
         .bind(&s.project)
         .bind(&s.title)
@@ -310,6 +314,7 @@ impl Store {
         .bind(&s.actor)
         .bind(&s.at)
         .bind(&s.at)
+        .bind(&s.source_meta)
         .fetch_one(&mut *tx)
         .await?;
         sqlx::query(

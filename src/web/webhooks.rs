@@ -20,10 +20,11 @@ use serde_json::{json, Value};
 use sha2::{Digest as _, Sha256};
 
 use crate::clock;
+use crate::forge::item::ADO_TEXT_FIELDS;
 use crate::model::event::{Event, EventKind};
 use crate::model::state::ApprovalDecision;
 use crate::runtime::auth::Role;
-use crate::runtime::forge::{html_to_text, ForgeItem, ImportOutcome};
+use crate::runtime::forge::{ForgeItem, ImportOutcome};
 use crate::runtime::specs::SpecError;
 use crate::web::error::AppError;
 use crate::web::AppState;
@@ -216,20 +217,17 @@ async fn github_event(app: &AppState, event: &str, delivery: &str, p: &Value) ->
 }
 
 fn issue_item(p: &Value) -> ForgeItem {
-    ForgeItem {
-        source: "github".into(),
-        url: text(p, "/issue/html_url").into(),
-        title: text(p, "/issue/title").into(),
-        body: text(p, "/issue/body").into(),
-    }
+    ForgeItem::from_github_issue(p.get("issue").unwrap_or(&Value::Null), text(p, "/repository/full_name"))
 }
 
 fn outcome_body(o: &ImportOutcome) -> Handled {
     let spec = o.spec();
     let mut body =
         json!({ "spec_id": spec.spec_id, "project": spec.project, "outcome": o.as_str(), "status": spec.status });
-    if let ImportOutcome::Ignored { reason, .. } = o {
-        body["reason"] = json!(reason);
+    match o {
+        ImportOutcome::Ignored { reason, .. } => body["reason"] = json!(reason),
+        ImportOutcome::Updated { changed, .. } => body["changed"] = json!(changed),
+        _ => {}
     }
     let status = if matches!(o, ImportOutcome::Created(_)) { StatusCode::CREATED } else { StatusCode::OK };
     (status, body)
@@ -420,9 +418,6 @@ async fn ado(State(app): State<AppState>, headers: HeaderMap, body: Result<Bytes
     once(&app, "ado", &id, ado_event(&app, &payload)).await
 }
 
-/// The fields that make a work item's spec text.
-const ADO_TEXT_FIELDS: [&str; 3] = ["System.Title", "System.Description", "Microsoft.VSTS.Common.AcceptanceCriteria"];
-
 /// The organisation in an Azure DevOps address (`dev.azure.com/<org>/…`, `<org>.visualstudio.com`).
 fn ado_org(url: &str) -> Option<&str> {
     let rest = url.split_once("://")?.1;
@@ -445,24 +440,6 @@ fn ado_url(resource: &Value, updated: bool) -> String {
     let url = if parent.is_empty() { text(resource, "/url") } else { parent };
     let cut = ["/updates/", "/revisions/"].iter().filter_map(|m| url.find(m)).min().unwrap_or(url.len());
     url[..cut].to_string()
-}
-
-/// Description (as text) and acceptance criteria under their own heading.
-fn ado_body(fields: &Value) -> String {
-    let description = html_to_text(fields.get("System.Description").and_then(Value::as_str).unwrap_or_default());
-    let criteria = html_to_text(
-        fields.get("Microsoft.VSTS.Common.AcceptanceCriteria").and_then(Value::as_str).unwrap_or_default(),
-    );
-    if criteria.is_empty() {
-        return description;
-    }
-    let mut body = description;
-    if !body.is_empty() {
-        body.push_str("\n\n");
-    }
-    body.push_str("## Acceptance criteria\n\n");
-    body.push_str(&criteria);
-    body
 }
 
 async fn ado_event(app: &AppState, p: &Value) -> Result<Handled, AppError> {
@@ -507,12 +484,13 @@ async fn ado_event(app: &AppState, p: &Value) -> Result<Handled, AppError> {
             }
         }
     }
-    let item = ForgeItem {
-        source: "ado".into(),
-        url: url.clone(),
-        title: fields.get("System.Title").and_then(Value::as_str).unwrap_or_default().into(),
-        body: ado_body(fields),
+    let id = resource.get("workItemId").or_else(|| resource.get("id")).and_then(Value::as_u64).unwrap_or_default();
+    let id = if updated { resource.pointer("/revision/id").and_then(Value::as_u64).unwrap_or(id) } else { id };
+    let item_ref = match ado_org(&url) {
+        Some(org) if id > 0 && !team_project.is_empty() => format!("ado:{org}/{team_project}#{id}"),
+        _ => String::new(),
     };
+    let item = ForgeItem::from_ado_fields(fields, url.clone(), item_ref);
     let outcome = app.specs.import(&project.name, item, "ado").await?;
     if let Some(rev) = rev {
         store.set_item_rev("ado", &url, rev).await.map_err(anyhow::Error::from)?;

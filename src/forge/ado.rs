@@ -1,0 +1,284 @@
+//! The Azure DevOps client: work items in (one GET, or a WIQL query then batch GETs of the
+//! fields), pull requests and work-item comments out, over REST api-version 7.1 (comments:
+//! `7.1-preview.4`) with reqwest at a configurable base URL (`https://dev.azure.com`, a
+//! server's collection URL, or a test's mock server).
+//!
+//! Authenticates with the PAT as Basic credentials (empty user), the documented form. Every
+//! call goes through one loop that classifies the answer ([`classify`]) and retries what the
+//! policy allows. Never logs a header.
+
+use std::time::Duration;
+
+use reqwest::{Client, Method};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::{
+    classify, Answer, Attempts, Forge, ForgeError, ForgeItem, ForgeSettings, NewPull, RetryPolicy, Secret, Verdict,
+};
+use crate::clock;
+
+/// The REST version of every call but comments.
+pub const API_VERSION: &str = "7.1";
+
+/// The work-item comments API is still a preview in 7.1.
+pub const COMMENTS_API_VERSION: &str = "7.1-preview.4";
+
+/// Ids per batch GET (the API's limit).
+const BATCH: usize = 200;
+
+/// Work items fetched by one WIQL import, at most.
+pub const MAX_BULK_ITEMS: usize = 1000;
+
+/// A pull request on Azure DevOps.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PullRequest {
+    /// Its id.
+    pub id: u64,
+    /// Its web address.
+    pub url: String,
+    /// `active`, `completed` or `abandoned`.
+    pub status: String,
+}
+
+/// An Azure DevOps REST client.
+#[derive(Debug, Clone)]
+pub struct AzureDevOps {
+    client: Client,
+    base: String,
+    pat: Option<Secret>,
+    policy: RetryPolicy,
+}
+
+impl AzureDevOps {
+    /// A client for `settings`' address and PAT, retrying by `policy`.
+    ///
+    /// Errors: the HTTP client cannot be built ([`ForgeError::Invalid`]).
+    pub fn new(settings: &ForgeSettings, policy: RetryPolicy) -> Result<AzureDevOps, ForgeError> {
+        let client = Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(60))
+            .user_agent(concat!("baton/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| ForgeError::Invalid(format!("the Azure DevOps client cannot be built: {e}")))?;
+        Ok(AzureDevOps { client, base: settings.ado_api_url(), pat: settings.ado.pat.clone(), policy })
+    }
+
+    fn url(&self, org: &str, project: &str, path: &str) -> String {
+        let enc = |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>().replace('+', "%20");
+        format!("{}/{}/{}/_apis/{path}", self.base, enc(org), enc(project))
+    }
+
+    /// Sends the request until it succeeds (its JSON body) or the policy says stop.
+    async fn call(&self, what: &str, method: Method, url: &str, body: Option<&Value>) -> Result<Value, ForgeError> {
+        let Some(pat) = &self.pat else {
+            return Err(ForgeError::Unconfigured(format!(
+                "{what} needs an Azure DevOps personal access token: set ADO_PAT (or [ado] pat in baton.toml)"
+            )));
+        };
+        let mut attempts = Attempts::default();
+        loop {
+            let mut request = self.client.request(method.clone(), url).basic_auth("", Some(pat.expose()));
+            if let Some(b) = body {
+                request = request.json(b);
+            }
+            let response = match request.send().await {
+                Ok(r) => r,
+                Err(e) if attempts.server < self.policy.server_retries => {
+                    tracing::warn!("Azure DevOps could not be reached for {what}: {}", transport_message(&e));
+                    tokio::time::sleep(super::backoff(&self.policy, attempts.server)).await;
+                    attempts.server += 1;
+                    continue;
+                }
+                Err(e) => {
+                    return Err(ForgeError::Network {
+                        forge: Forge::AzureDevOps,
+                        what: what.into(),
+                        attempts: attempts.server + 1,
+                        message: transport_message(&e),
+                    })
+                }
+            };
+            let status = response.status().as_u16();
+            let headers = response.headers().clone();
+            let bytes = response.bytes().await.map_err(|e| ForgeError::Network {
+                forge: Forge::AzureDevOps,
+                what: what.into(),
+                attempts: attempts.server + 1,
+                message: format!("the answer was cut off: {}", transport_message(&e)),
+            })?;
+            let now = clock::now().timestamp();
+            let answer = Answer { status, headers: &headers, body: &bytes };
+            match classify(Forge::AzureDevOps, what, answer, attempts, &self.policy, now) {
+                Verdict::Success => {
+                    return serde_json::from_slice(&bytes).map_err(|e| ForgeError::Malformed {
+                        forge: Forge::AzureDevOps,
+                        what: what.into(),
+                        message: format!("not JSON: {e}"),
+                    })
+                }
+                Verdict::Retry(wait) => {
+                    if (500..600).contains(&status) {
+                        attempts.server += 1;
+                    } else {
+                        attempts.rate_limit += 1;
+                    }
+                    tracing::warn!("Azure DevOps answered {status} to {what}; retrying in {} ms", wait.as_millis());
+                    tokio::time::sleep(wait).await;
+                }
+                Verdict::Fail(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Work item `id` of `org`/`project` as an item (`$expand=all`, so its web link comes
+    /// with it).
+    ///
+    /// Errors: any [`ForgeError`] of the call.
+    pub async fn work_item(&self, org: &str, project: &str, id: u64) -> Result<ForgeItem, ForgeError> {
+        let what = format!("work item {org}/{project}#{id}");
+        let url =
+            format!("{}?$expand=all&api-version={API_VERSION}", self.url(org, project, &format!("wit/workitems/{id}")));
+        let v = self.call(&what, Method::GET, &url, None).await?;
+        item_of(&what, &v, org, project)
+    }
+
+    /// The work items a WIQL query selects in `org`/`project`: the query answers ids only, the
+    /// fields come from batch GETs of up to 200 ids (`$expand=all`), in the query's order; at
+    /// most [`MAX_BULK_ITEMS`].
+    ///
+    /// Errors: any [`ForgeError`] of a call (a malformed query is the forge's 400).
+    pub async fn query(&self, org: &str, project: &str, wiql: &str) -> Result<Vec<ForgeItem>, ForgeError> {
+        let what = format!("WIQL query in {org}/{project}");
+        let url = format!("{}?api-version={API_VERSION}", self.url(org, project, "wit/wiql"));
+        let v = self.call(&what, Method::POST, &url, Some(&json!({ "query": wiql }))).await?;
+        let ids: Vec<u64> = v
+            .get("workItems")
+            .and_then(Value::as_array)
+            .map(|l| l.iter().filter_map(|w| w.get("id").and_then(Value::as_u64)).take(MAX_BULK_ITEMS).collect())
+            .unwrap_or_default();
+        let mut items = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(BATCH) {
+            let list = chunk.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+            let what = format!("work items {list} of {org}/{project}");
+            let url =
+                format!("{}?ids={list}&$expand=all&api-version={API_VERSION}", self.url(org, project, "wit/workitems"));
+            let v = self.call(&what, Method::GET, &url, None).await?;
+            let values = v.get("value").and_then(Value::as_array).cloned().unwrap_or_default();
+            // The batch answers in its own order; keep the query's.
+            for id in chunk {
+                if let Some(w) = values.iter().find(|w| w.get("id").and_then(Value::as_u64) == Some(*id)) {
+                    items.push(item_of(&what, w, org, project)?);
+                }
+            }
+        }
+        Ok(items)
+    }
+
+    /// The pull request of `repository` in `org`/`project` from branch `source` (any status),
+    /// if there is one.
+    ///
+    /// Errors: any [`ForgeError`] of the call.
+    pub async fn find_pull(
+        &self,
+        org: &str,
+        project: &str,
+        repository: &str,
+        source: &str,
+    ) -> Result<Option<PullRequest>, ForgeError> {
+        let what = format!("pull requests of {org}/{project}/{repository} from {source}");
+        let query = url::form_urlencoded::Serializer::new(String::new())
+            .append_pair("searchCriteria.sourceRefName", &format!("refs/heads/{source}"))
+            .append_pair("searchCriteria.status", "all")
+            .append_pair("api-version", API_VERSION)
+            .finish();
+        let path = format!("git/repositories/{repository}/pullrequests");
+        let v = self.call(&what, Method::GET, &format!("{}?{query}", self.url(org, project, &path)), None).await?;
+        Ok(v.get("value")
+            .and_then(Value::as_array)
+            .and_then(|l| l.first())
+            .map(|p| self.pull_of(org, project, repository, p)))
+    }
+
+    /// Opens pull request `pull` on `repository` of `org`/`project` (the description cut to
+    /// the API's 4,000 characters).
+    ///
+    /// Errors: any [`ForgeError`] of the call.
+    pub async fn create_pull(
+        &self,
+        org: &str,
+        project: &str,
+        repository: &str,
+        pull: &NewPull<'_>,
+    ) -> Result<PullRequest, ForgeError> {
+        let what = format!("opening a pull request on {org}/{project}/{repository} from {}", pull.head);
+        let path = format!("git/repositories/{repository}/pullrequests");
+        let url = format!("{}?api-version={API_VERSION}", self.url(org, project, &path));
+        let description: String = pull.body.chars().take(4000).collect();
+        let body = json!({
+            "sourceRefName": format!("refs/heads/{}", pull.head),
+            "targetRefName": format!("refs/heads/{}", pull.base),
+            "title": pull.title,
+            "description": description,
+        });
+        let v = self.call(&what, Method::POST, &url, Some(&body)).await?;
+        Ok(self.pull_of(org, project, repository, &v))
+    }
+
+    /// Comments `text` (markdown) on work item `id`; the comment's id.
+    ///
+    /// Errors: any [`ForgeError`] of the call.
+    pub async fn comment(&self, org: &str, project: &str, id: u64, text: &str) -> Result<u64, ForgeError> {
+        let what = format!("commenting on work item {org}/{project}#{id}");
+        let url = format!(
+            "{}?format=markdown&api-version={COMMENTS_API_VERSION}",
+            self.url(org, project, &format!("wit/workItems/{id}/comments"))
+        );
+        let v = self.call(&what, Method::POST, &url, Some(&json!({ "text": text }))).await?;
+        Ok(v.get("id").and_then(Value::as_u64).unwrap_or_default())
+    }
+
+    fn pull_of(&self, org: &str, project: &str, repository: &str, v: &Value) -> PullRequest {
+        let id = v.get("pullRequestId").and_then(Value::as_u64).unwrap_or_default();
+        let web = v.pointer("/repository/webUrl").and_then(Value::as_str).map(|w| format!("{w}/pullrequest/{id}"));
+        PullRequest {
+            id,
+            url: web.unwrap_or_else(|| format!("{}/{org}/{project}/_git/{repository}/pullrequest/{id}", self.base)),
+            status: v.get("status").and_then(Value::as_str).unwrap_or_default().to_string(),
+        }
+    }
+}
+
+/// A work item (`id`, `fields`, `_links.html.href` or `url`) as an item.
+fn item_of(what: &str, v: &Value, org: &str, project: &str) -> Result<ForgeItem, ForgeError> {
+    let id = v.get("id").and_then(Value::as_u64).unwrap_or_default();
+    let Some(fields) = v.get("fields").filter(|f| f.is_object()) else {
+        return Err(ForgeError::Malformed {
+            forge: Forge::AzureDevOps,
+            what: what.into(),
+            message: "no fields".into(),
+        });
+    };
+    let url =
+        v.pointer("/_links/html/href").or_else(|| v.get("url")).and_then(Value::as_str).unwrap_or_default().to_string();
+    if url.is_empty() {
+        return Err(ForgeError::Malformed {
+            forge: Forge::AzureDevOps,
+            what: what.into(),
+            message: "no address".into(),
+        });
+    }
+    Ok(ForgeItem::from_ado_fields(fields, url, format!("ado:{org}/{project}#{id}")))
+}
+
+/// A transport error's text (reqwest's text names the URL, never a header).
+fn transport_message(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}

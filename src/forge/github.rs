@@ -1,0 +1,279 @@
+//! The GitHub client: issues in, pull requests and comments out, through octocrab (REST,
+//! `X-GitHub-Api-Version: 2022-11-28`) at a configurable base URL (GitHub Enterprise's
+//! `https://HOST/api/v3`, or a test's mock server).
+//!
+//! Every call goes through one loop that classifies the answer ([`classify`]) and retries what
+//! the policy allows. Pagination follows the `Link` headers octocrab parses. Never logs a
+//! header; the token lives in octocrab's secret store.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::BodyExt as _;
+use octocrab::{FromResponse, Octocrab, Page};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::{classify, Answer, Attempts, Forge, ForgeError, ForgeItem, ForgeSettings, NewPull, RetryPolicy, Verdict};
+use crate::clock;
+
+/// Issues fetched by one bulk import, at most (ten pages of 100).
+pub const MAX_BULK_ISSUES: usize = 1000;
+
+/// A pull request on GitHub.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PullRequest {
+    /// Its number.
+    pub number: u64,
+    /// Its web address.
+    pub url: String,
+    /// `open` or `closed`.
+    pub state: String,
+}
+
+/// A GitHub API client.
+#[derive(Debug, Clone)]
+pub struct GitHub {
+    client: Octocrab,
+    api_url: String,
+    has_token: bool,
+    policy: RetryPolicy,
+}
+
+/// A successful answer, its body not yet read.
+type Response = http::Response<BoxBody<Bytes, octocrab::Error>>;
+
+impl GitHub {
+    /// A client for `settings`' API address and token (anonymous without one), retrying by
+    /// `policy`.
+    ///
+    /// Errors: the API address is not a URL ([`ForgeError::Invalid`]).
+    pub fn new(settings: &ForgeSettings, policy: RetryPolicy) -> Result<GitHub, ForgeError> {
+        let api_url = settings.github_api_url();
+        let mut builder = Octocrab::builder()
+            .base_uri(api_url.as_str())
+            .map_err(|e| ForgeError::Invalid(format!("BATON_GITHUB_API_URL {api_url:?} is not a URL: {e}")))?
+            .set_connect_timeout(Some(Duration::from_secs(10)))
+            .set_read_timeout(Some(Duration::from_secs(30)));
+        if let Some(token) = &settings.github.token {
+            builder = builder.personal_token(token.expose().to_string());
+        }
+        let client =
+            builder.build().map_err(|e| ForgeError::Invalid(format!("the GitHub client cannot be built: {e}")))?;
+        Ok(GitHub { client, api_url, has_token: settings.github.token.is_some(), policy })
+    }
+
+    /// Whether a token is configured (writing needs one).
+    pub fn has_token(&self) -> bool {
+        self.has_token
+    }
+
+    fn needs_token(&self, what: &str) -> Result<(), ForgeError> {
+        if self.has_token {
+            return Ok(());
+        }
+        Err(ForgeError::Unconfigured(format!(
+            "{what} needs a GitHub token: set GITHUB_TOKEN (or [github] token in baton.toml)"
+        )))
+    }
+
+    /// Sends `method` to `uri` (a path under the API address, or an absolute `Link` address)
+    /// until it succeeds (the answer, unread) or the policy says stop.
+    async fn call(&self, what: &str, method: &str, uri: &str, body: Option<&Value>) -> Result<Response, ForgeError> {
+        let mut attempts = Attempts::default();
+        let full = if uri.starts_with("http://") || uri.starts_with("https://") {
+            uri.to_string()
+        } else {
+            format!("{}{uri}", self.api_url)
+        };
+        let network = |attempts: Attempts, message: String| ForgeError::Network {
+            forge: Forge::GitHub,
+            what: what.into(),
+            attempts: attempts.server + 1,
+            message,
+        };
+        loop {
+            let sent = match method {
+                "POST" => self.client._post(full.as_str(), body).await,
+                _ => self.client._get(full.as_str()).await,
+            };
+            let response = match sent {
+                Ok(r) if r.status().is_success() => return Ok(r),
+                Ok(r) => r,
+                Err(e) if attempts.server < self.policy.server_retries => {
+                    tracing::warn!("GitHub could not be reached for {what}: {}", transport_message(&e));
+                    tokio::time::sleep(super::backoff(&self.policy, attempts.server)).await;
+                    attempts.server += 1;
+                    continue;
+                }
+                Err(e) => return Err(network(attempts, transport_message(&e))),
+            };
+            let status = response.status().as_u16();
+            let headers = response.headers().clone();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| network(attempts, format!("the answer was cut off: {}", transport_message(&e))))?
+                .to_bytes();
+            let now = clock::now().timestamp();
+            let answer = Answer { status, headers: &headers, body: &body };
+            match classify(Forge::GitHub, what, answer, attempts, &self.policy, now) {
+                // 2xx returned above: a "success" here is refused rather than looped on.
+                Verdict::Success => {
+                    return Err(ForgeError::Refused {
+                        forge: Forge::GitHub,
+                        what: what.into(),
+                        status,
+                        message: "an unexpected answer".into(),
+                    })
+                }
+                Verdict::Retry(wait) => {
+                    if (500..600).contains(&status) {
+                        attempts.server += 1;
+                    } else {
+                        attempts.rate_limit += 1;
+                    }
+                    tracing::warn!("GitHub answered {status} to {what}; retrying in {} ms", wait.as_millis());
+                    tokio::time::sleep(wait).await;
+                }
+                Verdict::Fail(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The JSON body of a successful answer.
+    async fn json(what: &str, response: Response) -> Result<Value, ForgeError> {
+        let malformed = |message: String| ForgeError::Malformed { forge: Forge::GitHub, what: what.into(), message };
+        let body = response.into_body().collect().await.map_err(|e| malformed(transport_message(&e)))?.to_bytes();
+        serde_json::from_slice(&body).map_err(|e| malformed(format!("not JSON: {e}")))
+    }
+
+    /// Issue `number` of `owner/repo` as an item.
+    ///
+    /// Errors: the item is a pull request ([`ForgeError::Invalid`]); any [`ForgeError`] of the
+    /// call.
+    pub async fn issue(&self, owner: &str, repo: &str, number: u64) -> Result<ForgeItem, ForgeError> {
+        let what = format!("issue {owner}/{repo}#{number}");
+        let answer = self.call(&what, "GET", &format!("/repos/{owner}/{repo}/issues/{number}"), None).await?;
+        let v = Self::json(&what, answer).await?;
+        if v.get("pull_request").is_some_and(|p| !p.is_null()) {
+            return Err(ForgeError::Invalid(format!(
+                "{owner}/{repo}#{number} is a pull request, not an issue: import the issue it resolves"
+            )));
+        }
+        item_of(&what, &v, &format!("{owner}/{repo}"))
+    }
+
+    /// The open issues of `owner/repo` carrying `label`, following `Link: rel="next"` pages
+    /// (pull requests skipped), at most [`MAX_BULK_ISSUES`].
+    ///
+    /// Errors: any [`ForgeError`] of a page.
+    pub async fn issues_labelled(&self, owner: &str, repo: &str, label: &str) -> Result<Vec<ForgeItem>, ForgeError> {
+        let what = format!("issues of {owner}/{repo} labelled {label:?}");
+        let query = serde_urlencoded_pair("labels", label);
+        let mut next = Some(format!("/repos/{owner}/{repo}/issues?state=open&per_page=100&{query}"));
+        let mut items = Vec::new();
+        let full_name = format!("{owner}/{repo}");
+        while let Some(uri) = next.take() {
+            let answer = self.call(&what, "GET", &uri, None).await?;
+            // octocrab reads the page and its `Link` header (first, prev, next, last).
+            let page = <Page<Value> as FromResponse>::from_response(answer).await.map_err(|e| {
+                ForgeError::Malformed { forge: Forge::GitHub, what: what.clone(), message: transport_message(&e) }
+            })?;
+            for issue in &page.items {
+                if issue.get("pull_request").is_some_and(|p| !p.is_null()) {
+                    continue;
+                }
+                items.push(item_of(&what, issue, &full_name)?);
+            }
+            if items.len() >= MAX_BULK_ISSUES {
+                items.truncate(MAX_BULK_ISSUES);
+                break;
+            }
+            next = page.next.map(|u| u.to_string());
+        }
+        Ok(items)
+    }
+
+    /// The pull request of `owner/repo` from branch `head` (of the same repository), open or
+    /// closed, if there is one.
+    ///
+    /// Errors: any [`ForgeError`] of the call.
+    pub async fn find_pull(&self, owner: &str, repo: &str, head: &str) -> Result<Option<PullRequest>, ForgeError> {
+        let what = format!("pull requests of {owner}/{repo} from {head}");
+        let query = serde_urlencoded_pair("head", &format!("{owner}:{head}"));
+        let answer = self.call(&what, "GET", &format!("/repos/{owner}/{repo}/pulls?state=all&{query}"), None).await?;
+        let v = Self::json(&what, answer).await?;
+        Ok(v.as_array().and_then(|l| l.first()).map(pull_of))
+    }
+
+    /// Opens pull request `pull` on `owner/repo` (its head a branch of the same repository).
+    ///
+    /// Errors: no token; any [`ForgeError`] of the call (422 when one exists already or the
+    /// branch is unknown).
+    pub async fn create_pull(&self, owner: &str, repo: &str, pull: &NewPull<'_>) -> Result<PullRequest, ForgeError> {
+        let what = format!("opening a pull request on {owner}/{repo} from {}", pull.head);
+        self.needs_token(&what)?;
+        let payload = json!({ "title": pull.title, "head": pull.head, "base": pull.base, "body": pull.body });
+        let answer = self.call(&what, "POST", &format!("/repos/{owner}/{repo}/pulls"), Some(&payload)).await?;
+        Ok(pull_of(&Self::json(&what, answer).await?))
+    }
+
+    /// Comments `body` (markdown) on issue `number` of `owner/repo`; the comment's address.
+    ///
+    /// Errors: no token; any [`ForgeError`] of the call.
+    pub async fn comment(&self, owner: &str, repo: &str, number: u64, body: &str) -> Result<String, ForgeError> {
+        let what = format!("commenting on {owner}/{repo}#{number}");
+        self.needs_token(&what)?;
+        let payload = json!({ "body": body });
+        let answer = self
+            .call(&what, "POST", &format!("/repos/{owner}/{repo}/issues/{number}/comments"), Some(&payload))
+            .await?;
+        Ok(Self::json(&what, answer).await?.get("html_url").and_then(Value::as_str).unwrap_or_default().to_string())
+    }
+}
+
+fn item_of(what: &str, issue: &Value, full_name: &str) -> Result<ForgeItem, ForgeError> {
+    let item = ForgeItem::from_github_issue(issue, full_name);
+    if item.url.is_empty() {
+        return Err(ForgeError::Malformed { forge: Forge::GitHub, what: what.into(), message: "no html_url".into() });
+    }
+    Ok(item)
+}
+
+fn pull_of(v: &Value) -> PullRequest {
+    PullRequest {
+        number: v.get("number").and_then(Value::as_u64).unwrap_or_default(),
+        url: v.get("html_url").and_then(Value::as_str).unwrap_or_default().to_string(),
+        state: v.get("state").and_then(Value::as_str).unwrap_or_default().to_string(),
+    }
+}
+
+/// `key=value`, form-encoded.
+fn serde_urlencoded_pair(key: &str, value: &str) -> String {
+    url::form_urlencoded::Serializer::new(String::new()).append_pair(key, value).finish()
+}
+
+/// A transport error's text, without anything from the request.
+fn transport_message(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_values_are_form_encoded() {
+        assert_eq!(serde_urlencoded_pair("labels", "needs spec&x"), "labels=needs+spec%26x");
+    }
+}
