@@ -8,6 +8,7 @@
 
 mod daemon;
 pub mod demo;
+mod forge;
 pub mod wire;
 
 use std::path::{Path, PathBuf};
@@ -102,6 +103,16 @@ enum Command {
     Daemon {
         #[command(subcommand)]
         command: daemon::DaemonCommand,
+    },
+    /// Specs from the forges: import.
+    Spec {
+        #[command(subcommand)]
+        command: forge::SpecCommand,
+    },
+    /// Push a completed execution's feature branch and open (or find) its pull request.
+    Merge {
+        /// Execution id.
+        task_id: String,
     },
     /// Remove worktrees of final executions older than the configured age.
     Gc {
@@ -618,6 +629,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(if chain_ok && d.bad.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_FAILED) })
         }
         Command::Token { command } => token_command(&cli.data_dir, command).await,
+        Command::Spec { command } => forge::spec_command(&cli.data_dir, command, cli.json).await,
+        Command::Merge { task_id } => forge::merge_command(&cli.data_dir, &task_id, cli.json).await,
         Command::Approval { command: ApprovalCommand::Link { task_id, reviewer, hours, base_url } } => {
             let data = DataDir::open(&cli.data_dir)?;
             let execs = Executions::open(data.clone()).await?;
@@ -864,7 +877,12 @@ async fn serve(data_dir: &Path, bind: std::net::SocketAddr, demo: bool, max_agen
     let has_users = execs.store().has_users().await?;
     crate::web::check_bind(bind, has_users)?;
     let pool = crate::runtime::pool::Pool::new(execs, max_agents);
-    let state = crate::web::AppState::with_pool(pool.clone())?.with_webhooks(crate::web::WebhookConfig::from_env());
+    let env = |k: &str| std::env::var(k).ok();
+    let settings = data.config()?.forge_settings(env);
+    let forges = crate::runtime::forge::Forges::new(settings.clone(), crate::forge::RetryPolicy::default())?;
+    let state = crate::web::AppState::with_pool(pool.clone())?
+        .with_webhooks(crate::web::WebhookConfig::from_settings(&settings, env))
+        .with_forges(forges);
     state.specs.load_project_caps().await?;
     if demo {
         demo::seed_board(&data, &state.specs).await?;

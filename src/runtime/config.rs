@@ -117,6 +117,20 @@ pub struct Config {
     /// Agent name → how to run it.
     #[serde(default)]
     pub agents: BTreeMap<String, AgentConfig>,
+    /// `[github]`: token, API address, webhook secret (the environment overrides each).
+    #[serde(default)]
+    pub github: crate::forge::GitHubSettings,
+    /// `[ado]`: PAT, API address, webhook credentials (the environment overrides each).
+    #[serde(default)]
+    pub ado: crate::forge::AdoSettings,
+}
+
+impl Config {
+    /// The forge settings: `[github]` and `[ado]` with the environment `lookup` on top
+    /// ([`ForgeSettings::with_env`](crate::forge::ForgeSettings::with_env)).
+    pub fn forge_settings(&self, lookup: impl Fn(&str) -> Option<String>) -> crate::forge::ForgeSettings {
+        crate::forge::ForgeSettings { github: self.github.clone(), ado: self.ado.clone() }.with_env(lookup)
+    }
 }
 
 /// `[runtime]` in `baton.toml`.

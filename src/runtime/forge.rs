@@ -127,6 +127,49 @@ impl ImportRequest {
     }
 }
 
+/// What one item's import did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ImportedItem {
+    /// The spec.
+    pub spec_id: i64,
+    /// Its title.
+    pub title: String,
+    /// Its status.
+    pub status: String,
+    /// The item's address.
+    pub source_url: String,
+    /// `created`, `updated`, `unchanged` or `ignored`.
+    pub outcome: &'static str,
+    /// For `updated`: `title`, `body`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub changed: Vec<&'static str>,
+    /// For `ignored`: why (the spec is already approved or fired; flagged for the lead).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl ImportedItem {
+    /// The view of `o`.
+    pub fn of(o: &ImportOutcome) -> ImportedItem {
+        let spec = o.spec();
+        ImportedItem {
+            spec_id: spec.spec_id,
+            title: spec.title.clone(),
+            status: spec.status.clone(),
+            source_url: spec.source_url.clone(),
+            outcome: o.as_str(),
+            changed: match o {
+                ImportOutcome::Updated { changed, .. } => changed.clone(),
+                _ => Vec::new(),
+            },
+            reason: match o {
+                ImportOutcome::Ignored { reason, .. } => Some(reason.clone()),
+                _ => None,
+            },
+        }
+    }
+}
+
 /// An import that failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {

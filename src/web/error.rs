@@ -20,6 +20,9 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use crate::engine::EngineError;
+use crate::forge::ForgeError;
+use crate::runtime::forge::ImportError;
+use crate::runtime::merge::MergeError;
 use crate::runtime::specs::SpecError;
 use crate::runtime::BadInput;
 use crate::store::StoreError;
@@ -72,6 +75,19 @@ pub enum AppError {
     },
     /// 503: a dependency (the database) does not answer.
     Unavailable(String),
+    /// A forge call failed: 404 (no such item), 422 (a bad reference, the forge's validation),
+    /// 502 (bad credentials, the forge failing), 503 (rate limited, with `Retry-After`; a
+    /// setting missing). `details.forge` names the forge call's outcome.
+    Upstream {
+        /// The status answered.
+        status: StatusCode,
+        /// The `error` code (`forge_not_found`, `forge_rate_limited`, …).
+        code: &'static str,
+        /// What failed and what to do.
+        message: String,
+        /// Seconds until a retry may succeed.
+        retry_after: Option<u64>,
+    },
     /// 500: a failure that is not the client's; the cause is logged, not returned.
     Internal(anyhow::Error),
 }
@@ -91,7 +107,8 @@ impl AppError {
             | AppError::Unavailable(m)
             | AppError::Invalid { message: m, .. }
             | AppError::StatusConflict { message: m, .. }
-            | AppError::Conflict { message: m, .. } => m.clone(),
+            | AppError::Conflict { message: m, .. }
+            | AppError::Upstream { message: m, .. } => m.clone(),
             AppError::Internal(_) => "internal error (see the server log)".into(),
         }
     }
@@ -112,6 +129,7 @@ impl AppError {
             AppError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             AppError::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
             AppError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            AppError::Upstream { status, code, .. } => (*status, code),
             AppError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -190,6 +208,55 @@ impl From<SpecError> for AppError {
     }
 }
 
+impl From<ForgeError> for AppError {
+    /// Each forge outcome its own status and `error` code (see [`AppError::Upstream`]).
+    fn from(e: ForgeError) -> Self {
+        let (status, code, retry_after) = match &e {
+            ForgeError::NotFound { .. } => (StatusCode::NOT_FOUND, "forge_not_found", None),
+            ForgeError::Invalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unprocessable", None),
+            ForgeError::Validation { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "forge_validation", None),
+            ForgeError::BadCredentials { .. } => (StatusCode::BAD_GATEWAY, "forge_bad_credentials", None),
+            ForgeError::RateLimited { retry_after_secs, .. } => {
+                (StatusCode::SERVICE_UNAVAILABLE, "forge_rate_limited", *retry_after_secs)
+            }
+            ForgeError::Unconfigured(_) => (StatusCode::SERVICE_UNAVAILABLE, "forge_unconfigured", None),
+            ForgeError::Server { .. } | ForgeError::Network { .. } | ForgeError::Malformed { .. } => {
+                (StatusCode::BAD_GATEWAY, "forge_unavailable", None)
+            }
+            ForgeError::Refused { .. } => (StatusCode::BAD_GATEWAY, "forge_refused", None),
+        };
+        AppError::Upstream { status, code, message: e.to_string(), retry_after }
+    }
+}
+
+impl From<ImportError> for AppError {
+    fn from(e: ImportError) -> Self {
+        match e {
+            ImportError::Forge(f) => f.into(),
+            ImportError::Spec(s) => s.into(),
+        }
+    }
+}
+
+impl From<MergeError> for AppError {
+    /// No execution → 404; not mergeable (not completed, no forge link) → 409; a failed push →
+    /// 502; forge failures as [`From<ForgeError>`].
+    fn from(e: MergeError) -> Self {
+        match e {
+            MergeError::NotFound(m) => AppError::NotFound(m),
+            MergeError::Refused(m) => AppError::Conflict { message: m, reason: Some("not_mergeable") },
+            e @ MergeError::Push { .. } => AppError::Upstream {
+                status: StatusCode::BAD_GATEWAY,
+                code: "push_failed",
+                message: e.to_string(),
+                retry_after: None,
+            },
+            MergeError::Forge(f) => f.into(),
+            MergeError::Internal(e) => e.into(),
+        }
+    }
+}
+
 impl From<JsonRejection> for AppError {
     fn from(rejection: JsonRejection) -> Self {
         AppError::Body { status: rejection.status(), message: rejection.body_text() }
@@ -206,6 +273,10 @@ impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let (status, error) = self.parts();
         let message = self.message();
+        let retry_after = match &self {
+            AppError::Upstream { retry_after: Some(secs), .. } => Some(*secs),
+            _ => None,
+        };
         let details = match self {
             AppError::Conflict { reason, .. } => reason.map_or(Value::Null, |r| json!({ "reason": r })),
             AppError::Invalid { details, .. } => details,
@@ -216,6 +287,11 @@ impl IntoResponse for AppError {
             }
             _ => Value::Null,
         };
-        (status, Json(json!({ "error": error, "message": message, "details": details }))).into_response()
+        let mut response =
+            (status, Json(json!({ "error": error, "message": message, "details": details }))).into_response();
+        if let Some(secs) = retry_after {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from(secs));
+        }
+        response
     }
 }

@@ -31,8 +31,10 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 use tower_http::trace::TraceLayer;
 
+use crate::forge::{ForgeSettings, RetryPolicy};
 use crate::runtime::auth::ServerKey;
 use crate::runtime::executions::Executions;
+use crate::runtime::forge::Forges;
 use crate::runtime::pool::{Pool, DEFAULT_MAX_AGENTS};
 use crate::runtime::specs::Specs;
 use crate::runtime::BadInput;
@@ -79,6 +81,8 @@ pub struct AppState {
     record_locks: Arc<std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
     /// Forge webhook secrets and limits (none set: the webhook routes answer 503).
     pub webhooks: Arc<WebhookConfig>,
+    /// The forge clients (imports, pull requests, report-back comments).
+    pub forges: Forges,
 }
 
 impl AppState {
@@ -105,7 +109,16 @@ impl AppState {
             closing: Arc::new(tokio::sync::watch::channel(false).0),
             record_locks: Arc::default(),
             webhooks: Arc::default(),
+            forges: Forges::new(ForgeSettings::default(), RetryPolicy::default())?,
         })
+    }
+
+    /// The state with these forge clients (the server builds them from `baton.toml` and the
+    /// environment; tests point them at mock servers).
+    #[must_use]
+    pub fn with_forges(mut self, forges: Forges) -> AppState {
+        self.forges = forges;
+        self
     }
 
     /// The state with these webhook settings (the server reads them from the environment at

@@ -71,19 +71,30 @@ impl std::fmt::Debug for WebhookConfig {
 }
 
 impl WebhookConfig {
-    /// The settings from the process environment (empty values count as unset).
+    /// The settings from the process environment alone (empty values count as unset).
     pub fn from_env() -> WebhookConfig {
         WebhookConfig::from_lookup(|k| std::env::var(k).ok())
     }
 
-    /// The settings from `lookup` (an environment).
+    /// The settings from `lookup` (an environment) alone.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> WebhookConfig {
-        let get = |k: &str| lookup(k).filter(|v| !v.is_empty());
+        let settings = crate::forge::ForgeSettings::default().with_env(&lookup);
+        WebhookConfig::from_settings(&settings, lookup)
+    }
+
+    /// The secrets of `settings` (`baton.toml` with the environment on top), and the body
+    /// limit `BATON_WEBHOOK_MAX_BODY_BYTES` from `lookup` (default 5 MiB).
+    pub fn from_settings(
+        settings: &crate::forge::ForgeSettings,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> WebhookConfig {
+        let secret =
+            |s: &Option<crate::forge::Secret>| s.as_ref().map(|v| v.expose().to_string()).filter(|v| !v.is_empty());
         WebhookConfig {
-            github_secret: get("BATON_GITHUB_WEBHOOK_SECRET"),
-            ado_user: get("BATON_ADO_WEBHOOK_USER"),
-            ado_password: get("BATON_ADO_WEBHOOK_PASSWORD"),
-            max_body_bytes: get("BATON_WEBHOOK_MAX_BODY_BYTES")
+            github_secret: secret(&settings.github.webhook_secret),
+            ado_user: settings.ado.webhook_user.clone().filter(|v| !v.is_empty()),
+            ado_password: secret(&settings.ado.webhook_password),
+            max_body_bytes: lookup("BATON_WEBHOOK_MAX_BODY_BYTES")
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or(DEFAULT_MAX_BODY_BYTES),
         }

@@ -12,9 +12,9 @@ use baton::clock::Stopwatch;
 use serde_json::{json, Value};
 
 /// A `baton serve --demo` child process on a free port, killed on drop.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
     data: std::path::PathBuf,
 }
 
@@ -29,12 +29,18 @@ impl Server {
 
     /// `baton serve --demo` with `extra` flags.
     fn start_with(data: &std::path::Path, extra: &[&str]) -> Server {
+        Server::start_env(data, extra, &[])
+    }
+
+    /// `baton serve --demo` with `extra` flags and environment variables `env`.
+    pub(crate) fn start_env(data: &std::path::Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let port = free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_baton"))
             .arg("--data-dir")
             .arg(data)
             .args(["serve", "--demo", "--bind", &format!("127.0.0.1:{port}")])
             .args(extra)
+            .envs(env.iter().copied())
             .env_remove("BATON_CRASH_AT")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -52,7 +58,7 @@ impl Server {
     }
 
     /// One HTTP/1.1 request (`Connection: close`); (status, JSON body or Null).
-    fn request(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    pub(crate) fn request(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
         self.request_as(method, path, body, None)
     }
 
@@ -66,7 +72,7 @@ impl Server {
     }
 
     /// A raw request with `extra` header lines; (status, head, body text).
-    fn raw(&self, method: &str, path: &str, extra: &str, body: &str) -> (u16, String, String) {
+    pub(crate) fn raw(&self, method: &str, path: &str, extra: &str, body: &str) -> (u16, String, String) {
         let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
         stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         let head = format!(
@@ -82,7 +88,7 @@ impl Server {
         (status, head.to_string(), body.to_string())
     }
 
-    fn spec(&self, id: i64) -> Value {
+    pub(crate) fn spec(&self, id: i64) -> Value {
         let (status, body) = self.request("GET", &format!("/api/v1/specs/{id}"), None);
         assert_eq!(status, 200, "{body}");
         body

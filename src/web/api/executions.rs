@@ -37,6 +37,7 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/{task_id}/amend", post(amend))
         .route("/{task_id}/pause", post(pause))
         .route("/{task_id}/resume", post(resume))
+        .route("/{task_id}/merge", get(merge_state).post(merge))
 }
 
 /// One execution in the list (its board summary).
@@ -516,4 +517,24 @@ async fn amend(
     fields.insert("kind".into(), serde_json::Value::String("amended".into()));
     let parsed: Event = serde_json::from_value(body).map_err(|e| AppError::Unprocessable(format!("amendment: {e}")))?;
     record(&app, &task_id, event(parsed.kind, parsed.idempotency_key, actor)).await
+}
+
+/// `POST …/merge`: push the feature branch and find or open the pull request (idempotent).
+async fn merge(
+    State(app): State<AppState>,
+    Path(task_id): Path<String>,
+    actor: Actor,
+) -> Result<Json<crate::store::MergeRow>, AppError> {
+    Ok(Json(crate::runtime::merge::merge(&app.execs, &app.forges, &task_id, &actor.0).await?))
+}
+
+/// `GET …/merge`: how the execution's merge stands; 404 before one began.
+async fn merge_state(
+    State(app): State<AppState>,
+    Path(task_id): Path<String>,
+) -> Result<Json<crate::store::MergeRow>, AppError> {
+    match app.execs.store().merge(&task_id).await.map_err(anyhow::Error::from)? {
+        Some(row) => Ok(Json(row)),
+        None => Err(AppError::NotFound(format!("execution {task_id} has not been merged"))),
+    }
 }

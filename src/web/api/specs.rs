@@ -11,6 +11,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
 use crate::model::spec::SpecStage;
+use crate::runtime::forge::ImportedItem;
 use crate::runtime::specs::{SpecEdit, SpecInput};
 use crate::store::{SpecEventRow, SpecFilter, SpecRow};
 use crate::web::board::{self, Board};
@@ -22,6 +23,7 @@ use crate::web::AppState;
 pub(crate) fn router() -> Router<AppState> {
     Router::new()
         .route("/", get(list).post(create))
+        .route("/import", post(import))
         .route("/{id}", get(show).patch(edit))
         .route("/{id}/enrich", post(enrich))
         .route("/{id}/plan", axum::routing::put(upload_plan))
@@ -34,6 +36,37 @@ pub(crate) fn router() -> Router<AppState> {
 /// The board route, `/api/v1/board`.
 pub(crate) fn board_router() -> Router<AppState> {
     Router::new().route("/api/v1/board", get(board_json))
+}
+
+/// `POST /api/v1/specs/import` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ImportBody {
+    /// The project the specs join.
+    project: String,
+    /// `github:OWNER/REPO#N`, `ado:ORG/PROJECT#ID`; with `label`: `github:OWNER/REPO`; with
+    /// `wiql`: `ado:ORG/PROJECT`.
+    #[serde(rename = "ref")]
+    reference: String,
+    #[serde(default)]
+    label: Option<String>,
+    #[serde(default)]
+    wiql: Option<String>,
+}
+
+/// `POST /api/v1/specs/import`: 201 when a spec was created, else 200; `items` in the
+/// forge's order.
+async fn import(
+    State(app): State<AppState>,
+    actor: Actor,
+    ApiJson(b): ApiJson<ImportBody>,
+) -> Result<(StatusCode, Json<serde_json::Value>), AppError> {
+    let request = crate::runtime::forge::ImportRequest::parse(&b.reference, b.label.as_deref(), b.wiql.as_deref())?;
+    let outcomes = crate::runtime::forge::import(&app.specs, &app.forges, &b.project, &request, &actor.0).await?;
+    let items: Vec<ImportedItem> = outcomes.iter().map(ImportedItem::of).collect();
+    let created = items.iter().filter(|i| i.outcome == "created").count();
+    let status = if created > 0 { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(serde_json::json!({ "imported": items.len(), "created": created, "items": items }))))
 }
 
 /// A spec's id in a path: a positive integer.

@@ -1,0 +1,115 @@
+//! `baton spec import` and `baton merge`: the forge commands, run on the data dir directly
+//! (beside a running server, like every other command).
+//!
+//! Owns argument parsing and printing; the work is the runtime's
+//! ([`import`](crate::runtime::forge::import), [`merge`](crate::runtime::merge::merge)).
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::Subcommand;
+
+use crate::forge::{ForgeError, RetryPolicy};
+use crate::runtime::config::DataDir;
+use crate::runtime::executions::Executions;
+use crate::runtime::forge::{import, Forges, ImportError, ImportOutcome, ImportRequest};
+use crate::runtime::merge::MergeError;
+use crate::runtime::pool::Pool;
+use crate::runtime::specs::{SpecError, Specs};
+use crate::runtime::BadInput;
+
+/// `baton spec …`.
+#[derive(Debug, Subcommand)]
+pub(super) enum SpecCommand {
+    /// Import an issue or work item as a spec (again: update it, saying what changed):
+    /// `github:OWNER/REPO#N`, `ado:ORG/PROJECT#ID`; with --label, every open issue of
+    /// `github:OWNER/REPO` carrying it; with --wiql, every work item the query selects in
+    /// `ado:ORG/PROJECT`. Credentials: GITHUB_TOKEN, ADO_PAT (or baton.toml).
+    Import {
+        /// What to import.
+        reference: String,
+        /// The project the specs join.
+        #[arg(long)]
+        project: String,
+        /// Bulk: the label of the GitHub issues to import.
+        #[arg(long)]
+        label: Option<String>,
+        /// Bulk: the WIQL query selecting the Azure DevOps work items to import.
+        #[arg(long)]
+        wiql: Option<String>,
+    },
+}
+
+/// The forge clients of the data dir's configuration and the environment.
+fn forges(data: &DataDir) -> anyhow::Result<Forges> {
+    let settings = data.config()?.forge_settings(|k| std::env::var(k).ok());
+    Forges::new(settings, RetryPolicy::default()).map_err(cli_error)
+}
+
+/// A forge error as the CLI's error: a request Baton refuses is bad input (exit 2).
+fn cli_error(e: ForgeError) -> anyhow::Error {
+    match e {
+        ForgeError::Invalid(m) => BadInput(m).into(),
+        e => anyhow::Error::new(e),
+    }
+}
+
+/// Runs `baton spec import`.
+///
+/// Errors: a bad reference or unknown project (exit 2); a forge failure (exit 1), its text
+/// saying what to do.
+pub(super) async fn spec_command(data_dir: &Path, command: SpecCommand, json: bool) -> anyhow::Result<ExitCode> {
+    let SpecCommand::Import { reference, project, label, wiql } = command;
+    let data = DataDir::open(data_dir)?;
+    let request = ImportRequest::parse(&reference, label.as_deref(), wiql.as_deref()).map_err(cli_error)?;
+    let forges = forges(&data)?;
+    let execs = Executions::open(data).await?;
+    let specs = Specs::new(Pool::new(execs, 1));
+    let actor = std::env::var("USER").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| "cli".into());
+    let outcomes = import(&specs, &forges, &project, &request, &format!("cli:{actor}")).await.map_err(|e| match e {
+        ImportError::Forge(f) => cli_error(f),
+        ImportError::Spec(SpecError::NotFound(m)) => BadInput(m).into(),
+        ImportError::Spec(s) => anyhow::Error::new(s),
+    })?;
+    if json {
+        let items: Vec<_> = outcomes.iter().map(crate::runtime::forge::ImportedItem::of).collect();
+        outln!("{}", serde_json::json!({ "imported": items.len(), "items": items }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if outcomes.is_empty() {
+        outln!("nothing to import: {reference} selected no items");
+    }
+    for o in &outcomes {
+        let spec = o.spec();
+        let what = match o {
+            ImportOutcome::Updated { changed, .. } => format!("updated ({} changed)", changed.join(" and ")),
+            ImportOutcome::Ignored { reason, .. } => format!("flagged for the lead: {reason}"),
+            o => o.as_str().to_string(),
+        };
+        outln!("spec {} {what}: {} ({})", spec.spec_id, spec.title, spec.source_url);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `baton merge TASK_ID`: push the feature branch and find or open the pull request.
+///
+/// Errors: no such execution, or not mergeable (exit 2, with the local git commands when the
+/// project has no forge link); a push or forge failure (exit 1).
+pub(super) async fn merge_command(data_dir: &Path, task_id: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let data = DataDir::open(data_dir)?;
+    let forges = forges(&data)?;
+    let execs = Executions::open(data).await?;
+    let actor = std::env::var("USER").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| "cli".into());
+    let row =
+        crate::runtime::merge::merge(&execs, &forges, task_id, &format!("cli:{actor}")).await.map_err(|e| match e {
+            MergeError::NotFound(m) | MergeError::Refused(m) => BadInput(m).into(),
+            MergeError::Forge(f) => cli_error(f),
+            e => anyhow::Error::new(e),
+        })?;
+    if json {
+        outln!("{}", serde_json::to_string(&row)?);
+    } else {
+        outln!("pull request {} ({} pushed at {})", row.pr_url, row.branch, row.pushed_sha);
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,378 @@
+//! The forge flow end to end: a real `baton serve` process pointed (through
+//! `BATON_GITHUB_API_URL` / `BATON_ADO_API_URL`) at local mock forges that replay the recorded
+//! responses of `../shared/fixtures`. An issue and a work item are imported (REST, CLI and a
+//! signed webhook delivery), fired with the demo agent, and merged: the feature branch is
+//! pushed to a local bare repository and the pull request is opened on the mock, its request
+//! body holding the plan and the commits. Merging again links the same pull request; a second
+//! identical delivery changes nothing; a project without a forge link gets the git commands.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use baton::clock::Stopwatch;
+use hmac::{Hmac, Mac};
+use serde_json::{json, Value};
+use wiremock::matchers::{method, path, path_regex};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+use crate::common::{fixtures, Workspace};
+use crate::serve::Server;
+
+const TOKEN: &str = "ghp_forge_flow_token_never_printed";
+const PAT: &str = "ado_forge_flow_pat_never_printed";
+/// GitHub's documented test secret, which the recorded deliveries were signed with.
+const SECRET: &str = "It's a Secret to Everybody";
+
+fn read_json(dir: &Path, name: &str) -> Value {
+    serde_json::from_slice(&std::fs::read(dir.join(name)).unwrap()).unwrap()
+}
+
+/// A repository whose `origin` is a fresh bare repository; (workspace, bare path).
+fn repo_with_remote() -> (Workspace, PathBuf) {
+    let ws = Workspace::with_repo(&[("README.md", "hello\n"), ("src/lib.rs", "pub fn f() {}\n")]);
+    let bare = ws.tmp.path().join("remote.git");
+    let out = std::process::Command::new("git").args(["init", "-q", "--bare"]).arg(&bare).output().unwrap();
+    assert!(out.status.success());
+    ws.git(&["remote", "add", "origin", bare.to_str().unwrap()]);
+    (ws, bare)
+}
+
+fn git_in(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git").arg("-C").arg(dir).args(args).output().unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The mock GitHub: the recorded issue and pull request, no pull request for any branch yet,
+/// comments accepted.
+async fn github_mock(dir: &Path) -> MockServer {
+    let mock = MockServer::start().await;
+    let issue = read_json(dir, "github-api/issue.get.200.json");
+    Mock::given(method("GET"))
+        .and(path("/repos/PyGithub/PyGithub/issues/28"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(&issue["response"]["body"]))
+        .mount(&mock)
+        .await;
+    Mock::given(method("GET"))
+        .and(path_regex(r"^/repos/[^/]+/[^/]+/pulls$"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!([])))
+        .mount(&mock)
+        .await;
+    let created = read_json(dir, "github-api/pulls.create.201.json");
+    Mock::given(method("POST"))
+        .and(path_regex(r"^/repos/[^/]+/[^/]+/pulls$"))
+        .respond_with(ResponseTemplate::new(201).set_body_json(&created["response_body"]))
+        .mount(&mock)
+        .await;
+    Mock::given(method("POST"))
+        .and(path_regex(r"^/repos/[^/]+/[^/]+/issues/\d+/comments$"))
+        .respond_with(
+            ResponseTemplate::new(201)
+                .set_body_json(json!({"id": 1, "html_url": "https://github.com/c/1", "body": ""})),
+        )
+        .mount(&mock)
+        .await;
+    mock
+}
+
+/// The mock Azure DevOps: the recorded work item 12, no pull request yet, a created one.
+async fn ado_mock(dir: &Path) -> MockServer {
+    let mock = MockServer::start().await;
+    let item = read_json(dir, "azure-devops/rest/workitem.get.json");
+    Mock::given(method("GET"))
+        .and(path("/fabrikam/Fabrikam-Fiber-Git/_apis/wit/workitems/12"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(&item["responses"]["200"]["body"]))
+        .mount(&mock)
+        .await;
+    let prs = "/fabrikam/Fabrikam-Fiber-Git/_apis/git/repositories/Fabrikam-Fiber-Git/pullrequests";
+    Mock::given(method("GET"))
+        .and(path(prs))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"value": [], "count": 0})))
+        .mount(&mock)
+        .await;
+    // No pull request fixture exists for Azure DevOps: the documented shape's fields Baton reads.
+    let pr = json!({"pullRequestId": 41, "status": "active",
+        "repository": {"webUrl": "https://dev.azure.com/fabrikam/Fabrikam-Fiber-Git/_git/Fabrikam-Fiber-Git"}});
+    Mock::given(method("POST"))
+        .and(path(prs))
+        .respond_with(ResponseTemplate::new(201).set_body_json(pr))
+        .mount(&mock)
+        .await;
+    Mock::given(method("POST"))
+        .and(path_regex(r"^/fabrikam/Fabrikam-Fiber-Git/_apis/wit/workItems/\d+/comments$"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": 7, "text": ""})))
+        .mount(&mock)
+        .await;
+    mock
+}
+
+fn start(data: &Path, github: &MockServer, ado: &MockServer) -> Server {
+    let (gh, az) = (github.uri(), ado.uri());
+    Server::start_env(
+        data,
+        &[],
+        &[
+            ("BATON_GITHUB_API_URL", gh.as_str()),
+            ("GITHUB_TOKEN", TOKEN),
+            ("BATON_ADO_API_URL", az.as_str()),
+            ("ADO_PAT", PAT),
+            ("BATON_GITHUB_WEBHOOK_SECRET", SECRET),
+        ],
+    )
+}
+
+fn register(server: &Server, name: &str, repo: &Path, forge_repo: &str, label: &str) {
+    let body = json!({"name": name, "repo_path": repo, "agent_profile": "demo", "forge_repo": forge_repo,
+                      "trigger_label": label});
+    let (status, answer) = server.request("POST", "/api/v1/projects", Some(body));
+    assert_eq!(status, 201, "{answer}");
+}
+
+/// Enriches, approves and fires spec `id`, deciding every approval it waits for, until its
+/// changelist is ready; its task id.
+fn fire_to_changelist(server: &Server, id: i64) -> String {
+    for (action, body) in [("enrich", None), ("review", Some(json!({"decision": "approve"}))), ("fire", None)] {
+        let (status, answer) = server.request("POST", &format!("/api/v1/specs/{id}/{action}"), body);
+        assert_eq!(status, 200, "{action}: {answer}");
+    }
+    let task_id = server.spec(id)["task_id"].as_str().unwrap().to_string();
+    let start = Stopwatch::start();
+    loop {
+        let spec = server.spec(id);
+        match spec["stage"].as_str().unwrap() {
+            "changelist_review" => return task_id,
+            "failed" | "cancelled" => panic!("spec {id} stopped: {spec}"),
+            "awaiting_human" => {
+                let (_, view) = server.request("GET", &format!("/api/v1/executions/{task_id}"), None);
+                if let Some(phase) = view["pending_approval_request"]["phase_id"].as_i64() {
+                    let body = json!({"phase_id": phase, "result": "approve"});
+                    let (status, answer) =
+                        server.request("POST", &format!("/api/v1/executions/{task_id}/approve"), Some(body));
+                    assert!(status == 201 || status == 409, "{answer}");
+                }
+            }
+            _ => {}
+        }
+        assert!(start.elapsed() < Duration::from_secs(90), "spec {id} never reached its changelist: {spec}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The requests the mock received with `method` on a path matching `suffix`.
+async fn received(mock: &MockServer, verb: &str, suffix: &str) -> Vec<wiremock::Request> {
+    mock.received_requests()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.method.as_str() == verb && r.url.path().ends_with(suffix))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_imported_issue_and_work_item_end_as_pull_requests_with_the_plan_and_commits() {
+    let Some(dir) = fixtures() else { return };
+    let (github, ado) = (github_mock(&dir).await, ado_mock(&dir).await);
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let server = start(&data, &github, &ado);
+    let (gh_ws, gh_bare) = repo_with_remote();
+    let (ado_ws, ado_bare) = repo_with_remote();
+    register(&server, "gh", &gh_ws.repo(), "PyGithub/PyGithub", "");
+    register(&server, "az", &ado_ws.repo(), "ado:fabrikam/Fabrikam-Fiber-Git", "");
+
+    // GitHub: the recorded issue, imported over REST.
+    let body = json!({"project": "gh", "ref": "github:PyGithub/PyGithub#28"});
+    let (status, imported) = server.request("POST", "/api/v1/specs/import", Some(body.clone()));
+    assert_eq!(status, 201, "{imported}");
+    let item = &imported["items"][0];
+    assert_eq!(item["outcome"], "created");
+    assert_eq!(item["title"], "Issue created by PyGithub");
+    assert_eq!(item["source_url"], "https://github.com/PyGithub/PyGithub/issues/28");
+    let gh_id = item["spec_id"].as_i64().unwrap();
+    let spec = server.spec(gh_id);
+    let meta: Value = serde_json::from_str(spec["source_meta"].as_str().unwrap()).unwrap();
+    assert_eq!(meta["labels"], json!(["bug", "question"]));
+    assert_eq!(meta["item_ref"], "github:PyGithub/PyGithub#28");
+    let issue_get = received(&github, "GET", "/issues/28").await;
+    assert_eq!(issue_get[0].headers["authorization"], format!("Bearer {TOKEN}"));
+    // Importing it again changes nothing.
+    let (status, again) = server.request("POST", "/api/v1/specs/import", Some(body));
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["items"][0]["outcome"], "unchanged");
+    assert_eq!(again["items"][0]["spec_id"], gh_id);
+
+    // Azure DevOps: work item 12, imported with the CLI beside the running server.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["spec", "import", "ado:fabrikam/Fabrikam-Fiber-Git#12", "--project", "az"])
+        .env("BATON_ADO_API_URL", ado.uri())
+        .env("ADO_PAT", PAT)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("created: Epic 2"), "{stdout}");
+    let ado_id: i64 = stdout.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let meta: Value = serde_json::from_str(server.spec(ado_id)["source_meta"].as_str().unwrap()).unwrap();
+    assert_eq!(meta["item_type"], "User Story");
+    assert_eq!(meta["labels"], json!(["client", "sample", "teamservices"]));
+    let item_get = received(&ado, "GET", "/wit/workitems/12").await;
+    assert_eq!(item_get[0].url.query_pairs().find(|(k, _)| k == "api-version").unwrap().1, "7.1");
+
+    // Both fired with the demo agent, then merged.
+    let gh_task = fire_to_changelist(&server, gh_id);
+    let ado_task = fire_to_changelist(&server, ado_id);
+    let (status, merged) = server.request("POST", &format!("/api/v1/executions/{gh_task}/merge"), None);
+    assert_eq!(status, 200, "{merged}");
+    assert_eq!(merged["state"], "opened");
+    assert_eq!(merged["pr_url"], "https://github.com/example-owner-2/rust/pull/7");
+    let branch = format!("baton/{gh_task}");
+    assert_eq!(git_in(&gh_bare, &["rev-parse", &branch]), merged["pushed_sha"].as_str().unwrap());
+    let posts = received(&github, "POST", "/repos/PyGithub/PyGithub/pulls").await;
+    assert_eq!(posts.len(), 1);
+    let pr: Value = serde_json::from_slice(&posts[0].body).unwrap();
+    assert_eq!(pr["head"], branch);
+    let pr_body = pr["body"].as_str().unwrap();
+    let state = server.request("GET", &format!("/api/v1/executions/{gh_task}"), None).1;
+    for phase in state["plan"]["phases"].as_array().unwrap() {
+        assert!(pr_body.contains(phase["name"].as_str().unwrap()), "the body lists phase {}: {pr_body}", phase["name"]);
+        for step in phase["steps"].as_array().unwrap() {
+            let line = format!("{} `{}`", step["step_id"].as_str().unwrap(), step["agent_name"].as_str().unwrap());
+            assert!(pr_body.contains(&line), "the body lists step {line}: {pr_body}");
+        }
+    }
+    let log = git_in(&gh_bare, &["log", "--format=%H", &branch, "-n", "1"]);
+    assert!(pr_body.contains(&log[..12]), "the body lists the branch tip commit {log}: {pr_body}");
+    assert!(pr_body.contains("## Gates") && pr_body.contains("## Approvals") && pr_body.contains("spent"), "{pr_body}");
+
+    // Merging again: the same pull request, nothing opened twice.
+    let (status, again) = server.request("POST", &format!("/api/v1/executions/{gh_task}/merge"), None);
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["pr_url"], merged["pr_url"]);
+    assert_eq!(received(&github, "POST", "/pulls").await.len(), 1);
+
+    // Azure DevOps, through the CLI.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["--json", "merge", &ado_task])
+        .env("BATON_ADO_API_URL", ado.uri())
+        .env("ADO_PAT", PAT)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let row: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(
+        row["pr_url"],
+        "https://dev.azure.com/fabrikam/Fabrikam-Fiber-Git/_git/Fabrikam-Fiber-Git/pullrequest/41"
+    );
+    let posts = received(&ado, "POST", "/pullrequests").await;
+    assert_eq!(posts.len(), 1);
+    let pr: Value = serde_json::from_slice(&posts[0].body).unwrap();
+    assert_eq!(pr["sourceRefName"], format!("refs/heads/baton/{ado_task}"));
+    assert!(pr["description"].as_str().unwrap().contains("## Plan"), "{pr}");
+    git_in(&ado_bare, &["rev-parse", &format!("baton/{ado_task}")]);
+
+    // No credential ever reached a page, an answer or the log.
+    for (_, text) in [server.raw("GET", &format!("/specs/{gh_id}"), "", ""), server.raw("GET", "/", "", "")]
+        .iter()
+        .map(|(s, h, b)| (s, format!("{h}{b}")))
+    {
+        assert!(!text.contains(TOKEN) && !text.contains(PAT));
+    }
+}
+
+fn sign(body: &[u8]) -> String {
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// Posts a webhook delivery (`raw` bytes with the recorded headers) to the server.
+fn deliver(server: &Server, body: &[u8], headers: &Value, delivery: &str) -> (u16, Value) {
+    let mut extra = String::new();
+    for (k, v) in headers.as_object().unwrap() {
+        let v = v.as_str().unwrap();
+        match k.as_str() {
+            "Host" | "Content-Length" => {}
+            "X-Hub-Signature-256" => extra.push_str(&format!("{k}: {}\r\n", sign(body))),
+            "X-GitHub-Delivery" => extra.push_str(&format!("{k}: {delivery}\r\n")),
+            _ => extra.push_str(&format!("{k}: {v}\r\n")),
+        }
+    }
+    let (status, _, text) = server.raw("POST", "/webhooks/github", &extra, std::str::from_utf8(body).unwrap());
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_imported_issue_ends_as_a_pull_request_and_a_redelivery_changes_nothing() {
+    let Some(dir) = fixtures() else { return };
+    let (github, ado) = (github_mock(&dir).await, ado_mock(&dir).await);
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let server = start(&data, &github, &ado);
+    let (ws, bare) = repo_with_remote();
+    register(&server, "hooked", &ws.repo(), "example-user-1/Hello-World", "bug");
+
+    // The recorded delivery, exactly as GitHub sent it (its own signature and delivery id).
+    let body = std::fs::read(dir.join("github-webhooks/issues.opened.json")).unwrap();
+    let headers = read_json(&dir, "github-webhooks/issues.opened.headers.json");
+    let recorded = headers["X-GitHub-Delivery"].as_str().unwrap().to_string();
+    let (status, answer) = deliver(&server, &body, &headers, &recorded);
+    assert_eq!(status, 201, "{answer}");
+    let id = answer["spec_id"].as_i64().unwrap();
+    let specs_before = server.request("GET", "/api/v1/specs?limit=200", None).1;
+    // The second identical delivery: acknowledged, nothing applied.
+    let (status, again) = deliver(&server, &body, &headers, &recorded);
+    assert_eq!((status, again), (200, json!({"duplicate": true})));
+    assert_eq!(server.request("GET", "/api/v1/specs?limit=200", None).1, specs_before);
+
+    let task_id = fire_to_changelist(&server, id);
+    let (status, merged) = server.request("POST", &format!("/api/v1/executions/{task_id}/merge"), None);
+    assert_eq!(status, 200, "{merged}");
+    let posts = received(&github, "POST", "/repos/example-user-1/Hello-World/pulls").await;
+    assert_eq!(posts.len(), 1);
+    let pr: Value = serde_json::from_slice(&posts[0].body).unwrap();
+    assert!(pr["body"].as_str().unwrap().contains("https://github.com/example-user-1/Hello-World/issues/1"), "{pr}");
+    assert!(pr["body"].as_str().unwrap().contains("## Commits"), "{pr}");
+    git_in(&bare, &["rev-parse", &format!("baton/{task_id}")]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merge_refuses_what_it_cannot_merge_and_says_how() {
+    let Some(dir) = fixtures() else { return };
+    let (github, ado) = (github_mock(&dir).await, ado_mock(&dir).await);
+    let tmp = tempfile::tempdir().unwrap();
+    let server = start(&tmp.path().join("data"), &github, &ado);
+
+    // The demo project has no forge link: the git commands, and no call to any forge.
+    let (status, spec) =
+        server.request("POST", "/api/v1/specs", Some(json!({"project": "demo", "title": "Say hello politely"})));
+    assert_eq!(status, 201, "{spec}");
+    let task_id = fire_to_changelist(&server, spec["spec_id"].as_i64().unwrap());
+    let (status, refused) = server.request("POST", &format!("/api/v1/executions/{task_id}/merge"), None);
+    assert_eq!(status, 409, "{refused}");
+    let message = refused["message"].as_str().unwrap();
+    assert!(message.contains(&format!("git merge --no-ff baton/{task_id}")), "{message}");
+    assert_eq!(refused["details"]["reason"], "not_mergeable");
+    let (status, _) = server.request("GET", &format!("/api/v1/executions/{task_id}/merge"), None);
+    assert_eq!(status, 404);
+    assert!(github.received_requests().await.unwrap().is_empty());
+
+    // No such execution; a bad reference; a pull request given as an issue.
+    let (status, _) = server.request("POST", "/api/v1/executions/nope/merge", None);
+    assert_eq!(status, 404);
+    let (status, bad) =
+        server.request("POST", "/api/v1/specs/import", Some(json!({"project": "demo", "ref": "github:nope"})));
+    assert_eq!(status, 422, "{bad}");
+    assert!(bad["message"].as_str().unwrap().contains("github:OWNER/REPO#NUMBER"), "{bad}");
+    let (status, bad) = server.request(
+        "POST",
+        "/api/v1/specs/import",
+        Some(json!({"project": "nope", "ref": "github:PyGithub/PyGithub#28"})),
+    );
+    assert_eq!(status, 404, "{bad}");
+    assert!(received(&github, "GET", "/issues/28").await.is_empty(), "an unknown project calls no forge");
+}
