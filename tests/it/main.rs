@@ -9,6 +9,7 @@ mod cli;
 mod common;
 mod crash;
 mod daemon;
+mod forge_clients;
 mod forge_flow;
 mod golden_plan;
 mod layering;

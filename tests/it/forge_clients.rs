@@ -1,0 +1,622 @@
+//! The forge clients (`forge::github::GitHub`, `forge::ado::AzureDevOps`) against a local
+//! wiremock server replaying the recorded REST exchanges of `../shared/fixtures` (bodies and
+//! headers as recorded, `Link` headers rewritten to the mock):
+//!
+//! - GitHub: issue import (with the token) and a pull request refused as an issue; a label list
+//!   across five `Link` pages; opening and finding pull requests; every recorded error (401,
+//!   403 primary rate limit as recorded, with a far reset and with `retry-after`, 404, 422);
+//!   5xx retries; writes without a token.
+//! - Azure DevOps: a work item (Basic auth with the PAT, api-version 7.1), a WIQL query and its
+//!   batch GET in the query's order, a comment (api-version 7.1-preview.4), the 203 sign-in page
+//!   and a missing PAT.
+//! - Every error's `Display` and `Debug` text is free of the credentials.
+
+use std::path::Path;
+use std::time::Duration;
+
+use baton::clock::Stopwatch;
+use baton::forge::ado::AzureDevOps;
+use baton::forge::github::{GitHub, PullRequest};
+use baton::forge::{ForgeError, ForgeSettings, NewPull, RetryPolicy, Secret};
+use serde_json::{json, Value};
+use wiremock::matchers::{body_json, header, method, path, query_param};
+use wiremock::{Mock, MockServer, Request, ResponseTemplate};
+
+use crate::common::fixtures;
+
+/// The GitHub token: distinctive, so a leak into an error's text is found.
+const TOKEN: &str = "ghp_SECRET_do_not_print";
+/// The Azure DevOps PAT, likewise.
+const PAT: &str = "ado_PAT_SECRET_do_not_print";
+/// `Basic` of `:` + [`PAT`]: Azure DevOps' documented form (empty user, the PAT as password).
+const PAT_BASIC: &str = "Basic OmFkb19QQVRfU0VDUkVUX2RvX25vdF9wcmludA==";
+const ORG: &str = "fabrikam";
+const PROJECT: &str = "Fabrikam-Fiber-Git";
+
+// ---------------------------------------------------------------------------------------------
+// Helpers: clients on the mock, recorded answers, assertions.
+// ---------------------------------------------------------------------------------------------
+
+/// Retries without real waits: two 5xx retries 1 ms apart; no rate-limit wait over 10 ms.
+fn fast() -> RetryPolicy {
+    RetryPolicy {
+        server_retries: 2,
+        backoff: Duration::from_millis(1),
+        max_rate_limit_wait: Duration::from_millis(10),
+        rate_limit_waits: 2,
+    }
+}
+
+/// A GitHub client on `server` with [`TOKEN`] (or anonymous).
+fn github_with(server: &MockServer, token: Option<&str>, policy: RetryPolicy) -> GitHub {
+    let mut settings = ForgeSettings::default();
+    settings.github.api_url = Some(server.uri());
+    settings.github.token = token.map(Secret::new);
+    GitHub::new(&settings, policy).unwrap()
+}
+
+fn github(server: &MockServer, policy: RetryPolicy) -> GitHub {
+    github_with(server, Some(TOKEN), policy)
+}
+
+/// An Azure DevOps client on `server` with `pat`.
+fn azure(server: &MockServer, pat: Option<&str>) -> AzureDevOps {
+    let mut settings = ForgeSettings::default();
+    settings.ado.api_url = Some(server.uri());
+    settings.ado.pat = pat.map(Secret::new);
+    AzureDevOps::new(&settings, fast()).unwrap()
+}
+
+fn read_json(dir: &Path, rel: &str) -> Value {
+    let path = dir.join(rel);
+    serde_json::from_slice(&std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
+}
+
+/// The recorded 200 body of an Azure DevOps REST example.
+fn ado_body(dir: &Path, name: &str) -> Value {
+    let v = read_json(dir, &format!("azure-devops/rest/{name}.json"));
+    v["responses"]["200"]["body"].clone()
+}
+
+/// Headers the mock writes itself (framing) or that are not headers at all (PyGithub's
+/// `status`); the recorded bodies are stored decoded, so `content-encoding` would lie.
+const NOT_REPLAYED: [&str; 5] = ["status", "content-length", "content-encoding", "transfer-encoding", "connection"];
+
+/// One recorded answer, whatever the file's shape.
+#[derive(Debug, Clone)]
+struct Recorded {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Value,
+}
+
+impl Recorded {
+    /// Reads one exchange: PyGithub's `{request, response: {status, headers: [[k, v]], body}}`,
+    /// octokit's `{method, path, status, response, headers: {k: v}}`, or
+    /// `{kind, method, path, request_body, response_code, response_body}`.
+    fn of(v: &Value) -> Option<Recorded> {
+        if let Some(r) = v.get("response").filter(|r| r.get("status").is_some()) {
+            return Some(Recorded {
+                status: u16::try_from(r["status"].as_u64()?).ok()?,
+                headers: header_pairs(&r["headers"]),
+                body: r["body"].clone(),
+            });
+        }
+        if let Some(status) = v.get("response_code").and_then(Value::as_u64) {
+            return Some(Recorded {
+                status: u16::try_from(status).ok()?,
+                headers: Vec::new(),
+                body: v["response_body"].clone(),
+            });
+        }
+        Some(Recorded {
+            status: u16::try_from(v.get("status")?.as_u64()?).ok()?,
+            headers: header_pairs(&v["headers"]),
+            body: v["response"].clone(),
+        })
+    }
+
+    /// The exchange of `rel` (one exchange or a list) answering `status`.
+    fn find(dir: &Path, rel: &str, status: u16) -> Recorded {
+        let entries = match read_json(dir, rel) {
+            Value::Array(list) => list,
+            one => vec![one],
+        };
+        entries
+            .iter()
+            .filter_map(Recorded::of)
+            .find(|r| r.status == status)
+            .unwrap_or_else(|| panic!("{rel} records no {status} answer"))
+    }
+
+    /// The recorded header `name`.
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    /// The answer as recorded: status, headers (but [`NOT_REPLAYED`]) and JSON body.
+    fn template(&self) -> ResponseTemplate {
+        let mut t = ResponseTemplate::new(self.status);
+        for (k, v) in &self.headers {
+            if !NOT_REPLAYED.iter().any(|n| k.eq_ignore_ascii_case(n)) {
+                t = t.append_header(k.to_ascii_lowercase().as_str(), v.as_str());
+            }
+        }
+        t.set_body_json(&self.body)
+    }
+}
+
+/// `[[k, v], …]` or `{k: v, …}` (numbers as text).
+fn header_pairs(v: &Value) -> Vec<(String, String)> {
+    let text = |v: &Value| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string());
+    match v {
+        Value::Array(list) => list.iter().map(|p| (text(&p[0]), text(&p[1]))).collect(),
+        Value::Object(map) => map.iter().map(|(k, v)| (k.clone(), text(v))).collect(),
+        _ => Vec::new(),
+    }
+}
+
+async fn requests(server: &MockServer) -> Vec<Request> {
+    server.received_requests().await.unwrap()
+}
+
+fn query(request: &Request, key: &str) -> Option<String> {
+    request.url.query_pairs().find(|(k, _)| k == key).map(|(_, v)| v.into_owned())
+}
+
+fn authorization(request: &Request) -> &str {
+    request.headers.get("authorization").map(|v| v.to_str().unwrap()).unwrap_or_default()
+}
+
+/// Neither the text nor the `Debug` of `err` holds a credential (raw or Basic-encoded).
+fn assert_secret_free(err: &ForgeError) {
+    let (shown, debug) = (format!("{err}"), format!("{err:?}"));
+    let basic = PAT_BASIC.trim_start_matches("Basic ");
+    for secret in [TOKEN, PAT, basic] {
+        assert!(!shown.contains(secret), "Display leaks a credential: {shown}");
+        assert!(!debug.contains(secret), "Debug leaks a credential: {debug}");
+    }
+}
+
+/// Serves `answer` to every GET of issue `o/r#1` and fetches it: the error and how many
+/// requests the server saw.
+async fn issue_error(answer: ResponseTemplate, policy: RetryPolicy) -> (ForgeError, usize) {
+    let server = MockServer::start().await;
+    Mock::given(method("GET")).and(path("/repos/o/r/issues/1")).respond_with(answer).mount(&server).await;
+    let err = github(&server, policy).issue("o", "r", 1).await.unwrap_err();
+    assert_secret_free(&err);
+    (err, requests(&server).await.len())
+}
+
+// ---------------------------------------------------------------------------------------------
+// GitHub: issues.
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn github_issue_is_imported_with_the_token() {
+    let Some(dir) = fixtures() else { return };
+    let recorded = Recorded::find(&dir, "github-api/issue.get.200.json", 200);
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/repos/PyGithub/PyGithub/issues/28"))
+        .and(header("authorization", format!("Bearer {TOKEN}").as_str()))
+        .respond_with(recorded.template())
+        .expect(1)
+        .mount(&server)
+        .await;
+
+    let item = github(&server, fast()).issue("PyGithub", "PyGithub", 28).await.unwrap();
+    let issue = &recorded.body;
+    assert_eq!(item.source, "github");
+    assert_eq!(item.title, "Issue created by PyGithub");
+    assert_eq!(item.title, issue["title"].as_str().unwrap());
+    assert_eq!(item.url, "https://github.com/PyGithub/PyGithub/issues/28");
+    assert_eq!(item.body, issue["body"].as_str().unwrap_or_default());
+    assert_eq!(item.meta.labels, ["bug", "question"]);
+    assert_eq!(item.meta.author, issue["user"]["login"].as_str().unwrap());
+    assert_eq!(item.meta.state, "closed");
+    assert_eq!(item.meta.item_type, "issue");
+    assert_eq!(item.meta.item_ref, "github:PyGithub/PyGithub#28");
+}
+
+#[tokio::test]
+async fn github_pull_request_is_refused_as_an_issue() {
+    let Some(dir) = fixtures() else { return };
+    let mut recorded = Recorded::find(&dir, "github-api/issue.get.200.json", 200);
+    recorded.body["pull_request"] = json!({
+        "url": "https://api.github.com/repos/PyGithub/PyGithub/pulls/28",
+        "html_url": "https://github.com/PyGithub/PyGithub/pull/28",
+    });
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/repos/PyGithub/PyGithub/issues/28"))
+        .respond_with(recorded.template())
+        .mount(&server)
+        .await;
+
+    let err = github(&server, fast()).issue("PyGithub", "PyGithub", 28).await.unwrap_err();
+    assert!(matches!(err, ForgeError::Invalid(_)), "{err:?}");
+    assert!(err.to_string().contains("is a pull request"), "{err}");
+    assert_secret_free(&err);
+}
+
+#[tokio::test]
+async fn github_label_list_follows_every_link_page() {
+    let Some(dir) = fixtures() else { return };
+    const LABEL: &str = "needs spec";
+    let pages = read_json(&dir, "github-api/issues.list.paginated.json");
+    let pages = pages.as_array().unwrap();
+    assert_eq!(pages.len(), 5, "the fixture records five pages");
+    let server = MockServer::start().await;
+    for page in pages {
+        let mut recorded = Recorded::of(page).unwrap();
+        for (k, v) in &mut recorded.headers {
+            if k.eq_ignore_ascii_case("link") {
+                *v = v.replace("https://api.github.com", &server.uri());
+            }
+        }
+        let url = url::Url::parse(&format!("https://api.github.com{}", page["path"].as_str().unwrap())).unwrap();
+        let mock = Mock::given(method("GET")).and(path(url.path()));
+        // The first page is Baton's own request; the others are the `Link` addresses.
+        let mock = match url.query_pairs().find(|(k, _)| k == "page") {
+            Some((_, n)) => mock.and(query_param("page", n.to_string())),
+            None => mock.and(query_param("labels", LABEL)).and(query_param("state", "open")),
+        };
+        mock.respond_with(recorded.template()).expect(1).mount(&server).await;
+    }
+
+    let items = github(&server, fast()).issues_labelled("octokit-fixture-org", "paginate-issues", LABEL).await.unwrap();
+    let refs: Vec<&str> = items.iter().map(|i| i.meta.item_ref.as_str()).collect();
+    let expected: Vec<String> =
+        (1..=13).rev().map(|n| format!("github:octokit-fixture-org/paginate-issues#{n}")).collect();
+    assert_eq!(refs, expected);
+    assert_eq!(items[0].url, pages[0]["response"][0]["html_url"].as_str().unwrap());
+    assert_eq!(items[12].title, pages[4]["response"][0]["title"].as_str().unwrap());
+
+    let seen = requests(&server).await;
+    assert_eq!(seen.len(), 5);
+    assert_eq!(seen[0].url.path(), "/repos/octokit-fixture-org/paginate-issues/issues");
+    assert_eq!(query(&seen[0], "labels").as_deref(), Some(LABEL));
+    assert!(seen[0].url.query().unwrap().contains("labels=needs+spec"), "{}", seen[0].url);
+    let pages_asked: Vec<Option<String>> = seen.iter().map(|r| query(r, "page")).collect();
+    assert_eq!(pages_asked, [None, Some("2".into()), Some("3".into()), Some("4".into()), Some("5".into())]);
+    for r in &seen {
+        assert_eq!(authorization(r), format!("Bearer {TOKEN}"), "{}", r.url);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// GitHub: pull requests and writes.
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn github_pull_request_is_opened_as_asked() {
+    let Some(dir) = fixtures() else { return };
+    let rec = read_json(&dir, "github-api/pulls.create.201.json");
+    let recorded_request: Value = serde_json::from_str(rec["request_body"].as_str().unwrap()).unwrap();
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(rec["path"].as_str().unwrap()))
+        .and(header("authorization", format!("Bearer {TOKEN}").as_str()))
+        .respond_with(ResponseTemplate::new(201).set_body_json(&rec["response_body"]))
+        .expect(1)
+        .mount(&server)
+        .await;
+
+    let pull = NewPull {
+        head: "docs-update",
+        base: recorded_request["base"].as_str().unwrap(),
+        title: recorded_request["title"].as_str().unwrap(),
+        body: recorded_request["body"].as_str().unwrap(),
+    };
+    let pr = github(&server, fast()).create_pull("example-owner-2", "rust", &pull).await.unwrap();
+    assert_eq!(
+        pr,
+        PullRequest { number: 7, url: "https://github.com/example-owner-2/rust/pull/7".into(), state: "open".into() }
+    );
+    let seen = requests(&server).await;
+    assert_eq!(seen.len(), 1);
+    let sent: Value = seen[0].body_json().unwrap();
+    assert_eq!(sent, json!({"title": pull.title, "head": pull.head, "base": pull.base, "body": pull.body}));
+}
+
+#[tokio::test]
+async fn github_pull_request_is_found_by_its_branch() {
+    let Some(dir) = fixtures() else { return };
+    let rec = read_json(&dir, "github-api/pulls.create.201.json");
+    let server = MockServer::start().await;
+    let pulls = |head: &str| {
+        Mock::given(method("GET"))
+            .and(path("/repos/example-owner-2/rust/pulls"))
+            .and(query_param("head", format!("example-owner-2:{head}").as_str()))
+            .and(query_param("state", "all"))
+    };
+    pulls("no-pr-yet").respond_with(ResponseTemplate::new(200).set_body_json(json!([]))).expect(1).mount(&server).await;
+    pulls("docs-update")
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!([rec["response_body"]])))
+        .expect(1)
+        .mount(&server)
+        .await;
+
+    let gh = github(&server, fast());
+    assert_eq!(gh.find_pull("example-owner-2", "rust", "no-pr-yet").await.unwrap(), None);
+    let found = gh.find_pull("example-owner-2", "rust", "docs-update").await.unwrap();
+    assert_eq!(
+        found,
+        Some(PullRequest {
+            number: 7,
+            url: "https://github.com/example-owner-2/rust/pull/7".into(),
+            state: "open".into()
+        })
+    );
+}
+
+#[tokio::test]
+async fn github_writes_need_a_token_and_send_nothing_without_one() {
+    let server = MockServer::start().await;
+    let gh = github_with(&server, None, fast());
+    let pull = NewPull { head: "b", base: "main", title: "t", body: "" };
+    let errs = [gh.create_pull("o", "r", &pull).await.unwrap_err(), gh.comment("o", "r", 1, "done").await.unwrap_err()];
+    for err in &errs {
+        assert!(matches!(err, ForgeError::Unconfigured(_)), "{err:?}");
+        assert!(err.to_string().contains("GITHUB_TOKEN"), "{err}");
+    }
+    assert!(requests(&server).await.is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// GitHub: recorded errors, rate limits and server errors.
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn github_401_is_bad_credentials_naming_github_token() {
+    let Some(dir) = fixtures() else { return };
+    let recorded = Recorded::find(&dir, "github-api/errors/401.bad-credentials.json", 401);
+    let (err, sent) = issue_error(recorded.template(), fast()).await;
+    assert!(matches!(err, ForgeError::BadCredentials { status: 401, ref message, .. } if message == "Bad credentials"));
+    assert!(err.to_string().contains("GITHUB_TOKEN"), "{err}");
+    assert_eq!(sent, 1, "a refused credential is not retried");
+}
+
+#[tokio::test]
+async fn github_404_is_not_found() {
+    let Some(dir) = fixtures() else { return };
+    let recorded = Recorded::find(&dir, "github-api/errors/404.not-found.json", 404);
+    let (err, sent) = issue_error(recorded.template(), fast()).await;
+    assert!(matches!(err, ForgeError::NotFound { ref message, .. } if message == "Not Found"), "{err:?}");
+    assert!(err.to_string().contains("issue o/r#1"), "{err}");
+    assert_eq!(sent, 1);
+}
+
+#[tokio::test]
+async fn github_422_is_validation_listing_the_fields() {
+    let Some(dir) = fixtures() else { return };
+    let recorded = Recorded::find(&dir, "github-api/errors/422.validation-failed.json", 422);
+    let server = MockServer::start().await;
+    Mock::given(method("POST")).and(path("/repos/o/r/pulls")).respond_with(recorded.template()).mount(&server).await;
+    let pull = NewPull { head: "b", base: "main", title: "t", body: "" };
+    let err = github(&server, fast()).create_pull("o", "r", &pull).await.unwrap_err();
+    assert!(matches!(err, ForgeError::Validation { ref message, .. } if message == "Validation Failed"), "{err:?}");
+    assert!(err.to_string().contains("field color is invalid"), "{err}");
+    assert_secret_free(&err);
+    assert_eq!(requests(&server).await.len(), 1);
+}
+
+#[tokio::test]
+async fn github_primary_rate_limit_as_recorded_says_retry_later() {
+    let Some(dir) = fixtures() else { return };
+    let recorded = Recorded::find(&dir, "github-api/errors/403.rate-limit.primary.json", 403);
+    assert_eq!(recorded.header("x-ratelimit-remaining"), Some("0"));
+    assert_eq!(recorded.header("x-ratelimit-reset"), None, "recorded without a reset time");
+    let (err, sent) = issue_error(recorded.template(), fast()).await;
+    assert!(matches!(err, ForgeError::RateLimited { status: 403, retry_after_secs: None, .. }), "{err:?}");
+    assert!(err.to_string().contains("retry later"), "{err}");
+    assert!(err.to_string().contains("API Rate Limit Exceeded"), "{err}");
+    assert_eq!(sent, 1);
+}
+
+#[tokio::test]
+async fn github_primary_rate_limit_with_a_far_reset_fails_at_once_naming_the_time() {
+    let Some(dir) = fixtures() else { return };
+    let recorded = Recorded::find(&dir, "github-api/errors/403.rate-limit.primary.json", 403);
+    let reset = baton::clock::now().timestamp() + 3600;
+    let answer = recorded.template().insert_header("x-ratelimit-reset", reset.to_string().as_str());
+    let (err, sent) = issue_error(answer, fast()).await;
+    let ForgeError::RateLimited { status: 403, retry_after_secs: Some(secs), .. } = err else {
+        panic!("expected a rate limit with a reset: {err:?}")
+    };
+    assert!((3599..=3602).contains(&secs), "{secs}");
+    // The client waits until one second after the reset.
+    let at = chrono::DateTime::from_timestamp(reset + 1, 0).unwrap().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    assert!(err.to_string().contains(&format!("retry after {at}")), "{err}");
+    assert_eq!(sent, 1, "a wait over the policy's limit is not taken");
+}
+
+#[tokio::test]
+async fn github_rate_limit_with_retry_after_waits_and_succeeds() {
+    let Some(dir) = fixtures() else { return };
+    let limited = Recorded::find(&dir, "github-api/errors/403.rate-limit.primary.json", 403);
+    let issue = Recorded::find(&dir, "github-api/issue.get.200.json", 200);
+    let server = MockServer::start().await;
+    let route = || Mock::given(method("GET")).and(path("/repos/PyGithub/PyGithub/issues/28"));
+    route()
+        .respond_with(limited.template().insert_header("retry-after", "1"))
+        .up_to_n_times(1)
+        .expect(1)
+        .mount(&server)
+        .await;
+    route().respond_with(issue.template()).expect(1).mount(&server).await;
+
+    let policy = RetryPolicy { max_rate_limit_wait: Duration::from_secs(1), ..fast() };
+    let watch = Stopwatch::start();
+    let item = github(&server, policy).issue("PyGithub", "PyGithub", 28).await.unwrap();
+    assert!(watch.elapsed() >= Duration::from_secs(1), "waited {:?}", watch.elapsed());
+    assert_eq!(item.title, "Issue created by PyGithub");
+    assert_eq!(requests(&server).await.len(), 2);
+}
+
+#[tokio::test]
+async fn github_server_errors_are_retried_then_reported() {
+    let Some(dir) = fixtures() else { return };
+    let issue = Recorded::find(&dir, "github-api/issue.get.200.json", 200);
+    let server = MockServer::start().await;
+    let route = || Mock::given(method("GET")).and(path("/repos/PyGithub/PyGithub/issues/28"));
+    route().respond_with(ResponseTemplate::new(502)).up_to_n_times(2).expect(2).mount(&server).await;
+    route().respond_with(issue.template()).expect(1).mount(&server).await;
+    let item = github(&server, fast()).issue("PyGithub", "PyGithub", 28).await.unwrap();
+    assert_eq!(item.url, "https://github.com/PyGithub/PyGithub/issues/28");
+    assert_eq!(requests(&server).await.len(), 3);
+
+    let always = ResponseTemplate::new(500).set_body_json(json!({"message": "Server Error"}));
+    let policy = RetryPolicy { server_retries: 2, ..fast() };
+    let (err, sent) = issue_error(always, policy).await;
+    assert!(matches!(err, ForgeError::Server { status: 500, attempts: 3, .. }), "{err:?}");
+    assert!(err.to_string().contains("after 3 attempts"), "{err}");
+    assert_eq!(sent, 3);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Azure DevOps.
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn ado_work_item_is_read_with_the_pat() {
+    let Some(dir) = fixtures() else { return };
+    let body = ado_body(&dir, "workitem.get");
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path(format!("/{ORG}/{PROJECT}/_apis/wit/workitems/12")))
+        .and(query_param("api-version", "7.1"))
+        .and(query_param("$expand", "all"))
+        .and(header("authorization", PAT_BASIC))
+        .respond_with(ResponseTemplate::new(200).set_body_json(&body))
+        .expect(1)
+        .mount(&server)
+        .await;
+
+    let item = azure(&server, Some(PAT)).work_item(ORG, PROJECT, 12).await.unwrap();
+    assert_eq!(item.source, "ado");
+    assert_eq!(item.title, "Epic 2");
+    assert_eq!(item.meta.item_type, "User Story");
+    assert_eq!(item.meta.state, "Active");
+    assert_eq!(item.meta.labels, ["client", "sample", "teamservices"]);
+    assert_eq!(item.meta.author, "Example Person One");
+    assert_eq!(item.meta.item_ref, "ado:fabrikam/Fabrikam-Fiber-Git#12");
+    assert_eq!(item.url, body["_links"]["html"]["href"].as_str().unwrap());
+    assert_eq!(item.body, "", "the work item has no description");
+
+    let seen = requests(&server).await;
+    assert_eq!(authorization(&seen[0]), PAT_BASIC);
+    assert_eq!(query(&seen[0], "api-version").as_deref(), Some("7.1"));
+}
+
+#[tokio::test]
+async fn ado_query_returns_the_batch_items_in_the_query_order() {
+    let Some(dir) = fixtures() else { return };
+    let wiql_text = read_json(&dir, "azure-devops/rest/wiql.query.flat.json")["parameters"]["body"]["query"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let wiql = ado_body(&dir, "wiql.query.flat");
+    let mut batch = ado_body(&dir, "workitems.batch.expand-all");
+    // The recorded descriptions are plain text; one is sent as the HTML Azure DevOps stores.
+    for w in batch["value"].as_array_mut().unwrap() {
+        if w["id"] == 299 {
+            w["fields"]["System.Description"] = json!("<div>Follow the <b>code samples</b> from&nbsp;MSDN</div>");
+        }
+    }
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(format!("/{ORG}/{PROJECT}/_apis/wit/wiql")))
+        .and(query_param("api-version", "7.1"))
+        .and(header("authorization", PAT_BASIC))
+        .and(body_json(json!({ "query": wiql_text })))
+        .respond_with(ResponseTemplate::new(200).set_body_json(&wiql))
+        .expect(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path(format!("/{ORG}/{PROJECT}/_apis/wit/workitems")))
+        .and(query_param("api-version", "7.1"))
+        .and(query_param("$expand", "all"))
+        .and(header("authorization", PAT_BASIC))
+        .respond_with(ResponseTemplate::new(200).set_body_json(&batch))
+        .expect(1)
+        .mount(&server)
+        .await;
+
+    let items = azure(&server, Some(PAT)).query(ORG, PROJECT, &wiql_text).await.unwrap();
+    // The query selects 300, 299, 298, 17, …; the batch holds 297, 299 and 300. Only what both
+    // hold comes back, in the query's order (297 is not selected by the query).
+    let refs: Vec<&str> = items.iter().map(|i| i.meta.item_ref.as_str()).collect();
+    assert_eq!(refs, ["ado:fabrikam/Fabrikam-Fiber-Git#300", "ado:fabrikam/Fabrikam-Fiber-Git#299"]);
+    assert_eq!(items[0].title, "Unit Testing for MSA login");
+    assert_eq!(items[0].body, "We need to ensure we have coverage to prevent regressions");
+    assert_eq!(items[1].title, "JavaScript implementation for Microsoft Account");
+    assert_eq!(items[1].body, "Follow the code samples from MSDN");
+    assert_eq!(items[1].meta.labels, ["Tag1", "Tag2"]);
+    assert_eq!((items[1].meta.item_type.as_str(), items[1].meta.state.as_str()), ("Task", "To Do"));
+    for (item, id) in items.iter().zip([300, 299]) {
+        let recorded = batch["value"].as_array().unwrap().iter().find(|w| w["id"] == id).unwrap();
+        assert_eq!(item.url, recorded["_links"]["html"]["href"].as_str().unwrap());
+        assert!(!item.body.contains('<') && !item.body.contains("&nbsp;"), "{}", item.body);
+    }
+
+    let seen = requests(&server).await;
+    assert_eq!(seen.len(), 2);
+    let wiql_ids: Vec<String> =
+        wiql["workItems"].as_array().unwrap().iter().map(|w| w["id"].as_u64().unwrap().to_string()).collect();
+    assert_eq!(query(&seen[1], "ids"), Some(wiql_ids.join(",")), "one batch of the query's ids, in its order");
+}
+
+#[tokio::test]
+async fn ado_sign_in_page_is_bad_credentials_naming_ado_pat() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path(format!("/{ORG}/{PROJECT}/_apis/wit/workitems/12")))
+        .respond_with(
+            ResponseTemplate::new(203).set_body_raw(
+                "<!DOCTYPE html><html><head><title>Sign In</title></head><body></body></html>",
+                "text/html",
+            ),
+        )
+        .mount(&server)
+        .await;
+    let err = azure(&server, Some(PAT)).work_item(ORG, PROJECT, 12).await.unwrap_err();
+    assert!(matches!(err, ForgeError::BadCredentials { status: 203, .. }), "{err:?}");
+    assert!(err.to_string().contains("ADO_PAT"), "{err}");
+    assert_secret_free(&err);
+    assert_eq!(requests(&server).await.len(), 1);
+}
+
+#[tokio::test]
+async fn ado_comment_uses_the_preview_api() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(format!("/{ORG}/{PROJECT}/_apis/wit/workItems/12/comments")))
+        .and(query_param("api-version", "7.1-preview.4"))
+        .and(header("authorization", PAT_BASIC))
+        .and(body_json(json!({"text": "Merged in #7"})))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"workItemId": 12, "id": 50, "version": 1})))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let id = azure(&server, Some(PAT)).comment(ORG, PROJECT, 12, "Merged in #7").await.unwrap();
+    assert_eq!(id, 50);
+}
+
+#[tokio::test]
+async fn ado_without_a_pat_is_unconfigured_and_sends_nothing() {
+    let server = MockServer::start().await;
+    let client = azure(&server, None);
+    let errs = [
+        client.work_item(ORG, PROJECT, 12).await.unwrap_err(),
+        client.query(ORG, PROJECT, "Select [System.Id] From WorkItems").await.unwrap_err(),
+        client.comment(ORG, PROJECT, 12, "hi").await.unwrap_err(),
+    ];
+    for err in &errs {
+        assert!(matches!(err, ForgeError::Unconfigured(_)), "{err:?}");
+        assert!(err.to_string().contains("ADO_PAT"), "{err}");
+    }
+    assert!(requests(&server).await.is_empty());
+}
