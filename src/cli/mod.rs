@@ -892,6 +892,12 @@ async fn serve(data_dir: &Path, bind: std::net::SocketAddr, demo: bool, max_agen
     })?;
     let addr = listener.local_addr().context("reading the listening address")?;
     let _published = daemon::publish(&data, addr)?;
+    let public_url = std::env::var("BATON_PUBLIC_URL")
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+        .unwrap_or_else(|| format!("http://{addr}"));
+    let reporter = crate::runtime::report::Reporter::new(state.execs.clone(), state.forges.clone(), &public_url);
+    tokio::spawn(reporter.run(state.closing()));
     let recovered = pool.recover().await?;
     if recovered > 0 {
         errln!("resumed {recovered} executions");

@@ -56,6 +56,9 @@ impl AzureDevOps {
     /// Errors: the HTTP client cannot be built ([`ForgeError::Invalid`]).
     pub fn new(settings: &ForgeSettings, policy: RetryPolicy) -> Result<AzureDevOps, ForgeError> {
         let client = Client::builder()
+            // A bad PAT is redirected to a sign-in page: stop there and say so (and never send
+            // the PAT on to wherever a redirect points).
+            .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(10))
             .timeout(Duration::from_secs(60))
             .user_agent(concat!("baton/", env!("CARGO_PKG_VERSION")))
@@ -161,11 +164,14 @@ impl AzureDevOps {
         for chunk in ids.chunks(BATCH) {
             let list = chunk.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
             let what = format!("work items {list} of {org}/{project}");
-            let url =
-                format!("{}?ids={list}&$expand=all&api-version={API_VERSION}", self.url(org, project, "wit/workitems"));
+            let url = format!(
+                "{}?ids={list}&$expand=all&errorPolicy=Omit&api-version={API_VERSION}",
+                self.url(org, project, "wit/workitems")
+            );
             let v = self.call(&what, Method::GET, &url, None).await?;
             let values = v.get("value").and_then(Value::as_array).cloned().unwrap_or_default();
-            // The batch answers in its own order; keep the query's.
+            // The batch answers in its own order, and omits items deleted since the query
+            // (`errorPolicy=Omit`, else one deleted item fails the batch); keep the query's order.
             for id in chunk {
                 if let Some(w) = values.iter().find(|w| w.get("id").and_then(Value::as_u64) == Some(*id)) {
                     items.push(item_of(&what, w, org, project)?);

@@ -507,7 +507,8 @@ pub struct NewPull<'a> {
 /// What an answer means, for call `what` on `forge` at `now_unix` (seconds), after `attempts`.
 ///
 /// - 2xx → [`Verdict::Success`].
-/// - 401 → bad credentials; Azure DevOps's 203 (its sign-in page, its answer to a bad PAT) too.
+/// - 401 → bad credentials; Azure DevOps's 203 (its sign-in page, its answer to a bad PAT)
+///   and its redirects to a sign-in page too.
 /// - 404 → not found or no access.
 /// - 403/429 with `retry-after` (seconds), or with `x-ratelimit-remaining: 0` and
 ///   `x-ratelimit-reset` (epoch seconds) → wait when that is within
@@ -539,6 +540,18 @@ pub fn classify(
     }
     if (200..300).contains(&status) {
         return Verdict::Success;
+    }
+    if forge == Forge::AzureDevOps && (300..400).contains(&status) {
+        let location = headers.get("location").and_then(|v| v.to_str().ok()).unwrap_or_default();
+        if location.to_ascii_lowercase().contains("signin") {
+            return Verdict::Fail(ForgeError::BadCredentials {
+                forge,
+                what,
+                status,
+                message: "a redirect to the sign-in page".into(),
+                hint: credential_hint(forge),
+            });
+        }
     }
     let message = error_message(status, body);
     match status {
@@ -736,5 +749,15 @@ mod tests {
             0,
         );
         assert!(matches!(ado, Verdict::Fail(ForgeError::BadCredentials { .. })));
+        let signin = headers(&[("location", "https://spsprodweu5.vssps.visualstudio.com/_signin?realm=x")]);
+        let ado = classify(
+            Forge::AzureDevOps,
+            "GET y",
+            Answer { status: 302, headers: &signin, body: b"" },
+            none,
+            &RetryPolicy::default(),
+            0,
+        );
+        assert!(matches!(ado, Verdict::Fail(ForgeError::BadCredentials { status: 302, .. })), "{ado:?}");
     }
 }

@@ -14,6 +14,7 @@ pub mod gc;
 pub mod lease;
 pub mod merge;
 pub mod pool;
+pub mod report;
 pub mod specs;
 
 use std::io::Write as _;

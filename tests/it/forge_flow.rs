@@ -129,8 +129,9 @@ fn register(server: &Server, name: &str, repo: &Path, forge_repo: &str, label: &
 }
 
 /// Enriches, approves and fires spec `id`, deciding every approval it waits for, until its
-/// changelist is ready; its task id.
-fn fire_to_changelist(server: &Server, id: i64) -> String {
+/// changelist is ready; its task id. With `reported`, each approval is decided only once the
+/// mock forge got the "waiting for a human" comment on the item's comments path.
+async fn fire_to_changelist(server: &Server, id: i64, reported: Option<(&MockServer, &str)>) -> String {
     for (action, body) in [("enrich", None), ("review", Some(json!({"decision": "approve"}))), ("fire", None)] {
         let (status, answer) = server.request("POST", &format!("/api/v1/specs/{id}/{action}"), body);
         assert_eq!(status, 200, "{action}: {answer}");
@@ -145,6 +146,9 @@ fn fire_to_changelist(server: &Server, id: i64) -> String {
             "awaiting_human" => {
                 let (_, view) = server.request("GET", &format!("/api/v1/executions/{task_id}"), None);
                 if let Some(phase) = view["pending_approval_request"]["phase_id"].as_i64() {
+                    if let Some((mock, suffix)) = reported {
+                        wait_comments(mock, suffix, &format!("phase {phase} (")).await;
+                    }
                     let body = json!({"phase_id": phase, "result": "approve"});
                     let (status, answer) =
                         server.request("POST", &format!("/api/v1/executions/{task_id}/approve"), Some(body));
@@ -154,7 +158,7 @@ fn fire_to_changelist(server: &Server, id: i64) -> String {
             _ => {}
         }
         assert!(start.elapsed() < Duration::from_secs(90), "spec {id} never reached its changelist: {spec}");
-        std::thread::sleep(Duration::from_millis(200));
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -221,8 +225,8 @@ async fn an_imported_issue_and_work_item_end_as_pull_requests_with_the_plan_and_
     assert_eq!(item_get[0].url.query_pairs().find(|(k, _)| k == "api-version").unwrap().1, "7.1");
 
     // Both fired with the demo agent, then merged.
-    let gh_task = fire_to_changelist(&server, gh_id);
-    let ado_task = fire_to_changelist(&server, ado_id);
+    let gh_task = fire_to_changelist(&server, gh_id, Some((&github, "/issues/28/comments"))).await;
+    let ado_task = fire_to_changelist(&server, ado_id, None).await;
     let (status, merged) = server.request("POST", &format!("/api/v1/executions/{gh_task}/merge"), None);
     assert_eq!(status, 200, "{merged}");
     assert_eq!(merged["state"], "opened");
@@ -275,12 +279,54 @@ async fn an_imported_issue_and_work_item_end_as_pull_requests_with_the_plan_and_
     assert!(pr["description"].as_str().unwrap().contains("## Plan"), "{pr}");
     git_in(&ado_bare, &["rev-parse", &format!("baton/{ado_task}")]);
 
+    // Reported back on both items, each report once: fired, waiting for a human, the pull request.
+    let gh_comments = wait_comments(&github, "/issues/28/comments", "pull request").await;
+    let texts: Vec<String> = gh_comments
+        .iter()
+        .map(|r| serde_json::from_slice::<Value>(&r.body).unwrap()["body"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(texts.iter().filter(|t| t.contains("fired this")).count(), 1, "{texts:?}");
+    let waiting = texts.iter().find(|t| t.contains("waiting for a human")).expect("a waiting report");
+    assert!(waiting.contains(&format!("/executions/{gh_task}")), "{waiting}");
+    assert_eq!(
+        texts
+            .iter()
+            .filter(|t| t.contains("opened the pull request https://github.com/example-owner-2/rust/pull/7"))
+            .count(),
+        1,
+        "{texts:?}"
+    );
+    let ado_comments = wait_comments(&ado, "/workItems/12/comments", "pull request").await;
+    for c in &ado_comments {
+        let version = c.url.query_pairs().find(|(k, _)| k == "api-version").unwrap().1.to_string();
+        assert_eq!(version, "7.1-preview.4");
+        assert!(c.headers["authorization"].to_str().unwrap().starts_with("Basic "));
+    }
+
     // No credential ever reached a page, an answer or the log.
     for (_, text) in [server.raw("GET", &format!("/specs/{gh_id}"), "", ""), server.raw("GET", "/", "", "")]
         .iter()
         .map(|(s, h, b)| (s, format!("{h}{b}")))
     {
         assert!(!text.contains(TOKEN) && !text.contains(PAT));
+    }
+}
+
+/// Waits (up to 30 s) until the comments posted to a path ending in `suffix` include one
+/// containing `last`; all of them.
+async fn wait_comments(mock: &MockServer, suffix: &str, last: &str) -> Vec<wiremock::Request> {
+    let start = Stopwatch::start();
+    loop {
+        let posted = received(mock, "POST", suffix).await;
+        if posted.iter().any(|r| String::from_utf8_lossy(&r.body).contains(last)) {
+            return posted;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no comment with {last:?} on {suffix}: {} posted",
+            posted.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -329,7 +375,7 @@ async fn a_webhook_imported_issue_ends_as_a_pull_request_and_a_redelivery_change
     assert_eq!((status, again), (200, json!({"duplicate": true})));
     assert_eq!(server.request("GET", "/api/v1/specs?limit=200", None).1, specs_before);
 
-    let task_id = fire_to_changelist(&server, id);
+    let task_id = fire_to_changelist(&server, id, None).await;
     let (status, merged) = server.request("POST", &format!("/api/v1/executions/{task_id}/merge"), None);
     assert_eq!(status, 200, "{merged}");
     let posts = received(&github, "POST", "/repos/example-user-1/Hello-World/pulls").await;
@@ -351,7 +397,7 @@ async fn merge_refuses_what_it_cannot_merge_and_says_how() {
     let (status, spec) =
         server.request("POST", "/api/v1/specs", Some(json!({"project": "demo", "title": "Say hello politely"})));
     assert_eq!(status, 201, "{spec}");
-    let task_id = fire_to_changelist(&server, spec["spec_id"].as_i64().unwrap());
+    let task_id = fire_to_changelist(&server, spec["spec_id"].as_i64().unwrap(), None).await;
     let (status, refused) = server.request("POST", &format!("/api/v1/executions/{task_id}/merge"), None);
     assert_eq!(status, 409, "{refused}");
     let message = refused["message"].as_str().unwrap();

@@ -1,0 +1,230 @@
+//! Report back: comments on an imported spec's source item (a GitHub issue, an Azure DevOps
+//! work item through the `7.1-preview` comments API) when the spec is fired, when its
+//! execution waits for a human (with a link to the execution page, where the decision forms
+//! are), when it fails (which step or gate, and why), and when its pull request is open.
+//!
+//! [`Reporter`] runs inside `baton serve`, looking at the fired forge specs that changed since
+//! its last pass ([`Reporter::pass`]). Each report has a key (`fired`, `waiting:<phase>:<since>`,
+//! `failed:<at>`, `pr:<url>`) claimed in `forge_reports` before it is posted, so a report is
+//! posted once however many passes or servers see it; a failed post is tried again on later
+//! passes, at most [`MAX_ATTEMPTS`] times. This module never changes a spec or an execution.
+
+use std::time::Duration;
+
+use crate::clock;
+use crate::forge::{ForgeError, ItemRef};
+use crate::model::state::{ExecutionState, ExecutionStatus, StepStatus};
+use crate::runtime::executions::Executions;
+use crate::runtime::forge::Forges;
+
+/// Posts of one report tried, at most.
+pub const MAX_ATTEMPTS: i64 = 5;
+
+/// How often the reporter looks.
+pub const INTERVAL: Duration = Duration::from_secs(1);
+
+/// How far back the first pass looks, hours.
+const FIRST_LOOK_HOURS: i64 = 72;
+
+/// One comment to post.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// Its de-duplication key.
+    pub key: String,
+    /// The comment (markdown).
+    pub text: String,
+}
+
+/// The reports an execution's state (and its pull request, if open) calls for, oldest
+/// first. `page` is the execution page's address.
+pub fn reports_for(state: &ExecutionState, pr_url: Option<&str>, page: &str) -> Vec<Report> {
+    let mut out = vec![Report {
+        key: "fired".into(),
+        text: format!("Baton fired this as execution `{}`: {page}", state.task_id),
+    }];
+    let phase_name = |phase_id: i64| {
+        state.plan.phases.iter().find(|p| p.phase_id == phase_id).map(|p| p.name.clone()).unwrap_or_default()
+    };
+    match state.status {
+        ExecutionStatus::ApprovalPending => {
+            if let Some(req) = &state.pending_approval_request {
+                out.push(Report {
+                    key: format!("waiting:{}:{}", req.phase_id, req.requested_at),
+                    text: format!(
+                        "Baton is waiting for a human: phase {} ({}) needs an approval. Decide it here: {page} \
+                         (or comment `/baton approve` / `/baton reject <reason>`).",
+                        req.phase_id,
+                        phase_name(req.phase_id)
+                    ),
+                });
+            }
+        }
+        ExecutionStatus::FeedbackPending => {
+            let phase = state.plan.phases.get(state.current_phase);
+            let id = phase.map(|p| p.phase_id).unwrap_or_default();
+            out.push(Report {
+                key: format!("waiting:{id}:feedback:{}", state.events_applied),
+                text: format!(
+                    "Baton is waiting for a human: phase {id} ({}) has questions to answer: {page}",
+                    phase.map(|p| p.name.as_str()).unwrap_or_default()
+                ),
+            });
+        }
+        ExecutionStatus::Failed => {
+            let failed_step = state.step_results.values().find(|r| r.status == StepStatus::Failed);
+            let failed_gate = state.gate_results.iter().rev().find(|g| !g.passed);
+            let which = match (failed_step, failed_gate) {
+                (Some(s), _) => format!("step {} ({})", s.step_id, s.agent_name),
+                (None, Some(g)) => format!("the {} gate of phase {}", g.gate_type, g.phase_id),
+                (None, None) => "the execution".into(),
+            };
+            let why = state.failure.clone().unwrap_or_else(|| "no reason was recorded".into());
+            let why: String = why.chars().take(500).collect();
+            out.push(Report {
+                key: format!("failed:{}", state.events_applied),
+                text: format!("Baton's execution `{}` failed at {which}: {why}. Details: {page}", state.task_id),
+            });
+        }
+        _ => {}
+    }
+    if let Some(url) = pr_url.filter(|u| !u.is_empty()) {
+        out.push(Report { key: format!("pr:{url}"), text: format!("Baton opened the pull request {url}") });
+    }
+    out
+}
+
+/// Posts the reports of fired forge specs.
+#[derive(Debug, Clone)]
+pub struct Reporter {
+    execs: Executions,
+    forges: Forges,
+    /// The board's public address (`BATON_PUBLIC_URL`, else `http://<bind>`), no trailing `/`.
+    base_url: String,
+    /// Where the next pass starts looking (RFC 3339).
+    since: String,
+}
+
+impl Reporter {
+    /// A reporter linking to pages under `base_url`.
+    pub fn new(execs: Executions, forges: Forges, base_url: &str) -> Reporter {
+        let since = (clock::now() - chrono::Duration::hours(FIRST_LOOK_HOURS))
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, false);
+        Reporter { execs, forges, base_url: base_url.trim_end_matches('/').to_string(), since }
+    }
+
+    /// Passes every [`INTERVAL`] until `closing` turns true. A failing pass is logged and the
+    /// next one tries again.
+    pub async fn run(mut self, mut closing: tokio::sync::watch::Receiver<bool>) {
+        loop {
+            if let Err(e) = self.pass().await {
+                tracing::warn!("report-back pass failed: {e:#}");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(INTERVAL) => {}
+                _ = closing.wait_for(|c| *c) => return,
+            }
+        }
+    }
+
+    /// One pass: every fired forge spec changed since the last pass gets the reports it is
+    /// due; the number posted.
+    ///
+    /// Errors: the database. A forge failure is recorded on its report, not returned.
+    pub async fn pass(&mut self) -> anyhow::Result<usize> {
+        // A little overlap: rows written during the previous pass's read are seen again.
+        let started = (clock::now() - chrono::Duration::seconds(5)).to_rfc3339_opts(chrono::SecondsFormat::Secs, false);
+        let store = self.execs.store();
+        let mut posted = 0;
+        for (spec_id, task_id) in store.reportable_specs(&self.since).await? {
+            let Some(spec) = store.spec(spec_id).await? else { continue };
+            let meta: crate::forge::ItemMeta = serde_json::from_str(&spec.source_meta).unwrap_or_default();
+            let Ok(item) = ItemRef::parse(&meta.item_ref) else { continue };
+            let Some(state) = self.execs.load(&task_id).await? else { continue };
+            let pr = store.merge(&task_id).await?.filter(|m| m.state == "opened").map(|m| m.pr_url);
+            let page = format!("{}/executions/{task_id}", self.base_url);
+            for report in reports_for(&state, pr.as_deref(), &page) {
+                let at = clock::now_rfc3339();
+                if !store.claim_report(spec_id, &report.key, MAX_ATTEMPTS, &at).await? {
+                    continue;
+                }
+                let error = match self.post(&item, &report.text).await {
+                    Ok(()) => {
+                        posted += 1;
+                        String::new()
+                    }
+                    Err(e) => {
+                        tracing::warn!("reporting {} on {item}: {e}", report.key);
+                        e.to_string()
+                    }
+                };
+                store.finish_report(spec_id, &report.key, &error, &clock::now_rfc3339()).await?;
+            }
+        }
+        self.since = started;
+        Ok(posted)
+    }
+
+    async fn post(&self, item: &ItemRef, text: &str) -> Result<(), ForgeError> {
+        match item {
+            ItemRef::GitHub { owner, repo, number } => {
+                self.forges.github().comment(owner, repo, *number, text).await.map(|_| ())
+            }
+            ItemRef::Ado { org, project, id } => self.forges.ado().comment(org, project, *id, text).await.map(|_| ()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::plan::{MachinePlan, PlanPhase, PlanStep};
+    use crate::model::state::{GateResult, PendingApprovalRequest};
+
+    fn state() -> ExecutionState {
+        let mut plan = MachinePlan::from_json(r#"{"task_id":"t-1","task_summary":"s"}"#).unwrap();
+        let mut phase = PlanPhase::new(1, "Design");
+        phase.steps = vec![PlanStep::new("1.1", "architect", "design it")];
+        plan.phases = vec![phase];
+        ExecutionState::fresh(plan, "2026-01-01T00:00:00+00:00")
+    }
+
+    #[test]
+    fn a_waiting_execution_reports_its_phase_and_the_page_and_each_wait_has_its_own_key() {
+        let mut s = state();
+        s.status = ExecutionStatus::ApprovalPending;
+        s.pending_approval_request = Some(PendingApprovalRequest {
+            phase_id: 1,
+            requested_at: "2026-01-01T00:05:00+00:00".into(),
+            preflight: false,
+        });
+        let reports = reports_for(&s, None, "http://b/executions/t-1");
+        assert_eq!(reports.len(), 2);
+        assert_eq!(reports[0].key, "fired");
+        assert_eq!(reports[1].key, "waiting:1:2026-01-01T00:05:00+00:00");
+        assert!(reports[1].text.contains("phase 1 (Design)") && reports[1].text.contains("http://b/executions/t-1"));
+        s.pending_approval_request.as_mut().unwrap().requested_at = "2026-01-01T01:00:00+00:00".into();
+        assert_ne!(reports_for(&s, None, "p")[1].key, reports[1].key, "a second wait is reported again");
+    }
+
+    #[test]
+    fn a_failed_gate_is_named_with_the_reason_and_an_open_pull_request_is_reported() {
+        let mut s = state();
+        s.status = ExecutionStatus::Failed;
+        s.failure = Some("the test gate failed 3 times".into());
+        s.gate_results.push(GateResult {
+            phase_id: 1,
+            gate_type: "test".into(),
+            passed: false,
+            output: String::new(),
+            command: "cargo test".into(),
+            exit_code: Some(101),
+            checked_at: String::new(),
+            attempt: 3,
+        });
+        let reports = reports_for(&s, Some("https://x/pull/1"), "p");
+        let failed = reports.iter().find(|r| r.key.starts_with("failed:")).unwrap();
+        assert!(failed.text.contains("the test gate of phase 1: the test gate failed 3 times"), "{}", failed.text);
+        assert_eq!(reports.last().unwrap().key, "pr:https://x/pull/1");
+        assert_eq!(reports_for(&state(), None, "p").len(), 1, "running: only the fired report");
+    }
+}
