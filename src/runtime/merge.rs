@@ -146,7 +146,9 @@ pub async fn merge(execs: &Executions, forges: &Forges, task_id: &str, actor: &s
 
 /// The pull request's target: the project's default branch, else the repository's current
 /// branch.
-async fn base_branch(project: &ProjectRow) -> Result<String, MergeError> {
+///
+/// Errors: the repository cannot be opened, or its HEAD is detached ([`MergeError::Refused`]).
+pub async fn base_branch(project: &ProjectRow) -> Result<String, MergeError> {
     if !project.default_branch.trim().is_empty() {
         return Ok(project.default_branch.trim().to_string());
     }

@@ -56,6 +56,8 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/executions/{task_id}/feedback", post(feedback_form))
         .route("/executions/{task_id}/interact", post(interact_form))
         .route("/executions/{task_id}/approval-link", post(make_approval_link))
+        .route("/executions/{task_id}/merge", post(merge_form))
+        .route("/specs/import", post(import_form))
         .route("/executions/{task_id}/{action}", post(execution_action))
         .route("/login", get(login_page).post(login))
         .route("/logout", post(logout))
@@ -335,6 +337,11 @@ struct SpecTemplate {
     can_fire: bool,
     can_cancel: bool,
     can_edit: bool,
+    /// What the forge says of an imported spec.
+    meta: crate::forge::ItemMeta,
+    /// The newest forge change that was not applied (the spec was approved or fired): the
+    /// lead decides what to do with it.
+    flagged: Option<String>,
 }
 
 async fn spec_page(
@@ -354,6 +361,7 @@ async fn spec_page(
     let plan = spec.plan_json.take().and_then(|t| serde_json::from_str(&t).ok());
     let forecast = spec.forecast_json.take().and_then(|t| serde_json::from_str(&t).ok());
     let events = app.specs.events(id).await?;
+    let flagged = flagged_change(&spec, &events);
     let status = SpecStatus::parse(&spec.status).unwrap_or(SpecStatus::Cancelled);
     let can = |a: SpecAction| spec::transition(status, a).is_ok();
     let t = SpecTemplate {
@@ -368,6 +376,8 @@ async fn spec_page(
         can_fire: can(SpecAction::Fire),
         can_cancel: can(SpecAction::Cancel),
         can_edit: can(SpecAction::Edit),
+        meta: serde_json::from_str(&spec.source_meta).unwrap_or_default(),
+        flagged,
         spec,
     };
     render(&t, set)
@@ -791,6 +801,15 @@ struct ChangelistTemplate {
     tip_short: String,
     commits: Vec<CommitView>,
     cl: Changelist,
+    /// The project's forge link (empty: none, merge locally).
+    forge_repo: String,
+    /// The execution is complete, its project has a forge link and no pull request is linked
+    /// yet: the Merge button.
+    can_merge: bool,
+    /// The pull request, once merged.
+    merge: Option<crate::store::MergeRow>,
+    /// For a project without a forge link: the git commands that merge the branch locally.
+    local_commands: Vec<String>,
 }
 
 fn short(sha: &str) -> String {
@@ -816,15 +835,102 @@ async fn changelist_page(
             files: c.files,
         })
         .collect();
+    let store = app.execs.store();
+    let project = match store.spec_of_execution(&task_id).await.map_err(anyhow::Error::from)? {
+        Some(spec) => store.project(&spec.project).await.map_err(anyhow::Error::from)?,
+        None => None,
+    };
+    let forge_repo = project.as_ref().map(|p| p.forge_repo.trim().to_string()).unwrap_or_default();
+    let local_commands = match &project {
+        Some(p) if forge_repo.is_empty() => {
+            let base = crate::runtime::merge::base_branch(p).await.unwrap_or_else(|_| "<your branch>".into());
+            crate::runtime::merge::local_merge_commands(&cl.repo.display().to_string(), &base, &cl.branch)
+        }
+        _ => Vec::new(),
+    };
+    let merge = store.merge(&task_id).await.map_err(anyhow::Error::from)?;
     let t = ChangelistTemplate {
         layout,
         base_short: short(&cl.base_sha),
         tip_short: short(&cl.tip_sha),
         commits,
+        can_merge: crate::runtime::merge::mergeable(&state, project.as_ref())
+            && merge.as_ref().is_none_or(|m| m.pr_url.is_empty()),
+        merge,
+        local_commands,
+        forge_repo,
         cl,
         task_id,
     };
     render(&t, set)
+}
+
+/// The reason of the newest `import_update_ignored` event of a spec still approved or
+/// executing (a forge change after approval, left for the lead).
+fn flagged_change(spec: &SpecRow, events: &[SpecEventRow]) -> Option<String> {
+    if !matches!(spec.status.as_str(), "approved" | "executing") {
+        return None;
+    }
+    events.iter().rev().find(|e| e.action == "import_update_ignored").map(|e| format!("{} ({})", e.reason, e.at))
+}
+
+/// A form with only its CSRF token.
+#[derive(Debug, Deserialize)]
+struct CsrfForm {
+    csrf: String,
+}
+
+/// `POST /executions/{task_id}/merge`: push and open (or find) the pull request, then back
+/// to the changelist, which links it.
+async fn merge_form(
+    State(app): State<AppState>,
+    who: Who,
+    headers: HeaderMap,
+    Path(task_id): Path<String>,
+    form: Result<Form<CsrfForm>, axum::extract::rejection::FormRejection>,
+) -> Result<Response, PageError> {
+    let page = format!("/executions/{task_id}/changelist");
+    let Form(f) = form.map_err(|e| back_to(page.clone())(AppError::BadRequest(e.body_text())))?;
+    check_csrf(&headers, &f.csrf).map_err(back_to(page.clone()))?;
+    crate::runtime::merge::merge(&app.execs, &app.forges, &task_id, &who.actor())
+        .await
+        .map_err(|e| back_to(page.clone())(e.into()))?;
+    Ok(see_other(&page))
+}
+
+/// The import form of the new-spec page.
+#[derive(Debug, Deserialize)]
+struct ImportForm {
+    csrf: String,
+    project: String,
+    reference: String,
+    #[serde(default)]
+    label: String,
+    #[serde(default)]
+    wiql: String,
+}
+
+/// `POST /specs/import`: one item → its spec's page; several → the board.
+async fn import_form(
+    State(app): State<AppState>,
+    who: Who,
+    headers: HeaderMap,
+    form: Result<Form<ImportForm>, axum::extract::rejection::FormRejection>,
+) -> Result<Response, PageError> {
+    let back = || back_to("/specs/new");
+    let Form(f) = form.map_err(|e| back()(AppError::BadRequest(e.body_text())))?;
+    check_csrf(&headers, &f.csrf).map_err(back())?;
+    let label = Some(f.label.as_str()).filter(|l| !l.trim().is_empty());
+    let wiql = Some(f.wiql.as_str()).filter(|q| !q.trim().is_empty());
+    let request =
+        crate::runtime::forge::ImportRequest::parse(&f.reference, label, wiql).map_err(|e| back()(e.into()))?;
+    let outcomes = crate::runtime::forge::import(&app.specs, &app.forges, &f.project, &request, &who.actor())
+        .await
+        .map_err(|e| back()(e.into()))?;
+    Ok(match outcomes.as_slice() {
+        [one] => see_other(&format!("/specs/{}", one.spec().spec_id)),
+        _ => see_other("/"),
+    })
 }
 
 #[derive(Template)]

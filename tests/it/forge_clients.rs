@@ -620,3 +620,85 @@ async fn ado_without_a_pat_is_unconfigured_and_sends_nothing() {
     }
     assert!(requests(&server).await.is_empty());
 }
+
+// ---------------------------------------------------------------------------------------------
+// The import API: each recorded error its own answer, never a credential.
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn the_import_api_answers_each_recorded_forge_error_with_its_own_status_and_no_secret() {
+    use axum::body::Body;
+    use axum::http::Request as HttpRequest;
+    use tower::ServiceExt as _;
+
+    let Some(dir) = fixtures() else { return };
+    let server = MockServer::start().await;
+    let far_reset = (baton::clock::now().timestamp() + 3600).to_string();
+    let limited = Recorded::find(&dir, "github-api/errors/403.rate-limit.primary.json", 403)
+        .template()
+        .append_header("x-ratelimit-reset", far_reset.as_str());
+    let answers = [
+        (1, Recorded::find(&dir, "github-api/errors/401.bad-credentials.json", 401).template()),
+        (2, Recorded::find(&dir, "github-api/errors/404.not-found.json", 404).template()),
+        (3, limited),
+        (4, Recorded::find(&dir, "github-api/errors/422.validation-failed.json", 422).template()),
+        (5, ResponseTemplate::new(500).set_body_json(json!({"message": "Server Error"}))),
+    ];
+    for (n, answer) in answers {
+        Mock::given(method("GET"))
+            .and(path(format!("/repos/o/r/issues/{n}")))
+            .respond_with(answer)
+            .mount(&server)
+            .await;
+    }
+    let ws = crate::common::Workspace::with_repo(&[("README.md", "hi\n")]);
+    let execs =
+        baton::runtime::executions::Executions::open(baton::runtime::config::DataDir::open(&ws.data()).unwrap())
+            .await
+            .unwrap();
+    let settings = ForgeSettings {
+        github: baton::forge::GitHubSettings {
+            token: Some(Secret::new(TOKEN)),
+            api_url: Some(server.uri()),
+            webhook_secret: None,
+        },
+        ..ForgeSettings::default()
+    };
+    let forges = baton::runtime::forge::Forges::new(settings, fast()).unwrap();
+    let state = baton::web::AppState::new(execs).unwrap().with_forges(forges);
+    let send = |uri: &'static str, body: Value| {
+        let app = baton::web::app(state.clone());
+        async move {
+            let req = HttpRequest::post(uri).header("content-type", "application/json");
+            let response = app.oneshot(req.body(Body::from(body.to_string())).unwrap()).await.unwrap();
+            let (status, headers) = (response.status().as_u16(), response.headers().clone());
+            let bytes = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
+            (status, headers, String::from_utf8_lossy(&bytes).into_owned())
+        }
+    };
+    let project = json!({"name": "p", "repo_path": ws.repo(), "agent_profile": "demo"});
+    assert_eq!(send("/api/v1/projects", project).await.0, 201);
+    let expected = [
+        (1, 502, "forge_bad_credentials", "GITHUB_TOKEN"),
+        (2, 404, "forge_not_found", "was not found, or the credentials have no access"),
+        (3, 503, "forge_rate_limited", "retry after"),
+        (4, 422, "forge_validation", "field color is invalid"),
+        (5, 502, "forge_unavailable", "after 3 attempts"),
+    ];
+    for (n, status, code, text) in expected {
+        let (got, headers, body) =
+            send("/api/v1/specs/import", json!({"project": "p", "ref": format!("github:o/r#{n}")})).await;
+        assert_eq!(got, status, "issue {n}: {body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["error"], code, "issue {n}: {body}");
+        assert!(v["message"].as_str().unwrap().contains(text), "issue {n}: {body}");
+        assert!(!body.contains(TOKEN), "issue {n} leaks the token: {body}");
+        if n == 3 {
+            let secs: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+            assert!((3500..=3700).contains(&secs), "Retry-After {secs}");
+        }
+    }
+    // Nothing was imported by any of them.
+    let filter = baton::store::SpecFilter { limit: 10, ..Default::default() };
+    assert!(state.execs.store().list_specs(&filter).await.unwrap().is_empty());
+}

@@ -227,9 +227,17 @@ async fn an_imported_issue_and_work_item_end_as_pull_requests_with_the_plan_and_
     // Both fired with the demo agent, then merged.
     let gh_task = fire_to_changelist(&server, gh_id, Some((&github, "/issues/28/comments"))).await;
     let ado_task = fire_to_changelist(&server, ado_id, None).await;
+    let changelist = |task: &str| server.raw("GET", &format!("/executions/{task}/changelist"), "", "").2;
+    let page = changelist(&gh_task);
+    assert!(page.contains("id=\"merge-form\"") && page.contains("PyGithub/PyGithub"), "{page}");
+    let spec_page = server.raw("GET", &format!("/specs/{gh_id}"), "", "").2;
+    assert!(spec_page.contains("github:PyGithub/PyGithub#28") && spec_page.contains(">question<"), "{spec_page}");
     let (status, merged) = server.request("POST", &format!("/api/v1/executions/{gh_task}/merge"), None);
     assert_eq!(status, 200, "{merged}");
     assert_eq!(merged["state"], "opened");
+    let page = changelist(&gh_task);
+    assert!(page.contains("id=\"pr-link\" href=\"https://github.com/example-owner-2/rust/pull/7\""), "{page}");
+    assert!(!page.contains("id=\"merge-form\""), "merged: no second Merge button");
     assert_eq!(merged["pr_url"], "https://github.com/example-owner-2/rust/pull/7");
     let branch = format!("baton/{gh_task}");
     assert_eq!(git_in(&gh_bare, &["rev-parse", &branch]), merged["pushed_sha"].as_str().unwrap());
@@ -376,6 +384,18 @@ async fn a_webhook_imported_issue_ends_as_a_pull_request_and_a_redelivery_change
     assert_eq!(server.request("GET", "/api/v1/specs?limit=200", None).1, specs_before);
 
     let task_id = fire_to_changelist(&server, id, None).await;
+    // An edit of the fired spec's issue: its text and plan stay, the change is flagged.
+    let mut edited: Value = serde_json::from_slice(&body).unwrap();
+    edited["action"] = json!("edited");
+    edited["issue"]["body"] = json!("Changed after firing: also fix the CONTRIBUTING file.");
+    let edited = edited.to_string().into_bytes();
+    let (status, answer) = deliver(&server, &edited, &headers, "edit-after-fire");
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["outcome"], "ignored");
+    assert_eq!(server.spec(id)["body"], "It looks like you accidently spelled 'commit' with two 't's.");
+    let page = server.raw("GET", &format!("/specs/{id}"), "", "").2;
+    assert!(page.contains("id=\"import-flag\">Flagged for the lead"), "{page}");
+
     let (status, merged) = server.request("POST", &format!("/api/v1/executions/{task_id}/merge"), None);
     assert_eq!(status, 200, "{merged}");
     let posts = received(&github, "POST", "/repos/example-user-1/Hello-World/pulls").await;
@@ -398,6 +418,12 @@ async fn merge_refuses_what_it_cannot_merge_and_says_how() {
         server.request("POST", "/api/v1/specs", Some(json!({"project": "demo", "title": "Say hello politely"})));
     assert_eq!(status, 201, "{spec}");
     let task_id = fire_to_changelist(&server, spec["spec_id"].as_i64().unwrap(), None).await;
+    let page = server.raw("GET", &format!("/executions/{task_id}/changelist"), "", "").2;
+    assert!(
+        page.contains("id=\"local-merge\"") && page.contains(&format!("git merge --no-ff baton/{task_id}")),
+        "{page}"
+    );
+    assert!(!page.contains("id=\"merge-form\""), "no forge link: no Merge button");
     let (status, refused) = server.request("POST", &format!("/api/v1/executions/{task_id}/merge"), None);
     assert_eq!(status, 409, "{refused}");
     let message = refused["message"].as_str().unwrap();
@@ -421,4 +447,20 @@ async fn merge_refuses_what_it_cannot_merge_and_says_how() {
     );
     assert_eq!(status, 404, "{bad}");
     assert!(received(&github, "GET", "/issues/28").await.is_empty(), "an unknown project calls no forge");
+
+    // The board's import form (CSRF cookie and field, like every form).
+    let (_, head, _) = server.raw("GET", "/specs/new", "", "");
+    let csrf = head
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: baton_csrf=").or_else(|| l.strip_prefix("Set-Cookie: baton_csrf=")))
+        .and_then(|v| v.split(';').next())
+        .expect("the page sets the CSRF cookie")
+        .to_string();
+    let form = format!("csrf={csrf}&project=demo&reference=github%3APyGithub%2FPyGithub%2328&label=&wiql=");
+    let extra = format!("Cookie: baton_csrf={csrf}\r\nContent-Type: application/x-www-form-urlencoded\r\n");
+    let (status, head, _) = server.raw("POST", "/specs/import", &extra, &form);
+    assert_eq!(status, 303, "{head}");
+    let location = head.lines().find_map(|l| l.to_ascii_lowercase().strip_prefix("location: ").map(str::to_string));
+    let id: i64 = location.unwrap().trim().trim_start_matches("/specs/").parse().unwrap();
+    assert_eq!(server.spec(id)["title"], "Issue created by PyGithub");
 }
