@@ -101,8 +101,10 @@ fn an_attempt_that_died_with_baton_is_run_again_in_a_fresh_worktree() {
     let shim = record["shim_pid"].as_i64().unwrap();
     use nix::sys::signal::{kill, killpg, Signal};
     use nix::unistd::Pid;
-    killpg(Pid::from_raw(pgid as i32), Signal::SIGKILL).unwrap();
+    // The shim first: killed after its agent, it could still record the agent's death (seen
+    // once under load: "killed by signal 9"), and then nothing died with baton.
     kill(Pid::from_raw(shim as i32), Signal::SIGKILL).unwrap();
+    killpg(Pid::from_raw(pgid as i32), Signal::SIGKILL).unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let resumed = ws.run_plan(&plan);
     assert_eq!(code(&resumed), 0, "{}\n{}", stdout(&resumed), stderr(&resumed));
