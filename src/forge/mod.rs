@@ -1,10 +1,14 @@
 //! Outbound calls to the forges: GitHub (through octocrab) and Azure DevOps (REST api-version
-//! 7.1 through reqwest). Owns the credentials and API addresses ([`ForgeSettings`]), the
-//! references users type ([`ItemRef`], [`RepoRef`]), what an answer means ([`classify`]: success,
-//! wait and retry, or a specific [`ForgeError`]) and the bounded retry policy ([`RetryPolicy`]).
+//! 7.1 through reqwest). Owns the credentials and API addresses
+//! ([`ForgeSettings`](crate::forge::ForgeSettings)), the references users type
+//! ([`ItemRef`](crate::forge::ItemRef), [`RepoRef`](crate::forge::RepoRef)), what an answer
+//! means ([`classify`](crate::forge::classify): success, wait and retry, or a specific
+//! [`ForgeError`](crate::forge::ForgeError)) and the bounded retry policy
+//! ([`RetryPolicy`](crate::forge::RetryPolicy)).
 //!
 //! This module never touches the database, git or the engine, never logs a request's headers,
-//! and never puts a credential in an error: a [`ForgeError`]'s text is safe to show on a page.
+//! and never puts a credential in an error: a [`ForgeError`](crate::forge::ForgeError)'s text
+//! is safe to show on a page.
 
 pub mod ado;
 pub mod github;
