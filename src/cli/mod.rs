@@ -152,6 +152,10 @@ enum TokenCommand {
         /// decide approvals (webhooks).
         #[arg(long)]
         github_login: Option<String>,
+        /// The user's Azure DevOps e-mail (unique name): their `/baton approve` and `/baton
+        /// reject` work-item comments decide approvals (webhooks).
+        #[arg(long)]
+        ado_email: Option<String>,
         /// Let an existing user's role become ROLE (all their tokens change with it).
         #[arg(long)]
         change_role: bool,
@@ -815,7 +819,7 @@ async fn token_command(data_dir: &Path, command: TokenCommand) -> anyhow::Result
     let execs = Executions::open(DataDir::open(data_dir)?).await?;
     let store = execs.store();
     match command {
-        TokenCommand::Create { user, role, label, github_login, change_role } => {
+        TokenCommand::Create { user, role, label, github_login, ado_email, change_role } => {
             runtime::auth::check_user_name(&user)?;
             let role = runtime::auth::Role::parse(&role)
                 .ok_or_else(|| BadInput(format!("--role {role}: expected viewer, reviewer, lead or admin")))?;
@@ -836,6 +840,12 @@ async fn token_command(data_dir: &Path, command: TokenCommand) -> anyhow::Result
                     return Err(BadInput(format!("--github-login {login}: already the login of {}", other.name)).into());
                 }
             }
+            if let Some(email) = ado_email.as_deref().map(str::trim) {
+                runtime::auth::check_ado_email(email)?;
+                if let Some(other) = store.user_by_ado_email(email).await?.filter(|u| u.name != user) {
+                    return Err(BadInput(format!("--ado-email {email}: already the e-mail of {}", other.name)).into());
+                }
+            }
             let token = runtime::auth::new_token()?;
             let hash = runtime::auth::hash_token(&token);
             let id = store.add_token(&user, role.as_str(), &hash, &label, &crate::clock::now_rfc3339()).await?;
@@ -844,6 +854,12 @@ async fn token_command(data_dir: &Path, command: TokenCommand) -> anyhow::Result
                     .set_github_login(&user, login)
                     .await
                     .map_err(|e| BadInput(format!("--github-login {login}: {e} (is it another user's login?)")))?;
+            }
+            if let Some(email) = ado_email.as_deref().map(str::trim) {
+                store
+                    .set_ado_email(&user, email)
+                    .await
+                    .map_err(|e| BadInput(format!("--ado-email {email}: {e} (is it another user's e-mail?)")))?;
             }
             errln!("token {id} for {user} ({}); it is shown once, keep it safe:", role.as_str());
             outln!("{token}");

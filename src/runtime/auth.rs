@@ -80,6 +80,20 @@ pub fn check_github_login(login: &str) -> Result<(), BadInput> {
     Err(BadInput(format!("--github-login {login:?}: 1-39 characters of A-Z a-z 0-9 -, not starting or ending with -")))
 }
 
+/// Checks an Azure DevOps e-mail (unique name): 3–254 characters, one `@` with text on both
+/// sides, no whitespace or control characters.
+///
+/// Errors ([`BadInput`]): anything else.
+pub fn check_ado_email(email: &str) -> Result<(), BadInput> {
+    let ok = (3..=254).contains(&email.len())
+        && !email.chars().any(|c| c.is_whitespace() || c.is_control())
+        && email.split_once('@').is_some_and(|(a, b)| !a.is_empty() && !b.is_empty() && !b.contains('@'));
+    if ok {
+        return Ok(());
+    }
+    Err(BadInput(format!("--ado-email {email:?}: an e-mail address (the user's Azure DevOps unique name)")))
+}
+
 /// `n` random bytes from the OS.
 ///
 /// Errors: `/dev/urandom` cannot be read.

@@ -120,6 +120,10 @@ struct LaunchMeta {
 
 const META_FILE: &str = "baton.json";
 
+/// How long recovery waits for an attempt whose shim has not taken its lock (a driver that died
+/// while launching it) before launching it again.
+const NOT_STARTED_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// `runs/<task_id>/gate.pgid`: the process group of a running gate.
 const GATE_PGID_FILE: &str = "gate.pgid";
 
@@ -938,7 +942,18 @@ impl Driver {
                 self.launch_or_fail(state, &step_id, attempt, 1).await?;
                 continue;
             };
-            match shim::inspect(&dir)? {
+            let mut found = shim::inspect(&dir)?;
+            if matches!(found, AttemptState::NotStarted) {
+                // A driver that died inside `launch` may have left a shim that has not taken its
+                // lock yet: give it the time `launch` would have, before running the attempt
+                // again in the same worktree.
+                let waiting = crate::clock::Stopwatch::start();
+                while matches!(found, AttemptState::NotStarted) && waiting.elapsed() < NOT_STARTED_GRACE {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    found = shim::inspect(&dir)?;
+                }
+            }
+            match found {
                 AttemptState::NotStarted | AttemptState::Died => {
                     errln!(
                         "recovering {step_id}: attempt {attempt} did not survive; running it again in a fresh worktree"

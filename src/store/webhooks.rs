@@ -1,6 +1,7 @@
 //! Webhook deliveries and the look-ups a delivery needs (migration `0004_webhooks.sql`).
 //!
-//! Owns the `webhook_deliveries` and `forge_item_revs` tables and the `github_login` of users; finds projects by
+//! Owns the `webhook_deliveries` and `forge_item_revs` tables and the `github_login` and
+//! `ado_email` of users; finds projects by
 //! `forge_repo` and specs by `source_url`. It never authenticates a delivery nor interprets
 //! its payload: the web layer verifies, the runtime imports.
 
@@ -161,6 +162,35 @@ impl Store {
         let mut tx = self.begin_write().await?;
         let done = sqlx::query("update users set github_login = ? where name = ?")
             .bind(login)
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// The user whose Azure DevOps e-mail (unique name) is `email` (compared without case).
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn user_by_ado_email(&self, email: &str) -> Result<Option<UserRow>, StoreError> {
+        Ok(sqlx::query_as::<_, UserRow>(
+            "select name, role, created_at from users where ado_email != '' and lower(ado_email) = lower(?)",
+        )
+        .bind(email)
+        .fetch_optional(&self.reader)
+        .await?)
+    }
+
+    /// Sets (or, with `""`, clears) the Azure DevOps e-mail of user `name`; `false` when no
+    /// such user.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`] (the e-mail is another user's).
+    pub async fn set_ado_email(&self, name: &str, email: &str) -> Result<bool, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query("update users set ado_email = ? where name = ?")
+            .bind(email)
             .bind(name)
             .execute(&mut *tx)
             .await?;

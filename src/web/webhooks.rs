@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 use sha2::{Digest as _, Sha256};
 
 use crate::clock;
+use crate::forge::html_to_text;
 use crate::forge::item::ADO_TEXT_FIELDS;
 use crate::model::event::{Event, EventKind};
 use crate::model::state::ApprovalDecision;
@@ -260,7 +261,9 @@ async fn issue(app: &AppState, action: &str, p: &Value, actor: &str) -> Result<H
         });
     }
     let repo = text(p, "/repository/full_name");
-    let projects = app.execs.store().projects_by_forge_repo(&[repo]).await.map_err(anyhow::Error::from)?;
+    let prefixed = format!("github:{repo}");
+    let projects =
+        app.execs.store().projects_by_forge_repo(&[repo, prefixed.as_str()]).await.map_err(anyhow::Error::from)?;
     if projects.is_empty() {
         return Ok(ignored(format!("no project for {repo}")));
     }
@@ -304,20 +307,48 @@ async fn comment(app: &AppState, delivery: &str, p: &Value) -> Result<Handled, A
     let Some((decision, feedback)) = command(text(p, "/comment/body")) else {
         return Ok(ignored("the comment is not a /baton approve or /baton reject command"));
     };
+    let login = text(p, "/comment/user/login");
+    let user = app.execs.store().user_by_github_login(login).await.map_err(anyhow::Error::from)?;
+    let Some(user) = user else {
+        return Ok(ignored(format!("GitHub user {login} is not mapped to a Baton user")));
+    };
+    let decided = Decided { source: "github", url: text(p, "/issue/html_url"), who: login, delivery };
+    decide(app, &decided, &user, decision, feedback).await
+}
+
+/// Where a comment command came from.
+struct Decided<'a> {
+    /// `github` or `ado`.
+    source: &'static str,
+    /// The item's address (the spec's `source_url`).
+    url: &'a str,
+    /// The forge identity that wrote it (login, e-mail).
+    who: &'a str,
+    /// The delivery.
+    delivery: &'a str,
+}
+
+/// Records `decision` by `user` on the approval the execution of the spec imported from
+/// `from.url` waits for, as the web form would (separate-reviewer rule, signature).
+async fn decide(
+    app: &AppState,
+    from: &Decided<'_>,
+    user: &crate::store::UserRow,
+    decision: ApprovalDecision,
+    feedback: String,
+) -> Result<Handled, AppError> {
     if decision == ApprovalDecision::Reject && feedback.is_empty() {
         return Ok(ignored("/baton reject needs a reason: /baton reject <reason>"));
     }
-    let login = text(p, "/comment/user/login");
-    let store = app.execs.store();
-    let Some(user) = store.user_by_github_login(login).await.map_err(anyhow::Error::from)? else {
-        return Ok(ignored(format!("GitHub user {login} is not mapped to a Baton user")));
-    };
     if Role::parse(&user.role).is_none_or(|r| r < Role::Reviewer) {
-        return Ok(ignored(format!("{} ({login}) is a {}; deciding needs the reviewer role", user.name, user.role)));
+        return Ok(ignored(format!(
+            "{} ({}) is a {}; deciding needs the reviewer role",
+            user.name, from.who, user.role
+        )));
     }
-    let url = text(p, "/issue/html_url");
-    let Some(spec) = store.spec_by_source_url("github", url).await.map_err(anyhow::Error::from)? else {
-        return Ok(ignored(format!("no spec was imported from {url}")));
+    let store = app.execs.store();
+    let Some(spec) = store.spec_by_source_url(from.source, from.url).await.map_err(anyhow::Error::from)? else {
+        return Ok(ignored(format!("no spec was imported from {}", from.url)));
     };
     let Some(task_id) = spec.task_id.clone() else {
         return Ok(ignored(format!("spec {} has not been fired", spec.spec_id)));
@@ -328,7 +359,7 @@ async fn comment(app: &AppState, delivery: &str, p: &Value) -> Result<Handled, A
     };
     let kind = EventKind::ApprovalRecorded { phase_id: pending.phase_id, result: decision, feedback };
     let recorded = crate::web::api::executions::record_event_as(app, &task_id, Event::new(kind).by(&user.name)).await?;
-    tracing::info!(task.id = %task_id, "approval by {} from GitHub delivery {delivery}", user.name);
+    tracing::info!(task.id = %task_id, "approval by {} from {} delivery {}", user.name, from.source, from.delivery);
     Ok((
         StatusCode::OK,
         json!({
@@ -340,6 +371,38 @@ async fn comment(app: &AppState, delivery: &str, p: &Value) -> Result<Handled, A
             "recorded": recorded.recorded,
         }),
     ))
+}
+
+/// The e-mail of an Azure DevOps identity: an object's `uniqueName`, or the `<…>` of a
+/// `Display Name <email>` string.
+fn ado_identity_email(v: Option<&Value>) -> &str {
+    match v {
+        Some(Value::Object(o)) => o.get("uniqueName").and_then(Value::as_str).unwrap_or_default(),
+        Some(Value::String(s)) => match (s.rfind('<'), s.rfind('>')) {
+            (Some(a), Some(b)) if a < b => &s[a + 1..b],
+            _ => s.as_str(),
+        },
+        _ => "",
+    }
+}
+
+/// `workitem.commented`: a `/baton approve` or `/baton reject <reason>` comment (the
+/// `System.History` of the revision, HTML) by a user mapped by `ado_email`.
+async fn ado_comment(app: &AppState, delivery: &str, resource: &Value) -> Result<Handled, AppError> {
+    let fields = resource.get("fields").unwrap_or(&Value::Null);
+    let comment = html_to_text(text(fields, "/System.History"));
+    let Some((decision, feedback)) = command(&comment) else {
+        return Ok(ignored("the comment is not a /baton approve or /baton reject command"));
+    };
+    let email = ado_identity_email(fields.get("System.ChangedBy"));
+    let email = if email.is_empty() { ado_identity_email(resource.get("revisedBy")) } else { email };
+    let user = app.execs.store().user_by_ado_email(email).await.map_err(anyhow::Error::from)?;
+    let Some(user) = user else {
+        return Ok(ignored(format!("Azure DevOps user {email:?} is not mapped to a Baton user")));
+    };
+    let url = ado_url(resource, false);
+    let decided = Decided { source: "ado", url: &url, who: email, delivery };
+    decide(app, &decided, &user, decision, feedback).await
 }
 
 async fn pull_request_closed(app: &AppState, p: &Value, actor: &str) -> Result<Handled, AppError> {
@@ -357,7 +420,8 @@ async fn pull_request_closed(app: &AppState, p: &Value, actor: &str) -> Result<H
     };
     let repo = text(p, "/repository/full_name");
     let project = store.project(&spec.project).await.map_err(anyhow::Error::from)?;
-    if !project.is_some_and(|pr| pr.forge_repo.eq_ignore_ascii_case(repo)) {
+    let linked = |forge_repo: &str| forge_repo.trim().trim_start_matches("github:").eq_ignore_ascii_case(repo);
+    if !project.is_some_and(|pr| linked(&pr.forge_repo)) {
         return Ok(ignored(format!("spec {} belongs to project {}, which is not {repo}", spec.spec_id, spec.project)));
     }
     let pr_url = text(p, "/pull_request/html_url");
@@ -455,12 +519,13 @@ fn ado_url(resource: &Value, updated: bool) -> String {
 
 async fn ado_event(app: &AppState, p: &Value) -> Result<Handled, AppError> {
     let event = text(p, "/eventType");
+    let resource = p.get("resource").unwrap_or(&Value::Null);
     let updated = match event {
         "workitem.created" => false,
         "workitem.updated" => true,
+        "workitem.commented" => return ado_comment(app, text(p, "/id"), resource).await,
         _ => return Ok(ignored(format!("event {event} is not handled"))),
     };
-    let resource = p.get("resource").unwrap_or(&Value::Null);
     let fields = if updated { resource.pointer("/revision/fields") } else { resource.get("fields") };
     let Some(fields) = fields.filter(|f| f.is_object()) else {
         return Err(AppError::BadRequest(format!("{event}: the resource carries no fields")));
@@ -533,6 +598,12 @@ mod tests {
         assert_eq!(base64_decode("YQ==").as_deref(), Some(&b"a"[..]));
         assert_eq!(base64_decode("*"), None);
         assert_eq!(ado_org("https://dev.azure.com/fabrikam/DefaultCollection/_apis"), Some("fabrikam"));
+        assert_eq!(
+            ado_identity_email(Some(&json!("Jamal Hartnett <fabrikamfiber4@hotmail.com>"))),
+            "fabrikamfiber4@hotmail.com"
+        );
+        assert_eq!(ado_identity_email(Some(&json!({"uniqueName": "a@b.c", "displayName": "A"}))), "a@b.c");
+        assert_eq!(ado_identity_email(None), "");
         assert_eq!(ado_org("https://fabrikam.visualstudio.com/x"), Some("fabrikam"));
         assert_eq!(ado_org("http://tfs.example/x"), None);
         let r = json!({"url": "https://h/_apis/wit/workItems/5/updates/2", "_links": {"parent": {"href": "https://h/_apis/wit/workItems/5"}}});

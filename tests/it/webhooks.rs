@@ -581,6 +581,78 @@ async fn azure_devops_work_items_import_with_basic_auth_once() {
     assert_eq!(app.deliveries("ado").await, 6);
 }
 
+#[tokio::test]
+async fn a_baton_approve_work_item_comment_decides_the_approval_for_a_mapped_ado_user() {
+    let Some(dir) = fixtures() else { return };
+    let app = App::new(&dir).await;
+    app.project("fab", "ado:fabrikam-fiber-inc/FabrikamCloud", "").await;
+    let created = app.ado_fixture("workitem.created.json");
+    let (status, body) = app.post_ado(&created, Some(ADO_AUTH)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let spec_id = body["spec_id"].as_i64().unwrap();
+    let task_id = "ado-approve";
+    app.execs.create(approval_plan(task_id)).await.unwrap();
+    let step = json!({"kind": "step_recorded", "step_id": "1.1", "agent_name": "alpha", "status": "complete", "outcome": "done"});
+    let req = Request::post(format!("/api/v1/executions/{task_id}/events")).header("content-type", "application/json");
+    let (status, body) = app.send(req.body(Body::from(step.to_string())).unwrap()).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let store = app.execs.store();
+    let fire = SpecChange {
+        action: "fire".into(),
+        expected: "imported".into(),
+        to: "executing".into(),
+        actor: "lead".into(),
+        at: "2026-01-01T00:00:00Z".into(),
+        ..SpecChange::default()
+    };
+    store.change_spec(spec_id, &fire).await.unwrap();
+    store.attach_execution(spec_id, task_id).await.unwrap();
+    store.add_token("rita", "reviewer", "hash-r", "", "2026-01-01T00:00:00Z").await.unwrap();
+
+    // The recorded created delivery, as a comment (built from the real payload).
+    let mut comment: Value = serde_json::from_slice(&created).unwrap();
+    comment["eventType"] = json!("workitem.commented");
+    comment["id"] = json!("comment-1");
+    comment["resource"]["fields"]["System.History"] = json!("<div>/baton approve</div>");
+    comment["resource"]["fields"]["System.ChangedBy"] = json!("Rita Reviewer <Rita@Example.com>");
+    let (status, body) = app.post_ado(comment.to_string().as_bytes(), Some(ADO_AUTH)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["ignored"], "Azure DevOps user \"Rita@Example.com\" is not mapped to a Baton user");
+
+    assert!(store.set_ado_email("rita", "rita@example.com").await.unwrap());
+    comment["id"] = json!("comment-2");
+    let (status, body) = app.post_ado(comment.to_string().as_bytes(), Some(ADO_AUTH)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!((body["decision"].as_str(), body["by"].as_str()), (Some("approve"), Some("rita")));
+    assert!(app.execs.get(task_id).await.unwrap().pending_approval_request.is_none());
+    let (status, body) = app.post_ado(comment.to_string().as_bytes(), Some(ADO_AUTH)).await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"duplicate": true})));
+
+    // A plain comment is acknowledged and ignored.
+    comment["id"] = json!("comment-3");
+    comment["resource"]["fields"]["System.History"] = json!("<div>Looks good to me</div>");
+    let (status, body) = app.post_ado(comment.to_string().as_bytes(), Some(ADO_AUTH)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+}
+
+#[test]
+fn token_create_maps_an_ado_email_and_refuses_a_bad_or_taken_one() {
+    let ws = Workspace::with_repo(&[("README.md", "hello\n")]);
+    let create = |user: &str, email: &str| {
+        let args = ["token", "create", "--user", user, "--role", "reviewer", "--ado-email", email];
+        ws.baton().args(args).output().unwrap()
+    };
+    let out = create("rita", "rita@example.com");
+    assert_eq!(crate::common::code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    let out = create("bob", "RITA@example.com");
+    assert_eq!(crate::common::code(&out), 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already the e-mail of rita"));
+    let out = create("bob", "not an email");
+    assert_eq!(crate::common::code(&out), 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--ado-email"));
+    assert!(out.stdout.is_empty(), "no token is printed for a refused e-mail");
+}
+
 #[test]
 fn token_create_maps_a_github_login_and_refuses_another_users_login() {
     let ws = Workspace::with_repo(&[("README.md", "hello\n")]);

@@ -515,7 +515,7 @@ pub fn launch(baton_exe: &Path, run_dir: &Path) -> Result<LaunchedAttempt> {
         .spawn()
         .with_context(|| format!("starting attempt shim `{} __attempt {}`", baton_exe.display(), run_dir.display()))?;
     let shim_pid = child.id();
-    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (tx, mut rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name(format!("baton-shim-{shim_pid}"))
         .spawn(move || {
@@ -523,8 +523,26 @@ pub fn launch(baton_exe: &Path, run_dir: &Path) -> Result<LaunchedAttempt> {
             let _ = tx.send(());
         })
         .context("starting the shim reaper thread")?;
+    // Return only once the shim holds its lock (or is gone): from then on a driver that dies
+    // and restarts sees the attempt as running, never as "not started" — which would launch a
+    // second shim into the same worktree (seen under load at the `after-launch` crash point).
+    let waiting = Stopwatch::start();
+    while waiting.elapsed() < SHIM_LOCK_WAIT {
+        if !matches!(inspect(&run_dir)?, AttemptState::NotStarted) {
+            break;
+        }
+        match rx.try_recv() {
+            Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {}
+            // The shim exited (its exit record, if any, says why).
+            _ => break,
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
     Ok(LaunchedAttempt { shim_pid, run_dir, exited: rx })
 }
+
+/// How long [`launch`] waits for a new shim to take its lock.
+pub const SHIM_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[cfg(test)]
 mod tests {
