@@ -595,15 +595,17 @@ impl Store {
         Ok(())
     }
 
-    /// A text that changes whenever any spec or execution changes (newest `updated_at` of
-    /// each table and their row counts), for the board's live updates.
+    /// A text that changes whenever any spec, project or execution changes: the `board_rev`
+    /// counter (moved by triggers on specs and projects, migration `0008_board_rev.sql`) and
+    /// the executions' count and summed journal heads (every summary change is an append).
+    /// The board's live stream and its cache key on it.
     ///
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn board_version(&self) -> Result<String, StoreError> {
         Ok(sqlx::query_scalar::<_, String>(
-            "select (select coalesce(max(updated_at), '') || ':' || count(*) from specs) || '|' || \
-             (select coalesce(max(updated_at), '') || ':' || count(*) || ':' || coalesce(sum(last_seq), 0) from executions)",
+            "select (select n from board_rev where id = 1) || '|' || \
+             (select count(*) || ':' || coalesce(sum(last_seq), 0) from executions)",
         )
         .fetch_one(&self.reader)
         .await?)

@@ -172,12 +172,58 @@ pub fn stage_sql() -> String {
 }
 
 /// Loads the board for `query`: one page (`?page`, [`PAGE_SIZE`] cards) of every column, paged
-/// in the database, so the cost does not grow with the number of specs beyond the counts.
+/// in the database, so the cost does not grow with the number of specs beyond the counts. A
+/// board built while nothing has changed since (same
+/// [`board_version`](crate::store::Store::board_version)) is served from [`BoardCache`].
 ///
 /// Errors: the database (500).
 pub async fn load(app: &AppState, query: &BoardQuery) -> Result<Board, AppError> {
     let store = app.execs.store();
     let page = query.page.unwrap_or(1).max(1);
+    // Read before the board, so a change made meanwhile moves the version past the cached copy.
+    let version = store.board_version().await.map_err(anyhow::Error::from)?;
+    let key = (query.project.clone(), page, query.archived);
+    if let Some(board) = app.board_cache.get(&key, &version) {
+        return Ok(board);
+    }
+    let board = build(app, query, page).await?;
+    app.board_cache.put(key, version, board.clone());
+    Ok(board)
+}
+
+/// Boards already built, by query, with the [`board_version`](crate::store::Store::board_version)
+/// they were built at: a board is served again while the version stands (at most
+/// [`BoardCache::CAPACITY`] queries kept; beyond that the cache starts over).
+#[derive(Debug, Default)]
+pub struct BoardCache {
+    boards: std::sync::Mutex<std::collections::HashMap<BoardKey, (String, Board)>>,
+}
+
+/// (project filter, page, archive).
+type BoardKey = (Option<String>, usize, bool);
+
+impl BoardCache {
+    /// Queries kept.
+    pub const CAPACITY: usize = 64;
+
+    fn get(&self, key: &BoardKey, version: &str) -> Option<Board> {
+        let boards = self.boards.lock().ok()?;
+        boards.get(key).filter(|(v, _)| v == version).map(|(_, b)| b.clone())
+    }
+
+    fn put(&self, key: BoardKey, version: String, board: Board) {
+        if let Ok(mut boards) = self.boards.lock() {
+            if boards.len() >= Self::CAPACITY && !boards.contains_key(&key) {
+                boards.clear();
+            }
+            boards.insert(key, (version, board));
+        }
+    }
+}
+
+/// The board of `query` at `page`, from the database.
+async fn build(app: &AppState, query: &BoardQuery, page: usize) -> Result<Board, AppError> {
+    let store = app.execs.store();
     let size = i64::try_from(PAGE_SIZE).unwrap_or(20);
     let offset = i64::try_from(page - 1).unwrap_or(0).saturating_mul(size);
     let (rows, counts) = store

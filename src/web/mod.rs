@@ -83,6 +83,8 @@ pub struct AppState {
     pub webhooks: Arc<WebhookConfig>,
     /// The forge clients (imports, pull requests, report-back comments).
     pub forges: Forges,
+    /// Boards built, served again while nothing changed.
+    pub board_cache: Arc<board::BoardCache>,
 }
 
 impl AppState {
@@ -110,6 +112,7 @@ impl AppState {
             record_locks: Arc::default(),
             webhooks: Arc::default(),
             forges: Forges::new(ForgeSettings::default(), RetryPolicy::default())?,
+            board_cache: Arc::default(),
         })
     }
 

@@ -521,3 +521,48 @@ async fn board_columns_page_in_the_database() {
         page3["columns"][0]["cards"].as_array().unwrap().iter().map(|c| c["title"].as_str().unwrap()).collect();
     assert_eq!(titles, ["Spec 4", "Spec 3", "Spec 2", "Spec 1", "Spec 0"]);
 }
+
+/// The stage (column) of spec `id` on the board JSON.
+fn column_of(board: &Value, id: i64) -> Option<String> {
+    board["columns"].as_array().unwrap().iter().find_map(|c| {
+        c["cards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|card| card["spec_id"] == id)
+            .then(|| c["stage"].as_str().unwrap().into())
+    })
+}
+
+#[tokio::test]
+async fn the_board_shows_every_change_at_once_even_within_the_same_second() {
+    // Found while adding the board cache: the version was the newest `updated_at` (seconds)
+    // and the row count, so two changes in one second looked like none.
+    let app = App::with_project().await;
+    let a = app.spec("First");
+    let a = a.await;
+    let (_, board) = app.get("/api/v1/board").await;
+    assert_eq!(column_of(&board, a).as_deref(), Some("queued"));
+    let (status, _) = app.post(&format!("/api/v1/specs/{a}/enrich"), json!({})).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = app.post(&format!("/api/v1/specs/{a}/submit"), json!({})).await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, board) = app.get("/api/v1/board").await;
+    assert_eq!(column_of(&board, a).as_deref(), Some("in_review"), "the submit shows at once");
+    // A title edit (no stage change) shows too, as does a new spec.
+    let (status, _) = app
+        .send(
+            Request::patch(format!("/api/v1/specs/{a}"))
+                .header("content-type", "application/json")
+                .header("x-baton-actor", "tester")
+                .body(Body::from(json!({"title": "First, renamed"}).to_string()))
+                .unwrap(),
+        )
+        .await;
+    assert_ne!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    let b = app.spec("Second").await;
+    let (_, board) = app.get("/api/v1/board").await;
+    assert_eq!(column_of(&board, b).as_deref(), Some("queued"));
+    let (_, again) = app.get("/api/v1/board").await;
+    assert_eq!(again, board, "unchanged: the same board");
+}
