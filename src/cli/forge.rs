@@ -43,7 +43,9 @@ pub(super) enum SpecCommand {
 /// The forge clients of the data dir's configuration and the environment.
 fn forges(data: &DataDir) -> anyhow::Result<Forges> {
     let settings = data.config()?.forge_settings(|k| std::env::var(k).ok());
-    Forges::new(settings, RetryPolicy::default()).map_err(cli_error)
+    // No HTTP request limit here: a call may wait out a rate limit of up to a minute.
+    let policy = RetryPolicy { deadline: std::time::Duration::from_secs(120), ..RetryPolicy::default() };
+    Forges::new(settings, policy).map_err(cli_error)
 }
 
 /// A forge error as the CLI's error: a request Baton refuses is bad input (exit 2).

@@ -14,9 +14,10 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::{
-    classify, Answer, Attempts, Forge, ForgeError, ForgeItem, ForgeSettings, NewPull, RetryPolicy, Secret, Verdict,
+    classify, out_of_time, timed_out, Answer, Attempts, Forge, ForgeError, ForgeItem, ForgeSettings, NewPull,
+    RetryPolicy, Secret, Verdict,
 };
-use crate::clock;
+use crate::clock::{self, Stopwatch};
 
 /// The REST version of every call but comments.
 pub const API_VERSION: &str = "7.1";
@@ -60,7 +61,6 @@ impl AzureDevOps {
             // the PAT on to wherever a redirect points).
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(10))
-            .timeout(Duration::from_secs(60))
             .user_agent(concat!("baton/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| ForgeError::Invalid(format!("the Azure DevOps client cannot be built: {e}")))?;
@@ -80,8 +80,12 @@ impl AzureDevOps {
             )));
         };
         let mut attempts = Attempts::default();
+        let clock = Stopwatch::start();
         loop {
-            let mut request = self.client.request(method.clone(), url).basic_auth("", Some(pat.expose()));
+            let Some(left) = self.policy.deadline.checked_sub(clock.elapsed()).filter(|l| !l.is_zero()) else {
+                return Err(timed_out(Forge::AzureDevOps, what, attempts, self.policy.deadline));
+            };
+            let mut request = self.client.request(method.clone(), url).basic_auth("", Some(pat.expose())).timeout(left);
             if let Some(b) = body {
                 request = request.json(b);
             }
@@ -121,6 +125,9 @@ impl AzureDevOps {
                     })
                 }
                 Verdict::Retry(wait) => {
+                    if clock.elapsed() + wait >= self.policy.deadline {
+                        return Err(out_of_time(Forge::AzureDevOps, what, status, wait, attempts));
+                    }
                     if (500..600).contains(&status) {
                         attempts.server += 1;
                     } else {
@@ -143,6 +150,13 @@ impl AzureDevOps {
         let url =
             format!("{}?$expand=all&api-version={API_VERSION}", self.url(org, project, &format!("wit/workitems/{id}")));
         let v = self.call(&what, Method::GET, &url, None).await?;
+        if v.get("id").and_then(Value::as_u64) != Some(id) {
+            return Err(ForgeError::Malformed {
+                forge: Forge::AzureDevOps,
+                what,
+                message: format!("the answer is work item {}, not {id}", v["id"]),
+            });
+        }
         item_of(&what, &v, org, project)
     }
 

@@ -15,8 +15,11 @@ use octocrab::{FromResponse, Octocrab, Page};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::{classify, Answer, Attempts, Forge, ForgeError, ForgeItem, ForgeSettings, NewPull, RetryPolicy, Verdict};
-use crate::clock;
+use super::{
+    classify, out_of_time, timed_out, Answer, Attempts, Forge, ForgeError, ForgeItem, ForgeSettings, NewPull,
+    RetryPolicy, Verdict,
+};
+use crate::clock::{self, Stopwatch};
 
 /// Issues fetched by one bulk import, at most (ten pages of 100).
 pub const MAX_BULK_ISSUES: usize = 1000;
@@ -53,7 +56,11 @@ impl GitHub {
         let api_url = settings.github_api_url();
         let mut builder = Octocrab::builder()
             .base_uri(api_url.as_str())
-            .map_err(|e| ForgeError::Invalid(format!("BATON_GITHUB_API_URL {api_url:?} is not a URL: {e}")))?
+            .map_err(|e| {
+                ForgeError::Invalid(format!(
+                    "the GitHub API address {api_url:?} (BATON_GITHUB_API_URL or [github] api_url) is not a URL: {e}"
+                ))
+            })?
             .set_connect_timeout(Some(Duration::from_secs(10)))
             .set_read_timeout(Some(Duration::from_secs(30)));
         if let Some(token) = &settings.github.token {
@@ -93,10 +100,19 @@ impl GitHub {
             attempts: attempts.server + 1,
             message,
         };
+        let clock = Stopwatch::start();
         loop {
-            let sent = match method {
-                "POST" => self.client._post(full.as_str(), body).await,
-                _ => self.client._get(full.as_str()).await,
+            let Some(left) = self.policy.deadline.checked_sub(clock.elapsed()).filter(|l| !l.is_zero()) else {
+                return Err(timed_out(Forge::GitHub, what, attempts, self.policy.deadline));
+            };
+            let send = async {
+                match method {
+                    "POST" => self.client._post(full.as_str(), body).await,
+                    _ => self.client._get(full.as_str()).await,
+                }
+            };
+            let Ok(sent) = tokio::time::timeout(left, send).await else {
+                return Err(timed_out(Forge::GitHub, what, attempts, self.policy.deadline));
             };
             let response = match sent {
                 Ok(r) if r.status().is_success() => return Ok(r),
@@ -107,7 +123,11 @@ impl GitHub {
                     attempts.server += 1;
                     continue;
                 }
-                Err(e) => return Err(network(attempts, transport_message(&e))),
+                Err(e) => {
+                    let at = self.api_url.as_str();
+                    let hint = format!("{} (at {at}: is BATON_GITHUB_API_URL right?)", transport_message(&e));
+                    return Err(network(attempts, hint));
+                }
             };
             let status = response.status().as_u16();
             let headers = response.headers().clone();
@@ -130,6 +150,9 @@ impl GitHub {
                     })
                 }
                 Verdict::Retry(wait) => {
+                    if clock.elapsed() + wait >= self.policy.deadline {
+                        return Err(out_of_time(Forge::GitHub, what, status, wait, attempts));
+                    }
                     if (500..600).contains(&status) {
                         attempts.server += 1;
                     } else {
@@ -158,6 +181,13 @@ impl GitHub {
         let what = format!("issue {owner}/{repo}#{number}");
         let answer = self.call(&what, "GET", &format!("/repos/{owner}/{repo}/issues/{number}"), None).await?;
         let v = Self::json(&what, answer).await?;
+        if v.get("number").and_then(Value::as_u64) != Some(number) {
+            return Err(ForgeError::Malformed {
+                forge: Forge::GitHub,
+                what,
+                message: format!("the answer is issue {}, not #{number} (transferred?)", v["number"]),
+            });
+        }
         if v.get("pull_request").is_some_and(|p| !p.is_null()) {
             return Err(ForgeError::Invalid(format!(
                 "{owner}/{repo}#{number} is a pull request, not an issue: import the issue it resolves"
@@ -173,10 +203,16 @@ impl GitHub {
     pub async fn issues_labelled(&self, owner: &str, repo: &str, label: &str) -> Result<Vec<ForgeItem>, ForgeError> {
         let what = format!("issues of {owner}/{repo} labelled {label:?}");
         let query = serde_urlencoded_pair("labels", label);
-        let mut next = Some(format!("/repos/{owner}/{repo}/issues?state=open&per_page=100&{query}"));
+        let mut next = Some(format!("{}/repos/{owner}/{repo}/issues?state=open&per_page=100&{query}", self.api_url));
         let mut items = Vec::new();
         let full_name = format!("{owner}/{repo}");
+        let mut seen = std::collections::HashSet::new();
         while let Some(uri) = next.take() {
+            // A `Link` that points back at a page already read, or more pages than the cap
+            // needs: stop rather than loop.
+            if !seen.insert(uri.clone()) || seen.len() > MAX_BULK_ISSUES / 100 + 1 {
+                break;
+            }
             let answer = self.call(&what, "GET", &uri, None).await?;
             // octocrab reads the page and its `Link` header (first, prev, next, last).
             let page = <Page<Value> as FromResponse>::from_response(answer).await.map_err(|e| {
@@ -186,7 +222,10 @@ impl GitHub {
                 if issue.get("pull_request").is_some_and(|p| !p.is_null()) {
                     continue;
                 }
-                items.push(item_of(&what, issue, &full_name)?);
+                let item = item_of(&what, issue, &full_name)?;
+                if !items.iter().any(|i: &ForgeItem| i.url == item.url) {
+                    items.push(item);
+                }
             }
             if items.len() >= MAX_BULK_ISSUES {
                 items.truncate(MAX_BULK_ISSUES);

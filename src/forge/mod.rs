@@ -192,9 +192,38 @@ pub enum RepoRef {
     },
 }
 
-/// A segment of a reference: non-empty, no `/`, `#`, whitespace or control characters.
-fn segment_ok(s: &str) -> bool {
-    !s.is_empty() && !s.chars().any(|c| c == '/' || c == '#' || c == '?' || c.is_whitespace() || c.is_control())
+/// A GitHub owner or repository name: 1–100 of `A-Z a-z 0-9 . _ -`, not `.` or `..`
+/// (GitHub's own rule).
+fn github_name_ok(s: &str) -> bool {
+    (1..=100).contains(&s.len())
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        && s != "."
+        && s != ".."
+}
+
+/// An Azure DevOps organization: 1–50 of `A-Z a-z 0-9 . _ -`, not `.` or `..`.
+fn ado_org_ok(s: &str) -> bool {
+    (1..=50).contains(&s.len()) && github_name_ok(s)
+}
+
+/// An Azure DevOps project or repository name: 1–64 characters, no control characters, none
+/// of `/ \ # ? % & * : < > | " '` and not starting or ending with a space or `.`
+/// (Azure DevOps's naming rules; inner spaces are allowed).
+fn ado_name_ok(s: &str) -> bool {
+    (1..=64).contains(&s.chars().count())
+        && !s.chars().any(|c| c.is_control() || "/\\#?%&*:<>|\"'+".contains(c))
+        && !s.starts_with([' ', '.'])
+        && !s.ends_with([' ', '.'])
+}
+
+/// The start of untrusted `text` for an error message: at most 80 characters, one line.
+fn shown(text: &str) -> String {
+    let one: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).take(80).collect();
+    if text.chars().count() > 80 {
+        format!("{one}…")
+    } else {
+        one
+    }
 }
 
 impl RepoRef {
@@ -205,13 +234,14 @@ impl RepoRef {
         let t = text.trim();
         let bad = || {
             ForgeError::Invalid(format!(
-                "{t:?} is not a forge repository: use OWNER/REPO or github:OWNER/REPO for GitHub, \
-                 ado:ORG/PROJECT or ado:ORG/PROJECT/REPOSITORY for Azure DevOps"
+                "{:?} is not a forge repository: use OWNER/REPO or github:OWNER/REPO for GitHub, \
+                 ado:ORG/PROJECT or ado:ORG/PROJECT/REPOSITORY for Azure DevOps",
+                shown(t)
             ))
         };
         if let Some(rest) = t.strip_prefix("ado:") {
             let parts: Vec<&str> = rest.split('/').collect();
-            if !(2..=3).contains(&parts.len()) || !parts.iter().all(|p| segment_ok(p)) {
+            if !(2..=3).contains(&parts.len()) || !ado_org_ok(parts[0]) || !parts[1..].iter().all(|p| ado_name_ok(p)) {
                 return Err(bad());
             }
             return Ok(RepoRef::Ado {
@@ -222,7 +252,7 @@ impl RepoRef {
         }
         let rest = t.strip_prefix("github:").unwrap_or(t);
         match rest.split_once('/') {
-            Some((owner, repo)) if segment_ok(owner) && segment_ok(repo) => {
+            Some((owner, repo)) if github_name_ok(owner) && github_name_ok(repo) => {
                 Ok(RepoRef::GitHub { owner: owner.into(), repo: repo.into() })
             }
             _ => Err(bad()),
@@ -269,19 +299,24 @@ impl ItemRef {
         let t = text.trim();
         let bad = || {
             ForgeError::Invalid(format!(
-                "{t:?} is not an item reference: use github:OWNER/REPO#NUMBER or ado:ORG/PROJECT#ID"
+                "{:?} is not an item reference: use github:OWNER/REPO#NUMBER or ado:ORG/PROJECT#ID",
+                shown(t)
             ))
         };
         let (forge, rest) = t.split_once(':').ok_or_else(bad)?;
         let (path, number) = rest.rsplit_once('#').ok_or_else(bad)?;
-        let number: u64 = number.parse().ok().filter(|n| *n > 0).ok_or_else(bad)?;
-        let (a, b) = path.split_once('/').ok_or_else(bad)?;
-        if !segment_ok(a) || !segment_ok(b) {
+        if number.is_empty() || number.len() > 12 || !number.bytes().all(|b| b.is_ascii_digit()) {
             return Err(bad());
         }
+        let number: u64 = number.parse().ok().filter(|n| *n > 0).ok_or_else(bad)?;
+        let (a, b) = path.split_once('/').ok_or_else(bad)?;
         match forge {
-            "github" => Ok(ItemRef::GitHub { owner: a.into(), repo: b.into(), number }),
-            "ado" => Ok(ItemRef::Ado { org: a.into(), project: b.into(), id: number }),
+            "github" if github_name_ok(a) && github_name_ok(b) => {
+                Ok(ItemRef::GitHub { owner: a.into(), repo: b.into(), number })
+            }
+            "ado" if ado_org_ok(a) && ado_name_ok(b) => {
+                Ok(ItemRef::Ado { org: a.into(), project: b.into(), id: number })
+            }
             _ => Err(bad()),
         }
     }
@@ -428,6 +463,10 @@ pub struct RetryPolicy {
     pub max_rate_limit_wait: Duration,
     /// Rate-limit waits per call (default 2).
     pub rate_limit_waits: u32,
+    /// Longest a call may take, every attempt and wait included (default 20 s, under the
+    /// server's 30 s request limit): each attempt gets what is left, and no retry starts
+    /// that could not finish.
+    pub deadline: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -437,6 +476,7 @@ impl Default for RetryPolicy {
             backoff: Duration::from_millis(500),
             max_rate_limit_wait: Duration::from_secs(60),
             rate_limit_waits: 2,
+            deadline: Duration::from_secs(20),
         }
     }
 }
@@ -620,6 +660,38 @@ pub fn classify(
     }
 }
 
+/// The error for a retry that `deadline` leaves no time for: the server error, or the rate
+/// limit with its wait.
+pub fn out_of_time(forge: Forge, what: &str, status: u16, wait: Duration, attempts: Attempts) -> ForgeError {
+    if (500..600).contains(&status) {
+        return ForgeError::Server {
+            forge,
+            what: what.into(),
+            status,
+            attempts: attempts.server + 1,
+            message: "no time left to retry".into(),
+        };
+    }
+    ForgeError::RateLimited {
+        forge,
+        what: what.into(),
+        status,
+        message: "rate limited".into(),
+        when: format!("retry in {} s", wait.as_secs().max(1)),
+        retry_after_secs: Some(wait.as_secs().max(1)),
+    }
+}
+
+/// A call that used up its deadline.
+pub fn timed_out(forge: Forge, what: &str, attempts: Attempts, deadline: Duration) -> ForgeError {
+    ForgeError::Network {
+        forge,
+        what: what.into(),
+        attempts: attempts.server + 1,
+        message: format!("no answer within {} s", deadline.as_secs()),
+    }
+}
+
 /// The wait before retry `n` (0-based): `backoff` × 2ⁿ, at most 30 s.
 pub fn backoff(policy: &RetryPolicy, n: u32) -> Duration {
     policy.backoff.saturating_mul(1 << n.min(16)).min(Duration::from_secs(30))
@@ -661,7 +733,28 @@ mod tests {
         assert_eq!(r.to_string(), "github:octo-org/hello.rs#42");
         let r = ItemRef::parse("ado:fabrikam/Fabrikam-Fiber-Git#12").unwrap();
         assert_eq!(r.to_string(), "ado:fabrikam/Fabrikam-Fiber-Git#12");
-        for bad in ["", "github:o/r", "github:o/r#0", "github:o#1", "gitlab:o/r#1", "github:o/r/x#1", "github:o /r#1"] {
+        assert_eq!(
+            ItemRef::parse("ado:org/My Project#3").unwrap(),
+            ItemRef::Ado { org: "org".into(), project: "My Project".into(), id: 3 }
+        );
+        let long = format!("github:{}/r#1", "o".repeat(10_000));
+        assert!(ItemRef::parse(&long).unwrap_err().to_string().len() < 300, "a long input is cut in the message");
+        for bad in [
+            "",
+            "github:o/r",
+            "github:o/r#0",
+            "github:o/r#+1",
+            "github:o#1",
+            "gitlab:o/r#1",
+            "github:o/r/x#1",
+            "github:o /r#1",
+            "github:../..#1",
+            "ado:../..#1",
+            "github:o/r%2f#1",
+            "github:o/`id`#1",
+            "github:o/r\u{202e}#1",
+            "ado:org/ My#1",
+        ] {
             let e = ItemRef::parse(bad).unwrap_err().to_string();
             assert!(e.contains("github:OWNER/REPO#NUMBER"), "{bad}: {e}");
         }
@@ -676,6 +769,8 @@ mod tests {
         );
         assert!(RepoRef::parse("ado:org").is_err());
         assert!(RepoRef::parse("justaname").is_err());
+        assert!(RepoRef::parse("ado:org/My Project").is_ok());
+        assert!(RepoRef::parse("../..").is_err());
     }
 
     #[test]

@@ -689,7 +689,8 @@ impl Driver {
         };
         write_atomic(&run_dir.join(META_FILE), serde_json::to_string_pretty(&meta)?.as_bytes())?;
         shim::prepare_run_dir(&run_dir, &spec)?;
-        let launched = shim::launch(&self.baton_exe, &run_dir)?;
+        let mut launched = shim::launch(&self.baton_exe, &run_dir)?;
+        launched.locked().await?;
         crash_point("after-launch");
         let (step_id, dir) = (step_id.to_string(), run_dir.clone());
         self.started_one();

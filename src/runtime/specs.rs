@@ -424,6 +424,19 @@ impl Specs {
     /// Errors: the database; an unknown project (not found).
     pub async fn import(&self, project: &str, item: ForgeItem, actor: &str) -> Result<ImportOutcome, SpecError> {
         let item = item.fitted();
+        // The address becomes a link on every page: a forge answering `javascript:…` (or
+        // anything but a web address) is refused, never linked.
+        let scheme_ok = item.url.starts_with("https://") || item.url.starts_with("http://");
+        if !scheme_ok || item.url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(SpecError::Invalid {
+                field: "source_url".into(),
+                message: format!(
+                    "the {} item's address {:?} is not an http(s) address",
+                    item.source,
+                    item.url.chars().take(80).collect::<String>()
+                ),
+            });
+        }
         if let Some(row) = self.execs.store().spec_by_source_url(&item.source, &item.url).await? {
             return self.reimport_row(row, item, actor).await;
         }
@@ -456,13 +469,24 @@ impl Specs {
         if row.title == item.title && row.body == item.body {
             return Ok(ImportOutcome::Unchanged(row));
         }
-        if let Err(e) = spec::transition(Self::status_of(&row)?, SpecAction::Reimport) {
+        if spec::transition(Self::status_of(&row)?, SpecAction::Reimport).is_err() {
+            use sha2::Digest as _;
+            let text_id = hex::encode(sha2::Sha256::digest(format!("{}\n{}", item.title, item.body)));
             let reason = format!(
-                "the {} item changed, but the spec is {}: its text and plan stay as they are ({e})",
-                item.source, row.status
+                "the {} item's text changed after the spec was {} (new text {}): the spec's text and plan stay \
+                 as they are",
+                item.source,
+                row.status,
+                &text_id[..12]
             );
             let store = self.execs.store();
-            store.note_spec_event(row.spec_id, "import_update_ignored", actor, &reason, &clock::now_rfc3339()).await?;
+            // Flagged once per change: the same text imported again adds nothing.
+            let events = store.spec_events(row.spec_id).await?;
+            if events.last().is_none_or(|l| l.action != "import_update_ignored" || l.reason != reason) {
+                store
+                    .note_spec_event(row.spec_id, "import_update_ignored", actor, &reason, &clock::now_rfc3339())
+                    .await?;
+            }
             return Ok(ImportOutcome::Ignored { spec: row, reason });
         }
         let mut changed = Vec::new();

@@ -213,7 +213,10 @@ impl From<ForgeError> for AppError {
     fn from(e: ForgeError) -> Self {
         let (status, code, retry_after) = match &e {
             ForgeError::NotFound { .. } => (StatusCode::NOT_FOUND, "forge_not_found", None),
-            ForgeError::Invalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unprocessable", None),
+            // A reference Baton refuses: the request's `ref` (or `label` / `wiql`) is wrong.
+            ForgeError::Invalid(m) => {
+                return AppError::Invalid { message: m.clone(), details: json!({ "field": "ref" }) };
+            }
             ForgeError::Validation { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "forge_validation", None),
             ForgeError::BadCredentials { .. } => (StatusCode::BAD_GATEWAY, "forge_bad_credentials", None),
             ForgeError::RateLimited { retry_after_secs, .. } => {

@@ -841,8 +841,9 @@ async fn changelist_page(
         None => None,
     };
     let forge_repo = project.as_ref().map(|p| p.forge_repo.trim().to_string()).unwrap_or_default();
+    let complete = state.status == crate::model::state::ExecutionStatus::Complete;
     let local_commands = match &project {
-        Some(p) if forge_repo.is_empty() => {
+        Some(p) if forge_repo.is_empty() && complete => {
             let base = crate::runtime::merge::base_branch(p).await.unwrap_or_else(|_| "<your branch>".into());
             crate::runtime::merge::local_merge_commands(&cl.repo.display().to_string(), &base, &cl.branch)
         }

@@ -44,6 +44,7 @@ fn fast() -> RetryPolicy {
         backoff: Duration::from_millis(1),
         max_rate_limit_wait: Duration::from_millis(10),
         rate_limit_waits: 2,
+        deadline: Duration::from_secs(10),
     }
 }
 
@@ -698,7 +699,88 @@ async fn the_import_api_answers_each_recorded_forge_error_with_its_own_status_an
             assert!((3500..=3700).contains(&secs), "Retry-After {secs}");
         }
     }
+    // A forge answering a `javascript:` address, or another issue than the one asked for:
+    // refused, nothing imported (found by a fresh-clone tester with a fake forge).
+    let hostile = json!({"number": 6, "html_url": "javascript:alert(1)", "title": "x", "body": "", "labels": []});
+    Mock::given(method("GET"))
+        .and(path("/repos/o/r/issues/6"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(hostile))
+        .mount(&server)
+        .await;
+    let other = json!({"number": 1, "html_url": "https://github.com/o/r/issues/1", "title": "x", "body": ""});
+    Mock::given(method("GET"))
+        .and(path("/repos/o/r/issues/7"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(other))
+        .mount(&server)
+        .await;
+    let (status, _, body) = send("/api/v1/specs/import", json!({"project": "p", "ref": "github:o/r#6"})).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("\"field\":\"source_url\""), "{body}");
+    let (status, _, body) = send("/api/v1/specs/import", json!({"project": "p", "ref": "github:o/r#7"})).await;
+    assert_eq!(status, 502, "{body}");
+    assert!(body.contains("not #7"), "{body}");
+    let (status, _, body) = send("/api/v1/specs/import", json!({"project": "p", "ref": "github:../..#1"})).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("\"field\":\"ref\""), "{body}");
+
     // Nothing was imported by any of them.
     let filter = baton::store::SpecFilter { limit: 10, ..Default::default() };
     assert!(state.execs.store().list_specs(&filter).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_link_back_to_a_page_already_read_ends_the_listing() {
+    // Found by a fresh-clone tester: a fake forge whose `Link: rel="next"` named the same page
+    // kept the import requesting it for ever.
+    let server = MockServer::start().await;
+    let issue =
+        json!({"number": 1, "html_url": "https://github.com/o/loop/issues/1", "title": "t", "body": "", "labels": []});
+    let link = format!("<{}/repos/o/loop/issues?state=open&per_page=100&labels=bug>; rel=\"next\"", server.uri());
+    Mock::given(method("GET"))
+        .and(path("/repos/o/loop/issues"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!([issue])).append_header("link", link.as_str()))
+        .mount(&server)
+        .await;
+    let items = github(&server, fast()).issues_labelled("o", "loop", "bug").await.unwrap();
+    assert_eq!(items.len(), 1);
+    assert!(requests(&server).await.len() <= 2, "{} requests", requests(&server).await.len());
+}
+
+#[tokio::test]
+async fn a_forge_that_never_answers_fails_within_the_deadline() {
+    // Found by a fresh-clone tester: an import against a hanging forge took minutes.
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/repos/o/r/issues/1"))
+        .respond_with(ResponseTemplate::new(200).set_delay(Duration::from_secs(30)))
+        .mount(&server)
+        .await;
+    let policy = RetryPolicy { deadline: Duration::from_millis(400), ..fast() };
+    let clock = Stopwatch::start();
+    let err = github(&server, policy).issue("o", "r", 1).await.unwrap_err();
+    assert!(clock.elapsed() < Duration::from_secs(5), "took {:?}", clock.elapsed());
+    assert!(matches!(err, ForgeError::Network { .. }), "{err:?}");
+    assert!(err.to_string().contains("no answer within"), "{err}");
+    let ado = azure(&server, Some(PAT));
+    let ado = AzureDevOps::new(
+        &ForgeSettings {
+            ado: baton::forge::AdoSettings {
+                pat: Some(Secret::new(PAT)),
+                api_url: Some(server.uri()),
+                ..Default::default()
+            },
+            ..ForgeSettings::default()
+        },
+        policy,
+    )
+    .unwrap_or(ado);
+    Mock::given(method("GET"))
+        .and(path(format!("/{ORG}/{PROJECT}/_apis/wit/workitems/12")))
+        .respond_with(ResponseTemplate::new(200).set_delay(Duration::from_secs(30)))
+        .mount(&server)
+        .await;
+    let clock = Stopwatch::start();
+    let err = ado.work_item(ORG, PROJECT, 12).await.unwrap_err();
+    assert!(clock.elapsed() < Duration::from_secs(5), "took {:?}", clock.elapsed());
+    assert!(matches!(err, ForgeError::Network { .. }), "{err:?}");
 }

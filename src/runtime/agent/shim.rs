@@ -468,6 +468,8 @@ pub struct LaunchedAttempt {
     shim_pid: u32,
     run_dir: PathBuf,
     exited: tokio::sync::oneshot::Receiver<()>,
+    /// `exited` already resolved (in [`LaunchedAttempt::locked`]): it must not be awaited again.
+    shim_gone: bool,
 }
 
 impl LaunchedAttempt {
@@ -481,6 +483,32 @@ impl LaunchedAttempt {
         &self.run_dir
     }
 
+    /// Resolves once the shim holds its lock, has exited, or [`SHIM_LOCK_WAIT`] passed. A
+    /// driver awaits this before it journals anything more: from then on, a driver that dies
+    /// and restarts sees the attempt as running, never as "not started" — which would launch
+    /// a second shim into the same worktree (seen under load at the `after-launch` crash
+    /// point).
+    ///
+    /// Errors: the run directory cannot be inspected.
+    pub async fn locked(&mut self) -> Result<()> {
+        let waiting = Stopwatch::start();
+        while waiting.elapsed() < SHIM_LOCK_WAIT {
+            if !matches!(inspect(&self.run_dir)?, AttemptState::NotStarted) {
+                break;
+            }
+            match self.exited.try_recv() {
+                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {}
+                // The shim exited (its exit record, if any, says why).
+                _ => {
+                    self.shim_gone = true;
+                    break;
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        Ok(())
+    }
+
     /// Resolves once the attempt's exit record exists, returning it.
     ///
     /// Waits for the shim process to exit (no polling), then reads the run directory; if another
@@ -488,7 +516,9 @@ impl LaunchedAttempt {
     /// [`WaitError::Died`] / [`WaitError::NotStarted`] when the shim exited without a record.
     pub async fn wait(self) -> Result<ExitRecord, WaitError> {
         // An Err only means the reaper thread is gone; fall back to polling the lock.
-        let _ = self.exited.await;
+        if !self.shim_gone {
+            let _ = self.exited.await;
+        }
         wait_until_finished(&self.run_dir).await
     }
 }
@@ -515,7 +545,7 @@ pub fn launch(baton_exe: &Path, run_dir: &Path) -> Result<LaunchedAttempt> {
         .spawn()
         .with_context(|| format!("starting attempt shim `{} __attempt {}`", baton_exe.display(), run_dir.display()))?;
     let shim_pid = child.id();
-    let (tx, mut rx) = tokio::sync::oneshot::channel();
+    let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name(format!("baton-shim-{shim_pid}"))
         .spawn(move || {
@@ -523,25 +553,10 @@ pub fn launch(baton_exe: &Path, run_dir: &Path) -> Result<LaunchedAttempt> {
             let _ = tx.send(());
         })
         .context("starting the shim reaper thread")?;
-    // Return only once the shim holds its lock (or is gone): from then on a driver that dies
-    // and restarts sees the attempt as running, never as "not started" — which would launch a
-    // second shim into the same worktree (seen under load at the `after-launch` crash point).
-    let waiting = Stopwatch::start();
-    while waiting.elapsed() < SHIM_LOCK_WAIT {
-        if !matches!(inspect(&run_dir)?, AttemptState::NotStarted) {
-            break;
-        }
-        match rx.try_recv() {
-            Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {}
-            // The shim exited (its exit record, if any, says why).
-            _ => break,
-        }
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
-    Ok(LaunchedAttempt { shim_pid, run_dir, exited: rx })
+    Ok(LaunchedAttempt { shim_pid, run_dir, exited: rx, shim_gone: false })
 }
 
-/// How long [`launch`] waits for a new shim to take its lock.
+/// How long [`LaunchedAttempt::locked`] waits for a new shim to take its lock.
 pub const SHIM_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[cfg(test)]
