@@ -117,6 +117,8 @@ fn start(data: &Path, github: &MockServer, ado: &MockServer) -> Server {
             ("BATON_ADO_API_URL", az.as_str()),
             ("ADO_PAT", PAT),
             ("BATON_GITHUB_WEBHOOK_SECRET", SECRET),
+            ("BATON_ADO_WEBHOOK_USER", "hooks"),
+            ("BATON_ADO_WEBHOOK_PASSWORD", "hook-secret"),
         ],
     )
 }
@@ -479,4 +481,49 @@ async fn merge_refuses_what_it_cannot_merge_and_says_how() {
     let location = head.lines().find_map(|l| l.to_ascii_lowercase().strip_prefix("location: ").map(str::to_string));
     let id: i64 = location.unwrap().trim().trim_start_matches("/specs/").parse().unwrap();
     assert_eq!(server.spec(id)["title"], "Issue created by PyGithub");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_azure_devops_service_hook_import_ends_as_a_pull_request_and_reports_back() {
+    let Some(dir) = fixtures() else { return };
+    let (github, ado) = (github_mock(&dir).await, MockServer::start().await);
+    let prs = "/fabrikam-fiber-inc/FabrikamCloud/_apis/git/repositories/FabrikamCloud/pullrequests";
+    Mock::given(method("GET"))
+        .and(path(prs))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"value": [], "count": 0})))
+        .mount(&ado)
+        .await;
+    let pr = json!({"pullRequestId": 5, "status": "active",
+        "repository": {"webUrl": "https://dev.azure.com/fabrikam-fiber-inc/FabrikamCloud/_git/FabrikamCloud"}});
+    Mock::given(method("POST")).and(path(prs)).respond_with(ResponseTemplate::new(201).set_body_json(pr)).mount(&ado).await;
+    Mock::given(method("POST"))
+        .and(path("/fabrikam-fiber-inc/FabrikamCloud/_apis/wit/workItems/5/comments"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": 1})))
+        .mount(&ado)
+        .await;
+    let tmp = tempfile::tempdir().unwrap();
+    let server = start(&tmp.path().join("data"), &github, &ado);
+    let (ws, bare) = repo_with_remote();
+    register(&server, "fab", &ws.repo(), "ado:fabrikam-fiber-inc/FabrikamCloud", "");
+
+    // The recorded workitem.created delivery, with the hook's Basic credentials.
+    let body = std::fs::read_to_string(dir.join("azure-devops/hooks/workitem.created.json")).unwrap();
+    let auth = "Authorization: Basic aG9va3M6aG9vay1zZWNyZXQ=\r\nContent-Type: application/json\r\n";
+    let (status, _, answer) = server.raw("POST", "/webhooks/ado", auth, &body);
+    assert_eq!(status, 201, "{answer}");
+    let id = serde_json::from_str::<Value>(&answer).unwrap()["spec_id"].as_i64().unwrap();
+    let (status, _, again) = server.raw("POST", "/webhooks/ado", auth, &body);
+    assert_eq!((status, again.as_str()), (200, r#"{"duplicate":true}"#));
+
+    let task_id = fire_to_changelist(&server, id, None).await;
+    let (status, merged) = server.request("POST", &format!("/api/v1/executions/{task_id}/merge"), None);
+    assert_eq!(status, 200, "{merged}");
+    assert_eq!(merged["pr_url"], "https://dev.azure.com/fabrikam-fiber-inc/FabrikamCloud/_git/FabrikamCloud/pullrequest/5");
+    let posts = received(&ado, "POST", "/pullrequests").await;
+    assert_eq!(posts.len(), 1);
+    let pr: Value = serde_json::from_slice(&posts[0].body).unwrap();
+    assert_eq!(pr["sourceRefName"], format!("refs/heads/baton/{task_id}"));
+    assert!(pr["description"].as_str().unwrap().contains("Some great new idea!"), "{pr}");
+    git_in(&bare, &["rev-parse", &format!("baton/{task_id}")]);
+    wait_comments(&ado, "/workItems/5/comments", "pull request").await;
 }

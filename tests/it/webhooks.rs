@@ -350,6 +350,27 @@ fn approval_plan(task_id: &str) -> MachinePlan {
     MachinePlan::from_json(&plan.to_string()).unwrap()
 }
 
+/// Fires imported spec `spec_id` by hand: execution `task_id` of [`approval_plan`], its step
+/// done so it waits for the approval of phase 1, linked to the spec.
+async fn fire_by_hand(app: &App, spec_id: i64, task_id: &str) {
+    app.execs.create(approval_plan(task_id)).await.unwrap();
+    let step = json!({"kind": "step_recorded", "step_id": "1.1", "agent_name": "alpha", "status": "complete", "outcome": "done"});
+    let req = Request::post(format!("/api/v1/executions/{task_id}/events")).header("content-type", "application/json");
+    let (status, body) = app.send(req.body(Body::from(step.to_string())).unwrap()).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["next_action"]["action_type"], "approval");
+    let fire = SpecChange {
+        action: "fire".into(),
+        expected: "imported".into(),
+        to: "executing".into(),
+        actor: "lead".into(),
+        at: "2026-01-01T00:00:00Z".into(),
+        ..SpecChange::default()
+    };
+    app.execs.store().change_spec(spec_id, &fire).await.unwrap();
+    app.execs.store().attach_execution(spec_id, task_id).await.unwrap();
+}
+
 #[tokio::test]
 async fn a_baton_approve_comment_decides_the_approval_and_a_merged_pull_request_closes_the_spec() {
     let Some(dir) = fixtures() else { return };
@@ -359,25 +380,9 @@ async fn a_baton_approve_comment_decides_the_approval_and_a_merged_pull_request_
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let spec_id = body["spec_id"].as_i64().unwrap();
 
-    // Fire by hand: an execution waiting for the approval of phase 1, linked to the spec.
     let task_id = "hook-approve";
-    app.execs.create(approval_plan(task_id)).await.unwrap();
-    let step = json!({"kind": "step_recorded", "step_id": "1.1", "agent_name": "alpha", "status": "complete", "outcome": "done"});
-    let req = Request::post(format!("/api/v1/executions/{task_id}/events")).header("content-type", "application/json");
-    let (status, body) = app.send(req.body(Body::from(step.to_string())).unwrap()).await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
-    assert_eq!(body["next_action"]["action_type"], "approval");
+    fire_by_hand(&app, spec_id, task_id).await;
     let store = app.execs.store();
-    let fire = SpecChange {
-        action: "fire".into(),
-        expected: "imported".into(),
-        to: "executing".into(),
-        actor: "lead".into(),
-        at: "2026-01-01T00:00:00Z".into(),
-        ..SpecChange::default()
-    };
-    store.change_spec(spec_id, &fire).await.unwrap();
-    store.attach_execution(spec_id, task_id).await.unwrap();
 
     // Users: a reviewer mapped to the commenter.
     store.add_token("rev", "reviewer", "hash-1", "", "2026-01-01T00:00:00Z").await.unwrap();
@@ -591,22 +596,8 @@ async fn a_baton_approve_work_item_comment_decides_the_approval_for_a_mapped_ado
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let spec_id = body["spec_id"].as_i64().unwrap();
     let task_id = "ado-approve";
-    app.execs.create(approval_plan(task_id)).await.unwrap();
-    let step = json!({"kind": "step_recorded", "step_id": "1.1", "agent_name": "alpha", "status": "complete", "outcome": "done"});
-    let req = Request::post(format!("/api/v1/executions/{task_id}/events")).header("content-type", "application/json");
-    let (status, body) = app.send(req.body(Body::from(step.to_string())).unwrap()).await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
+    fire_by_hand(&app, spec_id, task_id).await;
     let store = app.execs.store();
-    let fire = SpecChange {
-        action: "fire".into(),
-        expected: "imported".into(),
-        to: "executing".into(),
-        actor: "lead".into(),
-        at: "2026-01-01T00:00:00Z".into(),
-        ..SpecChange::default()
-    };
-    store.change_spec(spec_id, &fire).await.unwrap();
-    store.attach_execution(spec_id, task_id).await.unwrap();
     store.add_token("rita", "reviewer", "hash-r", "", "2026-01-01T00:00:00Z").await.unwrap();
 
     // The recorded created delivery, as a comment (built from the real payload).
