@@ -78,7 +78,10 @@ api() { # METHOD PATH [JSON]: the response body; fails on an HTTP error.
   curl -sf --max-time 30 -X "$1" -H 'content-type: application/json' -H 'x-baton-actor: load' \
     ${3:+--data "$3"} "${BASE}$2"
 }
-first() { grep -o "\"$1\":[^,}]*" | head -n 1 | cut -d: -f2- | tr -d '"'; } # FIELD: its first value in JSON on stdin
+# FIELD: its first value in JSON on stdin. Reads all of it (`sed -n 1p`, not `head`): with
+# pipefail, a reader that stops early fails a long response's writer (SIGPIPE), which ended the
+# run once there were 1,000 executions.
+first() { grep -o "\"$1\":[^,}]*" | sed -n 1p | cut -d: -f2- | tr -d '"'; }
 
 echo "== seeding ${SPECS} specs (create + enrich; the first ${FIRED} approved and fired)" >&2
 watch_seed=$(date +%s)
