@@ -69,6 +69,9 @@ pub fn render(action: &Action, task_id: &str) -> String {
             let _ = writeln!(out, "  Phase: {}", g.phase_id);
             let _ = writeln!(out, "  Attempt: {} (failures {}/{})", g.attempt, g.failures, g.max_failures);
             let _ = writeln!(out, "  Command: {}", g.gate_command);
+            for a in &g.additions {
+                let _ = writeln!(out, "  Addition: {a}");
+            }
             let _ = writeln!(out, "  Message: {}", g.message);
             let _ = writeln!(
                 out,

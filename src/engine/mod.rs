@@ -17,6 +17,7 @@
 //! never imports anything outside `crate::model` (a test scans the source to enforce it).
 
 mod amend;
+pub mod gate_additions;
 pub mod prompt;
 pub mod validate;
 
@@ -350,6 +351,8 @@ fn gate_action(state: &ExecutionState) -> Action {
     };
     let failures = state.gate_failures(phase.phase_id);
     let attempt = state.gate_runs(phase.phase_id) + 1;
+    // A retry carries the additions too (the original dropped them: seed-spec §5 #64).
+    let additions = phase_additions(state, phase);
     let message = if state.status == ExecutionStatus::GateFailed {
         format!(
             "Gate '{}' for phase {} failed ({failures}/{MAX_GATE_FAILURES}); run it again.",
@@ -358,6 +361,8 @@ fn gate_action(state: &ExecutionState) -> Action {
     } else {
         format!("Run gate '{}' for phase {}.", gate.gate_type, phase.phase_id)
     };
+    let message =
+        if additions.is_empty() { message } else { format!("{message} [+agent additions: {}]", additions.join("; ")) };
     Action::Gate(GateAction {
         message,
         phase_id: phase.phase_id,
@@ -366,10 +371,25 @@ fn gate_action(state: &ExecutionState) -> Action {
         attempt,
         failures,
         max_failures: MAX_GATE_FAILURES,
+        additions,
     })
 }
 
-/// Replaces `{files}` in a gate command with the phase's changed files (space-joined).
+/// The accepted `GATE_ADDITION:` commands of `phase`'s steps, in step order, each once.
+fn phase_additions(state: &ExecutionState, phase: &PlanPhase) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for r in phase.steps.iter().filter_map(|s| state.result(&s.step_id)) {
+        for a in &r.gate_additions {
+            if !out.contains(a) {
+                out.push(a.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Replaces `{files}` in a gate command with the phase's changed files, each quoted for the
+/// shell the command runs in (file names come from agents), space-joined.
 fn expand_files(command: &str, state: &ExecutionState, phase: &PlanPhase) -> String {
     if !command.contains("{files}") {
         return command.to_string();
@@ -382,7 +402,8 @@ fn expand_files(command: &str, state: &ExecutionState, phase: &PlanPhase) -> Str
         .collect();
     files.sort_unstable();
     files.dedup();
-    command.replace("{files}", &files.join(" "))
+    let quoted: Vec<String> = files.iter().map(|f| gate_additions::shell_quote(f)).collect();
+    command.replace("{files}", &quoted.join(" "))
 }
 
 fn approval_action(state: &ExecutionState) -> Action {
@@ -936,6 +957,7 @@ fn mutate(state: &mut ExecutionState, event: &Event, now: &str) {
                     r.files_changed = files_changed.clone();
                     r.commit_hash = commit_hash.clone();
                     r.error.clear();
+                    (r.gate_additions, r.rejected_gate_additions) = gate_additions::parse(outcome);
                     became_done = true;
                 }
                 RecordStatus::Failed => {
@@ -1132,6 +1154,8 @@ fn result_entry<'a>(state: &'a mut ExecutionState, step_id: &str, agent_name: &s
         completed_at: String::new(),
         gate_feedback: None,
         interaction_history: Vec::new(),
+        gate_additions: Vec::new(),
+        rejected_gate_additions: Vec::new(),
     })
 }
 

@@ -113,6 +113,10 @@ pub struct GateAction {
     pub failures: u32,
     /// Failure cap: reaching it fails the execution.
     pub max_failures: u32,
+    /// Accepted `GATE_ADDITION:` commands of the phase's steps, in step order: each runs as its
+    /// own argv after the gate command (`{files}` a word per changed file), and all must pass.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub additions: Vec<String>,
 }
 
 /// APPROVAL: a human decision.

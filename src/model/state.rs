@@ -165,6 +165,21 @@ pub struct StepResult {
     /// Turns of an interactive step.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub interaction_history: Vec<InteractionTurn>,
+    /// Accepted `GATE_ADDITION:` commands of its outcome: they join the phase's gate.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gate_additions: Vec<String>,
+    /// `GATE_ADDITION:` lines the safety filter refused, with the reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rejected_gate_additions: Vec<RejectedAddition>,
+}
+
+/// A `GATE_ADDITION:` line the safety filter refused (seed-spec §2.7).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RejectedAddition {
+    /// The command as the agent wrote it (cut at 300 characters).
+    pub command: String,
+    /// Why it was refused.
+    pub reason: String,
 }
 
 /// One gate run (seed-spec §1.12).

@@ -901,7 +901,7 @@ impl Driver {
     /// Runs the gate in the integration worktree at the feature branch tip and records it.
     async fn gate(&mut self, state: &mut ExecutionState, g: &GateAction) -> anyhow::Result<()> {
         let command = g.gate_command.trim().to_string();
-        let (passed, output, exit_code) = if command.is_empty() {
+        let (passed, output, exit_code) = if command.is_empty() && g.additions.is_empty() {
             (true, format!("auto-approved ({}): no command specified", g.gate_type), None)
         } else {
             let path = self.data.integration_worktree(&state.task_id);
@@ -915,7 +915,46 @@ impl Driver {
             .context("preparing the integration worktree")?;
             errln!("gate {} of phase {} (attempt {}): {command}", g.gate_type, g.phase_id, g.attempt);
             let marker = self.data.runs(&state.task_id).join(GATE_PGID_FILE);
-            run_gate_command(&command, &path, &self.env, self.config.runtime.gate_timeout_secs, &marker).await?
+            let timeout = self.config.runtime.gate_timeout_secs;
+            // The plan's command through `sh -c` (plan authors write shell), then each agent
+            // addition as its own argv, never through a shell; every one must pass.
+            let mut runs: Vec<(String, Vec<String>)> = Vec::new();
+            if !command.is_empty() {
+                runs.push((command.clone(), vec!["sh".into(), "-c".into(), command.clone()]));
+            }
+            let files = phase_files(state, g.phase_id);
+            for addition in &g.additions {
+                match engine::gate_additions::split(addition) {
+                    Some(words) if !words.is_empty() => {
+                        let argv = words
+                            .into_iter()
+                            .flat_map(|w| if w == "{files}" { files.clone() } else { vec![w] })
+                            .collect();
+                        runs.push((addition.clone(), argv));
+                    }
+                    _ => {}
+                }
+            }
+            let mut all = (true, String::new(), None);
+            for (shown, argv) in &runs {
+                if runs.len() > 1 {
+                    errln!("gate {} of phase {}: {shown}", g.gate_type, g.phase_id);
+                }
+                let (ok, out, code) = run_gate_argv(argv, &path, &self.env, timeout, &marker).await?;
+                if runs.len() > 1 {
+                    all.1.push_str(&format!("$ {shown}\n"));
+                }
+                all.1.push_str(&out);
+                if !all.1.ends_with('\n') {
+                    all.1.push('\n');
+                }
+                all.2 = code;
+                if !ok {
+                    all.0 = false;
+                    break;
+                }
+            }
+            (all.0, tail(&all.1, 4000).to_string(), all.2)
         };
         let passed = passed && gate_type_passes(&g.gate_type, &output);
         errln!("gate of phase {} {}", g.phase_id, if passed { "passed" } else { "failed" });
@@ -1068,18 +1107,37 @@ fn gate_type_passes(gate_type: &str, output: &str) -> bool {
     !output.lines().any(|l| MARKERS.iter().any(|m| l.contains(m)))
 }
 
-/// Runs a gate command with `sh -c` (plan authors write shell) in `cwd`, in its own process
-/// group, with the agent environment and a timeout. Returns (exit 0, output tail, exit code).
-async fn run_gate_command(
-    command: &str,
+/// The files the steps of phase `phase_id` changed, sorted, each once.
+fn phase_files(state: &ExecutionState, phase_id: i64) -> Vec<String> {
+    let Some(phase) = state.plan.phase_index(phase_id).and_then(|i| state.plan.phases.get(i)) else {
+        return Vec::new();
+    };
+    let mut files: Vec<String> = phase
+        .steps
+        .iter()
+        .filter_map(|s| state.result(&s.step_id))
+        .flat_map(|r| r.files_changed.iter().cloned())
+        .collect();
+    files.sort_unstable();
+    files.dedup();
+    files
+}
+
+/// Runs one gate command, `argv` (the plan's command as `sh -c …`, an agent addition as its
+/// own words), in `cwd`, in its own process group, with the agent environment and a timeout.
+/// Returns (exit 0, output tail, exit code).
+async fn run_gate_argv(
+    argv: &[String],
     cwd: &Path,
     env: &[(String, String)],
     timeout_secs: u64,
     marker: &Path,
 ) -> anyhow::Result<(bool, String, Option<i32>)> {
-    let mut cmd = tokio::process::Command::new("sh");
-    cmd.arg("-c")
-        .arg(command)
+    let Some((program, args)) = argv.split_first() else {
+        return Ok((false, "empty gate command".into(), None));
+    };
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
         .current_dir(cwd)
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))

@@ -495,7 +495,11 @@ async fn an_azure_devops_service_hook_import_ends_as_a_pull_request_and_reports_
         .await;
     let pr = json!({"pullRequestId": 5, "status": "active",
         "repository": {"webUrl": "https://dev.azure.com/fabrikam-fiber-inc/FabrikamCloud/_git/FabrikamCloud"}});
-    Mock::given(method("POST")).and(path(prs)).respond_with(ResponseTemplate::new(201).set_body_json(pr)).mount(&ado).await;
+    Mock::given(method("POST"))
+        .and(path(prs))
+        .respond_with(ResponseTemplate::new(201).set_body_json(pr))
+        .mount(&ado)
+        .await;
     Mock::given(method("POST"))
         .and(path("/fabrikam-fiber-inc/FabrikamCloud/_apis/wit/workItems/5/comments"))
         .respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": 1})))
@@ -518,7 +522,10 @@ async fn an_azure_devops_service_hook_import_ends_as_a_pull_request_and_reports_
     let task_id = fire_to_changelist(&server, id, None).await;
     let (status, merged) = server.request("POST", &format!("/api/v1/executions/{task_id}/merge"), None);
     assert_eq!(status, 200, "{merged}");
-    assert_eq!(merged["pr_url"], "https://dev.azure.com/fabrikam-fiber-inc/FabrikamCloud/_git/FabrikamCloud/pullrequest/5");
+    assert_eq!(
+        merged["pr_url"],
+        "https://dev.azure.com/fabrikam-fiber-inc/FabrikamCloud/_git/FabrikamCloud/pullrequest/5"
+    );
     let posts = received(&ado, "POST", "/pullrequests").await;
     assert_eq!(posts.len(), 1);
     let pr: Value = serde_json::from_slice(&posts[0].body).unwrap();

@@ -332,3 +332,32 @@ fn agents_never_see_forge_tokens_or_baton_secrets() {
     assert!(env.contains("BATON_TASK_ID=env-1"), "{env}");
     assert!(env.contains("PATH="), "{env}");
 }
+
+#[test]
+fn agent_gate_additions_run_after_the_gate_as_their_own_argv_and_unsafe_ones_are_refused() {
+    // Passing: the agent's check runs after the plan's gate, in the integration worktree.
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    let extra = "[demo: gate_addition=test -f a.md] [demo: gate_addition=rm -rf /]";
+    let plan = ws.write("plan.json", &small_plan("adds-ok", extra));
+    let out = ws.run_plan(&plan);
+    assert_eq!(code(&out), 0, "{}\n{}", stdout(&out), stderr(&out));
+    let state = ws.status("adds-ok");
+    let gate = &state["gate_results"][0];
+    assert_eq!(gate["passed"], true, "{gate}");
+    assert!(gate["output"].as_str().unwrap().contains("$ test -f a.md"), "{gate}");
+    let step = &state["step_results"]["1.1"];
+    assert_eq!(step["gate_additions"], serde_json::json!(["test -f a.md"]));
+    let rejected = &step["rejected_gate_additions"][0];
+    assert_eq!(rejected["command"], "rm -rf /");
+    assert!(rejected["reason"].as_str().unwrap().contains("destructive"), "{rejected}");
+
+    // Failing: an addition that fails fails the gate, on every retry, until the cap.
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    let plan = ws.write("plan.json", &small_plan("adds-fail", "[demo: gate_addition=test -f NO_SUCH_FILE]"));
+    let out = ws.run_plan(&plan);
+    assert_eq!(code(&out), 4, "{}\n{}", stdout(&out), stderr(&out));
+    let state = ws.status("adds-fail");
+    let runs = state["gate_results"].as_array().unwrap();
+    assert_eq!(runs.len(), 3, "the gate failed three times: {runs:?}");
+    assert!(runs.iter().all(|g| g["output"].as_str().unwrap().contains("$ test -f NO_SUCH_FILE")));
+}

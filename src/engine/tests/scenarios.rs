@@ -217,6 +217,63 @@ fn gate_command_expands_files_of_the_phase() {
 }
 
 #[test]
+fn gate_files_are_quoted_for_the_shell_the_gate_runs_in() {
+    // Agent-chosen file names reach `sh -c`: quoted, a name like `x;rm -rf ~` stays one word.
+    let mut p = phase(1, vec![step("1.1", &[])]);
+    p.gate = Some(gate("lint {files}"));
+    let mut state = started(vec![p]);
+    let mut e = record("1.1", RecordStatus::Complete);
+    if let EventKind::StepRecorded { files_changed, .. } = &mut e.kind {
+        *files_changed = vec!["x;rm -rf ~".into(), "ok.rs".into()];
+    }
+    ok(&mut state, &e);
+    assert_eq!(gate_action_of(&state).gate_command, "lint ok.rs 'x;rm -rf ~'");
+}
+
+#[test]
+fn gate_additions_join_the_gate_and_stay_on_its_retry() {
+    let mut state = gated(vec![step("1.1", &[]), step("1.2", &[])]);
+    // `gated` recorded both steps; record 1.2 again with additions, as a re-run would.
+    let mut state2 = started(vec![{
+        let mut p = phase(1, vec![step("1.1", &[]), step("1.2", &[])]);
+        p.gate = Some(gate("cargo test"));
+        p
+    }]);
+    let with = |id: &str, outcome: &str| {
+        let mut e = record(id, RecordStatus::Complete);
+        if let EventKind::StepRecorded { outcome: o, .. } = &mut e.kind {
+            *o = outcome.into();
+        }
+        e
+    };
+    let e1 = with("1.1", "done\nGATE_ADDITION: npm audit\nGATE_ADDITION: rm -rf /");
+    let e2 = with("1.2", "done\ngate_addition: npm audit\nGATE_ADDITION: cargo clippy");
+    ok(&mut state2, &e1);
+    ok(&mut state2, &e2);
+    let r1 = state2.result("1.1").unwrap();
+    assert_eq!(r1.gate_additions, ["npm audit"]);
+    assert_eq!(r1.rejected_gate_additions.len(), 1);
+    assert!(r1.rejected_gate_additions[0].reason.contains("destructive"));
+    let g = gate_action_of(&state2);
+    assert_eq!(g.additions, ["npm audit", "cargo clippy"], "in step order, each once");
+    assert!(g.message.ends_with("[+agent additions: npm audit; cargo clippy]"), "{}", g.message);
+    // A failing gate re-dispatches 1.2; its re-run keeps its additions, and the retry carries
+    // them (seed-spec §5 #64).
+    ok(&mut state2, &gate_result(1, false, "npm audit: 1 vulnerability"));
+    ok(&mut state2, &dispatched("1.2"));
+    ok(&mut state2, &e2);
+    assert_eq!(gate_action_of(&state2).additions, ["npm audit", "cargo clippy"]);
+    // Without additions the action is as before.
+    assert!(gate_action_of(&{
+        ok(&mut state, &gate_result(1, false, "x"));
+        ok(&mut state, &record("1.2", RecordStatus::Complete));
+        state
+    })
+    .additions
+    .is_empty());
+}
+
+#[test]
 fn gate_failure_redispatches_the_last_step_then_gate_failed_then_failed_after_three() {
     let mut state = gated(vec![step("1.1", &[]), step("1.2", &[])]);
     let done_before = state.counters.steps_done;
