@@ -45,7 +45,7 @@ pub fn parse(outcome: &str) -> (Vec<String>, Vec<RejectedAddition>) {
 
 /// Shell metacharacters an addition may not hold (it runs as one argv, so chaining,
 /// redirection and substitution would only mislead).
-const METACHARACTERS: [&str; 11] = [";", "&&", "||", "|", ">", "<", "`", "$(", "&", "\n", "\r"];
+pub const METACHARACTERS: [&str; 11] = [";", "&&", "||", "|", ">", "<", "`", "$(", "&", "\n", "\r"];
 
 /// Whether `command` may run as a gate addition: at most [`MAX_CHARS`] characters, no NUL or
 /// [`METACHARACTERS`], splittable into words, and none of the destructive patterns (by words,
