@@ -19,6 +19,7 @@
 mod amend;
 pub mod gate_additions;
 pub mod prompt;
+pub mod signals;
 pub mod validate;
 
 #[cfg(test)]
@@ -425,6 +426,10 @@ fn approval_action(state: &ExecutionState) -> Action {
     } else {
         phase.map(|p| phase_outcomes(state, p)).unwrap_or_default()
     };
+    let context = match knowledge_gaps_since_last_approval(state, phase_id) {
+        gaps if gaps.is_empty() || preflight => context,
+        gaps => format!("{context}\n\n## Knowledge gaps the agents reported\n\n{}", gaps.join("\n")),
+    };
     let name = phase.map_or("", |p| p.name.as_str());
     Action::Approval(ApprovalAction {
         message: if preflight {
@@ -437,6 +442,26 @@ fn approval_action(state: &ExecutionState) -> Action {
         approval_options: vec!["approve".into(), "reject".into(), "approve-with-feedback".into()],
         preflight,
     })
+}
+
+/// `- <step> (<agent>): <gap>` for every knowledge gap of the steps of the phases after the
+/// last decided (non-pre-flight) approval, up to and including phase `phase_id`.
+fn knowledge_gaps_since_last_approval(state: &ExecutionState, phase_id: i64) -> Vec<String> {
+    let last = state
+        .approval_results
+        .iter()
+        .filter(|a| !a.preflight)
+        .filter_map(|a| state.plan.phase_index(a.phase_id))
+        .filter(|i| state.plan.phase_index(phase_id).is_some_and(|p| *i < p))
+        .max();
+    let Some(upto) = state.plan.phase_index(phase_id) else { return Vec::new() };
+    let from = last.map_or(0, |i| i + 1);
+    state.plan.phases[from..=upto]
+        .iter()
+        .flat_map(|p| &p.steps)
+        .filter_map(|s| state.result(&s.step_id))
+        .flat_map(|r| r.knowledge_gaps.iter().map(move |g| format!("- {} ({}): {g}", r.step_id, r.agent_name)))
+        .collect()
 }
 
 fn phase_outcomes(state: &ExecutionState, phase: &PlanPhase) -> String {
@@ -958,11 +983,15 @@ fn mutate(state: &mut ExecutionState, event: &Event, now: &str) {
                     r.commit_hash = commit_hash.clone();
                     r.error.clear();
                     (r.gate_additions, r.rejected_gate_additions) = gate_additions::parse(outcome);
+                    r.knowledge_gaps = signals::knowledge_gaps(outcome);
+                    r.deviations = signals::deviations(outcome);
                     became_done = true;
                 }
                 RecordStatus::Failed => {
                     r.status = StepStatus::Failed;
                     r.outcome = outcome.clone();
+                    r.knowledge_gaps = signals::knowledge_gaps(outcome);
+                    r.deviations = signals::deviations(outcome);
                     r.error = if error.is_empty() { "step failed".into() } else { error.clone() };
                 }
                 RecordStatus::Interacting => {
@@ -1156,6 +1185,8 @@ fn result_entry<'a>(state: &'a mut ExecutionState, step_id: &str, agent_name: &s
         interaction_history: Vec::new(),
         gate_additions: Vec::new(),
         rejected_gate_additions: Vec::new(),
+        knowledge_gaps: Vec::new(),
+        deviations: Vec::new(),
     })
 }
 

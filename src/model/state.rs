@@ -171,6 +171,12 @@ pub struct StepResult {
     /// `GATE_ADDITION:` lines the safety filter refused, with the reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rejected_gate_additions: Vec<RejectedAddition>,
+    /// `KNOWLEDGE_GAP:` lines of its outcome: shown in the next approval's context.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub knowledge_gaps: Vec<String>,
+    /// The text of its outcome's `## Deviations` sections.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deviations: Vec<String>,
 }
 
 /// A `GATE_ADDITION:` line the safety filter refused (seed-spec §2.7).

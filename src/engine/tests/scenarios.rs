@@ -389,6 +389,33 @@ fn approve_continues_to_the_next_phase() {
 }
 
 #[test]
+fn knowledge_gaps_and_deviations_are_kept_and_gaps_reach_the_next_approval() {
+    let mut p = approval_phase(vec![step("1.1", &[]), step("1.2", &[])]);
+    p.approval_description = "Check the schema".into();
+    let mut state = started(vec![p, phase(2, vec![step("2.1", &[])])]);
+    let mut e = record("1.1", RecordStatus::Complete);
+    if let EventKind::StepRecorded { outcome, .. } = &mut e.kind {
+        *outcome = "Done.\nKNOWLEDGE_GAP: which database?\n## Deviations\nUsed SQLite.".into();
+    }
+    ok(&mut state, &e);
+    ok(&mut state, &record("1.2", RecordStatus::Complete));
+    let r = state.result("1.1").unwrap();
+    assert_eq!(r.knowledge_gaps, ["which database?"]);
+    assert_eq!(r.deviations, ["Used SQLite."]);
+    let a = approval_action_of(&state);
+    assert!(
+        a.approval_context
+            .starts_with("Check the schema\n\n## Knowledge gaps the agents reported\n\n- 1.1 (dev): which database?"),
+        "{}",
+        a.approval_context
+    );
+    // Survives a replay: it is derived from the journal.
+    let json = serde_json::to_string(&state).unwrap();
+    let back: ExecutionState = serde_json::from_str(&json).unwrap();
+    assert_eq!(back.result("1.1").unwrap().deviations, ["Used SQLite."]);
+}
+
+#[test]
 fn approval_description_is_the_context_when_set() {
     let mut p = approval_phase(vec![step("1.1", &[])]);
     p.approval_description = "Check the schema".into();
