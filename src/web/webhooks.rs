@@ -386,6 +386,46 @@ fn ado_identity_email(v: Option<&Value>) -> &str {
     }
 }
 
+/// `git.pullrequest.merged` of a `baton/<task_id>` branch in the project's repository, merged
+/// (`mergeStatus: succeeded` or `status: completed`) → the spec is merged.
+async fn ado_pull_request_merged(app: &AppState, resource: &Value) -> Result<Handled, AppError> {
+    let id = resource.get("pullRequestId").and_then(Value::as_i64).unwrap_or_default();
+    let merged = text(resource, "/mergeStatus") == "succeeded" || text(resource, "/status") == "completed";
+    if !merged {
+        return Ok(ignored(format!("pull request {id} is not merged")));
+    }
+    let source = text(resource, "/sourceRefName");
+    let Some(task_id) = source.strip_prefix("refs/heads/baton/").filter(|t| !t.is_empty()) else {
+        return Ok(ignored(format!("pull request {id} ({source}) is not from a baton/<task_id> branch")));
+    };
+    let store = app.execs.store();
+    let Some(spec) = store.spec_of_execution(task_id).await.map_err(anyhow::Error::from)? else {
+        return Ok(ignored(format!("no spec was fired as {task_id}")));
+    };
+    let project = store.project(&spec.project).await.map_err(anyhow::Error::from)?;
+    let (repo_project, repo_name) = (text(resource, "/repository/project/name"), text(resource, "/repository/name"));
+    let linked = project.and_then(|p| crate::forge::RepoRef::parse(&p.forge_repo).ok()).is_some_and(|r| match r {
+        crate::forge::RepoRef::Ado { project, repository, .. } => {
+            project.eq_ignore_ascii_case(repo_project) && repository.eq_ignore_ascii_case(repo_name)
+        }
+        crate::forge::RepoRef::GitHub { .. } => false,
+    });
+    if !linked {
+        return Ok(ignored(format!(
+            "spec {} belongs to project {}, which is not {repo_project}/{repo_name}",
+            spec.spec_id, spec.project
+        )));
+    }
+    let web = text(resource, "/repository/webUrl");
+    let pr_url = if web.is_empty() { format!("pull request {id}") } else { format!("{web}/pullrequest/{id}") };
+    match app.specs.mark_merged(task_id, &pr_url, "ado").await {
+        Ok(Some(row)) => Ok((StatusCode::OK, json!({ "spec_id": row.spec_id, "status": row.status }))),
+        Ok(None) => Ok(ignored(format!("no spec was fired as {task_id}"))),
+        Err(SpecError::Conflict { message, .. }) => Ok(ignored(message)),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// `workitem.commented`: a `/baton approve` or `/baton reject <reason>` comment (the
 /// `System.History` of the revision, HTML) by a user mapped by `ado_email`.
 async fn ado_comment(app: &AppState, delivery: &str, resource: &Value) -> Result<Handled, AppError> {
@@ -524,6 +564,7 @@ async fn ado_event(app: &AppState, p: &Value) -> Result<Handled, AppError> {
         "workitem.created" => false,
         "workitem.updated" => true,
         "workitem.commented" => return ado_comment(app, text(p, "/id"), resource).await,
+        "git.pullrequest.merged" => return ado_pull_request_merged(app, resource).await,
         _ => return Ok(ignored(format!("event {event} is not handled"))),
     };
     let fields = if updated { resource.pointer("/revision/fields") } else { resource.get("fields") };

@@ -587,7 +587,7 @@ async fn azure_devops_work_items_import_with_basic_auth_once() {
 }
 
 #[tokio::test]
-async fn a_baton_approve_work_item_comment_decides_the_approval_for_a_mapped_ado_user() {
+async fn a_baton_approve_work_item_comment_decides_the_approval_and_a_merged_ado_pull_request_closes_the_spec() {
     let Some(dir) = fixtures() else { return };
     let app = App::new(&dir).await;
     app.project("fab", "ado:fabrikam-fiber-inc/FabrikamCloud", "").await;
@@ -618,6 +618,26 @@ async fn a_baton_approve_work_item_comment_decides_the_approval_for_a_mapped_ado
     assert!(app.execs.get(task_id).await.unwrap().pending_approval_request.is_none());
     let (status, body) = app.post_ado(comment.to_string().as_bytes(), Some(ADO_AUTH)).await;
     assert_eq!((status, body), (StatusCode::OK, json!({"duplicate": true})));
+
+    // Its pull request merged on Azure DevOps (the documented `git.pullrequest.merged` shape,
+    // no recorded fixture): the spec is merged; another repository's changes nothing.
+    let mut merged = json!({"id": "pr-merged-1", "eventType": "git.pullrequest.merged", "resource": {
+        "pullRequestId": 9, "status": "completed", "mergeStatus": "succeeded",
+        "sourceRefName": format!("refs/heads/baton/{task_id}"), "targetRefName": "refs/heads/main",
+        "repository": {"name": "Other", "webUrl": "https://dev.azure.com/fabrikam-fiber-inc/FabrikamCloud/_git/Other",
+                       "project": {"name": "FabrikamCloud"}}}});
+    let (status, body) = app.post_ado(merged.to_string().as_bytes(), Some(ADO_AUTH)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(store.spec(spec_id).await.unwrap().unwrap().status, "executing");
+    merged["id"] = json!("pr-merged-2");
+    merged["resource"]["repository"]["name"] = json!("FabrikamCloud");
+    merged["resource"]["repository"]["webUrl"] =
+        json!("https://dev.azure.com/fabrikam-fiber-inc/FabrikamCloud/_git/FabrikamCloud");
+    let (status, body) = app.post_ado(merged.to_string().as_bytes(), Some(ADO_AUTH)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let spec = store.spec(spec_id).await.unwrap().unwrap();
+    assert_eq!(spec.status, "merged");
+    assert!(spec.status_reason.contains("/pullrequest/9"), "{}", spec.status_reason);
 
     // A plain comment is acknowledged and ignored.
     comment["id"] = json!("comment-3");
