@@ -458,6 +458,21 @@ struct StepView {
     error: String,
     log_tail: String,
     skippable: bool,
+    /// What the agent's outcome signalled: accepted and refused gate additions, knowledge
+    /// gaps, deviations (one line each, untrusted text, escaped by the template).
+    signals: Vec<String>,
+}
+
+/// A step's signals as lines: `gate addition: …`, `refused gate addition: … (reason)`,
+/// `knowledge gap: …`, `deviation: …`.
+fn step_signals(r: &crate::model::state::StepResult) -> Vec<String> {
+    let mut out: Vec<String> = r.gate_additions.iter().map(|a| format!("gate addition: {a}")).collect();
+    out.extend(
+        r.rejected_gate_additions.iter().map(|x| format!("refused gate addition: {} ({})", x.command, x.reason)),
+    );
+    out.extend(r.knowledge_gaps.iter().map(|g| format!("knowledge gap: {g}")));
+    out.extend(r.deviations.iter().map(|d| format!("deviation: {d}")));
+    out
 }
 
 /// One gate run on the execution page.
@@ -548,6 +563,7 @@ fn phases_of(app: &AppState, state: &ExecutionState) -> Vec<PhaseView> {
                         cost_usd: r.map_or(0.0, |r| r.cost_usd),
                         files: r.map_or(0, |r| r.files_changed.len()),
                         error: r.map(|r| r.error.clone()).unwrap_or_default(),
+                        signals: r.map(step_signals).unwrap_or_default(),
                         log_tail: match r {
                             Some(r) if running => driver::attempt_log_tail(
                                 app.execs.data(),

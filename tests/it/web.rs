@@ -401,3 +401,33 @@ async fn the_driver_routes_for_gate_interact_and_amend_record_their_events() {
     assert_eq!(status, StatusCode::CONFLICT, "phase 1 has no gate to record now: {body}");
     assert_eq!(app.journal_len("web-driver").await, 1, "only the amendment was journaled");
 }
+
+#[tokio::test]
+async fn the_execution_page_lists_a_steps_signals_escaped() {
+    let app = TestApp::new().await;
+    app.with_approval_plan("signals-1").await;
+    let outcome = "Done.\nGATE_ADDITION: cargo test --lib\nGATE_ADDITION: rm -rf /\nKNOWLEDGE_GAP: <script>alert(1)</script>\n## Deviations\nUsed a ring buffer.";
+    let body = json!({"kind": "step_recorded", "step_id": "1.1", "agent_name": "alpha", "status": "complete", "outcome": outcome});
+    let (status, answer) = app.post("/api/v1/executions/signals-1/events", body).await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    let response = web::app(AppState::new(app.execs.clone()).unwrap())
+        .oneshot(Request::get("/executions/signals-1").header("host", "localhost").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let bytes = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
+    let html = String::from_utf8(bytes.to_vec()).unwrap();
+    for line in [
+        "gate addition: cargo test --lib",
+        "refused gate addition: rm -rf / (destructive: removes files recursively or by force)",
+        "deviation: Used a ring buffer.",
+    ] {
+        assert!(html.contains(&format!("<li>{line}</li>")), "missing {line:?} in the page");
+    }
+    let gap = html.split("<li>knowledge gap: ").nth(1).expect("the knowledge gap is listed");
+    let gap = &gap[..gap.find("</li>").unwrap()];
+    assert!(gap.contains("alert(1)") && !gap.contains('<'), "the agent's text is escaped: {gap}");
+    // The approval asks with the gap in its context.
+    let (_, next) = app.get("/api/v1/executions/signals-1/next").await;
+    assert!(next["approval_context"].as_str().unwrap().contains("Knowledge gaps"), "{next}");
+}
