@@ -470,11 +470,17 @@ pub fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    let json = cli.json;
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
             errln!("error: {e:#}");
-            ExitCode::from(exit_code_of(&e))
+            let code = exit_code_of(&e);
+            if json {
+                // With --json, a script reads the failure from stdout too.
+                outln!("{}", serde_json::json!({ "error": format!("{e:#}"), "exit_code": code }));
+            }
+            ExitCode::from(code)
         }
     }
 }

@@ -93,3 +93,20 @@ fn execute_run_takes_over_an_execution_an_orchestrator_started() {
     }
     assert_eq!(ws.status("takeover-1")["status"], "complete");
 }
+
+#[test]
+fn with_json_a_failure_is_json_on_stdout_too() {
+    // Found by a fresh-clone tester: `--json` was ignored when a command failed.
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    let out = ws.run(&["--json", "merge", "nope"]);
+    assert_eq!(code(&out), 2);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["exit_code"], 2);
+    assert!(v["error"].as_str().unwrap().contains("no execution nope"), "{v}");
+    let out = ws.run(&["--json", "spec", "import", "github:../..#1", "--project", "p"]);
+    assert_eq!(code(&out), 2);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["error"].as_str().unwrap().contains("is not an item reference"), "{v}");
+    // Without --json stdout stays empty.
+    assert!(ws.run(&["merge", "nope"]).stdout.is_empty());
+}
