@@ -84,26 +84,32 @@ async fn ado_mock(dir: &Path) -> MockServer {
         .respond_with(ResponseTemplate::new(200).set_body_json(&item["responses"]["200"]["body"]))
         .mount(&mock)
         .await;
-    let prs = "/fabrikam/Fabrikam-Fiber-Git/_apis/git/repositories/Fabrikam-Fiber-Git/pullrequests";
-    Mock::given(method("GET"))
-        .and(path(prs))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"value": [], "count": 0})))
-        .mount(&mock)
-        .await;
-    // No pull request fixture exists for Azure DevOps: the documented shape's fields Baton reads.
-    let pr = json!({"pullRequestId": 41, "status": "active",
-        "repository": {"webUrl": "https://dev.azure.com/fabrikam/Fabrikam-Fiber-Git/_git/Fabrikam-Fiber-Git"}});
-    Mock::given(method("POST"))
-        .and(path(prs))
-        .respond_with(ResponseTemplate::new(201).set_body_json(pr))
-        .mount(&mock)
-        .await;
-    Mock::given(method("POST"))
-        .and(path_regex(r"^/fabrikam/Fabrikam-Fiber-Git/_apis/wit/workItems/\d+/comments$"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": 7, "text": ""})))
-        .mount(&mock)
-        .await;
+    mount_ado_writes(&mock, "fabrikam", "Fabrikam-Fiber-Git", 41).await;
     mock
+}
+
+/// Azure DevOps answers for `org`/`project` (its repository of the same name): no pull request
+/// for any branch yet, pull request `pr_id` when one is opened, comments accepted. No pull
+/// request fixture exists for Azure DevOps: the documented shape's fields Baton reads.
+async fn mount_ado_writes(mock: &MockServer, org: &str, project: &str, pr_id: u64) {
+    let prs = format!("/{org}/{project}/_apis/git/repositories/{project}/pullrequests");
+    Mock::given(method("GET"))
+        .and(path(prs.as_str()))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"value": [], "count": 0})))
+        .mount(mock)
+        .await;
+    let pr = json!({"pullRequestId": pr_id, "status": "active",
+        "repository": {"webUrl": format!("https://dev.azure.com/{org}/{project}/_git/{project}")}});
+    Mock::given(method("POST"))
+        .and(path(prs.as_str()))
+        .respond_with(ResponseTemplate::new(201).set_body_json(pr))
+        .mount(mock)
+        .await;
+    Mock::given(method("POST"))
+        .and(path_regex(format!(r"^/{org}/{project}/_apis/wit/workItems/\d+/comments$")))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": 7, "text": ""})))
+        .mount(mock)
+        .await;
 }
 
 fn start(data: &Path, github: &MockServer, ado: &MockServer) -> Server {
@@ -487,24 +493,7 @@ async fn merge_refuses_what_it_cannot_merge_and_says_how() {
 async fn an_azure_devops_service_hook_import_ends_as_a_pull_request_and_reports_back() {
     let Some(dir) = fixtures() else { return };
     let (github, ado) = (github_mock(&dir).await, MockServer::start().await);
-    let prs = "/fabrikam-fiber-inc/FabrikamCloud/_apis/git/repositories/FabrikamCloud/pullrequests";
-    Mock::given(method("GET"))
-        .and(path(prs))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"value": [], "count": 0})))
-        .mount(&ado)
-        .await;
-    let pr = json!({"pullRequestId": 5, "status": "active",
-        "repository": {"webUrl": "https://dev.azure.com/fabrikam-fiber-inc/FabrikamCloud/_git/FabrikamCloud"}});
-    Mock::given(method("POST"))
-        .and(path(prs))
-        .respond_with(ResponseTemplate::new(201).set_body_json(pr))
-        .mount(&ado)
-        .await;
-    Mock::given(method("POST"))
-        .and(path("/fabrikam-fiber-inc/FabrikamCloud/_apis/wit/workItems/5/comments"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": 1})))
-        .mount(&ado)
-        .await;
+    mount_ado_writes(&ado, "fabrikam-fiber-inc", "FabrikamCloud", 5).await;
     let tmp = tempfile::tempdir().unwrap();
     let server = start(&tmp.path().join("data"), &github, &ado);
     let (ws, bare) = repo_with_remote();
