@@ -305,6 +305,37 @@ fn remap(state: &mut ExecutionState, phases: &HashMap<i64, i64>, steps: &HashMap
     }
 }
 
+/// Scope-expansion phases in one execution, at most.
+pub(crate) const MAX_SCOPE_EXPANSIONS: usize = 3;
+
+/// At the end of phase `phase_id` (its gate passed, its approval given): each
+/// `SCOPE_EXPANSION:` its steps reported becomes a phase appended to the plan, one step on the
+/// reporting step's agent, while the execution has had fewer than [`MAX_SCOPE_EXPANSIONS`];
+/// recorded as amendments (trigger `scope_expansion`). Expansions over the bound stay on their
+/// step results only.
+pub(crate) fn append_scope_expansions(state: &mut ExecutionState, phase_id: i64, now: &str) {
+    let Some(pi) = state.plan.phase_index(phase_id) else { return };
+    let wanted: Vec<(String, String, String)> = state.plan.phases[pi]
+        .steps
+        .iter()
+        .filter_map(|s| state.result(&s.step_id))
+        .flat_map(|r| r.scope_expansions.iter().map(|x| (r.step_id.clone(), r.agent_name.clone(), x.clone())))
+        .collect();
+    for (step_id, agent, work) in wanted {
+        let done = state.amendments.iter().filter(|a| a.trigger == "scope_expansion").count();
+        if done >= MAX_SCOPE_EXPANSIONS {
+            return;
+        }
+        let agent = if agent.is_empty() { DEFAULT_AGENT.to_string() } else { agent };
+        let mut phase = PlanPhase::new(0, "Scope expansion");
+        phase.steps.push(PlanStep::new("", &agent, format!("Scope expansion reported by step {step_id}: {work}")));
+        let index = state.plan.phases.len();
+        let (ids, steps) = insert_phases(state, index, vec![phase]);
+        let description = format!("Scope expansion from step {step_id}: {work}");
+        record(state, "scope_expansion", phase_id, &description, ids, steps, "", now);
+    }
+}
+
 /// approve-with-feedback: a "Remediation" phase right after the approved phase.
 pub(crate) fn insert_remediation(state: &mut ExecutionState, phase_id: i64, feedback: &str, now: &str) {
     let pi = state.plan.phase_index(phase_id).unwrap_or(state.current_phase);

@@ -985,6 +985,7 @@ fn mutate(state: &mut ExecutionState, event: &Event, now: &str) {
                     (r.gate_additions, r.rejected_gate_additions) = gate_additions::parse(outcome);
                     r.knowledge_gaps = signals::knowledge_gaps(outcome);
                     r.deviations = signals::deviations(outcome);
+                    r.scope_expansions = signals::scope_expansions(outcome);
                     became_done = true;
                 }
                 RecordStatus::Failed => {
@@ -1187,6 +1188,7 @@ fn result_entry<'a>(state: &'a mut ExecutionState, step_id: &str, agent_name: &s
         rejected_gate_additions: Vec::new(),
         knowledge_gaps: Vec::new(),
         deviations: Vec::new(),
+        scope_expansions: Vec::new(),
     })
 }
 
@@ -1302,6 +1304,7 @@ fn settle(state: &mut ExecutionState, now: &str) {
             state.status = ExecutionStatus::GatePending;
             return;
         }
+        amend::append_scope_expansions(state, phase_id, now);
         advance(state);
     }
 }

@@ -1,7 +1,8 @@
 //! Signals in an agent's outcome besides `GATE_ADDITION:` (see [`super::gate_additions`]):
-//! `KNOWLEDGE_GAP: <what is missing>` lines, which go to the next approval's context, and
-//! `## Deviations` sections, kept on the step result (the original lost both: seed-spec §5
-//! #18).
+//! `KNOWLEDGE_GAP: <what is missing>` lines, which go to the next approval's context,
+//! `SCOPE_EXPANSION: <work>` lines, each a phase appended at the next phase boundary
+//! (bounded), and `## Deviations` sections, kept on the step result (the original lost
+//! several of these: seed-spec §5 #18).
 //!
 //! Pure: the engine applies these to a recorded outcome, so a replay gives the same result.
 
@@ -18,17 +19,31 @@ fn cut(text: &str) -> String {
 /// The `KNOWLEDGE_GAP:` lines of `outcome` (prefix case-insensitive, after leading spaces):
 /// their text trimmed, empty ones and repeats dropped, at most [`MAX_GAPS`], in order.
 pub fn knowledge_gaps(outcome: &str) -> Vec<String> {
-    const PREFIX: &str = "knowledge_gap:";
+    prefixed(outcome, "knowledge_gap:", MAX_GAPS)
+}
+
+/// Scope expansions per step, at most.
+pub const MAX_SCOPE_EXPANSIONS_PER_STEP: usize = 3;
+
+/// The `SCOPE_EXPANSION:` lines of `outcome`, read like [`knowledge_gaps`], at most
+/// [`MAX_SCOPE_EXPANSIONS_PER_STEP`].
+pub fn scope_expansions(outcome: &str) -> Vec<String> {
+    prefixed(outcome, "scope_expansion:", MAX_SCOPE_EXPANSIONS_PER_STEP)
+}
+
+/// The texts of the lines of `outcome` starting with `prefix` (lowercase; matched without
+/// case after leading spaces), trimmed, non-empty, each once, at most `max`.
+fn prefixed(outcome: &str, prefix: &str, max: usize) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for line in outcome.lines() {
         let line = line.trim_start();
-        let Some(head) = line.get(..PREFIX.len()) else { continue };
-        if !head.eq_ignore_ascii_case(PREFIX) {
+        let Some(head) = line.get(..prefix.len()) else { continue };
+        if !head.eq_ignore_ascii_case(prefix) {
             continue;
         }
-        let gap = cut(line[PREFIX.len()..].trim());
-        if !gap.is_empty() && !out.contains(&gap) && out.len() < MAX_GAPS {
-            out.push(gap);
+        let text = cut(line[prefix.len()..].trim());
+        if !text.is_empty() && !out.contains(&text) && out.len() < max {
+            out.push(text);
         }
     }
     out

@@ -171,6 +171,10 @@ pub struct StepResult {
     /// `GATE_ADDITION:` lines the safety filter refused, with the reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rejected_gate_additions: Vec<RejectedAddition>,
+    /// `SCOPE_EXPANSION:` lines of its outcome: each becomes a phase appended to the plan when
+    /// its phase ends (at most 3 per execution).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scope_expansions: Vec<String>,
     /// `KNOWLEDGE_GAP:` lines of its outcome: shown in the next approval's context.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub knowledge_gaps: Vec<String>,

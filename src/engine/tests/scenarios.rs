@@ -416,6 +416,40 @@ fn knowledge_gaps_and_deviations_are_kept_and_gaps_reach_the_next_approval() {
 }
 
 #[test]
+fn scope_expansions_become_phases_appended_when_their_phase_ends_at_most_three() {
+    let mut state = started(vec![phase(1, vec![step("1.1", &[]), step("1.2", &[])]), phase(2, vec![step("2.1", &[])])]);
+    let mut e = record("1.1", RecordStatus::Complete);
+    if let EventKind::StepRecorded { outcome, .. } = &mut e.kind {
+        *outcome = "Done.\nSCOPE_EXPANSION: migrate the old table\nSCOPE_EXPANSION: document the API".into();
+    }
+    ok(&mut state, &e);
+    assert_eq!(state.plan.phases.len(), 2, "nothing is appended before the phase ends");
+    let mut e = record("1.2", RecordStatus::Complete);
+    if let EventKind::StepRecorded { outcome, .. } = &mut e.kind {
+        *outcome = "SCOPE_EXPANSION: add metrics\nSCOPE_EXPANSION: and a fourth".into();
+    }
+    ok(&mut state, &e);
+    let names: Vec<(i64, String)> = phase_names(&state);
+    assert_eq!(
+        names,
+        vec![
+            (1, "P1".into()),
+            (2, "P2".into()),
+            (3, "Scope expansion".into()),
+            (4, "Scope expansion".into()),
+            (5, "Scope expansion".into())
+        ]
+    );
+    assert_eq!(state.current_phase, 1, "phase 2 runs next; the expansions after it");
+    let step = &state.plan.phases[2].steps[0];
+    assert_eq!(step.step_id, "3.1");
+    assert_eq!(step.task_description, "Scope expansion reported by step 1.1: migrate the old table");
+    let triggers: Vec<&str> = state.amendments.iter().map(|a| a.trigger.as_str()).collect();
+    assert_eq!(triggers, ["scope_expansion"; 3]);
+    assert_eq!(state.result("1.2").unwrap().scope_expansions, ["add metrics", "and a fourth"], "kept on the result");
+}
+
+#[test]
 fn approval_description_is_the_context_when_set() {
     let mut p = approval_phase(vec![step("1.1", &[])]);
     p.approval_description = "Check the schema".into();
