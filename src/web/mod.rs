@@ -24,11 +24,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use axum::http::StatusCode;
 use axum::Router;
 use tower_http::compression::CompressionLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
+use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::forge::{ForgeSettings, RetryPolicy};
@@ -85,6 +84,8 @@ pub struct AppState {
     pub forges: Forges,
     /// Boards built, served again while nothing changed.
     pub board_cache: Arc<board::BoardCache>,
+    /// Longest a request may take before it is answered 503 (default [`REQUEST_TIMEOUT`]).
+    pub request_timeout: Duration,
 }
 
 impl AppState {
@@ -113,6 +114,7 @@ impl AppState {
             webhooks: Arc::default(),
             forges: Forges::new(ForgeSettings::default(), RetryPolicy::default())?,
             board_cache: Arc::default(),
+            request_timeout: REQUEST_TIMEOUT,
         })
     }
 
@@ -129,6 +131,13 @@ impl AppState {
     #[must_use]
     pub fn with_webhooks(mut self, config: WebhookConfig) -> AppState {
         self.webhooks = Arc::new(config);
+        self
+    }
+
+    /// The state with another request time limit (tests use a short one).
+    #[must_use]
+    pub fn with_request_timeout(mut self, limit: Duration) -> AppState {
+        self.request_timeout = limit;
         self
     }
 
@@ -180,6 +189,7 @@ impl AppState {
 /// trace, HTTP latency metrics, timeout, gzip).
 pub fn app(state: AppState) -> Router {
     let http_metrics = state.metrics.clone();
+    let time_limit = state.request_timeout;
     let webhooks = webhooks::router(&state.webhooks);
     Router::new()
         .merge(health::router())
@@ -197,12 +207,32 @@ pub fn app(state: AppState) -> Router {
         })
         .with_state(state)
         .layer(CompressionLayer::new())
-        .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, REQUEST_TIMEOUT))
+        .layer(axum::middleware::from_fn(move |req, next| limit_time(time_limit, req, next)))
         .layer(RequestBodyTimeoutLayer::new(BODY_TIMEOUT))
         .layer(axum::middleware::from_fn_with_state(http_metrics, metrics::track))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(TraceLayer::new_for_http())
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+}
+
+/// Answers a request that takes longer than `limit` with 503 in the JSON error shape (the
+/// handler is dropped; what it wrote before stays written). Streams are limited only until
+/// their response head, like every answer.
+async fn limit_time(
+    limit: Duration,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(response) => response,
+        Err(_) => AppError::Unavailable(format!(
+            "the request took longer than {} s and was stopped; what it did before that stays done, so check \
+             before sending it again",
+            limit.as_secs_f64()
+        ))
+        .into_response(),
+    }
 }
 
 /// Refuses an address other than loopback while no user is configured (the server would be

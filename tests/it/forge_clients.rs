@@ -784,3 +784,48 @@ async fn a_forge_that_never_answers_fails_within_the_deadline() {
     assert!(clock.elapsed() < Duration::from_secs(5), "took {:?}", clock.elapsed());
     assert!(matches!(err, ForgeError::Network { .. }), "{err:?}");
 }
+
+#[tokio::test]
+async fn a_request_over_the_servers_time_limit_gets_the_json_error_shape() {
+    // Found by a fresh-clone tester: an import against a slow forge ended in an empty 503.
+    use axum::body::Body;
+    use axum::http::Request as HttpRequest;
+    use tower::ServiceExt as _;
+
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/repos/o/r/issues/1"))
+        .respond_with(ResponseTemplate::new(200).set_delay(Duration::from_secs(10)))
+        .mount(&server)
+        .await;
+    let ws = crate::common::Workspace::with_repo(&[("README.md", "hi\n")]);
+    let execs =
+        baton::runtime::executions::Executions::open(baton::runtime::config::DataDir::open(&ws.data()).unwrap())
+            .await
+            .unwrap();
+    let settings = ForgeSettings {
+        github: baton::forge::GitHubSettings { api_url: Some(server.uri()), ..Default::default() },
+        ..ForgeSettings::default()
+    };
+    let forges = baton::runtime::forge::Forges::new(settings, fast()).unwrap();
+    let state =
+        baton::web::AppState::new(execs).unwrap().with_forges(forges).with_request_timeout(Duration::from_millis(300));
+    let post = |uri: &'static str, body: Value| {
+        let app = baton::web::app(state.clone());
+        async move {
+            let req = HttpRequest::post(uri).header("content-type", "application/json");
+            let response = app.oneshot(req.body(Body::from(body.to_string())).unwrap()).await.unwrap();
+            let status = response.status().as_u16();
+            let bytes = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
+            (status, serde_json::from_slice::<Value>(&bytes).unwrap())
+        }
+    };
+    let project = json!({"name": "p", "repo_path": ws.repo(), "agent_profile": "demo"});
+    assert_eq!(post("/api/v1/projects", project).await.0, 201);
+    let clock = Stopwatch::start();
+    let (status, body) = post("/api/v1/specs/import", json!({"project": "p", "ref": "github:o/r#1"})).await;
+    assert!(clock.elapsed() < Duration::from_secs(5), "took {:?}", clock.elapsed());
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"], "unavailable");
+    assert!(body["message"].as_str().unwrap().contains("took longer than 0.3 s"), "{body}");
+}
