@@ -322,13 +322,22 @@ pub(crate) fn append_scope_expansions(state: &mut ExecutionState, phase_id: i64,
         .flat_map(|r| r.scope_expansions.iter().map(|x| (r.step_id.clone(), r.agent_name.clone(), x.clone())))
         .collect();
     for (step_id, agent, work) in wanted {
-        let done = state.amendments.iter().filter(|a| a.trigger == "scope_expansion").count();
-        if done >= MAX_SCOPE_EXPANSIONS {
+        let earlier: Vec<&PlanAmendment> = state.amendments.iter().filter(|a| a.trigger == "scope_expansion").collect();
+        if earlier.len() >= MAX_SCOPE_EXPANSIONS {
             return;
+        }
+        // The same work reported twice (by two steps, or again later) is one phase.
+        let suffix = format!(": {work}");
+        if earlier.iter().any(|a| a.description.to_lowercase().ends_with(&suffix.to_lowercase())) {
+            continue;
         }
         let agent = if agent.is_empty() { DEFAULT_AGENT.to_string() } else { agent };
         let mut phase = PlanPhase::new(0, "Scope expansion");
         phase.steps.push(PlanStep::new("", &agent, format!("Scope expansion reported by step {step_id}: {work}")));
+        // Work an agent added is reviewed by a human before the execution goes on.
+        phase.approval_required = true;
+        phase.approval_description =
+            format!("Step {step_id} asked for more work than the plan had ({work}); review what this phase did.");
         let index = state.plan.phases.len();
         let (ids, steps) = insert_phases(state, index, vec![phase]);
         let description = format!("Scope expansion from step {step_id}: {work}");

@@ -51,7 +51,10 @@ pub const METACHARACTERS: [&str; 11] = [";", "&&", "||", "|", ">", "<", "`", "$(
 /// [`METACHARACTERS`], splittable into words, and none of the destructive patterns (by words,
 /// so `format` is not `rm -f`): `rm` with `-r`/`-f`/`--recursive`/`--force`, `chmod -R`,
 /// `chmod 777`, `chown -R`, `dd if=…`, `mkfs*`, `sudo`, `aws s3 rm`, `terraform apply
-/// -auto-approve`, `git push --force`/`-f`, `git reset --hard`.
+/// -auto-approve`, `git push --force`/`-f`, `git reset --hard`; no shell or interpreter with
+/// inline code as the program (also behind `env`, `timeout`, …), no `xargs`/`eval`, no `find`
+/// that deletes or runs commands, no `git clean`, no process killing; and no word that
+/// reaches outside the worktree (absolute, `~` or `..` paths).
 ///
 /// Errors: the reason, naming what was found.
 pub fn check(command: &str) -> Result<(), String> {
@@ -66,6 +69,38 @@ pub fn check(command: &str) -> Result<(), String> {
     }
     let words = split(command).ok_or_else(|| "cannot be split into words (an unclosed quote)".to_string())?;
     let words: Vec<&str> = words.iter().map(String::as_str).collect();
+    // Quotes would carry anything past the word checks into an interpreter, and a path can
+    // reach outside the worktree the gate runs in (found by a tester: `sh -c "rm -rf /x"`
+    // and `find /x -delete` were accepted and ran).
+    for i in program_positions(&words) {
+        let name = words[i].rsplit('/').next().unwrap_or(words[i]);
+        let rest = &words[i + 1..];
+        let inline = |flags: &[&str]| rest.iter().any(|a| flags.contains(a));
+        let refused = match name {
+            "sh" | "bash" | "zsh" | "dash" | "ksh" | "fish" | "csh" | "tcsh" | "busybox" | "pwsh" | "powershell" => {
+                Some("runs a shell")
+            }
+            n if (n.starts_with("python") && inline(&["-c"]))
+                || ((n == "perl" || n == "ruby") && inline(&["-e", "-E"]))
+                || ((n == "node" || n == "deno" || n == "bun") && inline(&["-e", "--eval", "-p", "--print"]))
+                || (n == "php" && inline(&["-r"])) =>
+            {
+                Some("runs inline code")
+            }
+            "xargs" | "eval" | "exec" | "source" | "." => Some("runs other commands"),
+            "find" if inline(&["-delete", "-exec", "-execdir", "-ok", "-okdir"]) => {
+                Some("deletes or runs commands (find)")
+            }
+            "git" if rest.first() == Some(&"clean") => Some("deletes untracked files (git clean)"),
+            "shred" | "truncate" | "kill" | "pkill" | "killall" | "shutdown" | "reboot" | "halt" | "poweroff" => {
+                Some("destroys data or stops processes")
+            }
+            _ => None,
+        };
+        if let Some(why) = refused {
+            return Err(format!("destructive: {why}"));
+        }
+    }
     let program = |w: &str| w.rsplit('/').next().unwrap_or(w).to_string();
     let has = |w: &str| words.contains(&w);
     for (i, word) in words.iter().enumerate() {
@@ -99,7 +134,42 @@ pub fn check(command: &str) -> Result<(), String> {
             return Err(format!("destructive: {why}"));
         }
     }
+    if let Some(w) = words.iter().find(|w| leaves_worktree(w)) {
+        return Err(format!("reaches outside the worktree ({w})"));
+    }
     Ok(())
+}
+
+/// Whether a word names a place outside the worktree: an absolute or home path, or one that
+/// climbs out with `..`.
+fn leaves_worktree(word: &str) -> bool {
+    let path = word.split_once('=').map_or(word, |(_, v)| v);
+    path.starts_with('/') || path.starts_with('~') || path.split('/').any(|seg| seg == "..")
+}
+
+/// Where a program name stands in `words`: the first word, and the first word after each
+/// wrapper that runs its arguments as a command (`env`, `nice`, `nohup`, `timeout`, `time`,
+/// `command`, `sudo`, `doas`, `stdbuf`, `ionice`, `setsid`), skipping the wrapper's options,
+/// `NAME=value` settings and numbers.
+fn program_positions(words: &[&str]) -> Vec<usize> {
+    const WRAPPERS: [&str; 11] =
+        ["env", "nice", "nohup", "timeout", "time", "command", "sudo", "doas", "stdbuf", "ionice", "setsid"];
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < words.len() {
+        out.push(i);
+        let name = words[i].rsplit('/').next().unwrap_or(words[i]);
+        if !WRAPPERS.contains(&name) {
+            break;
+        }
+        i += 1;
+        while i < words.len()
+            && (words[i].starts_with('-') || words[i].contains('=') || words[i].parse::<f64>().is_ok())
+        {
+            i += 1;
+        }
+    }
+    out
 }
 
 /// `text` split into words like a POSIX shell would (quotes, backslashes), without expanding
@@ -136,8 +206,18 @@ mod tests {
 
     #[test]
     fn unsafe_commands_are_refused_with_the_reason() {
-        for safe in ["pytest tests/ -q", "cargo test --lib", "npm run format", "rm build.log", "git push", "make check"]
-        {
+        for safe in [
+            "pytest tests/ -q",
+            "cargo test --lib",
+            "npm run format",
+            "rm build.log",
+            "git push",
+            "make check",
+            "python -m pytest tests/sh",
+            "env CI=1 cargo test",
+            "find src -name '*.rs'",
+            "ls {files}",
+        ] {
             assert_eq!(check(safe), Ok(()), "{safe}");
         }
         for (unsafe_cmd, why) in [
@@ -163,6 +243,20 @@ mod tests {
             ("aws s3 rm s3://b --recursive", "destructive"),
             ("terraform apply -auto-approve", "destructive"),
             ("echo 'unclosed", "split"),
+            ("sh -c \"rm -rf /tmp/x\"", "runs a shell"),
+            ("ls /tmp/x", "outside the worktree"),
+            ("sh -c 'echo hi'", "runs a shell"),
+            ("env FOO=1 bash script.sh", "runs a shell"),
+            ("timeout 5 python3 -c 'import os'", "inline code"),
+            ("node -e 'x'", "inline code"),
+            ("find . -delete", "find"),
+            ("find src -exec touch x +", "find"),
+            ("git clean -fdx", "git clean"),
+            ("cat /etc/passwd", "outside the worktree"),
+            ("ls ../..", "outside the worktree"),
+            ("ls ~/x", "outside the worktree"),
+            ("pkill baton", "stops processes"),
+            ("xargs echo", "runs other commands"),
         ] {
             let e = check(unsafe_cmd).unwrap_err();
             assert!(e.contains(why), "{unsafe_cmd}: {e}");

@@ -979,7 +979,13 @@ fn mutate(state: &mut ExecutionState, event: &Event, now: &str) {
                 RecordStatus::Complete => {
                     r.status = StepStatus::Complete;
                     r.outcome = outcome.clone();
-                    r.files_changed = files_changed.clone();
+                    // Files of earlier complete attempts stay: their commits are on the branch
+                    // (a gate re-run that changes nothing must not empty `{files}`).
+                    for f in files_changed {
+                        if !r.files_changed.contains(f) {
+                            r.files_changed.push(f.clone());
+                        }
+                    }
                     r.commit_hash = commit_hash.clone();
                     r.error.clear();
                     (r.gate_additions, r.rejected_gate_additions) = gate_additions::parse(outcome);

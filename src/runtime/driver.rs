@@ -926,11 +926,12 @@ impl Driver {
             for addition in &g.additions {
                 match engine::gate_additions::split(addition) {
                     Some(words) if !words.is_empty() => {
-                        let argv = words
+                        let argv: Vec<String> = words
                             .into_iter()
                             .flat_map(|w| if w == "{files}" { files.clone() } else { vec![w] })
                             .collect();
-                        runs.push((addition.clone(), argv));
+                        let shown = argv.iter().map(|w| engine::gate_additions::shell_quote(w)).collect::<Vec<_>>();
+                        runs.push((shown.join(" "), argv));
                     }
                     _ => {}
                 }

@@ -471,6 +471,7 @@ fn step_signals(r: &crate::model::state::StepResult) -> Vec<String> {
         r.rejected_gate_additions.iter().map(|x| format!("refused gate addition: {} ({})", x.command, x.reason)),
     );
     out.extend(r.knowledge_gaps.iter().map(|g| format!("knowledge gap: {g}")));
+    out.extend(r.scope_expansions.iter().map(|x| format!("scope expansion: {x}")));
     out.extend(r.deviations.iter().map(|d| format!("deviation: {d}")));
     out
 }

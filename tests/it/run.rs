@@ -337,19 +337,32 @@ fn agents_never_see_forge_tokens_or_baton_secrets() {
 fn agent_gate_additions_run_after_the_gate_as_their_own_argv_and_unsafe_ones_are_refused() {
     // Passing: the agent's check runs after the plan's gate, in the integration worktree.
     let ws = Workspace::with_repo(&[("README.md", "x\n")]);
-    let extra = "[demo: gate_addition=test -f a.md] [demo: gate_addition=rm -rf /]";
-    let plan = ws.write("plan.json", &small_plan("adds-ok", extra));
+    // A fresh-clone tester deleted directories outside the repository with these; refused now.
+    let victim = ws.tmp.path().join("victim");
+    std::fs::create_dir_all(victim.join("inside")).unwrap();
+    let v = victim.display();
+    let extra = format!(
+        "[demo: gate_addition=test -f a.md] [demo: gate_addition=rm -rf /] \
+         [demo: gate_addition=sh -c 'rm -rf {v}'] [demo: gate_addition=find {v} -delete]"
+    );
+    let plan = ws.write("plan.json", &small_plan("adds-ok", &extra));
     let out = ws.run_plan(&plan);
     assert_eq!(code(&out), 0, "{}\n{}", stdout(&out), stderr(&out));
+    assert!(victim.join("inside").is_dir(), "nothing outside the worktree was touched");
     let state = ws.status("adds-ok");
     let gate = &state["gate_results"][0];
     assert_eq!(gate["passed"], true, "{gate}");
     assert!(gate["output"].as_str().unwrap().contains("$ test -f a.md"), "{gate}");
     let step = &state["step_results"]["1.1"];
     assert_eq!(step["gate_additions"], serde_json::json!(["test -f a.md"]));
-    let rejected = &step["rejected_gate_additions"][0];
-    assert_eq!(rejected["command"], "rm -rf /");
-    assert!(rejected["reason"].as_str().unwrap().contains("destructive"), "{rejected}");
+    let rejected = step["rejected_gate_additions"].as_array().unwrap();
+    assert_eq!(rejected.len(), 3, "{rejected:?}");
+    assert_eq!(rejected[0]["command"], "rm -rf /");
+    assert!(
+        rejected.iter().all(|r| r["reason"].as_str().unwrap().contains("destructive")
+            || r["reason"].as_str().unwrap().contains("outside the worktree")),
+        "{rejected:?}"
+    );
 
     // Failing: an addition that fails fails the gate, on every retry, until the cap.
     let ws = Workspace::with_repo(&[("README.md", "x\n")]);

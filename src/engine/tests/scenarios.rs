@@ -426,7 +426,9 @@ fn scope_expansions_become_phases_appended_when_their_phase_ends_at_most_three()
     assert_eq!(state.plan.phases.len(), 2, "nothing is appended before the phase ends");
     let mut e = record("1.2", RecordStatus::Complete);
     if let EventKind::StepRecorded { outcome, .. } = &mut e.kind {
-        *outcome = "SCOPE_EXPANSION: add metrics\nSCOPE_EXPANSION: and a fourth".into();
+        *outcome =
+            "SCOPE_EXPANSION: Migrate the old table\nSCOPE_EXPANSION: add metrics\nSCOPE_EXPANSION: and a fourth"
+                .into();
     }
     ok(&mut state, &e);
     let names: Vec<(i64, String)> = phase_names(&state);
@@ -446,7 +448,16 @@ fn scope_expansions_become_phases_appended_when_their_phase_ends_at_most_three()
     assert_eq!(step.task_description, "Scope expansion reported by step 1.1: migrate the old table");
     let triggers: Vec<&str> = state.amendments.iter().map(|a| a.trigger.as_str()).collect();
     assert_eq!(triggers, ["scope_expansion"; 3]);
-    assert_eq!(state.result("1.2").unwrap().scope_expansions, ["add metrics", "and a fourth"], "kept on the result");
+    assert!(state.plan.phases[2].approval_required, "a human reviews work an agent added");
+    assert_eq!(
+        state.amendments[2].description, "Scope expansion from step 1.2: add metrics",
+        "the repeat is one phase"
+    );
+    assert_eq!(
+        state.result("1.2").unwrap().scope_expansions,
+        ["Migrate the old table", "add metrics", "and a fourth"],
+        "kept on the result"
+    );
 }
 
 #[test]
