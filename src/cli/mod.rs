@@ -840,33 +840,32 @@ async fn token_command(data_dir: &Path, command: TokenCommand) -> anyhow::Result
                 ))
                 .into());
             }
-            if let Some(login) = github_login.as_deref().map(str::trim) {
-                runtime::auth::check_github_login(login)?;
-                // Checked before the token exists, so a refused login prints and stores none.
-                if let Some(other) = store.user_by_github_login(login).await?.filter(|u| u.name != user) {
-                    return Err(BadInput(format!("--github-login {login}: already the login of {}", other.name)).into());
+            use crate::store::ForgeIdentity;
+            let identities: Vec<(ForgeIdentity, &str, &str, &str)> = [
+                (ForgeIdentity::GitHubLogin, "--github-login", "login", github_login.as_deref()),
+                (ForgeIdentity::AdoEmail, "--ado-email", "e-mail", ado_email.as_deref()),
+            ]
+            .into_iter()
+            .filter_map(|(kind, flag, noun, value)| value.map(|v| (kind, flag, noun, v.trim())))
+            .collect();
+            // Checked before the token exists, so a refused identity prints and stores none.
+            for (kind, flag, noun, value) in &identities {
+                match kind {
+                    ForgeIdentity::GitHubLogin => runtime::auth::check_github_login(value)?,
+                    ForgeIdentity::AdoEmail => runtime::auth::check_ado_email(value)?,
                 }
-            }
-            if let Some(email) = ado_email.as_deref().map(str::trim) {
-                runtime::auth::check_ado_email(email)?;
-                if let Some(other) = store.user_by_ado_email(email).await?.filter(|u| u.name != user) {
-                    return Err(BadInput(format!("--ado-email {email}: already the e-mail of {}", other.name)).into());
+                if let Some(other) = store.user_by_identity(*kind, value).await?.filter(|u| u.name != user) {
+                    return Err(BadInput(format!("{flag} {value}: already the {noun} of {}", other.name)).into());
                 }
             }
             let token = runtime::auth::new_token()?;
             let hash = runtime::auth::hash_token(&token);
             let id = store.add_token(&user, role.as_str(), &hash, &label, &crate::clock::now_rfc3339()).await?;
-            if let Some(login) = github_login.as_deref().map(str::trim) {
+            for (kind, flag, noun, value) in &identities {
                 store
-                    .set_github_login(&user, login)
+                    .set_identity(&user, *kind, value)
                     .await
-                    .map_err(|e| BadInput(format!("--github-login {login}: {e} (is it another user's login?)")))?;
-            }
-            if let Some(email) = ado_email.as_deref().map(str::trim) {
-                store
-                    .set_ado_email(&user, email)
-                    .await
-                    .map_err(|e| BadInput(format!("--ado-email {email}: {e} (is it another user's e-mail?)")))?;
+                    .map_err(|e| BadInput(format!("{flag} {value}: {e} (is it another user's {noun}?)")))?;
             }
             errln!("token {id} for {user} ({}); it is shown once, keep it safe:", role.as_str());
             outln!("{token}");

@@ -29,6 +29,7 @@ pub use auth::{TokenRow, UserRow};
 pub use forge::MergeRow;
 pub use metrics::MetricTotals;
 pub use pmo::{CardRow, NewSpec, ProjectRow, SpecChange, SpecEventRow, SpecFilter, SpecRow};
+pub use webhooks::ForgeIdentity;
 #[cfg(test)]
 mod tests;
 

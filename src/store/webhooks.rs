@@ -141,60 +141,52 @@ impl Store {
         .await?)
     }
 
-    /// The user whose GitHub login is `login` (compared without case).
+    /// The user whose forge identity `kind` is `value` (compared without case).
     ///
     /// # Errors
     /// [`StoreError::Sqlx`].
-    pub async fn user_by_github_login(&self, login: &str) -> Result<Option<UserRow>, StoreError> {
-        Ok(sqlx::query_as::<_, UserRow>(
-            "select name, role, created_at from users where github_login != '' and lower(github_login) = lower(?)",
-        )
-        .bind(login)
+    pub async fn user_by_identity(&self, kind: ForgeIdentity, value: &str) -> Result<Option<UserRow>, StoreError> {
+        let column = kind.column();
+        Ok(sqlx::query_as::<_, UserRow>(&format!(
+            "select name, role, created_at from users where {column} != '' and lower({column}) = lower(?)"
+        ))
+        .bind(value)
         .fetch_optional(&self.reader)
         .await?)
     }
 
-    /// Sets (or, with `""`, clears) the GitHub login of user `name`; `false` when no such user.
-    ///
-    /// # Errors
-    /// [`StoreError::Sqlx`] (the login is another user's).
-    pub async fn set_github_login(&self, name: &str, login: &str) -> Result<bool, StoreError> {
-        let mut tx = self.begin_write().await?;
-        let done = sqlx::query("update users set github_login = ? where name = ?")
-            .bind(login)
-            .bind(name)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    /// The user whose Azure DevOps e-mail (unique name) is `email` (compared without case).
-    ///
-    /// # Errors
-    /// [`StoreError::Sqlx`].
-    pub async fn user_by_ado_email(&self, email: &str) -> Result<Option<UserRow>, StoreError> {
-        Ok(sqlx::query_as::<_, UserRow>(
-            "select name, role, created_at from users where ado_email != '' and lower(ado_email) = lower(?)",
-        )
-        .bind(email)
-        .fetch_optional(&self.reader)
-        .await?)
-    }
-
-    /// Sets (or, with `""`, clears) the Azure DevOps e-mail of user `name`; `false` when no
+    /// Sets (or, with `""`, clears) the forge identity `kind` of user `name`; `false` when no
     /// such user.
     ///
     /// # Errors
-    /// [`StoreError::Sqlx`] (the e-mail is another user's).
-    pub async fn set_ado_email(&self, name: &str, email: &str) -> Result<bool, StoreError> {
+    /// [`StoreError::Sqlx`] (the identity is another user's: a unique index).
+    pub async fn set_identity(&self, name: &str, kind: ForgeIdentity, value: &str) -> Result<bool, StoreError> {
         let mut tx = self.begin_write().await?;
-        let done = sqlx::query("update users set ado_email = ? where name = ?")
-            .bind(email)
+        let done = sqlx::query(&format!("update users set {} = ? where name = ?", kind.column()))
+            .bind(value)
             .bind(name)
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
         Ok(done.rows_affected() == 1)
+    }
+}
+
+/// Which forge identity of a user maps a forge comment to them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForgeIdentity {
+    /// Their GitHub login (`users.github_login`, migration 0004).
+    GitHubLogin,
+    /// Their Azure DevOps e-mail / unique name (`users.ado_email`, migration 0007).
+    AdoEmail,
+}
+
+impl ForgeIdentity {
+    /// The `users` column (a fixed name, never user input).
+    fn column(self) -> &'static str {
+        match self {
+            ForgeIdentity::GitHubLogin => "github_login",
+            ForgeIdentity::AdoEmail => "ado_email",
+        }
     }
 }

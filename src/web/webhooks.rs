@@ -308,7 +308,12 @@ async fn comment(app: &AppState, delivery: &str, p: &Value) -> Result<Handled, A
         return Ok(ignored("the comment is not a /baton approve or /baton reject command"));
     };
     let login = text(p, "/comment/user/login");
-    let user = app.execs.store().user_by_github_login(login).await.map_err(anyhow::Error::from)?;
+    let user = app
+        .execs
+        .store()
+        .user_by_identity(crate::store::ForgeIdentity::GitHubLogin, login)
+        .await
+        .map_err(anyhow::Error::from)?;
     let Some(user) = user else {
         return Ok(ignored(format!("GitHub user {login} is not mapped to a Baton user")));
     };
@@ -436,7 +441,12 @@ async fn ado_comment(app: &AppState, delivery: &str, resource: &Value) -> Result
     };
     let email = ado_identity_email(fields.get("System.ChangedBy"));
     let email = if email.is_empty() { ado_identity_email(resource.get("revisedBy")) } else { email };
-    let user = app.execs.store().user_by_ado_email(email).await.map_err(anyhow::Error::from)?;
+    let user = app
+        .execs
+        .store()
+        .user_by_identity(crate::store::ForgeIdentity::AdoEmail, email)
+        .await
+        .map_err(anyhow::Error::from)?;
     let Some(user) = user else {
         return Ok(ignored(format!("Azure DevOps user {email:?} is not mapped to a Baton user")));
     };

@@ -10,7 +10,7 @@ use axum::http::{Request, StatusCode};
 use baton::model::plan::MachinePlan;
 use baton::runtime::config::DataDir;
 use baton::runtime::executions::Executions;
-use baton::store::SpecChange;
+use baton::store::{ForgeIdentity, SpecChange};
 use baton::web::{self, AppState, WebhookConfig};
 use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
@@ -387,7 +387,7 @@ async fn a_baton_approve_comment_decides_the_approval_and_a_merged_pull_request_
     // Users: a reviewer mapped to the commenter.
     store.add_token("rev", "reviewer", "hash-1", "", "2026-01-01T00:00:00Z").await.unwrap();
     store.add_token("watcher", "viewer", "hash-2", "", "2026-01-01T00:00:00Z").await.unwrap();
-    assert!(store.set_github_login("watcher", "example-watcher").await.unwrap());
+    assert!(store.set_identity("watcher", ForgeIdentity::GitHubLogin, "example-watcher").await.unwrap());
 
     let mut comment = app.payload("issue_comment.created");
     comment["comment"]["body"] = json!("/baton approve");
@@ -401,7 +401,7 @@ async fn a_baton_approve_comment_decides_the_approval_and_a_merged_pull_request_
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     assert!(body["ignored"].as_str().unwrap().contains("reviewer role"), "{body}");
 
-    assert!(store.set_github_login("rev", "Example-User-1").await.unwrap());
+    assert!(store.set_identity("rev", ForgeIdentity::GitHubLogin, "Example-User-1").await.unwrap());
     comment["comment"]["user"]["login"] = json!("example-user-1");
     let (status, body) = app.deliver_variant("issue_comment.created", &comment, "c-approve").await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -481,7 +481,7 @@ async fn a_reject_comment_needs_a_reason_and_records_the_rejection() {
     store.change_spec(spec_id, &fire).await.unwrap();
     store.attach_execution(spec_id, task_id).await.unwrap();
     store.add_token("rev", "reviewer", "hash-1", "", "2026-01-01T00:00:00Z").await.unwrap();
-    store.set_github_login("rev", "example-user-1").await.unwrap();
+    store.set_identity("rev", ForgeIdentity::GitHubLogin, "example-user-1").await.unwrap();
 
     let mut comment = app.payload("issue_comment.created");
     comment["comment"]["body"] = json!("/baton reject");
@@ -610,7 +610,7 @@ async fn a_baton_approve_work_item_comment_decides_the_approval_and_a_merged_ado
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     assert_eq!(body["ignored"], "Azure DevOps user \"Rita@Example.com\" is not mapped to a Baton user");
 
-    assert!(store.set_ado_email("rita", "rita@example.com").await.unwrap());
+    assert!(store.set_identity("rita", ForgeIdentity::AdoEmail, "rita@example.com").await.unwrap());
     comment["id"] = json!("comment-2");
     let (status, body) = app.post_ado(comment.to_string().as_bytes(), Some(ADO_AUTH)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -678,7 +678,8 @@ fn token_create_maps_a_github_login_and_refuses_another_users_login() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let execs = Executions::open(DataDir::open(&ws.data()).unwrap()).await.unwrap();
-        let user = execs.store().user_by_github_login("RITA-gh").await.unwrap().expect("mapped");
+        let user =
+            execs.store().user_by_identity(ForgeIdentity::GitHubLogin, "RITA-gh").await.unwrap().expect("mapped");
         assert_eq!(user.name, "rita");
         assert!(execs.store().user("bob").await.unwrap().is_none(), "the refused user was not created");
     });
