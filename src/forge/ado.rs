@@ -14,10 +14,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::{
-    classify, out_of_time, timed_out, Answer, Attempts, Forge, ForgeError, ForgeItem, ForgeSettings, NewPull,
-    RetryPolicy, Secret, Verdict,
+    accepted, call_with_retries, Forge, ForgeError, ForgeItem, ForgeSettings, NewPull, Reply, RetryPolicy, Secret,
 };
-use crate::clock::{self, Stopwatch};
 
 /// The REST version of every call but comments.
 pub const API_VERSION: &str = "7.1";
@@ -79,66 +77,31 @@ impl AzureDevOps {
                 "{what} needs an Azure DevOps personal access token: set ADO_PAT (or [ado] pat in baton.toml)"
             )));
         };
-        let mut attempts = Attempts::default();
-        let clock = Stopwatch::start();
-        loop {
-            let Some(left) = self.policy.deadline.checked_sub(clock.elapsed()).filter(|l| !l.is_zero()) else {
-                return Err(timed_out(Forge::AzureDevOps, what, attempts, self.policy.deadline));
-            };
-            let mut request = self.client.request(method.clone(), url).basic_auth("", Some(pat.expose())).timeout(left);
+        let client = &self.client;
+        let bytes = call_with_retries(Forge::AzureDevOps, what, &self.policy, move |left| {
+            let mut request = client.request(method.clone(), url).basic_auth("", Some(pat.expose())).timeout(left);
             if let Some(b) = body {
                 request = request.json(b);
             }
-            let response = match request.send().await {
-                Ok(r) => r,
-                Err(e) if attempts.server < self.policy.server_retries => {
-                    tracing::warn!("Azure DevOps could not be reached for {what}: {}", transport_message(&e));
-                    tokio::time::sleep(super::backoff(&self.policy, attempts.server)).await;
-                    attempts.server += 1;
-                    continue;
-                }
-                Err(e) => {
-                    return Err(ForgeError::Network {
-                        forge: Forge::AzureDevOps,
-                        what: what.into(),
-                        attempts: attempts.server + 1,
-                        message: transport_message(&e),
-                    })
-                }
-            };
-            let status = response.status().as_u16();
-            let headers = response.headers().clone();
-            let bytes = response.bytes().await.map_err(|e| ForgeError::Network {
-                forge: Forge::AzureDevOps,
-                what: what.into(),
-                attempts: attempts.server + 1,
-                message: format!("the answer was cut off: {}", transport_message(&e)),
-            })?;
-            let now = clock::now().timestamp();
-            let answer = Answer { status, headers: &headers, body: &bytes };
-            match classify(Forge::AzureDevOps, what, answer, attempts, &self.policy, now) {
-                Verdict::Success => {
-                    return serde_json::from_slice(&bytes).map_err(|e| ForgeError::Malformed {
-                        forge: Forge::AzureDevOps,
-                        what: what.into(),
-                        message: format!("not JSON: {e}"),
-                    })
-                }
-                Verdict::Retry(wait) => {
-                    if clock.elapsed() + wait >= self.policy.deadline {
-                        return Err(out_of_time(Forge::AzureDevOps, what, status, wait, attempts));
-                    }
-                    if (500..600).contains(&status) {
-                        attempts.server += 1;
-                    } else {
-                        attempts.rate_limit += 1;
-                    }
-                    tracing::warn!("Azure DevOps answered {status} to {what}; retrying in {} ms", wait.as_millis());
-                    tokio::time::sleep(wait).await;
-                }
-                Verdict::Fail(e) => return Err(e),
+            async move {
+                let response = request.send().await.map_err(|e| transport_message(&e))?;
+                let status = response.status().as_u16();
+                let headers = response.headers().clone();
+                let body =
+                    response.bytes().await.map_err(|e| format!("the answer was cut off: {}", transport_message(&e)))?;
+                Ok(if accepted(Forge::AzureDevOps, status) {
+                    Reply::Accepted(body)
+                } else {
+                    Reply::Refused { status, headers, body }
+                })
             }
-        }
+        })
+        .await?;
+        serde_json::from_slice(&bytes).map_err(|e| ForgeError::Malformed {
+            forge: Forge::AzureDevOps,
+            what: what.into(),
+            message: format!("not JSON: {e}"),
+        })
     }
 
     /// Work item `id` of `org`/`project` as an item (`$expand=all`, so its web link comes

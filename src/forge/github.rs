@@ -15,11 +15,7 @@ use octocrab::{FromResponse, Octocrab, Page};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::{
-    classify, out_of_time, timed_out, Answer, Attempts, Forge, ForgeError, ForgeItem, ForgeSettings, NewPull,
-    RetryPolicy, Verdict,
-};
-use crate::clock::{self, Stopwatch};
+use super::{accepted, call_with_retries, Forge, ForgeError, ForgeItem, ForgeSettings, NewPull, Reply, RetryPolicy};
 
 /// Issues fetched by one bulk import, at most (ten pages of 100).
 pub const MAX_BULK_ISSUES: usize = 1000;
@@ -88,82 +84,33 @@ impl GitHub {
     /// Sends `method` to `uri` (a path under the API address, or an absolute `Link` address)
     /// until it succeeds (the answer, unread) or the policy says stop.
     async fn call(&self, what: &str, method: &str, uri: &str, body: Option<&Value>) -> Result<Response, ForgeError> {
-        let mut attempts = Attempts::default();
         let full = if uri.starts_with("http://") || uri.starts_with("https://") {
             uri.to_string()
         } else {
             format!("{}{uri}", self.api_url)
         };
-        let network = |attempts: Attempts, message: String| ForgeError::Network {
-            forge: Forge::GitHub,
-            what: what.into(),
-            attempts: attempts.server + 1,
-            message,
-        };
-        let clock = Stopwatch::start();
-        loop {
-            let Some(left) = self.policy.deadline.checked_sub(clock.elapsed()).filter(|l| !l.is_zero()) else {
-                return Err(timed_out(Forge::GitHub, what, attempts, self.policy.deadline));
+        let (client, full, api_url) = (&self.client, full.as_str(), self.api_url.as_str());
+        call_with_retries(Forge::GitHub, what, &self.policy, move |_left| async move {
+            let sent = match method {
+                "POST" => client._post(full, body).await,
+                _ => client._get(full).await,
             };
-            let send = async {
-                match method {
-                    "POST" => self.client._post(full.as_str(), body).await,
-                    _ => self.client._get(full.as_str()).await,
-                }
-            };
-            let Ok(sent) = tokio::time::timeout(left, send).await else {
-                return Err(timed_out(Forge::GitHub, what, attempts, self.policy.deadline));
-            };
-            let response = match sent {
-                Ok(r) if r.status().is_success() => return Ok(r),
-                Ok(r) => r,
-                Err(e) if attempts.server < self.policy.server_retries => {
-                    tracing::warn!("GitHub could not be reached for {what}: {}", transport_message(&e));
-                    tokio::time::sleep(super::backoff(&self.policy, attempts.server)).await;
-                    attempts.server += 1;
-                    continue;
-                }
-                Err(e) => {
-                    let at = self.api_url.as_str();
-                    let hint = format!("{} (at {at}: is BATON_GITHUB_API_URL right?)", transport_message(&e));
-                    return Err(network(attempts, hint));
-                }
-            };
+            let response =
+                sent.map_err(|e| format!("{} (at {api_url}: is BATON_GITHUB_API_URL right?)", transport_message(&e)))?;
             let status = response.status().as_u16();
+            if accepted(Forge::GitHub, status) {
+                return Ok(Reply::Accepted(response));
+            }
             let headers = response.headers().clone();
             let body = response
                 .into_body()
                 .collect()
                 .await
-                .map_err(|e| network(attempts, format!("the answer was cut off: {}", transport_message(&e))))?
+                .map_err(|e| format!("the answer was cut off: {}", transport_message(&e)))?
                 .to_bytes();
-            let now = clock::now().timestamp();
-            let answer = Answer { status, headers: &headers, body: &body };
-            match classify(Forge::GitHub, what, answer, attempts, &self.policy, now) {
-                // 2xx returned above: a "success" here is refused rather than looped on.
-                Verdict::Success => {
-                    return Err(ForgeError::Refused {
-                        forge: Forge::GitHub,
-                        what: what.into(),
-                        status,
-                        message: "an unexpected answer".into(),
-                    })
-                }
-                Verdict::Retry(wait) => {
-                    if clock.elapsed() + wait >= self.policy.deadline {
-                        return Err(out_of_time(Forge::GitHub, what, status, wait, attempts));
-                    }
-                    if (500..600).contains(&status) {
-                        attempts.server += 1;
-                    } else {
-                        attempts.rate_limit += 1;
-                    }
-                    tracing::warn!("GitHub answered {status} to {what}; retrying in {} ms", wait.as_millis());
-                    tokio::time::sleep(wait).await;
-                }
-                Verdict::Fail(e) => return Err(e),
-            }
-        }
+            Ok(Reply::Refused { status, headers, body })
+        })
+        .await
     }
 
     /// The JSON body of a successful answer.
