@@ -453,13 +453,17 @@ async fn merge_refuses_what_it_cannot_merge_and_says_how() {
     let message = refused["message"].as_str().unwrap();
     assert!(message.contains(&format!("git merge --no-ff baton/{task_id}")), "{message}");
     assert_eq!(refused["details"]["reason"], "not_mergeable");
-    let (status, _) = server.request("GET", &format!("/api/v1/executions/{task_id}/merge"), None);
+    let (status, unmerged) = server.request("GET", &format!("/api/v1/executions/{task_id}/merge"), None);
     assert_eq!(status, 404);
+    assert!(unmerged["message"].as_str().unwrap().contains("has not been merged"), "{unmerged}");
     assert!(github.received_requests().await.unwrap().is_empty());
 
     // No such execution; a bad reference; a pull request given as an issue.
     let (status, _) = server.request("POST", "/api/v1/executions/nope/merge", None);
     assert_eq!(status, 404);
+    let (status, unknown) = server.request("GET", "/api/v1/executions/nope/merge", None);
+    assert_eq!(status, 404);
+    assert_eq!(unknown["message"], "no execution with task id nope", "{unknown}");
     let (status, bad) =
         server.request("POST", "/api/v1/specs/import", Some(json!({"project": "demo", "ref": "github:nope"})));
     assert_eq!(status, 422, "{bad}");

@@ -533,6 +533,8 @@ async fn merge_state(
     State(app): State<AppState>,
     Path(task_id): Path<String>,
 ) -> Result<Json<crate::store::MergeRow>, AppError> {
+    // An unknown execution is "no execution", not "not merged" (found by a fresh-clone tester).
+    load(&app, &task_id).await?;
     match app.execs.store().merge(&task_id).await.map_err(anyhow::Error::from)? {
         Some(row) => Ok(Json(row)),
         None => Err(AppError::NotFound(format!("execution {task_id} has not been merged"))),
