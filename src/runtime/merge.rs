@@ -15,7 +15,7 @@ use crate::clock;
 use crate::forge::{ForgeError, NewPull, RepoRef};
 use crate::git::GitRepo;
 use crate::model::state::{ExecutionState, ExecutionStatus};
-use crate::runtime::changelist::{changelist, ChangeCommit};
+use crate::runtime::changelist::{changelist, ChangeCommit, Changelist};
 use crate::runtime::executions::Executions;
 use crate::runtime::forge::Forges;
 use crate::runtime::{blocking, BadInput};
@@ -130,7 +130,7 @@ pub async fn merge(execs: &Executions, forges: &Forges, task_id: &str, actor: &s
         updated_at: clock::now_rfc3339(),
     };
     store.put_merge(&row).await.map_err(anyhow::Error::from)?;
-    if let Err(e) = finish(execs, forges, &state, &spec, &list.commits, &repo_ref, &mut row).await {
+    if let Err(e) = finish(execs, forges, &state, &spec, &list, &repo_ref, &mut row).await {
         row.error = e.to_string();
         row.updated_at = clock::now_rfc3339();
         store.put_merge(&row).await.map_err(anyhow::Error::from)?;
@@ -169,18 +169,14 @@ async fn finish(
     forges: &Forges,
     state: &ExecutionState,
     spec: &SpecRow,
-    commits: &[ChangeCommit],
+    list: &Changelist,
     repo_ref: &RepoRef,
     row: &mut MergeRow,
 ) -> Result<(), MergeError> {
     let store = execs.store();
-    let meta_path = crate::runtime::driver::meta_path(execs.data(), &state.task_id);
-    let text =
-        std::fs::read_to_string(&meta_path).map_err(|e| anyhow::anyhow!("reading {}: {e}", meta_path.display()))?;
-    let meta: crate::runtime::driver::RunMeta =
-        serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("reading {}: {e}", meta_path.display()))?;
-    let branch = row.branch.clone();
-    let pushed = blocking(move || GitRepo::open(&meta.repo).and_then(|r| r.push_branch(REMOTE, &branch))).await?;
+    // The changelist already read the run's repository and branch.
+    let (repo, branch) = (list.repo.clone(), row.branch.clone());
+    let pushed = blocking(move || GitRepo::open(&repo).and_then(|r| r.push_branch(REMOTE, &branch))).await?;
     row.pushed_sha = pushed.map_err(|e| MergeError::Push {
         branch: row.branch.clone(),
         remote: REMOTE.into(),
@@ -192,7 +188,7 @@ async fn finish(
     store.put_merge(row).await.map_err(anyhow::Error::from)?;
 
     let title = format!("{} (spec {})", spec.title, spec.spec_id);
-    let body = pr_body(spec, state, commits);
+    let body = pr_body(spec, state, &list.commits);
     let pull = NewPull { head: &row.branch, base: &row.base_branch, title: &title, body: &body };
     let (number, url) = match repo_ref {
         RepoRef::GitHub { owner, repo } => {

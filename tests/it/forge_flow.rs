@@ -214,16 +214,8 @@ async fn an_imported_issue_and_work_item_end_as_pull_requests_with_the_plan_and_
     assert_eq!(again["items"][0]["spec_id"], gh_id);
 
     // Azure DevOps: work item 12, imported with the CLI beside the running server.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
-        .arg("--data-dir")
-        .arg(&data)
-        .args(["spec", "import", "ado:fabrikam/Fabrikam-Fiber-Git#12", "--project", "az"])
-        .env("BATON_ADO_API_URL", ado.uri())
-        .env("ADO_PAT", PAT)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let stdout =
+        baton_on_ado(&data, &ado, &["spec", "import", "ado:fabrikam/Fabrikam-Fiber-Git#12", "--project", "az"]);
     assert!(stdout.contains("created: Epic 2"), "{stdout}");
     let ado_id: i64 = stdout.split_whitespace().nth(1).unwrap().parse().unwrap();
     let meta: Value = serde_json::from_str(server.spec(ado_id)["source_meta"].as_str().unwrap()).unwrap();
@@ -289,16 +281,7 @@ async fn an_imported_issue_and_work_item_end_as_pull_requests_with_the_plan_and_
     assert_eq!(received(&github, "POST", "/pulls").await.len(), 5, "no pull request opened twice");
 
     // Azure DevOps, through the CLI.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
-        .arg("--data-dir")
-        .arg(&data)
-        .args(["--json", "merge", &ado_task])
-        .env("BATON_ADO_API_URL", ado.uri())
-        .env("ADO_PAT", PAT)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = baton_on_ado(&data, &ado, &["--json", "merge", ado_task.as_str()]);
     let row: Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(
         row["pr_url"],
@@ -360,6 +343,22 @@ async fn wait_comments(mock: &MockServer, suffix: &str, last: &str) -> Vec<wirem
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// `baton --data-dir <data> <args>` pointed at the mock Azure DevOps with the PAT; its stdout,
+/// after checking it succeeded.
+fn baton_on_ado(data: &Path, ado: &MockServer, args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+        .arg("--data-dir")
+        .arg(data)
+        .args(args)
+        .env("BATON_ADO_API_URL", ado.uri())
+        .env("ADO_PAT", PAT)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    stdout
 }
 
 fn sign(body: &[u8]) -> String {
