@@ -277,8 +277,10 @@ impl GitRepo {
 
     /// Points the full ref `full_ref` (e.g. `refs/baton/<task>/<step>/<attempt>`) at `sha`.
     ///
-    /// Creates or overwrites. Errors: [`GitError::InvalidRefName`] unless it starts with
-    /// `refs/` and is valid; [`GitError::BranchCheckedOut`] for a checked-out branch.
+    /// Creates or overwrites. A stale `.lock` of a `refs/baton/…` attempt ref (a driver killed
+    /// mid-write; only the execution's lease holder writes those) is removed; any other lock
+    /// is an error. Errors: [`GitError::InvalidRefName`] unless it starts with `refs/` and is
+    /// valid; [`GitError::BranchCheckedOut`] for a checked-out branch.
     pub fn set_ref(&self, full_ref: &str, sha: &str) -> Result<(), GitError> {
         let repo = self.repo()?;
         check_full_ref(full_ref)?;
@@ -286,7 +288,21 @@ impl GitRepo {
         if let Some(branch) = full_ref.strip_prefix("refs/heads/") {
             self.refuse_checked_out(branch)?;
         }
-        repo.reference(full_ref, oid, true, "baton: set ref")?;
+        match repo.reference(full_ref, oid, true, "baton: set ref") {
+            // A driver killed while writing an attempt ref leaves its `.lock` behind; those
+            // refs are written only by the execution's lease holder (this caller), so the lock
+            // is stale: remove it and write again (seen once under load after `kill -9`).
+            Err(e) if e.code() == git2::ErrorCode::Locked && full_ref.starts_with("refs/baton/") => {
+                let lock = self.git_dir.join(format!("{full_ref}.lock"));
+                tracing::warn!("removing the stale ref lock {} a dead driver left", lock.display());
+                std::fs::remove_file(&lock)
+                    .map_err(|source| GitError::Io { context: format!("removing {}", lock.display()), source })?;
+                repo.reference(full_ref, oid, true, "baton: set ref")?;
+            }
+            other => {
+                other?;
+            }
+        }
         Ok(())
     }
 

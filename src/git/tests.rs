@@ -364,3 +364,21 @@ fn uncommitted_changes_to_tracked_files_are_detected_and_untracked_files_are_not
     std::fs::write(repo.root().join("a.txt"), "changed\n").unwrap();
     assert!(repo.has_uncommitted_changes().unwrap());
 }
+
+#[test]
+fn a_stale_lock_of_an_attempt_ref_is_removed_and_any_other_lock_still_refuses() {
+    // Seen under load: a driver killed while writing `refs/baton/<task>/<step>/<n>` left the
+    // `.lock`, and the resumed driver failed the step "failed to lock file".
+    let f = Fixture::new();
+    let git_dir = f.repo.git_dir().to_path_buf();
+    fs::create_dir_all(git_dir.join("refs/baton/t1/1.2")).unwrap();
+    fs::write(git_dir.join("refs/baton/t1/1.2/1.lock"), "").unwrap();
+    f.repo.set_ref("refs/baton/t1/1.2/1", &f.base).unwrap();
+    assert_eq!(f.repo.resolve("refs/baton/t1/1.2/1").unwrap(), f.base);
+    assert!(!git_dir.join("refs/baton/t1/1.2/1.lock").exists());
+
+    fs::create_dir_all(git_dir.join("refs/tags")).unwrap();
+    fs::write(git_dir.join("refs/tags/v1.lock"), "").unwrap();
+    assert!(f.repo.set_ref("refs/tags/v1", &f.base).is_err(), "a user's ref lock is never removed");
+    assert!(git_dir.join("refs/tags/v1.lock").exists());
+}
