@@ -4,8 +4,8 @@
 //! server's collection URL, or a test's mock server).
 //!
 //! Authenticates with the PAT as Basic credentials (empty user), the documented form. Every
-//! call goes through one loop that classifies the answer ([`classify`]) and retries what the
-//! policy allows. Never logs a header.
+//! call goes through one loop ([`call_with_retries`]) that
+//! classifies the answer and retries what the policy allows. Never logs a header.
 
 use std::time::Duration;
 

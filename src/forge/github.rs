@@ -2,9 +2,9 @@
 //! `X-GitHub-Api-Version: 2022-11-28`) at a configurable base URL (GitHub Enterprise's
 //! `https://HOST/api/v3`, or a test's mock server).
 //!
-//! Every call goes through one loop that classifies the answer ([`classify`]) and retries what
-//! the policy allows. Pagination follows the `Link` headers octocrab parses. Never logs a
-//! header; the token lives in octocrab's secret store.
+//! Every call goes through one loop ([`call_with_retries`]) that classifies the answer and
+//! retries what the policy allows. Pagination follows the `Link` headers octocrab parses.
+//! Never logs a header; the token lives in octocrab's secret store.
 
 use std::time::Duration;
 
