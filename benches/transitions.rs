@@ -42,6 +42,7 @@ fn record(step_id: &str) -> Event {
         cost_usd: 0.01,
         duration_seconds: 1.0,
         error: String::new(),
+        usage: None,
     })
 }
 

@@ -390,6 +390,19 @@ enum ExecuteCommand {
         #[arg(long, default_value = "")]
         reason: String,
     },
+    /// Decide an execution parked at its USD ceiling (BUDGET): raise the ceiling or stop.
+    Budget {
+        #[command(flatten)]
+        task: Task,
+        #[command(flatten)]
+        key: Key,
+        /// Raise the ceiling by this many USD; the next `execute run` resumes where it stopped.
+        #[arg(long, value_name = "USD", conflicts_with = "stop", required_unless_present = "stop")]
+        raise: Option<String>,
+        /// Stop the execution (it is cancelled, with the reason).
+        #[arg(long)]
+        stop: bool,
+    },
     /// Retry a failed step (reopens a failed execution).
     RetryStep {
         #[command(flatten)]
@@ -446,6 +459,10 @@ pub struct RunArgs {
     /// Concurrent agents (default: baton.toml, 3; the plan's resource limits may lower it).
     #[arg(long)]
     pub max_parallel: Option<usize>,
+    /// USD ceiling of the execution (default: BATON_RUN_BUDGET_USD for a new execution). Dispatch
+    /// stops before a step whose forecast would cross it; the run then exits 3 (BUDGET).
+    #[arg(long, value_name = "USD")]
+    pub max_spend_usd: Option<String>,
 }
 
 /// Entry point of the binary.
@@ -700,7 +717,9 @@ pub fn print_outcome(outcome: &runtime::driver::RunOutcome, json: bool) -> ExitC
 /// Exit code implied by an action: 3 for a human decision, 4 for FAILED, else 0.
 pub fn exit_for(action: &Action) -> ExitCode {
     match action.action_type() {
-        ActionType::Approval | ActionType::Feedback | ActionType::Interact => ExitCode::from(EXIT_WAITING),
+        ActionType::Approval | ActionType::Feedback | ActionType::Interact | ActionType::Budget => {
+            ExitCode::from(EXIT_WAITING)
+        }
         ActionType::Failed => ExitCode::from(EXIT_FAILED),
         ActionType::Dispatch | ActionType::Gate | ActionType::Wait | ActionType::Complete | ActionType::Checkpoint => {
             ExitCode::SUCCESS
@@ -723,6 +742,15 @@ async fn execute(data: DataDir, command: ExecuteCommand, json: bool) -> anyhow::
             }
             None => None,
         };
+        let budget = match args.max_spend_usd.as_deref() {
+            Some(raw) => Some((
+                runtime::spend::parse_usd(raw).ok_or_else(|| {
+                    BadInput(format!("--max-spend-usd {raw:?}: expected a USD amount above 0, such as 25 or 2.50"))
+                })?,
+                "--max-spend-usd".to_string(),
+            )),
+            None => None,
+        };
         let options = runtime::driver::RunOptions {
             plan,
             task_id: args.task_id,
@@ -730,6 +758,7 @@ async fn execute(data: DataDir, command: ExecuteCommand, json: bool) -> anyhow::
             agent: args.agent,
             base: args.base,
             max_parallel: args.max_parallel,
+            budget,
             ..runtime::driver::RunOptions::default()
         };
         let outcome = runtime::driver::run(data, options).await?;
@@ -969,8 +998,9 @@ fn event_of(command: ExecuteCommand) -> anyhow::Result<(Option<String>, Event)> 
             duration,
             error,
         } => {
-            let status = RecordStatus::parse(&status)
-                .ok_or_else(|| BadInput(format!("--status {status:?}: expected complete, failed or interacting")))?;
+            let status = RecordStatus::parse(&status).ok_or_else(|| {
+                BadInput(format!("--status {status:?}: expected complete, failed, interacting or budget_stopped"))
+            })?;
             if !cost.is_finite() || cost < 0.0 {
                 return Err(BadInput(format!("--cost {cost}: expected a non-negative number")).into());
             }
@@ -992,6 +1022,7 @@ fn event_of(command: ExecuteCommand) -> anyhow::Result<(Option<String>, Event)> 
                     cost_usd: cost,
                     duration_seconds: duration,
                     error,
+                    usage: None,
                 },
             )
         }
@@ -1052,6 +1083,15 @@ fn event_of(command: ExecuteCommand) -> anyhow::Result<(Option<String>, Event)> 
         }
         ExecuteCommand::Complete { task } => (task, None, EventKind::Completed),
         ExecuteCommand::Cancel { task, reason } => (task, None, EventKind::Cancelled { reason }),
+        ExecuteCommand::Budget { task, key, raise, stop } => match raise {
+            Some(raw) if !stop => {
+                let by_usd = runtime::spend::parse_usd(&raw).ok_or_else(|| {
+                    BadInput(format!("--raise {raw:?}: expected a USD amount above 0, such as 5 or 2.50"))
+                })?;
+                (task, key.idempotency_key, EventKind::BudgetRaised { by_usd })
+            }
+            _ => (task, None, EventKind::Cancelled { reason: "stopped at the budget ceiling".into() }),
+        },
         ExecuteCommand::RetryStep { task, step_id } => (task, None, EventKind::StepRetried { step_id }),
         ExecuteCommand::RetryGate { task, phase_id } => (task, None, EventKind::GateRetried { phase_id }),
         ExecuteCommand::Skip { task, step_id, reason } => (task, None, EventKind::StepSkipped { step_id, reason }),

@@ -139,6 +139,17 @@ pub fn render(action: &Action, task_id: &str) -> String {
             let _ = writeln!(out, "  Message: {}", c.message);
             let _ = writeln!(out, "--- Handoff ---\n{}--- End Handoff ---", ensure_newline(&c.handoff));
         }
+        Action::Budget(b) => {
+            let _ = writeln!(out, "  Step: {}", b.step_id);
+            let _ = writeln!(out, "  Ceiling: ${:.2}", b.ceiling_usd);
+            let _ = writeln!(out, "  Spent: ${:.2}", b.spent_usd);
+            let _ = writeln!(out, "  Forecast: ${:.2}", b.forecast_usd);
+            let _ = writeln!(out, "  Needed: ${:.2}", b.needed_usd);
+            let _ = writeln!(out, "  Reason: {}", b.reason);
+            let _ = writeln!(out, "  Message: {}", b.message);
+            let _ = writeln!(out, "Options: {}", b.budget_options.join(" | "));
+            let _ = writeln!(out, "Record with: baton execute budget --task-id {task} --raise USD   (or --stop)");
+        }
     }
     out
 }

@@ -2,7 +2,7 @@
 //!
 //! * [`start`](crate::engine::start) validates a plan and builds the initial state (HIGH/CRITICAL plans start with a
 //!   pre-flight approval).
-//! * [`next_action`](crate::engine::next_action) says what to do next: one of the nine actions.
+//! * [`next_action`](crate::engine::next_action) says what to do next: one of the ten actions (agent-baton's nine and BUDGET).
 //! * [`next_actions`](crate::engine::next_actions) lists every step of the current phase that may be dispatched now (the
 //!   parallel rule); it is empty whenever the execution waits (in-flight work, a human, a gate)
 //!   or is finished.
@@ -17,6 +17,7 @@
 //! never imports anything outside `crate::model` (a test scans the source to enforce it).
 
 mod amend;
+pub mod budget;
 pub mod gate_additions;
 pub mod prompt;
 pub mod signals;
@@ -171,6 +172,22 @@ pub enum EngineError {
     /// An amendment that cannot be applied.
     #[error("invalid amendment: {0}")]
     InvalidAmendment(String),
+    /// The step's forecast does not fit under the USD ceiling (or a budget decision is pending).
+    #[error(
+        "step {step_id} cannot be dispatched: its forecast ${forecast_usd:.2} does not fit (${spent_usd:.2} spent, ${reserved_usd:.2} reserved, ceiling ${ceiling_usd:.2})"
+    )]
+    OverBudget {
+        /// The step.
+        step_id: String,
+        /// Its forecast, USD.
+        forecast_usd: f64,
+        /// Spent so far, USD.
+        spent_usd: f64,
+        /// Reserved by in-flight attempts, USD.
+        reserved_usd: f64,
+        /// The ceiling, USD.
+        ceiling_usd: f64,
+    },
 }
 
 /// What `apply` did.
@@ -244,6 +261,7 @@ pub fn next_action(state: &ExecutionState) -> Action {
         ExecutionStatus::ApprovalPending => approval_action(state),
         ExecutionStatus::FeedbackPending => feedback_action(state),
         ExecutionStatus::GatePending | ExecutionStatus::GateFailed => gate_action(state),
+        ExecutionStatus::BudgetExceeded => budget::action(state),
         ExecutionStatus::Running => running_action(state),
     }
 }
@@ -259,6 +277,7 @@ pub fn next_actions(state: &ExecutionState) -> Vec<Action> {
         return Vec::new();
     }
     let ready: Vec<&PlanStep> = phase.steps.iter().filter(|s| is_ready(state, s)).collect();
+    let ready = budget::affordable(state, ready);
     let isolation = if ready.len() >= 2 { "worktree" } else { "" };
     ready.into_iter().map(|s| Action::Dispatch(dispatch_action(state, phase, s, isolation))).collect()
 }
@@ -636,6 +655,12 @@ fn default_round(state: &ExecutionState, kind: &EventKind) -> u64 {
         // the same amendment in a later phase is a new one.
         EventKind::Amended { .. } => state.current_phase as u64,
         EventKind::CheckpointAcknowledged => u64::from(state.checkpoint.count) + u64::from(state.checkpoint.due),
+        EventKind::BudgetSet { .. } => u64::from(state.budget.changes),
+        // Like an approval: the round of the decision, so a resent raise is a duplicate.
+        EventKind::BudgetRaised { .. } => {
+            state.budget.raises.len() as u64 + u64::from(state.status == ExecutionStatus::BudgetExceeded)
+        }
+        EventKind::Forecasted { .. } => 0,
         EventKind::FeedbackRecorded { .. } | EventKind::Completed | EventKind::Cancelled { .. } => 0,
     }
 }
@@ -721,6 +746,20 @@ fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), EngineError> {
             }
             if state.checkpoint.due {
                 return Err(checkpoint_due(step_id));
+            }
+            budget::check_dispatch(state, step_id)
+        }
+        EventKind::Forecasted { steps, default_usd } => budget::check_forecast(steps, *default_usd),
+        EventKind::BudgetSet { ceiling_usd, .. } => {
+            if let Some(c) = ceiling_usd {
+                budget::check_amount("ceiling_usd", *c)?;
+            }
+            Ok(())
+        }
+        EventKind::BudgetRaised { by_usd } => {
+            budget::check_amount("by_usd", *by_usd)?;
+            if status != ExecutionStatus::BudgetExceeded {
+                return Err(wrong("budget_raised"));
             }
             Ok(())
         }
@@ -948,6 +987,7 @@ fn mutate(state: &mut ExecutionState, event: &Event, now: &str) {
             r.agent_name = agent_name.clone();
             r.dispatched_at = now.to_string();
             r.error.clear();
+            budget::reserve(state, step_id);
         }
         EventKind::StepRecorded {
             step_id,
@@ -960,6 +1000,7 @@ fn mutate(state: &mut ExecutionState, event: &Event, now: &str) {
             cost_usd,
             duration_seconds,
             error,
+            usage: _,
         } => {
             let max_turns = state.locate(step_id).map_or(10, |(pi, si)| state.plan.phases[pi].steps[si].max_turns());
             let r = result_entry(state, step_id, agent_name);
@@ -1001,6 +1042,12 @@ fn mutate(state: &mut ExecutionState, event: &Event, now: &str) {
                     r.deviations = signals::deviations(outcome);
                     r.error = if error.is_empty() { "step failed".into() } else { error.clone() };
                 }
+                RecordStatus::BudgetStopped => {
+                    // Its spend counts; the step runs again (a new attempt) after a raise.
+                    r.status = StepStatus::Pending;
+                    r.outcome = outcome.clone();
+                    r.error = if error.is_empty() { "stopped at the budget ceiling".into() } else { error.clone() };
+                }
                 RecordStatus::Interacting => {
                     let agent_turns = r.interaction_history.iter().filter(|t| t.role == "agent").count() as u32;
                     let (text, finished) = strip_interact_complete(outcome);
@@ -1035,6 +1082,30 @@ fn mutate(state: &mut ExecutionState, event: &Event, now: &str) {
             if became_done {
                 state.counters.steps_done += 1;
             }
+            budget::release(state, step_id);
+            if *status == RecordStatus::BudgetStopped {
+                budget::stopped(state, step_id, *cost_usd);
+            }
+            budget::tier_warning(state);
+        }
+        EventKind::Forecasted { steps, default_usd } => {
+            state.budget.forecasts.clone_from(steps);
+            state.budget.default_forecast_usd = *default_usd;
+        }
+        EventKind::BudgetSet { ceiling_usd, source } => {
+            state.budget.ceiling_usd = *ceiling_usd;
+            state.budget.source.clone_from(source);
+            budget::ceiling_changed(state);
+        }
+        EventKind::BudgetRaised { by_usd } => {
+            let ceiling = state.budget.ceiling_usd.unwrap_or(state.counters.spend_usd);
+            state.budget.ceiling_usd = Some(ceiling + by_usd);
+            state.budget.raises.push(crate::model::budget::BudgetRaise {
+                by_usd: *by_usd,
+                actor: event.actor.clone(),
+                at: now.to_string(),
+            });
+            budget::ceiling_changed(state);
         }
         EventKind::GateRecorded { phase_id, passed, output, command, exit_code } => {
             let phase_index = state.current_phase;
@@ -1146,6 +1217,7 @@ fn mutate(state: &mut ExecutionState, event: &Event, now: &str) {
             if let Some(r) = state.step_results.get_mut(step_id) {
                 r.status = StepStatus::Pending;
             }
+            budget::release(state, step_id);
         }
         EventKind::StepSkipped { step_id, reason } => {
             let r = result_entry(state, step_id, "");
@@ -1289,6 +1361,11 @@ fn settle(state: &mut ExecutionState, now: &str) {
             return;
         }
         if !all_done {
+            if !in_flight {
+                let ready: Vec<String> =
+                    phase.steps.iter().filter(|s| is_ready(state, s)).map(|s| s.step_id.clone()).collect();
+                budget::park_if_blocked(state, &ready);
+            }
             return;
         }
         let approved = state.approval_results.iter().any(|a| {

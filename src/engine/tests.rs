@@ -5,6 +5,7 @@ use crate::model::action::ActionType;
 use crate::model::event::{Event, EventKind, RecordStatus};
 use crate::model::plan::{FeedbackQuestion, MachinePlan, PlanGate, PlanPhase, PlanStep};
 
+mod budget;
 mod bugs;
 mod golden;
 mod idempotency;
@@ -45,6 +46,7 @@ pub(crate) fn record(step_id: &str, status: RecordStatus) -> Event {
         cost_usd: 0.01,
         duration_seconds: 1.0,
         error: String::new(),
+        usage: None,
     })
 }
 

@@ -1,13 +1,13 @@
 //! `Action`: what the engine tells a driver to do next (seed-spec §1.15, §2.3).
 //!
-//! Nine action types, each with its own payload. The JSON form is the action object with a
+//! agent-baton's nine action types and BUDGET, each with its own payload. The JSON form is the action object with a
 //! lowercase `action_type`; the `ACTION:` text form lives in `cli::wire`. This module never does IO.
 
 use serde::{Deserialize, Serialize};
 
 use crate::model::plan::FeedbackQuestion;
 
-/// The nine action types, in wire spelling.
+/// The action types, in wire spelling: agent-baton's nine, and BUDGET.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ActionType {
@@ -29,6 +29,8 @@ pub enum ActionType {
     Failed,
     /// A context checkpoint is due at a phase boundary.
     Checkpoint,
+    /// The USD ceiling stops dispatch: a human raises it or stops the execution.
+    Budget,
 }
 
 impl ActionType {
@@ -44,6 +46,7 @@ impl ActionType {
             ActionType::Complete => "COMPLETE",
             ActionType::Failed => "FAILED",
             ActionType::Checkpoint => "CHECKPOINT",
+            ActionType::Budget => "BUDGET",
         }
     }
 }
@@ -178,6 +181,27 @@ pub struct CheckpointAction {
     pub handoff: String,
 }
 
+/// BUDGET: the execution is parked at its USD ceiling (status `budget_exceeded`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BudgetAction {
+    /// Human-readable summary.
+    pub message: String,
+    /// The ceiling, USD.
+    pub ceiling_usd: f64,
+    /// Spent so far, USD.
+    pub spent_usd: f64,
+    /// The step that cannot run within the ceiling.
+    pub step_id: String,
+    /// Its forecast, USD.
+    pub forecast_usd: f64,
+    /// The smallest raise that lets it run, USD (spend + forecast − ceiling, at least a cent).
+    pub needed_usd: f64,
+    /// What happened.
+    pub reason: String,
+    /// `raise` (by an amount) or `stop`.
+    pub budget_options: Vec<String>,
+}
+
 /// What a driver should do next.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "action_type", rename_all = "lowercase")]
@@ -213,6 +237,8 @@ pub enum Action {
     },
     /// Checkpoint due.
     Checkpoint(CheckpointAction),
+    /// Parked at the USD ceiling.
+    Budget(BudgetAction),
 }
 
 impl Action {
@@ -228,6 +254,7 @@ impl Action {
             Action::Complete { .. } => ActionType::Complete,
             Action::Failed { .. } => ActionType::Failed,
             Action::Checkpoint(_) => ActionType::Checkpoint,
+            Action::Budget(_) => ActionType::Budget,
         }
     }
 
@@ -240,6 +267,7 @@ impl Action {
             Action::Feedback(a) => &a.message,
             Action::Interact(a) => &a.message,
             Action::Checkpoint(a) => &a.message,
+            Action::Budget(a) => &a.message,
             Action::Wait { message } | Action::Complete { message, .. } | Action::Failed { message, .. } => message,
         }
     }

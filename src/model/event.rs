@@ -6,6 +6,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use std::collections::BTreeMap;
+
+use crate::model::budget::StepForecast;
 use crate::model::plan::{PlanPhase, PlanStep};
 use crate::model::state::ApprovalDecision;
 
@@ -19,18 +22,43 @@ pub enum RecordStatus {
     Failed,
     /// An interactive step's agent turn (waits for a human reply).
     Interacting,
+    /// The attempt was stopped because its streamed usage crossed the remaining budget: its
+    /// spend counts, the step runs again once the ceiling is raised.
+    BudgetStopped,
 }
 
 impl RecordStatus {
-    /// Parses `complete`, `failed` or `interacting`.
+    /// Parses `complete`, `failed`, `interacting` or `budget_stopped`.
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "complete" => Some(RecordStatus::Complete),
             "failed" => Some(RecordStatus::Failed),
             "interacting" => Some(RecordStatus::Interacting),
+            "budget_stopped" => Some(RecordStatus::BudgetStopped),
             _ => None,
         }
     }
+}
+
+/// What one attempt used: the spend ledger's columns beyond the step's cost and tokens.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AttemptUsage {
+    /// Attempt number (1-based).
+    #[serde(default)]
+    pub attempt: u32,
+    /// Model the agent reported, else the one it was asked for.
+    #[serde(default)]
+    pub model: String,
+    /// Input tokens.
+    #[serde(default)]
+    pub input_tokens: u64,
+    /// Output tokens.
+    #[serde(default)]
+    pub output_tokens: u64,
+    /// True when the agent reported tokens but no cost and the cost is tokens × the model's
+    /// price from the price table.
+    #[serde(default)]
+    pub cost_estimated: bool,
 }
 
 /// A step added by an amendment to an existing (current or later) phase.
@@ -82,6 +110,32 @@ pub enum EventKind {
         /// Failure reason.
         #[serde(default)]
         error: String,
+        /// What the attempt used, for the spend ledger (absent in older journals and from
+        /// clients that only know the fields above).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<AttemptUsage>,
+    },
+    /// The cost forecast per step, recorded when the execution starts (issue 5 §1).
+    Forecasted {
+        /// Forecast per step id.
+        #[serde(default)]
+        steps: BTreeMap<String, StepForecast>,
+        /// Forecast of a step without one (added later by an amendment), USD.
+        #[serde(default)]
+        default_usd: f64,
+    },
+    /// The USD ceiling was set (or removed with `null`).
+    BudgetSet {
+        /// The ceiling, USD (> 0), or `None` for no ceiling.
+        ceiling_usd: Option<f64>,
+        /// Where it came from (`spec`, `project`, `BATON_RUN_BUDGET_USD`, `--max-spend-usd`).
+        #[serde(default)]
+        source: String,
+    },
+    /// A human raised the ceiling of an execution (parked in `budget_exceeded` or not).
+    BudgetRaised {
+        /// By how much, USD (> 0).
+        by_usd: f64,
     },
     /// A gate ran.
     GateRecorded {
@@ -206,6 +260,9 @@ impl EventKind {
             EventKind::GateRetried { .. } => "gate_retried",
             EventKind::StepRequeued { .. } => "step_requeued",
             EventKind::StepSkipped { .. } => "step_skipped",
+            EventKind::Forecasted { .. } => "forecasted",
+            EventKind::BudgetSet { .. } => "budget_set",
+            EventKind::BudgetRaised { .. } => "budget_raised",
         }
     }
 }

@@ -5,6 +5,7 @@
 //! clock and imports nothing from the crate but itself.
 
 pub mod action;
+pub mod budget;
 pub mod event;
 pub mod plan;
 pub mod spec;

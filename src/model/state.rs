@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::budget::Budget;
 use crate::model::plan::{MachinePlan, PlanAmendment};
 
 /// Status of an execution (seed-spec §1.1, less the states this issue does not implement).
@@ -28,6 +29,9 @@ pub enum ExecutionStatus {
     GatePending,
     /// The gate failed and is to be re-run (until the failure cap).
     GateFailed,
+    /// Dispatch reached the USD ceiling: waits for a human to raise it or stop (see
+    /// `budget.shortfall`). Nothing is in flight in this status.
+    BudgetExceeded,
     /// Finished successfully (final).
     Complete,
     /// Stopped by a failure; see `failure` (reopenable by operator events).
@@ -45,6 +49,7 @@ impl ExecutionStatus {
             ExecutionStatus::FeedbackPending => "feedback_pending",
             ExecutionStatus::GatePending => "gate_pending",
             ExecutionStatus::GateFailed => "gate_failed",
+            ExecutionStatus::BudgetExceeded => "budget_exceeded",
             ExecutionStatus::Complete => "complete",
             ExecutionStatus::Failed => "failed",
             ExecutionStatus::Cancelled => "cancelled",
@@ -383,6 +388,9 @@ pub struct ExecutionState {
     /// Incremental counters.
     #[serde(default)]
     pub counters: Counters,
+    /// Forecast, ceiling, reservations and the pending budget decision.
+    #[serde(default)]
+    pub budget: Budget,
     /// Idempotency key of every applied event → fingerprint of its payload, so a key reused
     /// for a different event is caught.
     #[serde(default)]
@@ -421,6 +429,7 @@ impl ExecutionState {
             gate_failures_forgiven: BTreeMap::new(),
             checkpoint: CheckpointMarks::default(),
             counters: Counters::default(),
+            budget: Budget::default(),
             applied_keys: BTreeMap::new(),
             events_applied: 0,
             started_at: started_at.to_string(),

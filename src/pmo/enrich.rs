@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::model::plan::{MachinePlan, PlanParseError};
+use crate::pmo::pricing::PriceTable;
 
 /// What enrichment reads.
 #[derive(Debug, Clone, Default)]
@@ -26,18 +27,18 @@ pub struct EnrichInput<'a> {
     pub roster: Vec<String>,
     /// The project's test command (configured or detected); `None`: the plan has no gate.
     pub test_command: Option<String>,
-    /// Spend history per agent name, from recorded steps.
-    pub history: BTreeMap<String, AgentHistory>,
+    /// Recent attempt costs per agent and model, from the spend ledger.
+    pub history: SpendHistory,
+    /// The price table (each model's default step cost).
+    pub prices: PriceTable,
 }
 
-/// Recorded spend of one agent.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct AgentHistory {
-    /// Recorded steps with a cost.
-    pub runs: u32,
-    /// Their mean cost, USD.
-    pub mean_cost_usd: f64,
-}
+/// Recent recorded attempt costs (USD) per (agent name, model), newest first, at most
+/// [`HISTORY_SAMPLES`] each: the spend ledger's history the forecast takes medians of.
+pub type SpendHistory = BTreeMap<(String, String), Vec<f64>>;
+
+/// Attempts per agent and model a forecast looks back on.
+pub const HISTORY_SAMPLES: usize = 20;
 
 /// What enrichment produces.
 #[derive(Debug, Clone)]
@@ -74,27 +75,42 @@ pub struct StepForecast {
     pub agent_name: String,
     /// Model the estimate assumed.
     pub model: String,
+    /// Optimistic cost, USD.
+    #[serde(default)]
+    pub low_usd: f64,
     /// Expected cost, USD.
     pub mid_usd: f64,
-    /// Where the number comes from (history or the default table).
+    /// Pessimistic cost, USD.
+    #[serde(default)]
+    pub high_usd: f64,
+    /// Recorded attempts the median was taken of (0: the model's default).
+    #[serde(default)]
+    pub samples: u32,
+    /// Where the number comes from (history or the price table's default).
     pub basis: String,
 }
 
-/// Low and high as multiples of mid.
+impl Forecast {
+    /// The per-step forecasts as the engine keeps them (step id → low/mid/high).
+    pub fn by_step(&self) -> BTreeMap<String, crate::model::budget::StepForecast> {
+        self.steps
+            .iter()
+            .map(|s| {
+                let f = crate::model::budget::StepForecast {
+                    low_usd: s.low_usd,
+                    mid_usd: s.mid_usd,
+                    high_usd: s.high_usd,
+                    samples: s.samples,
+                    basis: s.basis.clone(),
+                };
+                (s.step_id.clone(), f)
+            })
+            .collect()
+    }
+}
+
+/// Low and high as multiples of mid when there are fewer than four samples.
 pub const FORECAST_SPREAD: (f64, f64) = (0.5, 2.0);
-
-/// Blended USD per million tokens by model family, used when an agent has no history.
-/// From the public list prices (input and output blended 3:1), rounded.
-pub const MODEL_RATES: &[(&str, f64)] = &[("opus", 30.0), ("sonnet", 6.0), ("haiku", 1.6)];
-
-/// Tokens a step of each type is assumed to use when its agent has no history.
-pub const STEP_TOKENS: &[(&str, u64)] = &[
-    ("planning", 40_000),
-    ("developing", 120_000),
-    ("testing", 80_000),
-    ("reviewing", 30_000),
-    ("documenting", 40_000),
-];
 
 /// Words that raise the risk tier: two or more HIGH words make it CRITICAL.
 pub const HIGH_RISK_WORDS: &[&str] = &[
@@ -271,59 +287,75 @@ fn pick_agent(role: &Role, roster: &[String]) -> String {
     role.names.iter().find(|n| roster.iter().any(|r| r == *n)).unwrap_or(&role.names[0]).to_string()
 }
 
-fn rate_of(model: &str) -> (&'static str, f64) {
-    let m = model.to_lowercase();
-    MODEL_RATES.iter().find(|(family, _)| m.contains(family)).copied().unwrap_or(MODEL_RATES[1])
-}
-
 /// Rounds to the cent.
 fn cents(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
-/// Forecasts `plan`'s cost: per agent step, the agent's mean recorded cost when it has
-/// history, else [`STEP_TOKENS`] of its step type × [`MODEL_RATES`] of its model; low and high
-/// are [`FORECAST_SPREAD`] × mid. Automation steps cost nothing.
-pub fn forecast(plan: &MachinePlan, history: &BTreeMap<String, AgentHistory>) -> Forecast {
+/// Forecasts `plan`'s cost (issue 5 §1). Per agent step: the median of the ledger's recent
+/// costs of that agent on that model (low/high the quartiles with four or more samples, else
+/// [`FORECAST_SPREAD`] × mid), else the price table's default for the model with the spread.
+/// Automation steps cost nothing. Totals are the sums.
+pub fn forecast(plan: &MachinePlan, history: &SpendHistory, prices: &PriceTable) -> Forecast {
     let mut steps = Vec::new();
     let mut from_history = 0;
     for (_, step) in plan.steps().filter(|(_, s)| !s.is_automation()) {
         let model = if step.model.is_empty() { "sonnet".to_string() } else { step.model.clone() };
-        let (mid, basis) = match history.get(&step.agent_name).filter(|h| h.runs > 0) {
-            Some(h) => {
+        let costs = history.get(&(step.agent_name.clone(), model.clone())).filter(|c| !c.is_empty());
+        let (low, mid, high, samples, basis) = match costs {
+            Some(costs) => {
                 from_history += 1;
-                (h.mean_cost_usd, format!("history: mean of {} recorded steps of {}", h.runs, step.agent_name))
+                let mut sorted: Vec<f64> = costs.iter().copied().filter(|c| c.is_finite()).collect();
+                sorted.sort_by(f64::total_cmp);
+                let mid = quantile(&sorted, 0.5);
+                let (low, high) = if sorted.len() >= 4 {
+                    (quantile(&sorted, 0.25), quantile(&sorted, 0.75))
+                } else {
+                    (mid * FORECAST_SPREAD.0, mid * FORECAST_SPREAD.1)
+                };
+                let n = sorted.len();
+                (low, mid, high, n, format!("median of {n} recorded attempts of {} on {model}", step.agent_name))
             }
             None => {
-                let tokens = STEP_TOKENS.iter().find(|(t, _)| *t == step.step_type).map_or(80_000, |(_, n)| *n);
-                let (family, rate) = rate_of(&model);
-                let mid = tokens as f64 / 1e6 * rate;
-                (mid, format!("default: {tokens} tokens of a {} step at ${rate}/M ({family})", step.step_type))
+                let mid = prices.default_step_usd(&model);
+                let basis = match prices.key_of(&model) {
+                    Some(key) => format!("no history: the price table's default for {key}, ${mid:.2} a step"),
+                    None => format!("no history and no price for {model}: ${mid:.2} a step"),
+                };
+                (mid * FORECAST_SPREAD.0, mid, mid * FORECAST_SPREAD.1, 0, basis)
             }
         };
         steps.push(StepForecast {
             step_id: step.step_id.clone(),
             agent_name: step.agent_name.clone(),
             model,
+            low_usd: cents(low),
             mid_usd: cents(mid),
+            high_usd: cents(high),
+            samples: u32::try_from(samples).unwrap_or(u32::MAX),
             basis,
         });
     }
-    let mid: f64 = steps.iter().map(|s| s.mid_usd).sum();
+    let sum = |f: fn(&StepForecast) -> f64| cents(steps.iter().map(f).sum());
     let rule = format!(
-        "sum of {} agent steps ({} from recorded history, {} from the default token table); low = {}×, high = {}× the expected total",
+        "sum of {} agent steps ({} from the spend ledger's history, {} from the price table's defaults)",
         steps.len(),
         from_history,
         steps.len() - from_history,
-        FORECAST_SPREAD.0,
-        FORECAST_SPREAD.1
     );
-    Forecast {
-        low_usd: cents(mid * FORECAST_SPREAD.0),
-        mid_usd: cents(mid),
-        high_usd: cents(mid * FORECAST_SPREAD.1),
-        rule,
-        steps,
+    Forecast { low_usd: sum(|s| s.low_usd), mid_usd: sum(|s| s.mid_usd), high_usd: sum(|s| s.high_usd), rule, steps }
+}
+
+/// The `q` quantile of sorted values by linear interpolation; 0 for none.
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    match sorted.len() {
+        0 => 0.0,
+        1 => sorted[0],
+        n => {
+            let pos = q * (n - 1) as f64;
+            let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+            sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
+        }
     }
 }
 
@@ -379,7 +411,7 @@ pub fn enrich(input: &EnrichInput<'_>) -> Result<Enrichment, PlanParseError> {
         "phases": phases,
     });
     let plan = MachinePlan::from_value(plan)?;
-    let forecast = forecast(&plan, &input.history);
+    let forecast = forecast(&plan, &input.history, &input.prices);
     Ok(Enrichment { plan, risk, forecast })
 }
 
@@ -434,18 +466,27 @@ mod tests {
     }
 
     #[test]
-    fn forecast_uses_history_when_there_is_some() {
+    fn forecast_takes_the_median_of_the_agent_and_models_history() {
         let e = enrich(&input("Add a greeting", "")).expect("enrich");
-        // Defaults: architect 40k opus = 1.20, builder 120k sonnet = 0.72, tester 80k sonnet = 0.48,
-        // reviewer 30k sonnet = 0.18.
-        assert_eq!(e.forecast.mid_usd, 2.58);
-        assert_eq!(e.forecast.low_usd, 1.29);
-        assert_eq!(e.forecast.high_usd, 5.16);
-        let mut history = BTreeMap::new();
-        history.insert("architect".to_string(), AgentHistory { runs: 4, mean_cost_usd: 0.2 });
-        let f = forecast(&e.plan, &history);
-        assert_eq!(f.mid_usd, 1.58);
-        assert!(f.steps[0].basis.starts_with("history: mean of 4"), "{}", f.steps[0].basis);
-        assert!(f.rule.contains("1 from recorded history"), "{}", f.rule);
+        // No history: the price table's defaults, architect on opus $0.50, three sonnet steps
+        // at $0.25; low and high are half and double.
+        assert_eq!(e.forecast.mid_usd, 1.25);
+        assert_eq!(e.forecast.high_usd, 2.5);
+        assert!(e.forecast.steps.iter().all(|s| s.samples == 0));
+        let mut history = SpendHistory::new();
+        history.insert(("architect".to_string(), "opus".to_string()), vec![0.4, 10.0, 0.1, 0.3, 0.2]);
+        // Same agent on another model is not its history.
+        history.insert(("builder".to_string(), "opus".to_string()), vec![9.0]);
+        let f = forecast(&e.plan, &history, &PriceTable::default());
+        let architect = &f.steps[0];
+        assert_eq!((architect.low_usd, architect.mid_usd, architect.high_usd), (0.2, 0.3, 0.4));
+        assert_eq!(architect.samples, 5);
+        assert!(
+            architect.basis.starts_with("median of 5 recorded attempts of architect on opus"),
+            "{}",
+            architect.basis
+        );
+        assert_eq!(f.mid_usd, 1.05);
+        assert!(f.rule.contains("1 from the spend ledger's history"), "{}", f.rule);
     }
 }

@@ -5,3 +5,4 @@
 //! the roster, the test command and the spend history, and passes them in.
 
 pub mod enrich;
+pub mod pricing;

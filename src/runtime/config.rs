@@ -96,11 +96,16 @@ impl DataDir {
     pub fn config(&self) -> anyhow::Result<Config> {
         let path = self.config_path();
         match std::fs::read_to_string(&path) {
-            Ok(text) => toml::from_str(&text).map_err(|e| {
-                let detail =
-                    e.to_string().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
-                BadInput(format!("{} is not a valid baton.toml: {detail}", path.display())).into()
-            }),
+            Ok(text) => {
+                let config: Config = toml::from_str(&text).map_err(|e| {
+                    let detail =
+                        e.to_string().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
+                    BadInput(format!("{} is not a valid baton.toml: {detail}", path.display()))
+                })?;
+                crate::pmo::pricing::PriceTable::check(&config.prices)
+                    .map_err(|e| BadInput(format!("{} is not a valid baton.toml: {e}", path.display())))?;
+                Ok(config)
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
             Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
         }
@@ -123,9 +128,17 @@ pub struct Config {
     /// `[ado]`: PAT, API address, webhook credentials (the environment overrides each).
     #[serde(default)]
     pub ado: crate::forge::AdoSettings,
+    /// `[prices.<model>]`: USD per Mtok in/out and the default step cost, on top of the
+    /// built-in rows (see [`PriceTable`](crate::pmo::pricing::PriceTable)).
+    #[serde(default)]
+    pub prices: BTreeMap<String, crate::pmo::pricing::ModelPrice>,
 }
 
 impl Config {
+    /// The price table: built-in rows with `[prices.*]` on top.
+    pub fn price_table(&self) -> crate::pmo::pricing::PriceTable {
+        crate::pmo::pricing::PriceTable::new(&self.prices)
+    }
     /// The forge settings: `[github]` and `[ado]` with the environment `lookup` on top
     /// ([`ForgeSettings::with_env`](crate::forge::ForgeSettings::with_env)).
     pub fn forge_settings(&self, lookup: impl Fn(&str) -> Option<String>) -> crate::forge::ForgeSettings {

@@ -26,7 +26,7 @@ use crate::clock;
 use crate::engine;
 use crate::git::{self, CommitIdentity, GitRepo, PickOutcome};
 use crate::model::action::{Action, DispatchAction, GateAction};
-use crate::model::event::{Event, EventKind, RecordStatus};
+use crate::model::event::{AttemptUsage, Event, EventKind, RecordStatus};
 use crate::model::plan::MachinePlan;
 use crate::model::state::{ApprovalDecision, ExecutionState, ExecutionStatus, StepStatus};
 use crate::runtime::agent::output::tail;
@@ -75,6 +75,10 @@ pub struct RunOptions {
     /// Stops the run when it turns `true` (`baton serve` shutting down, pausing or cancelling):
     /// the run returns [`Interrupted`] exactly as after Ctrl-C. Without it, Ctrl-C stops the run.
     pub stop: Option<watch::Receiver<bool>>,
+    /// The USD ceiling and where it comes from (`--max-spend-usd`, `spec`, `project`): set on
+    /// the execution when it differs from its current one. Without it, a new execution takes
+    /// `BATON_RUN_BUDGET_USD` (or its alias) when set.
+    pub budget: Option<(f64, String)>,
 }
 
 /// How a run ended: the action it stopped on (COMPLETE, FAILED, or a human decision).
@@ -116,9 +120,19 @@ struct LaunchMeta {
     worktree: PathBuf,
     base_sha: String,
     automation: bool,
+    /// Model asked for (the spend ledger's `model`); empty in run dirs written before it.
+    #[serde(default)]
+    model: String,
 }
 
 const META_FILE: &str = "baton.json";
+
+/// Marker a driver writes in an attempt's run dir before stopping it at the budget ceiling:
+/// the harvest (even after a crash) records the attempt as `budget_stopped`, not failed.
+const BUDGET_STOP_FILE: &str = "budget-stopped";
+
+/// How often a driver reads the usage its running agents stream, when there is a ceiling.
+const BUDGET_POLL: Duration = Duration::from_millis(200);
 
 /// How long recovery waits for an attempt whose shim has not taken its lock (a driver that died
 /// while launching it) before launching it again.
@@ -163,6 +177,17 @@ struct Driver {
     permits: Vec<Vec<OwnedSemaphorePermit>>,
     /// Permits taken for the attempt being dispatched, handed to it at launch.
     reserved: Option<Vec<OwnedSemaphorePermit>>,
+    /// Running attempts whose streamed usage is watched against the ceiling.
+    live: Vec<LiveAttempt>,
+    /// The price table (`baton.toml` over the built-in rows).
+    prices: crate::pmo::pricing::PriceTable,
+}
+
+/// A running attempt, as the budget watch sees it.
+struct LiveAttempt {
+    step_id: String,
+    run_dir: PathBuf,
+    model: String,
 }
 
 struct Finished {
@@ -274,7 +299,11 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
         slots: args.slots.clone(),
         permits: Vec::new(),
         reserved: None,
+        live: Vec::new(),
+        prices: crate::pmo::pricing::PriceTable::default(),
     };
+    driver.prices = driver.config.price_table();
+    let state = driver.settle_budget(state, args.budget.clone()).await?;
     // Ctrl-C (or the stop signal) stops the driver at once: everything done so far is
     // journaled, and the detached agents keep running, to be re-adopted by the next `run`.
     let stopped = async {
@@ -485,7 +514,7 @@ impl Driver {
                     let event = Event::new(kind).by("baton demo (auto-approve)").with_key(key);
                     self.execs.record(&mut state, event).await?;
                 }
-                Action::Approval(_) | Action::Feedback(_) | Action::Interact(_) => {
+                Action::Approval(_) | Action::Feedback(_) | Action::Interact(_) | Action::Budget(_) => {
                     if self.running > 0 {
                         self.wait_one(&mut state, lease).await?;
                         continue;
@@ -611,6 +640,7 @@ impl Driver {
             cost_usd: 0.0,
             duration_seconds: 0.0,
             error,
+            usage: Some(AttemptUsage { attempt, ..AttemptUsage::default() }),
         };
         let key = format!("record:{}:{step_id}:{attempt}", state.task_id);
         self.record(state, kind, key).await
@@ -646,6 +676,7 @@ impl Driver {
         let prompt_path = run_dir.join("prompt.md");
         write_atomic(&prompt_path, engine::prompt::delegation_prompt(state, step).as_bytes())?;
         let automation = step.is_automation();
+        let mut model = String::new();
         let (profile, argv, prompt_on_stdin, timeout) = if automation {
             let argv = vec!["sh".to_string(), "-c".to_string(), step.command.clone()];
             (
@@ -656,6 +687,7 @@ impl Driver {
             )
         } else {
             let (profile, parts, timeout) = self.resolve_agent(&step.agent_name, &step.model)?;
+            model = parts.model.clone().unwrap_or_else(|| step.model.clone());
             let inv = AgentInvocation {
                 model: parts.model,
                 permission_mode: parts.permission_mode,
@@ -686,6 +718,7 @@ impl Driver {
             worktree,
             base_sha: tip,
             automation,
+            model: model.clone(),
         };
         write_atomic(&run_dir.join(META_FILE), serde_json::to_string_pretty(&meta)?.as_bytes())?;
         shim::prepare_run_dir(&run_dir, &spec)?;
@@ -693,6 +726,9 @@ impl Driver {
         launched.locked().await?;
         crash_point("after-launch");
         let (step_id, dir) = (step_id.to_string(), run_dir.clone());
+        if !automation {
+            self.live.push(LiveAttempt { step_id: step_id.clone(), run_dir: dir.clone(), model });
+        }
         self.started_one();
         self.inflight.spawn(async move { Finished { step_id, attempt, run_dir: dir, result: launched.wait().await } });
         Ok(())
@@ -700,10 +736,20 @@ impl Driver {
 
     /// Waits for one in-flight attempt (renewing the lease meanwhile) and records its result.
     async fn wait_one(&mut self, state: &mut ExecutionState, lease: &lease::Lease) -> anyhow::Result<()> {
+        let watch = state.budget.ceiling_usd.is_some() && !self.live.is_empty();
+        let mut renew = clock::Stopwatch::start();
         let joined = loop {
             tokio::select! {
                 joined = self.inflight.join_next() => break joined,
-                () = tokio::time::sleep(LEASE_RENEW_EVERY) => lease.renew().await?,
+                () = tokio::time::sleep(if watch { BUDGET_POLL } else { LEASE_RENEW_EVERY }) => {
+                    if watch {
+                        self.watch_budget(state);
+                    }
+                    if !watch || renew.elapsed() > LEASE_RENEW_EVERY {
+                        lease.renew().await?;
+                        renew = clock::Stopwatch::start();
+                    }
+                }
             }
         };
         let Some(joined) = joined else {
@@ -711,8 +757,22 @@ impl Driver {
         };
         self.finished_one();
         let finished = joined.context("an attempt watcher panicked")?;
+        self.live.retain(|l| l.run_dir != finished.run_dir);
         match finished.result {
             Ok(exit) => self.harvest(state, &finished.step_id, finished.attempt, &finished.run_dir, exit).await,
+            Err(WaitError::Died(_)) if finished.run_dir.join(BUDGET_STOP_FILE).exists() => {
+                // Stopped at the ceiling and its shim gone too: nothing to harvest but the stop.
+                let exit = ExitRecord {
+                    exit_code: None,
+                    signal: Some(9),
+                    timed_out: false,
+                    spawn_error: None,
+                    started_at: String::new(),
+                    finished_at: String::new(),
+                    duration_ms: 0,
+                };
+                self.harvest(state, &finished.step_id, finished.attempt, &finished.run_dir, exit).await
+            }
             Err(WaitError::Died(_) | WaitError::NotStarted(_)) => {
                 errln!(
                     "attempt {} of {} died; running it again in a fresh worktree",
@@ -755,21 +815,33 @@ impl Driver {
         let out = parse_output(&meta.profile, &stdout, &stderr, &exit);
         let (pi, si) = state.locate(step_id).ok_or_else(|| anyhow::anyhow!("step {step_id} vanished"))?;
         let step = state.plan.phases[pi].steps[si].clone();
-        let tokens = out.input_tokens + out.output_tokens;
-        let cost = match out.cost_usd {
-            // `+ 0.0` turns a reported -0 into 0.
-            Some(c) if c.is_finite() && (0.0..=engine::MAX_STEP_COST_USD).contains(&c) => c + 0.0,
-            Some(c) => {
-                errln!("warning: {step_id} reported an invalid cost ({c}); counted as $0");
-                0.0
+        let mut tokens = out.input_tokens + out.output_tokens;
+        if let Some(c) = out.cost_usd.filter(|c| !c.is_finite() || !(0.0..=engine::MAX_STEP_COST_USD).contains(c)) {
+            errln!("warning: {step_id} reported an invalid cost ({c}); priced from its tokens instead");
+        }
+        let model = if meta.model.is_empty() { step.model.clone() } else { meta.model.clone() };
+        let (mut cost, mut estimated) = crate::runtime::spend::attempt_cost(&out, &model, &self.prices);
+        let (mut input_tokens, mut output_tokens) = (out.input_tokens, out.output_tokens);
+        let stopped = run_dir.join(BUDGET_STOP_FILE).exists();
+        if stopped && out.cost_usd.is_none() {
+            // Killed before its final report: what it streamed is what it used.
+            let (i, o, reported) = crate::runtime::spend::streamed_usage(&stdout);
+            let priced = reported.filter(|m| self.prices.get(m).is_some()).unwrap_or_else(|| model.clone());
+            if let Some(c) = self.prices.cost(&priced, i, o).filter(|c| *c > cost) {
+                (cost, estimated, input_tokens, output_tokens, tokens) = (c, true, i, o, i + o);
             }
-            None => 0.0,
-        };
+        }
         let duration = exit.duration_ms as f64 / 1000.0;
         let mut files = Vec::new();
         let mut commit_hash = String::new();
         let mut error = String::new();
-        let success = if exit.timed_out {
+        let success = if stopped {
+            error = format!(
+                "stopped at the budget ceiling: its usage (${cost:.2}) crossed the remaining budget; worktree kept at {}",
+                meta.worktree.display()
+            );
+            false
+        } else if exit.timed_out {
             error = format!("timed out after {} s", exit.duration_ms / 1000);
             false
         } else if !out.success {
@@ -794,6 +866,7 @@ impl Driver {
         };
         crash_point("after-consolidate");
         let status = match (success, step.interactive) {
+            (false, _) if stopped => RecordStatus::BudgetStopped,
             (false, _) => RecordStatus::Failed,
             (true, true) => RecordStatus::Interacting,
             (true, false) => RecordStatus::Complete,
@@ -809,6 +882,7 @@ impl Driver {
             cost_usd: cost,
             duration_seconds: duration,
             error: error.clone(),
+            usage: Some(AttemptUsage { attempt, model, input_tokens, output_tokens, cost_estimated: estimated }),
         };
         let key = format!("record:{}:{step_id}:{attempt}", state.task_id);
         self.record(state, kind, key).await?;
@@ -965,6 +1039,85 @@ impl Driver {
         self.record(state, kind, key).await
     }
 
+    /// Journals what the budget needs before anything runs: the forecast per step (once, from
+    /// the spend ledger's history and the price table, with each agent's model as it will run)
+    /// and the ceiling (`budget` when it differs from the execution's; else, for an execution
+    /// that never had one, `BATON_RUN_BUDGET_USD`).
+    async fn settle_budget(
+        &mut self,
+        mut state: ExecutionState,
+        budget: Option<(f64, String)>,
+    ) -> anyhow::Result<ExecutionState> {
+        if state.status.is_terminal() {
+            return Ok(state);
+        }
+        if state.budget.forecasts.is_empty() && state.plan.steps().any(|(_, s)| !s.is_automation()) {
+            let mut plan = state.plan.clone();
+            for phase in &mut plan.phases {
+                for step in phase.steps.iter_mut().filter(|s| !s.is_automation()) {
+                    if let Ok((_, parts, _)) = self.resolve_agent(&step.agent_name, &step.model) {
+                        if let Some(m) = parts.model {
+                            step.model = m;
+                        }
+                    }
+                }
+            }
+            let history = crate::runtime::spend::history(self.execs.store()).await?;
+            let forecast = crate::pmo::enrich::forecast(&plan, &history, &self.prices);
+            let default_usd = forecast.steps.iter().map(|s| s.mid_usd).fold(0.0, f64::max);
+            let default_usd = if default_usd > 0.0 { default_usd } else { self.prices.default_step_usd("sonnet") };
+            errln!(
+                "forecast: ${:.2} (${:.2}–${:.2}); {}",
+                forecast.mid_usd,
+                forecast.low_usd,
+                forecast.high_usd,
+                forecast.rule
+            );
+            let kind = EventKind::Forecasted { steps: forecast.by_step(), default_usd };
+            let key = format!("forecast:{}", state.task_id);
+            self.record(&mut state, kind, key).await?;
+        }
+        let wanted = match budget {
+            Some(b) => Some(b),
+            None if state.budget.changes == 0 => crate::runtime::spend::ceiling_from_env(|k| std::env::var(k).ok())?
+                .map(|(v, name)| (v, name.to_string())),
+            None => None,
+        };
+        if let Some((ceiling, source)) = wanted.filter(|(c, _)| state.budget.ceiling_usd != Some(*c)) {
+            errln!("budget ceiling: ${ceiling:.2} ({source})");
+            let kind = EventKind::BudgetSet { ceiling_usd: Some(ceiling), source };
+            let key = format!("budget-set:{}:{}", state.task_id, state.budget.changes + 1);
+            self.record(&mut state, kind, key).await?;
+        }
+        Ok(state)
+    }
+
+    /// Stops every running attempt whose streamed usage (tokens × its model's price) crosses
+    /// what the ceiling leaves it: ceiling − spend − the other attempts' reservations. The
+    /// marker file makes its harvest record `budget_stopped`.
+    fn watch_budget(&mut self, state: &ExecutionState) {
+        let Some(ceiling) = state.budget.ceiling_usd else { return };
+        for live in &self.live {
+            if live.run_dir.join(BUDGET_STOP_FILE).exists() {
+                continue;
+            }
+            let Ok(stdout) = std::fs::read(live.run_dir.join(shim::STDOUT_FILE)) else { continue };
+            let (i, o, reported) = crate::runtime::spend::streamed_usage(&String::from_utf8_lossy(&stdout));
+            let priced = reported.filter(|m| self.prices.get(m).is_some()).unwrap_or_else(|| live.model.clone());
+            let Some(used) = self.prices.cost(&priced, i, o) else { continue };
+            let others = state.budget.reserved_usd() - state.budget.reserved.get(&live.step_id).copied().unwrap_or(0.0);
+            let remaining = ceiling - state.counters.spend_usd - others;
+            if used > remaining {
+                errln!(
+                    "{}: stopping it: its usage (${used:.2}) crossed the remaining budget (${remaining:.2} of the ${ceiling:.2} ceiling)",
+                    live.step_id
+                );
+                let _ = write_atomic(&live.run_dir.join(BUDGET_STOP_FILE), format!("{used}\n").as_bytes());
+                let _ = shim::kill_attempt(&live.run_dir);
+            }
+        }
+    }
+
     /// Recovers every dispatched step of the current phase (see the module doc).
     async fn recover(&mut self, state: &mut ExecutionState) -> anyhow::Result<()> {
         stop_orphan_gate(&self.data.runs(&state.task_id).join(GATE_PGID_FILE));
@@ -1004,6 +1157,12 @@ impl Driver {
                 }
                 AttemptState::Running => {
                     errln!("recovering {step_id}: attempt {attempt} is still running; re-adopting it");
+                    let launched = std::fs::read_to_string(dir.join(META_FILE))
+                        .ok()
+                        .and_then(|t| serde_json::from_str::<LaunchMeta>(&t).ok());
+                    if let Some(m) = launched.filter(|m| !m.automation) {
+                        self.live.push(LiveAttempt { step_id: step_id.clone(), run_dir: dir.clone(), model: m.model });
+                    }
                     self.started_one();
                     self.inflight.spawn(async move {
                         let result = shim::wait_until_finished(&dir).await;

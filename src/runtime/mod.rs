@@ -16,6 +16,7 @@ pub mod merge;
 pub mod pool;
 pub mod report;
 pub mod specs;
+pub mod spend;
 
 use std::io::Write as _;
 use std::path::Path;

@@ -7,7 +7,6 @@
 //! [`Pool`]; when creating fails the spec is approved again with the reason. This module reads
 //! repositories (roster, test command) but never writes them, and never touches HTTP.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::clock;
@@ -16,7 +15,8 @@ use crate::git::GitRepo;
 use crate::model::event::{Event, EventKind};
 use crate::model::plan::MachinePlan;
 use crate::model::spec::{self, IllegalTransition, SpecAction, SpecStatus};
-use crate::pmo::enrich::{self, AgentHistory, EnrichInput, Forecast};
+use crate::pmo::enrich::{self, EnrichInput, Forecast, SpendHistory};
+use crate::pmo::pricing::PriceTable;
 use crate::runtime::agent::roster::load_roster;
 use crate::runtime::driver::{self, RunOptions, PROFILES};
 use crate::runtime::executions::Executions;
@@ -519,14 +519,12 @@ impl Specs {
         Ok(Some(self.change(&row, SpecAction::Merged, actor, change).await?))
     }
 
-    async fn history(&self) -> Result<BTreeMap<String, AgentHistory>, SpecError> {
-        let rows = self.execs.store().agent_spend().await?;
-        Ok(rows
-            .into_iter()
-            .map(|(agent, runs, mean)| {
-                (agent, AgentHistory { runs: u32::try_from(runs).unwrap_or(u32::MAX), mean_cost_usd: mean })
-            })
-            .collect())
+    /// The spend ledger's history and the price table, for a forecast.
+    async fn history(&self) -> Result<(SpendHistory, PriceTable), SpecError> {
+        let history = crate::runtime::spend::history(self.execs.store()).await?;
+        let data = self.execs.data().clone();
+        let prices = blocking(move || data.config()).await??.price_table();
+        Ok((history, prices))
     }
 
     /// Attaches a rule-based plan, risk tier and forecast (see `pmo::enrich`), using the
@@ -546,10 +544,17 @@ impl Specs {
         })
         .await?;
         let roster = roster.map_err(|e| invalid("roster", format!("{e:#}")))?;
-        let history = self.history().await?;
+        let (history, prices) = self.history().await?;
         let task_id = format!("spec-{spec_id}");
-        let input =
-            EnrichInput { task_id: &task_id, title: &row.title, body: &row.body, roster, test_command, history };
+        let input = EnrichInput {
+            task_id: &task_id,
+            title: &row.title,
+            body: &row.body,
+            roster,
+            test_command,
+            history,
+            prices,
+        };
         let e = enrich::enrich(&input).map_err(|e| SpecError::Internal(anyhow::anyhow!("generated plan: {e}")))?;
         let change = SpecChange {
             risk: Some(e.risk),
@@ -573,7 +578,8 @@ impl Specs {
             return Err(SpecError::InvalidPlan(problems.iter().map(ToString::to_string).collect()));
         }
         engine::start(plan.clone(), &clock::now_rfc3339()).map_err(|e| invalid("plan", e.to_string()))?;
-        let forecast: Forecast = enrich::forecast(&plan, &self.history().await?);
+        let (history, prices) = self.history().await?;
+        let forecast: Forecast = enrich::forecast(&plan, &history, &prices);
         let change = SpecChange {
             risk: Some(plan.risk_level.to_uppercase()),
             plan_json: Some(Some(serde_json::to_string(&plan).map_err(anyhow::Error::from)?)),

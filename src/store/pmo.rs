@@ -527,18 +527,21 @@ impl Store {
         .await?)
     }
 
-    /// Recorded spend per agent name: (agent, steps with a cost, mean cost USD), from the
-    /// `step_recorded` events of every execution.
+    /// The spend ledger's recent history: per (agent, model) the costs of the newest
+    /// `per_key` recorded attempts with a cost, newest first (the `spend_ledger` view over the
+    /// journal's `step_recorded` events, migration 0009).
     ///
     /// # Errors
     /// [`StoreError::Sqlx`].
-    pub async fn agent_spend(&self) -> Result<Vec<(String, i64, f64)>, StoreError> {
-        Ok(sqlx::query_as::<_, (String, i64, f64)>(
-            "select json_extract(payload, '$.agent_name') as agent, count(*), \
-             avg(json_extract(payload, '$.cost_usd')) from execution_events \
-             where kind = 'step_recorded' and json_extract(payload, '$.cost_usd') > 0 \
-               and agent is not null group by agent order by agent",
+    pub async fn spend_history(&self, per_key: usize) -> Result<Vec<(String, String, f64)>, StoreError> {
+        Ok(sqlx::query_as::<_, (String, String, f64)>(
+            "select agent_name, model, cost_usd from ( \
+               select agent_name, model, cost_usd, at, seq, row_number() over \
+                 (partition by agent_name, model order by at desc, seq desc) as n \
+               from spend_ledger where cost_usd > 0 and agent_name is not null and model != '') \
+             where n <= ? order by agent_name, model, at desc, seq desc",
         )
+        .bind(i64::try_from(per_key).unwrap_or(i64::MAX))
         .fetch_all(&self.reader)
         .await?)
     }

@@ -157,6 +157,7 @@ fn classify_engine(e: &EngineError) -> AppError {
         EngineError::QuestionAnswered { .. } => conflict("question_answered"),
         EngineError::NotFinished { .. } => conflict("not_finished"),
         EngineError::KeyConflict { .. } => conflict("key_conflict"),
+        EngineError::OverBudget { .. } => conflict("over_budget"),
     }
 }
 

@@ -38,6 +38,7 @@ fn record(state: &mut ExecutionState, step: &str, status: RecordStatus) {
         cost_usd: 0.25,
         duration_seconds: 3.0,
         error: if status == RecordStatus::Failed { "exit code 1".into() } else { String::new() },
+        usage: None,
     });
     apply(state, &ev, T).unwrap();
 }
@@ -103,6 +104,7 @@ fn actions() -> Vec<Action> {
         cost_usd: 0.0,
         duration_seconds: 0.0,
         error: String::new(),
+        usage: None,
     });
     apply(&mut s, &ev, T).unwrap();
     out.push(next_action(&s)); // interact

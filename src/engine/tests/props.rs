@@ -188,6 +188,7 @@ fn candidates(state: &ExecutionState, n: usize, choice: u32) -> Vec<Event> {
             }
         }
         ExecutionStatus::Complete | ExecutionStatus::Cancelled => {}
+        ExecutionStatus::BudgetExceeded => out.push(ev(EventKind::BudgetRaised { by_usd: 1.0 })),
     }
     if choice % 13 == 0 {
         let earlier: Vec<&str> = state
@@ -245,6 +246,7 @@ fn check_invariants(state: &ExecutionState, ever_done: &HashSet<String>) -> Resu
         ExecutionStatus::GatePending | ExecutionStatus::GateFailed => Some(ActionType::Gate),
         ExecutionStatus::Failed | ExecutionStatus::Cancelled => Some(ActionType::Failed),
         ExecutionStatus::Complete => Some(ActionType::Complete),
+        ExecutionStatus::BudgetExceeded => Some(ActionType::Budget),
         ExecutionStatus::Running => None,
     };
     if let Some(t) = expected {

@@ -32,6 +32,8 @@ pub struct AgentOutput {
     pub output_tokens: u64,
     /// The CLI's session / thread id, for resuming or correlating logs.
     pub session_id: Option<String>,
+    /// The model the CLI reports (claude's `system` init event), for the spend ledger.
+    pub model: Option<String>,
 }
 
 /// Returns the last `max_chars` characters of `text` (on a char boundary).
@@ -88,9 +90,9 @@ fn is_result(v: &Value) -> bool {
 /// `"agent produced no result event"` plus how the process ended and the stderr tail.
 pub fn parse_claude_stream_json(stdout: &str, stderr: &str, exit: &ExitRecord) -> AgentOutput {
     let mut result = json_lines(stdout).filter(is_result).last();
-    let mut init_session = json_lines(stdout)
-        .find(|v| v.get("type").and_then(Value::as_str) == Some("system"))
-        .and_then(|v| str_field(&v, "session_id"));
+    let init = json_lines(stdout).find(|v| v.get("type").and_then(Value::as_str) == Some("system"));
+    let model = init.as_ref().and_then(|v| str_field(v, "model"));
+    let mut init_session = init.and_then(|v| str_field(&v, "session_id"));
     if result.is_none() {
         match serde_json::from_str::<Value>(stdout.trim()) {
             Ok(v @ Value::Object(_)) if is_result(&v) => result = Some(v),
@@ -106,6 +108,7 @@ pub fn parse_claude_stream_json(stdout: &str, stderr: &str, exit: &ExitRecord) -
             success: false,
             error: Some(missing_result_error("agent produced no result event", stderr, exit)),
             session_id: init_session,
+            model,
             ..AgentOutput::default()
         };
     };
@@ -148,6 +151,7 @@ pub fn parse_claude_stream_json(stdout: &str, stderr: &str, exit: &ExitRecord) -
         input_tokens: u64_field(usage, "input_tokens"),
         output_tokens: u64_field(usage, "output_tokens"),
         session_id: str_field(&result, "session_id").or(init_session),
+        model,
     }
 }
 

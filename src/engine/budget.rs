@@ -1,0 +1,209 @@
+//! The USD ceiling: which ready steps may be dispatched, reservations, parking in
+//! `budget_exceeded`, and the BUDGET action (issue 5 §1).
+//!
+//! Rules:
+//! * A dispatch reserves the step's forecast (`mid_usd`); recording any result of the attempt
+//!   releases it and adds the real cost.
+//! * A ready step is offered only when spend + every reservation + its forecast fits the
+//!   ceiling; `affordable` takes ready steps in plan order while they fit, so parallel
+//!   dispatches cannot overshoot together. `StepDispatched` is refused on the same test.
+//! * When nothing is in flight and a ready step does not fit, or an attempt was stopped at the
+//!   ceiling (`budget_stopped`), the execution parks in `budget_exceeded` with the shortfall. A
+//!   `BudgetRaised` (or a new, higher `BudgetSet`) resumes exactly there; `Cancelled` stops.
+//!   Parking never completes the execution and never skips a step.
+//! * The plan's token tier (`budget_tier`: lean 50 000, standard 500 000, full 2 000 000 tokens,
+//!   or the plan's `token_budget`; seed-spec §2.14) is advice: crossing it adds one warning.
+//!
+//! This module never does IO and never reads the clock.
+
+use crate::engine::EngineError;
+use crate::model::action::{Action, BudgetAction};
+use crate::model::budget::BudgetShortfall;
+use crate::model::plan::PlanStep;
+use crate::model::state::{ExecutionState, ExecutionStatus};
+
+/// Slack for float sums, USD: a forecast that fits to a millionth of a cent fits.
+const EPSILON_USD: f64 = 1e-9;
+/// Largest ceiling or raise accepted, USD (beyond it a value is a typo, not a budget).
+pub const MAX_CEILING_USD: f64 = 1_000_000.0;
+
+/// True when a step forecast at `forecast_usd` fits on top of what is spent and reserved, plus
+/// `extra_usd` reserved by dispatches being planned alongside it.
+fn fits(state: &ExecutionState, forecast_usd: f64, extra_usd: f64) -> bool {
+    let Some(ceiling) = state.budget.ceiling_usd else { return true };
+    state.counters.spend_usd + state.budget.reserved_usd() + extra_usd + forecast_usd <= ceiling + EPSILON_USD
+}
+
+/// The ready steps that may be dispatched now, in plan order: none while a shortfall waits for
+/// its decision, else each step whose forecast still fits after the ones taken before it.
+pub(crate) fn affordable<'a>(state: &ExecutionState, ready: Vec<&'a PlanStep>) -> Vec<&'a PlanStep> {
+    if state.budget.shortfall.is_some() {
+        return Vec::new();
+    }
+    if state.budget.ceiling_usd.is_none() {
+        return ready;
+    }
+    let mut planned = 0.0;
+    let mut out = Vec::with_capacity(ready.len());
+    for step in ready {
+        let forecast = state.budget.forecast_usd(&step.step_id);
+        if fits(state, forecast, planned) {
+            planned += forecast;
+            out.push(step);
+        }
+    }
+    out
+}
+
+/// Refuses a dispatch whose forecast does not fit (or while a decision is pending).
+pub(crate) fn check_dispatch(state: &ExecutionState, step_id: &str) -> Result<(), EngineError> {
+    let forecast = state.budget.forecast_usd(step_id);
+    if state.budget.shortfall.is_none() && fits(state, forecast, 0.0) {
+        return Ok(());
+    }
+    Err(EngineError::OverBudget {
+        step_id: step_id.to_string(),
+        forecast_usd: forecast,
+        spent_usd: state.counters.spend_usd,
+        reserved_usd: state.budget.reserved_usd(),
+        ceiling_usd: state.budget.ceiling_usd.unwrap_or(0.0),
+    })
+}
+
+/// Checks a `Forecasted` event: every value a finite, non-negative USD amount.
+pub(crate) fn check_forecast(
+    steps: &std::collections::BTreeMap<String, crate::model::budget::StepForecast>,
+    default_usd: f64,
+) -> Result<(), EngineError> {
+    let bad = |what: String, v: f64| {
+        EngineError::InvalidEvent(format!("{what}: {v} is not a USD amount between 0 and {MAX_CEILING_USD}"))
+    };
+    let ok = |v: f64| v.is_finite() && (0.0..=MAX_CEILING_USD).contains(&v);
+    if !ok(default_usd) {
+        return Err(bad("forecast default_usd".into(), default_usd));
+    }
+    for (step, f) in steps {
+        for (name, v) in [("low_usd", f.low_usd), ("mid_usd", f.mid_usd), ("high_usd", f.high_usd)] {
+            if !ok(v) {
+                return Err(bad(format!("forecast of step {step}: {name}"), v));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks a ceiling (`BudgetSet`) or a raise (`BudgetRaised`) amount.
+pub(crate) fn check_amount(what: &str, usd: f64) -> Result<(), EngineError> {
+    if usd.is_finite() && usd > 0.0 && usd <= MAX_CEILING_USD {
+        return Ok(());
+    }
+    Err(EngineError::InvalidEvent(format!("{what} {usd} is not a USD amount above 0 and at most {MAX_CEILING_USD}")))
+}
+
+/// A dispatch reserves the step's forecast.
+pub(crate) fn reserve(state: &mut ExecutionState, step_id: &str) {
+    let forecast = state.budget.forecast_usd(step_id);
+    state.budget.reserved.insert(step_id.to_string(), forecast);
+}
+
+/// A recorded (or requeued) attempt releases its reservation.
+pub(crate) fn release(state: &mut ExecutionState, step_id: &str) {
+    state.budget.reserved.remove(step_id);
+}
+
+/// An attempt stopped at the ceiling: dispatch is held until a human decides.
+pub(crate) fn stopped(state: &mut ExecutionState, step_id: &str, cost_usd: f64) {
+    let needed = shortfall_usd(state, step_id);
+    state.budget.shortfall = Some(BudgetShortfall {
+        step_id: step_id.to_string(),
+        needed_usd: needed,
+        reason: format!(
+            "step {step_id} was stopped while running: its usage (${cost_usd:.2}) crossed the remaining budget"
+        ),
+    });
+}
+
+/// A new ceiling (set or raised) clears the pending decision; `settle` parks again if the
+/// blocked step still does not fit.
+pub(crate) fn ceiling_changed(state: &mut ExecutionState) {
+    state.budget.shortfall = None;
+    state.budget.changes += 1;
+    if state.status == ExecutionStatus::BudgetExceeded {
+        state.status = ExecutionStatus::Running;
+    }
+}
+
+/// spend + forecast − ceiling, at least a cent: the smallest raise that lets `step_id` run.
+fn shortfall_usd(state: &ExecutionState, step_id: &str) -> f64 {
+    let ceiling = state.budget.ceiling_usd.unwrap_or(0.0);
+    let need = state.counters.spend_usd + state.budget.reserved_usd() + state.budget.forecast_usd(step_id) - ceiling;
+    // Rounded up to the cent, ignoring float noise below a millionth of a cent.
+    ((need.max(0.01) * 100.0) - 1e-6).ceil() / 100.0
+}
+
+/// Called by `settle` when the current phase has unfinished steps and nothing in flight:
+/// parks the execution when a decision is pending or a ready step cannot be afforded.
+pub(crate) fn park_if_blocked(state: &mut ExecutionState, ready: &[String]) {
+    if state.budget.shortfall.is_none() {
+        if state.budget.ceiling_usd.is_none() || ready.is_empty() {
+            return;
+        }
+        if ready.iter().any(|s| fits(state, state.budget.forecast_usd(s), 0.0)) {
+            return;
+        }
+        let step_id = ready[0].clone();
+        let needed = shortfall_usd(state, &step_id);
+        state.budget.shortfall = Some(BudgetShortfall {
+            reason: format!(
+                "step {step_id}'s forecast (${:.2}) does not fit: ${:.2} of the ${:.2} ceiling is spent",
+                state.budget.forecast_usd(&step_id),
+                state.counters.spend_usd,
+                state.budget.ceiling_usd.unwrap_or(0.0)
+            ),
+            step_id,
+            needed_usd: needed,
+        });
+    }
+    state.status = ExecutionStatus::BudgetExceeded;
+}
+
+/// Adds the token-tier warning once the execution's tokens cross the plan's tier cap.
+pub(crate) fn tier_warning(state: &mut ExecutionState) {
+    let tier = state.plan.budget_tier.to_ascii_lowercase();
+    let explicit = state.plan.extra.get("token_budget").and_then(serde_json::Value::as_u64).filter(|n| *n > 0);
+    let cap = explicit.unwrap_or(match tier.as_str() {
+        "lean" => 50_000,
+        "full" => 2_000_000,
+        _ => 500_000,
+    });
+    let used = state.counters.tokens;
+    if used > cap && state.budget.warnings.iter().all(|w| !w.starts_with("TOKEN_BUDGET_WARNING")) {
+        let source = if explicit.is_some() { "token_budget".to_string() } else { format!("{tier} tier") };
+        state.budget.warnings.push(format!(
+            "TOKEN_BUDGET_WARNING: {used} tokens used, the plan's cap is {cap} ({source}); the USD ceiling, not this cap, stops dispatch"
+        ));
+    }
+}
+
+/// The BUDGET action of a parked execution.
+pub(crate) fn action(state: &ExecutionState) -> Action {
+    let shortfall = state.budget.shortfall.clone().unwrap_or(BudgetShortfall {
+        step_id: String::new(),
+        needed_usd: 0.01,
+        reason: "the ceiling was reached".into(),
+    });
+    let ceiling = state.budget.ceiling_usd.unwrap_or(0.0);
+    Action::Budget(BudgetAction {
+        message: format!(
+            "Budget ceiling reached (${:.2} of ${ceiling:.2} spent): raise it by at least ${:.2} to run step {}, or stop.",
+            state.counters.spend_usd, shortfall.needed_usd, shortfall.step_id
+        ),
+        ceiling_usd: ceiling,
+        spent_usd: state.counters.spend_usd,
+        forecast_usd: state.budget.forecast_usd(&shortfall.step_id),
+        step_id: shortfall.step_id,
+        needed_usd: shortfall.needed_usd,
+        reason: shortfall.reason,
+        budget_options: vec!["raise".into(), "stop".into()],
+    })
+}

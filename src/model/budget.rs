@@ -1,0 +1,99 @@
+//! Spend records of one execution: the cost forecast per step, the USD ceiling, the
+//! reservations of in-flight attempts and the pending budget decision (issue 5 §1).
+//!
+//! The original kept three unrelated "budget" mechanisms, none of which stopped agent dispatch
+//! in USD (seed-spec §3.7, §5 #14). Here one ceiling in USD is checked by the engine before
+//! every dispatch, with the step's forecast reserved so parallel dispatches cannot overshoot
+//! together. This module is plain data: the rules live in `engine::budget`. It never does IO.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The cost forecast of one step, USD (low ≤ mid ≤ high).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepForecast {
+    /// Optimistic cost, USD.
+    pub low_usd: f64,
+    /// Expected cost, USD: what a dispatch reserves.
+    pub mid_usd: f64,
+    /// Pessimistic cost, USD.
+    pub high_usd: f64,
+    /// Recorded attempts of the same agent and model the forecast is the median of; 0 when it
+    /// is the model's stated default.
+    #[serde(default)]
+    pub samples: u32,
+    /// How it was made, for people: `median of 7 recorded attempts of architect on opus`, …
+    #[serde(default)]
+    pub basis: String,
+}
+
+/// Why dispatch stopped at the ceiling: shown with the decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BudgetShortfall {
+    /// The step that could not run (or was stopped while running).
+    pub step_id: String,
+    /// USD the ceiling lacks for it: spend + its forecast − ceiling (≥ 0).
+    pub needed_usd: f64,
+    /// What happened, for people.
+    pub reason: String,
+}
+
+/// One raise of the ceiling.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BudgetRaise {
+    /// By how much, USD.
+    pub by_usd: f64,
+    /// Who raised it.
+    #[serde(default)]
+    pub actor: String,
+    /// When (RFC 3339).
+    pub at: String,
+}
+
+/// The spend side of an execution, changed only by `engine::apply`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Budget {
+    /// The ceiling, USD; `None` = no ceiling (dispatch is never held back).
+    #[serde(default)]
+    pub ceiling_usd: Option<f64>,
+    /// Where the ceiling came from: `spec`, `project`, `BATON_RUN_BUDGET_USD`,
+    /// `--max-spend-usd`, … (raises are listed in `raises`).
+    #[serde(default)]
+    pub source: String,
+    /// Forecast per step id, recorded when the execution started.
+    #[serde(default)]
+    pub forecasts: BTreeMap<String, StepForecast>,
+    /// Forecast of a step that has none (added by an amendment), USD.
+    #[serde(default)]
+    pub default_forecast_usd: f64,
+    /// USD reserved by each in-flight attempt (step id → its forecast's mid), released when its
+    /// result is recorded.
+    #[serde(default)]
+    pub reserved: BTreeMap<String, f64>,
+    /// Dispatch is held back: set when a ready step's forecast does not fit or an attempt was
+    /// stopped at the ceiling; the execution parks in `budget_exceeded` once nothing is in flight.
+    #[serde(default)]
+    pub shortfall: Option<BudgetShortfall>,
+    /// Every raise, in order.
+    #[serde(default)]
+    pub raises: Vec<BudgetRaise>,
+    /// Ceiling changes so far (sets and raises): the round of the next one's idempotency key.
+    #[serde(default)]
+    pub changes: u32,
+    /// Token-tier warnings (the plan's `budget_tier` caps are advice, not a stop).
+    #[serde(default)]
+    pub warnings: Vec<String>,
+}
+
+impl Budget {
+    /// USD reserved by in-flight attempts.
+    pub fn reserved_usd(&self) -> f64 {
+        self.reserved.values().sum()
+    }
+
+    /// The forecast of `step_id`'s cost, USD (its own, else the default).
+    pub fn forecast_usd(&self, step_id: &str) -> f64 {
+        self.forecasts.get(step_id).map_or(self.default_forecast_usd, |f| f.mid_usd)
+    }
+}

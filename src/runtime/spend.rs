@@ -1,0 +1,170 @@
+//! Spend at the edge: what an attempt cost (reported, or estimated from tokens × the price
+//! table), the usage an agent streams while it runs, the ledger's history for forecasts, and
+//! the ceiling from the environment (issue 5 §1).
+//!
+//! The rules about the ceiling (reservations, parking) are the engine's (`engine::budget`);
+//! this module only measures and reads. It never writes the journal.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::pmo::enrich::{SpendHistory, HISTORY_SAMPLES};
+use crate::pmo::pricing::PriceTable;
+use crate::runtime::agent::output::AgentOutput;
+use crate::runtime::BadInput;
+use crate::store::Store;
+
+/// Environment variable of the default ceiling, USD.
+pub const BUDGET_ENV: &str = "BATON_RUN_BUDGET_USD";
+/// agent-baton's name for the same ceiling (it always meant USD, seed-spec §3.7).
+pub const BUDGET_ENV_ALIAS: &str = "BATON_RUN_TOKEN_CEILING";
+
+/// What an attempt cost, USD, and whether that is an estimate: the agent's reported cost when
+/// it is a valid amount; else its tokens × the price of `model` (estimated); else 0.
+pub fn attempt_cost(out: &AgentOutput, model: &str, prices: &PriceTable) -> (f64, bool) {
+    match out.cost_usd {
+        // `+ 0.0` turns a reported -0 into 0.
+        Some(c) if c.is_finite() && (0.0..=crate::engine::MAX_STEP_COST_USD).contains(&c) => (c + 0.0, false),
+        _ if out.input_tokens + out.output_tokens > 0 => {
+            let priced = out.model.as_deref().filter(|m| prices.get(m).is_some()).unwrap_or(model);
+            match prices.cost(priced, out.input_tokens, out.output_tokens) {
+                Some(c) => (c, true),
+                None => (0.0, false),
+            }
+        }
+        _ => (0.0, false),
+    }
+}
+
+/// Usage an agent has streamed so far: (input tokens, output tokens, model it reported).
+///
+/// Reads claude's stream-json (`assistant` events' `message.usage`, counted once per message
+/// id, the last report of a message winning) and codex's `turn.completed` usage. Lines that
+/// are not JSON (a partial last line) are skipped.
+pub fn streamed_usage(stdout: &str) -> (u64, u64, Option<String>) {
+    let mut by_message: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    let mut anonymous = (0u64, 0u64);
+    let mut model = None;
+    for line in stdout.lines() {
+        let Ok(v) = serde_json::from_str::<Value>(line.trim()) else { continue };
+        let kind = v.get("type").and_then(Value::as_str);
+        let field = |u: Option<&Value>, k: &str| u.and_then(|u| u.get(k)).and_then(Value::as_u64).unwrap_or(0);
+        match kind {
+            Some("assistant") => {
+                let message = v.get("message");
+                if model.is_none() {
+                    model = message.and_then(|m| m.get("model")).and_then(Value::as_str).map(str::to_owned);
+                }
+                let usage = message.and_then(|m| m.get("usage"));
+                let counted = (field(usage, "input_tokens"), field(usage, "output_tokens"));
+                match message.and_then(|m| m.get("id")).and_then(Value::as_str) {
+                    Some(id) => {
+                        by_message.insert(id.to_owned(), counted);
+                    }
+                    None => {
+                        anonymous.0 += counted.0;
+                        anonymous.1 += counted.1;
+                    }
+                }
+            }
+            Some("turn.completed") => {
+                let usage = v.get("usage");
+                anonymous.0 += field(usage, "input_tokens");
+                anonymous.1 += field(usage, "output_tokens");
+            }
+            _ => {}
+        }
+    }
+    let (i, o) = by_message.values().fold(anonymous, |acc, (i, o)| (acc.0 + i, acc.1 + o));
+    (i, o, model)
+}
+
+/// The ledger's recent history for forecasts: per (agent, model), the newest
+/// [`HISTORY_SAMPLES`] attempt costs.
+///
+/// Errors: the database.
+pub async fn history(store: &Store) -> anyhow::Result<SpendHistory> {
+    let mut out = SpendHistory::new();
+    for (agent, model, cost) in store.spend_history(HISTORY_SAMPLES).await? {
+        out.entry((agent, model)).or_default().push(cost);
+    }
+    Ok(out)
+}
+
+/// The ceiling from the environment: `BATON_RUN_BUDGET_USD`, else its alias
+/// `BATON_RUN_TOKEN_CEILING`, as (USD, variable name). Unset or empty → `None`.
+///
+/// Errors: a value that is not a USD amount above 0 ([`BadInput`] naming the variable).
+pub fn ceiling_from_env(lookup: impl Fn(&str) -> Option<String>) -> Result<Option<(f64, &'static str)>, BadInput> {
+    for name in [BUDGET_ENV, BUDGET_ENV_ALIAS] {
+        let Some(raw) = lookup(name).filter(|v| !v.trim().is_empty()) else { continue };
+        return match parse_usd(&raw) {
+            Some(v) => Ok(Some((v, name))),
+            None => Err(BadInput(format!("{name}={raw:?}: expected a USD amount above 0, such as 25 or 2.50"))),
+        };
+    }
+    Ok(None)
+}
+
+/// Parses a USD amount above 0 and at most the engine's largest ceiling (`25`, `2.50`, `$3`).
+pub fn parse_usd(raw: &str) -> Option<f64> {
+    let v: f64 = raw.trim().trim_start_matches('$').trim().parse().ok()?;
+    (v.is_finite() && v > 0.0 && v <= crate::engine::budget::MAX_CEILING_USD).then_some(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_without_a_cost_are_priced_and_marked_estimated() {
+        let prices = PriceTable::default();
+        let out = AgentOutput { input_tokens: 1_000_000, output_tokens: 100_000, ..AgentOutput::default() };
+        // codex reports no cost: 1M in at $1.25 + 0.1M out at $10.
+        assert_eq!(attempt_cost(&out, "gpt-5-codex", &prices), (2.25, true));
+        let reported = AgentOutput { cost_usd: Some(0.5), input_tokens: 10, ..AgentOutput::default() };
+        assert_eq!(attempt_cost(&reported, "sonnet", &prices), (0.5, false));
+        let unknown = AgentOutput { input_tokens: 10, ..AgentOutput::default() };
+        assert_eq!(attempt_cost(&unknown, "llama", &prices), (0.0, false));
+        let broken = AgentOutput { cost_usd: Some(f64::NAN), output_tokens: 1_000_000, ..AgentOutput::default() };
+        assert_eq!(attempt_cost(&broken, "sonnet", &prices), (15.0, true));
+    }
+
+    #[test]
+    fn streamed_usage_counts_each_message_once() {
+        let stdout = concat!(
+            r#"{"type":"system","subtype":"init","model":"claude-sonnet-4-5"}"#,
+            "\n",
+            r#"{"type":"assistant","message":{"id":"m1","model":"claude-sonnet-4-5","usage":{"input_tokens":100,"output_tokens":5}}}"#,
+            "\n",
+            r#"{"type":"assistant","message":{"id":"m1","usage":{"input_tokens":100,"output_tokens":7}}}"#,
+            "\n",
+            r#"{"type":"assistant","message":{"id":"m2","usage":{"input_tokens":50,"output_tokens":3}}}"#,
+            "\n",
+            r#"{"type":"assistant","message":{"id":"m3","usage":{"input_tok"#,
+        );
+        assert_eq!(streamed_usage(stdout), (150, 10, Some("claude-sonnet-4-5".into())));
+        let codex = "{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":7,\"output_tokens\":2}}\n\
+                     {\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}\n";
+        assert_eq!(streamed_usage(codex), (8, 3, None));
+    }
+
+    #[test]
+    fn the_env_ceiling_accepts_the_alias_and_refuses_nonsense() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        };
+        assert_eq!(ceiling_from_env(env(&[])).unwrap(), None);
+        assert_eq!(ceiling_from_env(env(&[(BUDGET_ENV_ALIAS, "2.5")])).unwrap(), Some((2.5, BUDGET_ENV_ALIAS)));
+        assert_eq!(
+            ceiling_from_env(env(&[(BUDGET_ENV, "$4"), (BUDGET_ENV_ALIAS, "9")])).unwrap(),
+            Some((4.0, BUDGET_ENV))
+        );
+        for bad in ["0", "-1", "ten", "NaN", "inf"] {
+            let pairs: &'static [(&'static str, &'static str)] = Box::leak(Box::new([(BUDGET_ENV, bad)]));
+            let err = ceiling_from_env(env(pairs)).unwrap_err();
+            assert!(err.0.contains(BUDGET_ENV), "{err}");
+        }
+    }
+}
