@@ -1167,6 +1167,20 @@ fn print_status(state: &ExecutionState, json: bool) -> anyhow::Result<()> {
     if let Some(why) = &state.failure {
         outln!("  reason: {why}");
     }
+    if let Some(ceiling) = state.budget.ceiling_usd {
+        outln!(
+            "  budget: ${:.2} spent + ${:.2} reserved of the ${ceiling:.2} ceiling ({})",
+            state.counters.spend_usd,
+            state.budget.reserved_usd(),
+            state.budget.source
+        );
+    }
+    if let Some(s) = &state.budget.shortfall {
+        outln!("  budget decision: {} (raise by at least ${:.2}, or stop)", s.reason, s.needed_usd);
+    }
+    for w in &state.budget.warnings {
+        outln!("  warning: {w}");
+    }
     for (i, phase) in state.plan.phases.iter().enumerate() {
         let marker = if i == state.current_phase { ">" } else { " " };
         outln!("{marker} phase {} {}", phase.phase_id, phase.name);
@@ -1174,7 +1188,12 @@ fn print_status(state: &ExecutionState, json: bool) -> anyhow::Result<()> {
             let r = state.result(&step.step_id);
             let status = r.map_or("pending", |r| r.status.as_str());
             let attempt = r.map_or(0, |r| r.attempt);
-            outln!("    {:<10} {:<20} {:<12} attempt {attempt}", step.step_id, step.agent_name, status);
+            let spend = match (state.budget.forecasts.get(&step.step_id), r.map_or(0.0, |r| r.cost_usd)) {
+                (Some(f), spent) => format!("  ${spent:.2} of ${:.2} forecast", f.mid_usd),
+                (None, spent) if spent > 0.0 => format!("  ${spent:.2}"),
+                (None, _) => String::new(),
+            };
+            outln!("    {:<10} {:<20} {:<12} attempt {attempt}{spend}", step.step_id, step.agent_name, status);
         }
         if let Some(gate) = &phase.gate {
             let runs = state.gate_runs(phase.phase_id);

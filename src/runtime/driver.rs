@@ -206,6 +206,8 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
         return Err(BadInput(format!("--agent {agent:?}: expected one of {}", PROFILES.join(", "))).into());
     }
     let config = data.config()?;
+    // A bad ceiling in the environment is refused before anything is written.
+    let env_ceiling = crate::runtime::spend::ceiling_from_env(|k| std::env::var(k).ok())?;
     let execs = Executions::open(data.clone()).await?;
     let plan = args.plan.clone();
     let task_id = match (&plan, &args.task_id) {
@@ -303,7 +305,7 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
         prices: crate::pmo::pricing::PriceTable::default(),
     };
     driver.prices = driver.config.price_table();
-    let state = driver.settle_budget(state, args.budget.clone()).await?;
+    let state = driver.settle_budget(state, args.budget.clone(), env_ceiling).await?;
     // Ctrl-C (or the stop signal) stops the driver at once: everything done so far is
     // journaled, and the detached agents keep running, to be re-adopted by the next `run`.
     let stopped = async {
@@ -1047,6 +1049,7 @@ impl Driver {
         &mut self,
         mut state: ExecutionState,
         budget: Option<(f64, String)>,
+        env_ceiling: Option<(f64, &'static str)>,
     ) -> anyhow::Result<ExecutionState> {
         if state.status.is_terminal() {
             return Ok(state);
@@ -1079,8 +1082,7 @@ impl Driver {
         }
         let wanted = match budget {
             Some(b) => Some(b),
-            None if state.budget.changes == 0 => crate::runtime::spend::ceiling_from_env(|k| std::env::var(k).ok())?
-                .map(|(v, name)| (v, name.to_string())),
+            None if state.budget.changes == 0 => env_ceiling.map(|(v, name)| (v, name.to_string())),
             None => None,
         };
         if let Some((ceiling, source)) = wanted.filter(|(c, _)| state.budget.ceiling_usd != Some(*c)) {

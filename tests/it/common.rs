@@ -34,7 +34,12 @@ impl Workspace {
     /// `baton --data-dir <data> <args>`.
     pub(crate) fn baton(&self) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_baton"));
-        cmd.arg("--data-dir").arg(self.data()).env_remove("BATON_TASK_ID").env_remove("BATON_CRASH_AT");
+        cmd.arg("--data-dir")
+            .arg(self.data())
+            .env_remove("BATON_TASK_ID")
+            .env_remove("BATON_CRASH_AT")
+            .env_remove("BATON_RUN_BUDGET_USD")
+            .env_remove("BATON_RUN_TOKEN_CEILING");
         cmd
     }
 

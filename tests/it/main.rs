@@ -5,6 +5,7 @@
 mod auth;
 mod bad_input;
 mod browser;
+mod budget;
 mod cli;
 mod common;
 mod crash;

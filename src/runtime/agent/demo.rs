@@ -9,7 +9,9 @@
 //! Prompt sections (Markdown headings, each followed by `- item` lines; any may be absent):
 //! `## Step` (`- <step_id>`), `## Task` (free text), `## Deliverables`, `## Allowed paths`,
 //! `## Human reply`. Directives anywhere in the prompt: `[demo: fail]`, `[demo: sleep=N]`,
-//! `[demo: cost=X]`, `[demo: noop]`, `[demo: interact=QUESTION]`, `[demo: gate_addition=CMD]`.
+//! `[demo: cost=X]`, `[demo: noop]`, `[demo: interact=QUESTION]`, `[demo: gate_addition=CMD]`,
+//! `[demo: burn=TOKENS]` (streams that many output tokens of usage in [`BURN_CHUNKS`] `assistant`
+//! messages, spread over the `sleep` time, like a model working; the budget watch reads them).
 
 use std::fs;
 use std::io::{self, Write};
@@ -27,6 +29,8 @@ pub const DEFAULT_DEMO_COST_USD: f64 = 0.01;
 pub const DEMO_MODEL: &str = "baton-demo";
 /// Line that ends the result of an interactive step once the human replied.
 pub const INTERACT_COMPLETE: &str = "INTERACT_COMPLETE";
+/// Messages `[demo: burn=TOKENS]` streams its usage in.
+pub const BURN_CHUNKS: u64 = 20;
 /// Prefix of a result line that proposes a gate command.
 pub const GATE_ADDITION_PREFIX: &str = "GATE_ADDITION: ";
 
@@ -44,6 +48,7 @@ struct DemoPrompt {
     cost_usd: Option<f64>,
     interact: Option<String>,
     gate_additions: Vec<String>,
+    burn_tokens: u64,
 }
 
 /// Level-1 or level-2 heading title, if `line` is one.
@@ -118,6 +123,7 @@ fn parse_prompt(prompt: &str) -> DemoPrompt {
             ("cost", Some(v)) => p.cost_usd = v.parse().ok().filter(|c: &f64| c.is_finite()),
             ("interact", Some(v)) => p.interact = Some(v.to_owned()),
             ("gate_addition", Some(v)) => p.gate_additions.push(v.to_owned()),
+            ("burn", Some(v)) => p.burn_tokens = v.parse().unwrap_or(0),
             _ => {}
         }
     }
@@ -233,14 +239,37 @@ fn token_estimate(text: &str) -> u64 {
 /// demo agent for step <step_id>.\n\n<task text>\n`; without, `<first allowed path, up to any
 /// glob>/baton-demo-<step_id>.md`, or `baton-demo/<step_id>.md`. Files that already have that
 /// content are not touched. `[demo: sleep=N]` sleeps N seconds (fractions allowed) before
-/// anything else. `Err` only when writing to `out` fails.
+/// anything else (with `burn`, between its usage messages instead). `Err` only when writing to
+/// `out` fails.
 pub fn run_demo_agent(prompt: &str, cwd: &Path, out: &mut impl Write) -> io::Result<i32> {
     let stopwatch = Stopwatch::start();
     let p = parse_prompt(prompt);
-    if let Some(secs) = p.sleep_secs.filter(|s| *s > 0.0) {
-        std::thread::sleep(Duration::from_secs_f64(secs.min(86_400.0)));
+    let sleep = p.sleep_secs.filter(|s| *s > 0.0).map(|s| Duration::from_secs_f64(s.min(86_400.0)));
+    if let (Some(d), 0) = (sleep, p.burn_tokens) {
+        std::thread::sleep(d);
     }
     let session = session_id(prompt);
+    if p.burn_tokens > 0 {
+        for i in 0..BURN_CHUNKS {
+            let message = json!({
+                "type": "assistant",
+                "message": {
+                    "id": format!("burn-{i}"),
+                    "model": DEMO_MODEL,
+                    "role": "assistant",
+                    "type": "message",
+                    "content": [{"type": "text", "text": "working"}],
+                    "usage": {"input_tokens": 0, "output_tokens": p.burn_tokens / BURN_CHUNKS},
+                },
+                "session_id": session,
+            });
+            writeln!(out, "{message}")?;
+            out.flush()?;
+            if let Some(d) = sleep {
+                std::thread::sleep(d / u32::try_from(BURN_CHUNKS).unwrap_or(1));
+            }
+        }
+    }
     let init = json!({
         "type": "system",
         "subtype": "init",
