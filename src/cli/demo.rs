@@ -199,7 +199,7 @@ pub async fn seed_board(data: &DataDir, specs: &crate::runtime::specs::Specs) ->
             specs.enrich(row.spec_id, "baton demo").await.map_err(|e| anyhow::anyhow!("{e}"))?;
         }
         if *stage >= 2 {
-            specs.review(row.spec_id, true, "", "baton demo").await.map_err(|e| anyhow::anyhow!("{e}"))?;
+            specs.review(row.spec_id, true, "", "baton demo", None).await.map_err(|e| anyhow::anyhow!("{e}"))?;
         }
     }
     outln!("Registered the demo project (repository {}) with {} specs", repo.root().display(), DEMO_SPECS.len());

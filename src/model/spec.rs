@@ -222,7 +222,7 @@ impl SpecStage {
             SpecStatus::Merged => SpecStage::Merged,
             SpecStatus::Cancelled => SpecStage::Cancelled,
             SpecStatus::Executing => match execution_status {
-                Some("approval_pending" | "feedback_pending") => SpecStage::AwaitingHuman,
+                Some("approval_pending" | "feedback_pending" | "budget_exceeded") => SpecStage::AwaitingHuman,
                 Some("gate_pending" | "gate_failed") => SpecStage::Validating,
                 Some("complete") => SpecStage::ChangelistReview,
                 Some("failed") => SpecStage::Failed,
@@ -335,6 +335,7 @@ mod tests {
         let st = |e| SpecStage::of(SpecStatus::Executing, e);
         assert_eq!(st(Some("running")), SpecStage::Executing);
         assert_eq!(st(Some("approval_pending")), SpecStage::AwaitingHuman);
+        assert_eq!(st(Some("budget_exceeded")), SpecStage::AwaitingHuman);
         assert_eq!(st(Some("gate_failed")), SpecStage::Validating);
         assert_eq!(st(Some("complete")), SpecStage::ChangelistReview);
         assert_eq!(st(Some("failed")), SpecStage::Failed);

@@ -119,6 +119,9 @@ pub struct NewProject {
     /// or the bare project name on Azure DevOps (default: none).
     #[serde(default)]
     pub forge_repo: Option<String>,
+    /// Default USD ceiling of its executions (a spec's reviewed ceiling wins; default: none).
+    #[serde(default)]
+    pub budget_usd: Option<f64>,
 }
 
 /// A spec to create.
@@ -157,6 +160,15 @@ pub struct SpecEdit {
 pub struct Specs {
     execs: Executions,
     pool: Pool,
+}
+
+/// A ceiling given for a spec or a project: a USD amount above 0 (at most the engine's cap).
+fn check_budget(usd: f64, field: &str) -> Result<f64, SpecError> {
+    if usd.is_finite() && usd > 0.0 && usd <= crate::engine::budget::MAX_CEILING_USD {
+        Ok(usd)
+    } else {
+        Err(invalid(field, format!("{usd} is not a USD amount above 0")))
+    }
 }
 
 fn check_title(title: &str) -> Result<String, SpecError> {
@@ -275,6 +287,7 @@ impl Specs {
             require_separate_reviewer: p.require_separate_reviewer,
             trigger_label: p.trigger_label.unwrap_or_default().trim().to_string(),
             forge_repo: p.forge_repo.unwrap_or_default().trim().to_string(),
+            budget_usd: p.budget_usd.map(|b| check_budget(b, "budget_usd")).transpose()?,
         };
         self.execs.store().insert_project(&row).await?;
         self.pool.set_project_cap(&row.name, usize::try_from(row.max_agents).unwrap_or(0));
@@ -595,17 +608,33 @@ impl Specs {
         self.change(&row, SpecAction::Submit, actor, SpecChange::default()).await
     }
 
-    /// A reviewer approves (`approve`) or bounces the spec; a bounce needs a reason.
+    /// A reviewer approves (`approve`) or bounces the spec; a bounce needs a reason. An
+    /// approval may set the USD ceiling of its execution (`budget_usd`; without one the
+    /// project's default applies, then `BATON_RUN_BUDGET_USD`).
     ///
-    /// Errors: a bounce without a reason (invalid), conflict.
-    pub async fn review(&self, spec_id: i64, approve: bool, reason: &str, actor: &str) -> Result<SpecRow, SpecError> {
+    /// Errors: a bounce without a reason, a ceiling that is not a USD amount above 0 (invalid,
+    /// naming `budget_usd`), conflict.
+    pub async fn review(
+        &self,
+        spec_id: i64,
+        approve: bool,
+        reason: &str,
+        actor: &str,
+        budget_usd: Option<f64>,
+    ) -> Result<SpecRow, SpecError> {
         let row = self.get(spec_id).await?;
         let reason = reason.trim();
         if !approve && reason.is_empty() {
             return Err(invalid("reason", "a bounce needs a reason the author can act on"));
         }
+        let budget = budget_usd.map(|b| check_budget(b, "budget_usd")).transpose()?;
         let action = if approve { SpecAction::Approve } else { SpecAction::Bounce };
-        self.change(&row, action, actor, SpecChange { reason: reason.into(), ..SpecChange::default() }).await
+        let change = SpecChange {
+            reason: reason.into(),
+            budget_usd: if approve { Some(budget) } else { None },
+            ..SpecChange::default()
+        };
+        self.change(&row, action, actor, change).await
     }
 
     /// Fires an approved spec: claims it, creates its execution (task id
@@ -658,6 +687,13 @@ impl Specs {
             ..RunOptions::default()
         };
         let state = driver::prepare(self.execs.data(), plan, &options).await?;
+        // The reviewed ceiling, else the project's default (else the driver's environment).
+        let spec_budget = self.get(spec_id).await.ok().and_then(|r| r.budget_usd);
+        let ceiling = spec_budget.map(|b| (b, "spec")).or(project.budget_usd.map(|b| (b, "project")));
+        if let Some((usd, source)) = ceiling {
+            let kind = EventKind::BudgetSet { ceiling_usd: Some(usd), source: source.into() };
+            self.execs.record_once(&state.task_id, Event::new(kind).by("baton")).await?;
+        }
         Ok(state.task_id)
     }
 

@@ -9,7 +9,7 @@
 use super::{Store, StoreError};
 
 /// A registered project.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow, serde::Serialize)]
 pub struct ProjectRow {
     /// Unique name (1–64 characters).
     pub name: String,
@@ -34,6 +34,8 @@ pub struct ProjectRow {
     /// The repository on its forge (`owner/name`, `ado:<org>/<project>` or an Azure DevOps
     /// project name) that webhooks map to this project; empty: none.
     pub forge_repo: String,
+    /// Default USD ceiling of its executions (a spec's reviewed ceiling wins); `None`: none.
+    pub budget_usd: Option<f64>,
 }
 
 /// A spec, whole.
@@ -73,6 +75,8 @@ pub struct SpecRow {
     pub updated_at: String,
     /// What else its forge said of it (`forge::ItemMeta` JSON; `{}` for board specs).
     pub source_meta: String,
+    /// The USD ceiling its reviewer set for its execution; `None`: the project's default.
+    pub budget_usd: Option<f64>,
 }
 
 /// A spec as a board card: its row without body and plan, joined with its execution's summary.
@@ -192,6 +196,8 @@ pub struct SpecChange {
     pub forecast_json: Option<Option<String>>,
     /// The execution (set when fired, `Some(None)` clears it when firing failed).
     pub task_id: Option<Option<String>>,
+    /// The reviewed USD ceiling (`Some(None)` clears it).
+    pub budget_usd: Option<Option<f64>>,
 }
 
 /// Filters of [`Store::list_specs`].
@@ -209,7 +215,7 @@ pub struct SpecFilter {
 
 pub(super) const SPEC_COLUMNS: &str =
     "spec_id, project, title, body, source, source_url, priority, status, risk, plan_json, \
-     forecast_json, task_id, status_reason, created_by, created_at, updated_at, source_meta";
+     forecast_json, task_id, status_reason, created_by, created_at, updated_at, source_meta, budget_usd";
 
 impl Store {
     /// Registers a project.
@@ -227,8 +233,8 @@ impl Store {
         }
         sqlx::query(
             "insert into projects (name, repo_path, default_branch, agent_profile, test_command, forge_url, \
-             max_agents, created_at, require_separate_reviewer, trigger_label, forge_repo) \
-             values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             max_agents, created_at, require_separate_reviewer, trigger_label, forge_repo, budget_usd) \
+             values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&p.name)
         .bind(&p.repo_path)
@@ -241,6 +247,7 @@ impl Store {
         .bind(p.require_separate_reviewer)
         .bind(&p.trigger_label)
         .bind(&p.forge_repo)
+        .bind(p.budget_usd)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -436,13 +443,18 @@ impl Store {
         let (set_plan, plan) = split(&c.plan_json);
         let (set_forecast, forecast) = split(&c.forecast_json);
         let (set_task, task) = split(&c.task_id);
+        let (set_budget, budget) = match c.budget_usd {
+            Some(b) => (true, b),
+            None => (false, None),
+        };
         sqlx::query(
             "update specs set status = ?, status_reason = ?, updated_at = ?, \
              title = coalesce(?, title), body = coalesce(?, body), priority = coalesce(?, priority), \
              risk = coalesce(?, risk), \
              plan_json = case when ? then ? else plan_json end, \
              forecast_json = case when ? then ? else forecast_json end, \
-             task_id = case when ? then ? else task_id end \
+             task_id = case when ? then ? else task_id end, \
+             budget_usd = case when ? then ? else budget_usd end \
              where spec_id = ?",
         )
         .bind(&c.to)
@@ -458,6 +470,8 @@ impl Store {
         .bind(forecast)
         .bind(set_task)
         .bind(task)
+        .bind(set_budget)
+        .bind(budget)
         .bind(spec_id)
         .execute(&mut *tx)
         .await?;

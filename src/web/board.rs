@@ -92,6 +92,9 @@ fn waits_for(stage: SpecStage, row: &CardRow) -> Option<String> {
     let phase = row.current_phase.clone().unwrap_or_default();
     match (stage, row.execution_status.as_deref()) {
         (SpecStage::AwaitingHuman, Some("approval_pending")) => Some(format!("approval of phase {phase}")),
+        (SpecStage::AwaitingHuman, Some("budget_exceeded")) => {
+            Some("a budget decision: raise the ceiling or stop".into())
+        }
         (SpecStage::AwaitingHuman, _) => Some(format!("feedback on phase {phase}")),
         (SpecStage::Validating, Some("gate_failed")) => Some(format!("gate retry of phase {phase}")),
         (SpecStage::Validating, _) => Some(format!("gate of phase {phase}")),
@@ -138,10 +141,11 @@ pub fn card(row: CardRow) -> Card {
 }
 
 /// Execution statuses a fired spec's stage depends on (the engine's `ExecutionStatus` strings).
-const EXECUTION_STATUSES: [&str; 8] = [
+const EXECUTION_STATUSES: [&str; 9] = [
     "running",
     "approval_pending",
     "feedback_pending",
+    "budget_exceeded",
     "gate_pending",
     "gate_failed",
     "complete",

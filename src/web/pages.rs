@@ -399,6 +399,8 @@ struct SpecForm {
     priority: Option<String>,
     #[serde(default)]
     plan: String,
+    #[serde(default)]
+    budget_usd: String,
 }
 
 async fn spec_action(
@@ -420,7 +422,19 @@ async fn spec_action(
         "enrich" => s.enrich(id, actor).await,
         "submit" => s.submit(id, actor).await,
         "review" => match f.decision.as_str() {
-            "approve" | "bounce" => s.review(id, f.decision == "approve", &f.reason, actor).await,
+            "approve" | "bounce" => {
+                let raw = f.budget_usd.trim();
+                let budget = if raw.is_empty() {
+                    None
+                } else {
+                    Some(crate::runtime::spend::parse_usd(raw).ok_or_else(|| {
+                        back_to(page.clone())(AppError::BadRequest(format!(
+                            "budget_usd: {raw:?} is not a USD amount above 0 (such as 25 or 2.50)"
+                        )))
+                    })?)
+                };
+                s.review(id, f.decision == "approve", &f.reason, actor, budget).await
+            }
             other => return Err(back(AppError::BadRequest(format!("decision: {other:?} is not approve or bounce")))),
         },
         "fire" => s.fire(id, actor).await,
@@ -454,6 +468,8 @@ struct StepView {
     attempt: u32,
     duration_seconds: f64,
     cost_usd: f64,
+    /// The step's forecast (mid, USD) and how it was made, when the execution has one.
+    forecast: Option<(f64, String)>,
     files: usize,
     error: String,
     log_tail: String,
@@ -523,6 +539,18 @@ struct ExecutionTemplate {
     approval: Option<ApprovalAction>,
     feedback: Option<FeedbackAction>,
     interact: Option<InteractAction>,
+    /// The pending budget decision (status `budget_exceeded`).
+    budget_decision: Option<crate::model::action::BudgetAction>,
+    /// Sum of the step forecasts (mid), USD; 0 without a forecast.
+    forecast_usd: f64,
+    /// The ceiling, USD, and where it came from.
+    ceiling: Option<(f64, String)>,
+    /// Reserved by attempts in flight, USD.
+    reserved_usd: f64,
+    /// Raises of the ceiling: "+$X by WHO at WHEN".
+    raises: Vec<String>,
+    /// Token-tier warnings.
+    budget_warnings: Vec<String>,
     phases: Vec<PhaseView>,
     journal: Vec<JournalLine>,
 }
@@ -562,6 +590,7 @@ fn phases_of(app: &AppState, state: &ExecutionState) -> Vec<PhaseView> {
                         attempt: r.map_or(0, |r| r.attempt),
                         duration_seconds: r.map_or(0.0, |r| r.duration_seconds),
                         cost_usd: r.map_or(0.0, |r| r.cost_usd),
+                        forecast: state.budget.forecasts.get(&s.step_id).map(|f| (f.mid_usd, f.basis.clone())),
                         files: r.map_or(0, |r| r.files_changed.len()),
                         error: r.map(|r| r.error.clone()).unwrap_or_default(),
                         signals: r.map(step_signals).unwrap_or_default(),
@@ -626,13 +655,15 @@ async fn execution_page(
         })
         .collect();
     let action = engine::next_action(&state);
-    let (mut approval, mut feedback, mut interact) = (None, None, None);
+    let (mut approval, mut feedback, mut interact, mut budget_decision) = (None, None, None, None);
     match &action {
         Action::Approval(a) => approval = Some(a.clone()),
         Action::Feedback(f) => feedback = Some(f.clone()),
         Action::Interact(i) => interact = Some(i.clone()),
+        Action::Budget(b) => budget_decision = Some(b.clone()),
         _ => {}
     }
+    let budget = &state.budget;
     let (done, total) = state.progress();
     let driver = app.pool().driver_state(&task_id).map(|d| match d {
         crate::runtime::pool::DriverState::Running => "running".to_string(),
@@ -655,6 +686,12 @@ async fn execution_page(
         approval,
         feedback,
         interact,
+        budget_decision,
+        forecast_usd: (budget.forecasts.values().map(|f| f.mid_usd).sum::<f64>() * 100.0).round() / 100.0,
+        ceiling: budget.ceiling_usd.map(|c| (c, budget.source.clone())),
+        reserved_usd: budget.reserved_usd(),
+        raises: budget.raises.iter().map(|r| format!("+${:.2} by {} at {}", r.by_usd, r.actor, r.at)).collect(),
+        budget_warnings: budget.warnings.clone(),
         phases: phases_of(&app, &state),
         journal,
         task_id,
@@ -684,6 +721,8 @@ struct ExecutionForm {
     done: Option<String>,
     #[serde(default)]
     reason: String,
+    #[serde(default)]
+    by_usd: String,
 }
 
 type ExecutionFormResult = Result<Form<ExecutionForm>, axum::extract::rejection::FormRejection>;
@@ -756,6 +795,20 @@ async fn act(
         "cancel" => EventKind::Cancelled {
             reason: if f.reason.trim().is_empty() { "cancelled on the board".into() } else { f.reason },
         },
+        "budget" => {
+            let by_usd = match f.result.as_str() {
+                "raise" => Some(crate::runtime::spend::parse_usd(&f.by_usd).ok_or_else(|| {
+                    back_to(page.clone())(AppError::BadRequest(format!(
+                        "by_usd: {:?} is not a USD amount above 0 (such as 5 or 2.50)",
+                        f.by_usd
+                    )))
+                })?),
+                _ => None,
+            };
+            crate::web::api::executions::budget_event(&app, &task_id, &f.result, by_usd)
+                .await
+                .map_err(back_to(page.clone()))?
+        }
         "pause" | "resume" => {
             crate::web::api::executions::set_paused(&app, &task_id, action == "pause").await.map_err(back)?;
             return Ok(see_other(&page));
@@ -791,6 +844,7 @@ async fn approvals_page(State(app): State<AppState>, who: Who, headers: HeaderMa
         let waits_for = match r.summary.status.as_str() {
             "approval_pending" => format!("approval of phase {}", r.summary.current_phase),
             "feedback_pending" => format!("feedback on phase {}", r.summary.current_phase),
+            "budget_exceeded" => "a budget decision: raise the ceiling or stop".to_string(),
             _ => continue,
         };
         let spec_title = store.spec_of_execution(&r.task_id).await.map_err(anyhow::Error::from)?.map(|s| s.title);

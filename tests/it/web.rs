@@ -431,3 +431,58 @@ async fn the_execution_page_lists_a_steps_signals_escaped() {
     let (_, next) = app.get("/api/v1/executions/signals-1/next").await;
     assert!(next["approval_context"].as_str().unwrap().contains("Knowledge gaps"), "{next}");
 }
+
+#[tokio::test]
+async fn a_parked_execution_shows_its_budget_decision_and_a_raise_over_the_api_resumes_it() {
+    let app = TestApp::new().await;
+    app.with_approval_plan("budget-web").await;
+    let forecast = json!({"kind": "forecasted", "steps": {
+        "1.1": {"low_usd": 0.1, "mid_usd": 0.2, "high_usd": 0.4, "samples": 3, "basis": "median of 3 <attempts>"},
+        "2.1": {"low_usd": 0.1, "mid_usd": 0.2, "high_usd": 0.4}}, "default_usd": 0.2});
+    assert_eq!(app.post("/api/v1/executions/budget-web/events", forecast).await.0, StatusCode::CREATED);
+    let ceiling = json!({"kind": "budget_set", "ceiling_usd": 1.0, "source": "spec"});
+    assert_eq!(app.post("/api/v1/executions/budget-web/events", ceiling).await.0, StatusCode::CREATED);
+    // Nothing is parked yet: stop is refused, a raise too (a raise answers a BUDGET action).
+    let (status, body) = app.post("/api/v1/executions/budget-web/budget", json!({"decision": "stop"})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let mut record = record_step("1.1", "alpha");
+    record["cost_usd"] = json!(0.95);
+    assert_eq!(app.post("/api/v1/executions/budget-web/events", record).await.0, StatusCode::CREATED);
+    let approve = json!({"phase_id": 1, "result": "approve"});
+    assert_eq!(app.post("/api/v1/executions/budget-web/approve", approve).await.0, StatusCode::CREATED);
+    let (_, next) = app.get("/api/v1/executions/budget-web/next").await;
+    assert_eq!(next["action_type"], "budget", "{next}");
+    assert_eq!(next["step_id"], "2.1");
+    assert_eq!(next["needed_usd"], 0.15);
+
+    let response = web::app(AppState::new(app.execs.clone()).unwrap())
+        .oneshot(Request::get("/executions/budget-web").header("host", "localhost").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let bytes = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
+    let html = String::from_utf8(bytes.to_vec()).unwrap();
+    assert!(html.contains("id=\"budget-form\""), "the decision form is shown");
+    assert!(html.contains("value=\"0.15\""), "the smallest raise is prefilled");
+    assert!(
+        html.contains("$0.95 / <span title=\"median of 3 &#60;attempts&#62;\">~$0.20</span>"),
+        "forecast vs actual per step: {html}"
+    );
+    assert!(html.contains("ceiling <span id=\"ceiling\">$1.00</span> (spec)"), "the ceiling and its source");
+
+    // Bad decisions are 422 naming the field and change nothing.
+    let (status, body) = app.post("/api/v1/executions/budget-web/budget", json!({"decision": "raise"})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["details"]["field"], "by_usd");
+    let (status, body) = app.post("/api/v1/executions/budget-web/budget", json!({"decision": "spend"})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let (status, body) =
+        app.post("/api/v1/executions/budget-web/budget", json!({"decision": "raise", "by_usd": -1})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let (status, body) =
+        app.post("/api/v1/executions/budget-web/budget", json!({"decision": "raise", "by_usd": 0.5})).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["next_action"]["action_type"], "dispatch", "{body}");
+    assert_eq!(body["next_action"]["step_id"], "2.1");
+    let (_, shown) = app.get("/api/v1/executions/budget-web").await;
+    assert_eq!(shown["status"], "running", "{shown}");
+}

@@ -38,6 +38,7 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/{task_id}/pause", post(pause))
         .route("/{task_id}/resume", post(resume))
         .route("/{task_id}/merge", get(merge_state).post(merge))
+        .route("/{task_id}/budget", post(budget))
 }
 
 /// One execution in the list (its board summary).
@@ -319,6 +320,68 @@ async fn approve(
     ApiJson(b): ApiJson<ApproveBody>,
 ) -> Result<(StatusCode, Json<Recorded>), AppError> {
     let kind = EventKind::ApprovalRecorded { phase_id: b.phase_id, result: b.result, feedback: b.feedback };
+    record(&app, &task_id, event(kind, b.idempotency_key, actor)).await
+}
+
+/// `POST …/budget` body: the decision on an execution parked at its USD ceiling.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BudgetBody {
+    /// `raise` or `stop`.
+    decision: String,
+    /// With `raise`: by how much, USD (> 0).
+    #[serde(default)]
+    by_usd: Option<f64>,
+    #[serde(default)]
+    idempotency_key: Option<String>,
+}
+
+/// The event of a budget decision on `task_id`: `raise` (by `by_usd`) or `stop` (a cancel with
+/// the reason). Shared by the REST route and the execution page's form.
+///
+/// Errors: an unknown decision or a missing amount (422 naming the field); `stop` of an
+/// execution that is not parked at its ceiling (409: cancel it instead).
+pub(crate) async fn budget_event(
+    app: &AppState,
+    task_id: &str,
+    decision: &str,
+    by_usd: Option<f64>,
+) -> Result<EventKind, AppError> {
+    match decision {
+        "raise" => match by_usd {
+            Some(by_usd) => Ok(EventKind::BudgetRaised { by_usd }),
+            None => Err(AppError::Invalid {
+                message: "by_usd: a raise needs the amount in USD".into(),
+                details: serde_json::json!({"field": "by_usd"}),
+            }),
+        },
+        "stop" => {
+            let state = load(app, task_id).await?;
+            if state.status != crate::model::state::ExecutionStatus::BudgetExceeded {
+                return Err(AppError::Conflict {
+                    message: format!(
+                        "execution {task_id} is {}, not parked at its budget ceiling: cancel it instead",
+                        state.status
+                    ),
+                    reason: Some("wrong_status"),
+                });
+            }
+            Ok(EventKind::Cancelled { reason: "stopped at the budget ceiling".into() })
+        }
+        other => Err(AppError::Invalid {
+            message: format!("decision: {other:?} is not a budget decision (raise or stop)"),
+            details: serde_json::json!({"field": "decision"}),
+        }),
+    }
+}
+
+async fn budget(
+    State(app): State<AppState>,
+    Path(task_id): Path<String>,
+    actor: Actor,
+    ApiJson(b): ApiJson<BudgetBody>,
+) -> Result<(StatusCode, Json<Recorded>), AppError> {
+    let kind = budget_event(&app, &task_id, &b.decision, b.by_usd).await?;
     record(&app, &task_id, event(kind, b.idempotency_key, actor)).await
 }
 

@@ -188,6 +188,9 @@ pub struct ReviewBody {
     /// Why (required for a bounce).
     #[serde(default)]
     pub reason: String,
+    /// With `approve`: the USD ceiling of its execution (default: the project's).
+    #[serde(default)]
+    pub budget_usd: Option<f64>,
 }
 
 /// A review's decision.
@@ -206,7 +209,10 @@ async fn review(
     actor: Actor,
     ApiJson(b): ApiJson<ReviewBody>,
 ) -> Result<Json<SpecView>, AppError> {
-    let row = app.specs.review(spec_id(&id)?, b.decision == ReviewDecision::Approve, &b.reason, &actor.0).await?;
+    let row = app
+        .specs
+        .review(spec_id(&id)?, b.decision == ReviewDecision::Approve, &b.reason, &actor.0, b.budget_usd)
+        .await?;
     Ok(Json(view(&app, row).await?))
 }
 
