@@ -535,3 +535,60 @@ fn token_create_never_changes_a_role_silently_and_checks_its_inputs() {
     let (code, _, err) = baton(&data, &["approval", "link", "--task-id", "t", "--reviewer", "bob", "--hours", "0"]);
     assert_eq!(code, 2, "a link that is expired when made: {err}");
 }
+
+#[test]
+fn a_spec_fired_with_a_reviewed_ceiling_parks_at_it_and_a_raise_finishes_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut server = Server::start(&tmp.path().join("data"));
+    let body = json!({"project": "demo", "title": "Document the costly path", "body": "Every step is costly. [demo: cost=0.4]"});
+    let (status, spec) = server.request("POST", "/api/v1/specs", Some(body));
+    assert_eq!(status, 201, "{spec}");
+    let id = spec["spec_id"].as_i64().unwrap();
+    let (status, answer) = server.request("POST", &format!("/api/v1/specs/{id}/enrich"), None);
+    assert_eq!(status, 200, "{answer}");
+    let bad = json!({"decision": "approve", "budget_usd": -3});
+    let (status, answer) = server.request("POST", &format!("/api/v1/specs/{id}/review"), Some(bad));
+    assert_eq!(status, 422, "{answer}");
+    let review = json!({"decision": "approve", "budget_usd": 0.5});
+    let (status, answer) = server.request("POST", &format!("/api/v1/specs/{id}/review"), Some(review));
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["budget_usd"], 0.5);
+    let (status, answer) = server.request("POST", &format!("/api/v1/specs/{id}/fire"), None);
+    assert_eq!(status, 200, "{answer}");
+    let task_id = server.spec(id)["task_id"].as_str().unwrap().to_string();
+    // The Design phase's approval first (its one step fits the ceiling) …
+    server.wait_stage(id, "awaiting_human");
+    let (_, exec) = server.request("GET", &format!("/api/v1/executions/{task_id}"), None);
+    assert_eq!(exec["status"], "approval_pending", "{exec}");
+    let approve = json!({"phase_id": 1, "result": "approve"});
+    let (status, body) = server.request("POST", &format!("/api/v1/executions/{task_id}/approve"), Some(approve));
+    assert_eq!(status, 201, "{body}");
+    // … then the next step does not fit: the card waits for a budget decision.
+    let start = Stopwatch::start();
+    let next = loop {
+        let (_, next) = server.request("GET", &format!("/api/v1/executions/{task_id}/next"), None);
+        if next["action_type"] == "budget" {
+            break next;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "never parked at the ceiling: {next}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(next["spent_usd"].as_f64().unwrap() >= 0.4, "{next}");
+    let (_, board) = server.request("GET", "/api/v1/board", None);
+    let card = board["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["cards"].as_array().unwrap().iter().map(move |card| (c["stage"].clone(), card.clone())))
+        .find(|(_, card)| card["spec_id"] == id)
+        .expect("the card is on the board");
+    assert_eq!(card.0, "awaiting_human", "{board}");
+    assert!(card.1["waits_for"].as_str().unwrap().contains("budget decision"), "{}", card.1);
+    let (_, exec) = server.request("GET", &format!("/api/v1/executions/{task_id}"), None);
+    assert_eq!(exec["status"], "budget_exceeded", "{exec}");
+    let raise = json!({"decision": "raise", "by_usd": 5});
+    let (status, body) = server.request("POST", &format!("/api/v1/executions/{task_id}/budget"), Some(raise));
+    assert_eq!(status, 201, "{body}");
+    server.wait_stage(id, "changelist_review");
+    server.kill9();
+}

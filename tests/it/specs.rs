@@ -490,6 +490,7 @@ async fn the_boards_sql_stage_is_the_models_stage_for_every_status() {
         Some("running"),
         Some("approval_pending"),
         Some("feedback_pending"),
+        Some("budget_exceeded"),
         Some("gate_pending"),
         Some("gate_failed"),
         Some("complete"),

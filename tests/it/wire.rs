@@ -122,6 +122,14 @@ fn actions() -> Vec<Action> {
         record(&mut s, &format!("{i}.1"), RecordStatus::Complete);
     }
     out.push(next_action(&s)); // checkpoint
+
+    let mut s = start(two_step_plan(serde_json::json!({})), T).unwrap();
+    let forecast = serde_json::json!({"kind": "forecasted", "steps": {
+        "1.1": {"low_usd": 0.25, "mid_usd": 0.5, "high_usd": 1.0, "samples": 0, "basis": "default"}}, "default_usd": 0.25});
+    apply(&mut s, &serde_json::from_value::<Event>(forecast).unwrap(), T).unwrap();
+    let ceiling = EventKind::BudgetSet { ceiling_usd: Some(0.4), source: "--max-spend-usd".into() };
+    apply(&mut s, &Event::new(ceiling), T).unwrap();
+    out.push(next_action(&s)); // budget
     out
 }
 
@@ -131,7 +139,7 @@ fn every_action_type_matches_its_golden_file() {
     let mut seen: Vec<ActionType> = actions.iter().map(Action::action_type).collect();
     seen.sort_by_key(|t| t.upper());
     seen.dedup();
-    assert_eq!(seen.len(), 9, "one example per action type: {seen:?}");
+    assert_eq!(seen.len(), 10, "one example per action type: {seen:?}");
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/wire");
     let bless = std::env::var("BATON_BLESS").is_ok_and(|v| v == "1");
     for action in &actions {
