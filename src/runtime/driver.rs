@@ -188,6 +188,8 @@ struct LiveAttempt {
     step_id: String,
     run_dir: PathBuf,
     model: String,
+    /// What its stdout has streamed so far, read incrementally.
+    usage: crate::runtime::spend::UsageStream,
 }
 
 struct Finished {
@@ -729,7 +731,8 @@ impl Driver {
         crash_point("after-launch");
         let (step_id, dir) = (step_id.to_string(), run_dir.clone());
         if !automation {
-            self.live.push(LiveAttempt { step_id: step_id.clone(), run_dir: dir.clone(), model });
+            let usage = crate::runtime::spend::UsageStream::default();
+            self.live.push(LiveAttempt { step_id: step_id.clone(), run_dir: dir.clone(), model, usage });
         }
         self.started_one();
         self.inflight.spawn(async move { Finished { step_id, attempt, run_dir: dir, result: launched.wait().await } });
@@ -1099,12 +1102,14 @@ impl Driver {
     /// marker file makes its harvest record `budget_stopped`.
     fn watch_budget(&mut self, state: &ExecutionState) {
         let Some(ceiling) = state.budget.ceiling_usd else { return };
-        for live in &self.live {
+        for live in &mut self.live {
             if live.run_dir.join(BUDGET_STOP_FILE).exists() {
                 continue;
             }
-            let Ok(stdout) = std::fs::read(live.run_dir.join(shim::STDOUT_FILE)) else { continue };
-            let (i, o, reported) = crate::runtime::spend::streamed_usage(&String::from_utf8_lossy(&stdout));
+            if live.usage.read_new(&live.run_dir.join(shim::STDOUT_FILE)).is_err() {
+                continue;
+            }
+            let (i, o, reported) = live.usage.totals();
             let priced = reported.filter(|m| self.prices.get(m).is_some()).unwrap_or_else(|| live.model.clone());
             let Some(used) = self.prices.cost(&priced, i, o) else { continue };
             let others = state.budget.reserved_usd() - state.budget.reserved.get(&live.step_id).copied().unwrap_or(0.0);
@@ -1163,7 +1168,13 @@ impl Driver {
                         .ok()
                         .and_then(|t| serde_json::from_str::<LaunchMeta>(&t).ok());
                     if let Some(m) = launched.filter(|m| !m.automation) {
-                        self.live.push(LiveAttempt { step_id: step_id.clone(), run_dir: dir.clone(), model: m.model });
+                        let usage = crate::runtime::spend::UsageStream::default();
+                        self.live.push(LiveAttempt {
+                            step_id: step_id.clone(),
+                            run_dir: dir.clone(),
+                            model: m.model,
+                            usage,
+                        });
                     }
                     self.started_one();
                     self.inflight.spawn(async move {

@@ -43,41 +43,81 @@ pub fn attempt_cost(out: &AgentOutput, model: &str, prices: &PriceTable) -> (f64
 /// id, the last report of a message winning) and codex's `turn.completed` usage. Lines that
 /// are not JSON (a partial last line) are skipped.
 pub fn streamed_usage(stdout: &str) -> (u64, u64, Option<String>) {
-    let mut by_message: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    let mut anonymous = (0u64, 0u64);
-    let mut model = None;
+    let mut stream = UsageStream::default();
     for line in stdout.lines() {
-        let Ok(v) = serde_json::from_str::<Value>(line.trim()) else { continue };
-        let kind = v.get("type").and_then(Value::as_str);
+        stream.line(line);
+    }
+    stream.totals()
+}
+
+/// [`streamed_usage`] read incrementally: each call to [`UsageStream::read_new`] parses only
+/// the complete lines appended to the file since the last one, so watching a long session
+/// costs what it adds, not its whole output every time.
+#[derive(Debug, Default)]
+pub struct UsageStream {
+    /// Bytes of the file consumed (up to the last complete line).
+    offset: u64,
+    by_message: BTreeMap<String, (u64, u64)>,
+    anonymous: (u64, u64),
+    model: Option<String>,
+}
+
+impl UsageStream {
+    /// Reads the complete lines appended to `path` since the last call; a missing file reads
+    /// as nothing yet. Errors: reading the file.
+    pub fn read_new(&mut self, path: &std::path::Path) -> std::io::Result<()> {
+        use std::io::{Read as _, Seek as _};
+        let mut file = match std::fs::File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        file.seek(std::io::SeekFrom::Start(self.offset))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        let Some(end) = bytes.iter().rposition(|b| *b == b'\n') else { return Ok(()) };
+        for line in String::from_utf8_lossy(&bytes[..end]).lines() {
+            self.line(line);
+        }
+        self.offset += end as u64 + 1;
+        Ok(())
+    }
+
+    fn line(&mut self, line: &str) {
+        let Ok(v) = serde_json::from_str::<Value>(line.trim()) else { return };
         let field = |u: Option<&Value>, k: &str| u.and_then(|u| u.get(k)).and_then(Value::as_u64).unwrap_or(0);
-        match kind {
+        match v.get("type").and_then(Value::as_str) {
             Some("assistant") => {
                 let message = v.get("message");
-                if model.is_none() {
-                    model = message.and_then(|m| m.get("model")).and_then(Value::as_str).map(str::to_owned);
+                if self.model.is_none() {
+                    self.model = message.and_then(|m| m.get("model")).and_then(Value::as_str).map(str::to_owned);
                 }
                 let usage = message.and_then(|m| m.get("usage"));
                 let counted = (field(usage, "input_tokens"), field(usage, "output_tokens"));
                 match message.and_then(|m| m.get("id")).and_then(Value::as_str) {
                     Some(id) => {
-                        by_message.insert(id.to_owned(), counted);
+                        self.by_message.insert(id.to_owned(), counted);
                     }
                     None => {
-                        anonymous.0 += counted.0;
-                        anonymous.1 += counted.1;
+                        self.anonymous.0 += counted.0;
+                        self.anonymous.1 += counted.1;
                     }
                 }
             }
             Some("turn.completed") => {
                 let usage = v.get("usage");
-                anonymous.0 += field(usage, "input_tokens");
-                anonymous.1 += field(usage, "output_tokens");
+                self.anonymous.0 += field(usage, "input_tokens");
+                self.anonymous.1 += field(usage, "output_tokens");
             }
             _ => {}
         }
     }
-    let (i, o) = by_message.values().fold(anonymous, |acc, (i, o)| (acc.0 + i, acc.1 + o));
-    (i, o, model)
+
+    /// (input tokens, output tokens, model reported) so far.
+    pub fn totals(&self) -> (u64, u64, Option<String>) {
+        let (i, o) = self.by_message.values().fold(self.anonymous, |acc, (i, o)| (acc.0 + i, acc.1 + o));
+        (i, o, self.model.clone())
+    }
 }
 
 /// The ledger's recent history for forecasts: per (agent, model), the newest
@@ -148,6 +188,26 @@ mod tests {
         let codex = "{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":7,\"output_tokens\":2}}\n\
                      {\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}\n";
         assert_eq!(streamed_usage(codex), (8, 3, None));
+    }
+
+    #[test]
+    fn the_usage_stream_reads_only_complete_new_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stdout");
+        let mut stream = UsageStream::default();
+        stream.read_new(&path).unwrap();
+        assert_eq!(stream.totals(), (0, 0, None), "no file yet");
+        let first = r#"{"type":"assistant","message":{"id":"m1","model":"opus","usage":{"input_tokens":10,"output_tokens":1}}}"#;
+        std::fs::write(&path, format!("{first}\n{{\"type\":\"assistant\",\"mess")).unwrap();
+        stream.read_new(&path).unwrap();
+        assert_eq!(stream.totals(), (10, 1, Some("opus".into())));
+        let rest = r#"age":{"id":"m2","usage":{"input_tokens":5,"output_tokens":2}}}"#;
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str(&format!("{rest}\n"));
+        std::fs::write(&path, &text).unwrap();
+        stream.read_new(&path).unwrap();
+        assert_eq!(stream.totals(), (15, 3, Some("opus".into())), "the partial line is read once complete");
+        assert_eq!(stream.totals(), streamed_usage(&text));
     }
 
     #[test]
