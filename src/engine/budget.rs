@@ -133,6 +133,15 @@ pub(crate) fn ceiling_changed(state: &mut ExecutionState) {
     }
 }
 
+/// A skip or an amendment changes what is left to run: a parked execution is reconsidered
+/// (`settle` parks it again, with a fresh shortfall, if what is ready still does not fit).
+pub(crate) fn reconsider(state: &mut ExecutionState) {
+    if state.status == ExecutionStatus::BudgetExceeded {
+        state.budget.shortfall = None;
+        state.status = ExecutionStatus::Running;
+    }
+}
+
 /// spend + forecast − ceiling, at least a cent: the smallest raise that lets `step_id` run.
 fn shortfall_usd(state: &ExecutionState, step_id: &str) -> f64 {
     let ceiling = state.budget.ceiling_usd.unwrap_or(0.0);

@@ -1185,6 +1185,7 @@ fn mutate(state: &mut ExecutionState, event: &Event, now: &str) {
             }
         }
         EventKind::Amended { description, trigger, phases, after_phase, steps } => {
+            budget::reconsider(state);
             amend::apply(state, description, trigger, phases, *after_phase, steps, now);
             if state.status == ExecutionStatus::Failed {
                 reopen(state);
@@ -1226,6 +1227,7 @@ fn mutate(state: &mut ExecutionState, event: &Event, now: &str) {
             r.completed_at = now.to_string();
             state.counters.steps_done += 1;
             reopen(state);
+            budget::reconsider(state);
         }
         EventKind::GateRetried { phase_id } => {
             let failures = state.gate_failures(*phase_id);

@@ -142,6 +142,21 @@ fn stopping_at_the_ceiling_cancels_with_the_reason() {
 }
 
 #[test]
+fn skipping_the_blocked_step_while_parked_goes_on_without_it() {
+    let mut s = started(vec![phase(1, vec![step("1.1", &[]), step("1.2", &[])]), phase(2, vec![step("2.1", &[])])]);
+    ok(&mut s, &forecasted(&[("1.1", 0.2), ("1.2", 5.0), ("2.1", 0.2)], 0.2));
+    ok(&mut s, &ceiling(1.0));
+    ok(&mut s, &dispatched("1.1"));
+    ok(&mut s, &costing("1.1", RecordStatus::Complete, 0.2));
+    assert_eq!(s.status, ExecutionStatus::BudgetExceeded);
+    assert_eq!(s.budget.shortfall.as_ref().unwrap().step_id, "1.2");
+    ok(&mut s, &ev(EventKind::StepSkipped { step_id: "1.2".into(), reason: "too dear".into() }));
+    assert_eq!(s.status, ExecutionStatus::Running, "the skip unparks it");
+    assert!(s.budget.shortfall.is_none());
+    assert_eq!(dispatch_ids(&s), vec!["2.1"]);
+}
+
+#[test]
 fn budget_events_refuse_nonsense_and_change_nothing() {
     let mut s = three_parallel();
     for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 2e6] {
