@@ -391,13 +391,14 @@ enum ExecuteCommand {
         reason: String,
     },
     /// Decide an execution parked at its USD ceiling (BUDGET): raise the ceiling or stop.
+    #[command(group = clap::ArgGroup::new("decision").required(true).args(["raise", "stop"]))]
     Budget {
         #[command(flatten)]
         task: Task,
         #[command(flatten)]
         key: Key,
         /// Raise the ceiling by this many USD; the next `execute run` resumes where it stopped.
-        #[arg(long, value_name = "USD", conflicts_with = "stop", required_unless_present = "stop")]
+        #[arg(long, value_name = "USD")]
         raise: Option<String>,
         /// Stop the execution (it is cancelled, with the reason).
         #[arg(long)]
@@ -744,9 +745,8 @@ async fn execute(data: DataDir, command: ExecuteCommand, json: bool) -> anyhow::
         };
         let budget = match args.max_spend_usd.as_deref() {
             Some(raw) => Some((
-                runtime::spend::parse_usd(raw).ok_or_else(|| {
-                    BadInput(format!("--max-spend-usd {raw:?}: expected a USD amount above 0, such as 25 or 2.50"))
-                })?,
+                runtime::spend::parse_usd(raw)
+                    .ok_or_else(|| BadInput(format!("--max-spend-usd {raw:?}: {}", runtime::spend::USD_EXPECTED)))?,
                 "--max-spend-usd".to_string(),
             )),
             None => None,
@@ -923,6 +923,8 @@ const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 /// status`), serves until SIGINT/SIGTERM, then stops its drivers.
 async fn serve(data_dir: &Path, bind: std::net::SocketAddr, demo: bool, max_agents: usize) -> anyhow::Result<ExitCode> {
     let data = DataDir::open(data_dir)?;
+    // A bad ceiling in the environment would fail every fired spec's driver: refuse it now.
+    runtime::spend::ceiling_from_env(|k| std::env::var(k).ok())?;
     let _lock = crate::runtime::server_lock(&data)?;
     let execs = Executions::open(data.clone()).await?;
     let has_users = execs.store().has_users().await?;
@@ -1085,12 +1087,11 @@ fn event_of(command: ExecuteCommand) -> anyhow::Result<(Option<String>, Event)> 
         ExecuteCommand::Cancel { task, reason } => (task, None, EventKind::Cancelled { reason }),
         ExecuteCommand::Budget { task, key, raise, stop } => match raise {
             Some(raw) if !stop => {
-                let by_usd = runtime::spend::parse_usd(&raw).ok_or_else(|| {
-                    BadInput(format!("--raise {raw:?}: expected a USD amount above 0, such as 5 or 2.50"))
-                })?;
+                let by_usd = runtime::spend::parse_usd(&raw)
+                    .ok_or_else(|| BadInput(format!("--raise {raw:?}: {}", runtime::spend::USD_EXPECTED)))?;
                 (task, key.idempotency_key, EventKind::BudgetRaised { by_usd })
             }
-            _ => (task, None, EventKind::Cancelled { reason: "stopped at the budget ceiling".into() }),
+            _ => (task, key.idempotency_key, EventKind::Cancelled { reason: STOPPED_AT_CEILING.into() }),
         },
         ExecuteCommand::RetryStep { task, step_id } => (task, None, EventKind::StepRetried { step_id }),
         ExecuteCommand::RetryGate { task, phase_id } => (task, None, EventKind::GateRetried { phase_id }),
@@ -1107,9 +1108,25 @@ fn event_of(command: ExecuteCommand) -> anyhow::Result<(Option<String>, Event)> 
     Ok((task.task_id, event))
 }
 
+/// The reason `execute budget --stop` cancels with.
+const STOPPED_AT_CEILING: &str = "stopped at the budget ceiling";
+
 async fn record_command(execs: &Executions, command: ExecuteCommand, json: bool) -> anyhow::Result<ExitCode> {
+    let stop = matches!(command, ExecuteCommand::Budget { stop: true, .. });
     let (task_id, event) = event_of(command)?;
     let task_id = execs.resolve_task_id(task_id.as_deref()).await?;
+    if stop {
+        // `--stop` answers a BUDGET action; anything else is `execute cancel`'s job.
+        let state = execs.get(&task_id).await?;
+        if state.status != crate::model::state::ExecutionStatus::BudgetExceeded {
+            return Err(BadInput(format!(
+                "execution {task_id} is {}, not parked at its budget ceiling: nothing to stop{}",
+                state.status,
+                if state.status.is_terminal() { "" } else { " (`baton execute cancel` cancels it)" }
+            ))
+            .into());
+        }
+    }
     let kind = event.kind.name();
     let done = execs.record_once(&task_id, event).await?;
     if done.stopped_attempts > 0 {

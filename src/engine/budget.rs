@@ -18,7 +18,7 @@
 
 use crate::engine::EngineError;
 use crate::model::action::{Action, BudgetAction};
-use crate::model::budget::BudgetShortfall;
+use crate::model::budget::{BudgetShortfall, StepForecast};
 use crate::model::plan::PlanStep;
 use crate::model::state::{ExecutionState, ExecutionStatus};
 
@@ -26,6 +26,8 @@ use crate::model::state::{ExecutionState, ExecutionStatus};
 const EPSILON_USD: f64 = 1e-9;
 /// Largest ceiling or raise accepted, USD (beyond it a value is a typo, not a budget).
 pub const MAX_CEILING_USD: f64 = 1_000_000.0;
+/// Smallest ceiling or raise accepted, USD: a cent.
+pub const MIN_CEILING_USD: f64 = 0.01;
 
 /// True when a step forecast at `forecast_usd` fits on top of what is spent and reserved, plus
 /// `extra_usd` reserved by dispatches being planned alongside it.
@@ -92,12 +94,49 @@ pub(crate) fn check_forecast(
     Ok(())
 }
 
-/// Checks a ceiling (`BudgetSet`) or a raise (`BudgetRaised`) amount.
+/// Checks a ceiling (`BudgetSet`) or a raise (`BudgetRaised`) amount: a cent to a million USD.
 pub(crate) fn check_amount(what: &str, usd: f64) -> Result<(), EngineError> {
-    if usd.is_finite() && usd > 0.0 && usd <= MAX_CEILING_USD {
+    if usd.is_finite() && (MIN_CEILING_USD..=MAX_CEILING_USD).contains(&usd) {
         return Ok(());
     }
-    Err(EngineError::InvalidEvent(format!("{what} {usd} is not a USD amount above 0 and at most {MAX_CEILING_USD}")))
+    Err(EngineError::InvalidEvent(format!(
+        "{what} {usd} is not a USD amount from {MIN_CEILING_USD} to {MAX_CEILING_USD}"
+    )))
+}
+
+/// Checks a `BudgetSet`: a ceiling can be set or replaced, never removed once there is one
+/// (dispatch would then run unbounded).
+pub(crate) fn check_set(state: &ExecutionState, ceiling_usd: Option<f64>) -> Result<(), EngineError> {
+    match ceiling_usd {
+        Some(c) => check_amount("ceiling_usd", c),
+        None if state.budget.ceiling_usd.is_some() => Err(EngineError::InvalidEvent(
+            "ceiling_usd: the execution has a ceiling; it can be replaced or raised, not removed".into(),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Checks a `BudgetRaised`: the raised ceiling within the cap.
+pub(crate) fn check_raise(state: &ExecutionState, by_usd: f64) -> Result<(), EngineError> {
+    check_amount("by_usd", by_usd)?;
+    let raised = state.budget.ceiling_usd.unwrap_or(0.0) + by_usd;
+    if raised > MAX_CEILING_USD {
+        return Err(EngineError::InvalidEvent(format!(
+            "by_usd {by_usd}: the ceiling would be {raised}, above the largest ceiling {MAX_CEILING_USD}"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a `Forecasted`: recorded once, when the execution starts (a second one would
+/// rewrite what reservations were made against).
+pub(crate) fn check_forecast_once(state: &ExecutionState) -> Result<(), EngineError> {
+    if state.budget.forecast_recorded {
+        return Err(EngineError::InvalidEvent(
+            "the forecast is recorded once, when the execution starts, and it already was".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// A dispatch reserves the step's forecast.
@@ -111,16 +150,40 @@ pub(crate) fn release(state: &mut ExecutionState, step_id: &str) {
     state.budget.reserved.remove(step_id);
 }
 
-/// An attempt stopped at the ceiling: dispatch is held until a human decides.
+/// An attempt stopped at the ceiling: dispatch is held until a human decides, and the step's
+/// forecast grows by what the stopped attempt used (running it again from scratch costs at
+/// least that much again), so the raise asked for is one that can let it finish.
 pub(crate) fn stopped(state: &mut ExecutionState, step_id: &str, cost_usd: f64) {
-    let needed = shortfall_usd(state, step_id);
+    let grown = state.budget.forecast_usd(step_id) + cost_usd;
+    let entry = state.budget.forecasts.entry(step_id.to_string()).or_insert_with(|| StepForecast {
+        low_usd: grown,
+        mid_usd: grown,
+        high_usd: grown,
+        samples: 0,
+        basis: String::new(),
+    });
+    entry.mid_usd = grown;
+    entry.high_usd = entry.high_usd.max(grown);
+    entry.basis = format!("{} + ${cost_usd:.2} used by an attempt stopped at the ceiling", entry.basis);
     state.budget.shortfall = Some(BudgetShortfall {
         step_id: step_id.to_string(),
-        needed_usd: needed,
+        needed_usd: 0.0,
         reason: format!(
             "step {step_id} was stopped while running: its usage (${cost_usd:.2}) crossed the remaining budget"
         ),
     });
+}
+
+/// After a result, a warning when spend ended above the ceiling (an agent that reports its
+/// cost only at the end, or usage streamed while no driver watched): never silent.
+pub(crate) fn overshoot_warning(state: &mut ExecutionState, step_id: &str) {
+    let Some(ceiling) = state.budget.ceiling_usd else { return };
+    let spent = state.counters.spend_usd;
+    if spent > ceiling + EPSILON_USD {
+        state.budget.warnings.push(format!(
+            "BUDGET_OVERSHOT: step {step_id}'s result brought spend to ${spent:.2}, over the ${ceiling:.2} ceiling"
+        ));
+    }
 }
 
 /// A new ceiling (set or raised) clears the pending decision; `settle` parks again if the
@@ -151,28 +214,36 @@ fn shortfall_usd(state: &ExecutionState, step_id: &str) -> f64 {
 }
 
 /// Called by `settle` when the current phase has unfinished steps and nothing in flight:
-/// parks the execution when a decision is pending or a ready step cannot be afforded.
-pub(crate) fn park_if_blocked(state: &mut ExecutionState, ready: &[String]) {
+/// parks the execution when a decision is pending or a ready step cannot be afforded. The
+/// shortfall names the first ready step in plan order (the one a raise lets run first) and
+/// what it needs. A step waiting for a human's reply (interactive) is answered first: no
+/// parking while one waits.
+pub(crate) fn park_if_blocked(state: &mut ExecutionState, ready: &[String], interacting: bool) {
+    if interacting || state.budget.ceiling_usd.is_none() {
+        return;
+    }
+    let Some(first) = ready.first().cloned() else { return };
     if state.budget.shortfall.is_none() {
-        if state.budget.ceiling_usd.is_none() || ready.is_empty() {
-            return;
-        }
         if ready.iter().any(|s| fits(state, state.budget.forecast_usd(s), 0.0)) {
             return;
         }
-        let step_id = ready[0].clone();
-        let needed = shortfall_usd(state, &step_id);
         state.budget.shortfall = Some(BudgetShortfall {
             reason: format!(
-                "step {step_id}'s forecast (${:.2}) does not fit: ${:.2} of the ${:.2} ceiling is spent",
-                state.budget.forecast_usd(&step_id),
+                "step {first}'s forecast (${:.2}) does not fit: ${:.2} of the ${:.2} ceiling is spent",
+                state.budget.forecast_usd(&first),
                 state.counters.spend_usd,
                 state.budget.ceiling_usd.unwrap_or(0.0)
             ),
-            step_id,
-            needed_usd: needed,
+            step_id: first.clone(),
+            needed_usd: 0.0,
         });
     }
+    let needed = shortfall_usd(state, &first);
+    if let Some(s) = state.budget.shortfall.as_mut() {
+        s.step_id = first;
+        s.needed_usd = needed;
+    }
+    state.budget.parks += 1;
     state.status = ExecutionStatus::BudgetExceeded;
 }
 

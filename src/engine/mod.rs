@@ -51,6 +51,9 @@ pub const CHECKPOINT_TOKEN_THRESHOLD: u64 = 150_000;
 /// Largest spend one step may report, USD: anything above is a broken report, not a cost
 /// (and would overflow the execution's total).
 pub const MAX_STEP_COST_USD: f64 = 1_000_000.0;
+/// Most tokens one result may report: anything above is a broken report (and would overflow
+/// the execution's total).
+pub const MAX_STEP_TOKENS: u64 = 1_000_000_000_000;
 /// Marker an interactive agent emits when the conversation is done.
 pub const INTERACT_COMPLETE: &str = "INTERACT_COMPLETE";
 
@@ -656,10 +659,10 @@ fn default_round(state: &ExecutionState, kind: &EventKind) -> u64 {
         EventKind::Amended { .. } => state.current_phase as u64,
         EventKind::CheckpointAcknowledged => u64::from(state.checkpoint.count) + u64::from(state.checkpoint.due),
         EventKind::BudgetSet { .. } => u64::from(state.budget.changes),
-        // Like an approval: the round of the decision, so a resent raise is a duplicate.
-        EventKind::BudgetRaised { .. } => {
-            state.budget.raises.len() as u64 + u64::from(state.status == ExecutionStatus::BudgetExceeded)
-        }
+        // The execution's progress (results recorded): the same raise sent twice before any
+        // step ran again (a double submit, a retry) is one raise, even when the first was too
+        // small and the execution parked again.
+        EventKind::BudgetRaised { .. } => state.counters.turn_count,
         EventKind::Forecasted { .. } => 0,
         EventKind::FeedbackRecorded { .. } | EventKind::Completed | EventKind::Cancelled { .. } => 0,
     }
@@ -749,21 +752,29 @@ fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), EngineError> {
             }
             budget::check_dispatch(state, step_id)
         }
-        EventKind::Forecasted { steps, default_usd } => budget::check_forecast(steps, *default_usd),
-        EventKind::BudgetSet { ceiling_usd, .. } => {
-            if let Some(c) = ceiling_usd {
-                budget::check_amount("ceiling_usd", *c)?;
-            }
-            Ok(())
+        EventKind::Forecasted { steps, default_usd } => {
+            budget::check_forecast_once(state)?;
+            budget::check_forecast(steps, *default_usd)
         }
+        EventKind::BudgetSet { ceiling_usd, .. } => budget::check_set(state, *ceiling_usd),
         EventKind::BudgetRaised { by_usd } => {
-            budget::check_amount("by_usd", *by_usd)?;
+            budget::check_raise(state, *by_usd)?;
             if status != ExecutionStatus::BudgetExceeded {
                 return Err(wrong("budget_raised"));
             }
             Ok(())
         }
-        EventKind::StepRecorded { step_id, status: rec, cost_usd, duration_seconds, .. } => {
+        EventKind::StepRecorded { step_id, status: rec, cost_usd, duration_seconds, tokens, .. } => {
+            if *tokens > MAX_STEP_TOKENS {
+                return Err(EngineError::InvalidEvent(format!(
+                    "step {step_id}: tokens {tokens} is not a token count (at most {MAX_STEP_TOKENS})"
+                )));
+            }
+            if *rec == RecordStatus::BudgetStopped && state.budget.ceiling_usd.is_none() {
+                return Err(EngineError::InvalidEvent(format!(
+                    "step {step_id}: budget_stopped needs a ceiling, and this execution has none"
+                )));
+            }
             if !cost_usd.is_finite() || *cost_usd < 0.0 || *cost_usd > MAX_STEP_COST_USD {
                 return Err(EngineError::InvalidEvent(format!(
                     "step {step_id}: cost_usd {cost_usd} is not a number between 0 and {MAX_STEP_COST_USD}"
@@ -1011,7 +1022,7 @@ fn mutate(state: &mut ExecutionState, event: &Event, now: &str) {
             }
             r.agent_name = agent_name.clone();
             r.completed_at = now.to_string();
-            r.estimated_tokens += tokens;
+            r.estimated_tokens = r.estimated_tokens.saturating_add(*tokens);
             r.cost_usd += cost_usd;
             r.duration_seconds += duration_seconds;
             r.gate_feedback = None;
@@ -1074,26 +1085,30 @@ fn mutate(state: &mut ExecutionState, event: &Event, now: &str) {
                     }
                 }
             }
-            state.counters.tokens += tokens;
+            state.counters.tokens = state.counters.tokens.saturating_add(*tokens);
             state.counters.spend_usd += cost_usd;
             state.counters.turn_count += 1;
             state.checkpoint.turns_since += 1;
-            state.checkpoint.tokens_since += tokens;
+            state.checkpoint.tokens_since = state.checkpoint.tokens_since.saturating_add(*tokens);
             if became_done {
                 state.counters.steps_done += 1;
             }
             budget::release(state, step_id);
             if *status == RecordStatus::BudgetStopped {
                 budget::stopped(state, step_id, *cost_usd);
+            } else {
+                budget::overshoot_warning(state, step_id);
             }
             budget::tier_warning(state);
         }
         EventKind::Forecasted { steps, default_usd } => {
             state.budget.forecasts.clone_from(steps);
             state.budget.default_forecast_usd = *default_usd;
+            state.budget.forecast_recorded = true;
         }
         EventKind::BudgetSet { ceiling_usd, source } => {
             state.budget.ceiling_usd = *ceiling_usd;
+            state.budget.set_usd = *ceiling_usd;
             state.budget.source.clone_from(source);
             budget::ceiling_changed(state);
         }
@@ -1366,7 +1381,8 @@ fn settle(state: &mut ExecutionState, now: &str) {
             if !in_flight {
                 let ready: Vec<String> =
                     phase.steps.iter().filter(|s| is_ready(state, s)).map(|s| s.step_id.clone()).collect();
-                budget::park_if_blocked(state, &ready);
+                let interacting = phase.steps.iter().any(|s| state.step_status(&s.step_id) == StepStatus::Interacting);
+                budget::park_if_blocked(state, &ready, interacting);
             }
             return;
         }

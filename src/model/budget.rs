@@ -81,15 +81,26 @@ pub struct Budget {
     /// Ceiling changes so far (sets and raises): the round of the next one's idempotency key.
     #[serde(default)]
     pub changes: u32,
-    /// Token-tier warnings (the plan's `budget_tier` caps are advice, not a stop).
+    /// Token-tier warnings (the plan's `budget_tier` caps are advice, not a stop) and
+    /// overshoots (a result that brought spend above the ceiling).
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// The forecast was recorded (it is recorded once, when the execution starts).
+    #[serde(default)]
+    pub forecast_recorded: bool,
+    /// The ceiling as last set by `BudgetSet`, before raises.
+    #[serde(default)]
+    pub set_usd: Option<f64>,
+    /// Times the execution parked in `budget_exceeded`.
+    #[serde(default)]
+    pub parks: u32,
 }
 
 impl Budget {
     /// USD reserved by in-flight attempts.
     pub fn reserved_usd(&self) -> f64 {
-        self.reserved.values().sum()
+        // `Sum` for f64 starts at -0.0: `+ 0.0` makes an empty sum print as 0.
+        self.reserved.values().sum::<f64>() + 0.0
     }
 
     /// The forecast of `step_id`'s cost, USD (its own, else the default).

@@ -22,6 +22,9 @@ pub struct ModelPrice {
     pub default_step_usd: f64,
 }
 
+/// Largest price (per Mtok) or default step cost a row may state, USD.
+pub const MAX_PRICE_USD: f64 = 10_000.0;
+
 /// Forecast of a step whose model has no row at all, USD.
 pub const UNKNOWN_MODEL_STEP_USD: f64 = 0.25;
 
@@ -81,7 +84,8 @@ impl PriceTable {
         self.get(model).map_or(UNKNOWN_MODEL_STEP_USD, |p| p.default_step_usd)
     }
 
-    /// Checks configured rows: every number finite and non-negative. `Err` names the row.
+    /// Checks configured rows: every number finite, from 0 to [`MAX_PRICE_USD`]. `Err` names
+    /// the row and the field.
     pub fn check(configured: &BTreeMap<String, ModelPrice>) -> Result<(), String> {
         for (k, p) in configured {
             for (name, v) in [
@@ -89,8 +93,10 @@ impl PriceTable {
                 ("output_per_mtok", p.output_per_mtok),
                 ("default_step_usd", p.default_step_usd),
             ] {
-                if !v.is_finite() || v < 0.0 {
-                    return Err(format!("[prices.{k}] {name} = {v}: expected a non-negative number of USD"));
+                if !v.is_finite() || !(0.0..=MAX_PRICE_USD).contains(&v) {
+                    return Err(format!(
+                        "[prices.{k}] {name} = {v}: expected a number of USD from 0 to {MAX_PRICE_USD}"
+                    ));
                 }
             }
         }

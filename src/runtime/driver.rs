@@ -190,6 +190,8 @@ struct LiveAttempt {
     model: String,
     /// What its stdout has streamed so far, read incrementally.
     usage: crate::runtime::spend::UsageStream,
+    /// Warned that its usage has no price (so it cannot be watched).
+    unpriced: bool,
 }
 
 struct Finished {
@@ -732,7 +734,13 @@ impl Driver {
         let (step_id, dir) = (step_id.to_string(), run_dir.clone());
         if !automation {
             let usage = crate::runtime::spend::UsageStream::default();
-            self.live.push(LiveAttempt { step_id: step_id.clone(), run_dir: dir.clone(), model, usage });
+            self.live.push(LiveAttempt {
+                step_id: step_id.clone(),
+                run_dir: dir.clone(),
+                model,
+                usage,
+                unpriced: false,
+            });
         }
         self.started_one();
         self.inflight.spawn(async move { Finished { step_id, attempt, run_dir: dir, result: launched.wait().await } });
@@ -828,23 +836,27 @@ impl Driver {
         let (mut cost, mut estimated) = crate::runtime::spend::attempt_cost(&out, &model, &self.prices);
         let (mut input_tokens, mut output_tokens) = (out.input_tokens, out.output_tokens);
         let stopped = run_dir.join(BUDGET_STOP_FILE).exists();
-        if stopped && out.cost_usd.is_none() {
-            // Killed before its final report: what it streamed is what it used.
-            let (i, o, reported) = crate::runtime::spend::streamed_usage(&stdout);
-            let priced = reported.filter(|m| self.prices.get(m).is_some()).unwrap_or_else(|| model.clone());
-            if let Some(c) = self.prices.cost(&priced, i, o).filter(|c| *c > cost) {
-                (cost, estimated, input_tokens, output_tokens, tokens) = (c, true, i, o, i + o);
-            }
+        // What it streamed counts when it says more than its final report (killed before the
+        // report, a command that only streams): the larger of the two is what it used.
+        let (i, o, reported) = crate::runtime::spend::streamed_usage(&stdout);
+        let priced = reported.filter(|m| self.prices.get(m).is_some()).unwrap_or_else(|| model.clone());
+        if let Some(c) = self.prices.cost(&priced, i, o).map(|c| c.min(engine::MAX_STEP_COST_USD)).filter(|c| *c > cost)
+        {
+            (cost, estimated, input_tokens, output_tokens, tokens) = (c, true, i, o, i.saturating_add(o));
+        }
+        // Launches of this attempt that died with their driver and were run again spent too.
+        let lost = self.lost_launch_spend(run_dir, &model);
+        if lost > 0.0 {
+            errln!("{step_id}: adding ${lost:.2} streamed by earlier launches of attempt {attempt} that died");
+            cost = (cost + lost).min(engine::MAX_STEP_COST_USD);
+            estimated = true;
         }
         let duration = exit.duration_ms as f64 / 1000.0;
         let mut files = Vec::new();
         let mut commit_hash = String::new();
         let mut error = String::new();
         let success = if stopped {
-            error = format!(
-                "stopped at the budget ceiling: its usage (${cost:.2}) crossed the remaining budget; worktree kept at {}",
-                meta.worktree.display()
-            );
+            error = format!("stopped at the budget ceiling: its usage (${cost:.2}) crossed the remaining budget");
             false
         } else if exit.timed_out {
             error = format!("timed out after {} s", exit.duration_ms / 1000);
@@ -903,10 +915,32 @@ impl Driver {
                 let _ = repo.delete_ref(&attempt_ref);
             })
             .await;
+        } else if stopped {
+            errln!("{step_id}: {error}; it runs again once the ceiling is raised");
         } else {
             errln!("{step_id} failed: {error} (worktree kept at {})", meta.worktree.display());
         }
         Ok(())
+    }
+
+    /// USD streamed by the earlier launches of the attempt whose newest launch is `run_dir`
+    /// (launches that died with their driver and were run again), priced at `model`.
+    fn lost_launch_spend(&self, run_dir: &Path, model: &str) -> f64 {
+        let name = run_dir.file_name().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
+        let (base_name, n) = match name.rsplit_once("-r") {
+            Some((b, n)) => (b.to_string(), n.parse::<u32>().unwrap_or(1)),
+            None => (name, 1),
+        };
+        let base = run_dir.with_file_name(base_name);
+        (1..n)
+            .filter_map(|k| std::fs::read(launch_dir(&base, k).join(shim::STDOUT_FILE)).ok())
+            .filter_map(|bytes| {
+                let (i, o, reported) = crate::runtime::spend::streamed_usage(&String::from_utf8_lossy(&bytes));
+                let priced = reported.filter(|m| self.prices.get(m).is_some()).unwrap_or_else(|| model.to_string());
+                self.prices.cost(&priced, i, o)
+            })
+            .sum::<f64>()
+            + 0.0
     }
 
     /// Commits the attempt's changes, checks its paths and cherry-picks it onto the feature
@@ -1057,7 +1091,30 @@ impl Driver {
         if state.status.is_terminal() {
             return Ok(state);
         }
-        if state.budget.forecasts.is_empty() && state.plan.steps().any(|(_, s)| !s.is_automation()) {
+        // The ceiling first: it is kept even when forecasting fails.
+        let wanted = match (budget, state.budget.ceiling_usd) {
+            (Some(b), None) => Some(b),
+            (Some((flag, _)), Some(current)) => {
+                if (flag - current).abs() > 1e-9 {
+                    errln!(
+                        "note: keeping execution {}'s ceiling of ${current:.2} ({}); --max-spend-usd applies to a new \
+                         execution, `baton execute budget --raise` changes this one",
+                        state.task_id,
+                        state.budget.source
+                    );
+                }
+                None
+            }
+            (None, None) if state.budget.changes == 0 => env_ceiling.map(|(v, name)| (v, name.to_string())),
+            (None, _) => None,
+        };
+        if let Some((ceiling, source)) = wanted {
+            errln!("budget ceiling: ${ceiling:.2} ({source})");
+            let kind = EventKind::BudgetSet { ceiling_usd: Some(ceiling), source };
+            let key = format!("budget-set:{}:{}", state.task_id, state.budget.changes + 1);
+            self.record(&mut state, kind, key).await?;
+        }
+        if !state.budget.forecast_recorded && state.plan.steps().any(|(_, s)| !s.is_automation()) {
             let mut plan = state.plan.clone();
             for phase in &mut plan.phases {
                 for step in phase.steps.iter_mut().filter(|s| !s.is_automation()) {
@@ -1072,6 +1129,7 @@ impl Driver {
             let forecast = crate::pmo::enrich::forecast(&plan, &history, &self.prices);
             let default_usd = forecast.steps.iter().map(|s| s.mid_usd).fold(0.0, f64::max);
             let default_usd = if default_usd > 0.0 { default_usd } else { self.prices.default_step_usd("sonnet") };
+            let default_usd = default_usd.min(crate::engine::budget::MAX_CEILING_USD);
             errln!(
                 "forecast: ${:.2} (${:.2}–${:.2}); {}",
                 forecast.mid_usd,
@@ -1081,17 +1139,6 @@ impl Driver {
             );
             let kind = EventKind::Forecasted { steps: forecast.by_step(), default_usd };
             let key = format!("forecast:{}", state.task_id);
-            self.record(&mut state, kind, key).await?;
-        }
-        let wanted = match budget {
-            Some(b) => Some(b),
-            None if state.budget.changes == 0 => env_ceiling.map(|(v, name)| (v, name.to_string())),
-            None => None,
-        };
-        if let Some((ceiling, source)) = wanted.filter(|(c, _)| state.budget.ceiling_usd != Some(*c)) {
-            errln!("budget ceiling: ${ceiling:.2} ({source})");
-            let kind = EventKind::BudgetSet { ceiling_usd: Some(ceiling), source };
-            let key = format!("budget-set:{}:{}", state.task_id, state.budget.changes + 1);
             self.record(&mut state, kind, key).await?;
         }
         Ok(state)
@@ -1111,7 +1158,17 @@ impl Driver {
             }
             let (i, o, reported) = live.usage.totals();
             let priced = reported.filter(|m| self.prices.get(m).is_some()).unwrap_or_else(|| live.model.clone());
-            let Some(used) = self.prices.cost(&priced, i, o) else { continue };
+            let Some(used) = self.prices.cost(&priced, i, o) else {
+                if !live.unpriced && i + o > 0 {
+                    live.unpriced = true;
+                    errln!(
+                        "warning: {}: model {priced} has no row in the price table ([prices.{priced}] in baton.toml): \
+                         its streamed usage cannot be held to the ceiling",
+                        live.step_id
+                    );
+                }
+                continue;
+            };
             let others = state.budget.reserved_usd() - state.budget.reserved.get(&live.step_id).copied().unwrap_or(0.0);
             let remaining = ceiling - state.counters.spend_usd - others;
             if used > remaining {
@@ -1174,6 +1231,7 @@ impl Driver {
                             run_dir: dir.clone(),
                             model: m.model,
                             usage,
+                            unpriced: false,
                         });
                     }
                     self.started_one();

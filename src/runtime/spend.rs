@@ -21,15 +21,19 @@ pub const BUDGET_ENV: &str = "BATON_RUN_BUDGET_USD";
 pub const BUDGET_ENV_ALIAS: &str = "BATON_RUN_TOKEN_CEILING";
 
 /// What an attempt cost, USD, and whether that is an estimate: the agent's reported cost when
-/// it is a valid amount; else its tokens × the price of `model` (estimated); else 0.
+/// it is a number (a report above the engine's per-step cap counts as the cap, never as 0: a
+/// broken report must not slip under the ceiling); else its tokens × the price of `model`
+/// (estimated); else 0. Never above [`MAX_STEP_COST_USD`](crate::engine::MAX_STEP_COST_USD).
 pub fn attempt_cost(out: &AgentOutput, model: &str, prices: &PriceTable) -> (f64, bool) {
+    let cap = crate::engine::MAX_STEP_COST_USD;
     match out.cost_usd {
         // `+ 0.0` turns a reported -0 into 0.
-        Some(c) if c.is_finite() && (0.0..=crate::engine::MAX_STEP_COST_USD).contains(&c) => (c + 0.0, false),
-        _ if out.input_tokens + out.output_tokens > 0 => {
+        Some(c) if c.is_finite() && c >= 0.0 => (c.min(cap) + 0.0, false),
+        Some(c) if c == f64::INFINITY => (cap, false),
+        _ if out.input_tokens.saturating_add(out.output_tokens) > 0 => {
             let priced = out.model.as_deref().filter(|m| prices.get(m).is_some()).unwrap_or(model);
             match prices.cost(priced, out.input_tokens, out.output_tokens) {
-                Some(c) => (c, true),
+                Some(c) => (c.min(cap), true),
                 None => (0.0, false),
             }
         }
@@ -141,16 +145,20 @@ pub fn ceiling_from_env(lookup: impl Fn(&str) -> Option<String>) -> Result<Optio
         let Some(raw) = lookup(name).filter(|v| !v.trim().is_empty()) else { continue };
         return match parse_usd(&raw) {
             Some(v) => Ok(Some((v, name))),
-            None => Err(BadInput(format!("{name}={raw:?}: expected a USD amount above 0, such as 25 or 2.50"))),
+            None => Err(BadInput(format!("{name}={raw:?}: {USD_EXPECTED}"))),
         };
     }
     Ok(None)
 }
 
-/// Parses a USD amount above 0 and at most the engine's largest ceiling (`25`, `2.50`, `$3`).
+/// What [`parse_usd`] accepts, for error messages.
+pub const USD_EXPECTED: &str = "expected a USD amount from 0.01 to 1000000, such as 25 or 2.50";
+
+/// Parses a USD amount from a cent to the engine's largest ceiling (`25`, `2.50`, `$3`).
 pub fn parse_usd(raw: &str) -> Option<f64> {
+    use crate::engine::budget::{MAX_CEILING_USD, MIN_CEILING_USD};
     let v: f64 = raw.trim().trim_start_matches('$').trim().parse().ok()?;
-    (v.is_finite() && v > 0.0 && v <= crate::engine::budget::MAX_CEILING_USD).then_some(v)
+    (v.is_finite() && (MIN_CEILING_USD..=MAX_CEILING_USD).contains(&v)).then_some(v)
 }
 
 #[cfg(test)]
@@ -169,6 +177,9 @@ mod tests {
         assert_eq!(attempt_cost(&unknown, "llama", &prices), (0.0, false));
         let broken = AgentOutput { cost_usd: Some(f64::NAN), output_tokens: 1_000_000, ..AgentOutput::default() };
         assert_eq!(attempt_cost(&broken, "sonnet", &prices), (15.0, true));
+        // A report above the cap counts as the cap, not as nothing (found by a tester: $5M → $0).
+        let huge = AgentOutput { cost_usd: Some(5e6), ..AgentOutput::default() };
+        assert_eq!(attempt_cost(&huge, "sonnet", &prices), (crate::engine::MAX_STEP_COST_USD, false));
     }
 
     #[test]

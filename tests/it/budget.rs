@@ -62,8 +62,10 @@ fn with_three_steps_in_parallel_a_step_whose_forecast_would_cross_the_ceiling_is
     let raise = ws.run(&["execute", "budget", "--task-id", "budget-1", "--raise", "0.25"]);
     assert_eq!(code(&raise), 0, "{}\n{}", stdout(&raise), stderr(&raise));
     assert!(stdout(&raise).contains("ACTION: DISPATCH"), "{}", stdout(&raise));
-    let done = resume(&ws, "budget-1");
+    // The same command line again (a script that always passes the flag) keeps the raise.
+    let done = run_with_ceiling(&ws, &plan, "0.60");
     assert_eq!(code(&done), 0, "{}\n{}", stdout(&done), stderr(&done));
+    assert!(stderr(&done).contains("keeping execution budget-1's ceiling of $0.85"), "{}", stderr(&done));
     for step in ["1.1", "1.2", "1.3"] {
         assert_eq!(ws.launches("budget-1", step), 1, "step {step} ran more than once");
     }
@@ -71,6 +73,13 @@ fn with_three_steps_in_parallel_a_step_whose_forecast_would_cross_the_ceiling_is
     assert_eq!(status["status"], "complete");
     assert_eq!(status["budget"]["ceiling_usd"], 0.85);
     assert_eq!(status["budget"]["raises"][0]["by_usd"], 0.25);
+    // Stop answers a BUDGET action only.
+    let stop = ws.run(&["execute", "budget", "--task-id", "budget-1", "--stop"]);
+    assert_eq!(code(&stop), 2, "{}", stderr(&stop));
+    assert!(stderr(&stop).contains("not parked at its budget ceiling"), "{}", stderr(&stop));
+    let neither = ws.run(&["execute", "budget", "--task-id", "budget-1"]);
+    assert_eq!(code(&neither), 2);
+    assert!(stderr(&neither).contains("--stop"), "{}", stderr(&neither));
 }
 
 #[test]

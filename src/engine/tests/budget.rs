@@ -107,6 +107,90 @@ fn a_raise_too_small_parks_again_with_the_new_shortfall() {
     assert_eq!(s.status, ExecutionStatus::BudgetExceeded);
     let Action::Budget(b) = next_action(&s) else { panic!() };
     assert_eq!(b.needed_usd, 0.3);
+    // The same raise sent again before anything ran (a double submit) is one raise, even
+    // though the first left it parked (found by a tester: two clicks raised it twice).
+    assert!(apply(&mut s, &raise(0.1), T0).unwrap().duplicate);
+    assert_eq!(s.budget.ceiling_usd, Some(1.1));
+}
+
+#[test]
+fn after_attempts_are_stopped_the_raise_asked_for_runs_the_step_it_names() {
+    let mut s = three_parallel();
+    ok(&mut s, &ceiling(1.2));
+    for id in ["1.1", "1.2", "1.3"] {
+        ok(&mut s, &dispatched(id));
+    }
+    // All three stopped at the ceiling, the last one recorded being 1.3.
+    for id in ["1.1", "1.2", "1.3"] {
+        ok(&mut s, &costing(id, RecordStatus::BudgetStopped, 0.4));
+    }
+    assert_eq!(s.status, ExecutionStatus::BudgetExceeded);
+    let Action::Budget(b) = next_action(&s) else { panic!() };
+    // It names the step that runs first after the raise, and its forecast grew by what the
+    // stopped attempt used: 0.40 + 0.40.
+    assert_eq!(b.step_id, "1.1");
+    assert_eq!(b.forecast_usd, 0.8);
+    // 1.20 spent + 0.80 − 1.20.
+    assert_eq!(b.needed_usd, 0.8);
+    ok(&mut s, &raise(b.needed_usd));
+    assert_eq!(dispatch_ids(&s), vec!["1.1"]);
+}
+
+#[test]
+fn a_step_waiting_for_a_human_reply_is_answered_before_any_budget_decision() {
+    let mut interactive = step("1.1", &[]);
+    interactive.interactive = true;
+    let mut s = started(vec![phase(1, vec![interactive, step("1.2", &[]), step("1.3", &["1.2"])])]);
+    ok(&mut s, &forecasted(&[("1.1", 0.3), ("1.2", 0.5), ("1.3", 0.5)], 0.3));
+    ok(&mut s, &ceiling(0.8));
+    ok(&mut s, &dispatched("1.1"));
+    ok(&mut s, &dispatched("1.2"));
+    let mut turn = costing("1.1", RecordStatus::Interacting, 0.6);
+    if let EventKind::StepRecorded { outcome, .. } = &mut turn.kind {
+        *outcome = "Which greeting?".into();
+    }
+    ok(&mut s, &turn);
+    ok(&mut s, &costing("1.2", RecordStatus::Complete, 0.1));
+    // 1.3 is ready and does not fit, but 1.1 waits for its human: INTERACT first, not BUDGET
+    // (found by a tester: the BUDGET action hid the pending question).
+    assert_eq!(dispatch_ids(&s), Vec::<String>::new());
+    assert_eq!(s.status, ExecutionStatus::Running);
+    assert_eq!(action_type(&s), ActionType::Interact);
+}
+
+#[test]
+fn budget_events_that_would_loosen_or_rewrite_the_budget_are_refused() {
+    let mut s = three_parallel();
+    let removed = refused(&mut s, &ev(EventKind::BudgetSet { ceiling_usd: None, source: "api".into() }));
+    assert!(removed.to_string().contains("not removed"), "{removed}");
+    let again = refused(&mut s, &forecasted(&[], 0.0));
+    assert!(again.to_string().contains("recorded once"), "{again}");
+    for bad in [0.001, 1e-300] {
+        refused(&mut s, &ceiling(bad));
+    }
+    // A broken token count is refused, not added until the counter overflows (found by a
+    // tester: two records of u64::MAX tokens panicked).
+    let mut huge = record("1.1", RecordStatus::Complete);
+    if let EventKind::StepRecorded { tokens, .. } = &mut huge.kind {
+        *tokens = u64::MAX;
+    }
+    refused(&mut s, &huge);
+    // budget_stopped needs a ceiling.
+    let mut bare = started(vec![phase(1, vec![step("1.1", &[])])]);
+    let err = refused(&mut bare, &costing("1.1", RecordStatus::BudgetStopped, 0.4));
+    assert!(err.to_string().contains("needs a ceiling"), "{err}");
+}
+
+#[test]
+fn a_result_that_brings_spend_over_the_ceiling_is_flagged() {
+    let mut s = started(vec![phase(1, vec![step("1.1", &[])])]);
+    ok(&mut s, &forecasted(&[("1.1", 0.25)], 0.25));
+    ok(&mut s, &ceiling(1.0));
+    ok(&mut s, &dispatched("1.1"));
+    // An agent that reports its cost only at the end.
+    ok(&mut s, &costing("1.1", RecordStatus::Complete, 15.0));
+    assert!(s.budget.warnings.iter().any(|w| w.starts_with("BUDGET_OVERSHOT: step 1.1")), "{:?}", s.budget.warnings);
+    assert_eq!(action_type(&s), ActionType::Complete);
 }
 
 #[test]
@@ -308,12 +392,15 @@ proptest! {
             let id = pick.get(&in_flight).clone();
             let reserved_before = s.budget.reserved_usd();
             let own = s.budget.reserved[&id];
-            let wanted = own * f64::from(*pct) / 100.0;
+            // What the agent really costs (and how late the watch notices) depends on the step,
+            // not on what was reserved for it: a stopped step's forecast grows, its cost does not.
+            let original = forecasts.iter().find(|(sid, _)| *sid == id).map_or(0.5, |(_, f)| *f);
+            let wanted = original * f64::from(*pct) / 100.0;
             // The driver's watch stops an attempt once its usage crosses what the ceiling leaves
             // it, noticing up to one reservation late.
             let allowed = ceiling_usd - s.counters.spend_usd - (reserved_before - own);
             let (status, cost) = if wanted > allowed {
-                let late = own * f64::from(*lag) / 100.0;
+                let late = original.min(own) * f64::from(*lag) / 100.0;
                 lag_spent += late;
                 (RecordStatus::BudgetStopped, allowed.max(0.0) + late)
             } else {

@@ -12,6 +12,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
 use crate::engine;
+use crate::engine::budget::{MAX_CEILING_USD, MIN_CEILING_USD};
 use crate::model::action::Action;
 use crate::model::event::{Event, EventKind};
 use crate::model::state::{ApprovalDecision, ExecutionState};
@@ -347,22 +348,23 @@ pub(crate) async fn budget_event(
     decision: &str,
     by_usd: Option<f64>,
 ) -> Result<EventKind, AppError> {
+    let by_usd_invalid =
+        |message: String| AppError::Invalid { message, details: serde_json::json!({"field": "by_usd"}) };
     match decision {
         "raise" => match by_usd {
-            Some(by_usd) => Ok(EventKind::BudgetRaised { by_usd }),
-            None => Err(AppError::Invalid {
-                message: "by_usd: a raise needs the amount in USD".into(),
-                details: serde_json::json!({"field": "by_usd"}),
-            }),
+            Some(v) if v.is_finite() && (MIN_CEILING_USD..=MAX_CEILING_USD).contains(&v) => {
+                Ok(EventKind::BudgetRaised { by_usd: v })
+            }
+            Some(v) => Err(by_usd_invalid(format!("by_usd: {v} {}", crate::runtime::spend::USD_EXPECTED))),
+            None => Err(by_usd_invalid("by_usd: a raise needs the amount in USD".into())),
         },
+        "stop" if by_usd.is_some() => Err(by_usd_invalid("by_usd: only a raise takes an amount".into())),
         "stop" => {
             let state = load(app, task_id).await?;
             if state.status != crate::model::state::ExecutionStatus::BudgetExceeded {
+                let hint = if state.status.is_terminal() { "" } else { ": cancel it instead" };
                 return Err(AppError::Conflict {
-                    message: format!(
-                        "execution {task_id} is {}, not parked at its budget ceiling: cancel it instead",
-                        state.status
-                    ),
+                    message: format!("execution {task_id} is {}, not parked at its budget ceiling{hint}", state.status),
                     reason: Some("wrong_status"),
                 });
             }
