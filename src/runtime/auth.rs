@@ -230,8 +230,9 @@ impl ServerKey {
 }
 
 /// (phase, decision, comment) of a decision event, as signed: approvals (`approve`,
-/// `reject`, `approve-with-feedback`, with the feedback as comment) and feedback answers
-/// (`feedback:<question>=<index>`); `None` for every other event.
+/// `reject`, `approve-with-feedback`, with the feedback as comment), feedback answers
+/// (`feedback:<question>=<index>`) and ceiling raises (`budget:raise=<usd>`, phase 0); `None`
+/// for every other event.
 pub fn decision_fields(kind: &EventKind) -> Option<(i64, String, String)> {
     match kind {
         EventKind::ApprovalRecorded { phase_id, result, feedback } => {
@@ -240,6 +241,9 @@ pub fn decision_fields(kind: &EventKind) -> Option<(i64, String, String)> {
         EventKind::FeedbackRecorded { phase_id, question_id, chosen_index } => {
             Some((*phase_id, format!("feedback:{question_id}={chosen_index}"), String::new()))
         }
+        // Raising a ceiling authorises spending: signed like an approval (phase 0: it is the
+        // execution's, not a phase's).
+        EventKind::BudgetRaised { by_usd } => Some((0, format!("budget:raise={by_usd}"), String::new())),
         _ => None,
     }
 }
@@ -360,6 +364,13 @@ mod tests {
         let forged = format!("{}.{}", k.link(&other).split_once('.').unwrap().0, token.split_once('.').unwrap().1);
         assert_eq!(k.link_claims(&forged), Err(LinkError::Tampered));
         assert_eq!(k.link_claims("nonsense"), Err(LinkError::Malformed));
+    }
+
+    #[test]
+    fn a_ceiling_raise_is_a_signed_decision() {
+        let (phase, decision, _) = decision_fields(&EventKind::BudgetRaised { by_usd: 2.5 }).unwrap();
+        assert_eq!((phase, decision.as_str()), (0, "budget:raise=2.5"));
+        assert!(decision_fields(&EventKind::BudgetSet { ceiling_usd: Some(1.0), source: String::new() }).is_none());
     }
 
     #[test]

@@ -591,4 +591,8 @@ fn a_spec_fired_with_a_reviewed_ceiling_parks_at_it_and_a_raise_finishes_it() {
     assert_eq!(status, 201, "{body}");
     server.wait_stage(id, "changelist_review");
     server.kill9();
+    // The raise authorised spending: it is signed like the approval.
+    let (code, out, err) = baton(&tmp.path().join("data"), &["audit", "verify", &task_id]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("2 signed and verified"), "{out}");
 }
