@@ -247,15 +247,21 @@ enum ExecuteCommand {
         #[arg(long)]
         agent: String,
     },
-    /// Record a step's result.
+    /// Record a step's result (also a team member's: its member id is the step id;
+    /// `team-record` is accepted as an alias, as agent-baton spells it).
+    #[command(alias = "team-record")]
     Record {
         #[command(flatten)]
         task: Task,
         #[command(flatten)]
         key: Key,
-        /// Step id.
+        /// Step id (a team member's id, e.g. 1.1.a, for a member).
         #[arg(long)]
         step_id: String,
+        /// A team member's id (agent-baton's `team-record --member-id`): recorded instead of
+        /// --step-id, which then names its team step.
+        #[arg(long)]
+        member_id: Option<String>,
         /// Agent name.
         #[arg(long)]
         agent: String,
@@ -990,6 +996,7 @@ fn event_of(command: ExecuteCommand) -> anyhow::Result<(Option<String>, Event)> 
             task,
             key,
             step_id,
+            member_id,
             agent,
             status,
             outcome,
@@ -1010,6 +1017,7 @@ fn event_of(command: ExecuteCommand) -> anyhow::Result<(Option<String>, Event)> 
                 return Err(BadInput(format!("--duration {duration}: expected a non-negative number")).into());
             }
             let files = files.into_iter().map(|f| f.trim().to_string()).filter(|f| !f.is_empty()).collect();
+            let step_id = member_id.unwrap_or(step_id);
             (
                 task,
                 key.idempotency_key,

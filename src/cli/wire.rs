@@ -30,6 +30,10 @@ pub fn render(action: &Action, task_id: &str) -> String {
             let _ = writeln!(out, "  Step: {}", d.step_id);
             let _ = writeln!(out, "  Phase: {}", d.phase_id);
             let _ = writeln!(out, "  Attempt: {}", d.attempt);
+            if d.is_team_member {
+                let _ = writeln!(out, "  Team-Step: yes");
+                let _ = writeln!(out, "  Parent-Step: {}", d.parent_step_id);
+            }
             if d.step_type != "developing" {
                 let _ = writeln!(out, "  Type: {}", d.step_type);
             }

@@ -106,7 +106,7 @@ fn check_new_step<'a>(
         return bad(format!("{name}: task_description is empty"));
     }
     if !step.team.is_empty() {
-        return bad(format!("{name}: team steps are not supported yet"));
+        return bad(format!("{name}: an amendment cannot add a team step (add its members as steps)"));
     }
     if !step.step_id.is_empty() {
         if let Some(why) = unsafe_id_reason(&step.step_id) {
@@ -152,7 +152,7 @@ pub(crate) fn apply(
     record(state, trigger, trigger_phase_id, description, phases_added, steps_added, "", now);
 }
 
-fn append_step(state: &mut ExecutionState, pi: usize, mut step: PlanStep) -> String {
+pub(crate) fn append_step(state: &mut ExecutionState, pi: usize, mut step: PlanStep) -> String {
     let phase_id = state.plan.phases[pi].phase_id;
     if step.step_id.is_empty() {
         step.step_id = fresh_step_id(state, phase_id, state.plan.phases[pi].steps.len() + 1);
@@ -175,7 +175,7 @@ fn fresh_step_id(state: &ExecutionState, phase_id: i64, mut n: usize) -> String 
 }
 
 #[expect(clippy::too_many_arguments, reason = "one audit record, field by field")]
-fn record(
+pub(crate) fn record(
     state: &mut ExecutionState,
     trigger: &str,
     trigger_phase_id: i64,
@@ -245,6 +245,7 @@ fn insert_phases(state: &mut ExecutionState, index: usize, phases: Vec<PlanPhase
                             step_map.insert(step.step_id.clone(), renamed.clone());
                             step.step_id = renamed;
                         }
+                        crate::engine::team::renumber(step, &prefix, &format!("{new_id}."), &mut step_map);
                     }
                 }
                 phase.phase_id = new_id;

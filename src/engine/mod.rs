@@ -21,6 +21,7 @@ pub mod budget;
 pub mod gate_additions;
 pub mod prompt;
 pub mod signals;
+pub mod team;
 pub mod validate;
 
 #[cfg(test)]
@@ -63,12 +64,6 @@ pub enum EngineError {
     /// The plan failed validation.
     #[error("invalid plan: {}", .0.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("; "))]
     InvalidPlan(Vec<PlanProblem>),
-    /// Team steps load and validate, but the engine cannot run them yet.
-    #[error("team steps are not supported yet (step {step_id} has a team)")]
-    TeamStepsUnsupported {
-        /// First team step.
-        step_id: String,
-    },
     /// The execution is complete or cancelled.
     #[error("execution is {status}: no further events are accepted")]
     Final {
@@ -204,21 +199,22 @@ pub struct Applied {
 
 /// Starts an execution of `plan` at `now` (RFC 3339).
 ///
-/// Errors: [`EngineError::InvalidPlan`] with every problem, or
-/// [`EngineError::TeamStepsUnsupported`]. A HIGH or CRITICAL plan starts `approval_pending`
-/// with a pre-flight approval before phase 1; an empty first phase is settled at once.
+/// Errors: [`EngineError::InvalidPlan`] with every problem. A HIGH or CRITICAL plan starts
+/// `approval_pending` with a pre-flight approval before phase 1; an empty first phase is
+/// settled at once.
 pub fn start(plan: MachinePlan, now: &str) -> Result<ExecutionState, EngineError> {
     validate(&plan).map_err(EngineError::InvalidPlan)?;
-    if let Some((_, step)) = plan.steps().find(|(_, s)| !s.team.is_empty()) {
-        return Err(EngineError::TeamStepsUnsupported { step_id: step.step_id.clone() });
-    }
     let preflight = matches!(plan.risk_level.to_ascii_uppercase().as_str(), "HIGH" | "CRITICAL");
     let first_phase = plan.phases.first().map(|p| p.phase_id).unwrap_or(0);
     let mut state = ExecutionState::fresh(plan, now);
     if preflight {
         state.status = ExecutionStatus::ApprovalPending;
-        state.pending_approval_request =
-            Some(PendingApprovalRequest { phase_id: first_phase, requested_at: now.to_string(), preflight: true });
+        state.pending_approval_request = Some(PendingApprovalRequest {
+            phase_id: first_phase,
+            requested_at: now.to_string(),
+            preflight: true,
+            team_step: String::new(),
+        });
     } else {
         settle(&mut state, now);
     }
@@ -270,7 +266,8 @@ pub fn next_action(state: &ExecutionState) -> Action {
 }
 
 /// Every step of the current phase that may be dispatched now, as DISPATCH actions in plan
-/// order (seed-spec §2.18). Empty while the execution waits or is finished.
+/// order (seed-spec §2.18); a team step offers its dispatchable members (and synthesis) instead
+/// of itself (see [`team`]). Empty while the execution waits or is finished.
 pub fn next_actions(state: &ExecutionState) -> Vec<Action> {
     if state.status != ExecutionStatus::Running || state.checkpoint.due {
         return Vec::new();
@@ -279,10 +276,32 @@ pub fn next_actions(state: &ExecutionState) -> Vec<Action> {
     if phase.steps.iter().any(|s| state.step_status(&s.step_id) == StepStatus::Failed) {
         return Vec::new();
     }
-    let ready: Vec<&PlanStep> = phase.steps.iter().filter(|s| is_ready(state, s)).collect();
-    let ready = budget::affordable(state, ready);
+    let mut ready: Vec<(std::borrow::Cow<'_, PlanStep>, &str)> = Vec::new();
+    for s in &phase.steps {
+        if s.team.is_empty() {
+            if is_ready(state, s) {
+                ready.push((std::borrow::Cow::Borrowed(s), ""));
+            }
+        } else {
+            ready.extend(team::ready(state, s).into_iter().map(|m| (std::borrow::Cow::Owned(m), s.step_id.as_str())));
+        }
+    }
+    let affordable: std::collections::HashSet<String> =
+        budget::affordable(state, ready.iter().map(|(s, _)| s.as_ref()).collect())
+            .into_iter()
+            .map(|s| s.step_id.clone())
+            .collect();
+    ready.retain(|(s, _)| affordable.contains(&s.step_id));
     let isolation = if ready.len() >= 2 { "worktree" } else { "" };
-    ready.into_iter().map(|s| Action::Dispatch(dispatch_action(state, phase, s, isolation))).collect()
+    ready
+        .into_iter()
+        .map(|(s, parent)| {
+            let mut d = dispatch_action(state, phase, &s, isolation);
+            d.is_team_member = !parent.is_empty();
+            d.parent_step_id = parent.to_string();
+            Action::Dispatch(d)
+        })
+        .collect()
 }
 
 fn running_action(state: &ExecutionState) -> Action {
@@ -358,6 +377,7 @@ fn dispatch_action(state: &ExecutionState, phase: &PlanPhase, step: &PlanStep, i
         blocked_paths: step.blocked_paths.clone(),
         timeout_seconds: step.timeout_seconds,
         is_team_member: false,
+        parent_step_id: String::new(),
     }
 }
 
@@ -430,6 +450,9 @@ fn expand_files(command: &str, state: &ExecutionState, phase: &PlanPhase) -> Str
 }
 
 fn approval_action(state: &ExecutionState) -> Action {
+    if let Some(action) = team::approval_action(state) {
+        return Action::Approval(action);
+    }
     let request = state.pending_approval_request.as_ref();
     let preflight = request.is_some_and(|r| r.preflight);
     let phase_id = request.map_or_else(|| state.current().map_or(0, |p| p.phase_id), |r| r.phase_id);
@@ -737,6 +760,9 @@ fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), EngineError> {
     if status == ExecutionStatus::Failed && !reopening {
         return Err(EngineError::ExecutionFailed { reason: state.failure.clone().unwrap_or_default() });
     }
+    if let Some(team_check) = team::check(state, kind) {
+        return team_check;
+    }
     let wrong = |event: &'static str| EngineError::WrongStatus { event, status };
     match kind {
         EventKind::StepDispatched { step_id, .. } => {
@@ -764,27 +790,8 @@ fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), EngineError> {
             }
             Ok(())
         }
-        EventKind::StepRecorded { step_id, status: rec, cost_usd, duration_seconds, tokens, .. } => {
-            if *tokens > MAX_STEP_TOKENS {
-                return Err(EngineError::InvalidEvent(format!(
-                    "step {step_id}: tokens {tokens} is not a token count (at most {MAX_STEP_TOKENS})"
-                )));
-            }
-            if *rec == RecordStatus::BudgetStopped && state.budget.ceiling_usd.is_none() {
-                return Err(EngineError::InvalidEvent(format!(
-                    "step {step_id}: budget_stopped needs a ceiling, and this execution has none"
-                )));
-            }
-            if !cost_usd.is_finite() || *cost_usd < 0.0 || *cost_usd > MAX_STEP_COST_USD {
-                return Err(EngineError::InvalidEvent(format!(
-                    "step {step_id}: cost_usd {cost_usd} is not a number between 0 and {MAX_STEP_COST_USD}"
-                )));
-            }
-            if !duration_seconds.is_finite() || *duration_seconds < 0.0 {
-                return Err(EngineError::InvalidEvent(format!(
-                    "step {step_id}: duration_seconds {duration_seconds} is not a non-negative number"
-                )));
-            }
+        EventKind::StepRecorded { step_id, status: rec, .. } => {
+            check_record_values(state, kind)?;
             let step = current_step(state, step_id)?;
             if status != ExecutionStatus::Running {
                 return Err(wrong("step_recorded"));
@@ -939,6 +946,35 @@ fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), EngineError> {
     }
 }
 
+/// The values of a `step_recorded` (a step's or a team member's): a token count, a cost in
+/// `0..=MAX_STEP_COST_USD`, a non-negative duration, `budget_stopped` only under a ceiling.
+fn check_record_values(state: &ExecutionState, kind: &EventKind) -> Result<(), EngineError> {
+    let EventKind::StepRecorded { step_id, status: rec, cost_usd, duration_seconds, tokens, .. } = kind else {
+        return Ok(());
+    };
+    if *tokens > MAX_STEP_TOKENS {
+        return Err(EngineError::InvalidEvent(format!(
+            "step {step_id}: tokens {tokens} is not a token count (at most {MAX_STEP_TOKENS})"
+        )));
+    }
+    if *rec == RecordStatus::BudgetStopped && state.budget.ceiling_usd.is_none() {
+        return Err(EngineError::InvalidEvent(format!(
+            "step {step_id}: budget_stopped needs a ceiling, and this execution has none"
+        )));
+    }
+    if !cost_usd.is_finite() || *cost_usd < 0.0 || *cost_usd > MAX_STEP_COST_USD {
+        return Err(EngineError::InvalidEvent(format!(
+            "step {step_id}: cost_usd {cost_usd} is not a number between 0 and {MAX_STEP_COST_USD}"
+        )));
+    }
+    if !duration_seconds.is_finite() || *duration_seconds < 0.0 {
+        return Err(EngineError::InvalidEvent(format!(
+            "step {step_id}: duration_seconds {duration_seconds} is not a non-negative number"
+        )));
+    }
+    Ok(())
+}
+
 /// No new attempt starts while a checkpoint is due (`next_actions` offers none either).
 fn checkpoint_due(step_id: &str) -> EngineError {
     EngineError::StepState {
@@ -990,6 +1026,14 @@ fn ensure_current_phase(state: &ExecutionState, phase_id: i64) -> Result<&PlanPh
 
 /// Applies a checked event. Must not fail: everything that can go wrong was checked.
 fn mutate(state: &mut ExecutionState, event: &Event, now: &str) {
+    let steps_done = state.counters.steps_done;
+    if !team::decide(state, event, now) {
+        mutate_event(state, event, now);
+    }
+    team::after(state, &event.kind, steps_done, now);
+}
+
+fn mutate_event(state: &mut ExecutionState, event: &Event, now: &str) {
     match &event.kind {
         EventKind::StepDispatched { step_id, agent_name } => {
             let r = result_entry(state, step_id, agent_name);
@@ -1154,6 +1198,7 @@ fn mutate(state: &mut ExecutionState, event: &Event, now: &str) {
                 actor: event.actor.clone(),
                 decided_at: now.to_string(),
                 preflight,
+                team_step: String::new(),
             });
             match result {
                 ApprovalDecision::Approve => state.status = ExecutionStatus::Running,
@@ -1284,6 +1329,7 @@ fn result_entry<'a>(state: &'a mut ExecutionState, step_id: &str, agent_name: &s
         knowledge_gaps: Vec::new(),
         deviations: Vec::new(),
         scope_expansions: Vec::new(),
+        team_conflicts: Vec::new(),
     })
 }
 
@@ -1334,6 +1380,7 @@ fn gate_failed(state: &mut ExecutionState, phase_id: i64, output: &str, now: &st
                 r.status = StepStatus::Pending;
                 r.gate_feedback = Some(format!("$ {command}\n{output}"));
             }
+            team::gate_redispatch(state, &step_id, now);
             state.status = ExecutionStatus::Running;
         }
         _ => state.status = ExecutionStatus::GateFailed,
@@ -1350,7 +1397,7 @@ fn fail(state: &mut ExecutionState, reason: String, now: &str) {
 /// and turns a failed step into a failed execution once nothing is in flight.
 fn settle(state: &mut ExecutionState, now: &str) {
     loop {
-        if state.status != ExecutionStatus::Running {
+        if state.status != ExecutionStatus::Running || team::escalate(state, now) {
             return;
         }
         let Some(phase) = state.plan.phases.get(state.current_phase) else { return };
@@ -1379,8 +1426,17 @@ fn settle(state: &mut ExecutionState, now: &str) {
         }
         if !all_done {
             if !in_flight {
-                let ready: Vec<String> =
-                    phase.steps.iter().filter(|s| is_ready(state, s)).map(|s| s.step_id.clone()).collect();
+                let ready: Vec<String> = phase
+                    .steps
+                    .iter()
+                    .flat_map(|s| {
+                        if s.team.is_empty() {
+                            is_ready(state, s).then(|| s.step_id.clone()).into_iter().collect()
+                        } else {
+                            team::ready(state, s).into_iter().map(|m| m.step_id).collect::<Vec<_>>()
+                        }
+                    })
+                    .collect();
                 let interacting = phase.steps.iter().any(|s| state.step_status(&s.step_id) == StepStatus::Interacting);
                 budget::park_if_blocked(state, &ready, interacting);
             }
@@ -1389,12 +1445,17 @@ fn settle(state: &mut ExecutionState, now: &str) {
         let approved = state.approval_results.iter().any(|a| {
             a.phase_id == phase_id
                 && !a.preflight
+                && a.team_step.is_empty()
                 && matches!(a.result, ApprovalDecision::Approve | ApprovalDecision::ApproveWithFeedback)
         });
         if phase.approval_required && !approved {
             state.status = ExecutionStatus::ApprovalPending;
-            state.pending_approval_request =
-                Some(PendingApprovalRequest { phase_id, requested_at: now.to_string(), preflight: false });
+            state.pending_approval_request = Some(PendingApprovalRequest {
+                phase_id,
+                requested_at: now.to_string(),
+                preflight: false,
+                team_step: String::new(),
+            });
             return;
         }
         if phase.feedback_questions.iter().any(|q| !answered(state, phase_id, &q.question_id)) {

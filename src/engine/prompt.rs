@@ -4,7 +4,8 @@
 //!
 //! 1. a title naming the step and the execution, and the agent's role;
 //! 2. `## Task summary` (the plan's `task_summary`) and `## Shared context`;
-//! 3. `## Step` (`- <step_id>`), `## Task` (the step's `task_description`), `## Expected outcome`;
+//! 3. `## Step` (`- <step_id>`), `## Team` (a team member's id, role, parent step and team;
+//!    see `engine::team`), `## Task` (the step's `task_description`), `## Expected outcome`;
 //! 4. `## Deliverables`, `## Context files`, `## Allowed paths`, `## Blocked paths` (lists);
 //! 5. `## Previous steps`: outcomes of the steps this one depends on (first 600 characters each);
 //! 6. `## Gate output`: when a failed gate re-dispatches the step, the command and its output;
@@ -52,6 +53,9 @@ pub fn delegation_prompt(state: &ExecutionState, step: &PlanStep) -> String {
         let _ = writeln!(out, "## Shared context\n{}\n", plan.shared_context.trim());
     }
     let _ = writeln!(out, "## Step\n- {}\n", step.step_id);
+    if let Some(team) = crate::engine::team::prompt_section(state, &step.step_id) {
+        out.push_str(&team);
+    }
     let _ = writeln!(out, "## Task\n{}\n", step.task_description.trim());
     if !step.expected_outcome.trim().is_empty() {
         let _ = writeln!(out, "## Expected outcome\n{}\n", step.expected_outcome.trim());

@@ -13,6 +13,7 @@ mod props;
 mod purity;
 mod rejected;
 mod scenarios;
+mod teams;
 
 const T0: &str = "2026-01-01T00:00:00+00:00";
 

@@ -3,7 +3,8 @@
 //! Rules (seed-spec §1.3 plus what Baton adds because ids become git refs and paths): at least
 //! one phase; unique phase ids and step ids; a non-empty `agent_name`; `depends_on` names a step
 //! declared earlier (no forward references, no cycles); ids safe in a ref and a path; automation
-//! steps have a command; feedback questions have options; `sub_team` only on a lead.
+//! steps have a command; feedback questions have options; `sub_team` only on a lead; team
+//! members as `engine::team` requires (unique ids, intra-team `depends_on`, known strategies).
 //! This module never does IO.
 
 use std::collections::{HashMap, HashSet};
@@ -118,6 +119,9 @@ pub fn validate(plan: &MachinePlan) -> Result<(), Vec<PlanProblem>> {
             }
             order += 1;
         }
+    }
+    for (location, message) in crate::engine::team::problems(plan) {
+        push(location, message);
     }
     for cycle in find_cycles(plan) {
         push("plan".into(), format!("dependency cycle: {}", cycle.join(" -> ")));

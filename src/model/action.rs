@@ -94,9 +94,13 @@ pub struct DispatchAction {
     /// Per-step timeout, seconds (0 = runtime default).
     #[serde(default)]
     pub timeout_seconds: u64,
-    /// Always false until team steps are supported.
+    /// A member of a team step (seed-spec §3.6), or its synthesis: `step_id` is then the member
+    /// id (`1.1.a`, `1.1.a.b`) or `<step>.synthesis`, and `parent_step_id` the team step.
     #[serde(default)]
     pub is_team_member: bool,
+    /// The team step this member belongs to; empty (and omitted) for an ordinary step.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub parent_step_id: String,
 }
 
 /// GATE: run a phase's QA gate.

@@ -279,6 +279,31 @@ impl PlanStep {
     pub fn is_automation(&self) -> bool {
         self.step_type == "automation"
     }
+
+    /// Every member of a team step, flattened depth-first with each lead before its
+    /// `sub_team` (seed-spec §3.6); empty for an ordinary step.
+    pub fn flat_members(&self) -> Vec<&TeamMember> {
+        fn walk<'a>(out: &mut Vec<&'a TeamMember>, members: &'a [TeamMember]) {
+            for m in members {
+                out.push(m);
+                walk(out, &m.sub_team);
+            }
+        }
+        let mut out = Vec::new();
+        walk(&mut out, &self.team);
+        out
+    }
+
+    /// The synthesis strategy of a team step: `concatenate` (the default), `merge_files` or
+    /// `agent_synthesis`.
+    pub fn synthesis_strategy(&self) -> &str {
+        self.synthesis.as_ref().map_or("concatenate", |s| s.strategy.as_str())
+    }
+
+    /// Id of the synthesis dispatch of an `agent_synthesis` team step: `<step_id>.synthesis`.
+    pub fn synthesis_id(&self) -> String {
+        format!("{}.synthesis", self.step_id)
+    }
 }
 
 impl PlanPhase {

@@ -186,6 +186,18 @@ pub struct StepResult {
     /// The text of its outcome's `## Deviations` sections.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deviations: Vec<String>,
+    /// Team steps only: files that two or more members changed (seed-spec §3.6).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub team_conflicts: Vec<TeamConflict>,
+}
+
+/// A file that two or more members of a team step changed (by their `files_changed`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TeamConflict {
+    /// Repository-relative path.
+    pub file: String,
+    /// Member ids that changed it, in team order.
+    pub members: Vec<String>,
 }
 
 /// A `GATE_ADDITION:` line the safety filter refused (seed-spec §2.7).
@@ -271,6 +283,10 @@ pub struct ApprovalResult {
     /// The pre-flight approval of a HIGH/CRITICAL plan (before phase 1), not a phase's own.
     #[serde(default)]
     pub preflight: bool,
+    /// The team step whose escalated file conflict this decided (seed-spec §3.6), not the
+    /// phase's own approval; empty otherwise.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub team_step: String,
 }
 
 /// An outstanding approval request; present exactly when status is `approval_pending`.
@@ -283,6 +299,10 @@ pub struct PendingApprovalRequest {
     /// Pre-flight (before phase 1) rather than end-of-phase.
     #[serde(default)]
     pub preflight: bool,
+    /// A team step whose members changed the same file under `conflict_handling: escalate`
+    /// (the approval decides the conflict, not the phase); empty otherwise.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub team_step: String,
 }
 
 /// An answered feedback question.
@@ -333,10 +353,11 @@ pub struct Counters {
     pub turn_count: u64,
 }
 
-/// Where each step lives in the plan: a cache rebuilt from the plan, never serialized and
-/// ignored by equality.
+/// Where each step lives in the plan (step id → (phase index, step index)), and which team step
+/// each team member and synthesis dispatch belongs to (id → team step id): a cache rebuilt from
+/// the plan, never serialized and ignored by equality.
 #[derive(Debug, Clone, Default)]
-pub struct StepIndex(pub(crate) HashMap<String, (usize, usize)>);
+pub struct StepIndex(pub(crate) HashMap<String, (usize, usize)>, pub(crate) HashMap<String, String>);
 
 impl PartialEq for StepIndex {
     fn eq(&self, _: &Self) -> bool {
@@ -484,12 +505,33 @@ impl ExecutionState {
     /// Rebuilds the step-location cache from the plan (after deserializing or amending).
     pub fn reindex(&mut self) {
         let mut map = HashMap::with_capacity(self.plan.step_count());
+        let mut members = HashMap::new();
         for (pi, phase) in self.plan.phases.iter().enumerate() {
             for (si, step) in phase.steps.iter().enumerate() {
                 map.insert(step.step_id.clone(), (pi, si));
+                for m in step.flat_members() {
+                    members.insert(m.member_id.clone(), step.step_id.clone());
+                }
+                if !step.team.is_empty() && step.synthesis_strategy() == "agent_synthesis" {
+                    members.insert(step.synthesis_id(), step.step_id.clone());
+                }
             }
         }
-        self.index = StepIndex(map);
+        self.index = StepIndex(map, members);
+    }
+
+    /// The team step a team member (or a team step's synthesis dispatch) belongs to, by id;
+    /// None for an ordinary step id or an unknown id.
+    pub fn team_parent(&self, id: &str) -> Option<&str> {
+        if self.index.0.is_empty() && self.plan.step_count() > 0 {
+            return self.plan.steps().find_map(|(_, s)| {
+                let member = s.flat_members().iter().any(|m| m.member_id == id);
+                let synthesis =
+                    !s.team.is_empty() && s.synthesis_strategy() == "agent_synthesis" && s.synthesis_id() == id;
+                (member || synthesis).then_some(s.step_id.as_str())
+            });
+        }
+        self.index.1.get(id).map(String::as_str)
     }
 
     /// Steps complete or skipped / total steps.

@@ -146,8 +146,7 @@ fn classify_engine(e: &EngineError) -> AppError {
         | EngineError::OptionOutOfRange { .. }
         | EngineError::InvalidEvent(_)
         | EngineError::InvalidAmendment(_)
-        | EngineError::InvalidPlan(_)
-        | EngineError::TeamStepsUnsupported { .. } => AppError::Unprocessable(message),
+        | EngineError::InvalidPlan(_) => AppError::Unprocessable(message),
         EngineError::Final { .. } => conflict("final"),
         EngineError::ExecutionFailed { .. } => conflict("execution_failed"),
         EngineError::NotCurrentPhase { .. } => conflict("not_current_phase"),

@@ -841,25 +841,6 @@ fn cancel_is_final_and_every_later_event_is_refused() {
 }
 
 #[test]
-fn team_steps_are_refused_by_start() {
-    let mut s = step("1.2", &[]);
-    s.team = vec![crate::model::plan::TeamMember {
-        member_id: "1.2.a".into(),
-        agent_name: "dev".into(),
-        role: "implementer".into(),
-        task_description: "x".into(),
-        model: "sonnet".into(),
-        depends_on: vec![],
-        sub_team: vec![],
-        synthesis: None,
-        extra: Default::default(),
-    }];
-    let err = start(plan_of(vec![phase(1, vec![step("1.1", &[]), s])]), T0).unwrap_err();
-    assert_eq!(err, EngineError::TeamStepsUnsupported { step_id: "1.2".into() });
-    assert!(err.to_string().contains("team steps are not supported yet"), "{err}");
-}
-
-#[test]
 fn invalid_plans_are_refused_with_every_problem() {
     let mut nameless = step("1.2", &["9.9"]);
     nameless.agent_name = String::new();
