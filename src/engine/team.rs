@@ -62,6 +62,16 @@ pub fn unit_ids(step: &PlanStep) -> Vec<String> {
     ids
 }
 
+/// The agents a team step's dispatches run: each member's, and the synthesis agent of an
+/// `agent_synthesis` step. Empty for an ordinary step.
+pub fn agents(step: &PlanStep) -> Vec<&str> {
+    let mut out: Vec<&str> = step.flat_members().iter().map(|m| m.agent_name.as_str()).collect();
+    if synthesises(step) {
+        out.push(step.synthesis.as_ref().map_or("code-reviewer", |s| s.synthesis_agent.as_str()));
+    }
+    out
+}
+
 /// Every id of `phase` that an agent attempt runs under, in plan order: each ordinary step's
 /// id, and each team step's member ids and synthesis id (never the team step's own id).
 pub fn dispatch_ids(phase: &PlanPhase) -> Vec<String> {

@@ -428,6 +428,9 @@ async fn create(
     let profile = args.agent.clone().unwrap_or_else(|| "claude".into());
     for (_, step) in plan.steps().filter(|(_, s)| !s.is_automation()) {
         profile_of(config, &profile, &step.agent_name)?;
+        for agent in engine::team::agents(step) {
+            profile_of(config, &profile, agent)?;
+        }
     }
     let meta = prepare_meta(data, &plan.task_id, args).await?;
     let state = execs.create(plan).await?;
@@ -654,10 +657,10 @@ impl Driver {
 
     /// Launches (launch number `launch` ≥ 1) attempt `attempt` of a dispatched step.
     async fn launch(&mut self, state: &ExecutionState, step_id: &str, attempt: u32, launch: u32) -> anyhow::Result<()> {
-        let Some((pi, si)) = state.locate(step_id) else {
+        let Some(step) = engine::team::work_step(state, step_id) else {
             anyhow::bail!("step {step_id} is not in the plan");
         };
-        let step = &state.plan.phases[pi].steps[si];
+        let step = step.as_ref();
         let run_dir = launch_dir(&self.data.run_dir(&state.task_id, step_id, attempt), launch);
         let worktree = self.data.attempt_worktree(&state.task_id, step_id, attempt);
         let tip = {
@@ -826,8 +829,9 @@ impl Driver {
         let meta: LaunchMeta = serde_json::from_str(&text)?;
         let (stdout, stderr) = shim::read_output(run_dir)?;
         let out = parse_output(&meta.profile, &stdout, &stderr, &exit);
-        let (pi, si) = state.locate(step_id).ok_or_else(|| anyhow::anyhow!("step {step_id} vanished"))?;
-        let step = state.plan.phases[pi].steps[si].clone();
+        let step = engine::team::work_step(state, step_id)
+            .ok_or_else(|| anyhow::anyhow!("step {step_id} vanished"))?
+            .into_owned();
         let mut tokens = out.input_tokens + out.output_tokens;
         if let Some(c) = out.cost_usd.filter(|c| !c.is_finite() || !(0.0..=engine::MAX_STEP_COST_USD).contains(c)) {
             errln!("warning: {step_id} reported an invalid cost ({c}); priced from its tokens instead");
@@ -1186,10 +1190,9 @@ impl Driver {
     async fn recover(&mut self, state: &mut ExecutionState) -> anyhow::Result<()> {
         stop_orphan_gate(&self.data.runs(&state.task_id).join(GATE_PGID_FILE));
         let Some(phase) = state.current() else { return Ok(()) };
-        let dispatched: Vec<(String, u32)> = phase
-            .steps
+        let dispatched: Vec<(String, u32)> = engine::team::dispatch_ids(phase)
             .iter()
-            .filter_map(|s| state.result(&s.step_id))
+            .filter_map(|id| state.result(id))
             .filter(|r| r.status == StepStatus::Dispatched)
             .map(|r| (r.step_id.clone(), r.attempt))
             .collect();
@@ -1426,9 +1429,9 @@ pub async fn branch_log(repo: &Path, branch: &str, limit: usize) -> anyhow::Resu
 /// detached agents do not keep working for a cancelled execution). Returns how many it signalled.
 pub fn stop_attempts(data: &DataDir, state: &ExecutionState) -> usize {
     let mut stopped = 0;
-    for (_, step) in state.plan.steps() {
-        let Some(r) = state.result(&step.step_id).filter(|r| r.status == StepStatus::Dispatched) else { continue };
-        let Some((_, dir)) = latest_launch(&data.run_dir(&state.task_id, &step.step_id, r.attempt)) else { continue };
+    for step_id in state.plan.phases.iter().flat_map(engine::team::dispatch_ids) {
+        let Some(r) = state.result(&step_id).filter(|r| r.status == StepStatus::Dispatched) else { continue };
+        let Some((_, dir)) = latest_launch(&data.run_dir(&state.task_id, &step_id, r.attempt)) else { continue };
         if matches!(shim::kill_attempt(&dir), Ok(true)) {
             stopped += 1;
         }

@@ -18,6 +18,7 @@ mod metrics;
 mod run;
 mod serve;
 mod specs;
+mod teams;
 mod web;
 mod webhooks;
 mod wire;

@@ -11,7 +11,10 @@
 //! `## Human reply`. Directives anywhere in the prompt: `[demo: fail]`, `[demo: sleep=N]`,
 //! `[demo: cost=X]`, `[demo: noop]`, `[demo: interact=QUESTION]`, `[demo: gate_addition=CMD]`,
 //! `[demo: burn=TOKENS]` (streams that many output tokens of usage in [`BURN_CHUNKS`] `assistant`
-//! messages, spread over the `sleep` time, like a model working; the budget watch reads them).
+//! messages, spread over the `sleep` time, like a model working; the budget watch reads them),
+//! `[demo: replace=PATH|OLD|NEW]` (replaces the first `OLD` in the existing file `PATH` with
+//! `NEW`, besides the usual writes: two agents editing different lines of one file is a change
+//! git can merge).
 
 use std::fs;
 use std::io::{self, Write};
@@ -49,6 +52,7 @@ struct DemoPrompt {
     interact: Option<String>,
     gate_additions: Vec<String>,
     burn_tokens: u64,
+    replacements: Vec<(String, String, String)>,
 }
 
 /// Level-1 or level-2 heading title, if `line` is one.
@@ -124,6 +128,12 @@ fn parse_prompt(prompt: &str) -> DemoPrompt {
             ("interact", Some(v)) => p.interact = Some(v.to_owned()),
             ("gate_addition", Some(v)) => p.gate_additions.push(v.to_owned()),
             ("burn", Some(v)) => p.burn_tokens = v.parse().unwrap_or(0),
+            ("replace", Some(v)) => {
+                let parts: Vec<&str> = v.splitn(3, '|').collect();
+                if let [path, old, new] = parts[..] {
+                    p.replacements.push((path.trim().to_owned(), old.to_owned(), new.to_owned()));
+                }
+            }
             _ => {}
         }
     }
@@ -220,11 +230,36 @@ fn act(p: &DemoPrompt, cwd: &Path) -> (bool, String) {
         let names: Vec<String> = files.iter().map(|f| format!("`{}`", f.display())).collect();
         lines.push(format!("The Baton demo agent completed step {} and wrote {}.", p.step_id, names.join(", ")));
     }
+    for (path, old, new) in &p.replacements {
+        match replace_in(cwd, path, old, new) {
+            Ok(()) => lines.push(format!("It edited `{path}`.")),
+            Err(e) => return (true, e),
+        }
+    }
     lines.extend(p.gate_additions.iter().map(|cmd| format!("{GATE_ADDITION_PREFIX}{cmd}")));
     if p.interact.is_some() {
         lines.push(INTERACT_COMPLETE.to_owned());
     }
     (false, lines.join("\n"))
+}
+
+/// Replaces the first `old` in the existing file `rel` (inside `cwd`) with `new`; a file that
+/// already holds `new` and no `old` is left alone.
+fn replace_in(cwd: &Path, rel: &str, old: &str, new: &str) -> Result<(), String> {
+    let rel = relative_path(rel)?;
+    let root = cwd.canonicalize().map_err(|e| format!("working directory {}: {e}", cwd.display()))?;
+    let path = root.join(&rel).canonicalize().map_err(|e| format!("replace in `{}`: {e}", rel.display()))?;
+    if !path.starts_with(&root) {
+        return Err(format!("refusing to edit `{}`: it resolves outside the working directory", rel.display()));
+    }
+    let text = fs::read_to_string(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    if !new.is_empty() && text.contains(new) && !text.contains(old) {
+        return Ok(()); // already done (a re-run on the same tree)
+    }
+    if old.is_empty() || !text.contains(old) {
+        return Err(format!("replace in `{}`: the text {old:?} is not there", rel.display()));
+    }
+    fs::write(&path, text.replacen(old, new, 1)).map_err(|e| format!("writing {}: {e}", path.display()))
 }
 
 fn token_estimate(text: &str) -> u64 {
@@ -450,6 +485,24 @@ Keep it short.
         assert_eq!(out.cost_usd, Some(2.5));
         assert!(out.outcome.contains("without changing any files"));
         assert!(tree(wt.path()).is_empty());
+    }
+
+    #[test]
+    fn replace_directive_edits_an_existing_file_once() {
+        let wt = tempfile::tempdir().unwrap();
+        fs::write(wt.path().join("shared.txt"), "one\ntwo\nthree\n").unwrap();
+        let prompt = format!("[demo: noop] [demo: replace=shared.txt|two|TWO]\n{PROMPT}");
+        let (code, out, _) = run(&prompt, wt.path());
+        assert_eq!(code, 0, "{:?}", out.error);
+        assert!(out.outcome.contains("It edited `shared.txt`."), "{}", out.outcome);
+        assert_eq!(fs::read_to_string(wt.path().join("shared.txt")).unwrap(), "one\nTWO\nthree\n");
+        let (again, _, _) = run(&prompt, wt.path());
+        assert_eq!(again, 0, "a re-run on the same tree changes nothing");
+        let (missing, out, _) = run(&format!("[demo: replace=shared.txt|four|4]\n{PROMPT}"), wt.path());
+        assert_eq!(missing, 1);
+        assert!(out.error.unwrap().contains("\"four\" is not there"));
+        let (outside, _, _) = run(&format!("[demo: replace=../x|a|b]\n{PROMPT}"), wt.path());
+        assert_eq!(outside, 1);
     }
 
     #[test]
