@@ -9,7 +9,7 @@
 //!   agent, once every member is done; its prompt is the `synthesis_prompt` with
 //!   `{member_outcomes}` filled in.
 //! * The team step's own result (agent `team`) is derived after every member event
-//!   ([`refresh`]): pending before any member started; dispatched while members run or wait;
+//!   (`refresh`): pending before any member started; dispatched while members run or wait;
 //!   failed when a member failed (the error names it) and none is in flight; complete when every
 //!   member (and the synthesis) is done. Its outcome and files follow the strategy:
 //!   `concatenate` joins the member outcomes with `"; "` and keeps every file (duplicates
