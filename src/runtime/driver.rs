@@ -528,7 +528,12 @@ impl Driver {
                         self.wait_one(&mut state, lease).await?;
                         continue;
                     }
-                    return Ok(self.outcome(&state, action.clone()));
+                    let mut action = action.clone();
+                    if let Action::Approval(a) = &mut action {
+                        let context = std::mem::take(&mut a.approval_context);
+                        a.approval_context = crate::runtime::teams::approval_context(&self.data, &state, context).await;
+                    }
+                    return Ok(self.outcome(&state, action));
                 }
                 Action::Complete { .. } => {
                     if self.running > 0 {

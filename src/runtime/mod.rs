@@ -17,6 +17,7 @@ pub mod pool;
 pub mod report;
 pub mod specs;
 pub mod spend;
+pub mod teams;
 
 use std::io::Write as _;
 use std::path::Path;

@@ -657,7 +657,12 @@ async fn execution_page(
     let action = engine::next_action(&state);
     let (mut approval, mut feedback, mut interact, mut budget_decision) = (None, None, None, None);
     match &action {
-        Action::Approval(a) => approval = Some(a.clone()),
+        Action::Approval(a) => {
+            let mut a = a.clone();
+            let context = std::mem::take(&mut a.approval_context);
+            a.approval_context = crate::runtime::teams::approval_context(app.execs.data(), &state, context).await;
+            approval = Some(a);
+        }
         Action::Feedback(f) => feedback = Some(f.clone()),
         Action::Interact(i) => interact = Some(i.clone()),
         Action::Budget(b) => budget_decision = Some(b.clone()),

@@ -204,6 +204,9 @@ fn escalate_stops_on_an_approval_showing_both_changes_and_approve_continues() {
         text.contains("### shared.txt") && text.contains("#### 1.1.a (alpha") && text.contains("#### 1.1.b (beta"),
         "{text}"
     );
+    // Each member's change of the file, as a diff.
+    assert!(text.contains("### shared.txt — 1.1.a\n```diff\ndiff --git a/shared.txt b/shared.txt"), "{text}");
+    assert!(text.contains("-first\n+FIRST") && text.contains("-last\n+LAST"), "{text}");
     let approve = ws.run(&["execute", "approve", "--task-id", "esc-1", "--phase-id", "1", "--result", "approve"]);
     assert_eq!(code(&approve), 0, "{}", stderr(&approve));
     let resumed = ws.run(&["execute", "run", "--task-id", "esc-1"]);
