@@ -1164,7 +1164,7 @@ async fn resume(execs: &Executions, task_id: &str, json: bool) -> anyhow::Result
         }
         let dispatched: Vec<String> = state
             .current()
-            .map(|p| p.steps.iter().map(|s| s.step_id.clone()).collect::<Vec<_>>())
+            .map(engine::team::dispatch_ids)
             .unwrap_or_default()
             .into_iter()
             .filter(|id| state.step_status(id) == crate::model::state::StepStatus::Dispatched)
@@ -1219,6 +1219,13 @@ fn print_status(state: &ExecutionState, json: bool) -> anyhow::Result<()> {
                 (None, _) => String::new(),
             };
             outln!("    {:<10} {:<20} {:<12} attempt {attempt}{spend}", step.step_id, step.agent_name, status);
+            for id in engine::team::unit_ids(step) {
+                let r = state.result(&id);
+                let agent = engine::team::work_step(state, &id).map(|w| w.agent_name.clone()).unwrap_or_default();
+                let status = r.map_or("pending", |r| r.status.as_str());
+                let attempt = r.map_or(0, |r| r.attempt);
+                outln!("      {:<10} {:<18} {:<12} attempt {attempt}", id, agent, status);
+            }
         }
         if let Some(gate) = &phase.gate {
             let runs = state.gate_runs(phase.phase_id);

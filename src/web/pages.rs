@@ -576,21 +576,30 @@ fn phases_of(app: &AppState, state: &ExecutionState) -> Vec<PhaseView> {
             } else {
                 "pending"
             },
+            // A team step's members (and synthesis) follow it, each a row of its own.
             steps: ph
                 .steps
                 .iter()
-                .map(|s| {
-                    let r = state.result(&s.step_id);
+                .flat_map(|s| {
+                    let mut rows = vec![(s.step_id.clone(), s.agent_name.clone(), false)];
+                    for id in engine::team::unit_ids(s) {
+                        let agent =
+                            engine::team::work_step(state, &id).map(|w| w.agent_name.clone()).unwrap_or_default();
+                        rows.push((id, agent, true));
+                    }
+                    rows
+                })
+                .map(|(step_id, agent_name, member)| {
+                    let r = state.result(&step_id);
                     let status = r.map_or("pending", |r| r.status.as_str());
                     let running = r.is_some_and(|r| r.status == StepStatus::Dispatched);
                     StepView {
-                        step_id: s.step_id.clone(),
-                        agent_name: r.map_or_else(|| s.agent_name.clone(), |r| r.agent_name.clone()),
+                        agent_name: r.map_or(agent_name, |r| r.agent_name.clone()),
                         status,
                         attempt: r.map_or(0, |r| r.attempt),
                         duration_seconds: r.map_or(0.0, |r| r.duration_seconds),
                         cost_usd: r.map_or(0.0, |r| r.cost_usd),
-                        forecast: state.budget.forecasts.get(&s.step_id).map(|f| (f.mid_usd, f.basis.clone())),
+                        forecast: state.budget.forecasts.get(&step_id).map(|f| (f.mid_usd, f.basis.clone())),
                         files: r.map_or(0, |r| r.files_changed.len()),
                         error: r.map(|r| r.error.clone()).unwrap_or_default(),
                         signals: r.map(step_signals).unwrap_or_default(),
@@ -598,7 +607,7 @@ fn phases_of(app: &AppState, state: &ExecutionState) -> Vec<PhaseView> {
                             Some(r) if running => driver::attempt_log_tail(
                                 app.execs.data(),
                                 &state.task_id,
-                                &s.step_id,
+                                &step_id,
                                 r.attempt,
                                 LOG_TAIL_BYTES,
                             ),
@@ -607,7 +616,8 @@ fn phases_of(app: &AppState, state: &ExecutionState) -> Vec<PhaseView> {
                         skippable: !matches!(
                             r.map(|r| r.status),
                             Some(StepStatus::Complete | StepStatus::Skipped | StepStatus::Dispatched)
-                        ) && i >= state.current_phase,
+                        ) && (i > state.current_phase && !member || i == state.current_phase),
+                        step_id,
                     }
                 })
                 .collect(),

@@ -284,6 +284,12 @@ fn team_record_is_accepted_as_an_alias_of_record() {
         "{}",
         stdout(&next)
     );
+    let dispatched = ws.run(&["execute", "dispatched", "--task-id", "rec-1", "--step-id", "1.1.a", "--agent", "alpha"]);
+    assert_eq!(code(&dispatched), 0, "{}", stderr(&dispatched));
+    // An orchestrator that lost its agents resumes: the dispatched member is offered again.
+    let resume = ws.run(&["execute", "resume", "--task-id", "rec-1"]);
+    assert_eq!(code(&resume), 0, "{}", stderr(&resume));
+    assert!(stderr(&resume).contains("step 1.1.a was dispatched when the driver stopped"), "{}", stderr(&resume));
     let plain = ws.run(&[
         "execute",
         "record",
@@ -312,6 +318,8 @@ fn team_record_is_accepted_as_an_alias_of_record() {
         "b",
     ]);
     assert_eq!(code(&team), 0, "{}", stderr(&team));
+    let text = ws.run(&["execute", "status", "--task-id", "rec-1"]);
+    assert!(stdout(&text).contains("      1.1.b      beta"), "{}", stdout(&text));
     let status = ws.status("rec-1");
     assert_eq!(result(&status, "1.1")["status"], "complete");
     assert_eq!(result(&status, "1.1")["outcome"], "a; b");
@@ -398,4 +406,47 @@ fn kill_9_while_members_run_re_adopts_them_and_finished_members_never_run_again(
     }
     assert_eq!(steps_on_branch(&ws, "tadopt-1").len(), 4);
     assert_eq!(ws.status("tadopt-1")["status"], "complete");
+}
+
+#[tokio::test]
+async fn the_api_records_members_and_the_execution_page_lists_them_under_their_team_step() {
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use tower::ServiceExt as _;
+    let tmp = tempfile::tempdir().unwrap();
+    let data = baton::runtime::config::DataDir::open(&tmp.path().join("data")).unwrap();
+    let execs = baton::runtime::executions::Executions::open(data).await.unwrap();
+    let members = json!([
+        member("1.1.a", "alpha", "Write a.", &["a.md"], &[]),
+        member("1.1.b", "beta", "Write b.", &["b.md"], &[])
+    ]);
+    let plan = baton::model::plan::MachinePlan::from_json(&team_plan("web-team", members, json!({}), "true")).unwrap();
+    execs.create(plan).await.unwrap();
+    let send = |req: Request<Body>| {
+        let app = baton::web::app(baton::web::AppState::new(execs.clone()).unwrap());
+        async move {
+            let response = app.oneshot(req).await.unwrap();
+            let status = response.status();
+            let bytes = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
+            (status, String::from_utf8_lossy(&bytes).to_string())
+        }
+    };
+    let (status, next) =
+        send(Request::get("/api/v1/executions/web-team/next?all=true").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::OK, "{next}");
+    let next: Value = serde_json::from_str(&next).unwrap();
+    assert_eq!(next[1]["step_id"], "1.1.b");
+    assert_eq!(next[1]["is_team_member"], true);
+    assert_eq!(next[1]["parent_step_id"], "1.1");
+    let record = json!({"kind": "step_recorded", "step_id": "1.1.a", "agent_name": "alpha", "status": "complete", "outcome": "did a"});
+    let req = Request::post("/api/v1/executions/web-team/events")
+        .header("content-type", "application/json")
+        .body(Body::from(record.to_string()))
+        .unwrap();
+    let (status, body) = send(req).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, page) = send(Request::get("/executions/web-team").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let (team, a, b) = (page.find(">1.1<").unwrap(), page.find(">1.1.a<").unwrap(), page.find(">1.1.b<").unwrap());
+    assert!(team < a && a < b, "members follow their team step");
 }
