@@ -1410,7 +1410,7 @@ fn settle(state: &mut ExecutionState, now: &str) {
             if st == StepStatus::Failed && failed.is_none() {
                 failed = Some(s.step_id.clone());
             }
-            if st == StepStatus::Dispatched {
+            if team::in_flight(state, s) {
                 in_flight = true;
             }
             if !st.is_done() {

@@ -78,6 +78,15 @@ pub fn dispatch_ids(phase: &PlanPhase) -> Vec<String> {
     phase.steps.iter().flat_map(|s| if s.team.is_empty() { vec![s.step_id.clone()] } else { unit_ids(s) }).collect()
 }
 
+/// True when an attempt of `step` runs: the step's own, or for a team step one of its members'
+/// or its synthesis' (a team step waiting between members has nothing in flight).
+pub(crate) fn in_flight(state: &ExecutionState, step: &PlanStep) -> bool {
+    if step.team.is_empty() {
+        return state.step_status(&step.step_id) == StepStatus::Dispatched;
+    }
+    unit_ids(step).iter().any(|id| state.step_status(id) == StepStatus::Dispatched)
+}
+
 /// The team step an id belongs to (a member or synthesis id), with its phase index.
 fn parent_of<'a>(state: &'a ExecutionState, id: &str) -> Option<&'a PlanStep> {
     let parent_id = state.team_parent(id)?;

@@ -496,3 +496,163 @@ fn renumbering_after_an_amendment_moves_the_members_of_later_team_steps() {
     ok(&mut state, &record("2.1", RecordStatus::Complete));
     assert_eq!(dispatch_ids(&state), ["3.1.a"]);
 }
+
+#[test]
+fn members_reserve_their_forecast_under_the_ceiling_and_a_member_that_does_not_fit_parks_the_execution() {
+    use crate::model::budget::StepForecast;
+    let team = team_step(
+        "1.1",
+        vec![member("1.1.a", "alpha", &[]), member("1.1.b", "beta", &[]), member("1.1.c", "gamma", &[])],
+        "concatenate",
+        "auto_merge",
+    );
+    let mut state = started(vec![phase(1, vec![team])]);
+    let f = StepForecast { low_usd: 0.2, mid_usd: 0.4, high_usd: 0.8, samples: 0, basis: "test".into() };
+    let steps = [("1.1".to_string(), f)].into_iter().collect();
+    ok(&mut state, &ev(EventKind::Forecasted { steps, default_usd: 0.4 }));
+    ok(&mut state, &ev(EventKind::BudgetSet { ceiling_usd: Some(1.0), source: "test".into() }));
+    // Each member is forecast at the default ($0.40): two fit under $1.00, the third does not.
+    assert_eq!(dispatch_ids(&state), ["1.1.a", "1.1.b"]);
+    ok(&mut state, &member_dispatched("1.1.a", "alpha"));
+    ok(&mut state, &member_dispatched("1.1.b", "beta"));
+    let err = refused(&mut state, &member_dispatched("1.1.c", "gamma"));
+    assert!(matches!(err, EngineError::OverBudget { ref step_id, .. } if step_id == "1.1.c"), "{err}");
+    ok(&mut state, &member_record("1.1.a", "alpha", "a", &[], ""));
+    ok(&mut state, &member_record("1.1.b", "beta", "b", &[], ""));
+    assert_eq!(state.status, ExecutionStatus::BudgetExceeded, "1.1.c cannot be afforded: $1.00 spent");
+    let Action::Budget(b) = next_action(&state) else { panic!("{:?}", next_action(&state)) };
+    assert_eq!(b.step_id, "1.1.c");
+    ok(&mut state, &ev(EventKind::BudgetRaised { by_usd: 1.0 }));
+    assert_eq!(dispatch_ids(&state), ["1.1.c"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Property: random team shapes driven by random member events
+// ---------------------------------------------------------------------------------------------
+
+mod props {
+    use proptest::prelude::*;
+    use proptest::test_runner::Config;
+
+    use super::*;
+
+    /// A team step 1.1 of `n` members (each depending on a random earlier one, or not), with a
+    /// lead holding a sub-team when `nested`, then a plain step 1.2 after it and a phase 2.
+    fn plan(n: usize, deps: &[Option<usize>], nested: bool, strategy: &str, handling: &str) -> ExecutionState {
+        let ids: Vec<String> = (0..n).map(|i| format!("1.1.{}", (b'a' + i as u8) as char)).collect();
+        let mut members: Vec<TeamMember> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| {
+                let dep: Vec<&str> =
+                    deps.get(i).copied().flatten().filter(|d| *d < i).map(|d| ids[d].as_str()).into_iter().collect();
+                member(id, &format!("agent-{i}"), &dep)
+            })
+            .collect();
+        if nested {
+            members[0].role = "lead".into();
+            members[0].sub_team = vec![member("1.1.a.x", "sub", &[])];
+        }
+        let mut p = phase(1, vec![team_step("1.1", members, strategy, handling), step("1.2", &["1.1"])]);
+        p.gate = Some(gate("make test"));
+        started(vec![p, phase(2, vec![step("2.1", &[])])])
+    }
+
+    fn candidates(state: &ExecutionState, n: usize) -> Vec<Event> {
+        let mut out = Vec::new();
+        match state.status {
+            ExecutionStatus::Running => {
+                let Some(phase) = state.current() else {
+                    out.push(ev(EventKind::Completed));
+                    return out;
+                };
+                for id in team::dispatch_ids(phase) {
+                    let agent = team::work_step(state, &id).map(|s| s.agent_name.clone()).unwrap_or_default();
+                    out.push(member_dispatched(&id, &agent));
+                    let file = format!("f{}.rs", n % 3);
+                    out.push(member_record(&id, &agent, &format!("out {n}"), &[file.as_str()], &format!("c{n}")));
+                    out.push(failed_record(&id, &format!("err {n}")));
+                }
+            }
+            ExecutionStatus::Failed => {
+                for s in state.current().map(|p| p.steps.clone()).unwrap_or_default() {
+                    out.push(ev(EventKind::StepRetried { step_id: s.step_id.clone() }));
+                    for id in team::unit_ids(&s) {
+                        out.push(ev(EventKind::StepRetried { step_id: id }));
+                    }
+                }
+            }
+            ExecutionStatus::ApprovalPending => {
+                let phase_id = state.pending_approval_request.as_ref().map_or(1, |r| r.phase_id);
+                out.push(approval(phase_id, ApprovalDecision::Approve, ""));
+                out.push(approval(phase_id, ApprovalDecision::Reject, "no"));
+                out.push(approval(phase_id, ApprovalDecision::ApproveWithFeedback, &format!("fix {n}")));
+            }
+            ExecutionStatus::GatePending | ExecutionStatus::GateFailed => {
+                let phase_id = state.current().map_or(1, |p| p.phase_id);
+                out.push(gate_result(phase_id, true, "ok"));
+                out.push(gate_result(phase_id, false, "red"));
+            }
+            _ => {}
+        }
+        out
+    }
+
+    fn check(state: &ExecutionState) -> Result<(), TestCaseError> {
+        let done = state.plan.steps().filter(|(_, s)| state.step_status(&s.step_id).is_done()).count() as u64;
+        prop_assert_eq!(state.counters.steps_done, done, "steps_done counts plan steps only");
+        let team = &state.plan.phases[0].steps[0];
+        let parent = state.step_status("1.1");
+        let units = team::unit_ids(team);
+        if units.iter().any(|u| state.step_status(u) == StepStatus::Dispatched) {
+            prop_assert_eq!(parent, StepStatus::Dispatched, "a member in flight keeps the team step dispatched");
+        }
+        if parent == StepStatus::Complete {
+            prop_assert!(units.iter().all(|u| state.step_status(u).is_done()), "complete before its members");
+        }
+        if let (Action::Wait { message }, Some(phase)) = (next_action(state), state.current()) {
+            let running = team::dispatch_ids(phase).iter().any(|id| state.step_status(id) == StepStatus::Dispatched);
+            prop_assert!(running, "WAIT with nothing in flight (a driver would stop): {}", message);
+        }
+        for a in next_actions(state) {
+            let Action::Dispatch(d) = a else { continue };
+            prop_assert_eq!(d.is_team_member, state.team_parent(&d.step_id).is_some());
+            prop_assert!(d.step_id != "1.1", "the team step itself is never dispatched");
+            prop_assert!(state.step_status(&d.step_id) == StepStatus::Pending, "{} offered twice", d.step_id);
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(Config { cases: 96, failure_persistence: None, ..Config::default() })]
+
+        #[test]
+        fn random_member_events_keep_the_team_invariants_and_replay(
+            n in 1usize..=4,
+            deps in prop::collection::vec(prop::option::of(0usize..4), 4),
+            nested in prop::bool::ANY,
+            strategy in prop::sample::select(vec!["concatenate", "merge_files", "agent_synthesis"]),
+            handling in prop::sample::select(vec!["auto_merge", "escalate", "fail"]),
+            choices in prop::collection::vec(any::<u32>(), 1..80),
+        ) {
+            let mut state = plan(n, &deps, nested, strategy, handling);
+            let plan = state.plan.clone();
+            let mut journal: Vec<Event> = Vec::new();
+            for (i, choice) in choices.iter().enumerate() {
+                let options = candidates(&state, i);
+                if options.is_empty() {
+                    break;
+                }
+                let event = options[*choice as usize % options.len()].clone();
+                let before = state.clone();
+                match apply(&mut state, &event, T0) {
+                    Ok(applied) => journal.push(event.with_key(applied.key)),
+                    Err(_) => prop_assert_eq!(&state, &before, "a refused event changed the state"),
+                }
+                check(&state)?;
+            }
+            let rebuilt = replay(plan, T0, journal.iter().map(|e| (e, T0))).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert_eq!(rebuilt, state);
+        }
+    }
+}
