@@ -243,6 +243,13 @@ pub fn pr_body(spec: &SpecRow, state: &ExecutionState, commits: &[ChangeCommit])
                 step.agent_name,
                 one_line(&step.task_description)
             );
+            for id in crate::engine::team::unit_ids(step) {
+                let status = state.step_results.get(&id).map(|r| r.status.as_str()).unwrap_or("not run");
+                if let Some(member) = crate::engine::team::work_step(state, &id) {
+                    let task = one_line(member.task_description.lines().next().unwrap_or(""));
+                    let _ = writeln!(b, "  - {id} `{}` — {task} ({status})", member.agent_name);
+                }
+            }
         }
         b.push('\n');
     }
@@ -339,5 +346,41 @@ mod tests {
         );
         assert_eq!(shell_quote("it's"), "'it'\\''s'");
         assert_eq!(shell_quote(""), "''");
+    }
+
+    #[test]
+    fn the_pr_body_lists_a_team_steps_members_under_it() {
+        let plan = crate::model::plan::MachinePlan::from_json(
+            r#"{"task_id":"t-1","task_summary":"s","phases":[{"phase_id":1,"name":"Build","steps":[
+                {"step_id":"1.1","agent_name":"lead","task_description":"Together.","team":[
+                    {"member_id":"1.1.a","agent_name":"alpha","task_description":"Part a."},
+                    {"member_id":"1.1.b","agent_name":"beta","task_description":"Part b."}]}]}]}"#,
+        )
+        .unwrap();
+        let state = crate::engine::start(plan, "2026-01-01T00:00:00+00:00").unwrap();
+        let text = |s: &str| s.to_string();
+        let spec = SpecRow {
+            spec_id: 1,
+            project: text("p"),
+            title: text("Title"),
+            body: String::new(),
+            source: text("board"),
+            source_url: String::new(),
+            priority: 1,
+            status: text("executing"),
+            risk: String::new(),
+            plan_json: None,
+            forecast_json: None,
+            task_id: Some(text("t-1")),
+            status_reason: String::new(),
+            created_by: text("me"),
+            created_at: String::new(),
+            updated_at: String::new(),
+            source_meta: text("{}"),
+            budget_usd: None,
+        };
+        let body = pr_body(&spec, &state, &[]);
+        let members = "- 1.1 `lead` — Together. (not run)\n  - 1.1.a `alpha` — Part a. (not run)\n  - 1.1.b `beta`";
+        assert!(body.contains(members), "{body}");
     }
 }

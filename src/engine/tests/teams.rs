@@ -433,6 +433,21 @@ fn a_failed_gate_re_dispatches_the_last_member_with_the_gate_output() {
 }
 
 #[test]
+fn a_failed_gate_re_dispatches_the_synthesis_of_an_agent_synthesis_team() {
+    let team = team_step("1.1", vec![member("1.1.a", "alpha", &[])], "agent_synthesis", "auto_merge");
+    let mut p = phase(1, vec![team]);
+    p.gate = Some(gate("cargo test"));
+    let mut state = started(vec![p]);
+    ok(&mut state, &member_record("1.1.a", "alpha", "a", &[], ""));
+    ok(&mut state, &member_record("1.1.synthesis", "reviewer", "s", &[], ""));
+    ok(&mut state, &gate_result(1, false, "still red"));
+    let ds = dispatches(&state);
+    assert_eq!(ds.iter().map(|d| d.step_id.as_str()).collect::<Vec<_>>(), ["1.1.synthesis"]);
+    assert!(ds[0].delegation_prompt.contains("still red"), "{}", ds[0].delegation_prompt);
+    assert_eq!(ds[0].attempt, 2);
+}
+
+#[test]
 fn invalid_teams_are_refused_with_every_problem() {
     let mut bad = team_step(
         "1.1",
