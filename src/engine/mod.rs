@@ -11,7 +11,8 @@
 //! * [`replay`](crate::engine::replay) rebuilds a state from its plan and journal.
 //!
 //! After every event the state is *settled*: the end of a phase is handled here, in the order
-//! approval → feedback questions → gate → advance, so `next_action` is a pure read.
+//! approval → feedback questions → gate → goal evaluation ([`goal`]) → advance, so
+//! `next_action` is a pure read.
 //!
 //! This module never does IO, never reads the clock (time is the `now` argument, RFC 3339) and
 //! never imports anything outside `crate::model` (a test scans the source to enforce it).
@@ -19,6 +20,7 @@
 mod amend;
 pub mod budget;
 pub mod gate_additions;
+pub mod goal;
 pub mod prompt;
 pub mod signals;
 pub mod team;
@@ -1144,6 +1146,7 @@ fn mutate_event(state: &mut ExecutionState, event: &Event, now: &str) {
                 budget::overshoot_warning(state, step_id);
             }
             budget::tier_warning(state);
+            goal::take_verdict(state, step_id, now);
         }
         EventKind::Forecasted { steps, default_usd } => {
             state.budget.forecasts.clone_from(steps);
@@ -1467,6 +1470,9 @@ fn settle(state: &mut ExecutionState, now: &str) {
             return;
         }
         amend::append_scope_expansions(state, phase_id, now);
+        if goal::request_evaluation(state) {
+            continue;
+        }
         advance(state);
     }
 }

@@ -13,10 +13,12 @@
 //! 8. `## Worktree rules` and `## Protocol`: the lines an agent may emit.
 //!
 //! Building a prompt costs the size of the step and its direct dependencies, never the plan.
-//! This module never does IO.
+//! The one exception is the goal evaluator's prompt ([`goal_prompt`]), which summarises the
+//! whole execution once per phase boundary. This module never does IO.
 
 use std::fmt::Write as _;
 
+use crate::engine::goal;
 use crate::model::plan::{MachinePlan, PlanStep};
 use crate::model::state::ExecutionState;
 
@@ -44,6 +46,9 @@ fn excerpt(text: &str, max: usize) -> String {
 
 /// Builds the delegation prompt for `step` of `state` (see the module doc for the template).
 pub fn delegation_prompt(state: &ExecutionState, step: &PlanStep) -> String {
+    if goal::is_evaluation(step) && goal::condition(&state.plan).is_some() {
+        return goal_prompt(state, step);
+    }
     let plan: &MachinePlan = &state.plan;
     let mut out = String::with_capacity(2048);
     let _ = writeln!(out, "# Baton delegation: step {} of {}\n", step.step_id, state.task_id);
@@ -120,5 +125,127 @@ pub fn delegation_prompt(state: &ExecutionState, step: &PlanStep) -> String {
     if step.interactive {
         out.push_str("- `INTERACT_COMPLETE` when this interactive step is done.\n");
     }
+    out
+}
+
+/// Characters of each step outcome quoted in the goal evaluator's prompt.
+const GOAL_OUTCOME_EXCERPT: usize = 400;
+
+/// The goal evaluator's prompt for step `goal.<n>` (see [`crate::engine::goal`]).
+///
+/// Sections: a title and the evaluator's role; `## Completion condition`; `## Task summary`;
+/// `## Step`; `## Phases done` (each phase up to the judged one, its gate, each step's agent,
+/// status, outcome excerpt and changed files); `## Phases still planned` (name, steps, first
+/// line of each task; or a note that this is the last boundary); `## Earlier goal checks`
+/// (one `- g<n> …` item each); `## Round-out budget`; `## Answer` (the exact JSON shape and
+/// the rules that follow from it).
+pub fn goal_prompt(state: &ExecutionState, step: &PlanStep) -> String {
+    let plan = &state.plan;
+    let condition = goal::condition(plan).unwrap_or("");
+    let judged = state.locate(&step.step_id).map_or(state.current_phase, |(pi, _)| pi);
+    let judged_id = plan.phases.get(judged).map_or(0, |p| p.phase_id);
+    let mut out = String::with_capacity(4096);
+    let _ = writeln!(out, "# Baton goal check: step {} of {}\n", step.step_id, state.task_id);
+    let _ = writeln!(
+        out,
+        "You are **{}**, judging whether this execution has met its goal at the end of phase {judged_id}. \
+         Your working directory is a checkout of the feature branch as it stands: read it to judge. \
+         Do not change files; nothing you write is kept.\n",
+        step.agent_name
+    );
+    let _ = writeln!(out, "## Completion condition\n{condition}\n");
+    let _ = writeln!(out, "## Task summary\n{}\n", plan.task_summary.trim());
+    let _ = writeln!(out, "## Step\n- {}\n", step.step_id);
+
+    let _ = writeln!(out, "## Phases done");
+    for phase in plan.phases.iter().take(judged + 1) {
+        let gate = match &phase.gate {
+            Some(g) if state.gate_passed(phase.phase_id) => format!(" (gate `{}` passed)", g.gate_type),
+            Some(g) => format!(" (gate `{}` not passed)", g.gate_type),
+            None => String::new(),
+        };
+        let _ = writeln!(out, "### Phase {}: {}{gate}", phase.phase_id, phase.name);
+        for s in phase.steps.iter().filter(|s| !goal::is_evaluation(s)) {
+            let (status, outcome, files) =
+                state.result(&s.step_id).map_or(("pending", String::new(), String::new()), |r| {
+                    let files = if r.files_changed.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" [files: {}]", r.files_changed.join(", "))
+                    };
+                    (r.status.as_str(), excerpt(&r.outcome, GOAL_OUTCOME_EXCERPT), files)
+                });
+            let _ = writeln!(out, "- {} ({}, {status}){files}: {outcome}", s.step_id, s.agent_name);
+        }
+    }
+    out.push('\n');
+
+    let _ = writeln!(out, "## Phases still planned");
+    let later = plan.phases.get(judged + 1..).unwrap_or(&[]);
+    if later.is_empty() {
+        let _ = writeln!(
+            out,
+            "None: this is the last phase boundary. If the condition is not met, only the phases you suggest can still meet it."
+        );
+    }
+    for phase in later {
+        let steps: Vec<String> = phase
+            .steps
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} ({}): {}",
+                    s.step_id,
+                    s.agent_name,
+                    excerpt(s.task_description.lines().next().unwrap_or(""), 160)
+                )
+            })
+            .collect();
+        let _ = writeln!(out, "- Phase {}: {} — {}", phase.phase_id, phase.name, steps.join("; "));
+    }
+    out.push('\n');
+
+    if !state.goal.checks.is_empty() {
+        let _ = writeln!(out, "## Earlier goal checks");
+        for c in &state.goal.checks {
+            let verdict = if c.met { "met".to_string() } else { "not met".to_string() };
+            let missing =
+                if c.missing.is_empty() { String::new() } else { format!("; missing: {}", c.missing.join("; ")) };
+            let _ = writeln!(out, "- {} (phase {}): {verdict}{missing}; {}", c.check_id, c.phase_id, c.decision);
+        }
+        out.push('\n');
+    }
+
+    let max = plan.max_amend_cycles;
+    let used = state.goal.amend_cycles_used;
+    let _ = writeln!(
+        out,
+        "## Round-out budget\n{used} of {max} round-out cycles used: {} more time(s) the phases you suggest can be added.\n",
+        max.saturating_sub(used)
+    );
+    out.push_str(
+        "## Answer\n\
+         Reply with your verdict as one JSON object in a ```json fenced block (a bare JSON object is accepted too). \
+         Anything else is an invalid verdict, and the execution fails saying so.\n\n\
+         ```json\n\
+         {\n\
+         \x20 \"met\": false,\n\
+         \x20 \"confidence\": 0.8,\n\
+         \x20 \"missing\": [\"what is still missing, one item each\"],\n\
+         \x20 \"suggested_phases\": [\n\
+         \x20   {\"name\": \"Phase name\", \"steps\": [\n\
+         \x20     {\"agent_name\": \"backend-engineer\", \"task_description\": \"What to do\", \"deliverables\": [\"path\"]}\n\
+         \x20   ]}\n\
+         \x20 ],\n\
+         \x20 \"reasoning\": \"why\"\n\
+         }\n\
+         ```\n\n\
+         - `met` (true or false) is required; the other keys are optional.\n\
+         - Suggest phases only when `met` is false. They are inserted right after the judged phase, before the phases \
+         still planned. Leave out `phase_id` and `step_id` (Baton numbers them); `depends_on` may name only steps of \
+         earlier phases. Gates and automation steps are not accepted from an evaluator.\n\
+         - A `false` verdict fails the execution at the last phase boundary when no round-out cycle is left or no \
+         suggested phase can be added; at an earlier boundary the planned phases go on.\n",
+    );
     out
 }

@@ -7,6 +7,7 @@ use crate::model::plan::{FeedbackQuestion, MachinePlan, PlanGate, PlanPhase, Pla
 
 mod budget;
 mod bugs;
+mod goal;
 mod golden;
 mod idempotency;
 mod props;

@@ -7,6 +7,7 @@
 pub mod action;
 pub mod budget;
 pub mod event;
+pub mod goal;
 pub mod plan;
 pub mod spec;
 pub mod state;

@@ -132,6 +132,8 @@ const PLAN_PASSTHROUGH: &[&str] = &[
     "compliance_fail_closed",
     "manager_mode",
     "token_budget",
+    // Baton's own: the agent that evaluates `completion_condition` (engine::goal).
+    "goal_evaluator",
 ];
 const PHASE_PASSTHROUGH: &[&str] = &[];
 const STEP_PASSTHROUGH: &[&str] = &["knowledge", "mcp_servers", "parallel_safe", "max_estimated_minutes"];

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::{Deserialize, Serialize};
 
 use crate::model::budget::Budget;
+use crate::model::goal::GoalState;
 use crate::model::plan::{MachinePlan, PlanAmendment};
 
 /// Status of an execution (seed-spec §1.1, less the states this issue does not implement).
@@ -406,6 +407,9 @@ pub struct ExecutionState {
     /// Checkpoint bookkeeping.
     #[serde(default)]
     pub checkpoint: CheckpointMarks,
+    /// Goal-driven execution: verdicts and the round-out budget spent (`engine::goal`).
+    #[serde(default, skip_serializing_if = "GoalState::is_untouched")]
+    pub goal: GoalState,
     /// Incremental counters.
     #[serde(default)]
     pub counters: Counters,
@@ -449,6 +453,7 @@ impl ExecutionState {
             gate_redispatched: BTreeSet::new(),
             gate_failures_forgiven: BTreeMap::new(),
             checkpoint: CheckpointMarks::default(),
+            goal: GoalState::default(),
             counters: Counters::default(),
             budget: Budget::default(),
             applied_keys: BTreeMap::new(),
