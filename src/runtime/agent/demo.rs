@@ -15,6 +15,14 @@
 //! `[demo: replace=PATH|OLD|NEW]` (replaces the first `OLD` in the existing file `PATH` with
 //! `NEW`, besides the usual writes: two agents editing different lines of one file is a change
 //! git can merge).
+//!
+//! A goal evaluator's prompt (one with a `## Completion condition` section, see
+//! `engine::prompt::goal_prompt`) is answered with a JSON verdict instead of file changes, and
+//! only the directives inside that section count (the prompt quotes other steps' tasks, whose
+//! directives are theirs): `[demo: verdict=met]` (the default), `[demo: verdict=not_met]` (not
+//! met, suggesting one small "Goal round-out" phase), `[demo: verdict=met_after=N]` (not met
+//! while the prompt lists fewer than N earlier goal checks, met after), `[demo: verdict=invalid]`
+//! (prose, no JSON); `fail`, `sleep` and `cost` work there too.
 
 use std::fs;
 use std::io::{self, Write};
@@ -53,6 +61,27 @@ struct DemoPrompt {
     gate_additions: Vec<String>,
     burn_tokens: u64,
     replacements: Vec<(String, String, String)>,
+    /// Set for a goal evaluator's prompt.
+    goal: Option<GoalPrompt>,
+}
+
+/// What the demo agent reads from a goal evaluator's prompt.
+#[derive(Debug, Clone, PartialEq)]
+struct GoalPrompt {
+    /// The completion condition, without its directives.
+    condition: String,
+    /// Items of `## Earlier goal checks`.
+    earlier_checks: usize,
+    verdict: DemoVerdict,
+}
+
+/// The verdict a `[demo: verdict=…]` directive asks for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum DemoVerdict {
+    Met,
+    NotMet,
+    MetAfter(usize),
+    Invalid,
 }
 
 /// Level-1 or level-2 heading title, if `line` is one.
@@ -76,11 +105,16 @@ fn parse_prompt(prompt: &str) -> DemoPrompt {
         Task,
         Deliverables,
         Allowed,
+        Condition,
+        EarlierChecks,
     }
     let mut p = DemoPrompt::default();
     let mut section = Section::Other;
     let mut step_lines = Vec::new();
     let mut task_lines: Vec<&str> = Vec::new();
+    let mut condition_lines: Vec<&str> = Vec::new();
+    let mut is_goal = false;
+    let mut earlier_checks = 0;
     for line in prompt.lines() {
         if let Some(title) = heading(line) {
             section = match title.to_ascii_lowercase().as_str() {
@@ -88,6 +122,11 @@ fn parse_prompt(prompt: &str) -> DemoPrompt {
                 "task" => Section::Task,
                 "deliverables" => Section::Deliverables,
                 "allowed paths" => Section::Allowed,
+                "completion condition" => {
+                    is_goal = true;
+                    Section::Condition
+                }
+                "earlier goal checks" => Section::EarlierChecks,
                 "human reply" => {
                     p.human_reply = true;
                     Section::Other
@@ -104,13 +143,42 @@ fn parse_prompt(prompt: &str) -> DemoPrompt {
             Section::Task => task_lines.push(line),
             Section::Deliverables => p.deliverables.extend(item(line)),
             Section::Allowed => p.allowed_paths.extend(item(line)),
+            Section::Condition => condition_lines.push(line),
+            Section::EarlierChecks => earlier_checks += usize::from(item(line).is_some()),
             Section::Other => {}
         }
     }
     p.step_id = step_lines.into_iter().next().unwrap_or_else(|| "step".to_owned());
     p.task = task_lines.join("\n").trim().to_owned();
+    let condition = condition_lines.join("\n");
+    // A goal evaluator obeys only the directives of its condition.
+    let mut verdict = DemoVerdict::Met;
+    read_directives(if is_goal { &condition } else { prompt }, &mut p, &mut verdict);
+    if is_goal {
+        p.goal = Some(GoalPrompt { condition: without_directives(&condition), earlier_checks, verdict });
+    }
+    p
+}
 
-    let mut rest = prompt;
+/// `text` without its `[demo: …]` directives, trimmed.
+fn without_directives(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("[demo:") {
+        out.push_str(&rest[..start]);
+        match rest[start..].find(']') {
+            Some(end) => rest = &rest[start + end + 1..],
+            None => {
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn read_directives(text: &str, p: &mut DemoPrompt, verdict: &mut DemoVerdict) {
+    let mut rest = text;
     while let Some(start) = rest.find("[demo:") {
         let after = &rest[start + "[demo:".len()..];
         let Some(end) = after.find(']') else { break };
@@ -134,10 +202,57 @@ fn parse_prompt(prompt: &str) -> DemoPrompt {
                     p.replacements.push((path.trim().to_owned(), old.to_owned(), new.to_owned()));
                 }
             }
+            ("verdict", Some(v)) => {
+                *verdict = match v {
+                    "not_met" => DemoVerdict::NotMet,
+                    "invalid" => DemoVerdict::Invalid,
+                    other => match other.strip_prefix("met_after=").map(|n| n.trim().parse::<usize>()) {
+                        Some(Ok(n)) => DemoVerdict::MetAfter(n),
+                        _ => DemoVerdict::Met,
+                    },
+                }
+            }
             _ => {}
         }
     }
-    p
+}
+
+/// The demo evaluator's answer: a verdict in a fenced JSON block (or prose for `invalid`).
+fn judge(step_id: &str, goal: &GoalPrompt) -> String {
+    let met = match goal.verdict {
+        DemoVerdict::Met => true,
+        DemoVerdict::NotMet => false,
+        DemoVerdict::MetAfter(n) => goal.earlier_checks >= n,
+        DemoVerdict::Invalid => {
+            return format!("The Baton demo agent looked at step {step_id} and has no verdict to give.");
+        }
+    };
+    let verdict = if met {
+        json!({
+            "met": true,
+            "confidence": 0.9,
+            "missing": [],
+            "suggested_phases": [],
+            "reasoning": format!("The demo evaluator finds the condition met: {}", goal.condition),
+        })
+    } else {
+        json!({
+            "met": false,
+            "confidence": 0.6,
+            "missing": [format!("the demo evaluator does not see this done yet: {}", goal.condition)],
+            "suggested_phases": [{
+                "name": "Goal round-out",
+                "steps": [{
+                    "agent_name": "backend-engineer",
+                    "task_description": format!("Round out the work towards the goal: {}", goal.condition),
+                }],
+            }],
+            "reasoning": "The demo evaluator was told by its directive to find the condition not met.",
+        })
+    };
+    let pretty = serde_json::to_string_pretty(&verdict).unwrap_or_default();
+    let word = if met { "met" } else { "not met" };
+    format!("The Baton demo agent judged the goal at step {step_id}: {word}.\n\n```json\n{pretty}\n```")
 }
 
 /// The step id as a safe file-name fragment.
@@ -212,6 +327,9 @@ fn session_id(prompt: &str) -> String {
 fn act(p: &DemoPrompt, cwd: &Path) -> (bool, String) {
     if p.fail {
         return (true, format!("The Baton demo agent failed step {} as instructed by [demo: fail].", p.step_id));
+    }
+    if let Some(goal) = &p.goal {
+        return (false, judge(&p.step_id, goal));
     }
     if let (Some(question), false) = (&p.interact, p.human_reply) {
         return (false, question.clone());
@@ -567,5 +685,39 @@ Keep it short.
         let d = parse_prompt("[demo: gate_addition=a] x [demo: gate_addition=b][demo: sleep=bad]");
         assert_eq!(d.gate_additions, ["a", "b"]);
         assert_eq!(d.sleep_secs, None);
+    }
+
+    fn goal_prompt(condition: &str, earlier: usize) -> String {
+        let checks: String = (1..=earlier).map(|i| format!("- g{i} (phase 1): not met\n")).collect();
+        format!(
+            "# Baton goal check: step goal.3 of t\n\n## Completion condition\n{condition}\n\n## Step\n- goal.3\n\n\
+             ## Phases still planned\n- Phase 2: P2 — 2.1 (dev): do it [demo: fail]\n\n## Earlier goal checks\n{checks}\n"
+        )
+    }
+
+    #[test]
+    fn goal_verdict_directives_answer_json_and_write_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (code, out, _) = run(&goal_prompt("Docs exist [demo: verdict=met]", 0), dir.path());
+        assert_eq!(code, 0, "the quoted [demo: fail] of another step is not the evaluator's");
+        let v = crate::engine::goal::parse_verdict(&out.outcome).unwrap();
+        assert!(v.met);
+        assert!(tree(dir.path()).is_empty(), "an evaluator writes nothing");
+        let (_, out, _) = run(&goal_prompt("Docs exist [demo: verdict=not_met]", 0), dir.path());
+        let v = crate::engine::goal::parse_verdict(&out.outcome).unwrap();
+        assert!(!v.met);
+        assert_eq!(v.suggested_phases.len(), 1);
+        assert_eq!(v.suggested_phases[0]["name"], "Goal round-out");
+        let task = v.suggested_phases[0]["steps"][0]["task_description"].as_str().unwrap();
+        assert_eq!(task, "Round out the work towards the goal: Docs exist", "directives are not passed on");
+        for (earlier, met) in [(0, false), (1, false), (2, true), (3, true)] {
+            let (_, out, _) = run(&goal_prompt("x [demo: verdict=met_after=2]", earlier), dir.path());
+            assert_eq!(crate::engine::goal::parse_verdict(&out.outcome).unwrap().met, met, "{earlier} earlier checks");
+        }
+        let (code, out, _) = run(&goal_prompt("x [demo: verdict=invalid]", 0), dir.path());
+        assert_eq!(code, 0);
+        assert!(crate::engine::goal::parse_verdict(&out.outcome).is_err(), "{}", out.outcome);
+        let (_, out, _) = run(&goal_prompt("no directive", 0), dir.path());
+        assert!(crate::engine::goal::parse_verdict(&out.outcome).unwrap().met, "met by default");
     }
 }
