@@ -9,6 +9,7 @@
 mod daemon;
 pub mod demo;
 mod forge;
+pub mod goal;
 pub mod wire;
 
 use std::path::{Path, PathBuf};
@@ -61,6 +62,9 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// Goal-driven execution: write a small plan whose completion condition is CONDITION and
+    /// run it like `execute run`; the evaluator judges every phase boundary (README "Goals").
+    Goal(goal::GoalArgs),
     /// Drive an execution (agent-baton's driver contract).
     Execute {
         #[command(subcommand)]
@@ -589,6 +593,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let json = cli.json;
     match cli.command {
         Command::Demo => demo::run_demo(&cli.data_dir).await,
+        Command::Goal(args) => goal::run_goal(&cli.data_dir, args, json).await,
         Command::Plan { from, check } => {
             let plan = read_plan(&from)?;
             check_plan(&from, &plan)?;

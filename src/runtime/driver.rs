@@ -432,6 +432,9 @@ async fn create(
             profile_of(config, &profile, agent)?;
         }
     }
+    if engine::goal::condition(&plan).is_some() {
+        profile_of(config, &profile, &engine::goal::evaluator_agent(&plan))?;
+    }
     let meta = prepare_meta(data, &plan.task_id, args).await?;
     let state = execs.create(plan).await?;
     Ok((state, meta))
@@ -961,6 +964,10 @@ impl Driver {
         step: &crate::model::plan::PlanStep,
         outcome: &str,
     ) -> anyhow::Result<Result<(String, Vec<String>), String>> {
+        if engine::goal::is_evaluation(step) {
+            // A goal evaluator only judges: nothing it writes is kept (engine::goal).
+            return Ok(Ok((String::new(), Vec::new())));
+        }
         let task_id = state.task_id.clone();
         let message = format!(
             "{}: {}\n\n{}\n\nBaton-Task: {task_id}\nBaton-Step: {}\nBaton-Attempt: {}\n",

@@ -12,6 +12,7 @@ mod crash;
 mod daemon;
 mod forge_clients;
 mod forge_flow;
+mod goal;
 mod golden_plan;
 mod layering;
 mod metrics;

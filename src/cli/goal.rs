@@ -1,0 +1,153 @@
+//! `baton goal "<condition>"`: goal-driven execution from one sentence.
+//!
+//! Builds a small MachinePlan — one phase in which the `--worker` agent works towards the
+//! condition (behind an optional `--gate`), with the sentence as its `completion_condition`,
+//! `--max-amend-cycles` and `goal_evaluator` — saves it like `baton plan --from` does
+//! (`<data>/plans/current.json`, plus `<data>/plans/<task_id>.json`), and runs it like
+//! `baton execute run` with the same flags. The evaluator then judges every phase boundary and
+//! rounds the plan out (`engine::goal`). Printing and exit codes are `execute run`'s.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Args;
+
+use crate::cli::{check_plan, print_outcome};
+use crate::clock;
+use crate::engine::goal::{DEFAULT_EVALUATOR, EVALUATOR_KEY};
+use crate::model::plan::{MachinePlan, PlanGate, PlanPhase, PlanStep};
+use crate::runtime::config::DataDir;
+use crate::runtime::driver::{self, RunOptions};
+use crate::runtime::executions::Executions;
+use crate::runtime::{write_atomic, BadInput};
+
+/// `baton goal` flags.
+#[derive(Debug, Args, Clone)]
+pub struct GoalArgs {
+    /// What "done" means, in one sentence: the completion condition the evaluator judges.
+    pub condition: String,
+    /// Execution id (default: `goal-<words of the condition>-<UTC time>`).
+    #[arg(long)]
+    pub task_id: Option<String>,
+    /// Agent (roster name) that works towards the goal.
+    #[arg(long, default_value = "backend-engineer")]
+    pub worker: String,
+    /// Agent (roster name) that judges the condition at every phase boundary.
+    #[arg(long, default_value = DEFAULT_EVALUATOR)]
+    pub evaluator: String,
+    /// Round-out amendments at most (phases the evaluator suggests when the goal is not met).
+    #[arg(long, default_value_t = 3)]
+    pub max_amend_cycles: u32,
+    /// Test gate of the work phase (a shell command run in the integration worktree).
+    #[arg(long)]
+    pub gate: Option<String>,
+    /// Only write the plan; do not run it.
+    #[arg(long)]
+    pub no_run: bool,
+    /// The git repository to work on (default: the current directory).
+    #[arg(long)]
+    pub repo: Option<PathBuf>,
+    /// Agent profile for agents that baton.toml maps nowhere: demo | claude | codex | command.
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// Base of the feature branch (default: the repository's current branch tip).
+    #[arg(long)]
+    pub base: Option<String>,
+    /// Concurrent agents (default: baton.toml, 3).
+    #[arg(long)]
+    pub max_parallel: Option<usize>,
+}
+
+/// The plan `baton goal` runs (see the module doc). Errors ([`BadInput`]): a blank condition.
+pub fn goal_plan(args: &GoalArgs, task_id: &str) -> anyhow::Result<MachinePlan> {
+    let condition = args.condition.trim();
+    if condition.is_empty() {
+        return Err(BadInput("baton goal: the condition is empty; say what \"done\" means".into()).into());
+    }
+    let mut step = PlanStep::new(
+        "1.1",
+        args.worker.trim(),
+        format!("Work towards this goal, changing what is needed so that it holds:\n\n{condition}"),
+    );
+    step.expected_outcome = format!("The completion condition holds: {condition}");
+    let mut phase = PlanPhase::new(1, "Work towards the goal");
+    phase.steps.push(step);
+    phase.gate = args.gate.as_ref().filter(|g| !g.trim().is_empty()).map(|command| PlanGate {
+        gate_type: "test".into(),
+        command: command.clone(),
+        extra: Default::default(),
+    });
+    let mut plan = MachinePlan::from_value(serde_json::json!({"task_id": task_id, "task_summary": condition}))
+        .map_err(|e| anyhow::anyhow!("building the goal plan: {e}"))?;
+    plan.phases.push(phase);
+    plan.completion_condition = Some(condition.to_string());
+    plan.max_amend_cycles = args.max_amend_cycles;
+    plan.extra.insert(EVALUATOR_KEY.into(), serde_json::Value::from(args.evaluator.trim()));
+    Ok(plan)
+}
+
+/// `goal-<up to five words of the condition>-<YYYYmmdd-HHMMSS>`, ref- and path-safe.
+fn default_task_id(condition: &str) -> String {
+    let words: Vec<String> = condition
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .take(5)
+        .map(str::to_ascii_lowercase)
+        .collect();
+    let slug: String = words.join("-").chars().take(40).collect();
+    let slug = slug.trim_end_matches('-');
+    let time = clock::now().format("%Y%m%d-%H%M%S");
+    if slug.is_empty() {
+        format!("goal-{time}")
+    } else {
+        format!("goal-{slug}-{time}")
+    }
+}
+
+/// Runs `baton goal`.
+pub async fn run_goal(data_dir: &Path, args: GoalArgs, json: bool) -> anyhow::Result<ExitCode> {
+    let task_id = args.task_id.clone().unwrap_or_else(|| default_task_id(&args.condition));
+    let plan = goal_plan(&args, &task_id)?;
+    let data = DataDir::open(data_dir)?;
+    let dir = data.plans_dir();
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(format!("{task_id}.json"));
+    check_plan(&path, &plan)?;
+    let text = serde_json::to_string_pretty(&plan)?;
+    write_atomic(&path, text.as_bytes())?;
+    write_atomic(&dir.join("current.json"), text.as_bytes())?;
+    errln!(
+        "goal plan {task_id} written to {} (evaluator {}, at most {} round-out cycles)",
+        path.display(),
+        args.evaluator.trim(),
+        plan.max_amend_cycles
+    );
+    if args.no_run {
+        outln!("{}", path.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let options = RunOptions {
+        plan: Some(plan),
+        repo: args.repo,
+        agent: args.agent,
+        base: args.base,
+        max_parallel: args.max_parallel,
+        ..RunOptions::default()
+    };
+    let outcome = driver::run(data.clone(), options).await?;
+    if let Some(state) = Executions::open(data).await?.load(&task_id).await? {
+        let goal = &state.goal;
+        errln!(
+            "goal {}: {} check(s), {} of {} round-out cycle(s) used",
+            goal.status.as_str(),
+            goal.checks.len(),
+            goal.amend_cycles_used,
+            state.plan.max_amend_cycles
+        );
+        for c in &goal.checks {
+            errln!("  {} {} (phase {}): {}", c.check_id, c.step_id, c.phase_id, c.decision);
+        }
+    }
+    Ok(print_outcome(&outcome, json))
+}
