@@ -17,6 +17,7 @@ use crate::cli::{check_plan, print_outcome};
 use crate::clock;
 use crate::engine::goal::{DEFAULT_EVALUATOR, EVALUATOR_KEY};
 use crate::model::plan::{MachinePlan, PlanGate, PlanPhase, PlanStep};
+use crate::model::state::ExecutionState;
 use crate::runtime::config::DataDir;
 use crate::runtime::driver::{self, RunOptions};
 use crate::runtime::executions::Executions;
@@ -137,17 +138,36 @@ pub async fn run_goal(data_dir: &Path, args: GoalArgs, json: bool) -> anyhow::Re
     };
     let outcome = driver::run(data.clone(), options).await?;
     if let Some(state) = Executions::open(data).await?.load(&task_id).await? {
-        let goal = &state.goal;
-        errln!(
-            "goal {}: {} check(s), {} of {} round-out cycle(s) used",
-            goal.status.as_str(),
-            goal.checks.len(),
-            goal.amend_cycles_used,
-            state.plan.max_amend_cycles
-        );
-        for c in &goal.checks {
-            errln!("  {} {} (phase {}): {}", c.check_id, c.step_id, c.phase_id, c.decision);
+        for line in goal_lines(&state) {
+            errln!("{line}");
         }
     }
     Ok(print_outcome(&outcome, json))
+}
+
+/// The goal of an execution in a few lines (empty without a goal): status and budget, then one
+/// line per check.
+fn goal_lines(state: &ExecutionState) -> Vec<String> {
+    let goal = &state.goal;
+    if crate::engine::goal::condition(&state.plan).is_none() && goal.is_untouched() {
+        return Vec::new();
+    }
+    let mut lines = vec![format!(
+        "goal {}: {} check(s), {} of {} round-out cycle(s) used",
+        goal.status.as_str(),
+        goal.checks.len(),
+        goal.amend_cycles_used,
+        state.plan.max_amend_cycles
+    )];
+    for c in &goal.checks {
+        lines.push(format!("  {} {} (phase {}): {}", c.check_id, c.step_id, c.phase_id, c.decision));
+    }
+    lines
+}
+
+/// `execute status`: the goal lines, indented under the execution's line.
+pub(crate) fn print_goal(state: &ExecutionState) {
+    for line in goal_lines(state) {
+        outln!("  {line}");
+    }
 }

@@ -1211,6 +1211,7 @@ fn print_status(state: &ExecutionState, json: bool) -> anyhow::Result<()> {
     for w in &state.budget.warnings {
         outln!("  warning: {w}");
     }
+    goal::print_goal(state);
     for (i, phase) in state.plan.phases.iter().enumerate() {
         let marker = if i == state.current_phase { ">" } else { " " };
         outln!("{marker} phase {} {}", phase.phase_id, phase.name);

@@ -359,6 +359,23 @@ pub(crate) fn take_verdict(state: &mut ExecutionState, step_id: &str, now: &str)
     }
 }
 
+/// The goal check a step `step_id` answered, in lines for a page (empty for other steps):
+/// `goal g<n>: met|not met`, then `missing: …`, `reasoning: …`, `decision: …`, and each refused
+/// suggestion.
+pub fn check_lines(state: &ExecutionState, step_id: &str) -> Vec<String> {
+    let Some(c) = state.goal.checks.iter().rev().find(|c| c.step_id == step_id) else { return Vec::new() };
+    let mut out = vec![format!("goal {}: {}", c.check_id, if c.met { "met" } else { "not met" })];
+    if !c.missing.is_empty() {
+        out.push(format!("missing: {}", c.missing.join("; ")));
+    }
+    if !c.reasoning.is_empty() {
+        out.push(format!("reasoning: {}", c.reasoning));
+    }
+    out.push(format!("decision: {}", c.decision));
+    out.extend(c.rejected_suggestions.iter().map(|r| format!("refused suggestion: {r}")));
+    out
+}
+
 /// The suggestions that can be amended in after the current phase, in order, and the reasons
 /// the others cannot.
 fn usable_phases(state: &ExecutionState, suggested: &[Value]) -> (Vec<PlanPhase>, Vec<String>) {

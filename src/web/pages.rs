@@ -602,7 +602,12 @@ fn phases_of(app: &AppState, state: &ExecutionState) -> Vec<PhaseView> {
                         forecast: state.budget.forecasts.get(&step_id).map(|f| (f.mid_usd, f.basis.clone())),
                         files: r.map_or(0, |r| r.files_changed.len()),
                         error: r.map(|r| r.error.clone()).unwrap_or_default(),
-                        signals: r.map(step_signals).unwrap_or_default(),
+                        signals: r
+                            .map(step_signals)
+                            .unwrap_or_default()
+                            .into_iter()
+                            .chain(engine::goal::check_lines(state, &s.step_id))
+                            .collect(),
                         log_tail: match r {
                             Some(r) if running => driver::attempt_log_tail(
                                 app.execs.data(),

@@ -202,3 +202,34 @@ fn kill_9_while_the_evaluator_runs_re_adopts_it() {
     assert_eq!(status["goal"]["checks"].as_array().unwrap().len(), 2);
     assert_eq!(status["goal"]["status"], "met");
 }
+
+#[tokio::test]
+async fn the_execution_page_shows_each_verdict_under_its_evaluator_step() {
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use tower::ServiceExt as _;
+
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    let plan = ws.write("plan.json", &goal_plan("goal-page", "Docs <b>exist</b> [demo: verdict=met_after=1]", 3));
+    let out = ws.run_plan(&plan);
+    assert_eq!(code(&out), 0, "{}\n{}", stdout(&out), stderr(&out));
+    let data = baton::runtime::config::DataDir::open(&ws.data()).unwrap();
+    let execs = baton::runtime::executions::Executions::open(data).await.unwrap();
+    let response = baton::web::app(baton::web::AppState::new(execs).unwrap())
+        .oneshot(Request::get("/executions/goal-page").header("host", "localhost").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let bytes = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
+    let html = String::from_utf8(bytes.to_vec()).unwrap();
+    assert!(html.contains("id=\"step-goal.1\""), "the evaluator step is on the page");
+    let signals = html.split("id=\"signals-goal.1\"").nth(1).expect("goal.1 lists its verdict");
+    let signals = &signals[..signals.find("</tr>").unwrap()];
+    assert!(signals.contains("<li>goal g1: not met</li>"), "{signals}");
+    assert!(
+        signals.contains("<li>decision: not met: amended in 1 phase(s) [2] (round-out cycle 1 of 3)</li>"),
+        "{signals}"
+    );
+    assert!(signals.contains("Docs &#60;b&#62;exist") && !signals.contains("<b>"), "escaped: {signals}");
+    assert!(html.contains("<li>goal g2: met</li>"));
+}
