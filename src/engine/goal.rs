@@ -4,14 +4,14 @@
 //! # How an evaluation runs
 //!
 //! When a phase is finished — its steps done, its approval given, its feedback answered, its
-//! gate passed — and before the engine advances, [`request_evaluation`] appends one step to
+//! gate passed — and before the engine advances, `request_evaluation` appends one step to
 //! that phase: `goal.<n>` (n = 1, 2, … over the execution), `step_type` [`GOAL_STEP_TYPE`], on
 //! the agent named by the plan's extra key `goal_evaluator` (default [`DEFAULT_EVALUATOR`]).
 //! From there it is an ordinary step: DISPATCH offers it, drivers run it like any step (the
 //! headless driver in a fresh worktree of the feature branch, committing nothing it writes),
 //! it has attempts, it is recovered after a crash like any step, and the board shows it inside
 //! the phase it judges. Its prompt is [`crate::engine::prompt::goal_prompt`]. When its result
-//! is recorded, [`take_verdict`] reads the verdict from the outcome and decides; the phase is
+//! is recorded, `take_verdict` reads the verdict from the outcome and decides; the phase is
 //! then done again and the engine advances.
 //!
 //! Why a real step rather than a virtual one kept beside the plan: every piece of machinery

@@ -11,7 +11,7 @@
 //! * [`replay`](crate::engine::replay) rebuilds a state from its plan and journal.
 //!
 //! After every event the state is *settled*: the end of a phase is handled here, in the order
-//! approval → feedback questions → gate → goal evaluation ([`goal`]) → advance, so
+//! approval → feedback questions → gate → goal evaluation ([`goal`](crate::engine::goal)) → advance, so
 //! `next_action` is a pure read.
 //!
 //! This module never does IO, never reads the clock (time is the `now` argument, RFC 3339) and
