@@ -58,6 +58,9 @@ pub struct GoalArgs {
     /// Concurrent agents (default: baton.toml, 3).
     #[arg(long)]
     pub max_parallel: Option<usize>,
+    /// USD ceiling for the execution, evaluators included (as `execute run --max-spend-usd`).
+    #[arg(long, value_name = "USD")]
+    pub max_spend_usd: Option<String>,
 }
 
 /// The plan `baton goal` runs (see the module doc). Errors ([`BadInput`]): a blank condition.
@@ -110,6 +113,15 @@ fn default_task_id(condition: &str) -> String {
 pub async fn run_goal(data_dir: &Path, args: GoalArgs, json: bool) -> anyhow::Result<ExitCode> {
     let task_id = args.task_id.clone().unwrap_or_else(|| default_task_id(&args.condition));
     let plan = goal_plan(&args, &task_id)?;
+    let budget = match args.max_spend_usd.as_deref() {
+        Some(raw) => Some((
+            crate::runtime::spend::parse_usd(raw).ok_or_else(|| {
+                BadInput(format!("--max-spend-usd {raw:?}: expected a USD amount above 0, such as 25 or 2.50"))
+            })?,
+            "--max-spend-usd".to_string(),
+        )),
+        None => None,
+    };
     let data = DataDir::open(data_dir)?;
     let dir = data.plans_dir();
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -134,6 +146,7 @@ pub async fn run_goal(data_dir: &Path, args: GoalArgs, json: bool) -> anyhow::Re
         agent: args.agent,
         base: args.base,
         max_parallel: args.max_parallel,
+        budget,
         ..RunOptions::default()
     };
     let outcome = driver::run(data.clone(), options).await?;
