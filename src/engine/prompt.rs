@@ -20,7 +20,7 @@ use std::fmt::Write as _;
 
 use crate::engine::goal;
 use crate::model::plan::{MachinePlan, PlanStep};
-use crate::model::state::ExecutionState;
+use crate::model::state::{ExecutionState, StepStatus};
 
 const OUTCOME_EXCERPT: usize = 600;
 
@@ -137,8 +137,9 @@ const GOAL_OUTCOME_EXCERPT: usize = 400;
 /// `## Step`; `## Phases done` (each phase up to the judged one, its gate, each step's agent,
 /// status, outcome excerpt and changed files); `## Phases still planned` (name, steps, first
 /// line of each task; or a note that this is the last boundary); `## Earlier goal checks`
-/// (one `- g<n> …` item each); `## Round-out budget`; `## Answer` (the exact JSON shape and
-/// the rules that follow from it).
+/// (one `- g<n> …` item each); `## Previous answer` (why the last attempt's answer was refused,
+/// on a retry); `## Round-out budget`; `## Answer` (the exact JSON shape and the rules that
+/// follow from it).
 pub fn goal_prompt(state: &ExecutionState, step: &PlanStep) -> String {
     let plan = &state.plan;
     let condition = goal::condition(plan).unwrap_or("");
@@ -214,6 +215,18 @@ pub fn goal_prompt(state: &ExecutionState, step: &PlanStep) -> String {
             let _ = writeln!(out, "- {} (phase {}): {verdict}{missing}; {}", c.check_id, c.phase_id, c.decision);
         }
         out.push('\n');
+    }
+
+    // A retry after an invalid verdict: the refused answer is still the step's outcome.
+    let previous =
+        state.result(&step.step_id).filter(|r| r.status != StepStatus::Complete && !r.outcome.trim().is_empty());
+    if let Some(Err(why)) = previous.map(|r| goal::parse_verdict(&r.outcome)) {
+        let _ = writeln!(
+            out,
+            "## Previous answer\nYour previous answer to this check could not be used (invalid goal verdict: {}). \
+             Answer exactly in the shape below.\n",
+            excerpt(&why, GOAL_OUTCOME_EXCERPT)
+        );
     }
 
     let max = plan.max_amend_cycles;

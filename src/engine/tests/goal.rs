@@ -230,6 +230,11 @@ fn an_invalid_verdict_fails_the_evaluator_step_and_a_retry_asks_again() {
     run.ok(ev(EventKind::StepRetried { step_id: "goal.1".into() }));
     let Action::Dispatch(d) = next_action(&run.state) else { panic!() };
     assert_eq!((d.step_id.as_str(), d.attempt), ("goal.1", 2));
+    assert!(
+        d.delegation_prompt.contains("## Previous answer\nYour previous answer to this check could not be used (invalid goal verdict: no JSON verdict found"),
+        "{}",
+        d.delegation_prompt
+    );
     run.ok(verdict("goal.1", MET));
     assert!(matches!(next_action(&run.state), Action::Complete { .. }));
     assert_eq!(run.state.goal.checks.len(), 1);
@@ -304,4 +309,17 @@ fn replay_and_a_snapshot_restore_the_checks_and_the_budget() {
     ok(&mut restored, &verdict("goal.4", &not_met("Even more docs")));
     assert_eq!(restored.status, ExecutionStatus::Failed);
     assert!(failure(&restored).contains("round-out budget is spent (2 of 2 cycles used)"));
+}
+
+#[test]
+fn a_verdict_recorded_twice_is_judged_once() {
+    let mut state = goal_state(vec![phase(1, vec![step("1.1", &[])])], 3);
+    ok(&mut state, &record("1.1", RecordStatus::Complete));
+    let event = verdict("goal.1", &not_met("Write the docs")).with_key("record:t-1:goal.1:1");
+    ok(&mut state, &event);
+    let before = state.clone();
+    let again = apply(&mut state, &event, T0).unwrap();
+    assert!(again.duplicate);
+    assert_eq!(state, before, "no second check, amendment or cycle");
+    assert_eq!((state.goal.checks.len(), state.goal.amend_cycles_used, state.amendments.len()), (1, 1, 1));
 }
