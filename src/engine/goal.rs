@@ -45,6 +45,10 @@
 //!   execution FAILS with the reason (the condition, what is missing, why nothing more can be
 //!   tried); the goal's status is `exhausted`. An operator amend reopens it like any failure.
 //!
+//! A plan may place its own `goal_evaluation` step in a phase; that phase then gets no other,
+//! and its step's verdict is read the same way. Skipping an evaluator step (`execute skip`)
+//! skips that check.
+//!
 //! A suggestion is usable when it reads as a phase with at least one step and the amendment
 //! rules accept it (unique step ids, `depends_on` on earlier steps, no team steps). An
 //! evaluator writes free text, which never reaches a shell: automation steps are refused and a

@@ -323,3 +323,97 @@ fn a_verdict_recorded_twice_is_judged_once() {
     assert_eq!(state, before, "no second check, amendment or cycle");
     assert_eq!((state.goal.checks.len(), state.goal.amend_cycles_used, state.amendments.len()), (1, 1, 1));
 }
+
+/// What a random evaluator answers at one check.
+#[derive(Debug, Clone, Copy)]
+enum Answer {
+    Met,
+    NotMetSuggesting,
+    NotMetBare,
+    Invalid,
+}
+
+fn answer() -> impl proptest::strategy::Strategy<Value = Answer> {
+    use proptest::prelude::*;
+    prop_oneof![Just(Answer::Met), Just(Answer::NotMetSuggesting), Just(Answer::NotMetBare), Just(Answer::Invalid)]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::test_runner::Config { cases: 96, ..Default::default() })]
+
+    /// Any plan, budget and sequence of answers: round-outs never exceed the budget (one
+    /// amendment per cycle used), every judged phase has exactly one evaluator step, the run
+    /// ends (complete, or failed only at the last boundary with the goal exhausted), and the
+    /// journal replays to the same state.
+    #[test]
+    fn round_outs_stay_within_the_budget_and_replay(
+        steps_per_phase in proptest::collection::vec(1usize..=2, 1..=3),
+        max_cycles in 0u32..=3,
+        answers in proptest::collection::vec(answer(), 1..=8),
+    ) {
+        let phases: Vec<PlanPhase> = steps_per_phase
+            .iter()
+            .enumerate()
+            .map(|(pi, n)| phase(pi as i64 + 1, (1..=*n).map(|si| step(&format!("{}.{si}", pi + 1), &[])).collect()))
+            .collect();
+        let mut plan = plan_of(phases);
+        plan.completion_condition = Some("done".into());
+        plan.max_amend_cycles = max_cycles;
+        let mut run = Run::new(start(plan.clone(), T0).unwrap());
+        let mut asked = 0usize;
+        let mut retries = 0;
+        for _ in 0..200 {
+            match next_action(&run.state) {
+                Action::Complete { .. } => {
+                    run.ok(ev(EventKind::Completed));
+                    break;
+                }
+                Action::Checkpoint(_) => run.ok(ev(EventKind::CheckpointAcknowledged)),
+                Action::Failed { summary, .. } => {
+                    if summary.contains("invalid goal verdict") && retries < 3 {
+                        retries += 1;
+                        let step_id = summary.split_whitespace().nth(1).unwrap().to_string();
+                        run.ok(ev(EventKind::StepRetried { step_id }));
+                        continue;
+                    }
+                    break;
+                }
+                Action::Dispatch(d) if d.step_type == GOAL_STEP_TYPE => {
+                    let a = answers[asked % answers.len()];
+                    asked += 1;
+                    let text = match a {
+                        Answer::Met => MET.to_string(),
+                        Answer::NotMetSuggesting => not_met(&format!("Round out {asked}")),
+                        Answer::NotMetBare => "{\"met\": false}".to_string(),
+                        Answer::Invalid => "no idea".to_string(),
+                    };
+                    run.ok(verdict(&d.step_id, &text));
+                }
+                Action::Dispatch(d) => run.ok(record(&d.step_id, RecordStatus::Complete)),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        let state = &run.state;
+        proptest::prop_assert!(state.status.is_terminal(), "the run ended: {:?}", state.status);
+        let rounds = state.amendments.iter().filter(|a| a.trigger == ROUND_OUT_TRIGGER).count();
+        proptest::prop_assert_eq!(rounds as u32, state.goal.amend_cycles_used);
+        proptest::prop_assert!(state.goal.amend_cycles_used <= max_cycles);
+        for p in state.plan.phases.iter().take(state.current_phase) {
+            let evaluators = p.steps.iter().filter(|s| crate::engine::goal::is_evaluation(s)).count();
+            proptest::prop_assert_eq!(evaluators, 1, "phase {} was judged once", p.phase_id);
+        }
+        if state.status == ExecutionStatus::Failed && state.goal.status != GoalStatus::Exhausted {
+            proptest::prop_assert!(retries == 3, "a failure is an exhausted goal or a run of invalid verdicts");
+        }
+        if state.status == ExecutionStatus::Failed && state.goal.status == GoalStatus::Exhausted {
+            proptest::prop_assert_eq!(state.current_phase + 1, state.plan.phases.len(), "only the last boundary fails");
+        }
+        if state.status == ExecutionStatus::Complete {
+            // Not met at the last boundary either adds phases (then a later check follows) or fails.
+            proptest::prop_assert!(state.goal.checks.last().is_some_and(|c| c.met), "complete only when met last");
+            proptest::prop_assert_eq!(state.goal.status, GoalStatus::Met);
+        }
+        let rebuilt = replay(plan, T0, run.events.iter().map(|e| (e, T0))).unwrap();
+        proptest::prop_assert_eq!(&rebuilt, state);
+    }
+}
