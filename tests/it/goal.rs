@@ -233,3 +233,36 @@ async fn the_execution_page_shows_each_verdict_under_its_evaluator_step() {
     assert!(signals.contains("Docs &#60;b&#62;exist") && !signals.contains("<b>"), "escaped: {signals}");
     assert!(html.contains("<li>goal g2: met</li>"));
 }
+
+#[test]
+fn an_orchestrator_gets_the_evaluator_as_a_dispatch_and_records_its_verdict() {
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    let plan = serde_json::json!({
+        "task_id": "goal-orch", "task_summary": "x", "completion_condition": "docs exist", "max_amend_cycles": 1,
+        "phases": [{"phase_id": 1, "name": "P", "steps": [{"step_id": "1.1", "agent_name": "dev", "task_description": "do"}]}]
+    });
+    let plan = ws.write("plan.json", &plan.to_string());
+    let start = ws.baton().args(["execute", "start", "--plan"]).arg(&plan).output().unwrap();
+    assert_eq!(code(&start), 0, "{}", stderr(&start));
+    let next = ws.run(&["execute", "record", "--task-id", "goal-orch", "--step-id", "1.1", "--agent", "dev"]);
+    let text = stdout(&next);
+    assert!(
+        text.contains("ACTION: DISPATCH") && text.contains("Step: goal.1") && text.contains("Type: goal_evaluation")
+    );
+    assert!(text.contains("## Completion condition\ndocs exist"), "{text}");
+    let suggest = r#"{"met": false, "missing": ["docs"], "suggested_phases": [{"name": "Docs", "steps": [{"agent_name": "writer", "task_description": "Write docs"}]}]}"#;
+    let args =
+        ["execute", "record", "--task-id", "goal-orch", "--step-id", "goal.1", "--agent", "code-reviewer", "--outcome"];
+    let out = ws.baton().args(args).arg(suggest).output().unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stdout(&out).contains("Step: 2.1"), "the round-out phase is next: {}", stdout(&out));
+    let next = ws.run(&["execute", "record", "--task-id", "goal-orch", "--step-id", "2.1", "--agent", "writer"]);
+    assert!(stdout(&next).contains("Step: goal.2"), "{}", stdout(&next));
+    let mut args = args;
+    args[5] = "goal.2";
+    let out = ws.baton().args(args).arg(r#"{"met": false}"#).output().unwrap();
+    assert_eq!(code(&out), 4, "{}", stdout(&out));
+    assert!(stdout(&out).contains("goal not met at the last phase boundary (check g2, phase 2)"), "{}", stdout(&out));
+    let out = ws.baton().args(args).arg(r#"{"met": true}"#).output().unwrap();
+    assert_eq!(code(&out), 2, "a failed execution takes no more verdicts: {}", stderr(&out));
+}
