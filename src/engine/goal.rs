@@ -160,7 +160,8 @@ pub struct Verdict {
 }
 
 /// Reads the verdict in an evaluator's outcome: the first ```` ```json ```` (or unlabelled)
-/// fenced block holding a JSON object with `met`, else the first bare JSON object with `met`.
+/// fenced block holding a JSON object with `met`, else the first bare top-level JSON object with
+/// `met` (an object nested in another is not a verdict).
 ///
 /// Errors (the reason, for `invalid goal verdict: <reason>`): no such object; a ```` ```json ````
 /// block that is not valid JSON; `met` not a boolean; `missing` not a list of strings;
@@ -236,12 +237,16 @@ fn find_object(outcome: &str) -> Result<Map<String, Value>, String> {
         Some((end, _)) => &outcome[..end],
         None => outcome,
     };
-    for (start, _) in text.match_indices('{').take(MAX_OBJECT_TRIES) {
+    // Top-level objects only: an object's inner objects are not verdicts of their own.
+    let mut pos = 0;
+    for _ in 0..MAX_OBJECT_TRIES {
+        let Some(offset) = text[pos..].find('{') else { break };
+        let start = pos + offset;
         let mut stream = serde_json::Deserializer::from_str(&text[start..]).into_iter::<Value>();
-        if let Some(Ok(Value::Object(map))) = stream.next() {
-            if map.contains_key("met") {
-                return Ok(map);
-            }
+        match stream.next() {
+            Some(Ok(Value::Object(map))) if map.contains_key("met") => return Ok(map),
+            Some(Ok(_)) => pos = start + stream.byte_offset().max(1),
+            _ => pos = start + 1,
         }
     }
     Err("no JSON verdict found: expected a ```json block (or a bare JSON object) with a boolean `met`".into())

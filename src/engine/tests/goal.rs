@@ -260,6 +260,7 @@ fn verdicts_are_read_from_a_fenced_block_or_a_bare_object_and_nothing_else() {
         ("{\"met\": true, \"reasoning\": 3}", "`reasoning` must be a string"),
         ("{\"met\": true, \"confidence\": 7}", "`confidence` must be a number from 0 to 1"),
         ("{\"done\": true}", "no JSON verdict found"),
+        ("{\"verdict\": {\"met\": true}}", "no JSON verdict found"),
     ] {
         let err = parse_verdict(text).unwrap_err();
         assert!(err.contains(why), "{text:?}: {err}");
