@@ -126,9 +126,8 @@ pub(crate) fn request_evaluation(state: &mut ExecutionState) -> bool {
     while state.locate(&format!("goal.{n}")).is_some() {
         n += 1;
     }
-    let step_id = format!("goal.{n}");
     let mut step = PlanStep::new(
-        step_id.clone(),
+        format!("goal.{n}"),
         evaluator_agent(&state.plan),
         format!(
             "Judge whether the execution has met its completion condition at the end of phase {phase_id} ({name})."
@@ -139,8 +138,8 @@ pub(crate) fn request_evaluation(state: &mut ExecutionState) -> bool {
                              \"reasoning\": \"...\"}"
         .to_string();
     state.plan.phases[pi].steps.push(step);
-    let si = state.plan.phases[pi].steps.len() - 1;
-    state.index.0.insert(step_id, (pi, si));
+    // Once per phase boundary: the plain rebuild keeps this module off the index's layout.
+    state.reindex();
     true
 }
 
