@@ -266,3 +266,36 @@ fn an_orchestrator_gets_the_evaluator_as_a_dispatch_and_records_its_verdict() {
     let out = ws.baton().args(args).arg(r#"{"met": true}"#).output().unwrap();
     assert_eq!(code(&out), 2, "a failed execution takes no more verdicts: {}", stderr(&out));
 }
+
+#[test]
+fn an_evaluator_counts_against_the_budget_ceiling_and_runs_after_a_raise() {
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    let plan = serde_json::json!({
+        "task_id": "goal-budget", "task_summary": "x", "completion_condition": "docs exist [demo: verdict=met]",
+        "phases": [{"phase_id": 1, "name": "P", "steps": [
+            {"step_id": "1.1", "agent_name": "dev", "task_description": "Write docs. [demo: cost=0.20]", "deliverables": ["docs.md"]}
+        ]}]
+    });
+    let plan = ws.write("plan.json", &plan.to_string());
+    // No history: every step, the evaluator included, is forecast at the price table's $0.25.
+    // 1.1 fits under $0.30; once it reports $0.20, goal.1 ($0.20 + $0.25) does not.
+    let out = ws
+        .baton()
+        .args(["execute", "run", "--agent", "demo", "--max-spend-usd=0.30", "--plan"])
+        .arg(&plan)
+        .arg("--repo")
+        .arg(ws.repo())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 3, "{}\n{}", stdout(&out), stderr(&out));
+    assert_eq!(ws.status("goal-budget")["status"], "budget_exceeded");
+    assert_eq!(ws.launches("goal-budget", "goal.1"), 0, "the evaluator is not launched over the ceiling");
+    let raise = ws.run(&["execute", "budget", "--task-id", "goal-budget", "--raise", "1"]);
+    assert_eq!(code(&raise), 0, "{}\n{}", stdout(&raise), stderr(&raise));
+    assert!(stdout(&raise).contains("Step: goal.1"), "the evaluator is next: {}", stdout(&raise));
+    let resumed = ws.run(&["execute", "run", "--task-id", "goal-budget"]);
+    assert_eq!(code(&resumed), 0, "{}\n{}", stdout(&resumed), stderr(&resumed));
+    assert!(stdout(&resumed).contains("ACTION: COMPLETE"));
+    assert_eq!(ws.launches("goal-budget", "goal.1"), 1);
+    assert_eq!(ws.status("goal-budget")["goal"]["status"], "met");
+}
