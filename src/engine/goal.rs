@@ -273,6 +273,7 @@ pub(crate) fn take_verdict(state: &mut ExecutionState, step_id: &str, now: &str)
         return;
     }
     let phase_id = state.plan.phases[pi].phase_id;
+    let last_gate_passed = state.plan.phases[pi].gate.as_ref().map(|_| state.gate_passed(phase_id));
     let Some(result) = state.step_results.get_mut(step_id) else { return };
     // The evaluator speaks through its verdict only: no gate additions, no scope expansions.
     result.gate_additions.clear();
@@ -295,6 +296,7 @@ pub(crate) fn take_verdict(state: &mut ExecutionState, step_id: &str, now: &str)
         step_id: step_id.to_string(),
         phase_id,
         completion_condition: condition.clone(),
+        last_gate_passed,
         met: verdict.met,
         confidence: verdict.confidence,
         missing: verdict.missing.clone(),

@@ -48,6 +48,11 @@ pub struct GoalCheck {
     pub phase_id: i64,
     /// The condition as it was judged.
     pub completion_condition: String,
+    /// Whether the judged phase's gate had passed (None: the phase has no gate). Evaluation
+    /// waits for the gate, so a recorded check never says false; kept for the original's
+    /// `last_gate_passed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_gate_passed: Option<bool>,
     /// The verdict.
     pub met: bool,
     /// The evaluator's confidence, 0–1, when it gave one.

@@ -84,6 +84,7 @@ fn a_met_verdict_at_the_last_boundary_completes_after_the_gate() {
     assert_eq!(c.reasoning, "docs exist");
     assert_eq!(c.evaluated_at, T0);
     assert_eq!(c.evaluator, "code-reviewer");
+    assert_eq!(c.last_gate_passed, Some(true));
     run.ok(ev(EventKind::Completed));
     assert_eq!(run.state.status, ExecutionStatus::Complete);
 }
