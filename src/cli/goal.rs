@@ -184,3 +184,20 @@ pub(crate) fn print_goal(state: &ExecutionState) {
         outln!("  {line}");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_task_id_is_safe_for_refs_and_paths() {
+        for condition in ["The README documents every flag!", "ünïcödé ∀", "  ", "a--b  c/../d"] {
+            let id = default_task_id(condition);
+            assert!(crate::engine::unsafe_id_reason(&id).is_none(), "{condition:?} → {id}");
+            assert!(id.starts_with("goal-"), "{id}");
+        }
+        assert!(
+            default_task_id("The README documents every flag!").starts_with("goal-the-readme-documents-every-flag-")
+        );
+    }
+}
