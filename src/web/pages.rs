@@ -606,7 +606,7 @@ fn phases_of(app: &AppState, state: &ExecutionState) -> Vec<PhaseView> {
                             .map(step_signals)
                             .unwrap_or_default()
                             .into_iter()
-                            .chain(engine::goal::check_lines(state, &s.step_id))
+                            .chain(engine::goal::check_lines(state, &step_id))
                             .collect(),
                         log_tail: match r {
                             Some(r) if running => driver::attempt_log_tail(
