@@ -113,15 +113,7 @@ fn default_task_id(condition: &str) -> String {
 pub async fn run_goal(data_dir: &Path, args: GoalArgs, json: bool) -> anyhow::Result<ExitCode> {
     let task_id = args.task_id.clone().unwrap_or_else(|| default_task_id(&args.condition));
     let plan = goal_plan(&args, &task_id)?;
-    let budget = match args.max_spend_usd.as_deref() {
-        Some(raw) => Some((
-            crate::runtime::spend::parse_usd(raw).ok_or_else(|| {
-                BadInput(format!("--max-spend-usd {raw:?}: expected a USD amount above 0, such as 25 or 2.50"))
-            })?,
-            "--max-spend-usd".to_string(),
-        )),
-        None => None,
-    };
+    let budget = super::max_spend_flag(args.max_spend_usd.as_deref())?;
     let data = DataDir::open(data_dir)?;
     let dir = data.plans_dir();
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;

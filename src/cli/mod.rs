@@ -476,6 +476,18 @@ pub struct RunArgs {
     pub max_spend_usd: Option<String>,
 }
 
+/// `--max-spend-usd` (of `execute run` and `baton goal`) as the driver's ceiling and source.
+///
+/// Errors ([`BadInput`]): not a USD amount from 0.01 to 1 000 000.
+fn max_spend_flag(raw: Option<&str>) -> Result<Option<(f64, String)>, BadInput> {
+    raw.map(|raw| {
+        runtime::spend::parse_usd(raw)
+            .map(|usd| (usd, "--max-spend-usd".to_string()))
+            .ok_or_else(|| BadInput(format!("--max-spend-usd {raw:?}: {}", runtime::spend::USD_EXPECTED)))
+    })
+    .transpose()
+}
+
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -754,14 +766,7 @@ async fn execute(data: DataDir, command: ExecuteCommand, json: bool) -> anyhow::
             }
             None => None,
         };
-        let budget = match args.max_spend_usd.as_deref() {
-            Some(raw) => Some((
-                runtime::spend::parse_usd(raw)
-                    .ok_or_else(|| BadInput(format!("--max-spend-usd {raw:?}: {}", runtime::spend::USD_EXPECTED)))?,
-                "--max-spend-usd".to_string(),
-            )),
-            None => None,
-        };
+        let budget = max_spend_flag(args.max_spend_usd.as_deref())?;
         let options = runtime::driver::RunOptions {
             plan,
             task_id: args.task_id,
