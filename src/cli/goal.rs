@@ -7,7 +7,7 @@
 //! `baton execute run` with the same flags. The evaluator then judges every phase boundary and
 //! rounds the plan out (`engine::goal`). Printing and exit codes are `execute run`'s.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
@@ -46,21 +46,9 @@ pub struct GoalArgs {
     /// Only write the plan; do not run it.
     #[arg(long)]
     pub no_run: bool,
-    /// The git repository to work on (default: the current directory).
-    #[arg(long)]
-    pub repo: Option<PathBuf>,
-    /// Agent profile for agents that baton.toml maps nowhere: demo | claude | codex | command.
-    #[arg(long)]
-    pub agent: Option<String>,
-    /// Base of the feature branch (default: the repository's current branch tip).
-    #[arg(long)]
-    pub base: Option<String>,
-    /// Concurrent agents (default: baton.toml, 3).
-    #[arg(long)]
-    pub max_parallel: Option<usize>,
-    /// USD ceiling for the execution, evaluators included (as `execute run --max-spend-usd`).
-    #[arg(long, value_name = "USD")]
-    pub max_spend_usd: Option<String>,
+    /// How the run works (as `execute run`).
+    #[command(flatten)]
+    pub flags: super::RunFlags,
 }
 
 /// The plan `baton goal` runs (see the module doc). Errors ([`BadInput`]): a blank condition.
@@ -113,7 +101,7 @@ fn default_task_id(condition: &str) -> String {
 pub async fn run_goal(data_dir: &Path, args: GoalArgs, json: bool) -> anyhow::Result<ExitCode> {
     let task_id = args.task_id.clone().unwrap_or_else(|| default_task_id(&args.condition));
     let plan = goal_plan(&args, &task_id)?;
-    let budget = super::max_spend_flag(args.max_spend_usd.as_deref())?;
+    let options = args.flags.clone().options()?;
     let data = DataDir::open(data_dir)?;
     let dir = data.plans_dir();
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -132,15 +120,7 @@ pub async fn run_goal(data_dir: &Path, args: GoalArgs, json: bool) -> anyhow::Re
         outln!("{}", path.display());
         return Ok(ExitCode::SUCCESS);
     }
-    let options = RunOptions {
-        plan: Some(plan),
-        repo: args.repo,
-        agent: args.agent,
-        base: args.base,
-        max_parallel: args.max_parallel,
-        budget,
-        ..RunOptions::default()
-    };
+    let options = RunOptions { plan: Some(plan), ..options };
     let outcome = driver::run(data.clone(), options).await?;
     if let Some(state) = Executions::open(data).await?.load(&task_id).await? {
         for line in goal_lines(&state) {

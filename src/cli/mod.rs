@@ -456,6 +456,14 @@ pub struct RunArgs {
     /// Execution to resume (instead of --plan).
     #[arg(long, env = "BATON_TASK_ID")]
     pub task_id: Option<String>,
+    /// How the run works (shared with `baton goal`).
+    #[command(flatten)]
+    pub flags: RunFlags,
+}
+
+/// The flags of a driver run, shared by `execute run` and `baton goal`.
+#[derive(Debug, Args, Clone, Default)]
+pub struct RunFlags {
     /// The git repository to work on (its checkout is never modified). Default: the current
     /// directory for a new execution, the execution's own repository when resuming.
     #[arg(long)]
@@ -470,10 +478,27 @@ pub struct RunArgs {
     /// Concurrent agents (default: baton.toml, 3; the plan's resource limits may lower it).
     #[arg(long)]
     pub max_parallel: Option<usize>,
-    /// USD ceiling of the execution (default: BATON_RUN_BUDGET_USD for a new execution). Dispatch
-    /// stops before a step whose forecast would cross it; the run then exits 3 (BUDGET).
+    /// USD ceiling of a new execution, evaluators included (default: BATON_RUN_BUDGET_USD).
+    /// Dispatch stops before a step whose forecast would cross it; the run then exits 3 (BUDGET).
     #[arg(long, value_name = "USD")]
     pub max_spend_usd: Option<String>,
+}
+
+impl RunFlags {
+    /// The driver's options for these flags (plan and task id left for the caller).
+    ///
+    /// Errors ([`BadInput`]): `--max-spend-usd` is not a USD amount from 0.01 to 1 000 000.
+    pub fn options(self) -> Result<runtime::driver::RunOptions, BadInput> {
+        let budget = max_spend_flag(self.max_spend_usd.as_deref())?;
+        Ok(runtime::driver::RunOptions {
+            repo: self.repo,
+            agent: self.agent,
+            base: self.base,
+            max_parallel: self.max_parallel,
+            budget,
+            ..runtime::driver::RunOptions::default()
+        })
+    }
 }
 
 /// `--max-spend-usd` (of `execute run` and `baton goal`) as the driver's ceiling and source.
@@ -766,17 +791,7 @@ async fn execute(data: DataDir, command: ExecuteCommand, json: bool) -> anyhow::
             }
             None => None,
         };
-        let budget = max_spend_flag(args.max_spend_usd.as_deref())?;
-        let options = runtime::driver::RunOptions {
-            plan,
-            task_id: args.task_id,
-            repo: args.repo,
-            agent: args.agent,
-            base: args.base,
-            max_parallel: args.max_parallel,
-            budget,
-            ..runtime::driver::RunOptions::default()
-        };
+        let options = runtime::driver::RunOptions { plan, task_id: args.task_id, ..args.flags.options()? };
         let outcome = runtime::driver::run(data, options).await?;
         return Ok(print_outcome(&outcome, json));
     }
