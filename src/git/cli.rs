@@ -27,6 +27,17 @@ const SCRUBBED_ENV: &[&str] = &[
 ///
 /// `git_dir`/`work_tree`, when given, are passed as `--git-dir`/`--work-tree` so that git
 /// never discovers a different repository (e.g. the user's, above a damaged worktree).
+/// Waits before each retry of a git command refused because a lock was held, milliseconds.
+const LOCK_RETRY_MS: [u64; 5] = [20, 50, 100, 200, 400];
+
+/// True when git refused because another process held one of its lock files (`index.lock`,
+/// a ref's `.lock`, `config.lock`, `packed-refs.lock`): it changed nothing and may be retried.
+fn lock_contention(stderr: &str) -> bool {
+    (stderr.contains(".lock") && (stderr.contains("File exists") || stderr.contains("Unable to create")))
+        || stderr.contains("cannot lock ref")
+        || stderr.contains("could not lock")
+}
+
 pub(super) fn run_git<I, S>(
     dir: &Path,
     git_dir: Option<&Path>,
@@ -68,7 +79,17 @@ where
         dir.display()
     );
     tracing::debug!(git.cmd = %shown, "running {shown}");
-    let output = cmd.output().map_err(|source| GitError::Io { context: format!("spawning {shown}"), source })?;
+    let mut output = cmd.output().map_err(|source| GitError::Io { context: format!("spawning {shown}"), source })?;
+    // Another git process of this repository (another execution's driver) may hold a lock for
+    // a moment: git then refuses without changing anything, and the same command is retried.
+    for wait_ms in LOCK_RETRY_MS {
+        if output.status.success() || !lock_contention(&String::from_utf8_lossy(&output.stderr)) {
+            break;
+        }
+        tracing::debug!(git.cmd = %shown, "a git lock is held; retrying in {wait_ms} ms");
+        std::thread::sleep(std::time::Duration::from_millis(wait_ms));
+        output = cmd.output().map_err(|source| GitError::Io { context: format!("spawning {shown}"), source })?;
+    }
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         let stderr = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ");
@@ -78,4 +99,20 @@ where
         });
     }
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+#[cfg(test)]
+mod lock_tests {
+    use super::lock_contention;
+
+    #[test]
+    fn lock_refusals_are_recognised_and_other_errors_are_not() {
+        assert!(lock_contention(
+            "fatal: Unable to create '/r/.git/index.lock': File exists.\n\nAnother git process seems to be running"
+        ));
+        assert!(lock_contention("error: cannot lock ref 'refs/heads/baton/t': Unable to create '/r/.git/refs/heads/baton/t.lock': File exists."));
+        assert!(lock_contention("error: could not lock config file .git/config: File exists"));
+        assert!(!lock_contention("fatal: invalid reference: nope"));
+        assert!(!lock_contention("error: could not apply 1234abc... step"));
+    }
 }
