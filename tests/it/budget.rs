@@ -18,15 +18,8 @@ fn parallel_plan(task_id: &str, cost: &str) -> String {
     .to_string()
 }
 
-/// `execute run --agent demo <args> --plan <plan> --repo <repo>` with `env` set.
-fn run_plan_with(ws: &Workspace, plan: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-    let mut cmd = ws.baton();
-    cmd.envs(env.iter().copied()).args(["execute", "run", "--agent", "demo"]).args(args);
-    cmd.arg("--plan").arg(plan).arg("--repo").arg(ws.repo()).output().unwrap()
-}
-
 fn run_with_ceiling(ws: &Workspace, plan: &std::path::Path, usd: &str) -> std::process::Output {
-    run_plan_with(ws, plan, &[&format!("--max-spend-usd={usd}")], &[])
+    ws.run_plan_with(plan, &[&format!("--max-spend-usd={usd}")], &[])
 }
 
 fn resume(ws: &Workspace, task_id: &str) -> std::process::Output {
@@ -87,7 +80,7 @@ fn a_parked_execution_survives_a_crash_and_stop_cancels_it() {
     let ws = Workspace::with_repo(&[("README.md", "hello\n")]);
     let plan = ws.write("plan.json", &parallel_plan("budget-2", "0.3"));
     // The driver dies right after journaling the first result; the other attempt goes on.
-    let crashed = run_plan_with(&ws, &plan, &["--max-spend-usd", "0.6"], &[("BATON_CRASH_AT", "after-record")]);
+    let crashed = ws.run_plan_with(&plan, &["--max-spend-usd", "0.6"], &[("BATON_CRASH_AT", "after-record")]);
     assert_eq!(code(&crashed), 137, "{}", stderr(&crashed));
     let parked = resume(&ws, "budget-2");
     assert_eq!(code(&parked), 3, "{}\n{}", stdout(&parked), stderr(&parked));
@@ -150,11 +143,11 @@ fn a_bad_ceiling_is_refused_before_anything_runs() {
         assert_eq!(code(&out), 2, "{bad}: {}", stderr(&out));
         assert!(stderr(&out).contains("--max-spend-usd"), "{}", stderr(&out));
     }
-    let env = run_plan_with(&ws, &plan, &[], &[("BATON_RUN_TOKEN_CEILING", "ten dollars")]);
+    let env = ws.run_plan_with(&plan, &[], &[("BATON_RUN_TOKEN_CEILING", "ten dollars")]);
     assert_eq!(code(&env), 2, "{}", stderr(&env));
     assert!(stderr(&env).contains("BATON_RUN_TOKEN_CEILING"), "{}", stderr(&env));
     // The alias sets the ceiling of a new execution.
-    let ok = run_plan_with(&ws, &plan, &[], &[("BATON_RUN_TOKEN_CEILING", "7")]);
+    let ok = ws.run_plan_with(&plan, &[], &[("BATON_RUN_TOKEN_CEILING", "7")]);
     assert_eq!(code(&ok), 0, "{}", stderr(&ok));
     let status = ws.status("budget-4");
     assert_eq!(status["budget"]["ceiling_usd"], 7.0);

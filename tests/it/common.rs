@@ -50,13 +50,14 @@ impl Workspace {
 
     /// `execute run --plan <plan> --repo <repo> --agent demo`.
     pub(crate) fn run_plan(&self, plan: &Path) -> Output {
-        self.baton()
-            .args(["execute", "run", "--agent", "demo", "--plan"])
-            .arg(plan)
-            .arg("--repo")
-            .arg(self.repo())
-            .output()
-            .unwrap()
+        self.run_plan_with(plan, &[], &[])
+    }
+
+    /// `execute run --agent demo <args> --plan <plan> --repo <repo>` with `env` set.
+    pub(crate) fn run_plan_with(&self, plan: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut cmd = self.baton();
+        cmd.envs(env.iter().copied()).args(["execute", "run", "--agent", "demo"]).args(args);
+        cmd.arg("--plan").arg(plan).arg("--repo").arg(self.repo()).output().unwrap()
     }
 
     /// `git -C repo <args>` stdout.

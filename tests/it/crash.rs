@@ -8,14 +8,7 @@ use std::time::Duration;
 use crate::common::*;
 
 fn run_with_crash(ws: &Workspace, plan: &std::path::Path, point: &str) -> std::process::Output {
-    ws.baton()
-        .env("BATON_CRASH_AT", point)
-        .args(["execute", "run", "--agent", "demo", "--plan"])
-        .arg(plan)
-        .arg("--repo")
-        .arg(ws.repo())
-        .output()
-        .unwrap()
+    ws.run_plan_with(plan, &[], &[("BATON_CRASH_AT", point)])
 }
 
 fn commits_for_step(ws: &Workspace, branch: &str, step: &str) -> usize {

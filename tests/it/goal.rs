@@ -128,15 +128,7 @@ fn every_crash_point_around_a_goal_check_resumes_without_judging_twice() {
         let ws = Workspace::with_repo(&[("README.md", "x\n")]);
         let task = format!("goal-crash-{point}");
         let plan = ws.write("plan.json", &goal_plan(&task, "Docs exist [demo: verdict=met_after=1]", 3));
-        let crashed = ws
-            .baton()
-            .env("BATON_CRASH_AT", point)
-            .args(["execute", "run", "--agent", "demo", "--plan"])
-            .arg(&plan)
-            .arg("--repo")
-            .arg(ws.repo())
-            .output()
-            .unwrap();
+        let crashed = ws.run_plan_with(&plan, &[], &[("BATON_CRASH_AT", point)]);
         assert_eq!(code(&crashed), 137, "{point}: {}", stderr(&crashed));
         if *point != "before-gate-record" {
             assert!(stderr(&crashed).contains("dispatched goal.1"), "{point}: crashed around the evaluator");

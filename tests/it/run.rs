@@ -313,17 +313,15 @@ fn agents_never_see_forge_tokens_or_baton_secrets() {
                             "step_type": "automation", "command": "env | sort > env.txt"}]),
     );
     let plan = ws.write("plan.json", &plan);
-    let out = ws
-        .baton()
-        .env("GITHUB_TOKEN", "ghp_secret_token")
-        .env("ADO_PAT", "ado_secret")
-        .env("BATON_GITHUB_WEBHOOK_SECRET", "hook_secret")
-        .args(["execute", "run", "--agent", "demo", "--plan"])
-        .arg(&plan)
-        .arg("--repo")
-        .arg(ws.repo())
-        .output()
-        .unwrap();
+    let out = ws.run_plan_with(
+        &plan,
+        &[],
+        &[
+            ("GITHUB_TOKEN", "ghp_secret_token"),
+            ("ADO_PAT", "ado_secret"),
+            ("BATON_GITHUB_WEBHOOK_SECRET", "hook_secret"),
+        ],
+    );
     assert_eq!(code(&out), 0, "{}\n{}", stdout(&out), stderr(&out));
     let env = ws.git(&["show", "baton/env-1:env.txt"]);
     for secret in ["ghp_secret_token", "ado_secret", "hook_secret", "GITHUB_TOKEN", "ADO_PAT"] {

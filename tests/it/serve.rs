@@ -102,6 +102,12 @@ impl Server {
             if spec["stage"] == stage {
                 return spec;
             }
+            if spec["stage"] == "failed" {
+                // Say why, not only that it never got there.
+                let task = spec["task_id"].as_str().unwrap_or_default();
+                let (_, exec) = self.request("GET", &format!("/api/v1/executions/{task}"), None);
+                panic!("spec {id} failed instead of reaching {stage}: {} ({exec})", exec["failure"]);
+            }
             assert!(start.elapsed() < Duration::from_secs(90), "spec {id} never reached {stage}: {spec}");
             std::thread::sleep(Duration::from_millis(200));
         }

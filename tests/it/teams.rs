@@ -338,15 +338,7 @@ fn every_crash_point_resumes_a_team_step_without_repeating_a_member() {
         let task = format!("tcrash-{point}");
         let synthesis = json!({"strategy": "agent_synthesis", "synthesis_agent": "synth"});
         let plan = ws.write("plan.json", &team_plan(&task, three_members(), synthesis, "test -s a.md && test -s c.md"));
-        let crashed = ws
-            .baton()
-            .env("BATON_CRASH_AT", point)
-            .args(["execute", "run", "--agent", "demo", "--plan"])
-            .arg(&plan)
-            .arg("--repo")
-            .arg(ws.repo())
-            .output()
-            .unwrap();
+        let crashed = ws.run_plan_with(&plan, &[], &[("BATON_CRASH_AT", point)]);
         assert_eq!(code(&crashed), 137, "{point}: {}", stderr(&crashed));
         let resumed = ws.run_plan(&plan);
         assert_eq!(code(&resumed), 0, "{point}: {}\n{}", stdout(&resumed), stderr(&resumed));
