@@ -299,9 +299,9 @@ fn cents(x: f64) -> f64 {
 pub fn forecast(plan: &MachinePlan, history: &SpendHistory, prices: &PriceTable) -> Forecast {
     let mut steps = Vec::new();
     let mut from_history = 0;
-    for (_, step) in plan.steps().filter(|(_, s)| !s.is_automation()) {
-        let model = if step.model.is_empty() { "sonnet".to_string() } else { step.model.clone() };
-        let costs = history.get(&(step.agent_name.clone(), model.clone())).filter(|c| !c.is_empty());
+    for (step_id, agent_name, model) in dispatched_units(plan) {
+        let model = if model.is_empty() { "sonnet".to_string() } else { model };
+        let costs = history.get(&(agent_name.clone(), model.clone())).filter(|c| !c.is_empty());
         let (low, mid, high, samples, basis) = match costs {
             Some(costs) => {
                 from_history += 1;
@@ -314,7 +314,7 @@ pub fn forecast(plan: &MachinePlan, history: &SpendHistory, prices: &PriceTable)
                     (mid * FORECAST_SPREAD.0, mid * FORECAST_SPREAD.1)
                 };
                 let n = sorted.len();
-                (low, mid, high, n, format!("median of {n} recorded attempts of {} on {model}", step.agent_name))
+                (low, mid, high, n, format!("median of {n} recorded attempts of {agent_name} on {model}"))
             }
             None => {
                 let mid = prices.default_step_usd(&model);
@@ -326,8 +326,8 @@ pub fn forecast(plan: &MachinePlan, history: &SpendHistory, prices: &PriceTable)
             }
         };
         steps.push(StepForecast {
-            step_id: step.step_id.clone(),
-            agent_name: step.agent_name.clone(),
+            step_id,
+            agent_name,
             model,
             low_usd: cents(low),
             mid_usd: cents(mid),
@@ -344,6 +344,28 @@ pub fn forecast(plan: &MachinePlan, history: &SpendHistory, prices: &PriceTable)
         steps.len() - from_history,
     );
     Forecast { low_usd: sum(|s| s.low_usd), mid_usd: sum(|s| s.mid_usd), high_usd: sum(|s| s.high_usd), rule, steps }
+}
+
+/// What gets dispatched to an agent, as (id, agent, model): each agent step, and for a team
+/// step each of its members instead (depth-first, a lead before its `sub_team`: the ids the
+/// engine dispatches and reserves for). Automation steps cost nothing and are left out; a
+/// team's `agent_synthesis` step takes the execution's default forecast.
+fn dispatched_units(plan: &MachinePlan) -> Vec<(String, String, String)> {
+    fn members(out: &mut Vec<(String, String, String)>, team: &[crate::model::plan::TeamMember]) {
+        for m in team {
+            out.push((m.member_id.clone(), m.agent_name.clone(), m.model.clone()));
+            members(out, &m.sub_team);
+        }
+    }
+    let mut out = Vec::new();
+    for (_, step) in plan.steps().filter(|(_, s)| !s.is_automation()) {
+        if step.team.is_empty() {
+            out.push((step.step_id.clone(), step.agent_name.clone(), step.model.clone()));
+        } else {
+            members(&mut out, &step.team);
+        }
+    }
+    out
 }
 
 /// The `q` quantile of sorted values by linear interpolation; 0 for none.
@@ -488,5 +510,23 @@ mod tests {
         );
         assert_eq!(f.mid_usd, 1.05);
         assert!(f.rule.contains("1 from the spend ledger's history"), "{}", f.rule);
+    }
+
+    #[test]
+    fn a_team_step_is_forecast_member_by_member() {
+        let plan = MachinePlan::from_json(
+            r#"{"task_id":"t","task_summary":"s","phases":[{"phase_id":1,"name":"p","steps":[
+              {"step_id":"1.1","agent_name":"team","task_description":"x","team":[
+                {"member_id":"1.1.a","agent_name":"lead","role":"lead","model":"opus","sub_team":[
+                  {"member_id":"1.1.a.b","agent_name":"dev","model":"haiku"}]},
+                {"member_id":"1.1.c","agent_name":"dev"}]}]}]}"#,
+        )
+        .unwrap();
+        let f = forecast(&plan, &SpendHistory::new(), &PriceTable::default());
+        let ids: Vec<(&str, f64)> = f.steps.iter().map(|s| (s.step_id.as_str(), s.mid_usd)).collect();
+        // opus $0.50, haiku $0.05, sonnet $0.25: each member reserves its own.
+        assert_eq!(ids, vec![("1.1.a", 0.5), ("1.1.a.b", 0.05), ("1.1.c", 0.25)]);
+        assert_eq!(f.mid_usd, 0.8);
+        assert!(f.by_step().contains_key("1.1.a.b"));
     }
 }

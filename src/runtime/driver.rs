@@ -1139,6 +1139,7 @@ impl Driver {
                             step.model = m;
                         }
                     }
+                    self.resolve_member_models(&mut step.team);
                 }
             }
             let history = crate::runtime::spend::history(self.execs.store()).await?;
@@ -1158,6 +1159,19 @@ impl Driver {
             self.record(&mut state, kind, key).await?;
         }
         Ok(state)
+    }
+
+    /// Each team member's model as it will run (`baton.toml`, the roster, else the plan's),
+    /// sub-teams included: the forecast prices members at what they use.
+    fn resolve_member_models(&self, members: &mut [crate::model::plan::TeamMember]) {
+        for m in members {
+            if let Ok((_, parts, _)) = self.resolve_agent(&m.agent_name, &m.model) {
+                if let Some(model) = parts.model {
+                    m.model = model;
+                }
+            }
+            self.resolve_member_models(&mut m.sub_team);
+        }
     }
 
     /// Stops every running attempt whose streamed usage (tokens × its model's price) crosses
