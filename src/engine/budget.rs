@@ -72,11 +72,18 @@ pub(crate) fn check_dispatch(state: &ExecutionState, step_id: &str) -> Result<()
     })
 }
 
-/// Checks a `Forecasted` event: every value a finite, non-negative USD amount.
+/// Checks a `Forecasted` event: recorded once, when the execution starts (a second one would
+/// rewrite what reservations were made against), every value a USD amount from 0 to the cap.
 pub(crate) fn check_forecast(
+    state: &ExecutionState,
     steps: &std::collections::BTreeMap<String, crate::model::budget::StepForecast>,
     default_usd: f64,
 ) -> Result<(), EngineError> {
+    if state.budget.forecast_recorded {
+        return Err(EngineError::InvalidEvent(
+            "the forecast is recorded once, when the execution starts, and it already was".into(),
+        ));
+    }
     let bad = |what: String, v: f64| {
         EngineError::InvalidEvent(format!("{what}: {v} is not a USD amount between 0 and {MAX_CEILING_USD}"))
     };
@@ -124,17 +131,6 @@ pub(crate) fn check_raise(state: &ExecutionState, by_usd: f64) -> Result<(), Eng
         return Err(EngineError::InvalidEvent(format!(
             "by_usd {by_usd}: the ceiling would be {raised}, above the largest ceiling {MAX_CEILING_USD}"
         )));
-    }
-    Ok(())
-}
-
-/// Checks a `Forecasted`: recorded once, when the execution starts (a second one would
-/// rewrite what reservations were made against).
-pub(crate) fn check_forecast_once(state: &ExecutionState) -> Result<(), EngineError> {
-    if state.budget.forecast_recorded {
-        return Err(EngineError::InvalidEvent(
-            "the forecast is recorded once, when the execution starts, and it already was".into(),
-        ));
     }
     Ok(())
 }
@@ -243,7 +239,6 @@ pub(crate) fn park_if_blocked(state: &mut ExecutionState, ready: &[String], inte
         s.step_id = first;
         s.needed_usd = needed;
     }
-    state.budget.parks += 1;
     state.status = ExecutionStatus::BudgetExceeded;
 }
 

@@ -780,10 +780,7 @@ fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), EngineError> {
             }
             budget::check_dispatch(state, step_id)
         }
-        EventKind::Forecasted { steps, default_usd } => {
-            budget::check_forecast_once(state)?;
-            budget::check_forecast(steps, *default_usd)
-        }
+        EventKind::Forecasted { steps, default_usd } => budget::check_forecast(state, steps, *default_usd),
         EventKind::BudgetSet { ceiling_usd, .. } => budget::check_set(state, *ceiling_usd),
         EventKind::BudgetRaised { by_usd } => {
             budget::check_raise(state, *by_usd)?;
@@ -1155,7 +1152,6 @@ fn mutate_event(state: &mut ExecutionState, event: &Event, now: &str) {
         }
         EventKind::BudgetSet { ceiling_usd, source } => {
             state.budget.ceiling_usd = *ceiling_usd;
-            state.budget.set_usd = *ceiling_usd;
             state.budget.source.clone_from(source);
             budget::ceiling_changed(state);
         }

@@ -88,12 +88,6 @@ pub struct Budget {
     /// The forecast was recorded (it is recorded once, when the execution starts).
     #[serde(default)]
     pub forecast_recorded: bool,
-    /// The ceiling as last set by `BudgetSet`, before raises.
-    #[serde(default)]
-    pub set_usd: Option<f64>,
-    /// Times the execution parked in `budget_exceeded`.
-    #[serde(default)]
-    pub parks: u32,
 }
 
 impl Budget {
