@@ -60,6 +60,14 @@ impl Workspace {
         cmd.arg("--plan").arg(plan).arg("--repo").arg(self.repo()).output().unwrap()
     }
 
+    /// `execute run --agent demo --plan <plan> --repo <repo>` started in the background
+    /// (stdout and stderr discarded), for tests that kill it.
+    pub(crate) fn spawn_run(&self, plan: &Path) -> std::process::Child {
+        let mut cmd = self.baton();
+        cmd.args(["execute", "run", "--agent", "demo", "--plan"]).arg(plan).arg("--repo").arg(self.repo());
+        cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap()
+    }
+
     /// `git -C repo <args>` stdout.
     pub(crate) fn git(&self, args: &[&str]) -> String {
         let out = Command::new("git").arg("-C").arg(self.repo()).args(args).output().unwrap();
@@ -129,4 +137,15 @@ pub(crate) fn small_plan(task_id: &str, extra_task_text: &str) -> String {
         ]
     })
     .to_string()
+}
+
+/// Waits (up to 15 s, polling every 50 ms) until `path` exists; panics naming it otherwise.
+pub(crate) fn wait_for(path: &Path) {
+    for _ in 0..300 {
+        if path.exists() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("{} never appeared", path.display());
 }

@@ -38,33 +38,11 @@ fn every_crash_point_resumes_without_repeating_work() {
     }
 }
 
-fn spawn_run(ws: &Workspace, plan: &std::path::Path) -> std::process::Child {
-    ws.baton()
-        .args(["execute", "run", "--agent", "demo", "--plan"])
-        .arg(plan)
-        .arg("--repo")
-        .arg(ws.repo())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
-fn wait_for(path: &std::path::Path) {
-    for _ in 0..300 {
-        if path.exists() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("{} never appeared", path.display());
-}
-
 #[test]
 fn kill_9_while_an_agent_runs_re_adopts_it() {
     let ws = Workspace::with_repo(&[("README.md", "x\n")]);
     let plan = ws.write("plan.json", &small_plan("adopt-1", "[demo: sleep=2]"));
-    let mut child = spawn_run(&ws, &plan);
+    let mut child = ws.spawn_run(&plan);
     wait_for(&ws.data().join("runs/adopt-1/1.1/1/started.json"));
     child.kill().unwrap();
     child.wait().unwrap();
@@ -83,7 +61,7 @@ fn kill_9_while_an_agent_runs_re_adopts_it() {
 fn an_attempt_that_died_with_baton_is_run_again_in_a_fresh_worktree() {
     let ws = Workspace::with_repo(&[("README.md", "x\n")]);
     let plan = ws.write("plan.json", &small_plan("died-1", "[demo: sleep=5]"));
-    let mut child = spawn_run(&ws, &plan);
+    let mut child = ws.spawn_run(&plan);
     let started = ws.data().join("runs/died-1/1.1/1/started.json");
     wait_for(&started);
     std::thread::sleep(Duration::from_millis(200));
@@ -111,7 +89,7 @@ fn an_attempt_that_died_with_baton_is_run_again_in_a_fresh_worktree() {
 fn cancel_stops_the_agents_a_dead_driver_left_running() {
     let ws = Workspace::with_repo(&[("README.md", "x\n")]);
     let plan = ws.write("plan.json", &small_plan("cancel-1", "[demo: sleep=30]"));
-    let mut child = spawn_run(&ws, &plan);
+    let mut child = ws.spawn_run(&plan);
     let started = ws.data().join("runs/cancel-1/1.1/1/started.json");
     wait_for(&started);
     child.kill().unwrap();
@@ -136,7 +114,7 @@ fn cancel_stops_the_agents_a_dead_driver_left_running() {
 fn cancel_stops_a_live_driver_and_its_agents() {
     let ws = Workspace::with_repo(&[("README.md", "x\n")]);
     let plan = ws.write("plan.json", &small_plan("cancel-live", "[demo: sleep=30]"));
-    let child = spawn_run(&ws, &plan);
+    let child = ws.spawn_run(&plan);
     let started = ws.data().join("runs/cancel-live/1.1/1/started.json");
     wait_for(&started);
     let out = ws.run(&["execute", "cancel", "--task-id", "cancel-live"]);

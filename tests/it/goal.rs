@@ -3,9 +3,6 @@
 //! killed while and after the evaluator runs, resumed without judging twice or losing the
 //! round-out budget.
 
-use std::process::Stdio;
-use std::time::Duration;
-
 use crate::common::*;
 
 /// Commits on `branch` whose `Baton-Step` trailer is `step`.
@@ -160,24 +157,8 @@ fn every_crash_point_around_a_goal_check_resumes_without_judging_twice() {
 fn kill_9_while_the_evaluator_runs_re_adopts_it() {
     let ws = Workspace::with_repo(&[("README.md", "x\n")]);
     let plan = ws.write("plan.json", &goal_plan("goal-adopt", "Docs exist [demo: verdict=met] [demo: sleep=2]", 3));
-    let mut child = ws
-        .baton()
-        .args(["execute", "run", "--agent", "demo", "--plan"])
-        .arg(&plan)
-        .arg("--repo")
-        .arg(ws.repo())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let started = ws.data().join("runs/goal-adopt/goal.1/1/started.json");
-    for _ in 0..300 {
-        if started.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(started.exists(), "the evaluator never started");
+    let mut child = ws.spawn_run(&plan);
+    wait_for(&ws.data().join("runs/goal-adopt/goal.1/1/started.json"));
     child.kill().unwrap();
     child.wait().unwrap();
     let resumed = ws.run_plan(&plan);

@@ -596,6 +596,26 @@ fn a_spec_fired_with_a_reviewed_ceiling_parks_at_it_and_a_raise_finishes_it() {
     let (status, body) = server.request("POST", &format!("/api/v1/executions/{task_id}/budget"), Some(raise));
     assert_eq!(status, 201, "{body}");
     server.wait_stage(id, "changelist_review");
+
+    // Without a reviewed ceiling, the project's default applies.
+    let repo = tmp.path().join("data").join("demo").join("board-repo");
+    let bad = json!({"name": "budgeted", "repo_path": repo, "agent_profile": "demo", "budget_usd": -1});
+    let (status, answer) = server.request("POST", "/api/v1/projects", Some(bad));
+    assert_eq!(status, 422, "{answer}");
+    let project = json!({"name": "budgeted", "repo_path": repo, "agent_profile": "demo", "budget_usd": 0.3});
+    let (status, answer) = server.request("POST", "/api/v1/projects", Some(project));
+    assert_eq!(status, 201, "{answer}");
+    let body = json!({"project": "budgeted", "title": "Document the default", "body": "Cheap."});
+    let (_, spec) = server.request("POST", "/api/v1/specs", Some(body));
+    let other = spec["spec_id"].as_i64().unwrap();
+    for (action, body) in [("enrich", None), ("review", Some(json!({"decision": "approve"}))), ("fire", None)] {
+        let (status, answer) = server.request("POST", &format!("/api/v1/specs/{other}/{action}"), body);
+        assert_eq!(status, 200, "{action}: {answer}");
+    }
+    let other_task = server.spec(other)["task_id"].as_str().unwrap().to_string();
+    let (_, exec) = server.request("GET", &format!("/api/v1/executions/{other_task}"), None);
+    assert_eq!(exec["budget"]["ceiling_usd"], 0.3, "{exec}");
+    assert_eq!(exec["budget"]["source"], "project", "{exec}");
     server.kill9();
     // The raise authorised spending: it is signed like the approval.
     let (code, out, err) = baton(&tmp.path().join("data"), &["audit", "verify", &task_id]);

@@ -2,9 +2,6 @@
 //! worktree of the feature branch, consolidated with its member id; synthesis strategies and
 //! conflict policies on real git merges; kill baton while members run and resume.
 
-use std::process::Stdio;
-use std::time::Duration;
-
 use serde_json::{json, Value};
 
 use crate::common::*;
@@ -352,16 +349,6 @@ fn every_crash_point_resumes_a_team_step_without_repeating_a_member() {
     }
 }
 
-fn wait_for(path: &std::path::Path) {
-    for _ in 0..300 {
-        if path.exists() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("{} never appeared", path.display());
-}
-
 #[test]
 fn kill_9_while_members_run_re_adopts_them_and_finished_members_never_run_again() {
     let ws = Workspace::with_repo(&[("README.md", "x\n")]);
@@ -372,16 +359,7 @@ fn kill_9_while_members_run_re_adopts_them_and_finished_members_never_run_again(
     ]);
     let plan =
         ws.write("plan.json", &team_plan("tadopt-1", members, json!({"strategy": "merge_files"}), "test -s b.md"));
-    let mut child = ws
-        .baton()
-        .args(["execute", "run", "--agent", "demo", "--plan"])
-        .arg(&plan)
-        .arg("--repo")
-        .arg(ws.repo())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = ws.spawn_run(&plan);
     // 1.1.c starts once 1.1.a is recorded; 1.1.b is still sleeping then.
     wait_for(&ws.data().join("runs/tadopt-1/1.1.c/1/started.json"));
     child.kill().unwrap();
