@@ -13,7 +13,7 @@ pub use crate::git::FileStat;
 use crate::git::GitRepo;
 use crate::model::state::ExecutionState;
 use crate::runtime::config::DataDir;
-use crate::runtime::driver::{meta_path, RunMeta};
+use crate::runtime::driver::read_meta;
 use crate::runtime::{blocking, BadInput};
 
 /// Largest diff text returned, bytes.
@@ -63,16 +63,13 @@ pub struct Changelist {
 /// Errors: the execution was not run by a driver (no `execution.json`: [`BadInput`]); the
 /// repository or branch is gone.
 pub async fn changelist(data: &DataDir, state: &ExecutionState) -> anyhow::Result<Changelist> {
-    let path = meta_path(data, &state.task_id);
-    if !path.exists() {
+    let Some(meta) = read_meta(data, &state.task_id)? else {
         return Err(BadInput(format!(
             "execution {} has no feature branch here: it is driven by an external orchestrator",
             state.task_id
         ))
         .into());
-    }
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let meta: RunMeta = serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
+    };
     let agents: std::collections::HashMap<String, String> =
         state.step_results.values().map(|r| (r.step_id.clone(), r.agent_name.clone())).collect();
     blocking(move || -> anyhow::Result<Changelist> {

@@ -158,6 +158,19 @@ pub fn meta_path(data: &DataDir, task_id: &str) -> PathBuf {
     data.runs(task_id).join("execution.json")
 }
 
+/// The run's `execution.json`, or `None` when `execute run` never drove the execution.
+///
+/// Errors: the file exists but cannot be read or parsed (naming it).
+pub fn read_meta(data: &DataDir, task_id: &str) -> anyhow::Result<Option<RunMeta>> {
+    let path = meta_path(data, task_id);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    Ok(Some(serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?))
+}
+
 struct Driver {
     execs: Executions,
     data: DataDir,
@@ -231,7 +244,6 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
     }
     let (state, meta) = match existing {
         Some(state) => {
-            let path = meta_path(&data, &task_id);
             if let Some(plan) = &plan {
                 let stored = execs.original_plan(&task_id).await?;
                 if stored.as_ref() != Some(plan) {
@@ -242,10 +254,7 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
                     .into());
                 }
             }
-            let meta = if path.exists() {
-                let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-                let meta: RunMeta =
-                    serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
+            let meta = if let Some(meta) = read_meta(&data, &task_id)? {
                 if let Some(repo) = &args.repo {
                     let given = repo.canonicalize().unwrap_or_else(|_| repo.clone());
                     if given != meta.repo {
@@ -938,12 +947,7 @@ impl Driver {
     /// USD streamed by the earlier launches of the attempt whose newest launch is `run_dir`
     /// (launches that died with their driver and were run again), priced at `model`.
     fn lost_launch_spend(&self, run_dir: &Path, model: &str) -> f64 {
-        let name = run_dir.file_name().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
-        let (base_name, n) = match name.rsplit_once("-r") {
-            Some((b, n)) => (b.to_string(), n.parse::<u32>().unwrap_or(1)),
-            None => (name, 1),
-        };
-        let base = run_dir.with_file_name(base_name);
+        let (base, n) = launch_of(run_dir);
         (1..n)
             .filter_map(|k| std::fs::read(launch_dir(&base, k).join(shim::STDOUT_FILE)).ok())
             .filter_map(|bytes| {
@@ -1317,6 +1321,15 @@ fn profile_of(config: &Config, default: &str, agent: &str) -> anyhow::Result<Age
 
 /// Run dir of launch `n` of an attempt: `<attempt>` for the first, `<attempt>-r<n>` for a
 /// re-run after the attempt died with its driver.
+/// The inverse of [`launch_dir`]: (the attempt's base run dir, launch number) of a launch dir.
+fn launch_of(run_dir: &Path) -> (PathBuf, u32) {
+    let name = run_dir.file_name().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
+    match name.rsplit_once("-r").and_then(|(b, n)| Some((b, n.parse::<u32>().ok()?))) {
+        Some((base, n)) => (run_dir.with_file_name(base), n),
+        None => (run_dir.to_path_buf(), 1),
+    }
+}
+
 fn launch_dir(base: &Path, n: u32) -> PathBuf {
     if n <= 1 {
         base.to_path_buf()
@@ -1463,4 +1476,17 @@ pub fn stop_attempts(data: &DataDir, state: &ExecutionState) -> usize {
         }
     }
     stopped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launch_of_inverts_launch_dir() {
+        let base = Path::new("/d/runs/t/1.1-r/2");
+        for n in [1, 2, 7] {
+            assert_eq!(launch_of(&launch_dir(base, n)), (base.to_path_buf(), n));
+        }
+    }
 }

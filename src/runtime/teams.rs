@@ -46,13 +46,14 @@ pub async fn approval_context(data: &DataDir, state: &ExecutionState, context: S
     if state.pending_approval_request.as_ref().is_none_or(|r| r.team_step.is_empty()) {
         return context;
     }
-    let Ok(text) = std::fs::read_to_string(driver::meta_path(data, &state.task_id)) else { return context };
-    let Ok(meta) = serde_json::from_str::<driver::RunMeta>(&text) else { return context };
-    let state = state.clone();
+    let (data, state) = (data.clone(), state.clone());
     let fallback = context.clone();
-    blocking(move || match GitRepo::open(&meta.repo) {
-        Ok(repo) => with_member_diffs(&repo, &state, &context),
-        Err(_) => context,
+    blocking(move || {
+        let Ok(Some(meta)) = driver::read_meta(&data, &state.task_id) else { return context };
+        match GitRepo::open(&meta.repo) {
+            Ok(repo) => with_member_diffs(&repo, &state, &context),
+            Err(_) => context,
+        }
     })
     .await
     .unwrap_or(fallback)
