@@ -103,6 +103,15 @@ pub async fn run_goal(data_dir: &Path, args: GoalArgs, json: bool) -> anyhow::Re
     let plan = goal_plan(&args, &task_id)?;
     let options = args.flags.clone().options()?;
     let data = DataDir::open(data_dir)?;
+    // An existing execution's plan file is never overwritten with another plan.
+    let execs = Executions::open(data.clone()).await?;
+    if execs.load(&task_id).await?.is_some() && execs.original_plan(&task_id).await?.as_ref() != Some(&plan) {
+        return Err(BadInput(format!(
+            "execution {task_id} already exists with another plan: give the goal another --task-id, or resume it \
+             with `baton execute run --task-id {task_id}`"
+        ))
+        .into());
+    }
     let dir = data.plans_dir();
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let path = dir.join(format!("{task_id}.json"));
@@ -122,7 +131,7 @@ pub async fn run_goal(data_dir: &Path, args: GoalArgs, json: bool) -> anyhow::Re
     }
     let options = RunOptions { plan: Some(plan), ..options };
     let outcome = driver::run(data.clone(), options).await?;
-    if let Some(state) = Executions::open(data).await?.load(&task_id).await? {
+    if let Some(state) = execs.load(&task_id).await? {
         for line in goal_lines(&state) {
             errln!("{line}");
         }

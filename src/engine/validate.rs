@@ -67,6 +67,16 @@ pub fn validate(plan: &MachinePlan) -> Result<(), Vec<PlanProblem>> {
     if plan.phases.is_empty() {
         push("plan".into(), "has no phases".into());
     }
+    // The goal evaluator is dispatched like a step's agent (`engine::goal`).
+    match plan.extra.get("goal_evaluator") {
+        None => {}
+        Some(serde_json::Value::String(name)) => {
+            if let Some(why) = agent_name_problem(name) {
+                push("plan".into(), format!("goal_evaluator: {why}"));
+            }
+        }
+        Some(other) => push("plan".into(), format!("goal_evaluator must be an agent name, not {other}")),
+    }
 
     let mut phase_ids = HashSet::new();
     // step id -> position in plan order
@@ -269,6 +279,7 @@ fn find_cycles(plan: &MachinePlan) -> Vec<Vec<String>> {
 mod tests {
     use super::*;
     use crate::model::plan::{PlanPhase, PlanStep};
+    use serde_json::json;
 
     fn plan(phases: Vec<PlanPhase>) -> MachinePlan {
         let mut p = MachinePlan::from_json(r#"{"task_id":"t-1","task_summary":"s"}"#).unwrap();
@@ -317,6 +328,22 @@ mod tests {
         assert!(got.contains(&"phase 1 (P1), step 1.2: agent_name is empty".to_string()), "{got:?}");
         assert!(got.contains(&"phase 1 (P1), step 1.2: depends_on names unknown step 9.9".to_string()), "{got:?}");
         assert!(got.contains(&"phase 1 (P1), step 1.1: duplicate step_id 1.1".to_string()), "{got:?}");
+    }
+
+    #[test]
+    fn a_goal_evaluator_must_be_an_agent_name() {
+        // Found by a tester: `baton goal --evaluator ../x` dispatched goal.1 to `../x`.
+        for (value, why) in
+            [(json!("../x"), "may only hold"), (json!(""), "is empty"), (json!(3), "must be an agent name")]
+        {
+            let mut p = plan(vec![PlanPhase::new(1, "p")]);
+            p.extra.insert("goal_evaluator".into(), value);
+            let problems = validate(&p).unwrap_err();
+            assert!(
+                problems.iter().any(|x| x.message.starts_with("goal_evaluator") && x.message.contains(why)),
+                "{problems:?}"
+            );
+        }
     }
 
     #[test]

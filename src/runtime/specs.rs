@@ -162,12 +162,15 @@ pub struct Specs {
     pool: Pool,
 }
 
-/// A ceiling given for a spec or a project: a USD amount above 0 (at most the engine's cap).
+/// A ceiling given for a spec or a project: what the engine accepts as a ceiling (a cent to
+/// its cap), checked when it is given rather than when the spec is fired (found by a tester:
+/// an approved $0.001 ceiling made every fire fail).
 fn check_budget(usd: f64, field: &str) -> Result<f64, SpecError> {
-    if usd.is_finite() && usd > 0.0 && usd <= crate::engine::budget::MAX_CEILING_USD {
+    use crate::engine::budget::{MAX_CEILING_USD, MIN_CEILING_USD};
+    if usd.is_finite() && (MIN_CEILING_USD..=MAX_CEILING_USD).contains(&usd) {
         Ok(usd)
     } else {
-        Err(invalid(field, format!("{usd} is not a USD amount above 0")))
+        Err(invalid(field, format!("{usd}: {}", crate::runtime::spend::USD_EXPECTED)))
     }
 }
 

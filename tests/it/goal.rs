@@ -56,6 +56,14 @@ fn baton_goal_writes_a_plan_rounds_it_out_and_completes() {
     assert_eq!(saved["goal_evaluator"], "code-reviewer");
     assert_eq!(saved["max_amend_cycles"], 3);
     assert!(ws.data().join("plans/current.json").exists(), "saved like `baton plan`");
+    // Another goal under the same task id is refused before its plan file is written (found by a
+    // tester: --no-run overwrote the existing execution's plan file).
+    let again = ws.run(&["goal", "Something else", "--task-id", "goal-cli", "--no-run"]);
+    assert_eq!(code(&again), 2, "{}", stderr(&again));
+    assert!(stderr(&again).contains("already exists with another plan"), "{}", stderr(&again));
+    let kept: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(ws.data().join("plans/goal-cli.json")).unwrap()).unwrap();
+    assert_eq!(kept, saved);
 
     let status = ws.status("goal-cli");
     assert_eq!(status["status"], "complete");

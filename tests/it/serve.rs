@@ -552,9 +552,18 @@ fn a_spec_fired_with_a_reviewed_ceiling_parks_at_it_and_a_raise_finishes_it() {
     let id = spec["spec_id"].as_i64().unwrap();
     let (status, answer) = server.request("POST", &format!("/api/v1/specs/{id}/enrich"), None);
     assert_eq!(status, 200, "{answer}");
-    let bad = json!({"decision": "approve", "budget_usd": -3});
-    let (status, answer) = server.request("POST", &format!("/api/v1/specs/{id}/review"), Some(bad));
-    assert_eq!(status, 422, "{answer}");
+    for bad in [json!(-3), json!(0.001), json!(2_000_000)] {
+        // Refused when given, not when fired (found by a tester: an approved $0.001 made every
+        // fire fail and leave an execution behind).
+        let review = json!({"decision": "approve", "budget_usd": bad});
+        let (status, answer) = server.request("POST", &format!("/api/v1/specs/{id}/review"), Some(review));
+        assert_eq!(status, 422, "{answer}");
+        assert!(
+            answer["error"].as_str().unwrap_or_default().contains("from 0.01 to 1000000")
+                || answer.to_string().contains("from 0.01 to 1000000"),
+            "{answer}"
+        );
+    }
     let review = json!({"decision": "approve", "budget_usd": 0.5});
     let (status, answer) = server.request("POST", &format!("/api/v1/specs/{id}/review"), Some(review));
     assert_eq!(status, 200, "{answer}");
