@@ -6,6 +6,8 @@
 
 use sqlx::SqliteConnection;
 
+use super::writer::Pending;
+
 use super::{
     event_hash, parse_time, AppendOutcome, ChainReport, ExecutionRow, Loaded, NewEvent, Snapshot, Store, StoreError,
     StoredEvent, Summary, GENESIS_HASH, SNAPSHOTS_KEPT,
@@ -229,10 +231,11 @@ impl Store {
         }
     }
 
-    /// One event in one round trip, when this process knows the chain head: `BEGIN
-    /// IMMEDIATE`, an insert guarded by the expected head, a summary update guarded by the
-    /// inserted row, `COMMIT`. `Ok(None)` when the head was stale or the key a
-    /// duplicate: nothing was written and the caller takes the general path.
+    /// One event, when this process knows the chain head: an insert guarded by the expected
+    /// head and a summary update guarded by the inserted row, committed in one round trip
+    /// together with the other executions' appends queued meanwhile (group commit, see
+    /// `writer`). `Ok(None)` when the head was stale, the key a duplicate or the group
+    /// failed: nothing of this event was written and the caller takes the general path.
     async fn append_fast(
         &self,
         task_id: &str,
@@ -241,63 +244,8 @@ impl Store {
     ) -> Result<Option<AppendOutcome>, StoreError> {
         let known = self.heads.lock().ok().and_then(|h| h.get(task_id).cloned());
         let Some((last_seq, last_hash)) = known else { return Ok(None) };
-        let seq = last_seq + 1;
-        let hash = event_hash(&last_hash, seq, &event.kind, &event.payload, &event.idempotency_key, &event.at);
-        let mut conn = self.writer.acquire().await?;
-        let result = sqlx::query(
-            "begin immediate; \
-             insert into execution_events \
-             (task_id, seq, kind, payload, idempotency_key, at, prev_hash, hash) \
-             select ?, ?, ?, ?, ?, ?, ?, ? where exists \
-             (select 1 from executions where task_id = ? and last_seq = ? and last_hash = ?) \
-             on conflict (task_id, idempotency_key) do nothing; \
-             update executions set status = ?, current_phase = ?, steps_done = ?, \
-             steps_total = ?, spend_usd = ?, last_seq = ?, last_hash = ?, updated_at = ? \
-             where task_id = ? and last_seq = ? and exists (select 1 from execution_events \
-             where task_id = ? and seq = ? and idempotency_key = ?) returning last_seq; \
-             commit;",
-        )
-        .bind(task_id)
-        .bind(seq)
-        .bind(&event.kind)
-        .bind(&event.payload)
-        .bind(&event.idempotency_key)
-        .bind(&event.at)
-        .bind(&last_hash)
-        .bind(&hash)
-        .bind(task_id)
-        .bind(last_seq)
-        .bind(&last_hash)
-        .bind(&summary.status)
-        .bind(&summary.current_phase)
-        .bind(summary.steps_done)
-        .bind(summary.steps_total)
-        .bind(summary.spend_usd)
-        .bind(seq)
-        .bind(&hash)
-        .bind(&event.at)
-        .bind(task_id)
-        .bind(last_seq)
-        .bind(task_id)
-        .bind(seq)
-        .bind(&event.idempotency_key)
-        .fetch_all(&mut *conn)
-        .await;
-        match result {
-            // The update returns the new head exactly when the guarded insert happened
-            // (sqlite's change counts are not reliable across BEGIN/COMMIT in one batch).
-            Ok(rows) if rows.len() == 1 => {
-                drop(conn);
-                self.remember_head(task_id, seq, &hash);
-                Ok(Some(AppendOutcome::Appended { seq, hash }))
-            }
-            Ok(_) => Ok(None),
-            Err(err) => {
-                // A statement failed mid-batch: end the transaction it opened, if any.
-                let _ = sqlx::query("rollback").execute(&mut *conn).await;
-                Err(err.into())
-            }
-        }
+        let pending = Pending::new(task_id, event, summary, last_seq, last_hash);
+        self.writer.append_grouped(&self.heads, pending).await
     }
 
     /// Loads what the caller needs to rebuild `task_id`: plan, newest snapshot, the events

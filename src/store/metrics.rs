@@ -8,7 +8,8 @@
 
 use super::{Store, StoreError};
 
-/// Everything `/metrics` reads from the database, from one consistent read transaction.
+/// Everything `/metrics` reads from the store: the database's totals, from one consistent read
+/// transaction, and this process's group-commit counters.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MetricTotals {
     /// Executions per summary status (`running`, `complete`, …), sorted by status; statuses
@@ -24,6 +25,12 @@ pub struct MetricTotals {
     pub gates_passed: i64,
     /// `gate_recorded` events with `passed: false`.
     pub gates_failed: i64,
+    /// Commits of the journal's group path (one fsync each) that appended events, since this
+    /// process opened the store.
+    pub journal_commits: u64,
+    /// Events those commits appended; `journal_appends / journal_commits` is the mean group
+    /// size (1 when appends never overlap).
+    pub journal_appends: u64,
 }
 
 /// The journal aggregates of one scan, in the order of [`JOURNAL_TOTALS`]' columns.
@@ -64,6 +71,7 @@ impl Store {
             sqlx::query_scalar::<_, f64>("select total(spend_usd) from executions").fetch_one(&mut *tx).await?;
         let journal = sqlx::query_as::<_, JournalRow>(JOURNAL_TOTALS).fetch_one(&mut *tx).await?;
         tx.commit().await?;
+        let (journal_commits, journal_appends) = self.writer.group_stats();
         Ok(MetricTotals {
             executions_by_status,
             spend_usd,
@@ -71,6 +79,8 @@ impl Store {
             agent_seconds: journal.agent_seconds,
             gates_passed: journal.gates_passed,
             gates_failed: journal.gates_failed,
+            journal_commits,
+            journal_appends,
         })
     }
 }

@@ -10,7 +10,10 @@
 //!
 //! Invariants:
 //! - Every write is one `BEGIN IMMEDIATE` transaction on a single writer connection, so a crash
-//!   at any moment leaves either all of a batch or none of it.
+//!   at any moment leaves either all of a batch or none of it. Single-event appends that queue
+//!   up while a commit is in flight share the next transaction (group commit, `writer.rs`):
+//!   each event still commits with its summary or not at all, and each caller returns only
+//!   once its own event is durable.
 //! - Each execution's events form a hash chain (`seq` 1, 2, 3 …, see
 //!   [`event_hash`](crate::store::event_hash)); the head (`last_seq`, `last_hash`) lives on the
 //!   `executions` row, so appending costs the same at event 10 and event 10 million and never
@@ -24,6 +27,7 @@ mod lease;
 mod metrics;
 mod pmo;
 mod webhooks;
+mod writer;
 
 pub use auth::{TokenRow, UserRow};
 pub use forge::MergeRow;
@@ -37,8 +41,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sha2::{Digest as _, Sha256};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 use sqlx::sqlite::{SqliteSynchronous, SqliteTransaction};
+use sqlx::ConnectOptions as _;
+
+use writer::{WriteTx, Writer};
 
 /// How long a connection waits for another writer before failing with `SQLITE_BUSY`.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -52,21 +59,21 @@ pub const SNAPSHOTS_KEPT: i64 = 3;
 /// Connections in the reader pool.
 const READERS: u32 = 4;
 
-/// Handle to one SQLite journal file: a writer pool of exactly one connection and a small
-/// reader pool.
+/// Handle to one SQLite journal file: one writer connection and a small reader pool.
 ///
-/// Cheap to clone (the pools are reference-counted). Several `Store`s, in one process or in
+/// Cheap to clone (both are reference-counted). Several `Store`s, in one process or in
 /// several, may open the same file; SQLite's locking and the 10 s busy timeout serialise their
 /// writes.
 #[derive(Debug, Clone)]
 pub struct Store {
-    /// The single writer connection; every write transaction begins `IMMEDIATE` here.
-    writer: SqlitePool,
+    /// The single writer connection; every write transaction begins `IMMEDIATE` here, and
+    /// concurrent single-event appends share commits (group commit).
+    writer: Writer,
     /// Read-only connections for loads, listings and chain verification.
     reader: SqlitePool,
     /// Last known chain head (seq, hash) per execution, from this process's appends. A hint
     /// only: the fast append path checks it in SQL and falls back when it is stale.
-    heads: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, (i64, String)>>>,
+    heads: writer::Heads,
 }
 
 /// Failure of a store operation.
@@ -350,16 +357,11 @@ impl Store {
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(true)
             .synchronous(SqliteSynchronous::Full);
-        // The writer is one long-lived connection to a local file: no liveness ping before
-        // each use (it would cost a round trip per transaction) and no idle recycling.
-        let writer_pool = SqlitePoolOptions::new()
-            .min_connections(1)
-            .max_connections(1)
-            .test_before_acquire(false)
-            .idle_timeout(None)
-            .max_lifetime(None);
-        let writer = connect_retrying(writer_pool, options.clone().create_if_missing(true)).await.map_err(open_err)?;
-        migrate(&writer).await?;
+        // The writer is one long-lived connection to a local file, held rather than pooled
+        // (see `writer`).
+        let mut conn = connect_writer(&options.clone().create_if_missing(true)).await.map_err(open_err)?;
+        migrate(&mut conn).await?;
+        let writer = Writer::new(conn);
         // The writer created the file and switched it to WAL, so read-only connections can
         // open it now.
         let reader_pool = SqlitePoolOptions::new().max_connections(READERS).test_before_acquire(false);
@@ -367,8 +369,8 @@ impl Store {
         Ok(Store { writer, reader, heads: Default::default() })
     }
 
-    /// Closes both pools, waiting for checked-out connections to come back (checkpoints the
-    /// WAL when this is the last connection to the file).
+    /// Closes the reader pool (waiting for checked-out connections to come back) and the
+    /// writer connection (which checkpoints the WAL when it is the last one to the file).
     pub async fn close(&self) {
         self.reader.close().await;
         self.writer.close().await;
@@ -377,8 +379,8 @@ impl Store {
     /// Begins a write transaction on the writer connection with `BEGIN IMMEDIATE`, so the
     /// write lock is taken up front (a deferred read-then-write can fail with
     /// `SQLITE_BUSY_SNAPSHOT` under WAL). Dropping it uncommitted rolls back.
-    async fn begin_write(&self) -> Result<SqliteTransaction<'static>, StoreError> {
-        Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
+    async fn begin_write(&self) -> Result<WriteTx, StoreError> {
+        self.writer.begin().await
     }
 
     /// Begins a read transaction on a reader connection: one consistent view of the file.
@@ -407,6 +409,21 @@ async fn connect_retrying(pool: SqlitePoolOptions, options: SqliteConnectOptions
     }
 }
 
+/// Opens the writer connection with the same retry as [`connect_retrying`].
+async fn connect_writer(options: &SqliteConnectOptions) -> Result<SqliteConnection, sqlx::Error> {
+    let mut attempt = 0u32;
+    loop {
+        match options.connect().await {
+            Ok(conn) => return Ok(conn),
+            Err(e) if attempt < OPEN_BUSY_RETRIES && is_busy(&e) => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// SQLITE_BUSY / SQLITE_LOCKED ("database is locked").
 fn is_busy(e: &sqlx::Error) -> bool {
     match e {
@@ -421,17 +438,17 @@ fn is_busy(e: &sqlx::Error) -> bool {
 /// Attempts at applying migrations; see [`migrate`].
 const MIGRATE_ATTEMPTS: u32 = 3;
 
-/// Applies `migrations/` (embedded at build time) on the writer pool.
+/// Applies `migrations/` (embedded at build time) on the writer connection.
 ///
 /// sqlx takes no lock for SQLite migrations, so two processes opening a new file at once both
 /// see migration 1 as pending and the loser fails with `table … already exists`. Each migration
 /// commits atomically with its `_sqlx_migrations` row, so the loser has written nothing and a
 /// second run finds it applied; hence a bounded retry.
-async fn migrate(writer: &SqlitePool) -> Result<(), StoreError> {
+async fn migrate(writer: &mut SqliteConnection) -> Result<(), StoreError> {
     let migrator = sqlx::migrate!();
     let mut attempt = 1;
     loop {
-        match migrator.run(writer).await {
+        match migrator.run_direct(&mut *writer).await {
             Ok(()) => return Ok(()),
             Err(err) if attempt < MIGRATE_ATTEMPTS => {
                 tracing::debug!(attempt, error = %err, "migration raced another opener, retrying");

@@ -54,9 +54,9 @@ fn holder(id: &str, pid: u32) -> LeaseInfo {
     }
 }
 
-async fn pragma(pool: &SqlitePool, name: &str) -> String {
+async fn pragma(conn: &mut sqlx::SqliteConnection, name: &str) -> String {
     use sqlx::Row as _;
-    let row = sqlx::query(&format!("pragma {name}")).fetch_one(pool).await.unwrap();
+    let row = sqlx::query(&format!("pragma {name}")).fetch_one(conn).await.unwrap();
     match row.try_get::<String, _>(0) {
         Ok(text) => text,
         Err(_) => row.try_get::<i64, _>(0).unwrap().to_string(),
@@ -67,14 +67,15 @@ async fn pragma(pool: &SqlitePool, name: &str) -> String {
 async fn open_sets_wal_foreign_keys_full_sync_and_busy_timeout_on_both_pools() {
     let (_dir, path, store) = fresh().await;
     assert!(path.exists());
-    for pool in [&store.writer, &store.reader] {
-        assert_eq!(pragma(pool, "journal_mode").await, "wal");
-        assert_eq!(pragma(pool, "foreign_keys").await, "1");
+    let mut writer = store.writer.conn().await.unwrap();
+    let mut reader = store.reader.acquire().await.unwrap();
+    for conn in [&mut *writer, &mut *reader] {
+        assert_eq!(pragma(&mut *conn, "journal_mode").await, "wal");
+        assert_eq!(pragma(&mut *conn, "foreign_keys").await, "1");
         // 2 = FULL
-        assert_eq!(pragma(pool, "synchronous").await, "2");
-        assert_eq!(pragma(pool, "busy_timeout").await, "10000");
+        assert_eq!(pragma(&mut *conn, "synchronous").await, "2");
+        assert_eq!(pragma(&mut *conn, "busy_timeout").await, "10000");
     }
-    assert_eq!(store.writer.options().get_max_connections(), 1);
 }
 
 #[tokio::test]
@@ -236,7 +237,7 @@ async fn foreign_key_rejects_events_of_a_missing_execution() {
     )
     .bind(T0)
     .bind(GENESIS_HASH)
-    .execute(&store.writer)
+    .execute(&mut *store.writer.conn().await.unwrap())
     .await
     .unwrap_err();
     assert!(err.to_string().contains("FOREIGN KEY"), "{err}");
@@ -296,7 +297,10 @@ async fn verify_chain_detects_a_deleted_tail() {
     let (_dir, _path, store) = fresh().await;
     created(&store, "t1").await;
     store.append("t1", &[ev("k1", "{}"), ev("k2", "{}"), ev("k3", "{}")], &summary("running", 2)).await.unwrap();
-    sqlx::query("delete from execution_events where seq = 3").execute(&store.writer).await.unwrap();
+    sqlx::query("delete from execution_events where seq = 3")
+        .execute(&mut *store.writer.conn().await.unwrap())
+        .await
+        .unwrap();
     let report = store.verify_chain("t1").await.unwrap();
     assert_eq!(report.events, 2);
     assert_eq!(report.first_bad_seq, Some(3));
@@ -482,4 +486,127 @@ async fn the_one_round_trip_append_falls_back_when_another_process_moved_the_hea
     let report = a.verify_chain("t1").await.unwrap();
     assert!(report.ok && report.events == 4, "{report:?}");
     assert_eq!(a.load("t1").await.unwrap().unwrap().summary, summary("running", 4));
+}
+
+/// Spawns one append per `(task_id, key, payload)` while the test holds the writer, and waits
+/// (by yielding, no clock) until all of them are queued for the next group commit.
+async fn queue_appends(
+    store: &Store,
+    appends: &[(&str, &str, &str)],
+) -> Vec<tokio::task::JoinHandle<Result<Vec<AppendOutcome>, StoreError>>> {
+    let mut handles = Vec::new();
+    for (task_id, key, payload) in appends {
+        let (mine, task_id, event) = (store.clone(), task_id.to_string(), ev(key, payload));
+        handles.push(tokio::spawn(async move { mine.append(&task_id, &[event], &summary("running", 1)).await }));
+        // One at a time, so the queue keeps this order.
+        let want = handles.len();
+        for _ in 0..10_000 {
+            if store.writer.queued() == want {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(store.writer.queued(), want, "append {key} never queued");
+    }
+    handles
+}
+
+/// Creates `task_id` and appends one event, so this store knows its head (the group path
+/// needs it).
+async fn started(store: &Store, task_id: &str) {
+    created(store, task_id).await;
+    store.append(task_id, &[ev(&format!("{task_id}-first"), "{}")], &summary("running", 0)).await.unwrap();
+}
+
+#[tokio::test]
+async fn appends_queued_behind_a_commit_share_the_next_one_and_keep_their_chains() {
+    let (_dir, _path, store) = fresh().await;
+    let tasks = ["t1", "t2", "t3", "t4", "t5"];
+    for t in tasks {
+        started(&store, t).await;
+    }
+    let before = store.writer.group_stats();
+    let held = store.writer.conn().await.unwrap();
+    let keys: Vec<String> = tasks.iter().map(|t| format!("{t}-second")).collect();
+    let appends: Vec<_> = tasks.iter().zip(&keys).map(|(t, k)| (*t, k.as_str(), r#"{"n":2}"#)).collect();
+    let handles = queue_appends(&store, &appends).await;
+    drop(held);
+    for h in handles {
+        let outcome = h.await.unwrap().unwrap();
+        assert!(matches!(outcome.as_slice(), [AppendOutcome::Appended { seq: 2, .. }]), "{outcome:?}");
+    }
+    let after = store.writer.group_stats();
+    assert_eq!((after.0 - before.0, after.1 - before.1), (1, 5), "one commit carried all five appends");
+    for t in tasks {
+        let report = store.verify_chain(t).await.unwrap();
+        assert!(report.ok && report.events == 2, "{t}: {report:?}");
+        assert_eq!(store.summary(t).await.unwrap(), Some(summary("running", 1)));
+    }
+}
+
+#[tokio::test]
+async fn a_bad_append_in_a_group_fails_alone() {
+    let (_dir, _path, store) = fresh().await;
+    for t in ["good1", "bad", "good2"] {
+        started(&store, t).await;
+    }
+    let held = store.writer.conn().await.unwrap();
+    let handles = queue_appends(
+        &store,
+        &[("good1", "g1", r#"{"ok":1}"#), ("bad", "b", "not json"), ("good2", "g2", r#"{"ok":2}"#)],
+    )
+    .await;
+    drop(held);
+    let results: Vec<_> = futures_util::future::join_all(handles).await.into_iter().map(|h| h.unwrap()).collect();
+    assert!(matches!(results[0].as_deref(), Ok([AppendOutcome::Appended { seq: 2, .. }])), "{:?}", results[0]);
+    assert!(matches!(results[1], Err(StoreError::Sqlx(_))), "the bad payload is refused: {:?}", results[1]);
+    assert!(matches!(results[2].as_deref(), Ok([AppendOutcome::Appended { seq: 2, .. }])), "{:?}", results[2]);
+    let bad = store.verify_chain("bad").await.unwrap();
+    assert!(bad.ok && bad.events == 1, "the bad append wrote nothing: {bad:?}");
+    assert_eq!(store.summary("bad").await.unwrap(), Some(summary("running", 0)), "nor its summary");
+}
+
+#[tokio::test]
+async fn two_appends_to_one_execution_in_one_queue_land_in_order() {
+    let (_dir, _path, store) = fresh().await;
+    started(&store, "t1").await;
+    let held = store.writer.conn().await.unwrap();
+    let handles = queue_appends(&store, &[("t1", "a", r#"{"n":"a"}"#), ("t1", "b", r#"{"n":"b"}"#)]).await;
+    drop(held);
+    for h in handles {
+        h.await.unwrap().unwrap();
+    }
+    let events = store.events("t1", 0).await.unwrap();
+    let keys: Vec<_> = events.iter().map(|e| e.idempotency_key.as_str()).collect();
+    assert_eq!(keys, ["t1-first", "a", "b"]);
+    assert!(store.verify_chain("t1").await.unwrap().ok);
+}
+
+#[tokio::test]
+async fn an_append_whose_caller_gave_up_while_queued_is_not_written() {
+    let (_dir, _path, store) = fresh().await;
+    started(&store, "t1").await;
+    let held = store.writer.conn().await.unwrap();
+    let handles = queue_appends(&store, &[("t1", "abandoned", "{}")]).await;
+    for h in &handles {
+        h.abort();
+    }
+    for h in handles {
+        assert!(h.await.unwrap_err().is_cancelled());
+    }
+    drop(held);
+    store.append("t1", &[ev("later", "{}")], &summary("running", 1)).await.unwrap();
+    let keys: Vec<_> = store.events("t1", 0).await.unwrap().into_iter().map(|e| e.idempotency_key).collect();
+    assert_eq!(keys, ["t1-first", "later"]);
+}
+
+#[tokio::test]
+async fn writes_after_close_fail_with_an_error() {
+    let (_dir, _path, store) = fresh().await;
+    started(&store, "t1").await;
+    store.close().await;
+    let err = store.append("t1", &[ev("late", "{}")], &summary("running", 1)).await.unwrap_err();
+    assert!(err.to_string().contains("closed"), "{err}");
+    let err = store.create_execution("t2", PLAN, &summary("pending", 0), T0).await.unwrap_err();
+    assert!(err.to_string().contains("closed"), "{err}");
 }

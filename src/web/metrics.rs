@@ -149,6 +149,21 @@ impl Metrics {
         gates.get_or_create(&vec![("result", "failed")]).inc_by(u64::try_from(totals.gates_failed).unwrap_or(0));
         registry.register("baton_gate_results", "Gate runs by result (gate_recorded events)", gates);
 
+        let commits = Counter::<u64>::default();
+        commits.inc_by(totals.journal_commits);
+        registry.register(
+            "baton_journal_group_commits",
+            "Journal commits (one fsync each) of single-event appends, grouped, since this process started",
+            commits,
+        );
+        let appends = Counter::<u64>::default();
+        appends.inc_by(totals.journal_appends);
+        registry.register(
+            "baton_journal_group_appends",
+            "Events appended by those commits; appends / commits is the mean group size",
+            appends,
+        );
+
         let open = Gauge::<i64>::default();
         open.set(i64::from(pool.open));
         registry.register("baton_pool_open", "1 while the worker pool accepts work, 0 once it shut down", open);
@@ -316,6 +331,8 @@ mod tests {
             agent_seconds: 4.5,
             gates_passed: 1,
             gates_failed: 2,
+            journal_commits: 4,
+            journal_appends: 10,
         };
         let pool = PoolReport { open: true, drivers: Default::default(), free_agent_slots: 3 };
         let text = to_prometheus_text(&metrics.render(&totals, &pool).unwrap());
@@ -327,6 +344,8 @@ mod tests {
             "baton_agent_seconds_total 4.5",
             "baton_spend_usd_total 1.25",
             "baton_gate_results_total{result=\"failed\"} 2",
+            "baton_journal_group_commits_total 4",
+            "baton_journal_group_appends_total 10",
             "baton_pool_open 1",
             "baton_pool_free_agent_slots 3",
             "baton_http_request_duration_seconds_bucket{le=\"0.005\",method=\"GET\",route=\"/api/v1/specs/{id}\",status=\"200\"} 1",

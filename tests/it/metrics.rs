@@ -143,6 +143,15 @@ async fn metrics_expose_latency_by_matched_route_and_the_database_families() {
     for status in ["running", "approval_pending", "complete", "cancelled"] {
         assert!(text.contains(&format!("baton_executions{{status=\"{status}\"}}")), "every status has a series");
     }
+    // The events posted above went through the journal's group path: each commit carried at
+    // least one of them.
+    let value = |name: &str| -> u64 {
+        let line =
+            lines.iter().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("{name}:\n{text}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let (commits, appends) = (value("baton_journal_group_commits_total"), value("baton_journal_group_appends_total"));
+    assert!(commits >= 1 && appends >= commits, "commits {commits}, appends {appends}");
     assert!(text.contains("# TYPE baton_step_dispatches_total counter"), "0.0.4 names the counter's sample:\n{text}");
     assert!(!text.contains("# EOF"), "{text}");
 
