@@ -4,7 +4,8 @@
 //! writes with a compare-and-set on that status (`Store::change_spec`), so two people acting at
 //! once get one change and one [`SpecError::Conflict`] naming the status now. Firing claims the
 //! spec first, then creates the execution (`driver::prepare`), and hands it to the
-//! [`Pool`]; when creating fails the spec is approved again with the reason. This module reads
+//! [`Pool`]; when creating fails the spec is approved again with the reason (and an execution
+//! already created is cancelled with it, so none is left live). This module reads
 //! repositories (roster, test command) but never writes them, and never touches HTTP.
 
 use std::path::{Path, PathBuf};
@@ -645,7 +646,8 @@ impl Specs {
     /// project's agent profile, and hands it to the pool.
     ///
     /// Errors: a status that does not allow it (conflict); the execution cannot be created
-    /// (invalid, and the spec is approved again with the reason).
+    /// (invalid, and the spec is approved again with the reason; an execution created before
+    /// the failure is cancelled with it).
     pub async fn fire(&self, spec_id: i64, actor: &str) -> Result<SpecRow, SpecError> {
         let row = self.get(spec_id).await?;
         let Some(plan_json) = row.plan_json.clone() else {
@@ -689,15 +691,38 @@ impl Specs {
             base: Some(project.default_branch.clone()),
             ..RunOptions::default()
         };
-        let state = driver::prepare(self.execs.data(), plan, &options).await?;
-        // The reviewed ceiling, else the project's default (else the driver's environment).
+        let task_id = driver::prepare(self.execs.data(), plan, &options).await?.task_id;
+        match self.set_ceiling(spec_id, project, &task_id).await {
+            Ok(()) => Ok(task_id),
+            Err(e) => Err(self.cancel_unfired(&task_id, e).await),
+        }
+    }
+
+    /// Journals the reviewed ceiling, else the project's default (else the driver's
+    /// environment applies when it runs).
+    async fn set_ceiling(&self, spec_id: i64, project: &ProjectRow, task_id: &str) -> anyhow::Result<()> {
         let spec_budget = self.get(spec_id).await.ok().and_then(|r| r.budget_usd);
         let ceiling = spec_budget.map(|b| (b, "spec")).or(project.budget_usd.map(|b| (b, "project")));
         if let Some((usd, source)) = ceiling {
             let kind = EventKind::BudgetSet { ceiling_usd: Some(usd), source: source.into() };
-            self.execs.record_once(&state.task_id, Event::new(kind).by("baton")).await?;
+            self.execs.record_once(task_id, Event::new(kind).by("baton")).await?;
         }
-        Ok(state.task_id)
+        Ok(())
+    }
+
+    /// A fire failed after its execution was created: cancels that execution with the reason
+    /// (journaled), so no execution is left `running` with nothing driving it, and returns the
+    /// error naming it.
+    async fn cancel_unfired(&self, task_id: &str, error: anyhow::Error) -> anyhow::Error {
+        let reason = format!("firing failed: {error:#}");
+        let event = Event::new(EventKind::Cancelled { reason: reason.clone() }).by("baton");
+        match self.execs.record_once(task_id, event).await {
+            Ok(_) => error.context(format!("execution {task_id} was cancelled")),
+            Err(cancel) => {
+                tracing::warn!(task.id = %task_id, "{reason}; cancelling the execution failed too: {cancel:#}");
+                error.context(format!("execution {task_id} could not be cancelled ({cancel:#})"))
+            }
+        }
     }
 
     /// Cancels a spec; a fired spec's execution is cancelled first (its driver stopped, its

@@ -567,3 +567,38 @@ async fn the_board_shows_every_change_at_once_even_within_the_same_second() {
     let (_, again) = app.get("/api/v1/board").await;
     assert_eq!(again, board, "unchanged: the same board");
 }
+
+#[tokio::test]
+async fn a_fire_that_fails_after_its_execution_exists_cancels_it_with_the_reason() {
+    // Found by a tester: a ceiling the engine refuses (here an approved $0.001 stored before
+    // ceilings were range-checked when given) failed the fire after `driver::prepare` had
+    // created the execution, which stayed `running` with nothing driving it.
+    use sqlx::Connection as _;
+    let app = App::with_project().await;
+    let id = app.spec("Fire with a stored bad ceiling").await;
+    let uri = |action: &str| format!("/api/v1/specs/{id}/{action}");
+    assert_eq!(app.post(&uri("enrich"), json!({})).await.0, StatusCode::OK);
+    assert_eq!(app.post(&uri("review"), json!({"decision": "approve"})).await.0, StatusCode::OK);
+    let url = format!("sqlite://{}", app.ws.data().join("baton.db").display());
+    let mut db = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    sqlx::query("update specs set budget_usd = 0.001 where spec_id = ?").bind(id).execute(&mut db).await.unwrap();
+    db.close().await.unwrap();
+
+    let (status, body) = app.post(&uri("fire"), json!({})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("0.001"), "says why: {body}");
+    let (_, spec) = app.get(&format!("/api/v1/specs/{id}")).await;
+    assert_eq!(spec["status"], "approved", "it can be fired again: {spec}");
+
+    let (_, executions) = app.get("/api/v1/executions").await;
+    let executions = executions.as_array().unwrap();
+    assert!(executions.iter().all(|e| e["status"] == "cancelled"), "no live execution is left: {executions:?}");
+    for e in executions {
+        let task_id = e["task_id"].as_str().unwrap();
+        assert!(body["message"].as_str().unwrap().contains(task_id), "names the cancelled execution: {body}");
+        let (_, journal) = app.get(&format!("/api/v1/executions/{task_id}/journal")).await;
+        let last = journal.as_array().unwrap().last().unwrap().clone();
+        assert_eq!(last["kind"], "cancelled", "{journal}");
+        assert!(last["payload"].to_string().contains("0.001"), "the journal says why: {last}");
+    }
+}
