@@ -10,6 +10,7 @@ mod daemon;
 pub mod demo;
 mod forge;
 pub mod goal;
+mod team_record;
 pub mod wire;
 
 use std::path::{Path, PathBuf};
@@ -1146,8 +1147,15 @@ const STOPPED_AT_CEILING: &str = "stopped at the budget ceiling";
 
 async fn record_command(execs: &Executions, command: ExecuteCommand, json: bool) -> anyhow::Result<ExitCode> {
     let stop = matches!(command, ExecuteCommand::Budget { stop: true, .. });
+    let member = match &command {
+        ExecuteCommand::Record { step_id, member_id: Some(m), .. } => Some((step_id.clone(), m.clone())),
+        _ => None,
+    };
     let (task_id, event) = event_of(command)?;
     let task_id = execs.resolve_task_id(task_id.as_deref()).await?;
+    if let Some((step_id, member_id)) = member {
+        team_record::check_member(&execs.get(&task_id).await?, &step_id, &member_id)?;
+    }
     if stop {
         // `--stop` answers a BUDGET action; anything else is `execute cancel`'s job.
         let state = execs.get(&task_id).await?;

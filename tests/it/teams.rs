@@ -324,6 +324,35 @@ fn team_record_is_accepted_as_an_alias_of_record() {
     assert_eq!(code(&parent), 2, "{}", stderr(&parent));
 }
 
+#[test]
+fn team_record_refuses_a_member_id_of_another_step_or_an_empty_one() {
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    let members = json!([member("1.1.a", "alpha", "Write a.", &["a.md"], &[])]);
+    let plan = ws.write("plan.json", &team_plan("rec-2", members, json!({}), "true"));
+    assert_eq!(code(&ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()])), 0);
+    let dispatched = ws.run(&["execute", "dispatched", "--task-id", "rec-2", "--step-id", "1.1.a", "--agent", "alpha"]);
+    assert_eq!(code(&dispatched), 0, "{}", stderr(&dispatched));
+    let before = ws.status("rec-2")["events_applied"].clone();
+    assert!(before.as_u64().is_some_and(|n| n >= 1), "{before}");
+    let record = |step: &str, member: &str| {
+        let args = ["--task-id", "rec-2", "--step-id", step, "--member-id", member, "--agent", "alpha"];
+        ws.run(&[&["execute", "team-record"][..], &args[..]].concat())
+    };
+    // Found by a tester: the member of step 1.1 was recorded under --step-id 2.1 without a word.
+    let other = record("2.1", "1.1.a");
+    assert_eq!(code(&other), 2, "{}", stderr(&other));
+    let message = stderr(&other);
+    assert_eq!(message.trim().lines().count(), 1, "one line: {message}");
+    assert!(message.contains("1.1.a") && message.contains("2.1"), "names both ids: {message}");
+    let empty = record("1.1", "");
+    assert_eq!(code(&empty), 2, "{}", stderr(&empty));
+    let message = stderr(&empty);
+    assert_eq!(message.trim().lines().count(), 1, "one line: {message}");
+    assert!(message.contains("--member-id") && message.contains("1.1"), "names the flag and the step: {message}");
+    assert_eq!(ws.status("rec-2")["events_applied"], before, "the journal is unchanged");
+    assert_eq!(code(&record("1.1", "1.1.a")), 0, "the member of its own step is recorded");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Crash and resume
 // ---------------------------------------------------------------------------------------------
