@@ -270,7 +270,8 @@ enum ExecuteCommand {
         /// Agent name.
         #[arg(long)]
         agent: String,
-        /// complete | failed | interacting.
+        /// complete | failed | interacting | budget_stopped (a dispatched attempt stopped at
+        /// the budget ceiling).
         #[arg(long, default_value = "complete")]
         status: String,
         /// The agent's outcome text.

@@ -10,7 +10,8 @@
 //! * When nothing is in flight and a ready step does not fit, or an attempt was stopped at the
 //!   ceiling (`budget_stopped`), the execution parks in `budget_exceeded` with the shortfall. A
 //!   `BudgetRaised` (or a new, higher `BudgetSet`) resumes exactly there; `Cancelled` stops.
-//!   Parking never completes the execution and never skips a step.
+//!   Parking never completes the execution and never skips a step. `budget_stopped` is
+//!   accepted only for a dispatched step (or member): it stops an attempt that was running.
 //! * The plan's token tier (`budget_tier`: lean 50 000, standard 500 000, full 2 000 000 tokens,
 //!   or the plan's `token_budget`; seed-spec §2.14) is advice: crossing it adds one warning.
 //!
@@ -20,7 +21,7 @@ use crate::engine::EngineError;
 use crate::model::action::{Action, BudgetAction};
 use crate::model::budget::{BudgetShortfall, StepForecast};
 use crate::model::plan::PlanStep;
-use crate::model::state::{ExecutionState, ExecutionStatus};
+use crate::model::state::{ExecutionState, ExecutionStatus, StepStatus};
 
 /// Slack for float sums, USD: a forecast that fits to a millionth of a cent fits.
 const EPSILON_USD: f64 = 1e-9;
@@ -109,6 +110,22 @@ pub(crate) fn check_amount(what: &str, usd: f64) -> Result<(), EngineError> {
     Err(EngineError::InvalidEvent(format!(
         "{what} {usd} is not a USD amount from {MIN_CEILING_USD} to {MAX_CEILING_USD}"
     )))
+}
+
+/// Checks a `budget_stopped` record of `step_id` (a step or a team member): it says a running
+/// attempt was stopped at the ceiling, so the step must be dispatched (found by a tester: a
+/// step no attempt ever ran was recorded as stopped and parked the execution).
+pub(crate) fn check_stopped(state: &ExecutionState, step_id: &str) -> Result<(), EngineError> {
+    let st = state.step_status(step_id);
+    if st == StepStatus::Dispatched {
+        return Ok(());
+    }
+    let why = if st == StepStatus::Pending { "it was never dispatched" } else { "no attempt of it is running" };
+    Err(EngineError::StepState {
+        step_id: step_id.to_string(),
+        status: st.as_str().into(),
+        reason: format!("budget_stopped records a running attempt stopped at the ceiling, and {why}"),
+    })
 }
 
 /// Checks a `BudgetSet`: a ceiling can be set or replaced, never removed once there is one

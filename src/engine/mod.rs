@@ -800,6 +800,9 @@ fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), EngineError> {
             if !open {
                 return Err(not_ready(state, step, "it has no attempt to record"));
             }
+            if *rec == RecordStatus::BudgetStopped {
+                budget::check_stopped(state, step_id)?;
+            }
             if st != StepStatus::Dispatched && state.checkpoint.due {
                 return Err(checkpoint_due(step_id));
             }

@@ -362,6 +362,9 @@ fn check_member(state: &ExecutionState, kind: &EventKind, id: &str) -> Result<()
             if st != StepStatus::Dispatched && !is_ready() {
                 return Err(not_ready("it has no attempt to record"));
             }
+            if *rec == RecordStatus::BudgetStopped {
+                crate::engine::budget::check_stopped(state, id)?;
+            }
             if st != StepStatus::Dispatched && state.checkpoint.due {
                 return Err(checkpoint_due(id));
             }

@@ -110,3 +110,29 @@ fn with_json_a_failure_is_json_on_stdout_too() {
     // Without --json stdout stays empty.
     assert!(ws.run(&["merge", "nope"]).stdout.is_empty());
 }
+
+#[test]
+fn record_refuses_budget_stopped_for_a_step_never_dispatched_and_its_help_lists_it() {
+    use baton::model::event::{Event, EventKind};
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let plan = ws.write("plan.json", &small_plan("stop-1", ""));
+    assert_eq!(code(&ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()])), 0);
+    // A ceiling (budget_stopped needs one), journaled as `execute run --max-spend-usd` does.
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let data = baton::runtime::config::DataDir::open(&ws.data()).unwrap();
+        let execs = baton::runtime::executions::Executions::open(data).await.unwrap();
+        let kind = EventKind::BudgetSet { ceiling_usd: Some(5.0), source: "test".into() };
+        execs.record_once("stop-1", Event::new(kind).by("test")).await.unwrap();
+    });
+    let before = ws.status("stop-1")["events_applied"].clone();
+    assert!(before.as_u64().is_some_and(|n| n >= 1), "{before}");
+    // Found by a tester: accepted for step 1.1, which no attempt ever ran, parking the execution.
+    let args = ["--task-id", "stop-1", "--step-id", "1.1", "--agent", "alpha", "--status", "budget_stopped"];
+    let out = ws.run(&[&["execute", "record"][..], &args[..]].concat());
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("1.1") && stderr(&out).contains("never dispatched"), "{}", stderr(&out));
+    let status = ws.status("stop-1");
+    assert_eq!((&status["events_applied"], &status["status"]), (&before, &serde_json::json!("running")));
+    let help = ws.run(&["execute", "record", "--help"]);
+    assert!(stdout(&help).contains("budget_stopped"), "{}", stdout(&help));
+}

@@ -180,6 +180,24 @@ fn budget_events_that_would_loosen_or_rewrite_the_budget_are_refused() {
 }
 
 #[test]
+fn budget_stopped_is_refused_for_a_step_that_was_never_dispatched() {
+    // Found by a tester: `execute record --status budget_stopped` on a ready step that no
+    // attempt ever ran was accepted and parked the execution.
+    let mut s = three_parallel();
+    let err = refused(&mut s, &costing("1.1", RecordStatus::BudgetStopped, 0.0));
+    assert!(
+        matches!(err, EngineError::StepState { ref step_id, ref status, .. } if step_id == "1.1" && status == "pending"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("never dispatched"), "{err}");
+    assert_eq!(s.status, ExecutionStatus::Running);
+    // Once dispatched, it is what stops a running attempt.
+    ok(&mut s, &dispatched("1.1"));
+    ok(&mut s, &costing("1.1", RecordStatus::BudgetStopped, 0.4));
+    assert_eq!(s.status, ExecutionStatus::BudgetExceeded);
+}
+
+#[test]
 fn a_result_that_brings_spend_over_the_ceiling_is_flagged() {
     let mut s = started(vec![phase(1, vec![step("1.1", &[])])]);
     ok(&mut s, &forecasted(&[("1.1", 0.25)], 0.25));

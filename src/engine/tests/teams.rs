@@ -281,6 +281,21 @@ fn the_team_step_itself_and_unknown_members_are_refused() {
 }
 
 #[test]
+fn budget_stopped_is_refused_for_a_member_that_was_never_dispatched() {
+    let mut s = two_members("concatenate", "auto_merge");
+    ok(&mut s, &ev(EventKind::BudgetSet { ceiling_usd: Some(10.0), source: "test".into() }));
+    let mut stopped = member_record("1.1.a", "alpha", "", &[], "");
+    if let EventKind::StepRecorded { status, .. } = &mut stopped.kind {
+        *status = RecordStatus::BudgetStopped;
+    }
+    let err = refused(&mut s, &stopped);
+    assert!(err.to_string().contains("never dispatched"), "{err}");
+    ok(&mut s, &member_dispatched("1.1.a", "alpha"));
+    ok(&mut s, &stopped);
+    assert_eq!(s.status, ExecutionStatus::BudgetExceeded);
+}
+
+#[test]
 fn recording_a_member_twice_is_one_event_and_replay_rebuilds_the_state() {
     let mut state = two_members("merge_files", "auto_merge");
     let mut journal = Vec::new();
