@@ -2,7 +2,8 @@
 //!
 //! Status mapping (the one place it is decided):
 //! - a body that is not JSON or not the expected shape: 400 (syntax) or 422 (shape), with
-//!   axum's text naming the field; a missing JSON content type: 415;
+//!   axum's text naming the field, and a 422 also with `details.field` (its JSON path) when
+//!   serde gives one; a missing JSON content type: 415;
 //! - an unknown execution: 404;
 //! - an event naming something the plan lacks or carrying an out-of-range value (unknown step,
 //!   phase or question, an option index out of range, an invalid event or amendment): 422;
@@ -38,6 +39,9 @@ pub enum AppError {
         status: StatusCode,
         /// Its text (names the field and position).
         message: String,
+        /// The JSON path of the offending field (`phase_id`, `max_agents`), when serde gives
+        /// one; answered as `details.field`.
+        field: Option<String>,
     },
     /// 422: well-formed, but it names something the plan lacks or a value out of range.
     Unprocessable(String),
@@ -262,7 +266,37 @@ impl From<MergeError> for AppError {
 
 impl From<JsonRejection> for AppError {
     fn from(rejection: JsonRejection) -> Self {
-        AppError::Body { status: rejection.status(), message: rejection.body_text() }
+        let field = body_field(&rejection);
+        AppError::Body { status: rejection.status(), message: rejection.body_text(), field }
+    }
+}
+
+/// The field a wrongly shaped JSON body (422) is refused for: the path serde was at (axum's
+/// extractor deserializes through `serde_path_to_error`; its error is in the rejection's
+/// source chain), with the field a `missing` or `duplicate field` error names appended
+/// when the path does not end with it yet. `None` for other rejections and for an error at the root naming no field.
+fn body_field(rejection: &JsonRejection) -> Option<String> {
+    let JsonRejection::JsonDataError(data) = rejection else { return None };
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(data);
+    let err = std::iter::from_fn(|| {
+        let current = cause?;
+        cause = current.source();
+        Some(current)
+    })
+    .find_map(|e| e.downcast_ref::<serde_path_to_error::Error<serde_json::Error>>())?;
+    let path = err.path().to_string();
+    let message = err.inner().to_string();
+    let named = ["missing field `", "unknown field `", "duplicate field `"]
+        .iter()
+        .find_map(|prefix| message.strip_prefix(prefix)?.split('`').next())
+        .filter(|name| !name.is_empty());
+    // An unknown field's path already ends with it; a missing one's is its parent's.
+    let ends_with_name = |name: &str| matches!(err.path().iter().next_back(), Some(serde_path_to_error::Segment::Map { key }) if key == name);
+    match (path.as_str(), named) {
+        (".", None) => None,
+        (".", Some(name)) => Some(name.to_string()),
+        (path, Some(name)) if !ends_with_name(name) => Some(format!("{path}.{name}")),
+        (path, _) => Some(path.to_string()),
     }
 }
 
@@ -284,6 +318,7 @@ impl IntoResponse for AppError {
             AppError::Conflict { reason, .. } => reason.map_or(Value::Null, |r| json!({ "reason": r })),
             AppError::Invalid { details, .. } => details,
             AppError::StatusConflict { current, .. } => json!({ "current_status": current }),
+            AppError::Body { field: Some(field), .. } => json!({ "field": field }),
             AppError::Internal(e) => {
                 tracing::error!(error = %format!("{e:#}"), "request failed");
                 Value::Null

@@ -354,6 +354,33 @@ async fn wrong_methods_and_unknown_fields_get_json_errors() {
 }
 
 #[tokio::test]
+async fn a_body_serde_refuses_names_the_field_in_details_like_our_own_validation() {
+    // Found by a tester: our own 422s carry `details.field`, the JSON extractor's did not.
+    let app = TestApp::new().await;
+    app.with_approval_plan("web-field").await;
+    let approve = "/api/v1/executions/web-field/approve";
+    let cases = [
+        (approve, json!({"phase_id": "one", "result": "approve"}), "phase_id"),
+        (approve, json!({"result": "approve"}), "phase_id"),
+        (approve, json!({"phase_id": 1, "result": "approve", "feedbak": "typo"}), "feedbak"),
+        (approve, json!({"phase_id": 1, "result": "maybe"}), "result"),
+        ("/api/v1/specs", json!({"project": "p", "title": 5}), "title"),
+        ("/api/v1/projects", json!({"name": "x", "repo_path": "/tmp", "max_agents": -1}), "max_agents"),
+    ];
+    for (uri, body, field) in cases {
+        let (status, answer) = app.post(uri, body.clone()).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {answer}");
+        assert_eq!(answer["error"], "invalid_body", "{answer}");
+        assert_eq!(answer["details"]["field"], field, "{body}: {answer}");
+        assert!(answer["message"].as_str().unwrap().contains(field), "{answer}");
+    }
+    // Syntax errors stay 400 without a field.
+    let (status, answer) = app.post_raw(approve, "{ not json").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+    assert_eq!(app.journal_len("web-field").await, 0);
+}
+
+#[tokio::test]
 async fn an_open_event_stream_does_not_hold_up_shutdown() {
     let app = TestApp::new().await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
