@@ -298,6 +298,8 @@ async fn new_spec_page(State(app): State<AppState>, who: Who, headers: HeaderMap
 /// The new-spec form.
 #[derive(Debug, Deserialize)]
 struct NewSpecForm {
+    /// Missing: empty, which `check_csrf` refuses (403) like a wrong token.
+    #[serde(default)]
     csrf: String,
     project: String,
     title: String,
@@ -386,6 +388,8 @@ async fn spec_page(
 /// Every spec form's fields (each action reads the ones it needs).
 #[derive(Debug, Deserialize)]
 struct SpecForm {
+    /// Missing: empty, which `check_csrf` refuses (403) like a wrong token.
+    #[serde(default)]
     csrf: String,
     #[serde(default)]
     reason: String,
@@ -722,6 +726,8 @@ async fn execution_page(
 /// Every execution form's fields.
 #[derive(Debug, Deserialize)]
 struct ExecutionForm {
+    /// Missing: empty, which `check_csrf` refuses (403) like a wrong token.
+    #[serde(default)]
     csrf: String,
     #[serde(default)]
     phase_id: Option<i64>,
@@ -969,6 +975,8 @@ fn flagged_change(spec: &SpecRow, events: &[SpecEventRow]) -> Option<String> {
 /// A form with only its CSRF token.
 #[derive(Debug, Deserialize)]
 struct CsrfForm {
+    /// Missing: empty, which `check_csrf` refuses (403) like a wrong token.
+    #[serde(default)]
     csrf: String,
 }
 
@@ -993,6 +1001,8 @@ async fn merge_form(
 /// The import form of the new-spec page.
 #[derive(Debug, Deserialize)]
 struct ImportForm {
+    /// Missing: empty, which `check_csrf` refuses (403) like a wrong token.
+    #[serde(default)]
     csrf: String,
     project: String,
     reference: String,
@@ -1060,6 +1070,8 @@ async fn login_page(
 /// The login form.
 #[derive(Debug, Deserialize)]
 struct LoginForm {
+    /// Missing: empty, which `check_csrf` refuses (403) like a wrong token.
+    #[serde(default)]
     csrf: String,
     token: String,
     #[serde(default)]
@@ -1093,6 +1105,8 @@ async fn login(
 /// The logout form (only the CSRF token).
 #[derive(Debug, Deserialize)]
 struct CsrfOnly {
+    /// Missing: empty, which `check_csrf` refuses (403) like a wrong token.
+    #[serde(default)]
     csrf: String,
 }
 
@@ -1157,6 +1171,8 @@ struct LinkMadeTemplate {
 /// The "make an approval link" form.
 #[derive(Debug, Deserialize)]
 struct LinkForm {
+    /// Missing: empty, which `check_csrf` refuses (403) like a wrong token.
+    #[serde(default)]
     csrf: String,
     #[serde(default)]
     reviewer: String,
@@ -1238,6 +1254,8 @@ async fn link_page(
 /// The approval link's form.
 #[derive(Debug, Deserialize)]
 struct LinkDecisionForm {
+    /// Missing: empty, which `check_csrf` refuses (403) like a wrong token.
+    #[serde(default)]
     csrf: String,
     result: String,
     #[serde(default)]

@@ -318,6 +318,37 @@ async fn forms_need_the_csrf_token_of_their_cookie() {
     assert_eq!((spec["title"].as_str(), spec["priority"].as_i64()), (Some("From a form"), Some(1)));
 }
 
+#[tokio::test]
+async fn a_form_without_its_csrf_field_is_403_like_a_wrong_token() {
+    // Found by a tester: a form missing the field answered 400 (the form did not parse).
+    let app = App::with_project().await;
+    let id = app.spec("Guarded").await;
+    let (_, headers, _) = app.text(Request::get("/specs/new").body(Body::empty()).unwrap()).await;
+    let cookie = cookie_of(&headers);
+    let forms = [
+        ("/specs".to_string(), "project=p&title=No+token"),
+        (format!("/specs/{id}/enrich"), ""),
+        ("/executions/none/cancel".to_string(), "reason=x"),
+        ("/specs/import".to_string(), "project=p&reference=github%3Ao%2Fr%231"),
+        ("/login".to_string(), "token=nope"),
+        ("/logout".to_string(), ""),
+    ];
+    for (uri, body) in forms {
+        let req = Request::post(uri.as_str())
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("cookie", &cookie)
+            .body(Body::from(body))
+            .unwrap();
+        let (status, _, html) = app.text(req).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{uri}: {html}");
+        assert!(html.contains("CSRF token does not match"), "{uri}: the same message as a wrong token: {html}");
+    }
+    let (_, spec) = app.get(&format!("/api/v1/specs/{id}")).await;
+    assert_eq!(spec["status"], "draft", "nothing changed: {spec}");
+    let (_, list) = app.get("/api/v1/specs").await;
+    assert_eq!(list.as_array().unwrap().len(), 1, "no spec was created: {list}");
+}
+
 /// Whether `html` holds `text` escaped (as named or numeric character references).
 fn has_text(html: &str, text: &str) -> bool {
     let named = text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
