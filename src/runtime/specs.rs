@@ -377,10 +377,14 @@ impl Specs {
         self.execs.store().spec(spec_id).await?.ok_or_else(|| SpecError::NotFound(format!("no spec with id {spec_id}")))
     }
 
-    /// Specs matching `filter`. Errors: an unknown status name (invalid), the database.
+    /// Specs matching `filter`. Errors: an unknown status name (invalid), an unknown project
+    /// ([`SpecError::NotFound`], naming it), the database.
     pub async fn list(&self, filter: &SpecFilter) -> Result<Vec<SpecRow>, SpecError> {
         if let Some(s) = filter.status.as_deref().filter(|s| SpecStatus::parse(s).is_none()) {
             return Err(invalid("status", format!("{s:?} is not a spec status")));
+        }
+        if let Some(name) = &filter.project {
+            self.project(name).await?;
         }
         Ok(self.execs.store().list_specs(filter).await?)
     }

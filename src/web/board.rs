@@ -180,10 +180,16 @@ pub fn stage_sql() -> String {
 /// board built while nothing has changed since (same
 /// [`board_version`](crate::store::Store::board_version)) is served from [`BoardCache`].
 ///
-/// Errors: the database (500).
+/// Errors: a `?project=` filter naming no project (404, naming it); the database (500).
 pub async fn load(app: &AppState, query: &BoardQuery) -> Result<Board, AppError> {
     let store = app.execs.store();
     let page = query.page.unwrap_or(1).max(1);
+    if let Some(name) = &query.project {
+        // A misspelt filter is not an empty board.
+        if store.project(name).await.map_err(anyhow::Error::from)?.is_none() {
+            return Err(AppError::NotFound(format!("no project named {name}")));
+        }
+    }
     // Read before the board, so a change made meanwhile moves the version past the cached copy.
     let version = store.board_version().await.map_err(anyhow::Error::from)?;
     let key = (query.project.clone(), page, query.archived);

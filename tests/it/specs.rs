@@ -554,6 +554,31 @@ async fn board_columns_page_in_the_database() {
     assert_eq!(titles, ["Spec 4", "Spec 3", "Spec 2", "Spec 1", "Spec 0"]);
 }
 
+#[tokio::test]
+async fn a_board_or_list_filtered_on_an_unknown_project_is_404_naming_it() {
+    // Found by a tester: a misspelt `?project=` answered an empty board, as if it had no specs.
+    let app = App::with_project().await;
+    app.spec("In p").await;
+    for uri in ["/api/v1/board?project=nope", "/api/v1/specs?project=nope"] {
+        let (status, body) = app.get(uri).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{uri}: {body}");
+        assert!(body["message"].as_str().unwrap().contains("nope"), "{uri}: {body}");
+    }
+    for uri in ["/?project=nope", "/archive?project=nope"] {
+        let (status, _, html) = app.text(Request::get(uri).body(Body::empty()).unwrap()).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{uri}: {html}");
+        assert!(html.contains("no project named nope"), "{uri}: {html}");
+    }
+    let (status, board) = app.get("/api/v1/board?project=p").await;
+    assert_eq!(status, StatusCode::OK, "{board}");
+    assert_eq!(board["columns"][0]["total"], 1, "{board}");
+    let (status, list) = app.get("/api/v1/specs?project=p").await;
+    assert_eq!((status, list.as_array().map(Vec::len)), (StatusCode::OK, Some(1)), "{list}");
+    for uri in ["/?project=", "/?project=p", "/archive"] {
+        assert_eq!(app.text(Request::get(uri).body(Body::empty()).unwrap()).await.0, StatusCode::OK, "{uri}");
+    }
+}
+
 /// The stage (column) of spec `id` on the board JSON.
 fn column_of(board: &Value, id: i64) -> Option<String> {
     board["columns"].as_array().unwrap().iter().find_map(|c| {

@@ -101,7 +101,8 @@ async fn list(
     if !(1..=500).contains(&q.limit) || q.offset < 0 {
         return Err(AppError::BadRequest("limit must be 1-500 and offset 0 or more".into()));
     }
-    let filter = SpecFilter { status: q.status, project: q.project, limit: q.limit, offset: q.offset };
+    let project = q.project.filter(|p| !p.is_empty());
+    let filter = SpecFilter { status: q.status, project, limit: q.limit, offset: q.offset };
     Ok(Json(app.specs.list(&filter).await?))
 }
 
@@ -257,6 +258,7 @@ async fn board_json(
     State(app): State<AppState>,
     query: Result<Query<BoardQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Board>, AppError> {
-    let Query(q) = query?;
+    let Query(mut q) = query?;
+    q.project = q.project.filter(|p| !p.is_empty());
     Ok(Json(board::load(&app, &q).await?))
 }
