@@ -128,6 +128,20 @@ fn an_invalid_verdict_fails_the_run_saying_so() {
 }
 
 #[test]
+fn baton_goal_names_a_bad_task_id_flag() {
+    // Found by a tester: a bad --task-id was reported as "<data>/plans/../x.json is not a
+    // valid plan", a file the user never wrote.
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    for bad in ["../x", "a b", "", "x.lock"] {
+        let out = ws.run(&["goal", "Docs exist", "--task-id", bad, "--no-run"]);
+        assert_eq!(code(&out), 2, "{bad:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains("--task-id") && !err.contains("not a valid plan"), "{bad:?}: {err}");
+        assert!(!ws.data().join("plans").join("current.json").exists(), "nothing written for {bad:?}");
+    }
+}
+
+#[test]
 fn every_crash_point_around_a_goal_check_resumes_without_judging_twice() {
     for point in baton::runtime::driver::CRASH_POINTS {
         let ws = Workspace::with_repo(&[("README.md", "x\n")]);
