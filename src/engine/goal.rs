@@ -27,8 +27,8 @@
 //! block or bare in the text ([`parse_verdict`]): `{"met": false, "missing": ["…"],
 //! "suggested_phases": [{PlanPhase-shaped}], "reasoning": "…", "confidence": 0.8}`. Anything
 //! else is an invalid verdict: the evaluator step fails with `invalid goal verdict: <why>`, so
-//! the execution fails saying so (nothing is guessed); `execute retry-step --step-id goal.<n>`
-//! asks again.
+//! the execution fails saying so (nothing is guessed) and naming the command that asks again,
+//! `baton execute retry-step --task-id <task> --step-id goal.<n>`.
 //!
 //! # The rules
 //!
@@ -274,6 +274,7 @@ pub(crate) fn take_verdict(state: &mut ExecutionState, step_id: &str, now: &str)
     }
     let phase_id = state.plan.phases[pi].phase_id;
     let last_gate_passed = state.plan.phases[pi].gate.as_ref().map(|_| state.gate_passed(phase_id));
+    let task_id = state.task_id.clone();
     let Some(result) = state.step_results.get_mut(step_id) else { return };
     // The evaluator speaks through its verdict only: no gate additions, no scope expansions.
     result.gate_additions.clear();
@@ -285,7 +286,10 @@ pub(crate) fn take_verdict(state: &mut ExecutionState, step_id: &str, now: &str)
         Ok(v) => v,
         Err(why) => {
             result.status = StepStatus::Failed;
-            result.error = format!("invalid goal verdict: {why}");
+            result.error = format!(
+                "invalid goal verdict: {why}; `baton execute retry-step --task-id {task_id} --step-id {step_id}` \
+                 asks the evaluator again"
+            );
             state.counters.steps_done = state.counters.steps_done.saturating_sub(1);
             return;
         }

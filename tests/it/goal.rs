@@ -142,6 +142,24 @@ fn baton_goal_names_a_bad_task_id_flag() {
 }
 
 #[test]
+fn an_invalid_verdict_from_baton_goal_names_the_command_that_asks_again() {
+    // Found by a tester: the run failed on an invalid verdict without saying what to do.
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    let repo = ws.repo();
+    let out = ws
+        .baton()
+        .args(["goal", "Docs exist [demo: verdict=invalid]", "--task-id", "goal-inv", "--agent", "demo", "--repo"])
+        .arg(&repo)
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 4, "{}\n{}", stdout(&out), stderr(&out));
+    let hint = "`baton execute retry-step --task-id goal-inv --step-id goal.1` asks the evaluator again";
+    assert!(stdout(&out).contains(hint), "{}", stdout(&out));
+    let retry = ws.run(&["execute", "retry-step", "--task-id", "goal-inv", "--step-id", "goal.1"]);
+    assert_eq!(code(&retry), 0, "the suggested command works: {}", stderr(&retry));
+}
+
+#[test]
 fn every_crash_point_around_a_goal_check_resumes_without_judging_twice() {
     for point in baton::runtime::driver::CRASH_POINTS {
         let ws = Workspace::with_repo(&[("README.md", "x\n")]);

@@ -226,6 +226,8 @@ fn an_invalid_verdict_fails_the_evaluator_step_and_a_retry_asks_again() {
     assert_eq!(run.state.status, ExecutionStatus::Failed);
     let why = failure(&run.state);
     assert!(why.starts_with("step goal.1 failed: invalid goal verdict: no JSON verdict found"), "{why}");
+    let hint = format!("`baton execute retry-step --task-id {} --step-id goal.1` asks", run.state.task_id);
+    assert!(why.contains(&hint), "says how to ask again: {why}");
     assert!(run.state.goal.checks.is_empty(), "nothing is guessed");
     assert_eq!(run.state.counters.steps_done, 1);
     run.ok(ev(EventKind::StepRetried { step_id: "goal.1".into() }));
