@@ -32,10 +32,16 @@ const LOCK_RETRY_MS: [u64; 5] = [20, 50, 100, 200, 400];
 
 /// True when git refused because another process held one of its lock files (`index.lock`,
 /// a ref's `.lock`, `config.lock`, `packed-refs.lock`): it changed nothing and may be retried.
+///
+/// Also true when `git worktree add` lost its half-made registration to another execution's
+/// `git worktree prune` (which deletes a `.git/worktrees/<name>` whose `gitdir` file is not
+/// written yet): the add fails with `could not open '…/worktrees/<name>/gitdir' for writing`
+/// and cleans up after itself, so it may be retried too.
 fn lock_contention(stderr: &str) -> bool {
     (stderr.contains(".lock") && (stderr.contains("File exists") || stderr.contains("Unable to create")))
         || stderr.contains("cannot lock ref")
         || stderr.contains("could not lock")
+        || (stderr.contains("could not open") && stderr.contains("/worktrees/") && stderr.contains("for writing"))
 }
 
 pub(super) fn run_git<I, S>(
@@ -112,6 +118,10 @@ mod lock_tests {
         ));
         assert!(lock_contention("error: cannot lock ref 'refs/heads/baton/t': Unable to create '/r/.git/refs/heads/baton/t.lock': File exists."));
         assert!(lock_contention("error: could not lock config file .git/config: File exists"));
+        // Seen when two executions of one repository add and prune worktrees at once.
+        assert!(lock_contention(
+            "fatal: could not open '.git/worktrees/1.1-1/gitdir' for writing: No such file or directory"
+        ));
         assert!(!lock_contention("fatal: invalid reference: nope"));
         assert!(!lock_contention("error: could not apply 1234abc... step"));
     }
