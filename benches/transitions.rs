@@ -138,7 +138,7 @@ async fn concurrent_bench(steps: usize, dir: &std::path::Path) -> (f64, f64) {
 }
 
 /// Executions driven at once by [`concurrent_bench`].
-const CONCURRENT: usize = 16;
+const CONCURRENT: usize = 32;
 
 /// The disk's floor: one single-row `BEGIN IMMEDIATE; insert; COMMIT` round trip per event on
 /// one held connection to a WAL database with `synchronous=FULL`, nothing else. One execution's
