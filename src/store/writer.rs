@@ -232,29 +232,32 @@ impl Writer {
         let (reply, mut answer) = oneshot::channel();
         pending.reply = Some(reply);
         lock_queue(&self.queue).push(pending);
-        // Wait for the connection or for a committer that takes this append with its own
-        // group, whichever comes first: a waiter whose append is already answered must not
-        // take the connection in turn just to give it back.
-        let mut slot = tokio::select! {
-            biased;
-            outcome = &mut answer => return Ok(outcome.unwrap_or(None)),
-            slot = self.open_slot() => slot?,
-        };
-        match answer.try_recv() {
-            Ok(outcome) => return Ok(outcome),
-            Err(oneshot::error::TryRecvError::Closed) => return Ok(None),
-            Err(oneshot::error::TryRecvError::Empty) => {}
+        // Until answered: wait for the connection or for a committer that takes this append
+        // with its own group, whichever comes first (a waiter already answered must not take
+        // the connection in turn just to give it back); holding the connection, commit what is
+        // queued. A committer may leave its own append out of its group (another append for the
+        // same execution came first, or the group is full): it then goes round again rather
+        // than wait for a committer that may never come.
+        loop {
+            let mut slot = tokio::select! {
+                biased;
+                outcome = &mut answer => return Ok(outcome.unwrap_or(None)),
+                slot = self.open_slot() => slot?,
+            };
+            match answer.try_recv() {
+                Ok(outcome) => return Ok(outcome),
+                Err(oneshot::error::TryRecvError::Closed) => return Ok(None),
+                Err(oneshot::error::TryRecvError::Empty) => {}
+            }
+            let batch = take_batch(&self.queue);
+            slot.dirty = true;
+            let appended = commit_group(&mut slot.conn, heads, batch).await;
+            if appended > 0 {
+                self.commits.fetch_add(1, Ordering::Relaxed);
+                self.appends.fetch_add(appended, Ordering::Relaxed);
+            }
+            slot.dirty = false;
         }
-        let batch = take_batch(&self.queue);
-        slot.dirty = true;
-        let appended = commit_group(&mut slot.conn, heads, batch).await;
-        if appended > 0 {
-            self.commits.fetch_add(1, Ordering::Relaxed);
-            self.appends.fetch_add(appended, Ordering::Relaxed);
-        }
-        slot.dirty = false;
-        drop(slot);
-        Ok(answer.await.unwrap_or(None))
     }
 }
 
@@ -387,7 +390,54 @@ async fn commit_group(conn: &mut SqliteConnection, heads: &Heads, mut batch: Vec
 
 #[cfg(test)]
 mod tests {
-    use super::super::Store;
+    use super::super::{AppendOutcome, NewEvent, Store, Summary};
+    use super::{lock_queue, Pending};
+
+    fn event(key: &str) -> NewEvent {
+        NewEvent {
+            kind: "step_done".into(),
+            payload: "{}".into(),
+            idempotency_key: key.into(),
+            at: "2026-01-15T09:00:01Z".into(),
+        }
+    }
+
+    fn summary() -> Summary {
+        Summary {
+            status: "running".into(),
+            current_phase: "build".into(),
+            steps_done: 1,
+            steps_total: 2,
+            spend_usd: 0.0,
+        }
+    }
+
+    /// The input that hung: the caller that takes the connection finds another append for
+    /// the same execution ahead of its own in the queue, whose owner has queued it but not yet
+    /// asked for the connection. Its group leaves its own append out; it must commit that one
+    /// too instead of waiting for a committer that never comes.
+    #[tokio::test]
+    async fn a_committer_whose_own_append_was_left_out_of_its_group_commits_it_next() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let store = Store::open(&dir.path().join("baton.db")).await.unwrap();
+        store.create_execution("t1", "{}", &summary(), "2026-01-15T09:00:00Z").await.unwrap();
+        store.append("t1", &[event("first")], &summary()).await.unwrap();
+        let (seq, hash) = store.heads.lock().unwrap().get("t1").cloned().unwrap();
+
+        let (reply, mut ahead_answer) = tokio::sync::oneshot::channel();
+        let mut ahead = Pending::new("t1", &event("ahead"), &summary(), seq, hash.clone());
+        ahead.reply = Some(reply);
+        lock_queue(&store.writer.queue).push(ahead);
+
+        let own = Pending::new("t1", &event("own"), &summary(), seq, hash);
+        let outcome =
+            tokio::time::timeout(std::time::Duration::from_secs(30), store.writer.append_grouped(&store.heads, own))
+                .await
+                .expect("the committer waited for an append it had left out of its own group")
+                .unwrap();
+        assert_eq!(outcome, None, "its head went stale behind the one ahead: the caller's ordinary path takes it");
+        assert!(matches!(ahead_answer.try_recv(), Ok(Some(AppendOutcome::Appended { seq: 2, .. }))));
+    }
 
     #[tokio::test]
     async fn a_group_commit_interrupted_midway_is_rolled_back_by_the_next_writer() {
