@@ -1,14 +1,23 @@
 //! Extractors whose rejections are [`AppError`]s (JSON bodies, the acting user).
 //! They never check roles: `auth.rs` has done that before a handler runs.
 
+use axum::body::Bytes;
+use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use serde::de::DeserializeOwned;
 
 use crate::web::error::AppError;
 
-/// A JSON body; a malformed or wrongly shaped body is an [`AppError::Body`] naming the field.
+/// A JSON object body; a malformed or wrongly shaped body is an [`AppError::Body`] naming the
+/// field.
+///
+/// Every body of the API is an object, so anything else (an array, a string, a number) is
+/// refused with 422 before it is decoded: serde would otherwise fill a struct's fields from an
+/// array's items by position.
 #[derive(Debug, Clone)]
 pub struct ApiJson<T>(pub T);
 
@@ -16,8 +25,44 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     type Rejection = AppError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, AppError> {
-        let Json(value) = Json::<T>::from_request(req, state).await?;
+        if !json_content_type(req.headers()) {
+            // axum's own extractor gives the 415 (missing or wrong content type).
+            let Json(value) = Json::<T>::from_request(req, state).await?;
+            return Ok(ApiJson(value));
+        }
+        let bytes = Bytes::from_request(req, state).await.map_err(JsonRejection::from)?;
+        match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+            Some(b'{') | None => {}
+            Some(first) => {
+                return Err(AppError::Body {
+                    status: StatusCode::UNPROCESSABLE_ENTITY,
+                    message: format!("the body must be a JSON object, not {}", json_kind(*first)),
+                    field: None,
+                })
+            }
+        }
+        let Json(value) = Json::<T>::from_bytes(&bytes)?;
         Ok(ApiJson(value))
+    }
+}
+
+/// Whether `Content-Type` is `application/json` or `application/<something>+json` (what
+/// axum's `Json` accepts).
+fn json_content_type(headers: &HeaderMap) -> bool {
+    let Some(value) = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()) else { return false };
+    let essence = value.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+/// What a JSON text starting with `first` is, for the error message.
+fn json_kind(first: u8) -> &'static str {
+    match first {
+        b'[' => "an array",
+        b'"' => "a string",
+        b't' | b'f' => "a boolean",
+        b'n' => "null",
+        b'-' | b'0'..=b'9' => "a number",
+        _ => "valid JSON",
     }
 }
 

@@ -381,6 +381,31 @@ async fn a_body_serde_refuses_names_the_field_in_details_like_our_own_validation
 }
 
 #[tokio::test]
+async fn a_body_that_is_not_a_json_object_is_refused_before_it_is_decoded() {
+    // serde fills a struct from an array's items by position: this array approved phase 1.
+    let app = TestApp::new().await;
+    app.with_approval_plan("web-array").await;
+    let (status, body) = app.post("/api/v1/executions/web-array/events", record_step("1.1", "alpha")).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["next_action"]["action_type"], "approval", "phase 1 waits for its approval");
+    let approve = "/api/v1/executions/web-array/approve";
+    for (body, kind) in
+        [(r#"[1, "approve"]"#, "an array"), (r#""approve""#, "a string"), ("1", "a number"), ("null", "null")]
+    {
+        let (status, answer) = app.post_raw(approve, body).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {answer}");
+        assert_eq!(answer["error"], "invalid_body", "{answer}");
+        let message = answer["message"].as_str().unwrap();
+        assert!(message.contains("must be a JSON object") && message.contains(kind), "{body}: {answer}");
+    }
+    assert_eq!(app.journal_len("web-array").await, 1, "no decision was recorded");
+    // The object form still works, whitespace first included.
+    let (status, answer) = app.post_raw(approve, r#"  {"phase_id": 1, "result": "approve"}"#).await;
+    assert!(status.is_success(), "{answer}");
+    assert_eq!(app.journal_len("web-array").await, 2);
+}
+
+#[tokio::test]
 async fn an_open_event_stream_does_not_hold_up_shutdown() {
     let app = TestApp::new().await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
