@@ -23,7 +23,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use axum::Router;
 use tower_http::compression::CompressionLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
@@ -57,6 +56,11 @@ pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest the server waits, after a shutdown signal, for open connections to finish.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Longest a client may take to send a request's head (request line and headers) once it has
+/// begun one, or to begin the next on a kept-alive connection; then the connection is closed
+/// (a client trickling headers would otherwise hold it open for ever).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// What every handler shares.
 #[derive(Debug, Clone)]
 pub struct AppState {
@@ -86,6 +90,8 @@ pub struct AppState {
     pub board_cache: Arc<board::BoardCache>,
     /// Longest a request may take before it is answered 503 (default [`REQUEST_TIMEOUT`]).
     pub request_timeout: Duration,
+    /// Longest a client may take to send a request's head (default [`HEADER_READ_TIMEOUT`]).
+    pub header_read_timeout: Duration,
 }
 
 impl AppState {
@@ -115,6 +121,7 @@ impl AppState {
             forges: Forges::new(ForgeSettings::default(), RetryPolicy::default())?,
             board_cache: Arc::default(),
             request_timeout: REQUEST_TIMEOUT,
+            header_read_timeout: HEADER_READ_TIMEOUT,
         })
     }
 
@@ -138,6 +145,13 @@ impl AppState {
     #[must_use]
     pub fn with_request_timeout(mut self, limit: Duration) -> AppState {
         self.request_timeout = limit;
+        self
+    }
+
+    /// The state with another header-read time limit (tests use a short one).
+    #[must_use]
+    pub fn with_header_read_timeout(mut self, limit: Duration) -> AppState {
+        self.header_read_timeout = limit;
         self
     }
 
@@ -252,31 +266,58 @@ pub fn check_bind(addr: SocketAddr, has_users: bool) -> Result<(), BadInput> {
 /// Serves [`app`] on `listener` until `shutdown` completes, then lets in-flight requests finish
 /// for up to [`DRAIN_TIMEOUT`] (a stalled client or an open event stream cannot hold the
 /// shutdown longer).
+///
+/// Each connection is HTTP/1.1 through hyper, with the state's header-read timeout
+/// ([`HEADER_READ_TIMEOUT`] by default): a client that begins a request and never finishes its
+/// headers is disconnected.
+///
+/// Errors: none today; an accept error (such as running out of file descriptors) is logged
+/// and the loop goes on after a short pause.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
     let closing = state.closing.clone();
-    let mut on_signal = state.closing();
-    let graceful = async move {
-        shutdown.await;
-        let _ = closing.send(true);
-    };
-    let server = axum::serve(listener, app(state)).with_graceful_shutdown(graceful);
-    let drain_limit = async move {
-        if on_signal.wait_for(|s| *s).await.is_err() {
-            std::future::pending::<()>().await;
-        }
-        tokio::time::sleep(DRAIN_TIMEOUT).await;
-    };
+    let header_read_timeout = state.header_read_timeout;
+    let service = hyper_util::service::TowerToHyperService::new(app(state));
+    let connections = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => break,
+        };
+        let stream = match accepted {
+            Ok((stream, _peer)) => stream,
+            Err(e) => {
+                tracing::warn!("accepting a connection: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(header_read_timeout)
+            .serve_connection(TokioIo::new(stream), service.clone());
+        let connection = connections.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!("connection ended: {e}");
+            }
+        });
+    }
+    drop(listener);
+    // Event streams end when `closing` turns true; other requests finish on their own.
+    let _ = closing.send(true);
     tokio::select! {
-        served = server => served.context("serving HTTP"),
-        () = drain_limit => {
+        () = connections.shutdown() => {}
+        () = tokio::time::sleep(DRAIN_TIMEOUT) => {
             tracing::warn!("connections still open after {DRAIN_TIMEOUT:?}; closing them");
-            Ok(())
         }
     }
+    Ok(())
 }
 
 /// Completes on SIGINT or SIGTERM.

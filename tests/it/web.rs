@@ -428,6 +428,37 @@ async fn an_open_event_stream_does_not_hold_up_shutdown() {
 }
 
 #[tokio::test]
+async fn a_client_that_never_finishes_its_headers_is_disconnected() {
+    let app = TestApp::new().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let state =
+        AppState::new(app.execs.clone()).unwrap().with_header_read_timeout(std::time::Duration::from_millis(300));
+    let server = tokio::spawn(web::serve(listener, state, async {
+        let _ = stopped.await;
+    }));
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Trickle: 1").await.unwrap();
+    // The server closes the connection (hyper answers 408 first); without a header-read
+    // timeout this read waits for ever, so it is bounded here only to fail instead of hang.
+    let mut answer = Vec::new();
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(20), slow.read_to_end(&mut answer)).await;
+    assert!(closed.is_ok(), "the connection was still open");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 408"), "{answer}");
+    // A client that sends its request in time is served.
+    let mut quick = tokio::net::TcpStream::connect(addr).await.unwrap();
+    quick.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").await.unwrap();
+    let mut answer = Vec::new();
+    quick.read_to_end(&mut answer).await.unwrap();
+    assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"), "{}", String::from_utf8_lossy(&answer));
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+}
+
+#[tokio::test]
 async fn the_driver_routes_for_gate_interact_and_amend_record_their_events() {
     let app = TestApp::new().await;
     app.with_approval_plan("web-driver").await;
