@@ -36,12 +36,18 @@ const LOCK_RETRY_MS: [u64; 5] = [20, 50, 100, 200, 400];
 /// Also true when `git worktree add` lost its half-made registration to another execution's
 /// `git worktree prune` (which deletes a `.git/worktrees/<name>` whose `gitdir` file is not
 /// written yet): the add fails with `could not open '…/worktrees/<name>/gitdir' for writing`
-/// and cleans up after itself, so it may be retried too.
+/// and cleans up after itself, so it may be retried too. Likewise when it listed the
+/// registered worktrees while another execution's prune or remove deleted one of them: it dies
+/// with `Invalid path '…/worktrees/<other>': No such file or directory` before creating
+/// anything. And when `git worktree list` read another execution's registration before its
+/// `commondir` file was written (`failed to read …/worktrees/<name>/commondir`).
 fn lock_contention(stderr: &str) -> bool {
     (stderr.contains(".lock") && (stderr.contains("File exists") || stderr.contains("Unable to create")))
         || stderr.contains("cannot lock ref")
         || stderr.contains("could not lock")
         || (stderr.contains("could not open") && stderr.contains("/worktrees/") && stderr.contains("for writing"))
+        || (stderr.contains("Invalid path") && stderr.contains("/worktrees/") && stderr.contains("No such file"))
+        || (stderr.contains("failed to read") && stderr.contains("/worktrees/") && stderr.contains("commondir"))
 }
 
 pub(super) fn run_git<I, S>(
@@ -122,6 +128,11 @@ mod lock_tests {
         assert!(lock_contention(
             "fatal: could not open '.git/worktrees/1.1-1/gitdir' for writing: No such file or directory"
         ));
+        // Seen when six executions of one repository added and pruned worktrees at once.
+        assert!(lock_contention(
+            "Preparing worktree (detached HEAD c4bf0d6)\nfatal: Invalid path '/d/demo/repo/.git/worktrees/2.2-1': No such file or directory"
+        ));
+        assert!(lock_contention("fatal: failed to read .git/worktrees/_integration1/commondir: Success"));
         assert!(!lock_contention("fatal: invalid reference: nope"));
         assert!(!lock_contention("error: could not apply 1234abc... step"));
     }
