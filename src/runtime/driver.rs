@@ -79,6 +79,10 @@ pub struct RunOptions {
     /// the execution when it differs from its current one. Without it, a new execution takes
     /// `BATON_RUN_BUDGET_USD` (or its alias) when set.
     pub budget: Option<(f64, String)>,
+    /// The executions (and so the store) to drive with, shared with the caller's other drivers
+    /// (`baton serve`: one store, so concurrent drivers' appends share group commits). Without
+    /// it, the run opens its own.
+    pub execs: Option<Executions>,
 }
 
 /// How a run ended: the action it stopped on (COMPLETE, FAILED, or a human decision).
@@ -225,7 +229,10 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
     let config = data.config()?;
     // A bad ceiling in the environment is refused before anything is written.
     let env_ceiling = crate::runtime::spend::ceiling_from_env(|k| std::env::var(k).ok())?;
-    let execs = Executions::open(data.clone()).await?;
+    let execs = match &args.execs {
+        Some(execs) => execs.clone(),
+        None => Executions::open(data.clone()).await?,
+    };
     let plan = args.plan.clone();
     let task_id = match (&plan, &args.task_id) {
         (Some(p), _) => p.task_id.clone(),

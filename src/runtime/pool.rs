@@ -257,6 +257,7 @@ impl DriverLoop {
                 task_id: Some(self.task_id.clone()),
                 slots: self.slots.clone(),
                 stop: Some(self.stop.clone()),
+                execs: Some(self.pool.inner.execs.clone()),
                 ..RunOptions::default()
             };
             let pause = match driver::run(self.pool.inner.data.clone(), options).await {

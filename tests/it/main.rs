@@ -14,6 +14,7 @@ mod forge_clients;
 mod forge_flow;
 mod goal;
 mod golden_plan;
+mod group_commit;
 mod layering;
 mod metrics;
 mod run;

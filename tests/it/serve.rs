@@ -95,7 +95,7 @@ impl Server {
     }
 
     /// Polls spec `id` until its stage is `stage` (up to 90 s).
-    fn wait_stage(&self, id: i64, stage: &str) -> Value {
+    pub(crate) fn wait_stage(&self, id: i64, stage: &str) -> Value {
         let start = Stopwatch::start();
         loop {
             let spec = self.spec(id);
@@ -113,7 +113,7 @@ impl Server {
         }
     }
 
-    fn kill9(&mut self) {
+    pub(crate) fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
