@@ -162,6 +162,54 @@ async fn two_tasks_appending_to_one_execution_never_wait_forever() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn appends_abandoned_mid_group_leave_each_chain_whole_and_a_retry_lands_once() {
+    // Callers (and so committers) dropped at any point of a group: while queued, holding the
+    // connection, or mid-commit. Each round, every third append is abandoned and then retried
+    // with the same key, as a restarted driver would.
+    let (_dir, store, tasks) = store_with(40).await;
+    for round in 1..=8_i64 {
+        let key = format!("k{round}");
+        let mut handles = Vec::new();
+        for task in &tasks {
+            let (store, task, key) = (store.clone(), task.clone(), key.clone());
+            handles.push(tokio::spawn(async move { store.append(&task, &[ev(&key, "{}")], &summary(round)).await }));
+        }
+        tokio::task::yield_now().await;
+        for (i, h) in handles.iter().enumerate() {
+            if i % 3 == round as usize % 3 {
+                h.abort();
+            }
+        }
+        for (task, h) in tasks.iter().zip(handles) {
+            match bounded("a round of appends", h).await {
+                Ok(out) => {
+                    let out = out.unwrap();
+                    assert!(matches!(out.as_slice(), [AppendOutcome::Appended { .. }]), "{task} {key}: {out:?}");
+                }
+                Err(e) => {
+                    assert!(e.is_cancelled(), "{e}");
+                    let again =
+                        bounded("a retry", store.append(task, &[ev(&key, "{}")], &summary(round))).await.unwrap();
+                    assert!(
+                        matches!(again.as_slice(), [AppendOutcome::Appended { .. } | AppendOutcome::Duplicate { .. }]),
+                        "{task} {key}: {again:?}"
+                    );
+                }
+            }
+        }
+    }
+    for task in &tasks {
+        let report = store.verify_chain(task).await.unwrap();
+        assert!(report.ok, "{task}: {report:?}");
+        let keys: Vec<String> = store.events(task, 0).await.unwrap().into_iter().map(|e| e.idempotency_key).collect();
+        let want: Vec<String> = std::iter::once("first".to_string()).chain((1..=8).map(|n| format!("k{n}"))).collect();
+        assert_eq!(keys, want, "{task}: every event once, in order");
+    }
+    // The connection is usable afterwards (a committer dropped mid-batch was rolled back).
+    store.append("t0", &[ev("after", "{}")], &summary(9)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn closing_the_store_under_queued_appends_answers_each_and_writes_only_what_succeeded() {
     let (dir, store, tasks) = store_with(40).await;
     let mut handles = Vec::new();
