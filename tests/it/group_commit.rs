@@ -334,25 +334,28 @@ fn assert_audit_and_replay(data: &Path, task_id: &str) {
     assert!(!stdout(&replay).contains("NO"), "replay {task_id}: {}", stdout(&replay));
 }
 
-/// Approves phase 1 of every spec (each parks there) and waits until each is complete.
-fn approve_and_finish(server: &Server, runs: &[(i64, String)]) {
-    approve_all(server, runs);
-    for (id, _) in runs {
-        server.wait_stage(*id, "changelist_review");
-    }
-}
-
-/// Approves phase 1 of every spec, as soon as each parks there.
+/// Approves phase 1 of every spec once all of them park there, all at once (one thread per
+/// spec, released together), so the approvals' appends queue behind each other's commits and
+/// the drivers wake together.
 fn approve_all(server: &Server, runs: &[(i64, String)]) {
-    for (id, task_id) in runs {
+    for (id, _) in runs {
         server.wait_stage(*id, "awaiting_human");
-        let (status, body) = server.request(
-            "POST",
-            &format!("/api/v1/executions/{task_id}/approve"),
-            Some(json!({"phase_id": 1, "result": "approve"})),
-        );
-        assert_eq!(status, 201, "{task_id}: {body}");
     }
+    let barrier = std::sync::Barrier::new(runs.len());
+    std::thread::scope(|scope| {
+        for (_, task_id) in runs {
+            let barrier = &barrier;
+            scope.spawn(move || {
+                barrier.wait();
+                let (status, body) = server.request(
+                    "POST",
+                    &format!("/api/v1/executions/{task_id}/approve"),
+                    Some(json!({"phase_id": 1, "result": "approve"})),
+                );
+                assert_eq!(status, 201, "{task_id}: {body}");
+            });
+        }
+    });
 }
 
 #[test]
@@ -414,7 +417,7 @@ fn a_server_two_cli_runs_and_one_shot_commands_write_one_data_dir_at_once() {
             let project = json!({"name": format!("p{i}"), "repo_path": repo, "agent_profile": "demo"});
             let (status, body) = server.request("POST", "/api/v1/projects", Some(project));
             assert_eq!(status, 201, "{body}");
-            fire_in(&server, &format!("p{i}"), &format!("Document part {i}"), 0)
+            fire_in(&server, &format!("p{i}"), &format!("Document part {i}"), 1)
         })
         .collect();
     let plans: Vec<_> = ["cli-a", "cli-b", "cli-c", "cli-d"]
@@ -429,6 +432,20 @@ fn a_server_two_cli_runs_and_one_shot_commands_write_one_data_dir_at_once() {
             cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap()
         })
         .collect();
+    // Approved together, the server's executions wake together and share commits.
+    approve_all(&server, &runs);
+    let start = Stopwatch::start();
+    loop {
+        let (commits, appends) = served_group_stats(&server);
+        if appends - before.1 > commits - before.0 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "six executions never shared a commit: {appends} in {commits}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     // One-shot commands opening the same file while all three write: runs of two more plans,
     // one after the other, and audits of the server's executions.
     for (_, plan) in &plans[2..] {
@@ -444,9 +461,9 @@ fn a_server_two_cli_runs_and_one_shot_commands_write_one_data_dir_at_once() {
         assert_eq!(code(&out), 0, "{}\n{}", stdout(&out), stderr(&out));
         assert!(stdout(&out).contains("ACTION: COMPLETE"), "{}", stdout(&out));
     }
-    approve_and_finish(&server, &runs);
-    let after = served_group_stats(&server);
-    assert!(after.1 - before.1 > after.0 - before.0, "the server grouped its appends: {before:?} → {after:?}");
+    for (id, _) in &runs {
+        server.wait_stage(*id, "changelist_review");
+    }
     drop(server);
     for (_, task_id) in &runs {
         assert_audit_and_replay(&data, task_id);
