@@ -15,7 +15,7 @@ use baton::store::{AppendOutcome, NewEvent, Store, StoreError, Summary};
 use serde_json::{json, Value};
 
 use crate::common::*;
-use crate::serve::Server;
+use crate::serve::{fire_sleepy as fire, fire_sleepy_in as fire_in, Server};
 
 const T0: &str = "2026-01-15T09:00:00Z";
 const PLAN: &str = r#"{"phases":[{"name":"build","steps":["a"]}]}"#;
@@ -255,25 +255,6 @@ async fn closing_the_store_under_queued_appends_answers_each_and_writes_only_wha
         );
         assert_eq!(reopened.summary(&task).await.unwrap().unwrap().steps_done, n, "{task}: and their summary");
     }
-}
-
-/// Creates, enriches, approves and fires a docs spec on a `baton serve` whose agents sleep
-/// `secs`: (spec id, task id).
-fn fire(server: &Server, title: &str, secs: u32) -> (i64, String) {
-    fire_in(server, "demo", title, secs)
-}
-
-/// [`fire`] in `project`.
-fn fire_in(server: &Server, project: &str, title: &str, secs: u32) -> (i64, String) {
-    let body = json!({"project": project, "title": title, "body": format!("Document it. [demo: sleep={secs}]")});
-    let (status, spec) = server.request("POST", "/api/v1/specs", Some(body));
-    assert_eq!(status, 201, "{spec}");
-    let id = spec["spec_id"].as_i64().unwrap();
-    for (action, body) in [("enrich", None), ("review", Some(json!({"decision": "approve"}))), ("fire", None)] {
-        let (status, answer) = server.request("POST", &format!("/api/v1/specs/{id}/{action}"), body);
-        assert_eq!(status, 200, "{action}: {answer}");
-    }
-    (id, server.spec(id)["task_id"].as_str().unwrap().to_string())
 }
 
 /// `baton_journal_group_{commits,appends}_total` from the server's `/metrics`.

@@ -441,12 +441,12 @@ fn fifty_clients_hammering_the_api_during_a_run_never_see_a_locked_database() {
 }
 
 /// Creates, enriches, approves and fires a docs spec whose agents sleep `secs`; its task id.
-fn fire_sleepy(server: &Server, title: &str, secs: u32) -> (i64, String) {
+pub(crate) fn fire_sleepy(server: &Server, title: &str, secs: u32) -> (i64, String) {
     fire_sleepy_in(server, "demo", title, secs)
 }
 
 /// [`fire_sleepy`] in `project`.
-fn fire_sleepy_in(server: &Server, project: &str, title: &str, secs: u32) -> (i64, String) {
+pub(crate) fn fire_sleepy_in(server: &Server, project: &str, title: &str, secs: u32) -> (i64, String) {
     let body = json!({"project": project, "title": title, "body": format!("Slowly. [demo: sleep={secs}]")});
     let (status, spec) = server.request("POST", "/api/v1/specs", Some(body));
     assert_eq!(status, 201, "{spec}");
