@@ -153,7 +153,10 @@ pub enum StoreError {
         name: String,
     },
     /// `delete_project` on a project that still has specs.
-    #[error("project {name} has {specs} specs; cancel or move them first")]
+    #[error(
+        "project {name} has {specs} spec(s), and a project keeps its specs for their history (cancelled ones \
+         too): it can be removed only while it has none"
+    )]
     ProjectInUse {
         /// The name.
         name: String,

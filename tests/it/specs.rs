@@ -109,11 +109,19 @@ async fn projects_register_list_show_and_refuse_bad_input() {
 #[tokio::test]
 async fn a_project_with_specs_cannot_be_removed() {
     let app = App::with_project().await;
-    app.spec("Keep me").await;
+    let id = app.spec("Keep me").await;
     let del = |uri: &str| Request::delete(uri).body(Body::empty()).unwrap();
     let (status, body) = app.send(del("/api/v1/projects/p")).await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
-    assert!(body["message"].as_str().unwrap().contains("1 specs"), "{body}");
+    assert!(body["message"].as_str().unwrap().contains("1 spec"), "{body}");
+    // The message used to say "cancel or move them first": neither ever freed the project.
+    let (status, body) = app.post(&format!("/api/v1/specs/{id}/cancel"), json!({"reason": "not needed"})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = app.send(del("/api/v1/projects/p")).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let message = body["message"].as_str().unwrap();
+    assert!(message.contains("cancelled ones too") && message.contains("only while it has none"), "{body}");
+    assert!(!message.contains("cancel or move"), "{body}");
     let (status, body) = app.post("/api/v1/projects", project_body(&app.ws, "empty")).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     assert_eq!(app.send(del("/api/v1/projects/empty")).await.0, StatusCode::NO_CONTENT);
