@@ -382,3 +382,62 @@ fn a_stale_lock_of_an_attempt_ref_is_removed_and_any_other_lock_still_refuses() 
     assert!(f.repo.set_ref("refs/tags/v1", &f.base).is_err(), "a user's ref lock is never removed");
     assert!(git_dir.join("refs/tags/v1.lock").exists());
 }
+
+/// Several executions of one repository add, list and remove worktrees whose directories share
+/// a name (`<task>/1.1-1`) at the same moment: without one lock around git's worktree commands,
+/// a prune deleted another add's half-made registration and `worktree add` or `list` failed.
+#[test]
+fn concurrent_worktree_adds_removes_and_lists_of_one_repository_all_succeed() {
+    let f = Fixture::new();
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..6)
+            .map(|task| {
+                let (repo, base, dir) = (&f.repo, &f.base, f.wt(&format!("task-{task}")));
+                scope.spawn(move || -> Result<(), GitError> {
+                    for step in 0..8 {
+                        let wt = dir.join(format!("1.{}-1", step % 3));
+                        repo.add_worktree(&wt, base)?;
+                        repo.list_worktrees()?;
+                        repo.remove_worktree(&wt)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for worker in workers {
+            worker.join().unwrap().unwrap();
+        }
+    });
+    assert!(f.repo.list_worktrees().unwrap().is_empty());
+    assert!(f.repo.git_dir().join(super::worktree::WORKTREE_LOCK).exists(), "the lock file is in the common git dir");
+}
+
+/// Baton's worktree commands wait for the repository's worktree lock: while another process
+/// holds it, no worktree is added; once it is released, the add goes through.
+#[test]
+fn a_worktree_add_waits_while_another_process_holds_the_worktree_lock() {
+    let f = Fixture::new();
+    let held = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(f.repo.git_dir().join(super::worktree::WORKTREE_LOCK))
+        .unwrap();
+    held.lock().unwrap();
+    let wt = f.wt("t/1.1-1");
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::scope(|scope| {
+        let (repo, base, target) = (&f.repo, &f.base, wt.clone());
+        scope.spawn(move || done.send(repo.add_worktree(&target, base)).unwrap());
+        // Without the lock the add finishes in a few milliseconds; a slow machine can only
+        // make this wait pass, never fail.
+        assert!(
+            finished.recv_timeout(std::time::Duration::from_millis(500)).is_err(),
+            "the add did not wait for the lock"
+        );
+        assert!(!wt.exists());
+        held.unlock().unwrap();
+        finished.recv().unwrap().unwrap();
+    });
+    assert!(wt.join("a.txt").exists());
+}

@@ -11,6 +11,9 @@ use git2::Repository;
 use super::cli::run_git;
 use super::{baton_signature, canonical, diff_paths, resolve_oid, AttemptCommit, CommitIdentity, GitError, GitRepo};
 
+/// File in the common git dir that Baton's `git worktree` commands lock, one at a time.
+pub(super) const WORKTREE_LOCK: &str = "baton-worktrees.flock";
+
 /// One record of `git worktree list --porcelain -z`.
 #[derive(Debug)]
 pub(super) struct WorktreeEntry {
@@ -41,12 +44,13 @@ impl GitRepo {
             std::fs::create_dir_all(parent)
                 .map_err(|source| GitError::Io { context: format!("creating {}", parent.display()), source })?;
         }
-        run_git(
-            &self.root,
-            None,
-            None,
-            [OsStr::new("worktree"), OsStr::new("add"), OsStr::new("--detach"), target.as_os_str(), OsStr::new(&sha)],
-        )?;
+        self.run_worktree([
+            OsStr::new("worktree"),
+            OsStr::new("add"),
+            OsStr::new("--detach"),
+            target.as_os_str(),
+            OsStr::new(&sha),
+        ])?;
         Ok(())
     }
 
@@ -74,7 +78,7 @@ impl GitRepo {
 
     /// Runs `git worktree prune`: forgets registrations whose directory is gone.
     pub fn prune_worktrees(&self) -> Result<(), GitError> {
-        run_git(&self.root, None, None, ["worktree", "prune"])?;
+        self.run_worktree(["worktree", "prune"])?;
         Ok(())
     }
 
@@ -113,7 +117,7 @@ impl GitRepo {
 
     /// Parses `git worktree list --porcelain -z`; the first entry is the main checkout.
     pub(super) fn worktree_entries(&self) -> Result<Vec<WorktreeEntry>, GitError> {
-        let out = run_git(&self.root, None, None, ["worktree", "list", "--porcelain", "-z"])?;
+        let out = self.run_worktree(["worktree", "list", "--porcelain", "-z"])?;
         let mut entries = Vec::new();
         let mut current: Option<WorktreeEntry> = None;
         for field in out.split('\0') {
@@ -135,21 +139,34 @@ impl GitRepo {
         Ok(entries.iter().any(|e| normalize(&e.path).is_ok_and(|p| p == target)))
     }
 
+    /// Runs a `git worktree …` command in the main checkout while holding the repository's
+    /// worktree lock ([`WORKTREE_LOCK`] in the common git dir, an exclusive `flock`), so no
+    /// other Baton process or thread adds, removes, prunes or lists this repository's
+    /// worktrees meanwhile: git's own worktree commands take no lock, and a prune deleted the
+    /// half-made registration of a concurrent add (`could not open …/gitdir for writing`).
+    fn run_worktree<I, S>(&self, args: I) -> Result<String, GitError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let path = self.git_dir.join(WORKTREE_LOCK);
+        let io = |source| GitError::Io { context: format!("locking {}", path.display()), source };
+        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(io)?;
+        file.lock().map_err(io)?;
+        // Released when `file` is closed, at the end of this call.
+        run_git(&self.root, None, None, args)
+    }
+
     /// `git worktree remove --force --force` (also unlocks); if git refuses (e.g. the
     /// worktree's `.git` file was deleted), deletes the registered directory; then prunes.
     fn force_remove(&self, target: &Path) -> Result<(), GitError> {
-        let removed = run_git(
-            &self.root,
-            None,
-            None,
-            [
-                OsStr::new("worktree"),
-                OsStr::new("remove"),
-                OsStr::new("--force"),
-                OsStr::new("--force"),
-                target.as_os_str(),
-            ],
-        );
+        let removed = self.run_worktree([
+            OsStr::new("worktree"),
+            OsStr::new("remove"),
+            OsStr::new("--force"),
+            OsStr::new("--force"),
+            target.as_os_str(),
+        ]);
         if let Err(err) = removed {
             if target.exists() {
                 tracing::warn!(

@@ -170,7 +170,7 @@ impl Executions {
             .append(&state.task_id, &[new], &summary_of(state))
             .await
             .with_context(|| format!("journaling {} for {}", stored.kind.name(), state.task_id))?;
-        if state.events_applied % snapshot_interval(state) == 0 {
+        if state.events_applied.is_multiple_of(snapshot_interval(state)) {
             self.snapshot_in_background(state, &now);
         }
         Ok(applied)

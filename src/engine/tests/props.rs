@@ -123,7 +123,7 @@ fn candidates(state: &ExecutionState, n: usize, choice: u32) -> Vec<Event> {
                         out.push(outcome(RecordStatus::Failed, id));
                         if s.interactive {
                             let mut e = outcome(RecordStatus::Interacting, id);
-                            if choice % 5 == 0 {
+                            if choice.is_multiple_of(5) {
                                 if let EventKind::StepRecorded { outcome, .. } = &mut e.kind {
                                     outcome.push_str("\nINTERACT_COMPLETE");
                                 }
@@ -140,7 +140,7 @@ fn candidates(state: &ExecutionState, n: usize, choice: u32) -> Vec<Event> {
                             out.push(ev(EventKind::StepRetried { step_id: id.into() }));
                             out.push(ev(EventKind::StepSkipped { step_id: id.into(), reason: format!("skip {n}") }));
                         }
-                        StepStatus::Pending if choice % 11 == 0 => {
+                        StepStatus::Pending if choice.is_multiple_of(11) => {
                             out.push(ev(EventKind::StepSkipped { step_id: id.into(), reason: format!("skip {n}") }));
                         }
                         _ => {}
@@ -190,7 +190,7 @@ fn candidates(state: &ExecutionState, n: usize, choice: u32) -> Vec<Event> {
         ExecutionStatus::Complete | ExecutionStatus::Cancelled => {}
         ExecutionStatus::BudgetExceeded => out.push(ev(EventKind::BudgetRaised { by_usd: 1.0 })),
     }
-    if choice % 13 == 0 {
+    if choice.is_multiple_of(13) {
         let earlier: Vec<&str> = state
             .plan
             .phases
@@ -210,7 +210,7 @@ fn candidates(state: &ExecutionState, n: usize, choice: u32) -> Vec<Event> {
             steps: vec![],
         }));
     }
-    if choice % 53 == 0 {
+    if choice.is_multiple_of(53) {
         out.push(ev(EventKind::Cancelled { reason: format!("stop {n}") }));
     }
     out
