@@ -1193,15 +1193,7 @@ fn mutate_event(state: &mut ExecutionState, event: &Event, now: &str) {
         }
         EventKind::ApprovalRecorded { phase_id, result, feedback } => {
             let preflight = state.pending_approval_request.take().is_some_and(|r| r.preflight);
-            state.approval_results.push(ApprovalResult {
-                phase_id: *phase_id,
-                result: *result,
-                feedback: feedback.clone(),
-                actor: event.actor.clone(),
-                decided_at: now.to_string(),
-                preflight,
-                team_step: String::new(),
-            });
+            push_approval_result(state, event, now, preflight, String::new());
             match result {
                 ApprovalDecision::Approve => state.status = ExecutionStatus::Running,
                 ApprovalDecision::Reject => {
@@ -1389,6 +1381,27 @@ fn gate_failed(state: &mut ExecutionState, phase_id: i64, output: &str, now: &st
     }
 }
 
+/// Keeps the decision an `ApprovalRecorded` event carries in `approval_results` (any other
+/// event: nothing), with whether it answered the preflight approval and the team step whose
+/// conflict it decided (empty for a phase's approval).
+pub(crate) fn push_approval_result(
+    state: &mut ExecutionState,
+    event: &Event,
+    now: &str,
+    preflight: bool,
+    team_step: String,
+) {
+    let EventKind::ApprovalRecorded { phase_id, result, feedback } = &event.kind else { return };
+    state.approval_results.push(ApprovalResult {
+        phase_id: *phase_id,
+        result: *result,
+        feedback: feedback.clone(),
+        actor: event.actor.clone(),
+        decided_at: now.to_string(),
+        preflight,
+        team_step,
+    });
+}
 fn fail(state: &mut ExecutionState, reason: String, now: &str) {
     state.status = ExecutionStatus::Failed;
     state.failure = Some(reason);

@@ -31,8 +31,7 @@ use crate::model::action::ApprovalAction;
 use crate::model::event::{Event, EventKind, RecordStatus};
 use crate::model::plan::{MachinePlan, PlanPhase, PlanStep, TeamMember};
 use crate::model::state::{
-    ApprovalDecision, ApprovalResult, ExecutionState, ExecutionStatus, PendingApprovalRequest, StepResult, StepStatus,
-    TeamConflict,
+    ApprovalDecision, ExecutionState, ExecutionStatus, PendingApprovalRequest, StepResult, StepStatus, TeamConflict,
 };
 
 /// Agent name of a team step's own (derived) result.
@@ -770,15 +769,7 @@ pub(crate) fn decide(state: &mut ExecutionState, event: &Event, now: &str) -> bo
         return false;
     };
     state.pending_approval_request = None;
-    state.approval_results.push(ApprovalResult {
-        phase_id: *phase_id,
-        result: *result,
-        feedback: feedback.clone(),
-        actor: event.actor.clone(),
-        decided_at: now.to_string(),
-        preflight: false,
-        team_step: step_id.clone(),
-    });
+    super::push_approval_result(state, event, now, false, step_id.clone());
     state.status = ExecutionStatus::Running;
     if *result == ApprovalDecision::ApproveWithFeedback {
         if let Some((pi, si)) = state.locate(&step_id) {
