@@ -62,6 +62,15 @@ impl Workspace {
 
     /// `execute run --agent demo --plan <plan> --repo <repo>` started in the background
     /// (stdout and stderr discarded), for tests that kill it.
+    /// Starts `execute run` of `plan` and kills it (SIGKILL) once `started` exists, i.e. while
+    /// the attempt that writes it runs: a driver crash with an agent in flight.
+    pub(crate) fn kill_run_once_started(&self, plan: &Path, started: &Path) {
+        let mut child = self.spawn_run(plan);
+        wait_for(started);
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
     pub(crate) fn spawn_run(&self, plan: &Path) -> std::process::Child {
         let mut cmd = self.baton();
         cmd.args(["execute", "run", "--agent", "demo", "--plan"]).arg(plan).arg("--repo").arg(self.repo());

@@ -42,10 +42,7 @@ fn every_crash_point_resumes_without_repeating_work() {
 fn kill_9_while_an_agent_runs_re_adopts_it() {
     let ws = Workspace::with_repo(&[("README.md", "x\n")]);
     let plan = ws.write("plan.json", &small_plan("adopt-1", "[demo: sleep=2]"));
-    let mut child = ws.spawn_run(&plan);
-    wait_for(&ws.data().join("runs/adopt-1/1.1/1/started.json"));
-    child.kill().unwrap();
-    child.wait().unwrap();
+    ws.kill_run_once_started(&plan, &ws.data().join("runs/adopt-1/1.1/1/started.json"));
     let resumed = ws.run_plan(&plan);
     assert_eq!(code(&resumed), 0, "{}\n{}", stdout(&resumed), stderr(&resumed));
     assert!(
@@ -89,11 +86,8 @@ fn an_attempt_that_died_with_baton_is_run_again_in_a_fresh_worktree() {
 fn cancel_stops_the_agents_a_dead_driver_left_running() {
     let ws = Workspace::with_repo(&[("README.md", "x\n")]);
     let plan = ws.write("plan.json", &small_plan("cancel-1", "[demo: sleep=30]"));
-    let mut child = ws.spawn_run(&plan);
     let started = ws.data().join("runs/cancel-1/1.1/1/started.json");
-    wait_for(&started);
-    child.kill().unwrap();
-    child.wait().unwrap();
+    ws.kill_run_once_started(&plan, &started);
     let record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&started).unwrap()).unwrap();
     let agent = nix::unistd::Pid::from_raw(record["agent_pid"].as_i64().unwrap() as i32);
     assert!(nix::sys::signal::kill(agent, None).is_ok(), "the agent outlives its driver");

@@ -197,10 +197,7 @@ fn every_crash_point_around_a_goal_check_resumes_without_judging_twice() {
 fn kill_9_while_the_evaluator_runs_re_adopts_it() {
     let ws = Workspace::with_repo(&[("README.md", "x\n")]);
     let plan = ws.write("plan.json", &goal_plan("goal-adopt", "Docs exist [demo: verdict=met] [demo: sleep=2]", 3));
-    let mut child = ws.spawn_run(&plan);
-    wait_for(&ws.data().join("runs/goal-adopt/goal.1/1/started.json"));
-    child.kill().unwrap();
-    child.wait().unwrap();
+    ws.kill_run_once_started(&plan, &ws.data().join("runs/goal-adopt/goal.1/1/started.json"));
     let resumed = ws.run_plan(&plan);
     assert_eq!(code(&resumed), 0, "{}\n{}", stdout(&resumed), stderr(&resumed));
     assert!(

@@ -388,11 +388,8 @@ fn kill_9_while_members_run_re_adopts_them_and_finished_members_never_run_again(
     ]);
     let plan =
         ws.write("plan.json", &team_plan("tadopt-1", members, json!({"strategy": "merge_files"}), "test -s b.md"));
-    let mut child = ws.spawn_run(&plan);
     // 1.1.c starts once 1.1.a is recorded; 1.1.b is still sleeping then.
-    wait_for(&ws.data().join("runs/tadopt-1/1.1.c/1/started.json"));
-    child.kill().unwrap();
-    child.wait().unwrap();
+    ws.kill_run_once_started(&plan, &ws.data().join("runs/tadopt-1/1.1.c/1/started.json"));
     let resumed = ws.run_plan(&plan);
     assert_eq!(code(&resumed), 0, "{}\n{}", stdout(&resumed), stderr(&resumed));
     let err = stderr(&resumed);
