@@ -182,7 +182,8 @@ impl Writer {
         Ok(slot)
     }
 
-    /// Takes the connection exclusively, outside any transaction (migrations, tests).
+    /// Takes the connection exclusively, outside any transaction: [`Writer::begin`] starts
+    /// from it, and tests hold it so that appends queue up into one group.
     ///
     /// # Errors
     /// [`StoreError::Sqlx`] (`PoolClosed`) once the store is closed.
