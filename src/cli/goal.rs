@@ -106,6 +106,10 @@ pub async fn run_goal(data_dir: &Path, args: GoalArgs, json: bool) -> anyhow::Re
     }
     let plan = goal_plan(&args, &task_id)?;
     let options = args.flags.clone().options()?;
+    // Refused flags leave no plan file behind (found by a tester: a missing --repo did).
+    if !args.no_run {
+        driver::check_new_run(&options).await?;
+    }
     let data = DataDir::open(data_dir)?;
     // An existing execution's plan file is never overwritten with another plan.
     let execs = Executions::open(data.clone()).await?;

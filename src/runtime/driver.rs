@@ -223,9 +223,7 @@ struct Finished {
 /// Errors: a bad plan, a missing repository, an execution that is complete or cancelled, or an
 /// execution driven by another process ([`BadInput`], exit 2); internal failures (exit 1).
 pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> {
-    if let Some(agent) = args.agent.as_deref().filter(|a| !PROFILES.contains(a)) {
-        return Err(BadInput(format!("--agent {agent:?}: expected one of {}", PROFILES.join(", "))).into());
-    }
+    check_agent(&args)?;
     let config = data.config()?;
     // A bad ceiling in the environment is refused before anything is written.
     let env_ceiling = crate::runtime::spend::ceiling_from_env(|k| std::env::var(k).ok())?;
@@ -359,6 +357,25 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
 pub struct Interrupted {
     /// The execution.
     pub task_id: String,
+}
+
+/// `--agent` names a profile. Errors ([`BadInput`]): which ones exist.
+fn check_agent(args: &RunOptions) -> anyhow::Result<()> {
+    match args.agent.as_deref().filter(|a| !PROFILES.contains(a)) {
+        Some(agent) => Err(BadInput(format!("--agent {agent:?}: expected one of {}", PROFILES.join(", "))).into()),
+        None => Ok(()),
+    }
+}
+
+/// What a new execution's `run` would refuse before writing anything (for callers, such as
+/// `baton goal`, that write a plan file first): an unknown `--agent`, a `--repo` that is no git
+/// repository with a working tree. Errors ([`BadInput`]) name the flag, as [`run`]'s do.
+pub async fn check_new_run(args: &RunOptions) -> anyhow::Result<()> {
+    check_agent(args)?;
+    let path = args.repo.clone().unwrap_or_else(|| PathBuf::from("."));
+    let shown = path.display().to_string();
+    blocking(move || GitRepo::open(&path)).await?.map_err(|e| BadInput(format!("--repo {shown}: {e}")))?;
+    Ok(())
 }
 
 /// Opens `--repo`, resolves `--base`, creates the feature branch and writes the run's

@@ -142,6 +142,26 @@ fn baton_goal_names_a_bad_task_id_flag() {
 }
 
 #[test]
+fn baton_goal_refuses_a_bad_repo_or_agent_before_writing_its_plan() {
+    // Found by a tester: the plan file was written, then the run refused the flag.
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    let missing = ws.data().join("no-such-repo");
+    let not_git = ws.data();
+    let repo = ws.repo();
+    let cases: [(&[&str], &std::path::Path, &str); 3] = [
+        (&["--agent", "demo"], &missing, "--repo"),
+        (&["--agent", "demo"], &not_git, "--repo"),
+        (&["--agent", "bogus"], &repo, "--agent"),
+    ];
+    for (flags, repo, named) in cases {
+        let out = ws.baton().args(["goal", "Docs exist"]).args(flags).arg("--repo").arg(repo).output().unwrap();
+        assert_eq!(code(&out), 2, "{flags:?} {}: {}", repo.display(), stderr(&out));
+        assert!(stderr(&out).contains(named), "{}", stderr(&out));
+        assert!(!ws.data().join("plans").exists(), "no plan written for {flags:?} {}", repo.display());
+    }
+}
+
+#[test]
 fn an_invalid_verdict_from_baton_goal_names_the_command_that_asks_again() {
     // Found by a tester: the run failed on an invalid verdict without saying what to do.
     let ws = Workspace::with_repo(&[("README.md", "x\n")]);
