@@ -31,15 +31,15 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
             return Ok(ApiJson(value));
         }
         let bytes = Bytes::from_request(req, state).await.map_err(JsonRejection::from)?;
-        match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
-            Some(b'{') | None => {}
-            Some(first) => {
-                return Err(AppError::Body {
-                    status: StatusCode::UNPROCESSABLE_ENTITY,
-                    message: format!("the body must be a JSON object, not {}", json_kind(*first)),
-                    field: None,
-                })
-            }
+        let starts_an_object = matches!(bytes.iter().find(|b| !b.is_ascii_whitespace()), Some(b'{') | None);
+        // Valid JSON of another kind is the wrong shape (422); text that is no JSON at all is
+        // left to the decoder's syntax error (400).
+        if let (false, Ok(other)) = (starts_an_object, serde_json::from_slice::<serde_json::Value>(&bytes)) {
+            return Err(AppError::Body {
+                status: StatusCode::UNPROCESSABLE_ENTITY,
+                message: format!("the body must be a JSON object, not {}", json_kind(&other)),
+                field: None,
+            });
         }
         let Json(value) = Json::<T>::from_bytes(&bytes)?;
         Ok(ApiJson(value))
@@ -54,15 +54,15 @@ fn json_content_type(headers: &HeaderMap) -> bool {
     essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
-/// What a JSON text starting with `first` is, for the error message.
-fn json_kind(first: u8) -> &'static str {
-    match first {
-        b'[' => "an array",
-        b'"' => "a string",
-        b't' | b'f' => "a boolean",
-        b'n' => "null",
-        b'-' | b'0'..=b'9' => "a number",
-        _ => "valid JSON",
+/// What kind of JSON value `value` is, for the error message.
+fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Null => "null",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::Object(_) => "an object",
     }
 }
 

@@ -398,6 +398,12 @@ async fn a_body_that_is_not_a_json_object_is_refused_before_it_is_decoded() {
         let message = answer["message"].as_str().unwrap();
         assert!(message.contains("must be a JSON object") && message.contains(kind), "{body}: {answer}");
     }
+    // Text that is no JSON at all is a syntax error (400), even when it starts like `null`.
+    for body in ["not json", "nul", "[1,"] {
+        let (status, answer) = app.post_raw(approve, body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {answer}");
+        assert!(!answer["message"].as_str().unwrap().contains("must be a JSON object"), "{body}: {answer}");
+    }
     assert_eq!(app.journal_len("web-array").await, 1, "no decision was recorded");
     // The object form still works, whitespace first included.
     let (status, answer) = app.post_raw(approve, r#"  {"phase_id": 1, "result": "approve"}"#).await;
