@@ -433,7 +433,8 @@ async fn spec_action(
                 } else {
                     Some(crate::runtime::spend::parse_usd(raw).ok_or_else(|| {
                         back_to(page.clone())(AppError::BadRequest(format!(
-                            "budget_usd: {raw:?} is not a USD amount above 0 (such as 25 or 2.50)"
+                            "budget_usd: {raw:?}: {}",
+                            crate::runtime::spend::USD_EXPECTED
                         )))
                     })?)
                 };
@@ -825,8 +826,9 @@ async fn act(
             let by_usd = match f.result.as_str() {
                 "raise" => Some(crate::runtime::spend::parse_usd(&f.by_usd).ok_or_else(|| {
                     back_to(page.clone())(AppError::BadRequest(format!(
-                        "by_usd: {:?} is not a USD amount above 0 (such as 5 or 2.50)",
-                        f.by_usd
+                        "by_usd: {:?}: {}",
+                        f.by_usd,
+                        crate::runtime::spend::USD_EXPECTED
                     )))
                 })?),
                 _ => None,

@@ -327,6 +327,32 @@ async fn forms_need_the_csrf_token_of_their_cookie() {
 }
 
 #[tokio::test]
+async fn budget_forms_name_the_accepted_range() {
+    // Found by a tester: 1e12 was refused as "not a USD amount above 0".
+    let app = App::with_project().await;
+    let id = app.spec("Costly").await;
+    let (_, headers, _) = app.text(Request::get("/specs/new").body(Body::empty()).unwrap()).await;
+    let cookie = cookie_of(&headers);
+    let token = cookie.split_once('=').unwrap().1.to_string();
+    let forms = [
+        (format!("/specs/{id}/review"), format!("csrf={token}&decision=approve&budget_usd=1e12")),
+        ("/executions/none/budget".to_string(), format!("csrf={token}&result=raise&by_usd=0.001")),
+    ];
+    for (uri, body) in forms {
+        let req = Request::post(uri.as_str())
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("cookie", &cookie)
+            .body(Body::from(body))
+            .unwrap();
+        let (status, _, html) = app.text(req).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}: {html}");
+        assert!(html.contains("from 0.01 to 1000000") && !html.contains("above 0"), "{uri}: {html}");
+    }
+    let (_, spec) = app.get(&format!("/api/v1/specs/{id}")).await;
+    assert_eq!(spec["status"], "draft", "{spec}");
+}
+
+#[tokio::test]
 async fn a_form_without_its_csrf_field_is_403_like_a_wrong_token() {
     // Found by a tester: a form missing the field answered 400 (the form did not parse).
     let app = App::with_project().await;
