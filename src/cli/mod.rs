@@ -1147,24 +1147,32 @@ fn event_of(command: ExecuteCommand) -> anyhow::Result<(Option<String>, Event)> 
 const STOPPED_AT_CEILING: &str = "stopped at the budget ceiling";
 
 async fn record_command(execs: &Executions, command: ExecuteCommand, json: bool) -> anyhow::Result<ExitCode> {
-    let stop = matches!(command, ExecuteCommand::Budget { stop: true, .. });
+    let budget = match &command {
+        ExecuteCommand::Budget { stop: true, .. } => Some("stop"),
+        ExecuteCommand::Budget { .. } => Some("raise"),
+        _ => None,
+    };
     let member = match &command {
         ExecuteCommand::Record { step_id, member_id: Some(m), .. } => Some((step_id.clone(), m.clone())),
         _ => None,
     };
     let (task_id, event) = event_of(command)?;
     let task_id = execs.resolve_task_id(task_id.as_deref()).await?;
+    // An unknown task id is one line naming it, for every command (found by a tester: it
+    // surfaced as the lease's "acquiring the lease: execution … not found").
+    let state = execs.get(&task_id).await?;
     if let Some((step_id, member_id)) = member {
-        team_record::check_member(&execs.get(&task_id).await?, &step_id, &member_id)?;
+        team_record::check_member(&state, &step_id, &member_id)?;
     }
-    if stop {
-        // `--stop` answers a BUDGET action; anything else is `execute cancel`'s job.
-        let state = execs.get(&task_id).await?;
+    if let Some(decision) = budget {
+        // `execute budget` answers a BUDGET action; cancelling anything else is `execute
+        // cancel`'s job.
         if state.status != crate::model::state::ExecutionStatus::BudgetExceeded {
+            let cancel = decision == "stop" && !state.status.is_terminal();
             return Err(BadInput(format!(
-                "execution {task_id} is {}, not parked at its budget ceiling: nothing to stop{}",
+                "execution {task_id} is {}, not parked at its budget ceiling: nothing to {decision}{}",
                 state.status,
-                if state.status.is_terminal() { "" } else { " (`baton execute cancel` cancels it)" }
+                if cancel { " (`baton execute cancel` cancels it)" } else { "" }
             ))
             .into());
         }

@@ -82,6 +82,33 @@ fn unknown_step_and_records_after_the_end_are_refused_without_touching_the_journ
 }
 
 #[test]
+fn recording_commands_name_an_unknown_task_and_a_budget_decision_with_nothing_parked() {
+    // Found by a tester: `execute budget --raise` on an unknown task said "acquiring the
+    // lease: execution ghost not found", and on a running one named the event budget_raised.
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    for args in [
+        &["execute", "budget", "--task-id", "ghost", "--raise", "1"][..],
+        &["execute", "approve", "--task-id", "ghost", "--phase-id", "1", "--result", "approve"][..],
+        &["execute", "record", "--task-id", "ghost", "--step-id", "1.1", "--agent", "x"][..],
+    ] {
+        let out = ws.run(args);
+        assert_eq!(code(&out), 2, "{args:?}");
+        assert_eq!(stderr(&out).trim(), "error: no execution with task id ghost", "{args:?}");
+    }
+    let plan = ws.write("plan.json", &small_plan("parked-not", ""));
+    assert_eq!(code(&ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()])), 0);
+    let before = journal_len(&ws, "parked-not");
+    let out = ws.run(&["execute", "budget", "--task-id", "parked-not", "--raise", "1"]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("is running, not parked at its budget ceiling: nothing to raise"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(journal_len(&ws, "parked-not"), before);
+}
+
+#[test]
 fn the_same_record_twice_has_one_effect() {
     let ws = Workspace::with_repo(&[("a", "a")]);
     let plan = ws.write("plan.json", &small_plan("idem-1", ""));
