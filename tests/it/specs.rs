@@ -326,6 +326,17 @@ async fn forms_need_the_csrf_token_of_their_cookie() {
     assert_eq!((spec["title"].as_str(), spec["priority"].as_i64()), (Some("From a form"), Some(1)));
 }
 
+/// Posts a page form `body` to `uri` with the CSRF `cookie`: (status, page).
+async fn post_form(app: &App, uri: &str, cookie: &str, body: String) -> (StatusCode, String) {
+    let req = Request::post(uri)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("cookie", cookie)
+        .body(Body::from(body))
+        .unwrap();
+    let (status, _, html) = app.text(req).await;
+    (status, html)
+}
+
 #[tokio::test]
 async fn budget_forms_name_the_accepted_range() {
     // Found by a tester: 1e12 was refused as "not a USD amount above 0".
@@ -339,12 +350,7 @@ async fn budget_forms_name_the_accepted_range() {
         ("/executions/none/budget".to_string(), format!("csrf={token}&result=raise&by_usd=0.001")),
     ];
     for (uri, body) in forms {
-        let req = Request::post(uri.as_str())
-            .header("content-type", "application/x-www-form-urlencoded")
-            .header("cookie", &cookie)
-            .body(Body::from(body))
-            .unwrap();
-        let (status, _, html) = app.text(req).await;
+        let (status, html) = post_form(&app, &uri, &cookie, body.to_string()).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}: {html}");
         assert!(html.contains("from 0.01 to 1000000") && !html.contains("above 0"), "{uri}: {html}");
     }
@@ -368,12 +374,7 @@ async fn a_form_without_its_csrf_field_is_403_like_a_wrong_token() {
         ("/logout".to_string(), ""),
     ];
     for (uri, body) in forms {
-        let req = Request::post(uri.as_str())
-            .header("content-type", "application/x-www-form-urlencoded")
-            .header("cookie", &cookie)
-            .body(Body::from(body))
-            .unwrap();
-        let (status, _, html) = app.text(req).await;
+        let (status, html) = post_form(&app, &uri, &cookie, body.to_string()).await;
         assert_eq!(status, StatusCode::FORBIDDEN, "{uri}: {html}");
         assert!(html.contains("CSRF token does not match"), "{uri}: the same message as a wrong token: {html}");
     }
