@@ -24,10 +24,11 @@ use crate::model::action::{Action, ActionType};
 use crate::model::event::{AddedStep, Event, EventKind, RecordStatus};
 use crate::model::plan::{MachinePlan, PlanPhase, PlanStep};
 use crate::model::state::{ApprovalDecision, ExecutionState};
+use crate::runtime;
 use crate::runtime::config::DataDir;
 use crate::runtime::executions::Executions;
+use crate::runtime::ops::{BudgetDecision, Ops, OpsError};
 use crate::runtime::BadInput;
-use crate::runtime::{self, lease};
 use crate::store::StoreError;
 
 /// Exit code: waiting for a human decision.
@@ -46,6 +47,11 @@ struct Cli {
     /// Print actions and results as JSON.
     #[arg(long, global = true)]
     json: bool,
+    /// Who you are, for decisions and operator commands: a Baton user (required once users
+    /// exist; their role applies, and the separate-reviewer rule knows them). Without users,
+    /// the local operator (`$USER@host`, or this name).
+    #[arg(long = "as", value_name = "USER", env = "BATON_USER", global = true)]
+    as_user: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -570,6 +576,12 @@ fn exit_code_of(e: &anyhow::Error) -> u8 {
         if cause.is::<runtime::driver::Interrupted>() {
             return 130;
         }
+        if let Some(refused) = cause.downcast_ref::<OpsError>() {
+            return match refused {
+                OpsError::Internal(inner) => exit_code_of(inner),
+                _ => EXIT_BAD_INPUT,
+            };
+        }
         if cause.is::<BadInput>() || cause.is::<EngineError>() || cause.is::<crate::git::GitError>() {
             return EXIT_BAD_INPUT;
         }
@@ -657,7 +669,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Execute { command } => {
             let data = DataDir::open(&cli.data_dir)?;
-            execute(data, command, json).await
+            execute(data, command, json, cli.as_user.as_deref()).await
         }
         Command::Replay { task_id } => {
             let execs = Executions::open(DataDir::open(&cli.data_dir)?).await?;
@@ -711,22 +723,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Spec { command } => forge::spec_command(&cli.data_dir, command, cli.json).await,
         Command::Merge { task_id } => forge::merge_command(&cli.data_dir, &task_id, cli.json).await,
         Command::Approval { command: ApprovalCommand::Link { task_id, reviewer, hours, base_url } } => {
-            let data = DataDir::open(&cli.data_dir)?;
-            let execs = Executions::open(data.clone()).await?;
-            runtime::auth::check_user_name(&reviewer)?;
-            let state = execs.get(&task_id).await?;
-            let Action::Approval(a) = engine::next_action(&state) else {
-                return Err(BadInput(format!("execution {task_id} does not wait for an approval")).into());
-            };
-            let key = runtime::auth::ServerKey::load_or_create(&data)?;
-            let claims = runtime::auth::LinkClaims {
-                link_id: hex::encode(runtime::auth::random_bytes::<16>()?),
-                task_id,
-                phase_id: a.phase_id,
-                expires: crate::clock::now().timestamp() + i64::from(hours) * 3600,
-                reviewer,
-            };
-            outln!("{}/approve/{}", base_url.trim_end_matches('/'), key.link(&claims));
+            let ops = operator_service(DataDir::open(&cli.data_dir)?).await?;
+            let op = ops.cli_operator(cli.as_user.as_deref()).await?;
+            let token = ops.mint_link(&task_id, &reviewer, i64::from(hours) * 3600, &op).await?;
+            outln!("{}/approve/{token}", base_url.trim_end_matches('/'));
             Ok(ExitCode::SUCCESS)
         }
         Command::Gc { hours } => {
@@ -778,12 +778,20 @@ pub fn exit_for(action: &Action) -> ExitCode {
     }
 }
 
-fn actor() -> String {
-    let user = std::env::var("USER").unwrap_or_else(|_| "operator".into());
-    format!("{user}@{}", lease::host_name())
+/// The operator service of a one-shot process over `data` (no pool: a driver elsewhere is
+/// reached through the lease).
+async fn operator_service(data: DataDir) -> anyhow::Result<Ops> {
+    let key = runtime::auth::ServerKey::load_or_create(&data)?;
+    let execs = Executions::open(data).await?;
+    Ok(Ops::new(execs, None, key, crate::clock::Clock::system()))
 }
 
-async fn execute(data: DataDir, command: ExecuteCommand, json: bool) -> anyhow::Result<ExitCode> {
+async fn execute(
+    data: DataDir,
+    command: ExecuteCommand,
+    json: bool,
+    as_user: Option<&str>,
+) -> anyhow::Result<ExitCode> {
     if let ExecuteCommand::Run(args) = command {
         let plan = match &args.plan {
             Some(path) => {
@@ -797,7 +805,8 @@ async fn execute(data: DataDir, command: ExecuteCommand, json: bool) -> anyhow::
         let outcome = runtime::driver::run(data, options).await?;
         return Ok(print_outcome(&outcome, json));
     }
-    let execs = Executions::open(data).await?;
+    let ops = operator_service(data).await?;
+    let execs = ops.execs().clone();
     match command {
         ExecuteCommand::Start { plan } => {
             let path = match plan {
@@ -846,7 +855,22 @@ async fn execute(data: DataDir, command: ExecuteCommand, json: bool) -> anyhow::
         }
         ExecuteCommand::Resume { task } => {
             let task_id = execs.resolve_task_id(task.task_id.as_deref()).await?;
-            resume(&execs, &task_id, json).await
+            let op = ops.cli_operator(as_user).await?;
+            execs.get(&task_id).await?;
+            let resumed = ops.resume(&task_id, &op).await?;
+            if runtime::driver::meta_path(execs.data(), &task_id).exists() {
+                errln!(
+                    "execution {task_id} is driven by `baton execute run`: run it again to recover its attempts \
+                     (running ones are re-adopted, finished ones harvested, dead ones re-run)"
+                );
+            }
+            for step_id in &resumed.requeued {
+                errln!("step {step_id} was dispatched when the driver stopped; it is offered again");
+            }
+            if !resumed.idempotency_key.is_empty() {
+                errln!("checkpoint acknowledged; the execution goes on");
+            }
+            Ok(print_action(&resumed.next_action, &task_id, json))
         }
         ExecuteCommand::List => {
             let rows = execs.store().list_executions().await?;
@@ -879,7 +903,7 @@ async fn execute(data: DataDir, command: ExecuteCommand, json: bool) -> anyhow::
             }
             Ok(ExitCode::SUCCESS)
         }
-        other => record_command(&execs, other, json).await,
+        other => record_command(&ops, other, json, as_user).await,
     }
 }
 
@@ -1126,7 +1150,7 @@ fn event_of(command: ExecuteCommand) -> anyhow::Result<(Option<String>, Event)> 
                     .ok_or_else(|| BadInput(format!("--raise {raw:?}: {}", runtime::spend::USD_EXPECTED)))?;
                 (task, key.idempotency_key, EventKind::BudgetRaised { by_usd })
             }
-            _ => (task, key.idempotency_key, EventKind::Cancelled { reason: STOPPED_AT_CEILING.into() }),
+            _ => (task, key.idempotency_key, EventKind::Cancelled { reason: runtime::ops::STOPPED_AT_CEILING.into() }),
         },
         ExecuteCommand::RetryStep { task, step_id } => (task, None, EventKind::StepRetried { step_id }),
         ExecuteCommand::RetryGate { task, phase_id } => (task, None, EventKind::GateRetried { phase_id }),
@@ -1138,20 +1162,16 @@ fn event_of(command: ExecuteCommand) -> anyhow::Result<(Option<String>, Event)> 
         | ExecuteCommand::List
         | ExecuteCommand::Run(_) => return Err(anyhow::anyhow!("not a recording command")),
     };
-    let mut event = Event::new(kind).by(actor());
-    event.idempotency_key = key;
-    Ok((task.task_id, event))
+    Ok((task.task_id, runtime::ops::keyed(kind, key)))
 }
 
-/// The reason `execute budget --stop` cancels with.
-const STOPPED_AT_CEILING: &str = "stopped at the budget ceiling";
-
-async fn record_command(execs: &Executions, command: ExecuteCommand, json: bool) -> anyhow::Result<ExitCode> {
-    let budget = match &command {
-        ExecuteCommand::Budget { stop: true, .. } => Some("stop"),
-        ExecuteCommand::Budget { .. } => Some("raise"),
-        _ => None,
-    };
+async fn record_command(
+    ops: &Ops,
+    command: ExecuteCommand,
+    json: bool,
+    as_user: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    let execs = ops.execs();
     let member = match &command {
         ExecuteCommand::Record { step_id, member_id: Some(m), .. } => Some((step_id.clone(), m.clone())),
         _ => None,
@@ -1164,64 +1184,28 @@ async fn record_command(execs: &Executions, command: ExecuteCommand, json: bool)
     if let Some((step_id, member_id)) = member {
         team_record::check_member(&state, &step_id, &member_id)?;
     }
-    if let Some(decision) = budget {
+    let op = ops.cli_operator(as_user).await?;
+    let kind = event.kind.name();
+    let budget = match &event.kind {
+        EventKind::BudgetRaised { by_usd } => Some(BudgetDecision::Raise(*by_usd)),
+        EventKind::Cancelled { reason } if reason == runtime::ops::STOPPED_AT_CEILING => Some(BudgetDecision::Stop),
+        _ => None,
+    };
+    let done = match budget {
         // `execute budget` answers a BUDGET action; cancelling anything else is `execute
         // cancel`'s job.
-        if state.status != crate::model::state::ExecutionStatus::BudgetExceeded {
-            let cancel = decision == "stop" && !state.status.is_terminal();
-            return Err(BadInput(format!(
-                "execution {task_id} is {}, not parked at its budget ceiling: nothing to {decision}{}",
-                state.status,
-                if cancel { " (`baton execute cancel` cancels it)" } else { "" }
-            ))
-            .into());
-        }
-    }
-    let kind = event.kind.name();
-    let done = execs.record_once(&task_id, event).await?;
+        Some(decision) => ops.budget(&task_id, decision, event.idempotency_key, &op).await?,
+        None => ops.record(&task_id, event, &op).await?,
+    };
     if done.stopped_attempts > 0 {
         errln!("stopped {} running agent attempts of {task_id}", done.stopped_attempts);
     }
-    if done.applied.duplicate {
-        errln!("{kind} for {task_id} was already applied (idempotency key {}): nothing changed", done.applied.key);
-    } else {
+    if done.recorded {
         errln!("recorded {kind} for {task_id}");
+    } else {
+        errln!("{kind} for {task_id} was already applied (idempotency key {}): nothing changed", done.idempotency_key);
     }
-    Ok(print_action(&engine::next_action(&done.state), &task_id, json))
-}
-
-/// `execute resume`: for an execution an external orchestrator drives, every step that was
-/// dispatched when the orchestrator stopped is offered again (its attempt is lost); an
-/// execution that `execute run` drives recovers its attempts itself on the next `run`.
-async fn resume(execs: &Executions, task_id: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let lease = lease::acquire_briefly(execs.store(), task_id).await?;
-    let result = async {
-        let mut state = execs.get(task_id).await?;
-        if runtime::driver::meta_path(execs.data(), task_id).exists() {
-            errln!(
-                "execution {task_id} is driven by `baton execute run`: run it again to recover its attempts \
-                 (running ones are re-adopted, finished ones harvested, dead ones re-run)"
-            );
-            return Ok(state);
-        }
-        let dispatched: Vec<String> = state
-            .current()
-            .map(engine::team::dispatch_ids)
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|id| state.step_status(id) == crate::model::state::StepStatus::Dispatched)
-            .collect();
-        for step_id in dispatched {
-            let event = Event::new(EventKind::StepRequeued { step_id: step_id.clone() }).by(actor());
-            execs.record(&mut state, event).await?;
-            errln!("step {step_id} was dispatched when the driver stopped; it is offered again");
-        }
-        Ok::<_, anyhow::Error>(state)
-    }
-    .await;
-    lease.release().await?;
-    let state = result?;
-    Ok(print_action(&engine::next_action(&state), task_id, json))
+    Ok(print_action(&done.next_action, &task_id, json))
 }
 
 fn print_status(state: &ExecutionState, json: bool) -> anyhow::Result<()> {

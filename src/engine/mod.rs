@@ -627,7 +627,8 @@ fn answered(state: &ExecutionState, phase_id: i64, question_id: &str) -> bool {
 // ----------------------------------------------------------------------------------------------
 
 /// The idempotency key of `event` against `state`: the explicit key, or a hash of the event's
-/// kind, subject, round (attempt, gate run, approval round…) and payload.
+/// kind, subject, round (attempt, gate run, approval round…) and payload, and for a decision
+/// ([`is_decision`]) its actor.
 ///
 /// The round is that of the subject the event answers: the same event sent again after it was
 /// applied derives the same key, so it is recognised as a duplicate.
@@ -643,8 +644,23 @@ pub fn idempotency_key(state: &ExecutionState, event: &Event) -> String {
     hasher.update(round.to_string().as_bytes());
     hasher.update(b"\n");
     hasher.update(payload.as_bytes());
+    if is_decision(&event.kind) {
+        // A human decision is its decider's: the same decision sent again by the same person
+        // is a resend; the same words from someone else are a second decision.
+        hasher.update(b"\n");
+        hasher.update(event.actor.as_bytes());
+    }
     let digest = hasher.finalize();
     format!("{}:{}", event.kind.name(), hex::encode(&digest[..16]))
+}
+
+/// Whether `kind` is a human decision (an approval, a feedback answer, a ceiling raise), whose
+/// derived idempotency key includes who decided.
+pub fn is_decision(kind: &EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::ApprovalRecorded { .. } | EventKind::FeedbackRecorded { .. } | EventKind::BudgetRaised { .. }
+    )
 }
 
 fn default_round(state: &ExecutionState, kind: &EventKind) -> u64 {

@@ -183,6 +183,20 @@ impl Executions {
     /// Errors: unknown task ([`BadInput`]), the lease held by a driver ([`BadInput`]), an
     /// [`EngineError`](crate::engine::EngineError) refusal (state and journal unchanged).
     pub async fn record_once(&self, task_id: &str, event: Event) -> anyhow::Result<RecordedOnce> {
+        self.record_once_checked(task_id, event, |_, _| Ok(())).await
+    }
+
+    /// [`Executions::record_once`] with `check` run on the loaded state under the lease,
+    /// before the event is applied: its error is returned as is and nothing is written (the
+    /// operator service checks there whether a decision is already taken).
+    ///
+    /// Errors: as [`Executions::record_once`], and `check`'s.
+    pub async fn record_once_checked(
+        &self,
+        task_id: &str,
+        event: Event,
+        check: impl FnOnce(&ExecutionState, &Event) -> anyhow::Result<()>,
+    ) -> anyhow::Result<RecordedOnce> {
         let cancel = matches!(event.kind, EventKind::Cancelled { .. });
         let lease = if cancel {
             lease::acquire_stopping_driver(&self.store, task_id).await?
@@ -191,6 +205,7 @@ impl Executions {
         };
         let result = async {
             let mut state = self.get(task_id).await?;
+            check(&state, &event)?;
             let applied = self.record(&mut state, event).await?;
             Ok::<_, anyhow::Error>((state, applied))
         }

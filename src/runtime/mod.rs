@@ -13,6 +13,7 @@ pub mod forge;
 pub mod gc;
 pub mod lease;
 pub mod merge;
+pub mod ops;
 pub mod pool;
 pub mod report;
 pub mod specs;

@@ -408,17 +408,9 @@ impl Specs {
         row: &SpecRow,
         action: SpecAction,
         actor: &str,
-        mut change: SpecChange,
+        change: SpecChange,
     ) -> Result<SpecRow, SpecError> {
-        let current = Self::status_of(row)?;
-        let to = spec::transition(current, action)?;
-        change.action = action.as_str().into();
-        change.expected = current.as_str().into();
-        change.to = to.as_str().into();
-        change.actor = actor.into();
-        change.at = clock::now_rfc3339();
-        self.execs.store().change_spec(row.spec_id, &change).await?;
-        self.get(row.spec_id).await
+        change_spec(&self.execs, row, action, actor, change).await
     }
 
     /// Edits title, body or priority; the spec becomes a draft (its plan is dropped).
@@ -756,6 +748,48 @@ impl Specs {
         )
         .await
     }
+}
+
+/// The spec fired as `task_id`, when it is still `executing`, is cancelled with its execution
+/// (by `baton`, with the execution's `reason`), so the spec, its card and the execution say
+/// the same; a spec already final is left as it is.
+///
+/// Errors: the database.
+pub async fn execution_cancelled(execs: &Executions, task_id: &str, reason: &str) -> Result<(), SpecError> {
+    let store = execs.store();
+    let Some(row) = store.spec_of_execution(task_id).await? else { return Ok(()) };
+    if SpecStatus::parse(&row.status) != Some(SpecStatus::Executing) {
+        return Ok(());
+    }
+    let change = SpecChange { reason: format!("its execution was cancelled: {reason}"), ..SpecChange::default() };
+    match change_spec(execs, &row, SpecAction::Cancel, "baton", change).await {
+        Ok(_) | Err(SpecError::Conflict { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Checks `action` on the spec `row` and writes `change` (its action, statuses, actor and time
+/// are filled in here); returns the spec after.
+async fn change_spec(
+    execs: &Executions,
+    row: &SpecRow,
+    action: SpecAction,
+    actor: &str,
+    mut change: SpecChange,
+) -> Result<SpecRow, SpecError> {
+    let current = Specs::status_of(row)?;
+    let to = spec::transition(current, action)?;
+    change.action = action.as_str().into();
+    change.expected = current.as_str().into();
+    change.to = to.as_str().into();
+    change.actor = actor.into();
+    change.at = clock::now_rfc3339();
+    execs.store().change_spec(row.spec_id, &change).await?;
+    execs
+        .store()
+        .spec(row.spec_id)
+        .await?
+        .ok_or_else(|| SpecError::NotFound(format!("no spec with id {}", row.spec_id)))
 }
 
 /// The project of `task_id`'s spec (for its agent cap), when it was fired from one.

@@ -303,6 +303,20 @@ impl Store {
         Ok(events)
     }
 
+    /// The event of `task_id` journaled under `idempotency_key`, if any (the key is unique per
+    /// execution).
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`] on database failure.
+    pub async fn event_by_key(&self, task_id: &str, idempotency_key: &str) -> Result<Option<StoredEvent>, StoreError> {
+        let sql = format!("select {EVENT_COLUMNS} from execution_events where task_id = ? and idempotency_key = ?");
+        Ok(sqlx::query_as::<_, StoredEvent>(&sql)
+            .bind(task_id)
+            .bind(idempotency_key)
+            .fetch_optional(&self.reader)
+            .await?)
+    }
+
     /// Stores a snapshot of `task_id`'s state as of event `seq`, taken `at` (RFC 3339), and
     /// prunes all but the newest [`super::SNAPSHOTS_KEPT`] (by seq).
     ///

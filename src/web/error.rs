@@ -10,6 +10,8 @@
 //! - an event the execution's state refuses (wrong status, not the current phase, a pending
 //!   approval for another phase, an idempotency key reused for another event, a final or failed
 //!   execution) and a lease another process holds: 409;
+//! - a decision already taken by someone else or under another key: 409 with
+//!   `details.reason = "already_decided"` and `details.standing` (who, when, what);
 //! - a dependency that does not answer: 503 (`/readyz` builds its own 503 in this shape, with
 //!   its checks as `details`);
 //! - anything else: 500 with a generic message; the real one is logged, never sent.
@@ -24,6 +26,7 @@ use crate::engine::EngineError;
 use crate::forge::ForgeError;
 use crate::runtime::forge::ImportError;
 use crate::runtime::merge::MergeError;
+use crate::runtime::ops::{OpsError, Standing};
 use crate::runtime::specs::SpecError;
 use crate::runtime::BadInput;
 use crate::store::StoreError;
@@ -77,6 +80,14 @@ pub enum AppError {
         /// The engine's refusal kind, when it is one (`wrong_status`, `key_conflict`, …).
         reason: Option<&'static str>,
     },
+    /// 409: a decision someone else (or another submission) already took;
+    /// `details.reason` is `already_decided`, `details.standing` the decision that stands.
+    Decided {
+        /// What was refused, naming the standing decision.
+        message: String,
+        /// Who decided, when, what.
+        standing: Standing,
+    },
     /// 503: a dependency (the database) does not answer.
     Unavailable(String),
     /// A forge call failed: 404 (no such item), 422 (a bad reference, the forge's validation),
@@ -112,6 +123,7 @@ impl AppError {
             | AppError::Invalid { message: m, .. }
             | AppError::StatusConflict { message: m, .. }
             | AppError::Conflict { message: m, .. }
+            | AppError::Decided { message: m, .. }
             | AppError::Upstream { message: m, .. } => m.clone(),
             AppError::Internal(_) => "internal error (see the server log)".into(),
         }
@@ -131,7 +143,7 @@ impl AppError {
             AppError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
             AppError::Gone(_) => (StatusCode::GONE, "gone"),
             AppError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
-            AppError::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
+            AppError::Conflict { .. } | AppError::Decided { .. } => (StatusCode::CONFLICT, "conflict"),
             AppError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             AppError::Upstream { status, code, .. } => (*status, code),
             AppError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
@@ -186,6 +198,28 @@ impl From<anyhow::Error> for AppError {
             }
         }
         AppError::Internal(e)
+    }
+}
+
+impl From<OpsError> for AppError {
+    /// The operator service's refusals: unknown → 404, a bad field → 422 (`details.field`),
+    /// not allowed → 403, not a user → 401, refused by the state → 409 (`details.reason`; an
+    /// already-taken decision also `details.standing`: who, when, what), an expired link →
+    /// 410, the engine's refusals as [`classify_engine`].
+    fn from(e: OpsError) -> Self {
+        match e {
+            OpsError::NotFound(m) => AppError::NotFound(m),
+            OpsError::Invalid { field, message } => {
+                AppError::Invalid { message: format!("{field}: {message}"), details: json!({ "field": field }) }
+            }
+            OpsError::Forbidden(m) => AppError::Forbidden(m),
+            OpsError::Unknown(m) => AppError::Unauthorized(m),
+            OpsError::Conflict { message, reason } => AppError::Conflict { message, reason: Some(reason) },
+            OpsError::AlreadyDecided { message, standing } => AppError::Decided { message, standing },
+            OpsError::Gone(m) => AppError::Gone(m),
+            OpsError::Engine(e) => classify_engine(&e),
+            OpsError::Internal(e) => AppError::from(e),
+        }
     }
 }
 
@@ -316,6 +350,7 @@ impl IntoResponse for AppError {
         };
         let details = match self {
             AppError::Conflict { reason, .. } => reason.map_or(Value::Null, |r| json!({ "reason": r })),
+            AppError::Decided { standing, .. } => json!({ "reason": "already_decided", "standing": standing }),
             AppError::Invalid { details, .. } => details,
             AppError::StatusConflict { current, .. } => json!({ "current_status": current }),
             AppError::Body { field: Some(field), .. } => json!({ "field": field }),

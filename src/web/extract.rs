@@ -94,3 +94,22 @@ impl<S: Send + Sync> FromRequestParts<S> for Actor {
         Ok(Actor(text.to_string()))
     }
 }
+
+/// The caller as an [`Operator`](crate::runtime::ops::Operator) of the API door: the signed-in
+/// user (or the API token's) with their role; in open mode (no users) the `X-Baton-Actor`
+/// header's name (else `api`) with every right.
+#[derive(Debug, Clone)]
+pub struct Caller(pub crate::runtime::ops::Operator);
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, AppError> {
+        use crate::runtime::auth::Role;
+        use crate::runtime::ops::{Door, Operator};
+        let role = parts.extensions.get::<crate::web::auth::Identity>().map_or(Role::Viewer, |i| i.role);
+        // No identity only on a public route (the middleware refuses the others): the least right.
+        let Actor(name) = Actor::from_request_parts(parts, state).await?;
+        Ok(Caller(Operator::new(name, role, Door::Api)))
+    }
+}

@@ -17,7 +17,6 @@ pub mod metrics;
 pub mod pages;
 pub mod webhooks;
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,6 +32,7 @@ use crate::forge::{ForgeSettings, RetryPolicy};
 use crate::runtime::auth::ServerKey;
 use crate::runtime::executions::Executions;
 use crate::runtime::forge::Forges;
+use crate::runtime::ops::Ops;
 use crate::runtime::pool::{Pool, DEFAULT_MAX_AGENTS};
 use crate::runtime::specs::Specs;
 use crate::runtime::BadInput;
@@ -78,10 +78,8 @@ pub struct AppState {
     closing: Arc<tokio::sync::watch::Sender<bool>>,
     /// What this process measures for `/metrics` (HTTP latency).
     pub metrics: Metrics,
-    /// One lock per execution, serialising the records this process makes on it: the
-    /// execution lease is re-entrant for its holder (this process), so two requests on one
-    /// execution must not interleave. Other executions are not held up.
-    record_locks: Arc<std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    /// The operator service: every decision a request makes goes through it.
+    pub ops: Ops,
     /// Forge webhook secrets and limits (none set: the webhook routes answer 503).
     pub webhooks: Arc<WebhookConfig>,
     /// The forge clients (imports, pull requests, report-back comments).
@@ -108,6 +106,7 @@ impl AppState {
     /// Errors: the key file cannot be read or created.
     pub fn with_pool(pool: Pool) -> anyhow::Result<AppState> {
         let key = ServerKey::load_or_create(pool.execs().data())?;
+        let ops = Ops::new(pool.execs().clone(), Some(pool.clone()), key.clone(), crate::clock::Clock::system());
         Ok(AppState {
             execs: pool.execs().clone(),
             specs: Specs::new(pool),
@@ -116,7 +115,7 @@ impl AppState {
             users_known: Arc::default(),
             no_users_checked: Arc::default(),
             closing: Arc::new(tokio::sync::watch::channel(false).0),
-            record_locks: Arc::default(),
+            ops,
             webhooks: Arc::default(),
             forges: Forges::new(ForgeSettings::default(), RetryPolicy::default())?,
             board_cache: Arc::default(),
@@ -190,12 +189,6 @@ impl AppState {
     /// The worker pool.
     pub fn pool(&self) -> &Pool {
         self.specs.pool()
-    }
-
-    /// The record lock of `task_id` (created on first use; one entry per existing execution).
-    pub fn record_lock(&self, task_id: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self.record_locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        locks.entry(task_id.to_string()).or_default().clone()
     }
 }
 

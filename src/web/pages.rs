@@ -18,14 +18,15 @@ use serde::Deserialize;
 
 use crate::engine;
 use crate::model::action::{Action, ApprovalAction, FeedbackAction, InteractAction};
-use crate::model::event::{Event, EventKind};
+use crate::model::event::EventKind;
 use crate::model::plan::MachinePlan;
 use crate::model::spec::{self, SpecAction, SpecStatus};
 use crate::model::state::{ApprovalDecision, ExecutionState, StepStatus};
 use crate::pmo::enrich::Forecast;
-use crate::runtime::auth::{LinkClaims, LinkError, Role};
+use crate::runtime::auth::{LinkClaims, Role};
 use crate::runtime::changelist::{self, Changelist};
 use crate::runtime::driver;
+use crate::runtime::ops::{keyed, Door, Operator, Ops};
 use crate::runtime::specs::SpecEdit;
 use crate::store::{SpecEventRow, SpecRow};
 use crate::web::api::specs::BoardQuery;
@@ -90,6 +91,9 @@ pub struct Layout {
     pub decisions_waiting: usize,
     /// Whether the page follows live updates (`data-live`).
     pub live: &'static str,
+    /// A fresh value per rendered page: decision forms send it (with the form's name) as
+    /// their idempotency key, so a double submit is one decision and a later form another.
+    pub submission: String,
 }
 
 /// The `baton_csrf` cookie's value, if the request has a well-formed one.
@@ -160,7 +164,14 @@ impl IntoResponse for PageError {
             other => other.message(),
         };
         let t = ErrorTemplate {
-            layout: Layout { csrf: String::new(), open_mode: false, user: None, decisions_waiting: 0, live: "off" },
+            layout: Layout {
+                csrf: String::new(),
+                open_mode: false,
+                user: None,
+                decisions_waiting: 0,
+                live: "off",
+                submission: String::new(),
+            },
             status: status.to_string(),
             message,
             back: self.back,
@@ -195,6 +206,12 @@ impl Who {
             _ => "board".into(),
         }
     }
+
+    /// This caller as the operator of a board form (no identity: the least right).
+    fn operator(&self) -> Operator {
+        let role = self.0.as_ref().map_or(Role::Viewer, |i| i.role);
+        Operator::new(self.actor(), role, Door::Form)
+    }
 }
 
 async fn layout(
@@ -221,6 +238,7 @@ async fn layout(
         user,
         decisions_waiting: if can_decide { usize::try_from(decisions_waiting).unwrap_or(0) } else { 0 },
         live: if live { "on" } else { "off" },
+        submission: format!("form-{}", new_token()),
     };
     Ok((layout, set))
 }
@@ -750,6 +768,9 @@ struct ExecutionForm {
     reason: String,
     #[serde(default)]
     by_usd: String,
+    /// The form's idempotency key (`Layout::submission` and the form's name).
+    #[serde(default)]
+    submission: String,
 }
 
 type ExecutionFormResult = Result<Form<ExecutionForm>, axum::extract::rejection::FormRejection>;
@@ -796,6 +817,10 @@ async fn act(
     let back = back_to(page.clone());
     let Form(f) = form.map_err(|e| back_to(page.clone())(AppError::BadRequest(e.body_text())))?;
     check_csrf(&headers, &f.csrf).map_err(back_to(page.clone()))?;
+    let op = who.operator();
+    // Each rendered form carries its own key: a double submit is a resend, a second form a
+    // second decision.
+    let key = Some(f.submission.trim().to_string()).filter(|k| !k.is_empty());
     let missing = |field: &str| AppError::BadRequest(format!("{field}: missing"));
     let kind = match action {
         "approve" => {
@@ -833,18 +858,17 @@ async fn act(
                 })?),
                 _ => None,
             };
-            crate::web::api::executions::budget_event(&app, &task_id, &f.result, by_usd)
-                .await
-                .map_err(back_to(page.clone()))?
+            let decision = Ops::budget_decision(&f.result, by_usd).map_err(|e| back_to(page.clone())(e.into()))?;
+            app.ops.budget(&task_id, decision, key, &op).await.map_err(|e| back(e.into()))?;
+            return Ok(see_other(&page));
         }
         "pause" | "resume" => {
-            crate::web::api::executions::set_paused(&app, &task_id, action == "pause").await.map_err(back)?;
+            app.ops.set_paused(&task_id, action == "pause", &op).await.map_err(|e| back(e.into()))?;
             return Ok(see_other(&page));
         }
         other => return Err(back(AppError::NotFound(format!("no execution action {other:?}")))),
     };
-    let event = Event::new(kind).by(who.actor());
-    crate::web::api::executions::record_event_as(&app, &task_id, event).await.map_err(back)?;
+    app.ops.record(&task_id, keyed(kind, key), &op).await.map_err(|e| back(e.into()))?;
     Ok(see_other(&page))
 }
 
@@ -1129,38 +1153,6 @@ async fn logout(
 /// How long an approval link made on the page lasts, seconds.
 pub const LINK_SECS: i64 = 24 * 3600;
 
-/// Makes a signed approval link for `task_id`'s pending approval.
-///
-/// Errors: the execution does not wait for an approval (409).
-pub async fn approval_link(app: &AppState, task_id: &str, reviewer: &str, secs: i64) -> Result<String, AppError> {
-    let state = crate::web::api::executions::load(app, task_id).await?;
-    let Action::Approval(a) = engine::next_action(&state) else {
-        return Err(AppError::Conflict {
-            message: format!("execution {task_id} does not wait for an approval"),
-            reason: None,
-        });
-    };
-    if app.auth_enabled().await? {
-        let user = app.execs.store().user(reviewer).await.map_err(anyhow::Error::from)?;
-        if user.is_none_or(|u| Role::parse(&u.role).is_none_or(|r| r < Role::Reviewer)) {
-            return Err(AppError::Invalid {
-                message: format!("reviewer: {reviewer} is not a user with the reviewer role or above"),
-                details: serde_json::json!({ "field": "reviewer" }),
-            });
-        }
-    }
-    crate::web::api::executions::check_separate_reviewer(app, task_id, reviewer).await?;
-    let link_id = hex::encode(crate::runtime::auth::random_bytes::<16>()?);
-    let claims = LinkClaims {
-        link_id,
-        task_id: task_id.to_string(),
-        phase_id: a.phase_id,
-        expires: crate::clock::now().timestamp() + secs,
-        reviewer: reviewer.to_string(),
-    };
-    Ok(format!("/approve/{}", app.key.link(&claims)))
-}
-
 #[derive(Template)]
 #[template(path = "link_made.html")]
 struct LinkMadeTemplate {
@@ -1193,7 +1185,12 @@ async fn make_approval_link(
     let reviewer = f.reviewer.trim();
     crate::runtime::auth::check_user_name(reviewer)
         .map_err(|e| back_to(page.clone())(AppError::BadRequest(format!("reviewer: {e}"))))?;
-    let link = approval_link(&app, &task_id, reviewer, LINK_SECS).await.map_err(back_to(page.clone()))?;
+    let token = app
+        .ops
+        .mint_link(&task_id, reviewer, LINK_SECS, &who.operator())
+        .await
+        .map_err(|e| back_to(page.clone())(e.into()))?;
+    let link = format!("/approve/{token}");
     let (layout, set) = layout(&app, &who, &headers, false).await?;
     let host = headers.get("host").and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1:8741");
     let t = LinkMadeTemplate { layout, task_id, link: format!("http://{host}{link}"), reviewer: reviewer.to_string() };
@@ -1217,38 +1214,13 @@ struct LinkTemplate {
     summary: String,
 }
 
-/// Checks a link token: genuine, not expired, not used, and its execution waits for the
-/// approval of its phase. Returns its claims and the pending approval.
-async fn check_link(app: &AppState, token: &str) -> Result<(LinkClaims, ApprovalAction, String), AppError> {
-    let claims = app.key.link_claims(token).map_err(|e| match e {
-        LinkError::Malformed | LinkError::Tampered => AppError::Forbidden(e.to_string()),
-    })?;
-    if claims.expires <= crate::clock::now().timestamp() {
-        return Err(AppError::Gone("this approval link has expired; ask for a new one".into()));
-    }
-    if app.execs.store().approval_link_used(&claims.link_id).await.map_err(anyhow::Error::from)? {
-        return Err(AppError::Conflict { message: "this approval link was already used".into(), reason: Some("used") });
-    }
-    let state = crate::web::api::executions::load(app, &claims.task_id).await?;
-    match engine::next_action(&state) {
-        Action::Approval(a) if a.phase_id == claims.phase_id => Ok((claims, a, state.plan.task_summary.clone())),
-        _ => Err(AppError::Conflict {
-            message: format!(
-                "execution {} does not wait for the approval of phase {} any more",
-                claims.task_id, claims.phase_id
-            ),
-            reason: Some("not_pending"),
-        }),
-    }
-}
-
 async fn link_page(
     State(app): State<AppState>,
     who: Who,
     headers: HeaderMap,
     Path(token): Path<String>,
 ) -> Result<Page, PageError> {
-    let (claims, approval, summary) = check_link(&app, &token).await?;
+    let (claims, approval, summary) = app.ops.check_link(&token).await?;
     let (layout, set) = layout(&app, &who, &headers, false).await?;
     render(&LinkTemplate { layout, claims, approval, summary }, set)
 }
@@ -1262,6 +1234,9 @@ struct LinkDecisionForm {
     result: String,
     #[serde(default)]
     feedback: String,
+    /// The form's idempotency key.
+    #[serde(default)]
+    submission: String,
 }
 
 async fn link_decide(
@@ -1274,18 +1249,8 @@ async fn link_decide(
     check_csrf(&headers, &f.csrf)?;
     let result = ApprovalDecision::parse(&f.result)
         .ok_or_else(|| AppError::BadRequest(format!("result: {:?} is not an approval option", f.result)))?;
-    let (claims, _, _) = check_link(&app, &token).await?;
-    let who = format!("{}{}", claims.reviewer, crate::web::api::executions::LINK_ACTOR_SUFFIX);
-    let kind = EventKind::ApprovalRecorded { phase_id: claims.phase_id, result, feedback: f.feedback };
-    // Recorded first, spent after: a decision the engine refuses (e.g. approve-with-feedback
-    // without feedback) leaves the link usable; two racing uses record one decision (the engine
-    // refuses the second) and spend the link once.
-    crate::web::api::executions::record_event_as(&app, &claims.task_id, Event::new(kind).by(who.clone())).await?;
-    app.execs
-        .store()
-        .use_approval_link(&claims.link_id, &who, &crate::clock::now_rfc3339())
-        .await
-        .map_err(anyhow::Error::from)?;
+    let key = Some(f.submission.trim().to_string()).filter(|k| !k.is_empty());
+    let (claims, _) = app.ops.redeem_link(&token, result, f.feedback, key).await?;
     let (layout, set) = layout(&app, &Who(None), &headers, false).await?;
     let t = LinkDoneTemplate { layout, decision: result.as_str().to_string(), task_id: claims.task_id };
     Ok(render(&t, set)?.into_response())

@@ -22,10 +22,9 @@ use sha2::{Digest as _, Sha256};
 use crate::clock;
 use crate::forge::html_to_text;
 use crate::forge::item::ADO_TEXT_FIELDS;
-use crate::model::event::{Event, EventKind};
 use crate::model::state::ApprovalDecision;
-use crate::runtime::auth::Role;
 use crate::runtime::forge::{ForgeItem, ImportOutcome};
+use crate::runtime::ops::Operator;
 use crate::runtime::specs::SpecError;
 use crate::web::error::AppError;
 use crate::web::AppState;
@@ -308,12 +307,7 @@ async fn comment(app: &AppState, delivery: &str, p: &Value) -> Result<Handled, A
         return Ok(ignored("the comment is not a /baton approve or /baton reject command"));
     };
     let login = text(p, "/comment/user/login");
-    let user = app
-        .execs
-        .store()
-        .user_by_identity(crate::store::ForgeIdentity::GitHubLogin, login)
-        .await
-        .map_err(anyhow::Error::from)?;
+    let user = app.ops.forge_operator(crate::store::ForgeIdentity::GitHubLogin, login).await?;
     let Some(user) = user else {
         return Ok(ignored(format!("GitHub user {login} is not mapped to a Baton user")));
     };
@@ -333,47 +327,31 @@ struct Decided<'a> {
     delivery: &'a str,
 }
 
-/// Records `decision` by `user` on the approval the execution of the spec imported from
-/// `from.url` waits for, as the web form would (separate-reviewer rule, signature).
+/// Decides, through the operator service, the approval the execution of the spec imported
+/// from `from.url` waits for, as `user` (their Baton user); what it refuses as no decision is
+/// answered `ignored`.
 async fn decide(
     app: &AppState,
     from: &Decided<'_>,
-    user: &crate::store::UserRow,
+    user: &Operator,
     decision: ApprovalDecision,
     feedback: String,
 ) -> Result<Handled, AppError> {
-    if decision == ApprovalDecision::Reject && feedback.is_empty() {
-        return Ok(ignored("/baton reject needs a reason: /baton reject <reason>"));
-    }
-    if Role::parse(&user.role).is_none_or(|r| r < Role::Reviewer) {
-        return Ok(ignored(format!(
-            "{} ({}) is a {}; deciding needs the reviewer role",
-            user.name, from.who, user.role
-        )));
-    }
-    let store = app.execs.store();
-    let Some(spec) = store.spec_by_source_url(from.source, from.url).await.map_err(anyhow::Error::from)? else {
-        return Ok(ignored(format!("no spec was imported from {}", from.url)));
+    let outcome = app.ops.decide_from_comment(from.source, from.url, user, decision, feedback).await?;
+    let d = match outcome {
+        Ok(d) => d,
+        Err(reason) => return Ok(ignored(format!("{reason} ({})", from.who))),
     };
-    let Some(task_id) = spec.task_id.clone() else {
-        return Ok(ignored(format!("spec {} has not been fired", spec.spec_id)));
-    };
-    let state = app.execs.get(&task_id).await?;
-    let Some(pending) = state.pending_approval_request else {
-        return Ok(ignored(format!("execution {task_id} of spec {} is not waiting for an approval", spec.spec_id)));
-    };
-    let kind = EventKind::ApprovalRecorded { phase_id: pending.phase_id, result: decision, feedback };
-    let recorded = crate::web::api::executions::record_event_as(app, &task_id, Event::new(kind).by(&user.name)).await?;
-    tracing::info!(task.id = %task_id, "approval by {} from {} delivery {}", user.name, from.source, from.delivery);
+    tracing::info!(task.id = %d.task_id, "approval by {} from {} delivery {}", user.name, from.source, from.delivery);
     Ok((
         StatusCode::OK,
         json!({
-            "spec_id": spec.spec_id,
-            "task_id": task_id,
-            "phase_id": pending.phase_id,
+            "spec_id": d.spec_id,
+            "task_id": d.task_id,
+            "phase_id": d.phase_id,
             "decision": decision.as_str(),
             "by": user.name,
-            "recorded": recorded.recorded,
+            "recorded": d.decided.recorded,
         }),
     ))
 }
@@ -441,12 +419,7 @@ async fn ado_comment(app: &AppState, delivery: &str, resource: &Value) -> Result
     };
     let email = ado_identity_email(fields.get("System.ChangedBy"));
     let email = if email.is_empty() { ado_identity_email(resource.get("revisedBy")) } else { email };
-    let user = app
-        .execs
-        .store()
-        .user_by_identity(crate::store::ForgeIdentity::AdoEmail, email)
-        .await
-        .map_err(anyhow::Error::from)?;
+    let user = app.ops.forge_operator(crate::store::ForgeIdentity::AdoEmail, email).await?;
     let Some(user) = user else {
         return Ok(ignored(format!("Azure DevOps user {email:?} is not mapped to a Baton user")));
     };

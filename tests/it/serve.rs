@@ -338,7 +338,20 @@ fn decisions_are_signed_links_are_single_use_and_initiators_need_another_reviewe
     let link = |hours: &str| {
         let (code, out, err) = baton(
             &data,
-            &["approval", "link", "--task-id", &task_id, "--reviewer", "rita", "--hours", hours, "--base-url", &base],
+            &[
+                "approval",
+                "link",
+                "--as",
+                "lee",
+                "--task-id",
+                &task_id,
+                "--reviewer",
+                "rita",
+                "--hours",
+                hours,
+                "--base-url",
+                &base,
+            ],
         );
         assert_eq!(code, 0, "{err}");
         out.strip_prefix(&base).unwrap().to_string()
@@ -350,11 +363,18 @@ fn decisions_are_signed_links_are_single_use_and_initiators_need_another_reviewe
     let mut claims = key.link_claims(path.strip_prefix("/approve/").unwrap()).unwrap();
     claims.expires = 1;
     let expired = format!("/approve/{}", key.link(&claims));
-    // A link made out to the initiator does not get round the separate-reviewer rule.
-    let (code, own, err) =
-        baton(&data, &["approval", "link", "--task-id", &task_id, "--reviewer", "lee", "--base-url", &base]);
-    assert_eq!(code, 0, "{err}");
-    let own = own.strip_prefix(&base).unwrap().to_string();
+    // A link made out to the initiator does not get round the separate-reviewer rule: it is
+    // refused when minted, and one minted anyway (signed with the key) when redeemed.
+    let (code, _, err) = baton(
+        &data,
+        &["approval", "link", "--as", "lee", "--task-id", &task_id, "--reviewer", "lee", "--base-url", &base],
+    );
+    assert_eq!(code, 2, "minting a link for the initiator is refused: {err}");
+    assert!(err.contains("separate reviewer"), "{err}");
+    let mut lee_claims = claims.clone();
+    lee_claims.reviewer = "lee".into();
+    lee_claims.expires = i64::MAX;
+    let own = format!("/approve/{}", key.link(&lee_claims));
     let (_, own_head, _) = server.raw("GET", &own, "", "");
     let own_cookie =
         own_head.lines().find_map(|l| l.strip_prefix("set-cookie: ")).unwrap().split(';').next().unwrap().to_string();

@@ -1,0 +1,848 @@
+//! The operator service: every operator decision, whichever door it comes through.
+//!
+//! The doors are the CLI, the REST API, the board's forms, signed approval links, forge
+//! comments (`/baton approve`) arriving by webhook, and the driver. Each parses its input into
+//! an [`Operator`] (who, with which role, through which door) and a request, calls one method
+//! here, and formats the typed answer ([`Decided`], or an [`OpsError`] that the web maps once
+//! to a status and the CLI once to an exit code).
+//!
+//! What is decided here, and nowhere else:
+//! - **who may do it**: the role each event needs ([`role_needed`]); the separate-reviewer
+//!   rule (the requester of an execution, whoever fired it, and with
+//!   `require_separate_reviewer` the spec's author too, may not approve it); which users an
+//!   approval link may be minted for and redeemed by (checked at both moments);
+//! - **idempotency**: a resend (the same explicit key, or no key from the same operator: a
+//!   decision's derived key includes its decider) answers the first outcome; a decision by
+//!   someone else, or under another key, on an approval already decided is
+//!   [`OpsError::AlreadyDecided`], naming the decision that stands (who, when, what);
+//! - **the record lock** (one record at a time per execution in this process), the lease,
+//!   stopping and restarting this process's driver around an operator event, waking it after;
+//! - **journaling and signing** decisions with the server key;
+//! - **what a cancel does to the spec** (it is cancelled with its execution).
+//!
+//! This module never parses HTTP or command lines and never prints.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::clock::Clock;
+use crate::engine::{self, EngineError};
+use crate::model::action::{Action, ApprovalAction};
+use crate::model::event::{Event, EventKind};
+use crate::model::state::{ApprovalDecision, ExecutionState, ExecutionStatus, StepStatus};
+use crate::runtime::auth::{LinkClaims, LinkError, Role, ServerKey};
+use crate::runtime::executions::Executions;
+use crate::runtime::pool::{DriverState, Pool};
+use crate::runtime::{lease, BadInput};
+use crate::store::{ForgeIdentity, StoreError, UserRow};
+
+/// Which door a decision came through (journaled in the actor's name only for links).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Door {
+    /// `baton execute …`, `baton approval link`.
+    Cli,
+    /// `/api/v1/…`.
+    Api,
+    /// A board form.
+    Form,
+    /// A signed single-use approval link.
+    Link,
+    /// A `/baton approve` comment on a forge item, delivered by webhook.
+    Webhook,
+    /// `execute run`'s driver or the server's pool.
+    Driver,
+}
+
+/// Who decides: a name (journaled as the event's actor), the role that name holds, and the
+/// door.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Operator {
+    /// Journaled as the actor (a Baton user, or in open mode whatever name the door gives).
+    pub name: String,
+    /// What the operator may do ([`Role::Admin`] for the local operator of open mode).
+    pub role: Role,
+    /// The door.
+    pub door: Door,
+}
+
+impl Operator {
+    /// An operator.
+    pub fn new(name: impl Into<String>, role: Role, door: Door) -> Operator {
+        Operator { name: name.into(), role, door }
+    }
+
+    /// Baton itself (the driver acknowledging a checkpoint, a fire's bookkeeping).
+    pub fn baton() -> Operator {
+        Operator::new("baton", Role::Admin, Door::Driver)
+    }
+}
+
+/// Suffix of the actor of a decision made through an approval link.
+pub const LINK_ACTOR_SUFFIX: &str = " (approval link)";
+
+/// The decision that stands, named by an [`OpsError::AlreadyDecided`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Standing {
+    /// Who decided.
+    pub by: String,
+    /// When (RFC 3339).
+    pub at: String,
+    /// What (`approve`, `reject`, `approve-with-feedback`, `budget_raised`, …).
+    pub what: String,
+}
+
+/// Why an operator request was refused. The web maps each variant to one status
+/// (`web::error`), the CLI to one exit code (`cli`): every variant but `Internal` is the
+/// client's mistake.
+#[derive(Debug, thiserror::Error)]
+pub enum OpsError {
+    /// 404 / exit 2: no such execution (or link target).
+    #[error("{0}")]
+    NotFound(String),
+    /// 422 / exit 2: a field is wrong; names it.
+    #[error("{field}: {message}")]
+    Invalid {
+        /// The field (`by_usd`, `reviewer`, `decision`, …).
+        field: &'static str,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// 403 / exit 2: the operator may not do this (role, separate reviewer, a tampered link).
+    #[error("{0}")]
+    Forbidden(String),
+    /// 401 / exit 2: the operator is not a Baton user (`--as` naming nobody).
+    #[error("{0}")]
+    Unknown(String),
+    /// 409 / exit 2: the execution's state refuses it; `reason` is a stable code.
+    #[error("{message}")]
+    Conflict {
+        /// What was refused and why.
+        message: String,
+        /// `wrong_status`, `final`, `used`, `not_pending`, `lease_held`, …
+        reason: &'static str,
+    },
+    /// 409 / exit 2: someone else (or another submission) already decided this.
+    #[error("{message}")]
+    AlreadyDecided {
+        /// What was refused, naming the standing decision.
+        message: String,
+        /// The decision that stands.
+        standing: Standing,
+    },
+    /// 410 / exit 2: an expired approval link.
+    #[error("{0}")]
+    Gone(String),
+    /// 409 or 422 / exit 2: the engine refused the event (state and journal unchanged).
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// 500 / exit 1: not the client's fault (database, disk).
+    #[error(transparent)]
+    Internal(anyhow::Error),
+}
+
+impl From<anyhow::Error> for OpsError {
+    /// Recognises the engine's refusals, a held lease and [`BadInput`] in the chain; anything
+    /// else is internal.
+    fn from(e: anyhow::Error) -> Self {
+        for cause in e.chain() {
+            if let Some(engine) = cause.downcast_ref::<EngineError>() {
+                return OpsError::Engine(engine.clone());
+            }
+            if let Some(store) = cause.downcast_ref::<StoreError>() {
+                match store {
+                    StoreError::NotFound { .. } => return OpsError::NotFound(store.to_string()),
+                    StoreError::LeaseHeld { .. } => {
+                        return OpsError::Conflict { message: store.to_string(), reason: "lease_held" }
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(bad) = cause.downcast_ref::<BadInput>() {
+                return OpsError::Conflict { message: bad.to_string(), reason: "refused" };
+            }
+        }
+        OpsError::Internal(e)
+    }
+}
+
+impl From<StoreError> for OpsError {
+    fn from(e: StoreError) -> Self {
+        OpsError::from(anyhow::Error::from(e))
+    }
+}
+
+/// What a recorded decision answers.
+#[derive(Debug, Clone)]
+pub struct Decided {
+    /// The execution after it.
+    pub state: ExecutionState,
+    /// False for a resend (nothing changed; the first outcome stands).
+    pub recorded: bool,
+    /// The event's idempotency key (explicit or derived).
+    pub idempotency_key: String,
+    /// What the engine asks for next.
+    pub next_action: Action,
+    /// Agent attempts a cancel stopped.
+    pub stopped_attempts: usize,
+    /// Steps `resume` offered again (their attempt was lost with the external driver).
+    pub requeued: Vec<String>,
+}
+
+/// What pause and resume answer.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PauseState {
+    /// The execution.
+    pub task_id: String,
+    /// Whether it is paused now.
+    pub paused: bool,
+}
+
+/// A budget decision on an execution parked at its ceiling.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BudgetDecision {
+    /// Raise the ceiling by this many USD.
+    Raise(f64),
+    /// Stop: cancel the execution at its ceiling.
+    Stop,
+}
+
+/// The reason a budget stop cancels with.
+pub const STOPPED_AT_CEILING: &str = "stopped at the budget ceiling";
+
+/// The role an operator needs to record `kind`: deciding (approvals, feedback answers,
+/// interactive replies) needs a reviewer; everything else that changes an execution (record,
+/// retry, skip, amend, cancel, pause, budget) a lead. The web's route table
+/// (`web::auth::required_role`) asks the same question of a route before it parses the body.
+pub fn role_needed(kind: &EventKind) -> Role {
+    match kind {
+        EventKind::ApprovalRecorded { .. }
+        | EventKind::FeedbackRecorded { .. }
+        | EventKind::InteractInput { .. }
+        | EventKind::InteractCompleted { .. } => Role::Reviewer,
+        _ => Role::Lead,
+    }
+}
+
+/// The event that acknowledges the checkpoint due on `state`, with its key (one per
+/// checkpoint: `checkpoint:<task>:<n>`), whoever acknowledges it (driver, CLI, API).
+pub fn checkpoint_ack(state: &ExecutionState, by: &str) -> Event {
+    let mut event = Event::new(EventKind::CheckpointAcknowledged).by(by);
+    event.idempotency_key = Some(format!("checkpoint:{}:{}", state.task_id, state.checkpoint.count + 1));
+    event
+}
+
+/// The operator service over one data dir's executions (and, in `baton serve`, its pool).
+#[derive(Debug, Clone)]
+pub struct Ops {
+    execs: Executions,
+    pool: Option<Pool>,
+    key: ServerKey,
+    clock: Clock,
+    /// One lock per execution: the lease is re-entrant for its holder (this process), so two
+    /// records of this process on one execution must not interleave.
+    locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+}
+
+impl Ops {
+    /// The service over `execs`, with the data dir's server key; `pool` is `baton serve`'s
+    /// worker pool (its drivers are stopped, restarted and woken around a record), `None` for
+    /// one-shot processes (the CLI).
+    pub fn new(execs: Executions, pool: Option<Pool>, key: ServerKey, clock: Clock) -> Ops {
+        Ops { execs, pool, key, clock, locks: Arc::default() }
+    }
+
+    /// The executions.
+    pub fn execs(&self) -> &Executions {
+        &self.execs
+    }
+
+    /// The server key.
+    pub fn key(&self) -> &ServerKey {
+        &self.key
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    fn lock(&self, task_id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
+        locks.entry(task_id.to_string()).or_default().clone()
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Who
+    // ------------------------------------------------------------------------------------
+
+    /// The CLI's operator: `--as NAME` (or `BATON_USER`), which must be a Baton user when
+    /// users exist (their role applies); with no users, the local operator (`$USER@host`, or
+    /// the name given) with every right, as before users existed.
+    ///
+    /// Errors: [`OpsError::Unknown`] when users exist and `name` is none of them, or is
+    /// missing (naming `--as`); [`OpsError::Invalid`] for a malformed name.
+    pub async fn cli_operator(&self, name: Option<&str>) -> Result<Operator, OpsError> {
+        let name = name.map(str::trim).filter(|n| !n.is_empty());
+        let store = self.execs.store();
+        if !store.has_users().await? {
+            let name = match name {
+                Some(n) => n.to_string(),
+                None => {
+                    format!("{}@{}", std::env::var("USER").unwrap_or_else(|_| "operator".into()), lease::host_name())
+                }
+            };
+            return Ok(Operator::new(name, Role::Admin, Door::Cli));
+        }
+        let Some(name) = name else {
+            return Err(OpsError::Unknown("Baton has users: say who you are with --as USER (or BATON_USER)".into()));
+        };
+        crate::runtime::auth::check_user_name(name).map_err(|e| OpsError::Invalid { field: "--as", message: e.0 })?;
+        let user = store.user(name).await?.ok_or_else(|| {
+            OpsError::Unknown(format!("--as {name}: no Baton user of that name (`baton token list` shows them)"))
+        })?;
+        let role = role_of(&user);
+        Ok(Operator::new(user.name, role, Door::Cli))
+    }
+
+    /// The operator a forge identity (a GitHub login, an Azure DevOps e-mail) maps to, if any.
+    ///
+    /// Errors: the database.
+    pub async fn forge_operator(&self, kind: ForgeIdentity, value: &str) -> Result<Option<Operator>, OpsError> {
+        let user = self.execs.store().user_by_identity(kind, value).await?;
+        Ok(user.map(|u| Operator::new(u.name.clone(), role_of(&u), Door::Webhook)))
+    }
+
+    fn authorize(op: &Operator, kind: &EventKind) -> Result<(), OpsError> {
+        let needed = role_needed(kind);
+        if op.role < needed {
+            return Err(OpsError::Forbidden(format!(
+                "{} is a {}; {} needs the {} role",
+                op.name,
+                op.role.as_str(),
+                kind.name(),
+                needed.as_str()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Refuses an approval by a requester of the execution when its project requires a
+    /// separate reviewer: whoever fired it, and the spec's author. A decision through an
+    /// approval link counts as its reviewer's.
+    ///
+    /// Errors: [`OpsError::Forbidden`] naming the rule; the database.
+    pub async fn check_separate_reviewer(&self, task_id: &str, reviewer: &str) -> Result<(), OpsError> {
+        let reviewer = reviewer.strip_suffix(LINK_ACTOR_SUFFIX).unwrap_or(reviewer);
+        let store = self.execs.store();
+        let Some(spec) = store.spec_of_execution(task_id).await? else { return Ok(()) };
+        let project = store.project(&spec.project).await?;
+        if !project.is_some_and(|p| p.require_separate_reviewer) {
+            return Ok(());
+        }
+        let events = store.spec_events(spec.spec_id).await?;
+        let fired_by = events.iter().rev().find(|e| e.action == "fire").map(|e| e.actor.clone());
+        let role = if fired_by.as_deref() == Some(reviewer) {
+            "fired this execution"
+        } else if spec.created_by == reviewer {
+            "wrote its spec"
+        } else {
+            return Ok(());
+        };
+        Err(OpsError::Forbidden(format!(
+            "{reviewer} {role}, and project {} requires a separate reviewer for its approvals",
+            spec.project
+        )))
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Recording
+    // ------------------------------------------------------------------------------------
+
+    /// Records `event` on `task_id` for `op` (the event's actor becomes `op.name`): checks the
+    /// role, the separate-reviewer rule for approvals and whether the decision is already
+    /// taken; takes the record lock and the lease (a cancel first stops the driver that holds
+    /// it, with its agents); journals; signs a decision; cancels the spec with its execution;
+    /// wakes this process's driver.
+    ///
+    /// Errors: every [`OpsError`]; on an error nothing was journaled.
+    pub async fn record(&self, task_id: &str, mut event: Event, op: &Operator) -> Result<Decided, OpsError> {
+        event.actor = match op.door {
+            Door::Link if !op.name.ends_with(LINK_ACTOR_SUFFIX) => format!("{}{LINK_ACTOR_SUFFIX}", op.name),
+            _ => op.name.clone(),
+        };
+        if self.execs.store().summary(task_id).await?.is_none() {
+            return Err(no_such(task_id));
+        }
+        Self::authorize(op, &event.kind)?;
+        let lock = self.lock(task_id);
+        let _serialised = lock.lock().await;
+        if matches!(event.kind, EventKind::ApprovalRecorded { .. }) {
+            self.check_separate_reviewer(task_id, &event.actor).await?;
+        }
+        let cancel = matches!(event.kind, EventKind::Cancelled { .. });
+        // This process's own driver holds the lease while it runs: a cancel stops it for good;
+        // any other operator event stops it for the record and starts it again after (its
+        // running agents are re-adopted), as a pause and resume would.
+        let running = self.pool.as_ref().is_some_and(|p| matches!(p.driver_state(task_id), Some(DriverState::Running)));
+        if let Some(pool) = &self.pool {
+            if cancel || running {
+                pool.halt(task_id).await;
+            }
+        }
+        let done = self
+            .execs
+            .record_once_checked(task_id, event, |state, event| {
+                standing_check(state, event).map_err(anyhow::Error::from)
+            })
+            .await;
+        if running && !cancel {
+            self.drive(task_id).await?;
+        }
+        let done = done.map_err(|e| match e.downcast::<OpsError>() {
+            Ok(refused) => refused,
+            Err(e) => OpsError::from(e),
+        })?;
+        let recorded = !done.applied.duplicate;
+        if recorded {
+            if let Some(pool) = &self.pool {
+                if !cancel {
+                    pool.wake(task_id);
+                }
+            }
+            self.sign(task_id, &done.applied.key).await?;
+            if cancel {
+                self.cancel_spec(task_id, &done.state).await?;
+            }
+        }
+        if done.stopped_attempts > 0 {
+            tracing::info!(task.id = %task_id, "stopped {} running agent attempts", done.stopped_attempts);
+        }
+        let next_action = engine::next_action(&done.state);
+        Ok(Decided {
+            state: done.state,
+            recorded,
+            idempotency_key: done.applied.key,
+            next_action,
+            stopped_attempts: done.stopped_attempts,
+            requeued: Vec::new(),
+        })
+    }
+
+    async fn drive(&self, task_id: &str) -> Result<(), OpsError> {
+        if let Some(pool) = &self.pool {
+            let project = crate::runtime::specs::project_of(&self.execs, task_id).await?;
+            pool.drive(task_id, project.as_deref());
+        }
+        Ok(())
+    }
+
+    /// Signs the decision journaled under `key` (who and when as journaled); other events
+    /// are not signed.
+    async fn sign(&self, task_id: &str, key: &str) -> Result<(), OpsError> {
+        let store = self.execs.store();
+        let Some(entry) = store.event_by_key(task_id, key).await? else {
+            return Err(OpsError::Internal(anyhow::anyhow!("event {key} of {task_id} is not in the journal")));
+        };
+        let event: Event = serde_json::from_str(&entry.payload).map_err(|e| OpsError::Internal(e.into()))?;
+        let Some((phase_id, decision, comment)) = crate::runtime::auth::decision_fields(&event.kind) else {
+            return Ok(());
+        };
+        let d = crate::runtime::auth::Decision {
+            task_id,
+            phase_id,
+            decision: &decision,
+            comment: &comment,
+            who: &event.actor,
+            at: &entry.at,
+        };
+        store.put_decision_signature(task_id, entry.seq, &self.key.sign_decision(&d)).await?;
+        Ok(())
+    }
+
+    /// A cancelled execution's spec is cancelled with it, so the spec, its board card and
+    /// the execution say the same.
+    async fn cancel_spec(&self, task_id: &str, state: &ExecutionState) -> Result<(), OpsError> {
+        if state.status != ExecutionStatus::Cancelled {
+            return Ok(());
+        }
+        let reason = state.failure.clone().unwrap_or_else(|| "execution cancelled".into());
+        crate::runtime::specs::execution_cancelled(&self.execs, task_id, &reason)
+            .await
+            .map_err(|e| OpsError::Internal(anyhow::anyhow!("cancelling the spec of {task_id}: {e}")))?;
+        Ok(())
+    }
+
+    /// Records an approval decision on `phase_id`.
+    ///
+    /// Errors: as [`Ops::record`].
+    pub async fn approve(
+        &self,
+        task_id: &str,
+        phase_id: i64,
+        result: ApprovalDecision,
+        feedback: String,
+        key: Option<String>,
+        op: &Operator,
+    ) -> Result<Decided, OpsError> {
+        let kind = EventKind::ApprovalRecorded { phase_id, result, feedback };
+        self.record(task_id, keyed(kind, key), op).await
+    }
+
+    /// The event of a budget decision: `raise` (by `by_usd`, in the engine's range) or `stop`
+    /// (a cancel with [`STOPPED_AT_CEILING`]).
+    ///
+    /// Errors: an unknown decision or a missing or out-of-range amount ([`OpsError::Invalid`]).
+    pub fn budget_decision(decision: &str, by_usd: Option<f64>) -> Result<BudgetDecision, OpsError> {
+        use crate::engine::budget::{MAX_CEILING_USD, MIN_CEILING_USD};
+        let invalid = |message: String| OpsError::Invalid { field: "by_usd", message };
+        match decision {
+            "raise" => match by_usd {
+                Some(v) if v.is_finite() && (MIN_CEILING_USD..=MAX_CEILING_USD).contains(&v) => {
+                    Ok(BudgetDecision::Raise(v))
+                }
+                Some(v) => Err(invalid(format!("{v} {}", crate::runtime::spend::USD_EXPECTED))),
+                None => Err(invalid("a raise needs the amount in USD".into())),
+            },
+            "stop" if by_usd.is_some() => Err(invalid("only a raise takes an amount".into())),
+            "stop" => Ok(BudgetDecision::Stop),
+            other => Err(OpsError::Invalid {
+                field: "decision",
+                message: format!("{other:?} is not a budget decision (raise or stop)"),
+            }),
+        }
+    }
+
+    /// Decides on an execution parked at its USD ceiling: raise it, or stop (cancel) it.
+    ///
+    /// Errors: the execution is not parked at its ceiling ([`OpsError::Conflict`], saying how
+    /// to cancel it instead); as [`Ops::record`].
+    pub async fn budget(
+        &self,
+        task_id: &str,
+        decision: BudgetDecision,
+        key: Option<String>,
+        op: &Operator,
+    ) -> Result<Decided, OpsError> {
+        let state = self.get(task_id).await?;
+        if state.status != ExecutionStatus::BudgetExceeded {
+            let what = match decision {
+                BudgetDecision::Raise(_) => "raise",
+                BudgetDecision::Stop => "stop",
+            };
+            let hint = if state.status.is_terminal() { "" } else { " (cancel it to stop it)" };
+            return Err(OpsError::Conflict {
+                message: format!(
+                    "execution {task_id} is {}, not parked at its budget ceiling: nothing to {what}{hint}",
+                    state.status
+                ),
+                reason: "wrong_status",
+            });
+        }
+        let kind = match decision {
+            BudgetDecision::Raise(by_usd) => EventKind::BudgetRaised { by_usd },
+            BudgetDecision::Stop => EventKind::Cancelled { reason: STOPPED_AT_CEILING.into() },
+        };
+        self.record(task_id, keyed(kind, key), op).await
+    }
+
+    /// Pauses (no new dispatches; this process's driver stops; running agents finish and
+    /// their results are recorded at resume) or resumes an execution; idempotent.
+    ///
+    /// Errors: unknown execution, a final one ([`OpsError::Conflict`]), a role below lead.
+    pub async fn set_paused(&self, task_id: &str, paused: bool, op: &Operator) -> Result<PauseState, OpsError> {
+        if op.role < Role::Lead {
+            return Err(OpsError::Forbidden(format!(
+                "{} is a {}; pausing and resuming need the lead role",
+                op.name,
+                op.role.as_str()
+            )));
+        }
+        let state = self.get(task_id).await?;
+        if state.status.is_final() {
+            return Err(OpsError::Conflict {
+                message: format!("execution {task_id} is {}", state.status),
+                reason: "final",
+            });
+        }
+        self.execs.store().set_paused(task_id, paused).await?;
+        if paused {
+            if let Some(pool) = &self.pool {
+                pool.halt(task_id).await;
+            }
+        } else if crate::runtime::driver::meta_path(self.execs.data(), task_id).exists() {
+            self.drive(task_id).await?;
+        }
+        Ok(PauseState { task_id: task_id.to_string(), paused })
+    }
+
+    /// `execute resume` for an execution an external orchestrator drives: every step that was
+    /// dispatched when the orchestrator stopped is offered again (its attempt is lost), and a
+    /// due CHECKPOINT is acknowledged (seed-spec §2.17 (b): resume is what the checkpoint's
+    /// handoff names). An execution `execute run` drives recovers its attempts itself: only
+    /// its checkpoint is acknowledged here.
+    ///
+    /// Errors: as [`Ops::record`].
+    pub async fn resume(&self, task_id: &str, op: &Operator) -> Result<Decided, OpsError> {
+        if op.role < Role::Lead {
+            return Err(OpsError::Forbidden(format!(
+                "{} is a {}; resuming needs the lead role",
+                op.name,
+                op.role.as_str()
+            )));
+        }
+        let driven = crate::runtime::driver::meta_path(self.execs.data(), task_id).exists();
+        let lock = self.lock(task_id);
+        let _serialised = lock.lock().await;
+        let lease = lease::acquire_briefly(self.execs.store(), task_id).await.map_err(OpsError::from)?;
+        let result = async {
+            let mut state = self.get(task_id).await?;
+            let mut requeued = Vec::new();
+            if !driven {
+                let dispatched: Vec<String> = state
+                    .current()
+                    .map(engine::team::dispatch_ids)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|id| state.step_status(id) == StepStatus::Dispatched)
+                    .collect();
+                for step_id in dispatched {
+                    let event = Event::new(EventKind::StepRequeued { step_id: step_id.clone() }).by(&op.name);
+                    self.execs.record(&mut state, event).await.map_err(OpsError::from)?;
+                    requeued.push(step_id);
+                }
+            }
+            let mut key = None;
+            if state.checkpoint.due {
+                let ack = checkpoint_ack(&state, &op.name);
+                let applied = self.execs.record(&mut state, ack).await?;
+                key = Some(applied.key);
+            }
+            Ok::<_, OpsError>((state, requeued, key))
+        }
+        .await;
+        lease.release().await.map_err(OpsError::from)?;
+        let (state, requeued, key) = result?;
+        let next_action = engine::next_action(&state);
+        Ok(Decided {
+            recorded: key.is_some() || !requeued.is_empty(),
+            idempotency_key: key.unwrap_or_default(),
+            state,
+            next_action,
+            stopped_attempts: 0,
+            requeued,
+        })
+    }
+
+    /// The execution `task_id`.
+    ///
+    /// Errors: [`OpsError::NotFound`]; an unreadable journal.
+    pub async fn get(&self, task_id: &str) -> Result<ExecutionState, OpsError> {
+        self.execs.load(task_id).await?.ok_or_else(|| no_such(task_id))
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Approval links
+    // ------------------------------------------------------------------------------------
+
+    /// Whether `reviewer` may decide approvals: with users, one of them with the reviewer role
+    /// or above; with none (open mode), any well-formed name.
+    async fn check_reviewer(&self, reviewer: &str) -> Result<Role, OpsError> {
+        crate::runtime::auth::check_user_name(reviewer)
+            .map_err(|e| OpsError::Invalid { field: "reviewer", message: e.0 })?;
+        let store = self.execs.store();
+        if !store.has_users().await? {
+            return Ok(Role::Admin);
+        }
+        match store.user(reviewer).await? {
+            Some(u) if role_of(&u) >= Role::Reviewer => Ok(role_of(&u)),
+            Some(u) => Err(OpsError::Forbidden(format!(
+                "{reviewer} is a {} now; deciding approvals needs the reviewer role",
+                u.role
+            ))),
+            None => Err(OpsError::Invalid { field: "reviewer", message: format!("{reviewer} is not a Baton user") }),
+        }
+    }
+
+    /// Mints a single-use approval link for `task_id`'s pending approval, decided by
+    /// `reviewer`, valid `secs` seconds; returns the token (the link is `/approve/<token>`).
+    ///
+    /// Errors: the reviewer is not a user who may decide, or is a requester of the execution
+    /// under the separate-reviewer rule; the execution does not wait for an approval (409);
+    /// the minting operator is below lead.
+    pub async fn mint_link(&self, task_id: &str, reviewer: &str, secs: i64, op: &Operator) -> Result<String, OpsError> {
+        if op.role < Role::Lead {
+            return Err(OpsError::Forbidden(format!(
+                "{} is a {}; making approval links needs the lead role",
+                op.name,
+                op.role.as_str()
+            )));
+        }
+        let state = self.get(task_id).await?;
+        let Action::Approval(a) = engine::next_action(&state) else {
+            return Err(OpsError::Conflict {
+                message: format!("execution {task_id} does not wait for an approval"),
+                reason: "not_pending",
+            });
+        };
+        self.check_reviewer(reviewer).await?;
+        self.check_separate_reviewer(task_id, reviewer).await?;
+        let claims = LinkClaims {
+            link_id: hex::encode(crate::runtime::auth::random_bytes::<16>()?),
+            task_id: task_id.to_string(),
+            phase_id: a.phase_id,
+            expires: self.clock.now().timestamp() + secs,
+            reviewer: reviewer.to_string(),
+        };
+        Ok(self.key.link(&claims))
+    }
+
+    /// Checks a link token: genuine, not expired, not used, made for a user who may still
+    /// decide, and its execution waits for the approval of its phase. Returns its claims, the
+    /// pending approval and the plan's summary.
+    ///
+    /// Errors: tampered or malformed (403), expired (410), used or not pending (409), its
+    /// reviewer demoted or removed (403).
+    pub async fn check_link(&self, token: &str) -> Result<(LinkClaims, ApprovalAction, String), OpsError> {
+        let claims = self.key.link_claims(token).map_err(|e| match e {
+            LinkError::Malformed | LinkError::Tampered => OpsError::Forbidden(e.to_string()),
+        })?;
+        if claims.expires <= self.clock.now().timestamp() {
+            return Err(OpsError::Gone("this approval link has expired; ask for a new one".into()));
+        }
+        if self.execs.store().approval_link_used(&claims.link_id).await? {
+            return Err(OpsError::Conflict { message: "this approval link was already used".into(), reason: "used" });
+        }
+        self.check_reviewer(&claims.reviewer)
+            .await
+            .map_err(|e| OpsError::Forbidden(format!("this approval link can no longer be used: {e}")))?;
+        let state = self.get(&claims.task_id).await?;
+        match engine::next_action(&state) {
+            Action::Approval(a) if a.phase_id == claims.phase_id => Ok((claims, a, state.plan.task_summary.clone())),
+            _ => Err(OpsError::Conflict {
+                message: format!(
+                    "execution {} does not wait for the approval of phase {} any more",
+                    claims.task_id, claims.phase_id
+                ),
+                reason: "not_pending",
+            }),
+        }
+    }
+
+    /// Decides through an approval link: checks it ([`Ops::check_link`]), records the decision
+    /// as its reviewer's (`<reviewer> (approval link)`), then spends the link. A decision the
+    /// engine refuses leaves the link usable; two racing uses record one decision.
+    ///
+    /// Errors: as [`Ops::check_link`] and [`Ops::record`].
+    pub async fn redeem_link(
+        &self,
+        token: &str,
+        result: ApprovalDecision,
+        feedback: String,
+        key: Option<String>,
+    ) -> Result<(LinkClaims, Decided), OpsError> {
+        let (claims, _, _) = self.check_link(token).await?;
+        let role = self.check_reviewer(&claims.reviewer).await?;
+        let op = Operator::new(claims.reviewer.clone(), role, Door::Link);
+        let decided = self.approve(&claims.task_id, claims.phase_id, result, feedback, key, &op).await?;
+        let who = format!("{}{LINK_ACTOR_SUFFIX}", claims.reviewer);
+        self.execs.store().use_approval_link(&claims.link_id, &who, &self.clock.now_rfc3339()).await?;
+        Ok((claims, decided))
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Forge comments
+    // ------------------------------------------------------------------------------------
+
+    /// Decides the approval that the execution of the spec imported from `source_url` (on
+    /// forge `source`: `github`, `ado`) waits for, by `op` (the forge user's Baton user), as the
+    /// web form would. `Ok(Err(reason))` when the comment decides nothing (no such spec, not
+    /// fired, nothing pending, a role too low, a reject without a reason): the webhook answers
+    /// it as ignored.
+    ///
+    /// Errors: as [`Ops::record`].
+    pub async fn decide_from_comment(
+        &self,
+        source: &str,
+        source_url: &str,
+        op: &Operator,
+        result: ApprovalDecision,
+        feedback: String,
+    ) -> Result<Result<CommentDecision, String>, OpsError> {
+        if result == ApprovalDecision::Reject && feedback.is_empty() {
+            return Ok(Err("/baton reject needs a reason: /baton reject <reason>".into()));
+        }
+        if op.role < Role::Reviewer {
+            return Ok(Err(format!("{} is a {}; deciding needs the reviewer role", op.name, op.role.as_str())));
+        }
+        let store = self.execs.store();
+        let Some(spec) = store.spec_by_source_url(source, source_url).await? else {
+            return Ok(Err(format!("no spec was imported from {source_url}")));
+        };
+        let Some(task_id) = spec.task_id.clone() else {
+            return Ok(Err(format!("spec {} has not been fired", spec.spec_id)));
+        };
+        let state = self.get(&task_id).await?;
+        let Some(pending) = state.pending_approval_request else {
+            return Ok(Err(format!("execution {task_id} of spec {} is not waiting for an approval", spec.spec_id)));
+        };
+        let decided = self.approve(&task_id, pending.phase_id, result, feedback, None, op).await?;
+        Ok(Ok(CommentDecision { spec_id: spec.spec_id, task_id, phase_id: pending.phase_id, decided }))
+    }
+}
+
+/// What a forge comment decided.
+#[derive(Debug, Clone)]
+pub struct CommentDecision {
+    /// The spec the item was imported as.
+    pub spec_id: i64,
+    /// Its execution.
+    pub task_id: String,
+    /// The phase decided.
+    pub phase_id: i64,
+    /// The record.
+    pub decided: Decided,
+}
+
+fn role_of(user: &UserRow) -> Role {
+    Role::parse(&user.role).unwrap_or(Role::Viewer)
+}
+
+fn no_such(task_id: &str) -> OpsError {
+    OpsError::NotFound(format!("no execution with task id {task_id}"))
+}
+
+/// `kind` with an explicit idempotency key when the door sent one.
+pub fn keyed(kind: EventKind, key: Option<String>) -> Event {
+    let mut event = Event::new(kind);
+    event.idempotency_key = key;
+    event
+}
+
+/// The idempotency rule for decisions, checked on the loaded state under the lease: a resend
+/// (the same explicit key, or no key from the same actor) passes (the engine answers the first
+/// outcome); a decision by someone else, or under another key, on an approval already decided
+/// is refused naming the decision that stands.
+fn standing_check(state: &ExecutionState, event: &Event) -> Result<(), OpsError> {
+    let EventKind::ApprovalRecorded { phase_id, .. } = &event.kind else { return Ok(()) };
+    let pending = state.pending_approval_request.as_ref().is_some_and(|r| r.phase_id == *phase_id);
+    if pending {
+        return Ok(());
+    }
+    let Some(standing) = state.approval_results.iter().rev().find(|a| a.phase_id == *phase_id) else {
+        return Ok(());
+    };
+    let key = engine::idempotency_key(state, event);
+    // A derived key includes the decider (`engine::idempotency_key`): only the same
+    // operator's resend, or the same explicit key, matches.
+    if state.applied_keys.contains_key(&key) {
+        return Ok(());
+    }
+    let what = standing.result.as_str().to_string();
+    Err(OpsError::AlreadyDecided {
+        message: format!(
+            "the approval of phase {phase_id} of {} was already decided: {what} by {} at {}",
+            state.task_id, standing.actor, standing.decided_at
+        ),
+        standing: Standing { by: standing.actor.clone(), at: standing.decided_at.clone(), what },
+    })
+}
