@@ -25,6 +25,7 @@ use crate::model::event::{AddedStep, Event, EventKind, RecordStatus};
 use crate::model::plan::{MachinePlan, PlanPhase, PlanStep};
 use crate::model::state::{ApprovalDecision, ExecutionState};
 use crate::runtime;
+use crate::runtime::app::{App, AppConfig};
 use crate::runtime::config::DataDir;
 use crate::runtime::executions::Executions;
 use crate::runtime::ops::{BudgetDecision, Ops, OpsError};
@@ -778,12 +779,10 @@ pub fn exit_for(action: &Action) -> ExitCode {
     }
 }
 
-/// The operator service of a one-shot process over `data` (no pool: a driver elsewhere is
-/// reached through the lease).
+/// The operator service of a one-shot process over `data`, from the composition root (its
+/// pool stays idle: a driver in another process is reached through the lease).
 async fn operator_service(data: DataDir) -> anyhow::Result<Ops> {
-    let key = runtime::auth::ServerKey::load_or_create(&data)?;
-    let execs = Executions::open(data).await?;
-    Ok(Ops::new(execs, None, key, crate::clock::Clock::system()))
+    Ok(App::build(AppConfig::new(data.root())).await?.ops)
 }
 
 async fn execute(
@@ -983,14 +982,14 @@ async fn serve(data_dir: &Path, bind: std::net::SocketAddr, demo: bool, max_agen
     // A bad ceiling in the environment would fail every fired spec's driver: refuse it now.
     runtime::spend::ceiling_from_env(|k| std::env::var(k).ok())?;
     let _lock = crate::runtime::server_lock(&data)?;
-    let execs = Executions::open(data.clone()).await?;
-    let has_users = execs.store().has_users().await?;
+    let app = App::build(AppConfig::new(data.root()).max_agents(max_agents)).await?;
+    let has_users = app.execs.store().has_users().await?;
     crate::web::check_bind(bind, has_users)?;
-    let pool = crate::runtime::pool::Pool::new(execs, max_agents);
+    let pool = app.pool.clone();
     let env = |k: &str| std::env::var(k).ok();
     let settings = data.config()?.forge_settings(env);
     let forges = crate::runtime::forge::Forges::new(settings.clone(), crate::forge::RetryPolicy::default())?;
-    let state = crate::web::AppState::with_pool(pool.clone())?
+    let state = crate::web::AppState::from_app(app)?
         .with_webhooks(crate::web::WebhookConfig::from_settings(&settings, env))
         .with_forges(forges);
     state.specs.load_project_caps().await?;

@@ -4,6 +4,7 @@
 //! `runtime` composes `engine` (pure), `store` (SQLite) and `git`; it never serves HTTP.
 
 pub mod agent;
+pub mod app;
 pub mod auth;
 pub mod changelist;
 pub mod config;

@@ -29,6 +29,7 @@ use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::forge::{ForgeSettings, RetryPolicy};
+use crate::runtime::app::App;
 use crate::runtime::auth::ServerKey;
 use crate::runtime::executions::Executions;
 use crate::runtime::forge::Forges;
@@ -101,21 +102,26 @@ impl AppState {
     }
 
     /// State over `pool` and its executions, with the data dir's server key (created on
-    /// first use).
+    /// first use) and the wall clock.
     ///
     /// Errors: the key file cannot be read or created.
     pub fn with_pool(pool: Pool) -> anyhow::Result<AppState> {
-        let key = ServerKey::load_or_create(pool.execs().data())?;
-        let ops = Ops::new(pool.execs().clone(), Some(pool.clone()), key.clone(), crate::clock::Clock::system());
+        AppState::from_app(App::over_pool(pool, crate::clock::Clock::system())?)
+    }
+
+    /// State over the services of the composition root.
+    ///
+    /// Errors: the default forge clients cannot be built.
+    pub fn from_app(app: App) -> anyhow::Result<AppState> {
         Ok(AppState {
-            execs: pool.execs().clone(),
-            specs: Specs::new(pool),
-            key,
+            execs: app.execs,
+            specs: app.specs,
+            key: app.key,
+            ops: app.ops,
             metrics: Metrics::new(),
             users_known: Arc::default(),
             no_users_checked: Arc::default(),
             closing: Arc::new(tokio::sync::watch::channel(false).0),
-            ops,
             webhooks: Arc::default(),
             forges: Forges::new(ForgeSettings::default(), RetryPolicy::default())?,
             board_cache: Arc::default(),
