@@ -676,7 +676,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let execs = Executions::open(DataDir::open(&cli.data_dir)?).await?;
             let rebuilt = execs.replay(&task_id).await?;
             let stored = execs.get(&task_id).await?;
-            let summary = execs.store().summary(&task_id).await?;
+            let summary = execs.summary(&task_id).await?;
             let rebuilt_summary = runtime::executions::summary_of(&rebuilt);
             let same_state = rebuilt == stored;
             let same_summary = summary.as_ref() == Some(&rebuilt_summary);
@@ -694,7 +694,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Audit { command: AuditCommand::Verify { task_id } } => {
             let data = DataDir::open(&cli.data_dir)?;
             let execs = Executions::open(data.clone()).await?;
-            let report = execs.store().verify_chain(&task_id).await?;
+            let report = execs.verify_chain(&task_id).await?;
             let chain_ok = report.ok;
             if report.ok {
                 outln!("journal of {task_id}: {} events, hash chain intact", report.events);
@@ -706,7 +706,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 );
             }
             let key = runtime::auth::ServerKey::load_or_create(&data)?;
-            let d = runtime::auth::verify_decisions(execs.store(), &key, &task_id).await?;
+            let d = execs.verify_decisions(&key, &task_id).await?;
             outln!(
                 "decisions: {} signed and verified, {} unsigned (recorded outside the server), {} with a BAD signature{}",
                 d.signed,
@@ -872,7 +872,7 @@ async fn execute(
             Ok(print_action(&resumed.next_action, &task_id, json))
         }
         ExecuteCommand::List => {
-            let rows = execs.store().list_executions().await?;
+            let rows = execs.list().await?;
             if json {
                 let list: Vec<serde_json::Value> = rows
                     .iter()
@@ -909,62 +909,22 @@ async fn execute(
 /// `baton token create | list | revoke`.
 async fn token_command(data_dir: &Path, command: TokenCommand) -> anyhow::Result<ExitCode> {
     let execs = Executions::open(DataDir::open(data_dir)?).await?;
-    let store = execs.store();
     match command {
         TokenCommand::Create { user, role, label, github_login, ado_email, change_role } => {
-            runtime::auth::check_user_name(&user)?;
-            let role = runtime::auth::Role::parse(&role)
-                .ok_or_else(|| BadInput(format!("--role {role}: expected viewer, reviewer, lead or admin")))?;
-            if let Some(existing) = store.user(&user).await?.filter(|u| u.role != role.as_str() && !change_role) {
-                return Err(BadInput(format!(
-                    "user {user} is a {}: a role belongs to the user, so a {} token would make every token of \
-                     {user} a {} token; pass --change-role to do that",
-                    existing.role,
-                    role.as_str(),
-                    role.as_str()
-                ))
-                .into());
-            }
-            use crate::store::ForgeIdentity;
-            let identities: Vec<(ForgeIdentity, &str, &str, &str)> = [
-                (ForgeIdentity::GitHubLogin, "--github-login", "login", github_login.as_deref()),
-                (ForgeIdentity::AdoEmail, "--ado-email", "e-mail", ado_email.as_deref()),
-            ]
-            .into_iter()
-            .filter_map(|(kind, flag, noun, value)| value.map(|v| (kind, flag, noun, v.trim())))
-            .collect();
-            // Checked before the token exists, so a refused identity prints and stores none.
-            for (kind, flag, noun, value) in &identities {
-                match kind {
-                    ForgeIdentity::GitHubLogin => runtime::auth::check_github_login(value)?,
-                    ForgeIdentity::AdoEmail => runtime::auth::check_ado_email(value)?,
-                }
-                if let Some(other) = store.user_by_identity(*kind, value).await?.filter(|u| u.name != user) {
-                    return Err(BadInput(format!("{flag} {value}: already the {noun} of {}", other.name)).into());
-                }
-            }
-            let token = runtime::auth::new_token()?;
-            let hash = runtime::auth::hash_token(&token);
-            let id = store.add_token(&user, role.as_str(), &hash, &label, &crate::clock::now_rfc3339()).await?;
-            for (kind, flag, noun, value) in &identities {
-                store
-                    .set_identity(&user, *kind, value)
-                    .await
-                    .map_err(|e| BadInput(format!("{flag} {value}: {e} (is it another user's {noun}?)")))?;
-            }
-            errln!("token {id} for {user} ({}); it is shown once, keep it safe:", role.as_str());
-            outln!("{token}");
+            let new = runtime::users::NewToken { user, role, label, github_login, ado_email, change_role };
+            let user = new.user.clone();
+            let created = runtime::users::create_token(&execs, new).await?;
+            errln!("token {} for {user} ({}); it is shown once, keep it safe:", created.id, created.role.as_str());
+            outln!("{}", created.token);
         }
         TokenCommand::List => {
-            for t in store.list_tokens().await? {
+            for t in runtime::users::tokens(&execs).await? {
                 let state = t.revoked_at.map_or_else(|| "active".to_string(), |at| format!("revoked {at}"));
                 outln!("{}\t{}\t{}\t{}\t{}\t{}", t.token_id, t.user_name, t.role, t.created_at, state, t.label);
             }
         }
         TokenCommand::Revoke { id } => {
-            if !store.revoke_token(id, &crate::clock::now_rfc3339()).await? {
-                return Err(BadInput(format!("no active token with id {id}")).into());
-            }
+            runtime::users::revoke(&execs, id).await?;
             outln!("token {id} revoked");
         }
     }
@@ -983,7 +943,7 @@ async fn serve(data_dir: &Path, bind: std::net::SocketAddr, demo: bool, max_agen
     runtime::spend::ceiling_from_env(|k| std::env::var(k).ok())?;
     let _lock = crate::runtime::server_lock(&data)?;
     let app = App::build(AppConfig::new(data.root()).max_agents(max_agents)).await?;
-    let has_users = app.execs.store().has_users().await?;
+    let has_users = runtime::users::any(&app.execs).await?;
     crate::web::check_bind(bind, has_users)?;
     let pool = app.pool.clone();
     let env = |k: &str| std::env::var(k).ok();

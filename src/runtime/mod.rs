@@ -6,12 +6,14 @@
 pub mod agent;
 pub mod app;
 pub mod auth;
+pub mod board;
 pub mod changelist;
 pub mod config;
 pub mod driver;
 pub mod executions;
 pub mod forge;
 pub mod gc;
+pub mod intake;
 pub mod lease;
 pub mod merge;
 pub mod ops;
@@ -20,6 +22,8 @@ pub mod report;
 pub mod specs;
 pub mod spend;
 pub mod teams;
+pub mod users;
+pub mod views;
 
 use std::io::Write as _;
 use std::path::Path;

@@ -628,16 +628,21 @@ impl Store {
         .await?)
     }
 
-    /// Executions waiting for a human decision (`approval_pending`, `feedback_pending`).
+    /// How many executions have one of `statuses` (summary statuses).
     ///
     /// # Errors
     /// [`StoreError::Sqlx`].
-    pub async fn count_waiting_decisions(&self) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar::<_, i64>(
-            "select count(*) from executions where status in ('approval_pending', 'feedback_pending')",
-        )
-        .fetch_one(&self.reader)
-        .await?)
+    pub async fn count_executions_in(&self, statuses: &[&str]) -> Result<i64, StoreError> {
+        if statuses.is_empty() {
+            return Ok(0);
+        }
+        let marks = vec!["?"; statuses.len()].join(", ");
+        let sql = format!("select count(*) from executions where status in ({marks})");
+        let mut query = sqlx::query_scalar::<_, i64>(&sql);
+        for s in statuses {
+            query = query.bind(*s);
+        }
+        Ok(query.fetch_one(&self.reader).await?)
     }
 
     /// Whether an execution is paused.

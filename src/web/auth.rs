@@ -13,7 +13,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::clock;
-use crate::runtime::auth::{hash_token, Role};
+use crate::runtime::auth::Role;
+use crate::runtime::users;
 use crate::web::error::AppError;
 use crate::web::extract::ACTOR_HEADER;
 use crate::web::AppState;
@@ -76,7 +77,6 @@ pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
 ///
 /// Errors: a malformed or unknown bearer token (401), the database.
 pub async fn identify(app: &AppState, headers: &HeaderMap) -> Result<Option<Identity>, AppError> {
-    let store = app.execs.store();
     if !app.auth_enabled().await? {
         let name = headers
             .get(ACTOR_HEADER)
@@ -95,14 +95,14 @@ pub async fn identify(app: &AppState, headers: &HeaderMap) -> Result<Option<Iden
             .map(|(_, token)| token)
             .map(str::trim)
             .ok_or_else(|| AppError::Unauthorized("Authorization: expected `Bearer <token>`".into()))?;
-        let user = store.user_of_token(&hash_token(token)).await.map_err(anyhow::Error::from)?;
+        let user = users::of_token(&app.execs, token).await?;
         let user = user.ok_or_else(|| AppError::Unauthorized("unknown or revoked API token".into()))?;
         return Ok(Some(to_identity(user)));
     }
     if let Some(value) = cookie(headers, SESSION_COOKIE) {
         if let Some((name, token_id)) = app.key.session_user(&value, clock::now().timestamp()) {
             // A revoked token ends the sessions signed in with it.
-            if let Some(user) = store.session_user(&name, token_id).await.map_err(anyhow::Error::from)? {
+            if let Some(user) = users::of_session(&app.execs, &name, token_id).await? {
                 return Ok(Some(to_identity(user)));
             }
         }
@@ -111,7 +111,7 @@ pub async fn identify(app: &AppState, headers: &HeaderMap) -> Result<Option<Iden
 }
 
 fn to_identity(user: crate::store::UserRow) -> Identity {
-    Identity { role: Role::parse(&user.role).unwrap_or(Role::Viewer), name: user.name, open: false }
+    Identity { role: users::role_of(&user), name: user.name, open: false }
 }
 
 /// The middleware: resolves the caller, checks the route's role, and passes the request on

@@ -64,8 +64,8 @@ pub fn pool_report(pool: &Pool) -> PoolReport {
 /// and the pool is open; otherwise 503 in the API's error shape (`error: "unavailable"`) with
 /// the same checks under `details`.
 async fn readyz(State(state): State<AppState>) -> Response {
-    let database = match state.execs.store().active_task().await {
-        Ok(_) => json!({ "ok": true }),
+    let database = match state.execs.ping().await {
+        Ok(()) => json!({ "ok": true }),
         Err(e) => {
             tracing::warn!(error = %e, "readiness check: the database does not answer");
             json!({ "ok": false, "error": "the database does not answer" })

@@ -3,7 +3,7 @@
 //! Owns the HTTP request histogram (`baton_http_request_duration_seconds`, labelled by method,
 //! matched route and status) and the rendering of one scrape. Everything else is read at
 //! scrape time: executions by status, spend, dispatches, agent seconds and gate results from
-//! the database ([`Store::metric_totals`](crate::store::Store::metric_totals)), and the worker
+//! the database ([`Executions::metric_totals`](crate::runtime::executions::Executions::metric_totals)), and the worker
 //! pool's drivers and free agent slots. Each scrape builds a fresh [`Registry`], so there is
 //! no global state and no family keeps a status that left the database.
 //!
@@ -244,7 +244,7 @@ pub(crate) fn router() -> Router<AppState> {
 
 /// `GET /metrics`: OpenMetrics when the `Accept` header asks for it, else Prometheus text 0.0.4.
 async fn scrape(State(app): State<AppState>, headers: HeaderMap) -> Result<Response, AppError> {
-    let totals = app.execs.store().metric_totals().await.map_err(anyhow::Error::from)?;
+    let totals = app.execs.metric_totals().await?;
     let text = app.metrics.render(&totals, &pool_report(app.pool())).map_err(anyhow::Error::from)?;
     let openmetrics = headers
         .get_all(ACCEPT)

@@ -9,7 +9,6 @@
 
 pub mod api;
 pub mod auth;
-pub mod board;
 pub mod error;
 pub mod extract;
 pub mod health;
@@ -86,7 +85,7 @@ pub struct AppState {
     /// The forge clients (imports, pull requests, report-back comments).
     pub forges: Forges,
     /// Boards built, served again while nothing changed.
-    pub board_cache: Arc<board::BoardCache>,
+    pub board_cache: Arc<crate::runtime::board::BoardCache>,
     /// Longest a request may take before it is answered 503 (default [`REQUEST_TIMEOUT`]).
     pub request_timeout: Duration,
     /// Longest a client may take to send a request's head (default [`HEADER_READ_TIMEOUT`]).
@@ -182,7 +181,7 @@ impl AppState {
         if fresh {
             return Ok(false);
         }
-        let known = self.execs.store().has_users().await.map_err(anyhow::Error::from)?;
+        let known = crate::runtime::users::any(&self.execs).await?;
         if known {
             self.users_known.store(true, Ordering::Relaxed);
         } else {

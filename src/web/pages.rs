@@ -24,14 +24,13 @@ use crate::model::spec::{self, SpecAction, SpecStatus};
 use crate::model::state::{ApprovalDecision, ExecutionState, StepStatus};
 use crate::pmo::enrich::Forecast;
 use crate::runtime::auth::{LinkClaims, Role};
+use crate::runtime::board::{self, Board, BoardQuery};
 use crate::runtime::changelist::{self, Changelist};
 use crate::runtime::driver;
 use crate::runtime::ops::{keyed, Door, Operator, Ops};
 use crate::runtime::specs::SpecEdit;
 use crate::store::{SpecEventRow, SpecRow};
-use crate::web::api::specs::BoardQuery;
 use crate::web::auth::{Identity, SESSION_COOKIE, SESSION_SECS};
-use crate::web::board::{self, Board};
 use crate::web::error::AppError;
 use crate::web::AppState;
 
@@ -227,8 +226,7 @@ async fn layout(
             (t.clone(), Some(t))
         }
     };
-    let decisions_waiting =
-        app.execs.store().count_waiting_decisions().await.map_err(|e| AppError::from(anyhow::Error::from(e)))?;
+    let decisions_waiting = app.execs.count_waiting().await?;
     let open_mode = who.0.as_ref().is_none_or(|i| i.open) && !app.auth_enabled().await?;
     let user = who.0.as_ref().filter(|i| !i.open).map(|i| (i.name.clone(), i.role.as_str()));
     let can_decide = who.0.as_ref().is_some_and(|i| i.role >= Role::Reviewer);
@@ -236,7 +234,7 @@ async fn layout(
         csrf,
         open_mode,
         user,
-        decisions_waiting: if can_decide { usize::try_from(decisions_waiting).unwrap_or(0) } else { 0 },
+        decisions_waiting: if can_decide { decisions_waiting } else { 0 },
         live: if live { "on" } else { "off" },
         submission: format!("form-{}", new_token()),
     };
@@ -282,7 +280,7 @@ async fn board_page(
     let Query(mut q) = query?;
     q.project = q.project.filter(|p| !p.is_empty());
     let (layout, set) = layout(&app, &who, &headers, true).await?;
-    let board = board::load(&app, &q).await?;
+    let board = board::load(&app.execs, &app.board_cache, &q).await?;
     render(&BoardTemplate { layout, board }, set)
 }
 
@@ -296,7 +294,7 @@ async fn archive_page(
     q.project = q.project.filter(|p| !p.is_empty());
     q.archived = true;
     let (layout, set) = layout(&app, &who, &headers, false).await?;
-    let board = board::load(&app, &q).await?;
+    let board = board::load(&app.execs, &app.board_cache, &q).await?;
     render(&BoardTemplate { layout, board }, set)
 }
 
@@ -374,7 +372,7 @@ async fn spec_page(
     let (layout, set) = layout(&app, &who, &headers, true).await?;
     let mut spec = app.specs.get(id).await?;
     let exec_status = match &spec.task_id {
-        Some(t) => app.execs.store().summary(t).await.map_err(anyhow::Error::from)?.map(|s| s.status),
+        Some(t) => app.execs.summary(t).await?.map(|s| s.status),
         None => None,
     };
     let stage = board::stage_of(&spec.status, exec_status.as_deref()).as_str();
@@ -675,10 +673,9 @@ async fn execution_page(
 ) -> Result<Page, PageError> {
     let (layout, set) = layout(&app, &who, &headers, true).await?;
     let state = crate::web::api::executions::load(&app, &task_id).await?;
-    let store = app.execs.store();
-    let spec_id = store.spec_of_execution(&task_id).await.map_err(anyhow::Error::from)?.map(|s| s.spec_id);
-    let paused = store.is_paused(&task_id).await.map_err(anyhow::Error::from)?;
-    let events = store.events(&task_id, 0).await.map_err(anyhow::Error::from)?;
+    let spec_id = app.execs.spec_of(&task_id).await?.map(|s| s.spec_id);
+    let paused = app.execs.is_paused(&task_id).await?;
+    let events = app.execs.journal(&task_id, 0).await?.unwrap_or_default();
     let skip = events.len().saturating_sub(JOURNAL_LINES);
     let journal = events
         .into_iter()
@@ -872,36 +869,16 @@ async fn act(
     Ok(see_other(&page))
 }
 
-/// One row of the approvals queue.
-#[derive(Debug)]
-struct WaitingRow {
-    task_id: String,
-    waits_for: String,
-    spec_title: Option<String>,
-    updated_at: String,
-}
-
 #[derive(Template)]
 #[template(path = "approvals.html")]
 struct ApprovalsTemplate {
     layout: Layout,
-    rows: Vec<WaitingRow>,
+    rows: Vec<crate::runtime::views::Waiting>,
 }
 
 async fn approvals_page(State(app): State<AppState>, who: Who, headers: HeaderMap) -> Result<Page, PageError> {
     let (layout, set) = layout(&app, &who, &headers, true).await?;
-    let store = app.execs.store();
-    let mut rows = Vec::new();
-    for r in store.list_executions().await.map_err(anyhow::Error::from)? {
-        let waits_for = match r.summary.status.as_str() {
-            "approval_pending" => format!("approval of phase {}", r.summary.current_phase),
-            "feedback_pending" => format!("feedback on phase {}", r.summary.current_phase),
-            "budget_exceeded" => "a budget decision: raise the ceiling or stop".to_string(),
-            _ => continue,
-        };
-        let spec_title = store.spec_of_execution(&r.task_id).await.map_err(anyhow::Error::from)?.map(|s| s.title);
-        rows.push(WaitingRow { task_id: r.task_id, waits_for, spec_title, updated_at: r.updated_at });
-    }
+    let rows = app.execs.waiting().await?;
     render(&ApprovalsTemplate { layout, rows }, set)
 }
 
@@ -958,11 +935,7 @@ async fn changelist_page(
             files: c.files,
         })
         .collect();
-    let store = app.execs.store();
-    let project = match store.spec_of_execution(&task_id).await.map_err(anyhow::Error::from)? {
-        Some(spec) => store.project(&spec.project).await.map_err(anyhow::Error::from)?,
-        None => None,
-    };
+    let project = app.execs.project_of(&task_id).await?;
     let forge_repo = project.as_ref().map(|p| p.forge_repo.trim().to_string()).unwrap_or_default();
     let complete = state.status == crate::model::state::ExecutionStatus::Complete;
     let local_commands = match &project {
@@ -972,7 +945,7 @@ async fn changelist_page(
         }
         _ => Vec::new(),
     };
-    let merge = store.merge(&task_id).await.map_err(anyhow::Error::from)?;
+    let merge = app.execs.merge_row(&task_id).await?;
     let t = ChangelistTemplate {
         layout,
         base_short: short(&cl.base_sha),
@@ -1112,12 +1085,9 @@ async fn login(
     let back = || back_to("/login");
     let Form(f) = form.map_err(|e| back()(AppError::BadRequest(e.body_text())))?;
     check_csrf(&headers, &f.csrf).map_err(back())?;
-    let (user, token_id) = app
-        .execs
-        .store()
-        .token_login(&crate::runtime::auth::hash_token(f.token.trim()))
+    let (user, token_id) = crate::runtime::users::sign_in(&app.execs, f.token.trim())
         .await
-        .map_err(|e| back()(anyhow::Error::from(e).into()))?
+        .map_err(|e| back()(e.into()))?
         .ok_or_else(|| back()(AppError::Unauthorized("unknown or revoked token".into())))?;
     let value = app.key.session(&user.name, token_id, crate::clock::now().timestamp() + SESSION_SECS);
     let mut response = see_other(&local_path(f.next));

@@ -19,11 +19,11 @@ use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
 use sha2::{Digest as _, Sha256};
 
-use crate::clock;
 use crate::forge::html_to_text;
 use crate::forge::item::ADO_TEXT_FIELDS;
 use crate::model::state::ApprovalDecision;
 use crate::runtime::forge::{ForgeItem, ImportOutcome};
+use crate::runtime::intake;
 use crate::runtime::ops::Operator;
 use crate::runtime::specs::SpecError;
 use crate::web::error::AppError;
@@ -151,22 +151,21 @@ async fn once<F>(app: &AppState, source: &str, delivery: &str, handle: F) -> Res
 where
     F: std::future::Future<Output = Result<Handled, AppError>>,
 {
-    let store = app.execs.store();
-    match store.claim_delivery(source, delivery, &clock::now_rfc3339()).await {
+    match intake::claim(&app.execs, source, delivery).await {
         Ok(true) => {}
         Ok(false) => return (StatusCode::OK, Json(json!({ "duplicate": true }))).into_response(),
-        Err(e) => return AppError::from(anyhow::Error::from(e)).into_response(),
+        Err(e) => return AppError::from(e).into_response(),
     }
     match handle.await {
         Ok((status, body)) => {
-            if let Err(e) = store.set_delivery_outcome(source, delivery, &body.to_string()).await {
+            if let Err(e) = intake::finish(&app.execs, source, delivery, &body.to_string()).await {
                 tracing::warn!("storing the outcome of {source} delivery {delivery}: {e}");
             }
             tracing::info!(webhook.source = source, webhook.delivery = delivery, "webhook: {body}");
             (status, Json(body)).into_response()
         }
         Err(e) => {
-            if let Err(e) = store.release_delivery(source, delivery).await {
+            if let Err(e) = intake::release(&app.execs, source, delivery).await {
                 tracing::warn!("forgetting the failed {source} delivery {delivery}: {e}");
             }
             e.into_response()
@@ -261,8 +260,7 @@ async fn issue(app: &AppState, action: &str, p: &Value, actor: &str) -> Result<H
     }
     let repo = text(p, "/repository/full_name");
     let prefixed = format!("github:{repo}");
-    let projects =
-        app.execs.store().projects_by_forge_repo(&[repo, prefixed.as_str()]).await.map_err(anyhow::Error::from)?;
+    let projects = intake::projects_for(&app.execs, &[repo, prefixed.as_str()]).await?;
     if projects.is_empty() {
         return Ok(ignored(format!("no project for {repo}")));
     }
@@ -381,11 +379,10 @@ async fn ado_pull_request_merged(app: &AppState, resource: &Value) -> Result<Han
     let Some(task_id) = source.strip_prefix("refs/heads/baton/").filter(|t| !t.is_empty()) else {
         return Ok(ignored(format!("pull request {id} ({source}) is not from a baton/<task_id> branch")));
     };
-    let store = app.execs.store();
-    let Some(spec) = store.spec_of_execution(task_id).await.map_err(anyhow::Error::from)? else {
+    let Some(spec) = app.execs.spec_of(task_id).await? else {
         return Ok(ignored(format!("no spec was fired as {task_id}")));
     };
-    let project = store.project(&spec.project).await.map_err(anyhow::Error::from)?;
+    let project = app.execs.project_of(task_id).await?;
     let (repo_project, repo_name) = (text(resource, "/repository/project/name"), text(resource, "/repository/name"));
     let linked = project.and_then(|p| crate::forge::RepoRef::parse(&p.forge_repo).ok()).is_some_and(|r| match r {
         crate::forge::RepoRef::Ado { project, repository, .. } => {
@@ -437,12 +434,11 @@ async fn pull_request_closed(app: &AppState, p: &Value, actor: &str) -> Result<H
     let Some(task_id) = head.strip_prefix("baton/").filter(|t| !t.is_empty()) else {
         return Ok(ignored(format!("pull request #{number} ({head}) is not a baton/<task_id> branch")));
     };
-    let store = app.execs.store();
-    let Some(spec) = store.spec_of_execution(task_id).await.map_err(anyhow::Error::from)? else {
+    let Some(spec) = app.execs.spec_of(task_id).await? else {
         return Ok(ignored(format!("no spec was fired as {task_id}")));
     };
     let repo = text(p, "/repository/full_name");
-    let project = store.project(&spec.project).await.map_err(anyhow::Error::from)?;
+    let project = app.execs.project_of(task_id).await?;
     let linked = |forge_repo: &str| forge_repo.trim().trim_start_matches("github:").eq_ignore_ascii_case(repo);
     if !project.is_some_and(|pr| linked(&pr.forge_repo)) {
         return Ok(ignored(format!("spec {} belongs to project {}, which is not {repo}", spec.spec_id, spec.project)));
@@ -571,17 +567,14 @@ async fn ado_event(app: &AppState, p: &Value) -> Result<Handled, AppError> {
     }
     names.push(team_project.to_string());
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let projects = app.execs.store().projects_by_forge_repo(&refs).await.map_err(anyhow::Error::from)?;
+    let projects = intake::projects_for(&app.execs, &refs).await?;
     let Some(project) = projects.first() else {
         return Ok(ignored(format!("no project for Azure DevOps project {team_project}")));
     };
     let rev = if updated { resource.pointer("/revision/rev") } else { resource.get("rev") }.and_then(Value::as_i64);
-    let store = app.execs.store();
     if let Some(rev) = rev {
-        if let Some(seen) = store.item_rev("ado", &url).await.map_err(anyhow::Error::from)? {
-            if rev <= seen {
-                return Ok(ignored(format!("revision {rev} is not newer than the imported revision {seen}")));
-            }
+        if let Some(seen) = intake::older_revision(&app.execs, "ado", &url, rev).await? {
+            return Ok(ignored(format!("revision {rev} is not newer than the imported revision {seen}")));
         }
     }
     let id = resource.get("workItemId").or_else(|| resource.get("id")).and_then(Value::as_u64).unwrap_or_default();
@@ -593,7 +586,7 @@ async fn ado_event(app: &AppState, p: &Value) -> Result<Handled, AppError> {
     let item = ForgeItem::from_ado_fields(fields, url.clone(), item_ref);
     let outcome = app.specs.import(&project.name, item, "ado").await?;
     if let Some(rev) = rev {
-        store.set_item_rev("ado", &url, rev).await.map_err(anyhow::Error::from)?;
+        intake::imported_revision(&app.execs, "ado", &url, rev).await?;
     }
     Ok(outcome_body(&outcome))
 }

@@ -550,7 +550,7 @@ async fn the_boards_sql_stage_is_the_models_stage_for_every_status() {
     use sqlx::Connection as _;
     let mut db = sqlx::SqliteConnection::connect("sqlite::memory:").await.unwrap();
     let sql =
-        format!("select {} from (select ?1 as status) s, (select ?2 as status) e", baton::web::board::stage_sql());
+        format!("select {} from (select ?1 as status) s, (select ?2 as status) e", baton::runtime::board::stage_sql());
     let execution_statuses = [
         None,
         Some("running"),

@@ -64,7 +64,7 @@ pub struct ExecutionListItem {
 }
 
 async fn list(State(app): State<AppState>) -> Result<Json<Vec<ExecutionListItem>>, AppError> {
-    let rows = app.execs.store().list_executions().await.map_err(anyhow::Error::from)?;
+    let rows = app.execs.list().await?;
     let items = rows
         .into_iter()
         .map(|r| ExecutionListItem {
@@ -141,11 +141,7 @@ async fn journal(
     State(app): State<AppState>,
     Path(task_id): Path<String>,
 ) -> Result<Json<Vec<JournalEntry>>, AppError> {
-    let store = app.execs.store();
-    if store.summary(&task_id).await.map_err(anyhow::Error::from)?.is_none() {
-        return Err(no_such(&task_id));
-    }
-    let events = store.events(&task_id, 0).await.map_err(anyhow::Error::from)?;
+    let events = app.execs.journal(&task_id, 0).await?.ok_or_else(|| no_such(&task_id))?;
     Ok(Json(events.into_iter().map(JournalEntry::from_stored).collect()))
 }
 
@@ -451,7 +447,7 @@ async fn merge_state(
 ) -> Result<Json<crate::store::MergeRow>, AppError> {
     // An unknown execution is "no execution", not "not merged" (found by a fresh-clone tester).
     load(&app, &task_id).await?;
-    match app.execs.store().merge(&task_id).await.map_err(anyhow::Error::from)? {
+    match app.execs.merge_row(&task_id).await? {
         Some(row) => Ok(Json(row)),
         None => Err(AppError::NotFound(format!("execution {task_id} has not been merged"))),
     }

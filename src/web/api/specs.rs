@@ -11,10 +11,10 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
 use crate::model::spec::SpecStage;
+use crate::runtime::board::{self, Board, BoardQuery};
 use crate::runtime::forge::ImportedItem;
 use crate::runtime::specs::{SpecEdit, SpecInput};
 use crate::store::{SpecEventRow, SpecFilter, SpecRow};
-use crate::web::board::{self, Board};
 use crate::web::error::AppError;
 use crate::web::extract::{Actor, ApiJson};
 use crate::web::AppState;
@@ -133,7 +133,7 @@ pub struct SpecView {
 
 async fn view(app: &AppState, mut spec: SpecRow) -> Result<SpecView, AppError> {
     let exec_status = match &spec.task_id {
-        Some(t) => app.execs.store().summary(t).await.map_err(anyhow::Error::from)?.map(|s| s.status),
+        Some(t) => app.execs.summary(t).await?.map(|s| s.status),
         None => None,
     };
     let stage = board::stage_of(&spec.status, exec_status.as_deref());
@@ -241,24 +241,11 @@ async fn cancel(
     Ok(Json(view(&app, row).await?))
 }
 
-/// `GET /api/v1/board` query.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BoardQuery {
-    /// Only this project.
-    pub project: Option<String>,
-    /// Page of every column (1-based; 20 cards a page).
-    pub page: Option<usize>,
-    /// The archive (cancelled specs) instead of the board.
-    #[serde(default)]
-    pub archived: bool,
-}
-
 async fn board_json(
     State(app): State<AppState>,
     query: Result<Query<BoardQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Board>, AppError> {
     let Query(mut q) = query?;
     q.project = q.project.filter(|p| !p.is_empty());
-    Ok(Json(board::load(&app, &q).await?))
+    Ok(Json(board::load(&app.execs, &app.board_cache, &q).await?))
 }

@@ -76,7 +76,7 @@ async fn journal_stream(
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, AppError> {
     let Query(query) = query?;
     let after = resume_after(&headers, &query)?;
-    if app.execs.store().summary(&task_id).await.map_err(anyhow::Error::from)?.is_none() {
+    if app.execs.summary(&task_id).await?.is_none() {
         return Err(AppError::NotFound(format!("no execution with task id {task_id}")));
     }
     struct Cursor {
@@ -97,8 +97,8 @@ async fn journal_stream(
             if c.done {
                 return None;
             }
-            let store = c.app.execs.store();
-            let events = store.events(&c.task_id, c.after).await.unwrap_or_default();
+            let execs = &c.app.execs;
+            let events = execs.journal(&c.task_id, c.after).await.ok().flatten().unwrap_or_default();
             for e in events {
                 c.after = e.seq;
                 let entry = JournalEntry::from_stored(e);
@@ -106,7 +106,7 @@ async fn journal_stream(
                 c.pending.push_back(SseEvent::default().id(entry.seq.to_string()).event(entry.kind.clone()).data(data));
             }
             if c.pending.is_empty() {
-                let fin = store
+                let fin = execs
                     .summary(&c.task_id)
                     .await
                     .ok()
@@ -126,14 +126,14 @@ async fn journal_stream(
 }
 
 async fn board_stream(State(app): State<AppState>) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    let first = app.execs.store().board_version().await.unwrap_or_default();
+    let first = app.execs.board_version().await.unwrap_or_default();
     let closing = app.closing();
     let s = stream::unfold((app, first, 0u64, closing), |(app, mut seen, mut n, mut closing)| async move {
         loop {
             if !pause(&mut closing).await {
                 return None;
             }
-            let now = app.execs.store().board_version().await.unwrap_or_default();
+            let now = app.execs.board_version().await.unwrap_or_default();
             if now != seen {
                 seen = now;
                 n += 1;

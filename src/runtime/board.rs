@@ -1,14 +1,27 @@
 //! The PMO board: specs grouped into the columns of DESIGN.md §6, each column paginated, built
 //! from the summary rows only (specs joined with their executions' summaries; no plan or
-//! journal is read). Shared by `GET /api/v1/board` and the HTML board.
+//! journal is read). Shared by `GET /api/v1/board` and the HTML board, which only render it.
+//! This module never serves HTTP and never writes.
 
 use serde::Serialize;
 
 use crate::model::spec::{SpecStage, SpecStatus, BOARD_STAGES};
+use crate::runtime::executions::Executions;
+use crate::runtime::specs::SpecError;
 use crate::store::CardRow;
-use crate::web::api::specs::BoardQuery;
-use crate::web::error::AppError;
-use crate::web::AppState;
+
+/// What a board is asked for (`GET /api/v1/board?project=&page=&archived=`).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoardQuery {
+    /// Only this project.
+    pub project: Option<String>,
+    /// Page of every column (1-based; 20 cards a page).
+    pub page: Option<usize>,
+    /// The archive (cancelled specs) instead of the board.
+    #[serde(default)]
+    pub archived: bool,
+}
 
 /// Cards per column page.
 pub const PAGE_SIZE: usize = 20;
@@ -91,11 +104,7 @@ pub struct Board {
 fn waits_for(stage: SpecStage, row: &CardRow) -> Option<String> {
     let phase = row.current_phase.clone().unwrap_or_default();
     match (stage, row.execution_status.as_deref()) {
-        (SpecStage::AwaitingHuman, Some("approval_pending")) => Some(format!("approval of phase {phase}")),
-        (SpecStage::AwaitingHuman, Some("budget_exceeded")) => {
-            Some("a budget decision: raise the ceiling or stop".into())
-        }
-        (SpecStage::AwaitingHuman, _) => Some(format!("feedback on phase {phase}")),
+        (SpecStage::AwaitingHuman, status) => crate::runtime::views::waits_for(status.unwrap_or_default(), &phase),
         (SpecStage::Validating, Some("gate_failed")) => Some(format!("gate retry of phase {phase}")),
         (SpecStage::Validating, _) => Some(format!("gate of phase {phase}")),
         (SpecStage::InReview, _) => Some("a reviewer".into()),
@@ -181,23 +190,23 @@ pub fn stage_sql() -> String {
 /// [`board_version`](crate::store::Store::board_version)) is served from [`BoardCache`].
 ///
 /// Errors: a `?project=` filter naming no project (404, naming it); the database (500).
-pub async fn load(app: &AppState, query: &BoardQuery) -> Result<Board, AppError> {
-    let store = app.execs.store();
+pub async fn load(execs: &Executions, cache: &BoardCache, query: &BoardQuery) -> Result<Board, SpecError> {
+    let store = execs.store();
     let page = query.page.unwrap_or(1).max(1);
     if let Some(name) = &query.project {
         // A misspelt filter is not an empty board.
-        if store.project(name).await.map_err(anyhow::Error::from)?.is_none() {
-            return Err(AppError::NotFound(format!("no project named {name}")));
+        if store.project(name).await?.is_none() {
+            return Err(SpecError::NotFound(format!("no project named {name}")));
         }
     }
     // Read before the board, so a change made meanwhile moves the version past the cached copy.
-    let version = store.board_version().await.map_err(anyhow::Error::from)?;
+    let version = store.board_version().await?;
     let key = (query.project.clone(), page, query.archived);
-    if let Some(board) = app.board_cache.get(&key, &version) {
+    if let Some(board) = cache.get(&key, &version) {
         return Ok(board);
     }
-    let board = build(app, query, page).await?;
-    app.board_cache.put(key, version, board.clone());
+    let board = build(execs, query, page).await?;
+    cache.put(key, version, board.clone());
     Ok(board)
 }
 
@@ -232,14 +241,11 @@ impl BoardCache {
 }
 
 /// The board of `query` at `page`, from the database.
-async fn build(app: &AppState, query: &BoardQuery, page: usize) -> Result<Board, AppError> {
-    let store = app.execs.store();
+async fn build(execs: &Executions, query: &BoardQuery, page: usize) -> Result<Board, SpecError> {
+    let store = execs.store();
     let size = i64::try_from(PAGE_SIZE).unwrap_or(20);
     let offset = i64::try_from(page - 1).unwrap_or(0).saturating_mul(size);
-    let (rows, counts) = store
-        .card_page(&stage_sql(), query.project.as_deref(), query.archived, offset, size)
-        .await
-        .map_err(anyhow::Error::from)?;
+    let (rows, counts) = store.card_page(&stage_sql(), query.project.as_deref(), query.archived, offset, size).await?;
     let count = |stage: SpecStage| {
         counts.iter().find(|(s, _)| s == stage.as_str()).map_or(0, |(_, n)| usize::try_from(*n).unwrap_or(0))
     };
@@ -255,6 +261,6 @@ async fn build(app: &AppState, query: &BoardQuery, page: usize) -> Result<Board,
         })
         .collect();
     let decisions_waiting = if query.archived { 0 } else { count(SpecStage::AwaitingHuman) };
-    let projects = store.list_projects().await.map_err(anyhow::Error::from)?.into_iter().map(|p| p.name).collect();
+    let projects = store.list_projects().await?.into_iter().map(|p| p.name).collect();
     Ok(Board { project: query.project.clone(), archived: query.archived, projects, columns, decisions_waiting })
 }
