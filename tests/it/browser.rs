@@ -254,7 +254,7 @@ fn require_browser() {
         assert!(
             Path::new(path).exists(),
             "the browser tests need {what} at {path}, which is missing: install them with \
-             `apt-get install chromium chromium-driver` (Debian; .ci/run does this in CI)"
+             `scripts/test`, or `apt-get install chromium chromium-driver` (Debian)"
         );
     }
 }

@@ -111,20 +111,26 @@ pub(crate) fn code(out: &Output) -> i32 {
     out.status.code().unwrap_or(-1)
 }
 
-/// The shared fixtures folder: `$BATON_FIXTURES`, else `../shared/fixtures`. In CI a missing
-/// folder fails the test; elsewhere the test is skipped with a notice (returns None).
-pub(crate) fn fixtures() -> Option<PathBuf> {
-    let dir = std::env::var_os("BATON_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures"));
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("fixtures folder {} is missing (CI=true)", dir.display());
-    }
-    eprintln!("notice: fixtures folder {} is missing; skipping", dir.display());
-    None
+/// The fixtures folder, `tests/fixtures` of this repository (see its README.md).
+///
+/// Panics when it is missing: a test never passes without its input.
+pub(crate) fn fixtures() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    assert!(dir.is_dir(), "the fixtures folder {} is missing", dir.display());
+    dir
+}
+
+/// The bytes of fixture `rel` (a path under [`fixtures`]); panics naming the file when it
+/// cannot be read.
+pub(crate) fn fixture_bytes(rel: &str) -> Vec<u8> {
+    let path = fixtures().join(rel);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("fixture {}: {e}", path.display()))
+}
+
+/// Fixture `rel` as JSON; panics naming the file when it cannot be read or parsed.
+pub(crate) fn fixture_json(rel: &str) -> serde_json::Value {
+    let bytes = fixture_bytes(rel);
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("fixture {rel} is not JSON: {e}"))
 }
 
 /// A small two-phase plan: a parallel pair, a dependant, a passing gate.

@@ -1,17 +1,17 @@
 //! The forge clients (`forge::github::GitHub`, `forge::ado::AzureDevOps`) against a local
-//! wiremock server replaying the recorded REST exchanges of `../shared/fixtures` (bodies and
-//! headers as recorded, `Link` headers rewritten to the mock):
+//! wiremock server replaying the REST exchanges of `tests/fixtures` (written from GitHub's and
+//! Azure DevOps' documented shapes; bodies and headers as written, `Link` headers rewritten to
+//! the mock):
 //!
 //! - GitHub: issue import (with the token) and a pull request refused as an issue; a label list
-//!   across five `Link` pages; opening and finding pull requests; every recorded error (401,
-//!   403 primary rate limit as recorded, with a far reset and with `retry-after`, 404, 422);
+//!   across five `Link` pages; opening and finding pull requests; every error fixture (401,
+//!   403 primary rate limit as written, with a far reset and with `retry-after`, 404, 422);
 //!   5xx retries; writes without a token.
 //! - Azure DevOps: a work item (Basic auth with the PAT, api-version 7.1), a WIQL query and its
 //!   batch GET in the query's order, a comment (api-version 7.1-preview.4), the 203 sign-in page
 //!   and a missing PAT.
 //! - Every error's `Display` and `Debug` text is free of the credentials.
 
-use std::path::Path;
 use std::time::Duration;
 
 use baton::clock::Stopwatch;
@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use wiremock::matchers::{body_json, header, method, path, query_param};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
-use crate::common::fixtures;
+use crate::common::fixture_json;
 
 /// The GitHub token: distinctive, so a leak into an error's text is found.
 const TOKEN: &str = "ghp_SECRET_do_not_print";
@@ -30,11 +30,11 @@ const TOKEN: &str = "ghp_SECRET_do_not_print";
 const PAT: &str = "ado_PAT_SECRET_do_not_print";
 /// `Basic` of `:` + [`PAT`]: Azure DevOps' documented form (empty user, the PAT as password).
 const PAT_BASIC: &str = "Basic OmFkb19QQVRfU0VDUkVUX2RvX25vdF9wcmludA==";
-const ORG: &str = "fabrikam";
-const PROJECT: &str = "Fabrikam-Fiber-Git";
+const ORG: &str = "lumenlabs";
+const PROJECT: &str = "Lantern";
 
 // ---------------------------------------------------------------------------------------------
-// Helpers: clients on the mock, recorded answers, assertions.
+// Helpers: clients on the mock, fixture answers, assertions.
 // ---------------------------------------------------------------------------------------------
 
 /// Retries without real waits: two 5xx retries 1 ms apart; no rate-limit wait over 10 ms.
@@ -68,22 +68,16 @@ fn azure(server: &MockServer, pat: Option<&str>) -> AzureDevOps {
     AzureDevOps::new(&settings, fast()).unwrap()
 }
 
-fn read_json(dir: &Path, rel: &str) -> Value {
-    let path = dir.join(rel);
-    serde_json::from_slice(&std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
+/// The 200 body of an Azure DevOps REST exchange fixture.
+fn ado_body(name: &str) -> Value {
+    Recorded::find(&format!("azure-devops/rest/{name}.json"), 200).body
 }
 
-/// The recorded 200 body of an Azure DevOps REST example.
-fn ado_body(dir: &Path, name: &str) -> Value {
-    let v = read_json(dir, &format!("azure-devops/rest/{name}.json"));
-    v["responses"]["200"]["body"].clone()
-}
+/// Headers the mock writes itself (framing); the bodies are stored decoded, so
+/// `content-encoding` would lie.
+const NOT_REPLAYED: [&str; 4] = ["content-length", "content-encoding", "transfer-encoding", "connection"];
 
-/// Headers the mock writes itself (framing) or that are not headers at all (PyGithub's
-/// `status`); the recorded bodies are stored decoded, so `content-encoding` would lie.
-const NOT_REPLAYED: [&str; 5] = ["status", "content-length", "content-encoding", "transfer-encoding", "connection"];
-
-/// One recorded answer, whatever the file's shape.
+/// One answer of an exchange fixture.
 #[derive(Debug, Clone)]
 struct Recorded {
     status: u16,
@@ -92,50 +86,37 @@ struct Recorded {
 }
 
 impl Recorded {
-    /// Reads one exchange: PyGithub's `{request, response: {status, headers: [[k, v]], body}}`,
-    /// octokit's `{method, path, status, response, headers: {k: v}}`, or
-    /// `{kind, method, path, request_body, response_code, response_body}`.
-    fn of(v: &Value) -> Option<Recorded> {
-        if let Some(r) = v.get("response").filter(|r| r.get("status").is_some()) {
-            return Some(Recorded {
-                status: u16::try_from(r["status"].as_u64()?).ok()?,
-                headers: header_pairs(&r["headers"]),
-                body: r["body"].clone(),
-            });
+    /// Reads one exchange, `{request, response: {status, headers: {k: v}, body}}` (see
+    /// tests/fixtures/README.md); panics when it has another shape.
+    fn of(v: &Value) -> Recorded {
+        let r = &v["response"];
+        let status = r["status"].as_u64().and_then(|s| u16::try_from(s).ok());
+        Recorded {
+            status: status.unwrap_or_else(|| panic!("an exchange without response.status: {v}")),
+            headers: header_pairs(&r["headers"]),
+            body: r["body"].clone(),
         }
-        if let Some(status) = v.get("response_code").and_then(Value::as_u64) {
-            return Some(Recorded {
-                status: u16::try_from(status).ok()?,
-                headers: Vec::new(),
-                body: v["response_body"].clone(),
-            });
-        }
-        Some(Recorded {
-            status: u16::try_from(v.get("status")?.as_u64()?).ok()?,
-            headers: header_pairs(&v["headers"]),
-            body: v["response"].clone(),
-        })
     }
 
-    /// The exchange of `rel` (one exchange or a list) answering `status`.
-    fn find(dir: &Path, rel: &str, status: u16) -> Recorded {
-        let entries = match read_json(dir, rel) {
+    /// The exchange of fixture `rel` (one exchange or a list) answering `status`.
+    fn find(rel: &str, status: u16) -> Recorded {
+        let entries = match fixture_json(rel) {
             Value::Array(list) => list,
             one => vec![one],
         };
         entries
             .iter()
-            .filter_map(Recorded::of)
+            .map(Recorded::of)
             .find(|r| r.status == status)
-            .unwrap_or_else(|| panic!("{rel} records no {status} answer"))
+            .unwrap_or_else(|| panic!("fixture {rel} holds no {status} answer"))
     }
 
-    /// The recorded header `name`.
+    /// The header `name`.
     fn header(&self, name: &str) -> Option<&str> {
         self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 
-    /// The answer as recorded: status, headers (but [`NOT_REPLAYED`]) and JSON body.
+    /// The answer as written: status, headers (but [`NOT_REPLAYED`]) and JSON body.
     fn template(&self) -> ResponseTemplate {
         let mut t = ResponseTemplate::new(self.status);
         for (k, v) in &self.headers {
@@ -147,11 +128,10 @@ impl Recorded {
     }
 }
 
-/// `[[k, v], …]` or `{k: v, …}` (numbers as text).
+/// `{k: v, …}` (numbers as text).
 fn header_pairs(v: &Value) -> Vec<(String, String)> {
     let text = |v: &Value| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string());
     match v {
-        Value::Array(list) => list.iter().map(|p| (text(&p[0]), text(&p[1]))).collect(),
         Value::Object(map) => map.iter().map(|(k, v)| (k.clone(), text(v))).collect(),
         _ => Vec::new(),
     }
@@ -195,47 +175,46 @@ async fn issue_error(answer: ResponseTemplate, policy: RetryPolicy) -> (ForgeErr
 
 #[tokio::test]
 async fn github_issue_is_imported_with_the_token() {
-    let Some(dir) = fixtures() else { return };
-    let recorded = Recorded::find(&dir, "github-api/issue.get.200.json", 200);
+    let recorded = Recorded::find("github-api/issue.get.200.json", 200);
     let server = MockServer::start().await;
     Mock::given(method("GET"))
-        .and(path("/repos/PyGithub/PyGithub/issues/28"))
+        .and(path("/repos/lumen-labs/lantern/issues/42"))
         .and(header("authorization", format!("Bearer {TOKEN}").as_str()))
         .respond_with(recorded.template())
         .expect(1)
         .mount(&server)
         .await;
 
-    let item = github(&server, fast()).issue("PyGithub", "PyGithub", 28).await.unwrap();
+    let item = github(&server, fast()).issue("lumen-labs", "lantern", 42).await.unwrap();
     let issue = &recorded.body;
     assert_eq!(item.source, "github");
-    assert_eq!(item.title, "Issue created by PyGithub");
+    assert_eq!(item.title, "CSV export drops the header row when a report is empty");
     assert_eq!(item.title, issue["title"].as_str().unwrap());
-    assert_eq!(item.url, "https://github.com/PyGithub/PyGithub/issues/28");
+    assert_eq!(item.url, "https://github.com/lumen-labs/lantern/issues/42");
     assert_eq!(item.body, issue["body"].as_str().unwrap_or_default());
     assert_eq!(item.meta.labels, ["bug", "question"]);
+    assert_eq!(item.meta.author, "tessa-lumen");
     assert_eq!(item.meta.author, issue["user"]["login"].as_str().unwrap());
     assert_eq!(item.meta.state, "closed");
     assert_eq!(item.meta.item_type, "issue");
-    assert_eq!(item.meta.item_ref, "github:PyGithub/PyGithub#28");
+    assert_eq!(item.meta.item_ref, "github:lumen-labs/lantern#42");
 }
 
 #[tokio::test]
 async fn github_pull_request_is_refused_as_an_issue() {
-    let Some(dir) = fixtures() else { return };
-    let mut recorded = Recorded::find(&dir, "github-api/issue.get.200.json", 200);
+    let mut recorded = Recorded::find("github-api/issue.get.200.json", 200);
     recorded.body["pull_request"] = json!({
-        "url": "https://api.github.com/repos/PyGithub/PyGithub/pulls/28",
-        "html_url": "https://github.com/PyGithub/PyGithub/pull/28",
+        "url": "https://api.github.com/repos/lumen-labs/lantern/pulls/42",
+        "html_url": "https://github.com/lumen-labs/lantern/pull/42",
     });
     let server = MockServer::start().await;
     Mock::given(method("GET"))
-        .and(path("/repos/PyGithub/PyGithub/issues/28"))
+        .and(path("/repos/lumen-labs/lantern/issues/42"))
         .respond_with(recorded.template())
         .mount(&server)
         .await;
 
-    let err = github(&server, fast()).issue("PyGithub", "PyGithub", 28).await.unwrap_err();
+    let err = github(&server, fast()).issue("lumen-labs", "lantern", 42).await.unwrap_err();
     assert!(matches!(err, ForgeError::Invalid(_)), "{err:?}");
     assert!(err.to_string().contains("is a pull request"), "{err}");
     assert_secret_free(&err);
@@ -243,40 +222,40 @@ async fn github_pull_request_is_refused_as_an_issue() {
 
 #[tokio::test]
 async fn github_label_list_follows_every_link_page() {
-    let Some(dir) = fixtures() else { return };
     const LABEL: &str = "needs spec";
-    let pages = read_json(&dir, "github-api/issues.list.paginated.json");
+    let pages = fixture_json("github-api/issues.list.paginated.json");
     let pages = pages.as_array().unwrap();
-    assert_eq!(pages.len(), 5, "the fixture records five pages");
+    assert_eq!(pages.len(), 5, "the fixture holds five pages");
     let server = MockServer::start().await;
     for page in pages {
-        let mut recorded = Recorded::of(page).unwrap();
+        let mut recorded = Recorded::of(page);
         for (k, v) in &mut recorded.headers {
             if k.eq_ignore_ascii_case("link") {
                 *v = v.replace("https://api.github.com", &server.uri());
             }
         }
-        let url = url::Url::parse(&format!("https://api.github.com{}", page["path"].as_str().unwrap())).unwrap();
-        let mock = Mock::given(method("GET")).and(path(url.path()));
+        let request = &page["request"];
+        let mock = Mock::given(method("GET")).and(path(request["path"].as_str().unwrap()));
         // The first page is Baton's own request; the others are the `Link` addresses.
-        let mock = match url.query_pairs().find(|(k, _)| k == "page") {
-            Some((_, n)) => mock.and(query_param("page", n.to_string())),
+        let mock = match request["query"]["page"].as_str() {
+            Some(n) => mock.and(query_param("page", n)),
             None => mock.and(query_param("labels", LABEL)).and(query_param("state", "open")),
         };
         mock.respond_with(recorded.template()).expect(1).mount(&server).await;
     }
 
-    let items = github(&server, fast()).issues_labelled("octokit-fixture-org", "paginate-issues", LABEL).await.unwrap();
+    let items = github(&server, fast()).issues_labelled("lumen-labs", "field-notes", LABEL).await.unwrap();
     let refs: Vec<&str> = items.iter().map(|i| i.meta.item_ref.as_str()).collect();
-    let expected: Vec<String> =
-        (1..=13).rev().map(|n| format!("github:octokit-fixture-org/paginate-issues#{n}")).collect();
+    let expected: Vec<String> = (1..=13).rev().map(|n| format!("github:lumen-labs/field-notes#{n}")).collect();
     assert_eq!(refs, expected);
-    assert_eq!(items[0].url, pages[0]["response"][0]["html_url"].as_str().unwrap());
-    assert_eq!(items[12].title, pages[4]["response"][0]["title"].as_str().unwrap());
+    assert_eq!(items[0].url, "https://github.com/lumen-labs/field-notes/issues/13");
+    assert_eq!(items[0].url, pages[0]["response"]["body"][0]["html_url"].as_str().unwrap());
+    assert_eq!(items[12].title, "Import sites from a CSV file");
+    assert_eq!(items[12].title, pages[4]["response"]["body"][0]["title"].as_str().unwrap());
 
     let seen = requests(&server).await;
     assert_eq!(seen.len(), 5);
-    assert_eq!(seen[0].url.path(), "/repos/octokit-fixture-org/paginate-issues/issues");
+    assert_eq!(seen[0].url.path(), "/repos/lumen-labs/field-notes/issues");
     assert_eq!(query(&seen[0], "labels").as_deref(), Some(LABEL));
     assert!(seen[0].url.query().unwrap().contains("labels=needs+spec"), "{}", seen[0].url);
     let pages_asked: Vec<Option<String>> = seen.iter().map(|r| query(r, "page")).collect();
@@ -292,28 +271,27 @@ async fn github_label_list_follows_every_link_page() {
 
 #[tokio::test]
 async fn github_pull_request_is_opened_as_asked() {
-    let Some(dir) = fixtures() else { return };
-    let rec = read_json(&dir, "github-api/pulls.create.201.json");
-    let recorded_request: Value = serde_json::from_str(rec["request_body"].as_str().unwrap()).unwrap();
+    let rec = fixture_json("github-api/pulls.create.201.json");
+    let recorded_request = &rec["request"]["body"];
     let server = MockServer::start().await;
     Mock::given(method("POST"))
-        .and(path(rec["path"].as_str().unwrap()))
+        .and(path(rec["request"]["path"].as_str().unwrap()))
         .and(header("authorization", format!("Bearer {TOKEN}").as_str()))
-        .respond_with(ResponseTemplate::new(201).set_body_json(&rec["response_body"]))
+        .respond_with(Recorded::find("github-api/pulls.create.201.json", 201).template())
         .expect(1)
         .mount(&server)
         .await;
 
     let pull = NewPull {
-        head: "docs-update",
+        head: recorded_request["head"].as_str().unwrap(),
         base: recorded_request["base"].as_str().unwrap(),
         title: recorded_request["title"].as_str().unwrap(),
         body: recorded_request["body"].as_str().unwrap(),
     };
-    let pr = github(&server, fast()).create_pull("example-owner-2", "rust", &pull).await.unwrap();
+    let pr = github(&server, fast()).create_pull("lumen-labs", "lantern", &pull).await.unwrap();
     assert_eq!(
         pr,
-        PullRequest { number: 7, url: "https://github.com/example-owner-2/rust/pull/7".into(), state: "open".into() }
+        PullRequest { number: 43, url: "https://github.com/lumen-labs/lantern/pull/43".into(), state: "open".into() }
     );
     let seen = requests(&server).await;
     assert_eq!(seen.len(), 1);
@@ -323,30 +301,29 @@ async fn github_pull_request_is_opened_as_asked() {
 
 #[tokio::test]
 async fn github_pull_request_is_found_by_its_branch() {
-    let Some(dir) = fixtures() else { return };
-    let rec = read_json(&dir, "github-api/pulls.create.201.json");
+    let rec = fixture_json("github-api/pulls.create.201.json");
     let server = MockServer::start().await;
     let pulls = |head: &str| {
         Mock::given(method("GET"))
-            .and(path("/repos/example-owner-2/rust/pulls"))
-            .and(query_param("head", format!("example-owner-2:{head}").as_str()))
+            .and(path("/repos/lumen-labs/lantern/pulls"))
+            .and(query_param("head", format!("lumen-labs:{head}").as_str()))
             .and(query_param("state", "all"))
     };
     pulls("no-pr-yet").respond_with(ResponseTemplate::new(200).set_body_json(json!([]))).expect(1).mount(&server).await;
-    pulls("docs-update")
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!([rec["response_body"]])))
+    pulls("fix-empty-export")
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!([rec["response"]["body"]])))
         .expect(1)
         .mount(&server)
         .await;
 
     let gh = github(&server, fast());
-    assert_eq!(gh.find_pull("example-owner-2", "rust", "no-pr-yet").await.unwrap(), None);
-    let found = gh.find_pull("example-owner-2", "rust", "docs-update").await.unwrap();
+    assert_eq!(gh.find_pull("lumen-labs", "lantern", "no-pr-yet").await.unwrap(), None);
+    let found = gh.find_pull("lumen-labs", "lantern", "fix-empty-export").await.unwrap();
     assert_eq!(
         found,
         Some(PullRequest {
-            number: 7,
-            url: "https://github.com/example-owner-2/rust/pull/7".into(),
+            number: 43,
+            url: "https://github.com/lumen-labs/lantern/pull/43".into(),
             state: "open".into()
         })
     );
@@ -371,8 +348,7 @@ async fn github_writes_need_a_token_and_send_nothing_without_one() {
 
 #[tokio::test]
 async fn github_401_is_bad_credentials_naming_github_token() {
-    let Some(dir) = fixtures() else { return };
-    let recorded = Recorded::find(&dir, "github-api/errors/401.bad-credentials.json", 401);
+    let recorded = Recorded::find("github-api/errors/401.bad-credentials.json", 401);
     let (err, sent) = issue_error(recorded.template(), fast()).await;
     assert!(matches!(err, ForgeError::BadCredentials { status: 401, ref message, .. } if message == "Bad credentials"));
     assert!(err.to_string().contains("GITHUB_TOKEN"), "{err}");
@@ -381,8 +357,7 @@ async fn github_401_is_bad_credentials_naming_github_token() {
 
 #[tokio::test]
 async fn github_404_is_not_found() {
-    let Some(dir) = fixtures() else { return };
-    let recorded = Recorded::find(&dir, "github-api/errors/404.not-found.json", 404);
+    let recorded = Recorded::find("github-api/errors/404.not-found.json", 404);
     let (err, sent) = issue_error(recorded.template(), fast()).await;
     assert!(matches!(err, ForgeError::NotFound { ref message, .. } if message == "Not Found"), "{err:?}");
     assert!(err.to_string().contains("issue o/r#1"), "{err}");
@@ -391,35 +366,32 @@ async fn github_404_is_not_found() {
 
 #[tokio::test]
 async fn github_422_is_validation_listing_the_fields() {
-    let Some(dir) = fixtures() else { return };
-    let recorded = Recorded::find(&dir, "github-api/errors/422.validation-failed.json", 422);
+    let recorded = Recorded::find("github-api/errors/422.validation-failed.json", 422);
     let server = MockServer::start().await;
     Mock::given(method("POST")).and(path("/repos/o/r/pulls")).respond_with(recorded.template()).mount(&server).await;
     let pull = NewPull { head: "b", base: "main", title: "t", body: "" };
     let err = github(&server, fast()).create_pull("o", "r", &pull).await.unwrap_err();
     assert!(matches!(err, ForgeError::Validation { ref message, .. } if message == "Validation Failed"), "{err:?}");
-    assert!(err.to_string().contains("field color is invalid"), "{err}");
+    assert!(err.to_string().contains("field head is invalid"), "{err}");
     assert_secret_free(&err);
     assert_eq!(requests(&server).await.len(), 1);
 }
 
 #[tokio::test]
-async fn github_primary_rate_limit_as_recorded_says_retry_later() {
-    let Some(dir) = fixtures() else { return };
-    let recorded = Recorded::find(&dir, "github-api/errors/403.rate-limit.primary.json", 403);
+async fn github_primary_rate_limit_without_a_reset_says_retry_later() {
+    let recorded = Recorded::find("github-api/errors/403.rate-limit.primary.json", 403);
     assert_eq!(recorded.header("x-ratelimit-remaining"), Some("0"));
-    assert_eq!(recorded.header("x-ratelimit-reset"), None, "recorded without a reset time");
+    assert_eq!(recorded.header("x-ratelimit-reset"), None, "written without a reset time");
     let (err, sent) = issue_error(recorded.template(), fast()).await;
     assert!(matches!(err, ForgeError::RateLimited { status: 403, retry_after_secs: None, .. }), "{err:?}");
     assert!(err.to_string().contains("retry later"), "{err}");
-    assert!(err.to_string().contains("API Rate Limit Exceeded"), "{err}");
+    assert!(err.to_string().contains("API rate limit exceeded for user ID 7301102."), "{err}");
     assert_eq!(sent, 1);
 }
 
 #[tokio::test]
 async fn github_primary_rate_limit_with_a_far_reset_fails_at_once_naming_the_time() {
-    let Some(dir) = fixtures() else { return };
-    let recorded = Recorded::find(&dir, "github-api/errors/403.rate-limit.primary.json", 403);
+    let recorded = Recorded::find("github-api/errors/403.rate-limit.primary.json", 403);
     let reset = baton::clock::now().timestamp() + 3600;
     let answer = recorded.template().insert_header("x-ratelimit-reset", reset.to_string().as_str());
     let (err, sent) = issue_error(answer, fast()).await;
@@ -435,11 +407,10 @@ async fn github_primary_rate_limit_with_a_far_reset_fails_at_once_naming_the_tim
 
 #[tokio::test]
 async fn github_rate_limit_with_retry_after_waits_and_succeeds() {
-    let Some(dir) = fixtures() else { return };
-    let limited = Recorded::find(&dir, "github-api/errors/403.rate-limit.primary.json", 403);
-    let issue = Recorded::find(&dir, "github-api/issue.get.200.json", 200);
+    let limited = Recorded::find("github-api/errors/403.rate-limit.primary.json", 403);
+    let issue = Recorded::find("github-api/issue.get.200.json", 200);
     let server = MockServer::start().await;
-    let route = || Mock::given(method("GET")).and(path("/repos/PyGithub/PyGithub/issues/28"));
+    let route = || Mock::given(method("GET")).and(path("/repos/lumen-labs/lantern/issues/42"));
     route()
         .respond_with(limited.template().insert_header("retry-after", "1"))
         .up_to_n_times(1)
@@ -450,22 +421,21 @@ async fn github_rate_limit_with_retry_after_waits_and_succeeds() {
 
     let policy = RetryPolicy { max_rate_limit_wait: Duration::from_secs(1), ..fast() };
     let watch = Stopwatch::start();
-    let item = github(&server, policy).issue("PyGithub", "PyGithub", 28).await.unwrap();
+    let item = github(&server, policy).issue("lumen-labs", "lantern", 42).await.unwrap();
     assert!(watch.elapsed() >= Duration::from_secs(1), "waited {:?}", watch.elapsed());
-    assert_eq!(item.title, "Issue created by PyGithub");
+    assert_eq!(item.title, "CSV export drops the header row when a report is empty");
     assert_eq!(requests(&server).await.len(), 2);
 }
 
 #[tokio::test]
 async fn github_server_errors_are_retried_then_reported() {
-    let Some(dir) = fixtures() else { return };
-    let issue = Recorded::find(&dir, "github-api/issue.get.200.json", 200);
+    let issue = Recorded::find("github-api/issue.get.200.json", 200);
     let server = MockServer::start().await;
-    let route = || Mock::given(method("GET")).and(path("/repos/PyGithub/PyGithub/issues/28"));
+    let route = || Mock::given(method("GET")).and(path("/repos/lumen-labs/lantern/issues/42"));
     route().respond_with(ResponseTemplate::new(502)).up_to_n_times(2).expect(2).mount(&server).await;
     route().respond_with(issue.template()).expect(1).mount(&server).await;
-    let item = github(&server, fast()).issue("PyGithub", "PyGithub", 28).await.unwrap();
-    assert_eq!(item.url, "https://github.com/PyGithub/PyGithub/issues/28");
+    let item = github(&server, fast()).issue("lumen-labs", "lantern", 42).await.unwrap();
+    assert_eq!(item.url, "https://github.com/lumen-labs/lantern/issues/42");
     assert_eq!(requests(&server).await.len(), 3);
 
     let always = ResponseTemplate::new(500).set_body_json(json!({"message": "Server Error"}));
@@ -482,11 +452,10 @@ async fn github_server_errors_are_retried_then_reported() {
 
 #[tokio::test]
 async fn ado_work_item_is_read_with_the_pat() {
-    let Some(dir) = fixtures() else { return };
-    let body = ado_body(&dir, "workitem.get");
+    let body = ado_body("workitem.get");
     let server = MockServer::start().await;
     Mock::given(method("GET"))
-        .and(path(format!("/{ORG}/{PROJECT}/_apis/wit/workitems/12")))
+        .and(path(format!("/{ORG}/{PROJECT}/_apis/wit/workitems/214")))
         .and(query_param("api-version", "7.1"))
         .and(query_param("$expand", "all"))
         .and(header("authorization", PAT_BASIC))
@@ -495,14 +464,15 @@ async fn ado_work_item_is_read_with_the_pat() {
         .mount(&server)
         .await;
 
-    let item = azure(&server, Some(PAT)).work_item(ORG, PROJECT, 12).await.unwrap();
+    let item = azure(&server, Some(PAT)).work_item(ORG, PROJECT, 214).await.unwrap();
     assert_eq!(item.source, "ado");
-    assert_eq!(item.title, "Epic 2");
+    assert_eq!(item.title, "Let a lead export the board as CSV");
     assert_eq!(item.meta.item_type, "User Story");
     assert_eq!(item.meta.state, "Active");
-    assert_eq!(item.meta.labels, ["client", "sample", "teamservices"]);
-    assert_eq!(item.meta.author, "Example Person One");
-    assert_eq!(item.meta.item_ref, "ado:fabrikam/Fabrikam-Fiber-Git#12");
+    assert_eq!(item.meta.labels, ["board", "csv", "export"]);
+    assert_eq!(item.meta.author, "Noor Lumen");
+    assert_eq!(item.meta.item_ref, "ado:lumenlabs/Lantern#214");
+    assert_eq!(item.url, "https://dev.azure.com/lumenlabs/6f1c2a3b-4d5e-4f60-8a71-92b3c4d5e6f7/_workitems/edit/214");
     assert_eq!(item.url, body["_links"]["html"]["href"].as_str().unwrap());
     assert_eq!(item.body, "", "the work item has no description");
 
@@ -513,19 +483,12 @@ async fn ado_work_item_is_read_with_the_pat() {
 
 #[tokio::test]
 async fn ado_query_returns_the_batch_items_in_the_query_order() {
-    let Some(dir) = fixtures() else { return };
-    let wiql_text = read_json(&dir, "azure-devops/rest/wiql.query.flat.json")["parameters"]["body"]["query"]
+    let wiql_text = fixture_json("azure-devops/rest/wiql.query.flat.json")["request"]["body"]["query"]
         .as_str()
         .unwrap()
         .to_string();
-    let wiql = ado_body(&dir, "wiql.query.flat");
-    let mut batch = ado_body(&dir, "workitems.batch.expand-all");
-    // The recorded descriptions are plain text; one is sent as the HTML Azure DevOps stores.
-    for w in batch["value"].as_array_mut().unwrap() {
-        if w["id"] == 299 {
-            w["fields"]["System.Description"] = json!("<div>Follow the <b>code samples</b> from&nbsp;MSDN</div>");
-        }
-    }
+    let wiql = ado_body("wiql.query.flat");
+    let batch = ado_body("workitems.batch.expand-all");
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .and(path(format!("/{ORG}/{PROJECT}/_apis/wit/wiql")))
@@ -547,17 +510,18 @@ async fn ado_query_returns_the_batch_items_in_the_query_order() {
         .await;
 
     let items = azure(&server, Some(PAT)).query(ORG, PROJECT, &wiql_text).await.unwrap();
-    // The query selects 300, 299, 298, 17, …; the batch holds 297, 299 and 300. Only what both
-    // hold comes back, in the query's order (297 is not selected by the query).
+    // The query selects 231, 229, 226, 214, 198; the batch holds 233, 229 and 231. Only what
+    // both hold comes back, in the query's order (233 is not selected by the query).
     let refs: Vec<&str> = items.iter().map(|i| i.meta.item_ref.as_str()).collect();
-    assert_eq!(refs, ["ado:fabrikam/Fabrikam-Fiber-Git#300", "ado:fabrikam/Fabrikam-Fiber-Git#299"]);
-    assert_eq!(items[0].title, "Unit Testing for MSA login");
-    assert_eq!(items[0].body, "We need to ensure we have coverage to prevent regressions");
-    assert_eq!(items[1].title, "JavaScript implementation for Microsoft Account");
-    assert_eq!(items[1].body, "Follow the code samples from MSDN");
-    assert_eq!(items[1].meta.labels, ["Tag1", "Tag2"]);
+    assert_eq!(refs, ["ado:lumenlabs/Lantern#231", "ado:lumenlabs/Lantern#229"]);
+    assert_eq!(items[0].title, "Test the CSV export per column type");
+    assert_eq!(items[0].body, "Cover the CSV export with one test per column type.");
+    assert_eq!(items[1].title, "Quote CSV fields that hold a separator");
+    // The description is the HTML Azure DevOps stores, as text.
+    assert_eq!(items[1].body, "Quote fields that hold a comma or a quote.");
+    assert_eq!(items[1].meta.labels, ["baton", "csv"]);
     assert_eq!((items[1].meta.item_type.as_str(), items[1].meta.state.as_str()), ("Task", "To Do"));
-    for (item, id) in items.iter().zip([300, 299]) {
+    for (item, id) in items.iter().zip([231, 229]) {
         let recorded = batch["value"].as_array().unwrap().iter().find(|w| w["id"] == id).unwrap();
         assert_eq!(item.url, recorded["_links"]["html"]["href"].as_str().unwrap());
         assert!(!item.body.contains('<') && !item.body.contains("&nbsp;"), "{}", item.body);
@@ -632,17 +596,16 @@ async fn the_import_api_answers_each_recorded_forge_error_with_its_own_status_an
     use axum::http::Request as HttpRequest;
     use tower::ServiceExt as _;
 
-    let Some(dir) = fixtures() else { return };
     let server = MockServer::start().await;
     let far_reset = (baton::clock::now().timestamp() + 3600).to_string();
-    let limited = Recorded::find(&dir, "github-api/errors/403.rate-limit.primary.json", 403)
+    let limited = Recorded::find("github-api/errors/403.rate-limit.primary.json", 403)
         .template()
         .append_header("x-ratelimit-reset", far_reset.as_str());
     let answers = [
-        (1, Recorded::find(&dir, "github-api/errors/401.bad-credentials.json", 401).template()),
-        (2, Recorded::find(&dir, "github-api/errors/404.not-found.json", 404).template()),
+        (1, Recorded::find("github-api/errors/401.bad-credentials.json", 401).template()),
+        (2, Recorded::find("github-api/errors/404.not-found.json", 404).template()),
         (3, limited),
-        (4, Recorded::find(&dir, "github-api/errors/422.validation-failed.json", 422).template()),
+        (4, Recorded::find("github-api/errors/422.validation-failed.json", 422).template()),
         (5, ResponseTemplate::new(500).set_body_json(json!({"message": "Server Error"}))),
     ];
     for (n, answer) in answers {
@@ -683,7 +646,7 @@ async fn the_import_api_answers_each_recorded_forge_error_with_its_own_status_an
         (1, 502, "forge_bad_credentials", "GITHUB_TOKEN"),
         (2, 404, "forge_not_found", "was not found, or the credentials have no access"),
         (3, 503, "forge_rate_limited", "retry after"),
-        (4, 422, "forge_validation", "field color is invalid"),
+        (4, 422, "forge_validation", "field head is invalid"),
         (5, 502, "forge_unavailable", "after 3 attempts"),
     ];
     for (n, status, code, text) in expected {

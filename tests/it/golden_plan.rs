@@ -1,5 +1,5 @@
-//! The real agent-baton plan (fixtures/agent-baton/golden/MachinePlan.json) driven with the demo
-//! agent through its approval and feedback question up to its gate, whose real command
+//! An agent-baton plan (tests/fixtures/agent-baton/golden/MachinePlan.json) driven with the demo
+//! agent through its approval and feedback question up to its gate, whose command
 //! (`pytest …`) fails in this repository: the last step is re-dispatched with the output, the
 //! gate is retried up to the cap, and the execution ends FAILED (exit 4) with the reason.
 
@@ -7,22 +7,22 @@ use crate::common::*;
 
 #[test]
 fn golden_plan_runs_through_approval_and_feedback_then_fails_at_its_gate() {
-    let Some(fixtures) = fixtures() else { return };
-    let plan = fixtures.join("agent-baton/golden/MachinePlan.json");
-    let ws = Workspace::with_repo(&[("README.md", "api v2\n")]);
-    let task = "2026-01-15-add-api-v2-abc12345";
+    let plan = fixtures().join("agent-baton/golden/MachinePlan.json");
+    assert!(plan.is_file(), "fixture {} is missing", plan.display());
+    let ws = Workspace::with_repo(&[("README.md", "lantern\n")]);
+    let task = "2026-05-18-csv-empty-header-7c1e9a42";
 
     let first = ws.run_plan(&plan);
     assert_eq!(code(&first), 3, "{}\n{}", stdout(&first), stderr(&first));
     assert!(stdout(&first).contains("ACTION: APPROVAL"), "{}", stdout(&first));
-    assert!(stdout(&first).contains("Review the API schema and data model designs."));
+    assert!(stdout(&first).contains("Check the header-row decision before the tests are written."));
     assert_eq!(ws.launches(task, "1.1"), 1);
     assert_eq!(ws.launches(task, "1.2"), 1);
 
     let approve = ws.run(&["execute", "approve", "--task-id", task, "--phase-id", "1", "--result", "approve"]);
     assert_eq!(code(&approve), 3, "{}", stderr(&approve));
     assert!(stdout(&approve).contains("ACTION: FEEDBACK"), "{}", stdout(&approve));
-    assert!(stdout(&approve).contains("[0] Strict validation (recommended)"));
+    assert!(stdout(&approve).contains("[0] The header row alone (recommended)"));
 
     let feedback = ws.run(&[
         "execute",
@@ -38,7 +38,7 @@ fn golden_plan_runs_through_approval_and_feedback_then_fails_at_its_gate() {
     ]);
     assert_eq!(code(&feedback), 0, "{}", stderr(&feedback));
     assert!(stdout(&feedback).contains("ACTION: GATE"), "{}", stdout(&feedback));
-    assert!(stdout(&feedback).contains("pytest tests/models/ -v --tb=short"));
+    assert!(stdout(&feedback).contains("pytest tests/export/ -q --maxfail=1"));
 
     let last = ws.run_plan(&plan);
     assert_eq!(code(&last), 4, "{}\n{}", stdout(&last), stderr(&last));
@@ -49,7 +49,7 @@ fn golden_plan_runs_through_approval_and_feedback_then_fails_at_its_gate() {
     assert_eq!(ws.launches(task, "1.2"), 2, "1.2 re-dispatched once");
     let prompt = std::fs::read_to_string(ws.data().join(format!("runs/{task}/1.2/2/prompt.md"))).unwrap();
     assert!(prompt.contains("## Gate output"), "{prompt}");
-    assert!(prompt.contains("pytest tests/models/"), "{prompt}");
+    assert!(prompt.contains("pytest tests/export/"), "{prompt}");
     let status = ws.status(task);
     assert_eq!(status["status"], "failed");
     let gates = status["gate_results"].as_array().unwrap();
@@ -64,6 +64,10 @@ fn golden_plan_runs_through_approval_and_feedback_then_fails_at_its_gate() {
     assert_eq!(status["feedback_results"][0]["dispatched_step_id"], "2.1");
     // Phase 1's two commits are on the feature branch.
     let log = ws.git(&["log", "--format=%s", &format!("baton/{task}")]);
-    assert!(log.contains("1.1: Design the new API schema"), "{log}");
-    assert_eq!(log.matches("1.2: Implement the Pydantic models").count(), 1, "the re-dispatch changed nothing: {log}");
+    assert!(log.contains("1.1: Decide where the CSV writer emits the header row"), "{log}");
+    assert_eq!(
+        log.matches("1.2: Write the header row before the first data row").count(),
+        1,
+        "the re-dispatch changed nothing: {log}"
+    );
 }

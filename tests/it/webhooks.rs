@@ -1,9 +1,7 @@
 //! Forge webhooks (`/webhooks/github`, `/webhooks/ado`) driven with `oneshot` requests over a
-//! real SQLite file and a real git repository: the recorded GitHub and Azure DevOps deliveries
-//! of `../shared/fixtures` (exact bytes and headers), and variants of them re-signed with the
-//! test secret.
-
-use std::path::{Path, PathBuf};
+//! real SQLite file and a real git repository: the GitHub and Azure DevOps delivery fixtures of
+//! `tests/fixtures` (exact bytes and headers), and variants of them re-signed with the test
+//! secret.
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
@@ -16,22 +14,25 @@ use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
 use tower::ServiceExt as _;
 
-use crate::common::{fixtures, Workspace};
+use crate::common::{fixture_bytes, fixture_json, Workspace};
 
-/// GitHub's documented test secret, which the fixtures were signed with.
+/// GitHub's documented test secret, which the delivery fixtures are signed with.
 const SECRET: &str = "It's a Secret to Everybody";
 /// `Basic` of `ado-hooks:pa55:word` (a password may hold a colon).
 const ADO_AUTH: &str = "Basic YWRvLWhvb2tzOnBhNTU6d29yZA==";
 /// `Basic` of `ado-hooks:wrong`.
 const ADO_WRONG: &str = "Basic YWRvLWhvb2tzOndyb25n";
-const REPO: &str = "example-user-1/Hello-World";
-const ISSUE_URL: &str = "https://github.com/example-user-1/Hello-World/issues/1";
+const REPO: &str = "lumen-labs/lantern";
+const ISSUE_URL: &str = "https://github.com/lumen-labs/lantern/issues/7";
+/// The title and body of issue 7 in the `issues.opened` delivery fixture.
+const ISSUE_TITLE: &str = "Typo in the install guide's cargo command";
+const ISSUE_BODY: &str = "The install guide says `cargo instal lantern`; the command is `cargo install lantern`. \
+                          Copying the line as written fails with \"no such command: `instal`\".";
 
 struct App {
     ws: Workspace,
     execs: Executions,
     state: AppState,
-    dir: PathBuf,
 }
 
 fn config() -> WebhookConfig {
@@ -44,15 +45,15 @@ fn config() -> WebhookConfig {
 }
 
 impl App {
-    async fn new(dir: &Path) -> App {
-        App::with_config(dir, config()).await
+    async fn new() -> App {
+        App::with_config(config()).await
     }
 
-    async fn with_config(dir: &Path, config: WebhookConfig) -> App {
+    async fn with_config(config: WebhookConfig) -> App {
         let ws = Workspace::with_repo(&[("README.md", "hello\n")]);
         let execs = Executions::open(DataDir::open(&ws.data()).unwrap()).await.unwrap();
         let state = AppState::new(execs.clone()).unwrap().with_webhooks(config);
-        App { ws, execs, state, dir: dir.to_path_buf() }
+        App { ws, execs, state }
     }
 
     async fn send(&self, req: Request<Body>) -> (StatusCode, Value) {
@@ -72,12 +73,10 @@ impl App {
         assert_eq!(body["forge_repo"], forge_repo);
     }
 
-    /// The fixture `<name>.json` and its headers.
+    /// The fixture `github-webhooks/<name>.json` and its headers.
     fn fixture(&self, name: &str) -> (Vec<u8>, Vec<(String, String)>) {
-        let dir = self.dir.join("github-webhooks");
-        let body = std::fs::read(dir.join(format!("{name}.json"))).unwrap();
-        let headers: Value =
-            serde_json::from_slice(&std::fs::read(dir.join(format!("{name}.headers.json"))).unwrap()).unwrap();
+        let body = fixture_bytes(&format!("github-webhooks/{name}.json"));
+        let headers = fixture_json(&format!("github-webhooks/{name}.headers.json"));
         let headers = headers
             .as_object()
             .unwrap()
@@ -88,7 +87,7 @@ impl App {
         (body, headers)
     }
 
-    /// Posts the fixture `name` as recorded.
+    /// Posts the fixture `name` as written.
     async fn deliver(&self, name: &str) -> (StatusCode, Value) {
         let (body, headers) = self.fixture(name);
         self.post_github(body, &headers).await
@@ -130,7 +129,7 @@ impl App {
     }
 
     fn ado_fixture(&self, name: &str) -> Vec<u8> {
-        std::fs::read(self.dir.join("azure-devops/hooks").join(name)).unwrap()
+        fixture_bytes(&format!("azure-devops/hooks/{name}"))
     }
 
     /// Every spec, as the API shows them (read from the store: auth may be on).
@@ -152,9 +151,8 @@ fn sign(body: &[u8]) -> String {
 }
 
 #[tokio::test]
-async fn recorded_github_deliveries_import_once_and_the_rest_is_acknowledged() {
-    let Some(dir) = fixtures() else { return };
-    let app = App::new(&dir).await;
+async fn github_delivery_fixtures_import_once_and_the_rest_is_acknowledged() {
+    let app = App::new().await;
     app.project("p", REPO, "bug").await;
 
     let (status, body) = app.deliver("ping").await;
@@ -168,9 +166,9 @@ async fn recorded_github_deliveries_import_once_and_the_rest_is_acknowledged() {
     assert_eq!(specs[0]["source"], "github");
     assert_eq!(specs[0]["source_url"], ISSUE_URL);
     assert_eq!(specs[0]["status"], "imported");
-    assert_eq!(specs[0]["title"], "Spelling error in the README file");
-    assert_eq!(specs[0]["body"], "It looks like you accidently spelled 'commit' with two 't's.");
-    assert_eq!(specs[0]["created_by"], "github:example-user-1");
+    assert_eq!(specs[0]["title"], ISSUE_TITLE);
+    assert_eq!(specs[0]["body"], ISSUE_BODY);
+    assert_eq!(specs[0]["created_by"], "github:tessa-lumen");
 
     // A redelivery (same X-GitHub-Delivery) applies nothing.
     let (status, body) = app.deliver("issues.opened").await;
@@ -185,10 +183,7 @@ async fn recorded_github_deliveries_import_once_and_the_rest_is_acknowledged() {
 
     for (name, reason) in [
         ("pull_request.opened", "pull_request opened is not handled"),
-        (
-            "pull_request.closed.merged-from-fork",
-            "pull request #3 (example-user-1-patch-1) is not a baton/<task_id> branch",
-        ),
+        ("pull_request.closed.merged", "pull request #9 (fix-install-typo) is not a baton/<task_id> branch"),
         ("issue_comment.created", "the comment is not a /baton approve or /baton reject command"),
     ] {
         let (status, body) = app.deliver(name).await;
@@ -217,8 +212,7 @@ async fn recorded_github_deliveries_import_once_and_the_rest_is_acknowledged() {
 
 #[tokio::test]
 async fn unsigned_sha1_only_tampered_and_unconfigured_deliveries_store_nothing() {
-    let Some(dir) = fixtures() else { return };
-    let app = App::new(&dir).await;
+    let app = App::new().await;
     app.project("p", REPO, "bug").await;
     let (body, headers) = app.fixture("issues.opened");
 
@@ -232,8 +226,8 @@ async fn unsigned_sha1_only_tampered_and_unconfigured_deliveries_store_nothing()
     assert!(reply.to_string().contains("SHA-1"), "{reply}");
 
     let mut tampered = body.clone();
-    let at = tampered.windows(8).position(|w| w == b"Spelling").unwrap();
-    tampered[at] = b's';
+    let at = tampered.windows(7).position(|w| w == b"install").unwrap();
+    tampered[at] = b'I';
     let (status, reply) = app.post_github(tampered, &headers).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{reply}");
     assert!(!reply.to_string().contains(SECRET));
@@ -253,7 +247,7 @@ async fn unsigned_sha1_only_tampered_and_unconfigured_deliveries_store_nothing()
     let (status, reply) = app.post_github(body.clone(), &headers).await;
     assert_eq!(status, StatusCode::CREATED, "{reply}");
 
-    let unconfigured = App::with_config(&dir, WebhookConfig::default()).await;
+    let unconfigured = App::with_config(WebhookConfig::default()).await;
     let (status, reply) = unconfigured.post_github(body, &headers).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{reply}");
     assert!(reply.to_string().contains("not configured"), "{reply}");
@@ -263,8 +257,7 @@ async fn unsigned_sha1_only_tampered_and_unconfigured_deliveries_store_nothing()
 
 #[tokio::test]
 async fn issues_without_a_project_or_the_trigger_label_or_that_are_pull_requests_are_ignored() {
-    let Some(dir) = fixtures() else { return };
-    let app = App::new(&dir).await;
+    let app = App::new().await;
     let (status, body) = app.deliver("issues.opened").await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     assert_eq!(body, json!({"ignored": format!("no project for {REPO}")}));
@@ -285,14 +278,13 @@ async fn issues_without_a_project_or_the_trigger_label_or_that_are_pull_requests
     pr["issue"]["pull_request"] = json!({"url": "https://api.github.com/repos/x/y/pulls/1"});
     let (status, body) = app.deliver_variant("issues.labeled", &pr, "d-pr").await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    assert_eq!(body["ignored"], "#1 is a pull request, not an issue");
+    assert_eq!(body["ignored"], "#7 is a pull request, not an issue");
     assert_eq!(app.specs().await.len(), 1);
 }
 
 #[tokio::test]
 async fn a_64_kib_unicode_body_is_imported_and_edits_update_the_spec() {
-    let Some(dir) = fixtures() else { return };
-    let app = App::new(&dir).await;
+    let app = App::new().await;
     app.project("p", REPO, "bug").await;
     let mut body = String::from("# Ünïcödé spec ✓\n\n");
     while body.len() + "- 日本語のテキスト 🚀\n".len() <= 64 * 1024 {
@@ -306,13 +298,13 @@ async fn a_64_kib_unicode_body_is_imported_and_edits_update_the_spec() {
     assert_eq!(specs[0]["body"], body.as_str());
 
     payload["action"] = json!("edited");
-    payload["issue"]["title"] = json!("Spelling error in the README (edited)");
+    payload["issue"]["title"] = json!("Typo in the install guide (edited)");
     let (status, reply) = app.deliver_variant("issues.opened", &payload, "d-edit").await;
     assert_eq!(status, StatusCode::OK, "{reply}");
     assert_eq!(reply["outcome"], "updated");
     let specs = app.specs().await;
     assert_eq!(specs.len(), 1);
-    assert_eq!(specs[0]["title"], "Spelling error in the README (edited)");
+    assert_eq!(specs[0]["title"], "Typo in the install guide (edited)");
     assert_eq!(specs[0]["status"], "imported");
 
     // Over the configured limit: 413, nothing stored.
@@ -323,13 +315,13 @@ async fn a_64_kib_unicode_body_is_imported_and_edits_update_the_spec() {
     assert!(reply["error"].is_string(), "a JSON error: {reply}");
     // Between axum's 2 MB default and the 5 MiB limit: accepted, the text cut to fit a spec.
     let mut large = app.payload("issues.opened");
-    large["issue"]["html_url"] = json!("https://github.com/example-user-1/Hello-World/issues/2");
+    large["issue"]["html_url"] = json!("https://github.com/lumen-labs/lantern/issues/8");
     large["issue"]["body"] = json!("ß".repeat(1_500_000));
     let (status, reply) = app.deliver_variant("issues.opened", &large, "d-large").await;
     assert_eq!(status, StatusCode::CREATED, "{reply}");
     let spec = app.execs.store().spec(reply["spec_id"].as_i64().unwrap()).await.unwrap().unwrap();
-    assert!(spec.body.len() <= 64 * 1024 && spec.body.ends_with("/issues/2)"), "cut with a note");
-    let small = App::with_config(&dir, WebhookConfig { max_body_bytes: 1024, ..config() }).await;
+    assert!(spec.body.len() <= 64 * 1024 && spec.body.ends_with("/issues/8)"), "cut with a note");
+    let small = App::with_config(WebhookConfig { max_body_bytes: 1024, ..config() }).await;
     let (status, _) = small.deliver("issues.opened").await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(app.deliveries("github").await, 3);
@@ -373,8 +365,7 @@ async fn fire_by_hand(app: &App, spec_id: i64, task_id: &str) {
 
 #[tokio::test]
 async fn a_baton_approve_comment_decides_the_approval_and_a_merged_pull_request_closes_the_spec() {
-    let Some(dir) = fixtures() else { return };
-    let app = App::new(&dir).await;
+    let app = App::new().await;
     app.project("p", REPO, "bug").await;
     let (status, body) = app.deliver("issues.opened").await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
@@ -401,8 +392,8 @@ async fn a_baton_approve_comment_decides_the_approval_and_a_merged_pull_request_
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     assert!(body["ignored"].as_str().unwrap().contains("reviewer role"), "{body}");
 
-    assert!(store.set_identity("rev", ForgeIdentity::GitHubLogin, "Example-User-1").await.unwrap());
-    comment["comment"]["user"]["login"] = json!("example-user-1");
+    assert!(store.set_identity("rev", ForgeIdentity::GitHubLogin, "Ben-Lumen").await.unwrap());
+    comment["comment"]["user"]["login"] = json!("ben-lumen");
     let (status, body) = app.deliver_variant("issue_comment.created", &comment, "c-approve").await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["decision"], "approve");
@@ -430,36 +421,35 @@ async fn a_baton_approve_comment_decides_the_approval_and_a_merged_pull_request_
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["outcome"], "ignored");
     let spec = store.spec(spec_id).await.unwrap().unwrap();
-    assert_eq!(spec.body, "It looks like you accidently spelled 'commit' with two 't's.");
+    assert_eq!(spec.body, ISSUE_BODY);
     let spec_events = store.spec_events(spec_id).await.unwrap();
     assert_eq!(spec_events.last().unwrap().action, "import_update_ignored");
 
     // Its pull request merged: the spec is merged. Closed without merging, or from another
     // repository: nothing.
-    let mut pr = app.payload("pull_request.closed.merged-from-fork");
+    let mut pr = app.payload("pull_request.closed.merged");
     pr["pull_request"]["head"]["ref"] = json!(format!("baton/{task_id}"));
     pr["pull_request"]["merged"] = json!(false);
     pr["repository"]["full_name"] = json!(REPO);
-    let (status, body) = app.deliver_variant("pull_request.closed.merged-from-fork", &pr, "m-0").await;
+    let (status, body) = app.deliver_variant("pull_request.closed.merged", &pr, "m-0").await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     pr["pull_request"]["merged"] = json!(true);
     pr["repository"]["full_name"] = json!("someone/else");
-    let (status, body) = app.deliver_variant("pull_request.closed.merged-from-fork", &pr, "m-1").await;
+    let (status, body) = app.deliver_variant("pull_request.closed.merged", &pr, "m-1").await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     assert_eq!(store.spec(spec_id).await.unwrap().unwrap().status, "executing");
     pr["repository"]["full_name"] = json!(REPO);
-    let (status, body) = app.deliver_variant("pull_request.closed.merged-from-fork", &pr, "m-2").await;
+    let (status, body) = app.deliver_variant("pull_request.closed.merged", &pr, "m-2").await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["status"], "merged");
     let spec = store.spec(spec_id).await.unwrap().unwrap();
     assert_eq!(spec.status, "merged");
-    assert!(spec.status_reason.contains("/pull/3"), "{}", spec.status_reason);
+    assert!(spec.status_reason.contains("/pull/9"), "{}", spec.status_reason);
 }
 
 #[tokio::test]
 async fn a_reject_comment_needs_a_reason_and_records_the_rejection() {
-    let Some(dir) = fixtures() else { return };
-    let app = App::new(&dir).await;
+    let app = App::new().await;
     app.project("p", REPO, "bug").await;
     let (_, body) = app.deliver("issues.opened").await;
     let spec_id = body["spec_id"].as_i64().unwrap();
@@ -481,7 +471,7 @@ async fn a_reject_comment_needs_a_reason_and_records_the_rejection() {
     store.change_spec(spec_id, &fire).await.unwrap();
     store.attach_execution(spec_id, task_id).await.unwrap();
     store.add_token("rev", "reviewer", "hash-1", "", "2026-01-01T00:00:00Z").await.unwrap();
-    store.set_identity("rev", ForgeIdentity::GitHubLogin, "example-user-1").await.unwrap();
+    store.set_identity("rev", ForgeIdentity::GitHubLogin, "ben-lumen").await.unwrap();
 
     let mut comment = app.payload("issue_comment.created");
     comment["comment"]["body"] = json!("/baton reject");
@@ -497,10 +487,9 @@ async fn a_reject_comment_needs_a_reason_and_records_the_rejection() {
 
 #[tokio::test]
 async fn azure_devops_work_items_import_with_basic_auth_once() {
-    let Some(dir) = fixtures() else { return };
-    let app = App::new(&dir).await;
-    app.project("fab", "ado:fabrikam-fiber-inc/FabrikamCloud", "").await;
-    app.project("good", "GoodCompanyCloud", "").await;
+    let app = App::new().await;
+    app.project("fab", "ado:lumenlabs/Lantern", "").await;
+    app.project("server", "Beacon", "").await;
     let created = app.ado_fixture("workitem.created.json");
     // With users (auth on), the hook's Basic header is its own credential, not a token.
     app.execs.store().add_token("ada", "admin", "hash-a", "", "2026-01-01T00:00:00Z").await.unwrap();
@@ -526,28 +515,26 @@ async fn azure_devops_work_items_import_with_basic_auth_once() {
     assert_eq!(specs.len(), 1);
     assert_eq!(specs[0]["source"], "ado");
     assert_eq!(specs[0]["status"], "imported");
-    assert_eq!(specs[0]["title"], "Some great new idea!");
-    assert_eq!(
-        specs[0]["source_url"],
-        "https://dev.azure.com/fabrikam-fiber-inc/DefaultCollection/_apis/wit/workItems/5"
-    );
+    assert_eq!(specs[0]["title"], "Show when the status feed last refreshed");
+    assert_eq!(specs[0]["body"], "Put the time of the last refresh under the page title.");
+    assert_eq!(specs[0]["source_url"], "https://dev.azure.com/lumenlabs/_apis/wit/workItems/301");
 
     let (status, body) = app.post_ado(&created, Some(ADO_AUTH)).await;
     assert_eq!((status, body), (StatusCode::OK, json!({"duplicate": true})));
     assert_eq!(app.specs().await.len(), 1);
 
-    // The recorded update changes state and severity only: nothing to re-import.
+    // The update fixture changes state and priority only: nothing to re-import.
     let updated = app.ado_fixture("workitem.updated.json");
     let (status, body) = app.post_ado(&updated, Some(ADO_AUTH)).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     assert!(body["ignored"].as_str().unwrap().contains("no title"), "{body}");
 
-    // A title and description change: imported (the work item had no spec in `good` yet),
+    // A title and description change: imported (the work item had no spec in `server` yet),
     // then updated in place by the next change.
     let mut change: Value = serde_json::from_slice(&updated).unwrap();
     change["id"] = json!("update-with-text");
     change["resource"]["fields"]["System.Title"] =
-        json!({"oldValue": "Some great new idea!", "newValue": "A better idea"});
+        json!({"oldValue": "Beacon drops the last reading of each hour", "newValue": "A better idea"});
     change["resource"]["revision"]["fields"]["System.Title"] = json!("A better idea");
     change["resource"]["revision"]["fields"]["System.Description"] =
         json!("<div>Make it <b>faster</b>&nbsp;&amp; smaller.</div><ul><li>one</li><li>two</li></ul>");
@@ -555,11 +542,11 @@ async fn azure_devops_work_items_import_with_basic_auth_once() {
         json!("<p>Loads in &lt; 1&nbsp;s</p>");
     let (status, body) = app.post_ado(change.to_string().as_bytes(), Some(ADO_AUTH)).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
-    assert_eq!(body["project"], "good");
+    assert_eq!(body["project"], "server");
     let spec = app.execs.store().spec(body["spec_id"].as_i64().unwrap()).await.unwrap().unwrap();
     assert_eq!(spec.title, "A better idea");
     assert_eq!(spec.body, "Make it faster & smaller.\n\n- one\n- two\n\n## Acceptance criteria\n\nLoads in < 1 s");
-    assert_eq!(spec.source_url, "http://good-company.some.ssl.host/DefaultCollection/_apis/wit/workItems/5");
+    assert_eq!(spec.source_url, "https://devops.lumen.example/LumenCollection/_apis/wit/workItems/88");
 
     change["id"] = json!("update-2");
     change["resource"]["revision"]["rev"] = json!(4);
@@ -588,9 +575,8 @@ async fn azure_devops_work_items_import_with_basic_auth_once() {
 
 #[tokio::test]
 async fn a_baton_approve_work_item_comment_decides_the_approval_and_a_merged_ado_pull_request_closes_the_spec() {
-    let Some(dir) = fixtures() else { return };
-    let app = App::new(&dir).await;
-    app.project("fab", "ado:fabrikam-fiber-inc/FabrikamCloud", "").await;
+    let app = App::new().await;
+    app.project("fab", "ado:lumenlabs/Lantern", "").await;
     let created = app.ado_fixture("workitem.created.json");
     let (status, body) = app.post_ado(&created, Some(ADO_AUTH)).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
@@ -600,7 +586,7 @@ async fn a_baton_approve_work_item_comment_decides_the_approval_and_a_merged_ado
     let store = app.execs.store();
     store.add_token("rita", "reviewer", "hash-r", "", "2026-01-01T00:00:00Z").await.unwrap();
 
-    // The recorded created delivery, as a comment (built from the real payload).
+    // The created delivery fixture, as a comment.
     let mut comment: Value = serde_json::from_slice(&created).unwrap();
     comment["eventType"] = json!("workitem.commented");
     comment["id"] = json!("comment-1");
@@ -620,19 +606,18 @@ async fn a_baton_approve_work_item_comment_decides_the_approval_and_a_merged_ado
     assert_eq!((status, body), (StatusCode::OK, json!({"duplicate": true})));
 
     // Its pull request merged on Azure DevOps (the documented `git.pullrequest.merged` shape,
-    // no recorded fixture): the spec is merged; another repository's changes nothing.
+    // no fixture file): the spec is merged; another repository's changes nothing.
     let mut merged = json!({"id": "pr-merged-1", "eventType": "git.pullrequest.merged", "resource": {
         "pullRequestId": 9, "status": "completed", "mergeStatus": "succeeded",
         "sourceRefName": format!("refs/heads/baton/{task_id}"), "targetRefName": "refs/heads/main",
-        "repository": {"name": "Other", "webUrl": "https://dev.azure.com/fabrikam-fiber-inc/FabrikamCloud/_git/Other",
-                       "project": {"name": "FabrikamCloud"}}}});
+        "repository": {"name": "Other", "webUrl": "https://dev.azure.com/lumenlabs/Lantern/_git/Other",
+                       "project": {"name": "Lantern"}}}});
     let (status, body) = app.post_ado(merged.to_string().as_bytes(), Some(ADO_AUTH)).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     assert_eq!(store.spec(spec_id).await.unwrap().unwrap().status, "executing");
     merged["id"] = json!("pr-merged-2");
-    merged["resource"]["repository"]["name"] = json!("FabrikamCloud");
-    merged["resource"]["repository"]["webUrl"] =
-        json!("https://dev.azure.com/fabrikam-fiber-inc/FabrikamCloud/_git/FabrikamCloud");
+    merged["resource"]["repository"]["name"] = json!("Lantern");
+    merged["resource"]["repository"]["webUrl"] = json!("https://dev.azure.com/lumenlabs/Lantern/_git/Lantern");
     let (status, body) = app.post_ado(merged.to_string().as_bytes(), Some(ADO_AUTH)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let spec = store.spec(spec_id).await.unwrap().unwrap();

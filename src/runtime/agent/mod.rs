@@ -22,33 +22,23 @@ pub use shim::{
 
 #[cfg(test)]
 pub(crate) mod test_support {
-    //! Locating the shared, real fixtures (`$BATON_FIXTURES`, else `<manifest>/../shared/fixtures`).
+    //! Locating the repository's fixtures (`tests/fixtures`, see its README.md).
 
     use std::path::PathBuf;
 
-    /// The fixtures folder; `None` (after printing a notice) when it is missing outside CI.
+    /// The fixtures folder, `<manifest>/tests/fixtures`.
     ///
-    /// Panics when it is missing and `CI=true`: in CI a missing folder is a failure, not a skip.
-    pub(crate) fn fixtures_dir() -> Option<PathBuf> {
-        let dir = std::env::var_os("BATON_FIXTURES")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures"));
-        if dir.is_dir() {
-            return Some(dir);
-        }
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "fixtures folder {} is missing (set BATON_FIXTURES)",
-            dir.display()
-        );
-        errln!("notice: fixtures folder {} not found; skipping conformance test", dir.display());
-        None
+    /// Panics when it is missing: a test never passes without its input.
+    pub(crate) fn fixtures_dir() -> PathBuf {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        assert!(dir.is_dir(), "the fixtures folder {} is missing", dir.display());
+        dir
     }
 
-    /// The text of `<fixtures>/<rel>`, or `None` when the folder is missing (see above).
-    pub(crate) fn fixture(rel: &str) -> Option<String> {
-        let dir = fixtures_dir()?;
-        let path = dir.join(rel);
-        Some(std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading fixture {}: {e}", path.display())))
+    /// The text of fixture `rel` (a path under [`fixtures_dir`]); panics naming the file when
+    /// it cannot be read.
+    pub(crate) fn fixture(rel: &str) -> String {
+        let path = fixtures_dir().join(rel);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading fixture {}: {e}", path.display()))
     }
 }

@@ -243,31 +243,32 @@ mod tests {
 
     #[test]
     fn claude_stream_json_fixture() {
-        let Some(stdout) = fixture("agent-cli/claude/stream-json.write-file-run.ndjson") else {
-            return;
-        };
+        let stdout = fixture("agent-cli/claude/stream-json.write-file-run.ndjson");
         let out = parse_claude_stream_json(&stdout, "", &exit(0));
         assert!(out.success);
-        assert_eq!(out.outcome, "Done — I created `hello.txt` in the working directory containing the word \"hello\".");
+        assert_eq!(
+            out.outcome,
+            "Added `RELEASING.md` with the three release steps: bump the version, tag it, push the tag."
+        );
         assert_eq!(out.error, None);
-        assert_cost(out.cost_usd, 0.42642399999999997);
-        assert_eq!((out.input_tokens, out.output_tokens), (9388, 184));
-        assert_eq!(out.session_id.as_deref(), Some("ab4694a7-7cfd-41d4-9f9b-fac26ce2930d"));
+        assert_cost(out.cost_usd, 0.0871235);
+        assert_eq!((out.input_tokens, out.output_tokens), (10, 159));
+        assert_eq!(out.session_id.as_deref(), Some("5f0c7d2e-9a41-4b8e-b3d6-2c8e71a40f19"));
+        assert_eq!(out.model.as_deref(), Some("claude-sonnet-4-5-20250929"));
         // success is decided on is_error, not the exit code
         assert!(parse_claude_stream_json(&stdout, "", &exit(1)).success);
     }
 
     #[test]
     fn claude_error_max_turns_fixture_has_no_result_key() {
-        let Some(stdout) = fixture("agent-cli/claude/result.error_max_turns.no-result-key.json") else {
-            return;
-        };
+        let stdout = fixture("agent-cli/claude/result.error_max_turns.json");
         let out = parse_claude_stream_json(&stdout, "", &exit(0));
         assert!(!out.success);
         assert_eq!(out.outcome, "");
-        assert_eq!(out.error.as_deref(), Some("error_max_turns: Reached maximum number of turns (1)"));
-        assert_cost(out.cost_usd, 0.16568400000000003);
-        assert_eq!((out.input_tokens, out.output_tokens), (9386, 410));
+        assert_eq!(out.error.as_deref(), Some("error_max_turns: Reached maximum number of turns (2)"));
+        assert_cost(out.cost_usd, 0.1290475);
+        assert_eq!((out.input_tokens, out.output_tokens), (14, 502));
+        assert_eq!(out.session_id.as_deref(), Some("6a7b8c9d-0e1f-4a2b-8c3d-4e5f6a7b8c9d"));
         // the same object pretty-printed (`--output-format json`) parses the same
         let value: Value = serde_json::from_str(&stdout).unwrap();
         let pretty = serde_json::to_string_pretty(&value).unwrap();
@@ -302,15 +303,13 @@ mod tests {
 
     #[test]
     fn codex_fixture() {
-        let Some(stdout) = fixture("agent-cli/codex/exec-json.docs-sample.jsonl") else {
-            return;
-        };
+        let stdout = fixture("agent-cli/codex/exec-json.jsonl");
         let out = parse_codex_jsonl(&stdout, "", &exit(0));
         assert!(out.success);
-        assert_eq!(out.outcome, "Yep — there’s a `README.md` in the repository root.");
-        assert_eq!((out.input_tokens, out.output_tokens), (24763, 122));
+        assert_eq!(out.outcome, "Yes: `CHANGELOG.md` sits in the repository root, next to `Cargo.toml`.");
+        assert_eq!((out.input_tokens, out.output_tokens), (18342, 187));
         assert_eq!(out.cost_usd, None);
-        assert_eq!(out.session_id.as_deref(), Some("0199a213-81c0-7800-8aa1-bbab2a035a53"));
+        assert_eq!(out.session_id.as_deref(), Some("01980c4e-7a2b-7c3d-9e4f-5a6b7c8d9e0f"));
     }
 
     #[test]
@@ -335,10 +334,11 @@ mod tests {
 
     #[test]
     fn gemini_fixture_is_not_mistaken_for_claude() {
-        let Some(stdout) = fixture("agent-cli/gemini/json.docs-sample.json") else {
-            return;
-        };
-        assert!(!parse_claude_stream_json(&stdout, "", &exit(0)).success);
+        let stdout = fixture("agent-cli/gemini/json-output.json");
+        let out = parse_claude_stream_json(&stdout, "", &exit(0));
+        assert!(!out.success);
+        assert_eq!(out.outcome, "");
+        assert!(out.error.unwrap().starts_with("agent produced no result event"));
     }
 
     #[test]

@@ -188,10 +188,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn loads_the_real_agent_baton_definitions() {
-        let Some(fixtures) = fixtures_dir() else {
-            return;
-        };
+    fn loads_agent_baton_definitions() {
+        let fixtures = fixtures_dir();
         let repo = tempfile::tempdir().unwrap();
         let agents = repo.path().join("agents");
         fs::create_dir_all(&agents).unwrap();
@@ -206,13 +204,21 @@ mod tests {
         assert_eq!(arch.model.as_deref(), Some("opus"));
         assert_eq!(arch.tools, ["Read", "Glob", "Grep"]);
         assert_eq!(arch.permission_mode.as_deref(), Some("default"));
-        assert!(arch.description.starts_with("Specialist for system design"));
-        assert!(arch.instructions.starts_with("# Software Architect\n"));
-        assert!(arch.instructions.ends_with("design decisions for the project."));
+        assert_eq!(
+            arch.description,
+            "Designs modules, data flow and interfaces before code is written. Use it for decisions that are costly to undo."
+        );
+        assert!(arch.instructions.starts_with("# Architect\n\nYou design; you do not write production code.\n"));
+        assert!(arch.instructions.ends_with("name every file a later step will touch."));
         assert_eq!(arch.source, agents.join("architect.md"));
         let py = roster.get("backend-engineer--python").unwrap();
-        assert_eq!(py.permission_mode.as_deref(), Some("auto-edit"));
-        assert_eq!(py.tools.len(), 6);
+        assert_eq!(py.permission_mode.as_deref(), Some("acceptEdits"));
+        assert_eq!(py.tools, ["Read", "Edit", "Write", "Bash", "Glob", "Grep"]);
+        let reviewer = roster.get("code-reviewer").unwrap();
+        assert_eq!((reviewer.model.as_deref(), reviewer.permission_mode.as_deref()), (Some("sonnet"), None));
+        let tester = roster.get("test-engineer").unwrap();
+        assert_eq!(tester.tools, ["Read", "Write", "Edit", "Bash"], "tools as a YAML list");
+        assert_eq!(tester.model.as_deref(), Some("haiku"));
     }
 
     #[test]
