@@ -205,7 +205,7 @@ impl From<OpsError> for AppError {
     /// The operator service's refusals: unknown → 404, a bad field → 422 (`details.field`),
     /// not allowed → 403, not a user → 401, refused by the state → 409 (`details.reason`; an
     /// already-taken decision also `details.standing`: who, when, what), an expired link →
-    /// 410, the engine's refusals as [`classify_engine`].
+    /// 410, the engine's refusals as for a request (409 or 422).
     fn from(e: OpsError) -> Self {
         match e {
             OpsError::NotFound(m) => AppError::NotFound(m),

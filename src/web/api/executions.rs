@@ -2,7 +2,7 @@
 //! driver contract: `record`, `approve`, `feedback`, `cancel`, `retry-step`, `skip`, …).
 //!
 //! Every recording route parses its body into an event and calls the operator service
-//! ([`Ops`](crate::runtime::ops::Ops)), which decides (role, separate reviewer, idempotency,
+//! ([`crate::runtime::ops::Ops`]), which decides (role, separate reviewer, idempotency,
 //! the record lock, signing); this module only formats its answer.
 
 use axum::extract::{Path, Query, State};
