@@ -153,3 +153,19 @@ impl Executions {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exactly_the_waiting_statuses_wait_for_a_human() {
+        for status in WAITING {
+            assert!(waits_for(status, "1 Design").is_some(), "{status}");
+        }
+        for status in ["running", "gate_pending", "gate_failed", "complete", "failed", "cancelled", ""] {
+            assert_eq!(waits_for(status, "1 Design"), None, "{status}");
+        }
+        assert_eq!(waits_for("approval_pending", "2 Build").as_deref(), Some("approval of phase 2 Build"));
+    }
+}
