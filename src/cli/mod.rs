@@ -386,8 +386,14 @@ enum ExecuteCommand {
         #[arg(long)]
         add_step: Vec<String>,
     },
-    /// Recover after a driver stopped: steps it had dispatched are offered again; print the next action.
+    /// Go on: lift a pause, acknowledge a due CHECKPOINT, and (for an execution an external
+    /// orchestrator drives) offer again the steps it had dispatched; print the next action.
     Resume {
+        #[command(flatten)]
+        task: Task,
+    },
+    /// Pause: no new dispatches (running agents finish) until `execute resume`.
+    Pause {
         #[command(flatten)]
         task: Task,
     },
@@ -849,13 +855,25 @@ async fn execute(
         ExecuteCommand::Status { task } => {
             let task_id = execs.resolve_task_id(task.task_id.as_deref()).await?;
             let state = execs.get(&task_id).await?;
-            print_status(&state, json)?;
+            let paused = execs.is_paused(&task_id).await?;
+            print_status(&state, paused, json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        ExecuteCommand::Pause { task } => {
+            let task_id = execs.resolve_task_id(task.task_id.as_deref()).await?;
+            let op = ops.cli_operator(as_user).await?;
+            ops.set_paused(&task_id, true, &op).await?;
+            errln!("execution {task_id} paused: no new dispatches until `baton execute resume`");
             Ok(ExitCode::SUCCESS)
         }
         ExecuteCommand::Resume { task } => {
             let task_id = execs.resolve_task_id(task.task_id.as_deref()).await?;
             let op = ops.cli_operator(as_user).await?;
             execs.get(&task_id).await?;
+            if execs.is_paused(&task_id).await? {
+                ops.set_paused(&task_id, false, &op).await?;
+                errln!("execution {task_id} resumed from its pause");
+            }
             let resumed = ops.resume(&task_id, &op).await?;
             if runtime::driver::meta_path(execs.data(), &task_id).exists() {
                 errln!(
@@ -1117,6 +1135,7 @@ fn event_of(command: ExecuteCommand) -> anyhow::Result<(Option<String>, Event)> 
         ExecuteCommand::Start { .. }
         | ExecuteCommand::Next { .. }
         | ExecuteCommand::Resume { .. }
+        | ExecuteCommand::Pause { .. }
         | ExecuteCommand::Status { .. }
         | ExecuteCommand::List
         | ExecuteCommand::Run(_) => return Err(anyhow::anyhow!("not a recording command")),
@@ -1167,13 +1186,23 @@ async fn record_command(
     Ok(print_action(&done.next_action, &task_id, json))
 }
 
-fn print_status(state: &ExecutionState, json: bool) -> anyhow::Result<()> {
+fn print_status(state: &ExecutionState, paused: bool, json: bool) -> anyhow::Result<()> {
     if json {
-        outln!("{}", serde_json::to_string_pretty(state)?);
+        let mut value = serde_json::to_value(state)?;
+        if let Some(fields) = value.as_object_mut() {
+            fields.insert("paused".into(), serde_json::Value::Bool(paused));
+        }
+        outln!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(());
     }
     let (done, total) = state.progress();
-    outln!("{}: {} — {done}/{total} steps done, ${:.2} spent", state.task_id, state.status, state.counters.spend_usd);
+    let pause = if paused { " (paused: no new dispatches until resumed)" } else { "" };
+    outln!(
+        "{}: {}{pause} — {done}/{total} steps done, ${:.2} spent",
+        state.task_id,
+        state.status,
+        state.counters.spend_usd
+    );
     if let Some(why) = &state.failure {
         outln!("  reason: {why}");
     }

@@ -66,6 +66,8 @@ pub struct Card {
     pub waits_for: Option<String>,
     /// Its execution, once fired.
     pub task_id: Option<String>,
+    /// Its execution is paused (no new dispatches until resumed).
+    pub paused: bool,
 }
 
 /// One column.
@@ -103,6 +105,10 @@ pub struct Board {
 /// What a card in `stage` waits for.
 fn waits_for(stage: SpecStage, row: &CardRow) -> Option<String> {
     let phase = row.current_phase.clone().unwrap_or_default();
+    let open = matches!(stage, SpecStage::Executing | SpecStage::AwaitingHuman | SpecStage::Validating);
+    if row.paused && open {
+        return Some("a resume (paused by an operator)".into());
+    }
     match (stage, row.execution_status.as_deref()) {
         (SpecStage::AwaitingHuman, status) => crate::runtime::views::waits_for(status.unwrap_or_default(), &phase),
         (SpecStage::Validating, Some("gate_failed")) => Some(format!("gate retry of phase {phase}")),
@@ -146,6 +152,7 @@ pub fn card(row: CardRow) -> Card {
         spend_usd: row.spend_usd.unwrap_or(0.0),
         forecast_mid_usd: row.forecast_mid_usd,
         task_id: row.task_id,
+        paused: row.paused,
     }
 }
 

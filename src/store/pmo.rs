@@ -121,6 +121,8 @@ pub struct CardRow {
     pub spend_usd: Option<f64>,
     /// The board column it falls in (the caller's stage expression).
     pub stage: String,
+    /// Its execution is paused.
+    pub paused: bool,
 }
 
 /// One transition of a spec.
@@ -399,7 +401,8 @@ impl Store {
             "select s.spec_id, s.project, s.title, s.source, s.source_url, s.priority, s.status, s.risk, \
              json_extract(s.forecast_json, '$.mid_usd') as forecast_mid_usd, s.agents, \
              s.task_id, s.status_reason, s.updated_at, e.status as execution_status, e.current_phase, \
-             e.steps_done, e.steps_total, e.spend_usd, ({stage_sql}) as stage \
+             e.steps_done, e.steps_total, e.spend_usd, ({stage_sql}) as stage, \
+             exists (select 1 from settings p where p.key = 'paused:' || s.task_id) as paused \
              from specs s left join executions e on e.task_id = s.task_id \
              where (?1 is null or s.project = ?1) \
                and ((?2 = 1) = (s.status = 'cancelled' or coalesce(e.status, '') = 'cancelled'))"
@@ -593,7 +596,8 @@ impl Store {
             .await?)
     }
 
-    /// Marks an execution paused (`paused = true`) or not, in `settings`.
+    /// Marks an execution paused (`paused = true`) or not, in `settings`, and moves the
+    /// board's version.
     ///
     /// # Errors
     /// [`StoreError::Sqlx`].
@@ -608,6 +612,8 @@ impl Store {
         } else {
             sqlx::query("delete from settings where key = ?").bind(&key).execute(&mut *tx).await?;
         }
+        // The board shows a paused card as such: its version moves.
+        sqlx::query("update board_rev set n = n + 1 where id = 1").execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(())
     }

@@ -89,6 +89,8 @@ pub struct ExecutionView {
     pub state: ExecutionState,
     /// What the engine asks for next.
     pub next_action: Action,
+    /// Paused by an operator: no new dispatches until resumed (its status stays the engine's).
+    pub paused: bool,
 }
 
 /// The execution `task_id`, or 404.
@@ -103,7 +105,8 @@ fn no_such(task_id: &str) -> AppError {
 async fn show(State(app): State<AppState>, Path(task_id): Path<String>) -> Result<Json<ExecutionView>, AppError> {
     let state = load(&app, &task_id).await?;
     let next_action = engine::next_action(&state);
-    Ok(Json(ExecutionView { state, next_action }))
+    let paused = app.execs.is_paused(&task_id).await?;
+    Ok(Json(ExecutionView { state, next_action, paused }))
 }
 
 /// One journal entry; `payload` is the event's JSON.
