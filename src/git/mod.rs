@@ -497,10 +497,26 @@ pub(super) fn resolve_oid(repo: &Repository, rev: &str) -> Result<Oid, GitError>
 
 fn branch_ref(name: &str) -> Result<String, GitError> {
     let refname = format!("refs/heads/{name}");
-    if name.is_empty() || !git2::Reference::is_valid_name(&refname) {
+    if check_branch_name(name).is_err() {
         return Err(GitError::InvalidRefName { name: refname });
     }
     Ok(refname)
+}
+
+/// What git's ref rules allow for a branch name, said in one line (for error messages).
+pub const BRANCH_NAME_RULES: &str = "a git branch name: no spaces, control characters or any of ~ ^ : ? * [ \\, \
+     no `..`, `@{`, `//` or leading `-`, no component starting with `.` or ending with `.lock`, not ending with `/` or `.`";
+
+/// Checks `name` as a branch name (`refs/heads/<name>`) by git's ref rules (libgit2's
+/// `git_reference_is_valid_name`), and refuses a leading `-` (read as an option).
+///
+/// Errors: a message saying which rule, from [`BRANCH_NAME_RULES`].
+pub fn check_branch_name(name: &str) -> Result<(), String> {
+    let full = format!("refs/heads/{name}");
+    if name.is_empty() || name.starts_with('-') || !git2::Reference::is_valid_name(&full) {
+        return Err(format!("{name:?} is not {BRANCH_NAME_RULES}"));
+    }
+    Ok(())
 }
 
 fn check_full_ref(full_ref: &str) -> Result<(), GitError> {

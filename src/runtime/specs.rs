@@ -264,6 +264,7 @@ impl Specs {
             blocking(move || GitRepo::open(&path)).await?.map_err(|e| invalid("repo_path", format!("{shown}: {e}")))?;
         let branch = match p.default_branch.clone().filter(|b| !b.trim().is_empty()) {
             Some(b) => {
+                crate::git::check_branch_name(&b).map_err(|e| invalid("default_branch", e))?;
                 let (r, name) = (repo.clone(), b.clone());
                 let tip = blocking(move || r.branch_tip(&name)).await?.map_err(anyhow::Error::from)?;
                 if tip.is_none() {

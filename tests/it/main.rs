@@ -17,6 +17,7 @@ mod golden_plan;
 mod group_commit;
 mod layering;
 mod metrics;
+mod project_fields;
 mod run;
 mod serve;
 mod specs;
