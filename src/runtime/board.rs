@@ -23,6 +23,19 @@ pub struct BoardQuery {
     pub archived: bool,
 }
 
+impl BoardQuery {
+    /// The query as the board reads it: an empty `project` means every project.
+    ///
+    /// Errors: `page` 0 (pages count from 1), naming the parameter.
+    pub fn checked(mut self) -> Result<BoardQuery, String> {
+        if self.page == Some(0) {
+            return Err("page: pages count from 1".into());
+        }
+        self.project = self.project.filter(|p| !p.is_empty());
+        Ok(self)
+    }
+}
+
 /// Cards per column page.
 pub const PAGE_SIZE: usize = 20;
 

@@ -108,6 +108,12 @@ pub enum AppError {
 }
 
 impl AppError {
+    /// A form body axum refused, with its status (400 malformed, 413 over the body limit, 415
+    /// not a form).
+    pub fn form(rejection: &axum::extract::rejection::FormRejection) -> AppError {
+        AppError::Body { status: rejection.status(), message: rejection.body_text(), field: None }
+    }
+
     /// The message shown to the client (a generic one for internal errors).
     pub fn message(&self) -> String {
         match self {
@@ -332,6 +338,50 @@ fn body_field(rejection: &JsonRejection) -> Option<String> {
         (path, Some(name)) if !ends_with_name(name) => Some(format!("{path}.{name}")),
         (path, _) => Some(path.to_string()),
     }
+}
+
+/// Every error answer of the API and the webhooks is a JSON problem body: an error that
+/// reaches the client in another shape (axum's own rejections of a path that is not UTF-8, a
+/// body over the limit, …: plain text) is rewritten into `{error, message, details}` with the
+/// same status. Pages keep their HTML error page.
+pub(crate) async fn problem_bodies(
+    axum::extract::State(()): axum::extract::State<()>,
+    uri: axum::http::Uri,
+    response: Response,
+) -> Response {
+    let status = response.status();
+    let api = uri.path().starts_with("/api/") || uri.path().starts_with("/webhooks/");
+    let json = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json") || v.starts_with("application/problem+json"));
+    if !api || json || !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024).await.map(|b| String::from_utf8_lossy(&b).trim().to_string());
+    let message = match text {
+        Ok(t) if !t.is_empty() => t,
+        _ => status.canonical_reason().unwrap_or("error").to_string(),
+    };
+    let code = match status {
+        StatusCode::BAD_REQUEST => "bad_request",
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::PAYLOAD_TOO_LARGE | StatusCode::UNSUPPORTED_MEDIA_TYPE => "invalid_body",
+        StatusCode::UNPROCESSABLE_ENTITY => "unprocessable",
+        StatusCode::REQUEST_TIMEOUT | StatusCode::SERVICE_UNAVAILABLE => "unavailable",
+        s if s.is_server_error() => "internal",
+        _ => "bad_request",
+    };
+    let mut out = (status, Json(json!({ "error": code, "message": message, "details": Value::Null }))).into_response();
+    for (name, value) in &parts.headers {
+        if name != axum::http::header::CONTENT_TYPE && name != axum::http::header::CONTENT_LENGTH {
+            out.headers_mut().insert(name, value.clone());
+        }
+    }
+    out
 }
 
 impl From<QueryRejection> for AppError {

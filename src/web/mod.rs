@@ -218,6 +218,7 @@ pub fn app(state: AppState) -> Router {
             AppError::MethodNotAllowed(format!("{method} is not allowed on this route"))
         })
         .with_state(state)
+        .layer(axum::middleware::map_response_with_state((), error::problem_bodies))
         .layer(CompressionLayer::new())
         .layer(axum::middleware::from_fn(move |req, next| limit_time(time_limit, req, next)))
         .layer(RequestBodyTimeoutLayer::new(BODY_TIMEOUT))

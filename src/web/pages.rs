@@ -277,8 +277,8 @@ async fn board_page(
     headers: HeaderMap,
     query: Result<Query<BoardQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Page, PageError> {
-    let Query(mut q) = query?;
-    q.project = q.project.filter(|p| !p.is_empty());
+    let Query(q) = query?;
+    let q = q.checked().map_err(AppError::BadRequest)?;
     let (layout, set) = layout(&app, &who, &headers, true).await?;
     let board = board::load(&app.execs, &app.board_cache, &q).await?;
     render(&BoardTemplate { layout, board }, set)
@@ -290,8 +290,8 @@ async fn archive_page(
     headers: HeaderMap,
     query: Result<Query<BoardQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Page, PageError> {
-    let Query(mut q) = query?;
-    q.project = q.project.filter(|p| !p.is_empty());
+    let Query(q) = query?;
+    let mut q = q.checked().map_err(AppError::BadRequest)?;
     q.archived = true;
     let (layout, set) = layout(&app, &who, &headers, false).await?;
     let board = board::load(&app.execs, &app.board_cache, &q).await?;
@@ -332,7 +332,7 @@ async fn create_spec(
     form: Result<Form<NewSpecForm>, axum::extract::rejection::FormRejection>,
 ) -> Result<Response, PageError> {
     let back = back_to("/specs/new");
-    let Form(f) = form.map_err(|e| back_to("/specs/new")(AppError::BadRequest(e.body_text())))?;
+    let Form(f) = form.map_err(|e| back_to("/specs/new")(AppError::form(&e)))?;
     check_csrf(&headers, &f.csrf).map_err(back_to("/specs/new"))?;
     let input =
         crate::runtime::specs::SpecInput { project: f.project, title: f.title, body: f.body, priority: f.priority };
@@ -433,7 +433,7 @@ async fn spec_action(
     let id = crate::web::api::specs::spec_id(&id)?;
     let page = format!("/specs/{id}");
     let back = back_to(page.clone());
-    let Form(f) = form.map_err(|e| back_to(page.clone())(AppError::BadRequest(e.body_text())))?;
+    let Form(f) = form.map_err(|e| back_to(page.clone())(AppError::form(&e)))?;
     check_csrf(&headers, &f.csrf).map_err(back_to(page.clone()))?;
     let actor = who.actor();
     let actor = actor.as_str();
@@ -812,7 +812,7 @@ async fn act(
 ) -> Result<Response, PageError> {
     let page = format!("/executions/{task_id}");
     let back = back_to(page.clone());
-    let Form(f) = form.map_err(|e| back_to(page.clone())(AppError::BadRequest(e.body_text())))?;
+    let Form(f) = form.map_err(|e| back_to(page.clone())(AppError::form(&e)))?;
     check_csrf(&headers, &f.csrf).map_err(back_to(page.clone()))?;
     let op = who.operator();
     // Each rendered form carries its own key: a double submit is a resend, a second form a
@@ -989,7 +989,7 @@ async fn merge_form(
     form: Result<Form<CsrfForm>, axum::extract::rejection::FormRejection>,
 ) -> Result<Response, PageError> {
     let page = format!("/executions/{task_id}/changelist");
-    let Form(f) = form.map_err(|e| back_to(page.clone())(AppError::BadRequest(e.body_text())))?;
+    let Form(f) = form.map_err(|e| back_to(page.clone())(AppError::form(&e)))?;
     check_csrf(&headers, &f.csrf).map_err(back_to(page.clone()))?;
     crate::runtime::merge::merge(&app.execs, &app.forges, &task_id, &who.actor())
         .await
@@ -1019,7 +1019,7 @@ async fn import_form(
     form: Result<Form<ImportForm>, axum::extract::rejection::FormRejection>,
 ) -> Result<Response, PageError> {
     let back = || back_to("/specs/new");
-    let Form(f) = form.map_err(|e| back()(AppError::BadRequest(e.body_text())))?;
+    let Form(f) = form.map_err(|e| back()(AppError::form(&e)))?;
     check_csrf(&headers, &f.csrf).map_err(back())?;
     let label = Some(f.label.as_str()).filter(|l| !l.trim().is_empty());
     let wiql = Some(f.wiql.as_str()).filter(|q| !q.trim().is_empty());
@@ -1083,7 +1083,7 @@ async fn login(
     form: Result<Form<LoginForm>, axum::extract::rejection::FormRejection>,
 ) -> Result<Response, PageError> {
     let back = || back_to("/login");
-    let Form(f) = form.map_err(|e| back()(AppError::BadRequest(e.body_text())))?;
+    let Form(f) = form.map_err(|e| back()(AppError::form(&e)))?;
     check_csrf(&headers, &f.csrf).map_err(back())?;
     let (user, token_id) = crate::runtime::users::sign_in(&app.execs, f.token.trim())
         .await
@@ -1110,7 +1110,7 @@ async fn logout(
     headers: HeaderMap,
     form: Result<Form<CsrfOnly>, axum::extract::rejection::FormRejection>,
 ) -> Result<Response, PageError> {
-    let Form(f) = form.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    let Form(f) = form.map_err(|e| AppError::form(&e))?;
     check_csrf(&headers, &f.csrf)?;
     let mut response = see_other("/login");
     let cookie = format!("{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0");
@@ -1150,7 +1150,7 @@ async fn make_approval_link(
     form: Result<Form<LinkForm>, axum::extract::rejection::FormRejection>,
 ) -> Result<Page, PageError> {
     let page = format!("/executions/{task_id}");
-    let Form(f) = form.map_err(|e| back_to(page.clone())(AppError::BadRequest(e.body_text())))?;
+    let Form(f) = form.map_err(|e| back_to(page.clone())(AppError::form(&e)))?;
     check_csrf(&headers, &f.csrf).map_err(back_to(page.clone()))?;
     let reviewer = f.reviewer.trim();
     crate::runtime::auth::check_user_name(reviewer)
@@ -1215,7 +1215,7 @@ async fn link_decide(
     Path(token): Path<String>,
     form: Result<Form<LinkDecisionForm>, axum::extract::rejection::FormRejection>,
 ) -> Result<Response, PageError> {
-    let Form(f) = form.map_err(|e| AppError::BadRequest(e.body_text()))?;
+    let Form(f) = form.map_err(|e| AppError::form(&e))?;
     check_csrf(&headers, &f.csrf)?;
     let result = ApprovalDecision::parse(&f.result)
         .ok_or_else(|| AppError::BadRequest(format!("result: {:?} is not an approval option", f.result)))?;

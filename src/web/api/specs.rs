@@ -245,7 +245,7 @@ async fn board_json(
     State(app): State<AppState>,
     query: Result<Query<BoardQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Board>, AppError> {
-    let Query(mut q) = query?;
-    q.project = q.project.filter(|p| !p.is_empty());
+    let Query(q) = query?;
+    let q = q.checked().map_err(AppError::BadRequest)?;
     Ok(Json(board::load(&app.execs, &app.board_cache, &q).await?))
 }
