@@ -3,8 +3,32 @@
 // in the middle of a form: once any field was touched (typed in, a radio or box chosen) or
 // has focus, updates pause until the form is submitted or the page reloaded, so a half-made
 // decision is never reset. Pages work without this script.
+//
+// Times: every <time datetime=…> (rendered on the server as "4 min ago" with the exact UTC
+// time in its title) is shown relative to the browser's clock, with the exact time on hover
+// in the browser's time zone, and kept current every 30 s.
 (function () {
   "use strict";
+  function relative(ms) {
+    var s = Math.round(ms / 1000), n = Math.abs(s), amount;
+    if (n < 45) return "just now";
+    if (n < 5400) amount = Math.max(1, Math.ceil(n / 60)) + " min";
+    else if (n < 172800) amount = Math.round(n / 3600) + " h";
+    else amount = Math.round(n / 86400) + " days";
+    return s < 0 ? "in " + amount : amount + " ago";
+  }
+  function times() {
+    var now = Date.now();
+    document.querySelectorAll("time[datetime]").forEach(function (t) {
+      var at = new Date(t.getAttribute("datetime"));
+      if (isNaN(at.getTime())) return;
+      t.textContent = relative(now - at.getTime());
+      t.title = at.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium", timeZoneName: "short" });
+    });
+  }
+  times();
+  setInterval(times, 30000);
+  window.batonTimes = times;
   if (document.body.dataset.live !== "on" || !window.EventSource) return;
   var busy = false, again = false, dirty = false;
   function markDirty(e) {
@@ -27,7 +51,7 @@
         if (!html) return;
         var doc = new DOMParser().parseFromString(html, "text/html");
         var fresh = doc.getElementById("main"), cur = document.getElementById("main");
-        if (fresh && cur && !typing()) cur.replaceWith(fresh);
+        if (fresh && cur && !typing()) { cur.replaceWith(fresh); times(); }
         var badgeNew = doc.querySelector("header.top nav"), badgeCur = document.querySelector("header.top nav");
         if (badgeNew && badgeCur) badgeCur.replaceWith(badgeNew);
       })

@@ -44,6 +44,15 @@ pub fn stage_of(status: &str, execution_status: Option<&str>) -> SpecStage {
     SpecStatus::parse(status).map_or(SpecStage::Queued, |s| SpecStage::of(s, execution_status))
 }
 
+/// The status a spec page shows: its stored status, except that a spec whose execution
+/// ended shows how the execution ended (`complete`, `failed`, `cancelled`), never `executing`.
+pub fn shown_status(status: &str, execution_status: Option<&str>) -> String {
+    match execution_status {
+        Some(e @ ("complete" | "failed" | "cancelled")) if status == "executing" => format!("execution {e}"),
+        _ => status.to_string(),
+    }
+}
+
 /// One card.
 #[derive(Debug, Clone, Serialize)]
 pub struct Card {
@@ -81,6 +90,83 @@ pub struct Card {
     pub task_id: Option<String>,
     /// Its execution is paused (no new dispatches until resumed).
     pub paused: bool,
+    /// When what it waits for began (RFC 3339): the approval's request, the execution's last
+    /// activity, or the spec's last change; empty when it waits for nothing.
+    pub waiting_since: String,
+    /// What its open execution is doing (executing, validating or awaiting a human).
+    pub live: Option<CardLive>,
+}
+
+/// What an open execution is doing, for its card.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CardLive {
+    /// Agents of the attempts running now, with their steps (`1.2 backend-engineer`).
+    pub running: Vec<String>,
+    /// The execution's forecast (mid, every step), USD: the one the execution page shows
+    /// (`forecast_mid_usd` is the enrichment's, made before firing).
+    pub forecast_usd: f64,
+    /// The execution's ceiling, USD.
+    pub ceiling_usd: Option<f64>,
+    /// The spend bar: spend, forecast and ceiling as percentages of its width.
+    pub bar: SpendBar,
+}
+
+/// Spend against forecast and ceiling as a bar: the bar's full width is the largest of the
+/// three amounts.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct SpendBar {
+    /// Width of the spent part, percent (0–100).
+    pub spent_pct: u32,
+    /// Where the forecast mark stands, percent; `None` without a forecast.
+    pub forecast_pct: Option<u32>,
+    /// Where the ceiling mark stands, percent; `None` without a ceiling.
+    pub ceiling_pct: Option<u32>,
+    /// Spent more than the forecast.
+    pub over_forecast: bool,
+}
+
+impl SpendBar {
+    /// The bar of `spent` against `forecast` (0: none) and `ceiling`.
+    pub fn new(spent: f64, forecast: f64, ceiling: Option<f64>) -> SpendBar {
+        let full = spent.max(forecast).max(ceiling.unwrap_or(0.0));
+        let pct = |x: f64| if full > 0.0 { ((x / full) * 100.0).round().clamp(0.0, 100.0) as u32 } else { 0 };
+        SpendBar {
+            spent_pct: pct(spent),
+            forecast_pct: (forecast > 0.0).then(|| pct(forecast)),
+            ceiling_pct: ceiling.filter(|c| *c > 0.0).map(pct),
+            over_forecast: forecast > 0.0 && spent > forecast + 1e-9,
+        }
+    }
+}
+
+/// What an open execution is doing, from its state.
+pub fn card_live(state: &crate::model::state::ExecutionState) -> CardLive {
+    use crate::model::state::StepStatus;
+    let running = state
+        .step_results
+        .values()
+        .filter(|r| matches!(r.status, StepStatus::Dispatched | StepStatus::InteractDispatched))
+        .map(|r| format!("{} {}", r.step_id, r.agent_name))
+        .collect();
+    let forecast_usd = (state.budget.forecasts.values().map(|f| f.mid_usd).sum::<f64>() * 100.0).round() / 100.0;
+    let ceiling_usd = state.budget.ceiling_usd;
+    CardLive {
+        running,
+        forecast_usd,
+        ceiling_usd,
+        bar: SpendBar::new(state.counters.spend_usd, forecast_usd, ceiling_usd),
+    }
+}
+
+/// When `state`'s execution last moved (RFC 3339): its approval request when one is pending,
+/// else the newest dispatch, record or gate run, else its start.
+pub fn last_activity(state: &crate::model::state::ExecutionState) -> String {
+    if let Some(p) = &state.pending_approval_request {
+        return p.requested_at.clone();
+    }
+    let steps = state.step_results.values().flat_map(|r| [r.dispatched_at.as_str(), r.completed_at.as_str()]);
+    let gates = state.gate_results.iter().map(|g| g.checked_at.as_str());
+    steps.chain(gates).chain([state.started_at.as_str()]).max().unwrap_or_default().to_string()
 }
 
 /// One column.
@@ -148,8 +234,11 @@ pub fn card(row: CardRow) -> Card {
     let mut agents: Vec<String> =
         row.agents.as_deref().unwrap_or("").split(',').filter(|a| !a.is_empty()).map(String::from).collect();
     agents.sort();
+    let waits = waits_for(stage, &row);
     Card {
-        waits_for: waits_for(stage, &row),
+        waiting_since: if waits.is_some() { row.updated_at.clone() } else { String::new() },
+        live: None,
+        waits_for: waits,
         spec_id: row.spec_id,
         title: row.title,
         source: row.source,
@@ -269,7 +358,18 @@ async fn build(execs: &Executions, query: &BoardQuery, page: usize) -> Result<Bo
     let count = |stage: SpecStage| {
         counts.iter().find(|(s, _)| s == stage.as_str()).map_or(0, |(_, n)| usize::try_from(*n).unwrap_or(0))
     };
-    let cards: Vec<Card> = rows.into_iter().map(card).collect();
+    let mut cards: Vec<Card> = rows.into_iter().map(card).collect();
+    for c in &mut cards {
+        let open = matches!(c.stage, SpecStage::Executing | SpecStage::Validating | SpecStage::AwaitingHuman);
+        let Some(task_id) = c.task_id.as_deref().filter(|_| open) else { continue };
+        // Open executions are few (one runs at a time per project): their state is read.
+        if let Some(state) = execs.load(task_id).await.map_err(SpecError::Internal)? {
+            if c.waits_for.is_some() {
+                c.waiting_since = last_activity(&state);
+            }
+            c.live = Some(card_live(&state));
+        }
+    }
     let stages: Vec<SpecStage> = if query.archived { vec![SpecStage::Cancelled] } else { BOARD_STAGES.to_vec() };
     let columns = stages
         .into_iter()
@@ -283,4 +383,11 @@ async fn build(execs: &Executions, query: &BoardQuery, page: usize) -> Result<Bo
     let decisions_waiting = if query.archived { 0 } else { count(SpecStage::AwaitingHuman) };
     let projects = store.list_projects().await?.into_iter().map(|p| p.name).collect();
     Ok(Board { project: query.project.clone(), archived: query.archived, projects, columns, decisions_waiting })
+}
+
+impl Card {
+    /// Steps done (its done pips).
+    pub fn steps_done(&self) -> usize {
+        self.pips.iter().filter(|d| **d).count()
+    }
 }

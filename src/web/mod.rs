@@ -15,6 +15,7 @@ pub mod health;
 pub mod metrics;
 pub mod pages;
 pub mod webhooks;
+pub mod when;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -28,6 +28,7 @@ use crate::runtime::board::{self, Board, BoardQuery};
 use crate::runtime::changelist::{self, Changelist};
 use crate::runtime::driver;
 use crate::runtime::ops::{keyed, Door, Operator, Ops};
+use crate::runtime::review::{self, PhaseReview};
 use crate::runtime::specs::SpecEdit;
 use crate::store::{SpecEventRow, SpecRow};
 use crate::web::auth::{Identity, SESSION_COOKIE, SESSION_SECS};
@@ -345,6 +346,8 @@ async fn create_spec(
 struct SpecTemplate {
     layout: Layout,
     spec: SpecRow,
+    /// The status shown (`board::shown_status`).
+    status: String,
     stage: &'static str,
     plan: Option<MachinePlan>,
     forecast: Option<Forecast>,
@@ -375,7 +378,8 @@ async fn spec_page(
         Some(t) => app.execs.summary(t).await?.map(|s| s.status),
         None => None,
     };
-    let stage = board::stage_of(&spec.status, exec_status.as_deref()).as_str();
+    let stage = board::stage_of(&spec.status, exec_status.as_deref()).title();
+    let shown = board::shown_status(&spec.status, exec_status.as_deref());
     let plan = spec.plan_json.take().and_then(|t| serde_json::from_str(&t).ok());
     let forecast = spec.forecast_json.take().and_then(|t| serde_json::from_str(&t).ok());
     let events = app.specs.events(id).await?;
@@ -384,6 +388,7 @@ async fn spec_page(
     let can = |a: SpecAction| spec::transition(status, a).is_ok();
     let t = SpecTemplate {
         layout,
+        status: shown,
         stage,
         plan,
         forecast,
@@ -487,7 +492,10 @@ struct StepView {
     agent_name: String,
     status: &'static str,
     attempt: u32,
-    duration_seconds: f64,
+    /// How long its latest attempt took (`6 ms`, `1.4 s`, `3 min 12 s`; `–` before one ended).
+    duration: String,
+    /// When its running attempt was dispatched (RFC 3339); empty unless running.
+    running_since: String,
     cost_usd: f64,
     /// The step's forecast (mid, USD) and how it was made, when the execution has one.
     forecast: Option<(f64, String)>,
@@ -558,6 +566,8 @@ struct ExecutionTemplate {
     failure: String,
     next_message: String,
     approval: Option<ApprovalAction>,
+    /// What the pending approval approves.
+    review: Option<PhaseReview>,
     feedback: Option<FeedbackAction>,
     interact: Option<InteractAction>,
     /// The pending budget decision (status `budget_exceeded`).
@@ -618,7 +628,11 @@ fn phases_of(app: &AppState, state: &ExecutionState) -> Vec<PhaseView> {
                         agent_name: r.map_or(agent_name, |r| r.agent_name.clone()),
                         status,
                         attempt: r.map_or(0, |r| r.attempt),
-                        duration_seconds: r.map_or(0.0, |r| r.duration_seconds),
+                        duration: crate::web::when::duration(r.map_or(0.0, |r| r.duration_seconds)),
+                        running_since: match r {
+                            Some(r) if running => r.dispatched_at.clone(),
+                            _ => String::new(),
+                        },
                         cost_usd: r.map_or(0.0, |r| r.cost_usd),
                         forecast: state.budget.forecasts.get(&step_id).map(|f| (f.mid_usd, f.basis.clone())),
                         files: r.map_or(0, |r| r.files_changed.len()),
@@ -691,8 +705,10 @@ async fn execution_page(
         .collect();
     let action = engine::next_action(&state);
     let (mut approval, mut feedback, mut interact, mut budget_decision) = (None, None, None, None);
+    let mut review = None;
     match &action {
         Action::Approval(a) => {
+            review = review::phase_review(app.execs.data(), &state, a.phase_id).await;
             let mut a = a.clone();
             let context = std::mem::take(&mut a.approval_context);
             a.approval_context = crate::runtime::teams::approval_context(app.execs.data(), &state, context).await;
@@ -724,6 +740,7 @@ async fn execution_page(
         failure: state.failure.clone().unwrap_or_default(),
         next_message: action.message().to_string(),
         approval,
+        review,
         feedback,
         interact,
         budget_decision,
@@ -873,12 +890,30 @@ async fn act(
 #[template(path = "approvals.html")]
 struct ApprovalsTemplate {
     layout: Layout,
-    rows: Vec<crate::runtime::views::Waiting>,
+    rows: Vec<WaitingView>,
+}
+
+/// One row of the approvals page: what waits and, for an approval, what it approves.
+struct WaitingView {
+    row: crate::runtime::views::Waiting,
+    approval: Option<ApprovalAction>,
+    review: Option<PhaseReview>,
 }
 
 async fn approvals_page(State(app): State<AppState>, who: Who, headers: HeaderMap) -> Result<Page, PageError> {
     let (layout, set) = layout(&app, &who, &headers, true).await?;
-    let rows = app.execs.waiting().await?;
+    let mut rows = Vec::new();
+    for row in app.execs.waiting().await? {
+        let state = crate::web::api::executions::load(&app, &row.task_id).await?;
+        let (approval, review) = match engine::next_action(&state) {
+            Action::Approval(a) => {
+                let review = review::phase_review(app.execs.data(), &state, a.phase_id).await;
+                (Some(a), review)
+            }
+            _ => (None, None),
+        };
+        rows.push(WaitingView { row, approval, review });
+    }
     render(&ApprovalsTemplate { layout, rows }, set)
 }
 
@@ -1182,6 +1217,7 @@ struct LinkTemplate {
     claims: LinkClaims,
     approval: ApprovalAction,
     summary: String,
+    review: Option<PhaseReview>,
 }
 
 async fn link_page(
@@ -1191,8 +1227,10 @@ async fn link_page(
     Path(token): Path<String>,
 ) -> Result<Page, PageError> {
     let (claims, approval, summary) = app.ops.check_link(&token).await?;
+    let state = crate::web::api::executions::load(&app, &claims.task_id).await?;
+    let review = review::phase_review(app.execs.data(), &state, approval.phase_id).await;
     let (layout, set) = layout(&app, &who, &headers, false).await?;
-    render(&LinkTemplate { layout, claims, approval, summary }, set)
+    render(&LinkTemplate { layout, claims, approval, summary, review }, set)
 }
 
 /// The approval link's form.
