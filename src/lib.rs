@@ -24,7 +24,11 @@ macro_rules! out {
 macro_rules! errln {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+        let line = format!($($arg)*);
+        let _ = match $crate::runtime::driving() {
+            Some(task) => writeln!(std::io::stderr().lock(), "task.id={task} {line}"),
+            None => writeln!(std::io::stderr().lock(), "{line}"),
+        };
     }};
 }
 

@@ -314,7 +314,16 @@ pub fn forecast(plan: &MachinePlan, history: &SpendHistory, prices: &PriceTable)
                     (mid * FORECAST_SPREAD.0, mid * FORECAST_SPREAD.1)
                 };
                 let n = sorted.len();
-                (low, mid, high, n, format!("median of {n} recorded attempts of {agent_name} on {model}"))
+                (
+                    low,
+                    mid,
+                    high,
+                    n,
+                    format!(
+                        "median of {n} recorded attempt{} of {agent_name} on {model}",
+                        if n == 1 { "" } else { "s" }
+                    ),
+                )
             }
             None => {
                 let mid = prices.default_step_usd(&model);

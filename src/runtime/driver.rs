@@ -276,7 +276,9 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
                 // Started by `execute start` (an orchestrator); `run` takes it over on --repo.
                 prepare_meta(&data, &task_id, &args).await?
             };
-            errln!("resuming execution {task_id} ({})", state.status);
+            // A fired execution is created before its first drive: nothing dispatched yet is a start.
+            let verb = if state.step_results.is_empty() { "starting" } else { "resuming" };
+            errln!("{verb} execution {task_id} ({})", state.status);
             (state, meta)
         }
         None => {

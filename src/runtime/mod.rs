@@ -26,6 +26,17 @@ pub mod teams;
 pub mod users;
 pub mod views;
 
+tokio::task_local! {
+    /// The execution the current task drives (the server's driver pool sets it), so that the
+    /// driver's log lines (`errln!`) name it: two executions' lines can be told apart.
+    pub static DRIVING: String;
+}
+
+/// The execution the current task drives, if any ([`DRIVING`]).
+pub fn driving() -> Option<String> {
+    DRIVING.try_with(Clone::clone).ok()
+}
+
 use std::io::Write as _;
 use std::path::Path;
 

@@ -260,7 +260,10 @@ impl DriverLoop {
                 execs: Some(self.pool.inner.execs.clone()),
                 ..RunOptions::default()
             };
-            let pause = match driver::run(self.pool.inner.data.clone(), options).await {
+            // One span per execution: its log lines and tracing events carry task.id.
+            let span = tracing::info_span!("execution", task.id = %self.task_id);
+            let run = tracing::Instrument::instrument(driver::run(self.pool.inner.data.clone(), options), span);
+            let pause = match crate::runtime::DRIVING.scope(self.task_id.clone(), run).await {
                 Ok(outcome) => match outcome.action {
                     Action::Complete { .. } => break,
                     _ => None,

@@ -59,9 +59,12 @@ pub struct SpecRow {
     pub status: String,
     /// Risk tier once enriched, else empty.
     pub risk: String,
-    /// The plan (MachinePlan JSON) once enriched.
+    /// The plan (MachinePlan JSON) once enriched (left out of JSON when none, e.g. in the
+    /// API's spec view, which carries it as `plan`).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub plan_json: Option<String>,
-    /// The forecast JSON once enriched.
+    /// The forecast JSON once enriched (left out of JSON when none).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub forecast_json: Option<String>,
     /// Its execution once fired.
     pub task_id: Option<String>,

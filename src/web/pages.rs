@@ -481,8 +481,12 @@ async fn spec_action(
         }
         other => return Err(back(AppError::NotFound(format!("no spec action {other:?}")))),
     };
-    result.map_err(|e| back_to(page.clone())(e.into()))?;
-    Ok(see_other(&page))
+    let row = result.map_err(|e| back_to(page.clone())(e.into()))?;
+    // Fire goes on to the execution it started.
+    match row.task_id {
+        Some(task_id) if action == "fire" => Ok(see_other(&format!("/executions/{task_id}"))),
+        _ => Ok(see_other(&page)),
+    }
 }
 
 /// One step on the execution page.
