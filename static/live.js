@@ -23,7 +23,7 @@
       var at = new Date(t.getAttribute("datetime"));
       if (isNaN(at.getTime())) return;
       t.textContent = relative(now - at.getTime());
-      t.title = at.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium", timeZoneName: "short" });
+      try { t.title = at.toLocaleString(undefined, { timeZoneName: "short" }); } catch (e) { t.title = at.toString(); }
     });
   }
   times();

@@ -559,20 +559,17 @@ async fn board_to_changelist_flow() {
     h.click("button#review").await;
     h.wait_text("#spec-status", "approved", secs(15), Reload::No).await;
 
-    // Fire and follow the execution.
+    // Fire: it goes on to the execution it started.
     h.click("button#fire").await;
-    h.wait_until("the execution link", secs(15), Reload::No, async |h| {
-        Ok(h.exists("a#execution-link").await.then_some(()))
-    })
-    .await;
-    let href = h.attr("a#execution-link", "href").await.unwrap_or_default();
-    let task_id = href.strip_prefix("/executions/").unwrap_or_else(|| panic!("execution link {href:?}")).to_string();
-    h.click("a#execution-link").await;
-    h.wait_until("the execution page", secs(10), Reload::No, async |h| {
+    h.wait_until("the execution page", secs(15), Reload::No, async |h| {
         Ok(h.exists("#exec-status").await.then_some(()))
     })
     .await;
-    assert_eq!(h.path().await, href);
+    let href = h.path().await;
+    let task_id = href.strip_prefix("/executions/").unwrap_or_else(|| panic!("fire went to {href:?}")).to_string();
+    let spec = h.server.json("GET", "/api/v1/specs/1");
+    assert_eq!(spec["task_id"], json!(task_id), "{spec:#}");
+    assert!(spec.get("plan_json").is_none() && spec["plan"].is_object(), "one plan in the spec JSON: {spec:#}");
 
     // Phase 1 (Design) ends in an approval.
     h.wait_until("the approval form of phase 1", secs(60), Reload::Yes, async |h| {
@@ -754,5 +751,202 @@ async fn live_update_moves_a_card_without_reload() {
         json!("still here"),
         "the page was reloaded or navigated: the card must move by a live update"
     );
+    h.finish().await;
+}
+
+/// Where the browser tests' screenshots go (CI keeps them as artifacts):
+/// `$CARGO_TARGET_DIR/screenshots`, else `target/screenshots`.
+fn screenshot_dir() -> std::path::PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    target.join("screenshots")
+}
+
+impl Harness {
+    /// Sets the viewport to `width` × `height` CSS pixels (the window's outer size is
+    /// adjusted until the inner width matches, within a few tries).
+    async fn viewport(&self, width: u32, height: u32) {
+        let mut outer = width;
+        for _ in 0..4 {
+            self.c().set_window_size(outer, height).await.unwrap();
+            let inner = self.js("return window.innerWidth;", vec![]).await.unwrap().as_u64().unwrap_or(0);
+            if inner == u64::from(width) {
+                return;
+            }
+            outer = (i64::from(outer) + i64::from(width) - i64::try_from(inner).unwrap_or(0)).max(1) as u32;
+        }
+        let inner = self.js("return window.innerWidth;", vec![]).await.unwrap();
+        panic!("could not make the viewport {width} px wide (it is {inner})");
+    }
+
+    /// Fails when the page is wider than the viewport (`scrollWidth > innerWidth`), naming the
+    /// widest elements.
+    async fn assert_fits(&self, what: &str) {
+        let v = self
+            .js(
+                "const w = window.innerWidth; \
+                 const wide = Array.from(document.querySelectorAll('body *')) \
+                   .filter(e => e.getBoundingClientRect().right > w + 0.5) \
+                   .slice(0, 5).map(e => e.tagName + (e.id ? '#' + e.id : '') + '.' + e.className); \
+                 return [document.documentElement.scrollWidth, w, wide];",
+                vec![],
+            )
+            .await
+            .unwrap();
+        let (scroll, inner) = (v[0].as_u64().unwrap_or(0), v[1].as_u64().unwrap_or(0));
+        assert!(scroll <= inner, "{what}: the page is {scroll} px wide in a {inner} px viewport; too wide: {}", v[2]);
+    }
+
+    /// Saves a screenshot as `<screenshot_dir>/<name>.png`.
+    async fn screenshot(&self, name: &str) {
+        let png = self.c().screenshot().await.unwrap_or_else(|e| panic!("screenshot {name}: {e}"));
+        let dir = screenshot_dir();
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+    }
+
+    /// `fetch`es `path` from the page (same origin) with a JSON body; the answer's JSON.
+    async fn fetch_json(&self, method: &str, path: &str, body: Value) -> Value {
+        self.js(
+            "return fetch(arguments[1], {method: arguments[0], headers: {'content-type': 'application/json', \
+               'accept': 'application/json'}, body: arguments[2] === null ? undefined : JSON.stringify(arguments[2])}) \
+               .then(r => r.json().then(j => ({status: r.status, body: j})));",
+            vec![json!(method), json!(path), body],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    }
+
+    /// The spend bar's `data-spent` and the done pips of card `spec_id`.
+    async fn card_progress(&self, spec_id: u64) -> Option<(u64, u64)> {
+        let v = self
+            .js(
+                "const c = document.getElementById('spec-' + arguments[0]); if (c === null) return null; \
+                 const bar = c.querySelector('.bar'); \
+                 return [bar === null ? -1 : Number(bar.dataset.spent), c.querySelectorAll('.pips i.done').length];",
+                vec![json!(spec_id)],
+            )
+            .await
+            .ok()?;
+        let a = v.as_array()?;
+        Some((a[0].as_u64()?, a[1].as_u64()?))
+    }
+}
+
+/// A page at 1280 and at 390 px: nothing overflows sideways; a screenshot of each.
+async fn check_widths(h: &Harness, path: &str, name: &str) {
+    for (width, height) in [(1280, 900), (390, 844)] {
+        h.viewport(width, height).await;
+        h.goto(path).await;
+        h.wait_until("the page", secs(10), Reload::No, async |h| Ok(h.exists("main#main").await.then_some(()))).await;
+        h.assert_fits(&format!("{path} at {width} px")).await;
+        h.screenshot(&format!("{name}-{width}")).await;
+    }
+    h.viewport(1280, 900).await;
+}
+
+#[tokio::test]
+async fn the_approval_box_shows_what_is_approved_and_pages_fit() {
+    let h = Harness::start().await;
+    h.goto("/").await;
+    h.wait_until("the board", secs(10), Reload::No, async |h| Ok(h.exists("#spec-1").await.then_some(()))).await;
+
+    // Spec 1 with an approval at the end of its last phase (Review), after Build's gate.
+    let r = h.fetch_json("POST", "/api/v1/specs/1/enrich", Value::Null).await;
+    assert!(r["status"].as_u64().is_some_and(|s| (200..300).contains(&s)), "{r:#}");
+    let mut plan = r["body"]["plan"].clone();
+    let phases = plan["phases"].as_array_mut().unwrap();
+    assert!(phases.len() == 3 && phases[1]["gate"].is_object(), "the demo's plan changed: {plan:#}");
+    phases[2]["approval_required"] = json!(true);
+    phases[2]["approval_description"] = json!("Review the Review phase's notes.");
+    let r = h.fetch_json("PUT", "/api/v1/specs/1/plan", plan).await;
+    assert!(r["status"].as_u64().is_some_and(|s| (200..300).contains(&s)), "{r:#}");
+    let r = h.fetch_json("POST", "/api/v1/specs/1/review", json!({"decision": "approve", "reason": "ok"})).await;
+    assert!(r["status"].as_u64().is_some_and(|s| (200..300).contains(&s)), "{r:#}");
+    let r = h.fetch_json("POST", "/api/v1/specs/1/fire", Value::Null).await;
+    assert!(r["status"].as_u64().is_some_and(|s| (200..300).contains(&s)), "{r:#}");
+    let task_id = r["body"]["task_id"].as_str().unwrap().to_string();
+
+    // The card at the Design approval: a spend bar and one step done.
+    h.goto("/").await;
+    let before = h
+        .wait_until("spec 1 waiting for the Design approval", secs(60), Reload::Yes, async |h| {
+            let waiting = h.exists("#col-awaiting_human #spec-1").await;
+            Ok(if waiting { h.card_progress(1).await } else { None })
+        })
+        .await;
+    assert_eq!(before.1, 1, "one step done at the Design approval\n{}", h.describe().await);
+    let waits = h.text("#spec-1 .waits").await.unwrap_or_default();
+    assert!(waits.contains("approval of phase 1") && waits.contains("since"), "{waits:?}");
+    assert!(h.exists("#spec-1 .waits time[datetime]").await, "the wait's start is a <time>\n{}", h.describe().await);
+    check_widths(&h, "/", "board").await;
+
+    // Approve Design over the API; the card's bar and pips move by themselves (live update).
+    h.goto("/").await;
+    h.wait_until("the card", secs(10), Reload::No, async |h| Ok(h.card_progress(1).await)).await;
+    // As in `live_update_moves_a_card_without_reload`: the change is made once the stream is open.
+    h.js(
+        "return new Promise((ok, fail) => { const s = new EventSource('/api/v1/stream'); \
+           s.onopen = () => { s.close(); ok(true); }; \
+           setTimeout(() => { s.close(); fail(new Error('the stream did not open')); }, 8000); });",
+        vec![],
+    )
+    .await
+    .unwrap();
+    let r = h
+        .fetch_json(
+            "POST",
+            &format!("/api/v1/executions/{task_id}/approve"),
+            json!({"phase_id": 1, "result": "approve", "feedback": "Design is fine"}),
+        )
+        .await;
+    assert!(r["status"].as_u64().is_some_and(|s| (200..300).contains(&s)), "{r:#}");
+    let after = h
+        .wait_until("the card's progress to move", secs(60), Reload::Yes, async |h| {
+            Ok(h.card_progress(1).await.filter(|p| p.0 > before.0 && p.1 > before.1))
+        })
+        .await;
+    assert!(after.1 >= 2, "{after:?}");
+
+    // The Review approval shows the phase's steps, a diff per file and Build's gate output.
+    h.goto(&format!("/executions/{task_id}")).await;
+    h.wait_until("the approval of phase 3", secs(60), Reload::Yes, async |h| {
+        exec_status(h).await?;
+        Ok(h.text("#approval h2").await.filter(|t| t.contains("phase 3")))
+    })
+    .await;
+    let step = h.text("#approval .review-step h4").await.unwrap_or_default();
+    assert!(step.contains("3.1") && step.contains("code-reviewer"), "{step:?}");
+    assert!(h.exists("#approval .agent-summary").await, "the agent's summary\n{}", h.describe().await);
+    assert!(h.count("#approval details.file-diff").await >= 1, "a diff per file\n{}", h.describe().await);
+    h.click("#approval details.file-diff summary").await;
+    let added = h.text("#approval details.file-diff pre.diff .add").await.unwrap_or_default();
+    assert!(added.starts_with('+'), "an added line, coloured: {added:?}\n{}", h.describe().await);
+    let gate = h.text("#approval details.gate summary").await.unwrap_or_default();
+    assert!(gate.contains("Phase 2") && gate.contains("passed"), "{gate:?}");
+    h.click("#approval details.gate summary").await;
+    let output = h.text("#approval details.gate pre.gate-output").await.unwrap_or_default();
+    assert!(!output.trim().is_empty(), "the gate's output\n{}", h.describe().await);
+    let decisions = h.text("#approval ul.decisions").await.unwrap_or_default();
+    assert!(decisions.contains("approval of phase 1") && decisions.contains("Design is fine"), "{decisions:?}");
+    let spend = h.text("#approval .review-spend").await.unwrap_or_default();
+    assert!(spend.contains("forecast"), "{spend:?}");
+    // Durations are real (the demo agent takes milliseconds: never `0.0 s`).
+    let durations = h.texts("table.steps td.duration").await;
+    assert!(durations.iter().all(|d| d.ends_with(" ms") || d.ends_with(" s")), "{durations:?}");
+    check_widths(&h, &format!("/executions/{task_id}"), "approval").await;
+
+    // The approvals page shows the same, with a decision form.
+    h.goto("/approvals").await;
+    let css = format!("#waiting-{task_id} details.file-diff");
+    h.wait_until("the approval's diff on /approvals", secs(10), Reload::No, async |h| {
+        Ok(h.exists(&css).await.then_some(()))
+    })
+    .await;
+    assert!(h.exists(&format!("#waiting-{task_id} form.approvals-form")).await, "{}", h.describe().await);
+    check_widths(&h, "/approvals", "approvals").await;
+    check_widths(&h, "/specs/1", "spec").await;
+    h.assert_no_dialog().await;
     h.finish().await;
 }
