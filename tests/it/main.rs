@@ -21,6 +21,7 @@ mod metrics;
 mod project_fields;
 mod run;
 mod serve;
+mod snapshots;
 mod specs;
 mod teams;
 mod web;
