@@ -26,7 +26,9 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 
-use crate::engine::{checkpoint_due, current_step, result_entry, EngineError};
+use crate::engine::edits::{push_approval_result, result_entry};
+use crate::engine::guards::{check_record_values, checkpoint_due, current_step};
+use crate::engine::EngineError;
 use crate::model::action::ApprovalAction;
 use crate::model::event::{Event, EventKind, RecordStatus};
 use crate::model::plan::{PlanPhase, PlanStep, TeamMember};
@@ -339,7 +341,7 @@ fn check_member(state: &ExecutionState, kind: &EventKind, id: &str) -> Result<()
             crate::engine::budget::check_dispatch(state, id)
         }
         EventKind::StepRecorded { status: rec, .. } => {
-            crate::engine::check_record_values(state, kind)?;
+            check_record_values(state, kind)?;
             if status != ExecutionStatus::Running {
                 return Err(EngineError::WrongStatus { event: "step_recorded", status });
             }
@@ -616,7 +618,7 @@ pub(crate) fn decide(state: &mut ExecutionState, event: &Event, now: &str) -> bo
         return false;
     };
     state.pending_approval_request = None;
-    super::push_approval_result(state, event, now, false, step_id.clone());
+    push_approval_result(state, event, now, false, step_id.clone());
     state.status = ExecutionStatus::Running;
     if *result == ApprovalDecision::ApproveWithFeedback {
         if let Some((pi, si)) = state.locate(&step_id) {
