@@ -12,10 +12,10 @@ use clap::Subcommand;
 use crate::forge::{ForgeError, RetryPolicy};
 use crate::runtime::config::DataDir;
 use crate::runtime::executions::Executions;
-use crate::runtime::forge::{import, Forges, ImportError, ImportOutcome, ImportRequest};
+use crate::runtime::forge::{import, Forges, ImportError, ImportRequest};
 use crate::runtime::merge::MergeError;
 use crate::runtime::pool::Pool;
-use crate::runtime::specs::{SpecError, Specs};
+use crate::runtime::specs::{ImportOutcome, SpecError, Specs};
 use crate::runtime::BadInput;
 
 /// `baton spec …`.

@@ -875,7 +875,7 @@ async fn execute(
                 errln!("execution {task_id} resumed from its pause");
             }
             let resumed = ops.resume(&task_id, &op).await?;
-            if runtime::driver::meta_path(execs.data(), &task_id).exists() {
+            if runtime::runs::meta_path(execs.data(), &task_id).exists() {
                 errln!(
                     "execution {task_id} is driven by `baton execute run`: run it again to recover its attempts \
                      (running ones are re-adopted, finished ones harvested, dead ones re-run)"

@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use crate::engine::validate::{unsafe_id_reason, validate};
 use crate::engine::EngineError;
 use crate::model::event::AddedStep;
-use crate::model::plan::{PlanAmendment, PlanPhase, PlanStep};
+use crate::model::plan::{PlanAmendment, PlanPhase, PlanStep, TeamMember};
 use crate::model::state::{ExecutionState, ExecutionStatus, FeedbackResult};
 
 const DEFAULT_AGENT: &str = "backend-engineer";
@@ -245,7 +245,7 @@ fn insert_phases(state: &mut ExecutionState, index: usize, phases: Vec<PlanPhase
                             step_map.insert(step.step_id.clone(), renamed.clone());
                             step.step_id = renamed;
                         }
-                        crate::engine::team::renumber(step, &prefix, &format!("{new_id}."), &mut step_map);
+                        renumber(step, &prefix, &format!("{new_id}."), &mut step_map);
                     }
                 }
                 phase.phase_id = new_id;
@@ -405,4 +405,31 @@ pub(crate) fn insert_feedback_dispatch(
     });
     let description = format!("Feedback {question_id}: {option}");
     record(state, "feedback", phase_id, &description, ids, steps, "", now);
+}
+
+/// Renumbering after an amendment: members whose id starts with `old` (`"3."`) follow their
+/// step to `new` (`"4."`), with their intra-team `depends_on`; each renamed id goes in `map`.
+fn renumber(step: &mut PlanStep, old: &str, new: &str, map: &mut HashMap<String, String>) {
+    fn walk(members: &mut [TeamMember], old: &str, new: &str, map: &mut HashMap<String, String>) {
+        for m in members {
+            if let Some(rest) = m.member_id.strip_prefix(old) {
+                let renamed = format!("{new}{rest}");
+                map.insert(m.member_id.clone(), renamed.clone());
+                m.member_id = renamed;
+            }
+            walk(&mut m.sub_team, old, new, map);
+        }
+    }
+    fn deps(members: &mut [TeamMember], map: &HashMap<String, String>) {
+        for m in members {
+            for d in &mut m.depends_on {
+                if let Some(n) = map.get(d.as_str()) {
+                    *d = n.clone();
+                }
+            }
+            deps(&mut m.sub_team, map);
+        }
+    }
+    walk(&mut step.team, old, new, map);
+    deps(&mut step.team, map);
 }

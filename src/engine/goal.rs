@@ -365,7 +365,7 @@ pub(crate) fn take_verdict(state: &mut ExecutionState, step_id: &str, now: &str)
         state.goal.status = GoalStatus::Exhausted;
         check.decision = format!("failed: {suggestion_note}");
         state.goal.checks.push(check);
-        crate::engine::fail(state, reason, now);
+        crate::engine::edits::fail(state, reason, now);
     } else {
         state.goal.status = GoalStatus::NotMet;
         check.decision = format!("not met: {suggestion_note}; the planned phases go on");

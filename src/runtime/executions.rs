@@ -15,7 +15,7 @@ use crate::model::event::{Event, EventKind};
 use crate::model::plan::MachinePlan;
 use crate::model::state::ExecutionState;
 use crate::runtime::config::DataDir;
-use crate::runtime::{driver, lease, BadInput};
+use crate::runtime::{lease, runs, BadInput};
 use crate::store::{NewEvent, Store, StoreError, Summary};
 
 /// Events between two snapshots: a load replays at most this many journal entries after the
@@ -219,7 +219,7 @@ impl Executions {
         let (state, applied) = result?;
         let stopped_attempts = if cancel && !applied.duplicate {
             let (data, snapshot) = (self.data.clone(), state.clone());
-            crate::runtime::blocking(move || driver::stop_attempts(&data, &snapshot)).await?
+            crate::runtime::blocking(move || runs::stop_attempts(&data, &snapshot)).await?
         } else {
             0
         };

@@ -1,8 +1,9 @@
 //! Forge items as specs: the forge clients of a running Baton ([`Forges`]), what to import
-//! ([`ImportRequest`]: one item, a GitHub label, an Azure DevOps WIQL query), what an import
-//! did ([`ImportOutcome`]) and fitting an item's title and body into the spec limits.
+//! ([`ImportRequest`]: one item, a GitHub label, an Azure DevOps WIQL query), and an import of
+//! every item a request names ([`import`], each item's outcome shown as [`ImportedItem`]).
 //!
-//! The spec changes themselves are [`Specs::import`](crate::runtime::specs::Specs::import)
+//! The spec changes themselves, what each did ([`ImportOutcome`]) and fitting an item's title
+//! and body into the spec limits are [`Specs::import`](crate::runtime::specs::Specs::import)
 //! and friends. This module never authenticates a webhook delivery; its only IO is the forge
 //! calls of [`crate::forge`].
 
@@ -12,8 +13,7 @@ use crate::forge::ado::AzureDevOps;
 use crate::forge::github::GitHub;
 use crate::forge::{ForgeError, ForgeSettings, ItemRef, RetryPolicy};
 pub use crate::forge::{ForgeItem, ItemMeta};
-use crate::runtime::specs::{SpecError, Specs, MAX_BODY_BYTES, MAX_TITLE_CHARS};
-use crate::store::SpecRow;
+use crate::runtime::specs::{ImportOutcome, SpecError, Specs};
 
 /// The forge clients of a running Baton, built once from [`ForgeSettings`]. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -201,98 +201,4 @@ pub async fn import(
         outcomes.push(specs.import(project, item, actor).await?);
     }
     Ok(outcomes)
-}
-
-impl ForgeItem {
-    /// The item with its title made one line of at most [`MAX_TITLE_CHARS`] characters
-    /// (`(untitled)` when empty) and its body cut to [`MAX_BODY_BYTES`] bytes at a character
-    /// boundary, with a note pointing at the item.
-    pub fn fitted(mut self) -> ForgeItem {
-        let one_line: String = self.title.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
-        let mut title = one_line.trim().to_string();
-        if title.is_empty() {
-            title = "(untitled)".into();
-        }
-        if title.chars().count() > MAX_TITLE_CHARS {
-            title = title.chars().take(MAX_TITLE_CHARS - 1).collect::<String>() + "…";
-        }
-        self.title = title;
-        if self.body.len() > MAX_BODY_BYTES {
-            let note = format!("\n\n… (cut to fit; the whole text is at {})", self.url);
-            let mut end = MAX_BODY_BYTES.saturating_sub(note.len());
-            while !self.body.is_char_boundary(end) {
-                end -= 1;
-            }
-            self.body.truncate(end);
-            self.body.push_str(&note);
-        }
-        self
-    }
-}
-
-/// What an import did.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ImportOutcome {
-    /// A new spec (status `imported`).
-    Created(SpecRow),
-    /// The item's spec got the new title and body, and is `imported` again (its plan dropped).
-    Updated {
-        /// The spec, updated.
-        spec: SpecRow,
-        /// What changed: `title`, `body` or both.
-        changed: Vec<&'static str>,
-    },
-    /// The item's spec already has this title and body.
-    Unchanged(SpecRow),
-    /// The item's spec is approved, fired or final: its plan stays, the update is noted as a
-    /// spec event `import_update_ignored`.
-    Ignored {
-        /// The spec, unchanged.
-        spec: SpecRow,
-        /// Why.
-        reason: String,
-    },
-}
-
-impl ImportOutcome {
-    /// The spec concerned.
-    pub fn spec(&self) -> &SpecRow {
-        match self {
-            ImportOutcome::Created(s) | ImportOutcome::Unchanged(s) => s,
-            ImportOutcome::Updated { spec, .. } | ImportOutcome::Ignored { spec, .. } => spec,
-        }
-    }
-
-    /// `created`, `updated`, `unchanged` or `ignored`.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            ImportOutcome::Created(_) => "created",
-            ImportOutcome::Updated { .. } => "updated",
-            ImportOutcome::Unchanged(_) => "unchanged",
-            ImportOutcome::Ignored { .. } => "ignored",
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn titles_and_bodies_are_fitted_to_the_spec_limits() {
-        let item = ForgeItem {
-            source: "github".into(),
-            url: "https://example.invalid/1".into(),
-            title: format!("  {}\n", "é".repeat(300)),
-            body: "ü".repeat(MAX_BODY_BYTES),
-            ..ForgeItem::default()
-        }
-        .fitted();
-        assert_eq!(item.title.chars().count(), MAX_TITLE_CHARS);
-        assert!(item.title.ends_with('…'));
-        assert!(item.body.len() <= MAX_BODY_BYTES);
-        assert!(item.body.ends_with("https://example.invalid/1)"));
-        let empty = ForgeItem { source: "ado".into(), title: " ".into(), ..ForgeItem::default() };
-        assert_eq!(empty.fitted().title, "(untitled)");
-    }
 }

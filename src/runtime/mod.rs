@@ -19,6 +19,7 @@ pub mod merge;
 pub mod ops;
 pub mod pool;
 pub mod report;
+pub mod runs;
 pub mod specs;
 pub mod spend;
 pub mod teams;

@@ -569,7 +569,7 @@ impl Ops {
             if let Some(pool) = &self.pool {
                 pool.halt(task_id).await;
             }
-        } else if crate::runtime::driver::meta_path(self.execs.data(), task_id).exists() {
+        } else if crate::runtime::runs::meta_path(self.execs.data(), task_id).exists() {
             self.drive(task_id).await?;
         }
         Ok(PauseState { task_id: task_id.to_string(), paused })
@@ -590,7 +590,7 @@ impl Ops {
                 op.role.as_str()
             )));
         }
-        let driven = crate::runtime::driver::meta_path(self.execs.data(), task_id).exists();
+        let driven = crate::runtime::runs::meta_path(self.execs.data(), task_id).exists();
         let lock = self.lock(task_id);
         let _serialised = lock.lock().await;
         let lease = lease::acquire_briefly(self.execs.store(), task_id).await.map_err(OpsError::from)?;

@@ -5,13 +5,16 @@
 //! once get one change and one [`SpecError::Conflict`] naming the status now. Firing claims the
 //! spec first, then creates the execution (`driver::prepare`), and hands it to the
 //! [`Pool`]; when creating fails the spec is approved again with the reason (and an execution
-//! already created is cancelled with it, so none is left live). This module reads
+//! already created is cancelled with it, so none is left live). A forge item becomes a spec
+//! through [`Specs::import`]: fitted to the spec limits ([`ForgeItem::fitted`]), created or
+//! updated, as its [`ImportOutcome`] says. This module reads
 //! repositories (roster, test command) but never writes them, and never touches HTTP.
 
 use std::path::{Path, PathBuf};
 
 use crate::clock;
 use crate::engine;
+use crate::forge::ForgeItem;
 use crate::git::GitRepo;
 use crate::model::event::{Event, EventKind};
 use crate::model::plan::MachinePlan;
@@ -21,7 +24,6 @@ use crate::pmo::pricing::PriceTable;
 use crate::runtime::agent::roster::load_roster;
 use crate::runtime::driver::{self, RunOptions, PROFILES};
 use crate::runtime::executions::Executions;
-use crate::runtime::forge::{ForgeItem, ImportOutcome};
 use crate::runtime::pool::Pool;
 use crate::runtime::{blocking, BadInput};
 use crate::store::{NewSpec, ProjectRow, SpecChange, SpecEventRow, SpecFilter, SpecRow, StoreError};
@@ -803,4 +805,98 @@ pub async fn project_of(execs: &Executions, task_id: &str) -> anyhow::Result<Opt
 /// An item's meta as the spec's `source_meta` JSON.
 fn meta_json(meta: &crate::forge::ItemMeta) -> String {
     serde_json::to_string(meta).unwrap_or_else(|_| "{}".into())
+}
+
+impl ForgeItem {
+    /// The item with its title made one line of at most [`MAX_TITLE_CHARS`] characters
+    /// (`(untitled)` when empty) and its body cut to [`MAX_BODY_BYTES`] bytes at a character
+    /// boundary, with a note pointing at the item.
+    pub fn fitted(mut self) -> ForgeItem {
+        let one_line: String = self.title.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+        let mut title = one_line.trim().to_string();
+        if title.is_empty() {
+            title = "(untitled)".into();
+        }
+        if title.chars().count() > MAX_TITLE_CHARS {
+            title = title.chars().take(MAX_TITLE_CHARS - 1).collect::<String>() + "…";
+        }
+        self.title = title;
+        if self.body.len() > MAX_BODY_BYTES {
+            let note = format!("\n\n… (cut to fit; the whole text is at {})", self.url);
+            let mut end = MAX_BODY_BYTES.saturating_sub(note.len());
+            while !self.body.is_char_boundary(end) {
+                end -= 1;
+            }
+            self.body.truncate(end);
+            self.body.push_str(&note);
+        }
+        self
+    }
+}
+
+/// What an import did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ImportOutcome {
+    /// A new spec (status `imported`).
+    Created(SpecRow),
+    /// The item's spec got the new title and body, and is `imported` again (its plan dropped).
+    Updated {
+        /// The spec, updated.
+        spec: SpecRow,
+        /// What changed: `title`, `body` or both.
+        changed: Vec<&'static str>,
+    },
+    /// The item's spec already has this title and body.
+    Unchanged(SpecRow),
+    /// The item's spec is approved, fired or final: its plan stays, the update is noted as a
+    /// spec event `import_update_ignored`.
+    Ignored {
+        /// The spec, unchanged.
+        spec: SpecRow,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl ImportOutcome {
+    /// The spec concerned.
+    pub fn spec(&self) -> &SpecRow {
+        match self {
+            ImportOutcome::Created(s) | ImportOutcome::Unchanged(s) => s,
+            ImportOutcome::Updated { spec, .. } | ImportOutcome::Ignored { spec, .. } => spec,
+        }
+    }
+
+    /// `created`, `updated`, `unchanged` or `ignored`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ImportOutcome::Created(_) => "created",
+            ImportOutcome::Updated { .. } => "updated",
+            ImportOutcome::Unchanged(_) => "unchanged",
+            ImportOutcome::Ignored { .. } => "ignored",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn titles_and_bodies_are_fitted_to_the_spec_limits() {
+        let item = ForgeItem {
+            source: "github".into(),
+            url: "https://example.invalid/1".into(),
+            title: format!("  {}\n", "é".repeat(300)),
+            body: "ü".repeat(MAX_BODY_BYTES),
+            ..ForgeItem::default()
+        }
+        .fitted();
+        assert_eq!(item.title.chars().count(), MAX_TITLE_CHARS);
+        assert!(item.title.ends_with('…'));
+        assert!(item.body.len() <= MAX_BODY_BYTES);
+        assert!(item.body.ends_with("https://example.invalid/1)"));
+        let empty = ForgeItem { source: "ado".into(), title: " ".into(), ..ForgeItem::default() };
+        assert_eq!(empty.fitted().title, "(untitled)");
+    }
 }

@@ -26,8 +26,8 @@ use crate::pmo::enrich::Forecast;
 use crate::runtime::auth::{LinkClaims, Role};
 use crate::runtime::board::{self, Board, BoardQuery};
 use crate::runtime::changelist::{self, Changelist};
-use crate::runtime::driver;
 use crate::runtime::ops::{keyed, Door, Operator, Ops};
+use crate::runtime::runs;
 use crate::runtime::specs::SpecEdit;
 use crate::store::{SpecEventRow, SpecRow};
 use crate::web::auth::{Identity, SESSION_COOKIE, SESSION_SECS};
@@ -630,7 +630,7 @@ fn phases_of(app: &AppState, state: &ExecutionState) -> Vec<PhaseView> {
                             .chain(engine::goal::check_lines(state, &step_id))
                             .collect(),
                         log_tail: match r {
-                            Some(r) if running => driver::attempt_log_tail(
+                            Some(r) if running => runs::attempt_log_tail(
                                 app.execs.data(),
                                 &state.task_id,
                                 &step_id,

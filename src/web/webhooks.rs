@@ -22,10 +22,10 @@ use sha2::{Digest as _, Sha256};
 use crate::forge::html_to_text;
 use crate::forge::item::ADO_TEXT_FIELDS;
 use crate::model::state::ApprovalDecision;
-use crate::runtime::forge::{ForgeItem, ImportOutcome};
+use crate::runtime::forge::ForgeItem;
 use crate::runtime::intake;
 use crate::runtime::ops::Operator;
-use crate::runtime::specs::SpecError;
+use crate::runtime::specs::{ImportOutcome, SpecError};
 use crate::web::error::AppError;
 use crate::web::AppState;
 
