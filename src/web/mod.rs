@@ -12,6 +12,7 @@ pub mod auth;
 pub mod error;
 pub mod extract;
 pub mod health;
+pub mod layout;
 pub mod metrics;
 pub mod pages;
 pub mod webhooks;

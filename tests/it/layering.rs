@@ -571,29 +571,11 @@ fn library_files() -> Vec<(String, String)> {
     files
 }
 
-/// Sibling edges in loops that are still there, as "parent: from -> to". Every one is in `web`
-/// or `cli`: the ops-service refactor (issue 13) moves the rules they share into the runtime and
-/// removes them; empty this list then. No other loop may be added here.
-const LOOPS_THE_OPS_SERVICE_REMOVES: &[&str] = &[
-    "web: api -> board",
-    "web: api -> extract",
-    "web: auth -> extract",
-    "web: auth -> pages",
-    "web: board -> api",
-    "web: extract -> auth",
-    "web: pages -> api",
-    "web: pages -> auth",
-    "web: pages -> board",
-];
-
 #[test]
 fn sibling_modules_never_import_each_other_in_a_loop() {
     let files = library_files();
     assert!(files.len() > 50 && files.iter().any(|(rel, _)| rel == "runtime/mod.rs"), "scanned too few files");
-    for edge in LOOPS_THE_OPS_SERVICE_REMOVES {
-        assert!(edge.starts_with("web") || edge.starts_with("cli"), "only web and cli loops may wait: {edge}");
-    }
-    let loops = sibling_loops(&files, LOOPS_THE_OPS_SERVICE_REMOVES);
+    let loops = sibling_loops(&files, &[]);
     assert!(loops.is_empty(), "sibling modules import each other in a loop:\n{}", loops.join("\n"));
 }
 
