@@ -83,11 +83,13 @@ pub struct Applied {
 /// Starts an execution of `plan` at `now` (RFC 3339).
 ///
 /// Errors: [`EngineError::InvalidPlan`] with every problem. A HIGH or CRITICAL plan starts
-/// `approval_pending` with a pre-flight approval before phase 1; an empty first phase is
-/// settled at once.
+/// `approval_pending` with a pre-flight approval before phase 1, unless phase 1 already
+/// requires an approval (seed-spec §2.1 step 2: nothing is added, no duplicate); an empty
+/// first phase is settled at once.
 pub fn start(plan: MachinePlan, now: &str) -> Result<ExecutionState, EngineError> {
     validate(&plan).map_err(EngineError::InvalidPlan)?;
-    let preflight = matches!(plan.risk_level.to_ascii_uppercase().as_str(), "HIGH" | "CRITICAL");
+    let risky = matches!(plan.risk_level.to_ascii_uppercase().as_str(), "HIGH" | "CRITICAL");
+    let preflight = risky && !plan.phases.first().is_some_and(|p| p.approval_required);
     let first_phase = plan.phases.first().map(|p| p.phase_id).unwrap_or(0);
     let mut state = ExecutionState::fresh(plan, now);
     if preflight {

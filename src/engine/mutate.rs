@@ -104,7 +104,10 @@ fn mutate_event(state: &mut ExecutionState, event: &Event, now: &str) {
                     if !commit_hash.is_empty() {
                         r.commit_hash = commit_hash.clone();
                     }
-                    if finished || agent_turns + 1 >= max_turns {
+                    // The whole conversation, agent and human turns together, against twice the
+                    // turn limit (seed-spec §2.4, §2.5).
+                    let history = r.interaction_history.len();
+                    if finished || history >= 2 * max_turns as usize {
                         r.status = StepStatus::Complete;
                         r.outcome =
                             if finished { text } else { format!("{text}\n[Auto-completed: max_turns reached]") };
