@@ -3,6 +3,7 @@
 //! worktrees, real agent subprocesses (the demo agent).
 
 mod api_contract;
+mod app;
 mod auth;
 mod bad_input;
 mod browser;
