@@ -756,8 +756,8 @@ impl Ops {
     /// Decides the approval that the execution of the spec imported from `source_url` (on
     /// forge `source`: `github`, `ado`) waits for, by `op` (the forge user's Baton user), as the
     /// web form would. `Ok(Err(reason))` when the comment decides nothing (no such spec, not
-    /// fired, nothing pending, a role too low, a reject without a reason): the webhook answers
-    /// it as ignored.
+    /// fired, nothing pending, a role too low or the separate-reviewer rule, a reject without a
+    /// reason): the webhook answers it as ignored.
     ///
     /// Errors: as [`Ops::record`].
     pub async fn decide_from_comment(
@@ -785,7 +785,13 @@ impl Ops {
         let Some(pending) = state.pending_approval_request else {
             return Ok(Err(format!("execution {task_id} of spec {} is not waiting for an approval", spec.spec_id)));
         };
-        let decided = self.approve(&task_id, pending.phase_id, result, feedback, None, op).await?;
+        let decided = match self.approve(&task_id, pending.phase_id, result, feedback, None, op).await {
+            Ok(decided) => decided,
+            // Refused like a role too low: the comment decides nothing (the separate-reviewer
+            // rule answered 403, so the forge saw a failed delivery and the refusal no outcome).
+            Err(OpsError::Forbidden(why)) => return Ok(Err(why)),
+            Err(e) => return Err(e),
+        };
         Ok(Ok(CommentDecision { spec_id: spec.spec_id, task_id, phase_id: pending.phase_id, decided }))
     }
 }
