@@ -732,7 +732,9 @@ impl Ops {
 
     /// Decides through an approval link: checks it ([`Ops::check_link`]), records the decision
     /// as its reviewer's (`<reviewer> (approval link)`), then spends the link. A decision the
-    /// engine refuses leaves the link usable; two racing uses record one decision.
+    /// engine refuses leaves the link usable; two racing uses record one decision. The resend
+    /// of the submission that spent it (the same key) answers the first outcome, as every door
+    /// answers a resend, instead of "already used".
     ///
     /// Errors: as [`Ops::check_link`] and [`Ops::record`].
     pub async fn redeem_link(
@@ -742,13 +744,33 @@ impl Ops {
         feedback: String,
         key: Option<String>,
     ) -> Result<(LinkClaims, Decided), OpsError> {
-        let (claims, _, _) = self.check_link(token).await?;
+        let claims = match self.check_link(token).await {
+            Ok((claims, _, _)) => claims,
+            Err(refused) => match self.resent_link(token, key.as_deref(), &refused).await? {
+                Some(claims) => claims,
+                None => return Err(refused),
+            },
+        };
         let role = self.check_reviewer(&claims.reviewer).await?;
         let op = Operator::new(claims.reviewer.clone(), role, Door::Link);
         let decided = self.approve(&claims.task_id, claims.phase_id, result, feedback, key, &op).await?;
         let who = format!("{}{LINK_ACTOR_SUFFIX}", claims.reviewer);
         self.execs.store().use_approval_link(&claims.link_id, &who, &self.clock.now_rfc3339()).await?;
         Ok((claims, decided))
+    }
+
+    /// The claims of a link whose use was refused as spent when `key` (the submission's) is
+    /// the one that spent it: the refused use is that submission resent.
+    async fn resent_link(
+        &self,
+        token: &str,
+        key: Option<&str>,
+        refused: &OpsError,
+    ) -> Result<Option<LinkClaims>, OpsError> {
+        let (Some(key), OpsError::Conflict { reason: "used", .. }) = (key, refused) else { return Ok(None) };
+        let Ok(claims) = self.key.link_claims(token) else { return Ok(None) };
+        let state = self.get(&claims.task_id).await?;
+        Ok(state.applied_keys.contains_key(key).then_some(claims))
     }
 
     // ------------------------------------------------------------------------------------
