@@ -1,6 +1,9 @@
 //! `TestApp`: the services of one temp data dir, built by the composition root
-//! (`App::build` with a manual clock), and the router over them (`web::app`). Integration
-//! tests drive the API and the board's forms through it instead of building their own.
+//! (`App::build` with a manual clock), the router over them (`web::app`), and the `baton`
+//! binary on the same data dir. Integration tests drive the API, the board's forms, approval
+//! links, webhooks and the CLI through it instead of building their own.
+
+use std::process::Output;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
@@ -10,10 +13,11 @@ use baton::model::plan::MachinePlan;
 use baton::runtime::app::{App, AppConfig};
 use baton::store::Store;
 use baton::web::{self, AppState, WebhookConfig};
-use serde_json::Value;
+use hmac::{Hmac, Mac};
+use serde_json::{json, Value};
 use tower::ServiceExt as _;
 
-use crate::common::Workspace;
+use crate::common::{code, stderr, stdout, Workspace};
 
 /// The GitHub webhook secret of every `TestApp`.
 pub(crate) const WEBHOOK_SECRET: &str = "door-test-secret";
@@ -28,6 +32,8 @@ pub(crate) enum Caller<'a> {
     Anonymous,
     /// `X-Baton-Actor` (the actor in open mode; ignored once users exist).
     Actor(&'a str),
+    /// `Authorization: Bearer <token>`.
+    Token(&'a str),
 }
 
 /// The services of one data dir and the router over them.
@@ -82,6 +88,11 @@ impl TestApp {
         self.router.clone()
     }
 
+    /// Moves the services' clock forward.
+    pub(crate) fn advance(&self, by: chrono::Duration) {
+        self.app.clock.advance(by);
+    }
+
     // ------------------------------------------------------------------------------------
     // HTTP
     // ------------------------------------------------------------------------------------
@@ -127,6 +138,18 @@ impl TestApp {
         self.call(Method::GET, uri, Caller::Anonymous, None).await
     }
 
+    /// `GET uri` with a bearer token (JSON).
+    pub(crate) async fn get_with(&self, uri: &str, token: &str) -> (StatusCode, Value) {
+        self.call(Method::GET, uri, Caller::Token(token), None).await
+    }
+
+    /// `GET uri` from `caller`: (status, HTML).
+    pub(crate) async fn page(&self, uri: &str, caller: Caller<'_>) -> (StatusCode, String) {
+        let req = with_caller(Request::get(uri), caller).body(Body::empty()).unwrap();
+        let (status, _, html) = self.text(req).await;
+        (status, html)
+    }
+
     /// `POST uri` with `body` as it is (JSON content type).
     pub(crate) async fn post_raw(&self, uri: &str, body: &str) -> (StatusCode, Value) {
         let req = Request::post(uri).header("content-type", "application/json").body(Body::from(body.to_string()));
@@ -142,6 +165,18 @@ impl TestApp {
     /// `POST uri` with a JSON body as `actor` (`X-Baton-Actor`, open mode).
     pub(crate) async fn post_as(&self, uri: &str, actor: &str, body: Value) -> (StatusCode, Value) {
         self.call(Method::POST, uri, Caller::Actor(actor), Some(body)).await
+    }
+
+    /// `POST uri` with a JSON body and a bearer token.
+    pub(crate) async fn post_with(&self, uri: &str, token: &str, body: Value) -> (StatusCode, Value) {
+        self.call(Method::POST, uri, Caller::Token(token), Some(body)).await
+    }
+
+    /// A CSRF cookie a page set (`baton_csrf=<token>`), from the public sign-in page.
+    pub(crate) async fn csrf_cookie(&self) -> String {
+        let (status, headers, _) = self.text(Request::get("/login").body(Body::empty()).unwrap()).await;
+        assert_eq!(status, StatusCode::OK);
+        set_cookie(&headers, "baton_csrf").expect("a page sets the CSRF cookie")
     }
 
     /// Posts a page form `body` to `uri` with the CSRF `cookie` (`baton_csrf=…`) from `caller`:
@@ -164,6 +199,62 @@ impl TestApp {
         (status, html)
     }
 
+    /// Posts a board form to `uri` from `caller`, with a fresh CSRF cookie and its token
+    /// prepended to `fields`: (status, headers, page).
+    pub(crate) async fn form(&self, uri: &str, caller: Caller<'_>, fields: &str) -> (StatusCode, HeaderMap, String) {
+        let cookie = self.csrf_cookie().await;
+        let token = cookie.split_once('=').unwrap().1;
+        self.post_form_from(uri, &cookie, caller, format!("csrf={token}&{fields}")).await
+    }
+
+    /// Delivers a GitHub webhook `event` with `payload`, signed with [`WEBHOOK_SECRET`], as
+    /// delivery `delivery`: (status, JSON answer).
+    pub(crate) async fn github_webhook(&self, event: &str, delivery: &str, payload: &Value) -> (StatusCode, Value) {
+        let body = payload.to_string();
+        let req = Request::post("/webhooks/github")
+            .header("content-type", "application/json")
+            .header("x-github-event", event)
+            .header("x-github-delivery", delivery)
+            .header("x-hub-signature-256", github_signature(body.as_bytes()))
+            .body(Body::from(body))
+            .unwrap();
+        self.send(req).await
+    }
+
+    // ------------------------------------------------------------------------------------
+    // The CLI on the same data dir
+    // ------------------------------------------------------------------------------------
+
+    /// `baton --data-dir <data> <args>` with `env` set (and no `BATON_USER` but the one given).
+    pub(crate) fn cli_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut cmd = self.ws.baton();
+        cmd.env_remove("BATON_USER").envs(env.iter().copied()).args(args).output().unwrap()
+    }
+
+    /// `baton --data-dir <data> <args>`.
+    pub(crate) fn cli(&self, args: &[&str]) -> Output {
+        self.cli_env(args, &[])
+    }
+
+    /// `baton <args>` that must succeed: its stdout.
+    pub(crate) fn cli_ok(&self, args: &[&str]) -> String {
+        let out = self.cli(args);
+        assert_eq!(code(&out), 0, "baton {args:?}: {}{}", stdout(&out), stderr(&out));
+        stdout(&out)
+    }
+
+    /// Creates user `name` with `role` (and GitHub login `github`) through `baton token
+    /// create`; returns the API token.
+    pub(crate) fn user(&self, name: &str, role: &str, github: Option<&str>) -> String {
+        let mut args = vec!["token", "create", "--user", name, "--role", role];
+        if let Some(login) = github {
+            args.extend(["--github-login", login]);
+        }
+        let token = self.cli_ok(&args).trim().to_string();
+        assert!(token.starts_with("baton_"), "{token}");
+        token
+    }
+
     // ------------------------------------------------------------------------------------
     // Executions
     // ------------------------------------------------------------------------------------
@@ -173,13 +264,30 @@ impl TestApp {
         let plan = MachinePlan::from_json(&plan.to_string()).unwrap();
         self.app.execs.create(plan).await.unwrap().task_id
     }
+
+    /// The journal of `task_id`, as the API shows it.
+    pub(crate) async fn journal(&self, task_id: &str) -> Vec<Value> {
+        let events = self.store().events(task_id, 0).await.unwrap();
+        events
+            .into_iter()
+            .map(|e| serde_json::to_value(baton::web::api::executions::JournalEntry::from_stored(e)).unwrap())
+            .collect()
+    }
 }
 
 fn with_caller(req: axum::http::request::Builder, caller: Caller<'_>) -> axum::http::request::Builder {
     match caller {
         Caller::Anonymous => req,
         Caller::Actor(name) => req.header("x-baton-actor", name),
+        Caller::Token(token) => req.header("authorization", format!("Bearer {token}")),
     }
+}
+
+/// `X-Hub-Signature-256` of `body` under [`WEBHOOK_SECRET`].
+pub(crate) fn github_signature(body: &[u8]) -> String {
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(WEBHOOK_SECRET.as_bytes()).unwrap();
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
 }
 
 /// The `name=value` of the cookie `name` a response sets.
@@ -190,4 +298,17 @@ pub(crate) fn set_cookie(headers: &HeaderMap, name: &str) -> Option<String> {
         .filter_map(|v| v.to_str().ok())
         .find(|v| v.starts_with(&format!("{name}=")))
         .map(|v| v.split(';').next().unwrap().to_string())
+}
+
+/// A plan of `phases` phases of one step each (`<n>.1`, agent `agent-<n>`); phase 1 asks for
+/// an approval when `approval` is set.
+pub(crate) fn phases_plan(task_id: &str, phases: usize, approval: bool) -> Value {
+    let phases: Vec<Value> = (1..=phases)
+        .map(|n| {
+            json!({"phase_id": n, "name": format!("Phase {n}"), "approval_required": approval && n == 1,
+                   "steps": [{"step_id": format!("{n}.1"), "agent_name": format!("agent-{n}"),
+                              "task_description": format!("Do part {n}."), "deliverables": [format!("part{n}.md")]}]})
+        })
+        .collect();
+    json!({"task_id": task_id, "task_summary": format!("Plan {task_id}"), "phases": phases})
 }

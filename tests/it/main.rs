@@ -12,6 +12,7 @@ mod cli;
 mod common;
 mod crash;
 mod daemon;
+mod doors;
 mod forge_clients;
 mod forge_flow;
 mod goal;
