@@ -20,6 +20,7 @@ mod golden_plan;
 mod group_commit;
 mod layering;
 mod metrics;
+mod pause;
 mod project_fields;
 mod run;
 mod serve;
