@@ -19,6 +19,11 @@ pub fn idempotency_key(state: &ExecutionState, event: &Event) -> String {
         return key.clone();
     }
     let round = default_round(state, &event.kind);
+    if matches!(event.kind, EventKind::CheckpointAcknowledged) {
+        // One key per checkpoint, whoever acknowledges it (the driver, `execute resume`, the
+        // API): `checkpoint:<task>:<n>`.
+        return format!("checkpoint:{}:{round}", state.task_id);
+    }
     let payload = serde_json::to_string(&event.kind).unwrap_or_default();
     let mut hasher = Sha256::new();
     hasher.update(event.kind.name().as_bytes());

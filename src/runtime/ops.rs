@@ -223,14 +223,6 @@ pub fn role_needed(kind: &EventKind) -> Role {
     }
 }
 
-/// The event that acknowledges the checkpoint due on `state`, with its key (one per
-/// checkpoint: `checkpoint:<task>:<n>`), whoever acknowledges it (driver, CLI, API).
-pub fn checkpoint_ack(state: &ExecutionState, by: &str) -> Event {
-    let mut event = Event::new(EventKind::CheckpointAcknowledged).by(by);
-    event.idempotency_key = Some(format!("checkpoint:{}:{}", state.task_id, state.checkpoint.count + 1));
-    event
-}
-
 /// The operator service over one data dir's executions (and, in `baton serve`, its pool).
 #[derive(Debug, Clone)]
 pub struct Ops {
@@ -613,7 +605,9 @@ impl Ops {
             }
             let mut key = None;
             if state.checkpoint.due {
-                let ack = checkpoint_ack(&state, &op.name);
+                // Its key is the engine's, one per checkpoint (`checkpoint:<task>:<n>`), the same
+                // whichever door acknowledges it.
+                let ack = Event::new(EventKind::CheckpointAcknowledged).by(&op.name);
                 let applied = self.execs.record(&mut state, ack).await?;
                 key = Some(applied.key);
             }
