@@ -21,7 +21,7 @@ use reqwest::header::HeaderMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-pub use item::{html_to_text, ForgeItem, ItemMeta};
+pub use item::{html_to_text, item_key, ForgeItem, ItemMeta};
 
 /// The public GitHub API (`BATON_GITHUB_API_URL` overrides it, for GitHub Enterprise or a mock).
 pub const DEFAULT_GITHUB_API_URL: &str = "https://api.github.com";

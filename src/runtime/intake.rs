@@ -1,7 +1,8 @@
 //! Webhook intake bookkeeping: each delivery applied at most once (claimed before it is
 //! handled, its outcome kept, forgotten again when handling failed so the forge's retry
-//! applies), the projects a forge repository feeds, and the last imported revision of an
-//! Azure DevOps work item (an older revision never overwrites a newer one).
+//! applies), the projects a forge repository feeds, the spec of a forge item, and the last
+//! imported revision of an Azure DevOps work item (an older revision never overwrites a newer
+//! one).
 //!
 //! The webhook door verifies signatures and reads payloads; what a delivery changes goes
 //! through `runtime::specs` and `runtime::ops`. This module never parses HTTP.
@@ -30,6 +31,16 @@ pub async fn finish(execs: &Executions, source: &str, delivery: &str, outcome: &
 /// Errors: the database.
 pub async fn release(execs: &Executions, source: &str, delivery: &str) -> anyhow::Result<()> {
     Ok(execs.store().release_delivery(source, delivery).await?)
+}
+
+/// The address under which the spec of the forge item at `url` (on `source`) was imported:
+/// the spec found by the item's key ([`crate::forge::item_key`]), whichever address of the
+/// item it was imported from; `url` itself when no spec came from the item.
+///
+/// Errors: the database.
+pub async fn spec_url(execs: &Executions, source: &str, url: &str) -> anyhow::Result<String> {
+    let key = crate::forge::item_key(source, url);
+    Ok(execs.store().spec_by_source_key(&key).await?.map_or_else(|| url.to_string(), |s| s.source_url))
 }
 
 /// The projects whose `forge_repo` is one of `names` (`owner/repo`, `github:owner/repo`,

@@ -309,7 +309,8 @@ async fn comment(app: &AppState, delivery: &str, p: &Value) -> Result<Handled, A
     let Some(user) = user else {
         return Ok(ignored(format!("GitHub user {login} is not mapped to a Baton user")));
     };
-    let decided = Decided { source: "github", url: text(p, "/issue/html_url"), who: login, delivery };
+    let url = intake::spec_url(&app.execs, "github", text(p, "/issue/html_url")).await?;
+    let decided = Decided { source: "github", url: &url, who: login, delivery };
     decide(app, &decided, &user, decision, feedback).await
 }
 
@@ -420,7 +421,7 @@ async fn ado_comment(app: &AppState, delivery: &str, resource: &Value) -> Result
     let Some(user) = user else {
         return Ok(ignored(format!("Azure DevOps user {email:?} is not mapped to a Baton user")));
     };
-    let url = ado_url(resource, false);
+    let url = intake::spec_url(&app.execs, "ado", &ado_url(resource, false)).await?;
     let decided = Decided { source: "ado", url: &url, who: email, delivery };
     decide(app, &decided, &user, decision, feedback).await
 }

@@ -669,3 +669,106 @@ fn token_create_maps_a_github_login_and_refuses_another_users_login() {
         assert!(execs.store().user("bob").await.unwrap().is_none(), "the refused user was not created");
     });
 }
+
+/// The migrations up to `last` (copied from `migrations/`) applied to a new database at `db`,
+/// as an older Baton left it.
+async fn database_at(db: &std::path::Path, last: &str) -> sqlx::SqlitePool {
+    let dir = tempfile::tempdir().unwrap();
+    let mut names: Vec<_> = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sql"))
+        .collect();
+    names.sort();
+    for path in names.iter().filter(|p| p.file_name().unwrap().to_str().unwrap() <= last) {
+        std::fs::copy(path, dir.path().join(path.file_name().unwrap())).unwrap();
+    }
+    let options = sqlx::sqlite::SqliteConnectOptions::new().filename(db).create_if_missing(true);
+    let pool = sqlx::sqlite::SqlitePoolOptions::new().max_connections(1).connect_with(options).await.unwrap();
+    sqlx::migrate::Migrator::new(dir.path()).await.unwrap().run(&pool).await.unwrap();
+    pool
+}
+
+#[tokio::test]
+async fn duplicates_already_in_a_database_keep_the_oldest_spec_as_the_items() {
+    let ws = Workspace::with_repo(&[("README.md", "hello\n")]);
+    let data = DataDir::open(&ws.data()).unwrap();
+    // A database as the check-then-insert left it: issue 7 imported three times (one address
+    // with other letter case), work item 301 twice (the hook's API address, the import's web
+    // address), and specs of their own.
+    let pool = database_at(&data.db_path(), "0009_spend.sql").await;
+    sqlx::query(
+        "insert into projects (name, repo_path, default_branch, agent_profile, created_at, forge_repo, trigger_label) \
+         values ('p', ?, 'main', 'demo', '2026-01-01T00:00:00Z', ?, 'bug')",
+    )
+    .bind(ws.repo().display().to_string())
+    .bind(REPO)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let legacy = [
+        ("github", ISSUE_URL),
+        ("github", ISSUE_URL),
+        ("github", "https://github.com/Lumen-Labs/Lantern/issues/7"),
+        ("ado", "https://dev.azure.com/lumenlabs/_apis/wit/workItems/301"),
+        ("ado", "https://dev.azure.com/lumenlabs/6f1c2a3b-4d5e-4f60-8a71-92b3c4d5e6f7/_workitems/edit/301"),
+        ("board", ""),
+        ("github", "https://github.com/lumen-labs/lantern/issues/8"),
+    ];
+    for (n, (source, url)) in legacy.iter().enumerate() {
+        let id: i64 = sqlx::query_scalar(
+            "insert into specs (project, title, body, source, source_url, status, created_by, created_at, updated_at) \
+             values ('p', ?, '', ?, ?, 'imported', 'old', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z') \
+             returning spec_id",
+        )
+        .bind(format!("legacy {n}"))
+        .bind(source)
+        .bind(url)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        sqlx::query(
+            "insert into spec_events (spec_id, seq, action, from_status, to_status, actor, at) \
+             values (?, 1, 'create', '', 'imported', 'old', '2026-01-01T00:00:00Z')",
+        )
+        .bind(id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    pool.close().await;
+
+    // Opened by this Baton: migrated, the keys filled, the oldest of each item kept.
+    let execs = Executions::open(data.clone()).await.unwrap();
+    let store = execs.store();
+    let holder = |key: &'static str| async move { store.spec_by_source_key(key).await.unwrap().map(|s| s.spec_id) };
+    assert_eq!(holder("github:github.com/lumen-labs/lantern#7").await, Some(1));
+    assert_eq!(holder("ado:lumenlabs#301").await, Some(4));
+    assert_eq!(holder("github:github.com/lumen-labs/lantern#8").await, Some(7));
+    for (duplicate, kept) in [(2, 1), (3, 1), (5, 4)] {
+        let events = store.spec_events(duplicate).await.unwrap();
+        let last = events.last().unwrap();
+        assert_eq!(last.action, "superseded_duplicate", "spec {duplicate}");
+        assert!(last.reason.starts_with(&format!("spec {kept} was imported from the same")), "{}", last.reason);
+        let row = store.spec(duplicate).await.unwrap().unwrap();
+        assert_eq!(
+            (row.status.as_str(), row.title.as_str()),
+            ("imported", format!("legacy {}", duplicate - 1).as_str())
+        );
+    }
+    for kept in [1, 4, 6, 7] {
+        assert_eq!(store.spec_events(kept).await.unwrap().len(), 1, "spec {kept} untouched");
+    }
+    // Opening again changes nothing.
+    drop(execs);
+    let execs = Executions::open(data).await.unwrap();
+    assert_eq!(execs.store().spec_events(2).await.unwrap().len(), 2);
+
+    // A delivery of issue 7 finds the oldest spec; nothing new is created.
+    let state = AppState::new(execs.clone()).unwrap().with_webhooks(config());
+    let app = App { ws, execs, state };
+    let (status, body) = app.deliver("issues.opened").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!((body["spec_id"].as_i64(), body["outcome"].as_str()), (Some(1), Some("updated")), "{body}");
+    assert_eq!(app.specs().await.len(), legacy.len());
+}
