@@ -649,3 +649,47 @@ async fn deliveries_and_imports_of_one_item_at_the_same_moment_make_one_spec() {
     let forge_specs = specs.as_array().unwrap().iter().filter(|s| s["source"] != "board").count();
     assert_eq!(forge_specs, usize::try_from(2 * ROUNDS).unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_bulk_import_waits_out_a_secondary_rate_limit_and_goes_on() {
+    // Found trying Baton: GitHub's secondary rate limit (403, no rate headers) ended the
+    // whole bulk import with nothing imported.
+    const LABEL: &str = "needs spec";
+    let (github, ado) = (MockServer::start().await, MockServer::start().await);
+    // Page 3 is refused four times: twice waited out inside the call, then the call gives up
+    // and the import waits, asks again (refused once more, waited), and goes on.
+    crate::forge_clients::mount_listing_with_a_secondary_limit(&github, LABEL, 4).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let server = start(&data, &github, &ado);
+    let (ws, _) = repo_with_remote();
+    register(&server, "notes", &ws.repo(), "lumen-labs/field-notes", "");
+
+    let clock = Stopwatch::start();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["spec", "import", "github:lumen-labs/field-notes", "--label", LABEL, "--project", "notes"])
+        .env("BATON_GITHUB_API_URL", github.uri())
+        .env("GITHUB_TOKEN", TOKEN)
+        // A test's wait: GitHub asks for at least a minute.
+        .env("BATON_GITHUB_SECONDARY_RATE_LIMIT_WAIT_SECS", "0.3")
+        .output()
+        .unwrap();
+    let elapsed = clock.elapsed();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert_eq!(stdout.lines().filter(|l| l.contains(" created: ")).count(), 13, "{stdout}");
+    assert!(stderr.contains("secondary rate limit") && stderr.contains("waiting 0.3 s"), "{stderr}");
+    assert!(elapsed >= Duration::from_millis(1200), "four waits of 0.3 s: {elapsed:?}");
+    let seen = github.received_requests().await.unwrap();
+    let asked = |page: Option<&str>| {
+        let page_of =
+            |r: &wiremock::Request| r.url.query_pairs().find(|(k, _)| k == "page").map(|(_, v)| v.into_owned());
+        seen.iter().filter(|r| page_of(r).as_deref() == page).count()
+    };
+    assert_eq!(asked(None), 1, "page 1 once: the import went on, it did not start over");
+    assert_eq!(asked(Some("3")), 5, "page 3: four refusals, then its issues");
+    let (_, specs) = server.request("GET", "/api/v1/specs?limit=500&project=notes", None);
+    assert_eq!(specs.as_array().unwrap().len(), 13);
+}
