@@ -54,10 +54,12 @@ pub fn summary_of(state: &ExecutionState) -> Summary {
 }
 
 impl Executions {
-    /// Opens the store of `data`.
+    /// Opens the store of `data`, and gives forge specs older than their item keys theirs
+    /// ([`backfill_source_keys`]).
     pub async fn open(data: DataDir) -> anyhow::Result<Executions> {
         let store =
             Store::open(&data.db_path()).await.with_context(|| format!("opening {}", data.db_path().display()))?;
+        backfill_source_keys(&store).await.context("keying the specs of forge items")?;
         Ok(Executions { store, data })
     }
 
@@ -256,4 +258,31 @@ impl Executions {
             }
         }
     }
+}
+
+/// Gives every forge spec written before migration 0010 its item's key
+/// ([`crate::forge::item_key`] of its `source_url`), oldest spec first: the oldest spec of an
+/// item keeps being the item's spec; a younger duplicate (left by the check-then-insert that
+/// came before the unique key) is marked `superseded:<id>` with a spec event
+/// `superseded_duplicate` naming the item's spec, and imports and webhooks no longer touch it.
+/// Idempotent and cheap once done (one query finding nothing); run by [`Executions::open`].
+///
+/// Errors: the database.
+pub async fn backfill_source_keys(store: &Store) -> anyhow::Result<usize> {
+    let pending = store.specs_without_source_key().await?;
+    let mut superseded = 0;
+    for (spec_id, source, url) in pending {
+        let key = crate::forge::item_key(&source, &url);
+        let reason = |holder: i64| {
+            format!(
+                "spec {holder} was imported from the same {source} item ({url}) first: it stays the item's spec; \
+                 imports and webhooks no longer update this duplicate"
+            )
+        };
+        if let Some(holder) = store.claim_source_key(spec_id, &key, reason, "baton", &clock::now_rfc3339()).await? {
+            tracing::warn!("spec {spec_id} duplicates spec {holder} (both from {url}): marked superseded");
+            superseded += 1;
+        }
+    }
+    Ok(superseded)
 }

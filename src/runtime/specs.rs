@@ -26,7 +26,7 @@ use crate::runtime::driver::{self, RunOptions, PROFILES};
 use crate::runtime::executions::Executions;
 use crate::runtime::pool::Pool;
 use crate::runtime::{blocking, BadInput};
-use crate::store::{NewSpec, ProjectRow, SpecChange, SpecEventRow, SpecFilter, SpecRow, StoreError};
+use crate::store::{NewSpec, ProjectRow, SpecChange, SpecEventRow, SpecFilter, SpecInsert, SpecRow, StoreError};
 
 /// Longest spec title, characters.
 pub const MAX_TITLE_CHARS: usize = 200;
@@ -341,22 +341,26 @@ impl Specs {
         source_url: &str,
         actor: &str,
     ) -> Result<SpecRow, SpecError> {
-        self.insert(input, source, source_url, "{}", actor).await
+        match self.insert(input, source, source_url, "{}", "", actor).await? {
+            SpecInsert::Created(id) | SpecInsert::Existing(id) => self.get(id).await,
+        }
     }
 
+    /// Inserts a spec, or finds the spec of the same forge item (`source_key`, unique).
     async fn insert(
         &self,
         input: SpecInput,
         source: &str,
         source_url: &str,
         source_meta: &str,
+        source_key: &str,
         actor: &str,
-    ) -> Result<SpecRow, SpecError> {
+    ) -> Result<SpecInsert, SpecError> {
         let title = check_title(&input.title)?;
         let body = check_body(&input.body)?;
         let priority = check_priority(input.priority.unwrap_or(2))?;
         let status = if source == "board" { SpecStatus::Draft } else { SpecStatus::Imported };
-        let id = self
+        Ok(self
             .execs
             .store()
             .insert_spec(&NewSpec {
@@ -366,13 +370,13 @@ impl Specs {
                 source: source.into(),
                 source_url: source_url.into(),
                 source_meta: source_meta.into(),
+                source_key: source_key.into(),
                 priority,
                 status: status.as_str().into(),
                 actor: actor.into(),
                 at: clock::now_rfc3339(),
             })
-            .await?;
-        self.get(id).await
+            .await?)
     }
 
     /// One spec. Errors: [`SpecError::NotFound`].
@@ -434,8 +438,10 @@ impl Specs {
     }
 
     /// Imports a forge item into `project`: creates its spec (source and url from the item,
-    /// status `imported`), or updates the spec with the item's url (one spec per item) as
-    /// [`Specs::reimport`] does.
+    /// status `imported`), or updates the spec of the same item as [`Specs::reimport`] does.
+    /// One item, one spec, decided by the database: the spec carries the item's key
+    /// ([`ForgeItem::key`], unique), inserted with insert-or-get, so deliveries and imports of
+    /// one item at the same moment make one spec (the others update or leave it).
     ///
     /// Errors: the database; an unknown project (not found).
     pub async fn import(&self, project: &str, item: ForgeItem, actor: &str) -> Result<ImportOutcome, SpecError> {
@@ -453,23 +459,32 @@ impl Specs {
                 ),
             });
         }
-        if let Some(row) = self.execs.store().spec_by_source_url(&item.source, &item.url).await? {
+        let key = item.key();
+        if let Some(row) = self.execs.store().spec_by_source_key(&key).await? {
             return self.reimport_row(row, item, actor).await;
         }
         let meta = meta_json(&item.meta);
-        let input = SpecInput { project: project.into(), title: item.title, body: item.body, priority: None };
-        Ok(ImportOutcome::Created(self.insert(input, &item.source, &item.url, &meta, actor).await?))
+        let input =
+            SpecInput { project: project.into(), title: item.title.clone(), body: item.body.clone(), priority: None };
+        match self.insert(input, &item.source, &item.url, &meta, &key, actor).await? {
+            SpecInsert::Created(id) => Ok(ImportOutcome::Created(self.get(id).await?)),
+            // Another delivery or import of the item made its spec meanwhile.
+            SpecInsert::Existing(id) => {
+                let row = self.get(id).await?;
+                self.reimport_row(row, item, actor).await
+            }
+        }
     }
 
-    /// Updates the spec imported from `item`'s url with its title and body; `None` when no
-    /// spec came from it. A spec not yet approved is imported again (its plan dropped); an
+    /// Updates the spec imported from `item` (found by its key, [`ForgeItem::key`]) with its
+    /// title and body; `None` when no spec came from it. A spec not yet approved is imported again (its plan dropped); an
     /// approved, fired or final one keeps its text and plan, and the update is noted as a spec
     /// event `import_update_ignored` ([`ImportOutcome::Ignored`]).
     ///
     /// Errors: the database.
     pub async fn reimport(&self, item: ForgeItem, actor: &str) -> Result<Option<ImportOutcome>, SpecError> {
         let item = item.fitted();
-        match self.execs.store().spec_by_source_url(&item.source, &item.url).await? {
+        match self.execs.store().spec_by_source_key(&item.key()).await? {
             Some(row) => Ok(Some(self.reimport_row(row, item, actor).await?)),
             None => Ok(None),
         }
