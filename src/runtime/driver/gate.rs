@@ -13,6 +13,7 @@ use crate::git;
 use crate::model::action::GateAction;
 use crate::model::event::EventKind;
 use crate::model::state::ExecutionState;
+use crate::model::text::shell_quote;
 use crate::runtime::agent::output::tail;
 use crate::runtime::{blocking, write_atomic};
 
@@ -141,7 +142,7 @@ impl Driver {
                             .into_iter()
                             .flat_map(|w| if w == "{files}" { files.clone() } else { vec![w] })
                             .collect();
-                        let shown = argv.iter().map(|w| engine::gate_additions::shell_quote(w)).collect::<Vec<_>>();
+                        let shown = argv.iter().map(|w| shell_quote(w)).collect::<Vec<_>>();
                         runs.push((shown.join(" "), argv));
                     }
                     _ => {}

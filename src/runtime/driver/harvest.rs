@@ -12,6 +12,7 @@ use crate::engine;
 use crate::git::{self, CommitIdentity, PickOutcome};
 use crate::model::event::{AttemptUsage, EventKind, RecordStatus};
 use crate::model::state::{ExecutionState, StepStatus};
+use crate::model::text::first_line;
 use crate::runtime::agent::output::tail;
 use crate::runtime::agent::profile::parse_output;
 use crate::runtime::agent::shim::{self, ExitRecord, WaitError};
@@ -21,10 +22,6 @@ use crate::runtime::{blocking, lease};
 use super::budget::{BUDGET_POLL, BUDGET_STOP_FILE};
 use super::launch::{LaunchMeta, META_FILE};
 use super::{crash_point, Driver, LEASE_RENEW_EVERY};
-
-fn first_line(text: &str) -> &str {
-    text.lines().next().unwrap_or("").trim()
-}
 
 impl Driver {
     /// Waits for one in-flight attempt (renewing the lease meanwhile) and records its result.
