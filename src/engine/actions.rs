@@ -5,12 +5,13 @@
 //! module never does IO.
 
 use crate::engine::guards::{answered, is_ready};
-use crate::engine::{budget, gate_additions, prompt, team, MAX_GATE_FAILURES};
+use crate::engine::{budget, prompt, team, MAX_GATE_FAILURES};
 use crate::model::action::{
     Action, ApprovalAction, CheckpointAction, DispatchAction, FeedbackAction, GateAction, InteractAction,
 };
 use crate::model::plan::{PlanPhase, PlanStep};
 use crate::model::state::{ExecutionState, ExecutionStatus, StepStatus};
+use crate::model::text::{cut, first_line, shell_quote};
 
 /// What to do next: exactly one action (seed-spec §2.2 resolver, §2.3).
 ///
@@ -149,10 +150,6 @@ fn dispatch_action(state: &ExecutionState, phase: &PlanPhase, step: &PlanStep, i
     }
 }
 
-fn first_line(text: &str) -> &str {
-    text.lines().next().unwrap_or("").trim()
-}
-
 fn gate_action(state: &ExecutionState) -> Action {
     let Some(phase) = state.current() else {
         return Action::Wait { message: "no current phase".into() };
@@ -213,7 +210,7 @@ fn expand_files(command: &str, state: &ExecutionState, phase: &PlanPhase) -> Str
         .collect();
     files.sort_unstable();
     files.dedup();
-    let quoted: Vec<String> = files.iter().map(|f| gate_additions::shell_quote(f)).collect();
+    let quoted: Vec<String> = files.iter().map(|f| shell_quote(f)).collect();
     command.replace("{files}", &quoted.join(" "))
 }
 
@@ -349,7 +346,7 @@ fn checkpoint_action(state: &ExecutionState) -> Action {
         .flat_map(|p| p.steps.iter().rev())
         .filter_map(|s| state.result(&s.step_id))
         .take(10)
-        .map(|r| format!("- {} ({}): {}", r.step_id, r.agent_name, excerpt_line(&r.outcome)))
+        .map(|r| format!("- {} ({}): {}", r.step_id, r.agent_name, cut(first_line(&r.outcome), 120)))
         .collect();
     if !done.is_empty() {
         handoff.push_str("Recent outcomes:\n");
@@ -363,15 +360,6 @@ fn checkpoint_action(state: &ExecutionState) -> Action {
         phase_id,
         handoff,
     })
-}
-
-fn excerpt_line(text: &str) -> String {
-    let line = first_line(text);
-    if line.chars().count() > 120 {
-        format!("{}…", line.chars().take(120).collect::<String>())
-    } else {
-        line.to_string()
-    }
 }
 
 fn completion_summary(state: &ExecutionState) -> String {

@@ -66,6 +66,7 @@ use crate::engine::amend;
 use crate::model::goal::{GoalCheck, GoalStatus};
 use crate::model::plan::{MachinePlan, PlanPhase, PlanStep};
 use crate::model::state::{ExecutionState, StepStatus};
+use crate::model::text::cut;
 
 /// `step_type` of a goal evaluator step.
 pub const GOAL_STEP_TYPE: &str = "goal_evaluation";
@@ -253,13 +254,6 @@ fn find_object(outcome: &str) -> Result<Map<String, Value>, String> {
 
 fn shown(value: &Value) -> String {
     cut(&value.to_string(), 60)
-}
-
-fn cut(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        return text.to_string();
-    }
-    format!("{}…", text.chars().take(max).collect::<String>())
 }
 
 /// After a result of `step_id` was applied: when it is a complete goal evaluator step, reads

@@ -35,6 +35,7 @@ use crate::model::plan::{PlanPhase, PlanStep, TeamMember};
 use crate::model::state::{
     ApprovalDecision, ExecutionState, ExecutionStatus, PendingApprovalRequest, StepResult, StepStatus, TeamConflict,
 };
+use crate::model::text::first_line;
 
 /// Agent name of a team step's own (derived) result.
 pub const TEAM_AGENT: &str = "team";
@@ -597,7 +598,7 @@ pub(crate) fn approval_action(state: &ExecutionState) -> Option<ApprovalAction> 
     Some(ApprovalAction {
         message: format!(
             "Decide the file conflict of team step {step_id} ({}): {}.",
-            step.task_description.lines().next().unwrap_or("").trim(),
+            first_line(&step.task_description),
             conflicts.iter().map(|c| c.file.as_str()).collect::<Vec<_>>().join(", ")
         ),
         phase_id: request.phase_id,

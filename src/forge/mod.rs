@@ -240,12 +240,8 @@ fn ado_name_ok(s: &str) -> bool {
 
 /// The start of untrusted `text` for an error message: at most 80 characters, one line.
 fn shown(text: &str) -> String {
-    let one: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).take(80).collect();
-    if text.chars().count() > 80 {
-        format!("{one}…")
-    } else {
-        one
-    }
+    let one: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    crate::model::text::cut(&one, 80)
 }
 
 impl RepoRef {

@@ -833,7 +833,7 @@ impl ForgeItem {
             title = "(untitled)".into();
         }
         if title.chars().count() > MAX_TITLE_CHARS {
-            title = title.chars().take(MAX_TITLE_CHARS - 1).collect::<String>() + "…";
+            title = crate::model::text::cut(&title, MAX_TITLE_CHARS - 1);
         }
         self.title = title;
         if self.body.len() > MAX_BODY_BYTES {
