@@ -2,7 +2,9 @@
 //! (beside a running server, like every other command).
 //!
 //! Owns argument parsing and printing; the work is the runtime's
-//! ([`import`](crate::runtime::forge::import), [`merge`](crate::runtime::merge::merge)).
+//! ([`import_from`](crate::runtime::forge::import_from) with
+//! [`CLI_PACING`](crate::runtime::forge::CLI_PACING): a rate limit is waited out, then the import
+//! goes on; [`merge`](crate::runtime::merge::merge)).
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -12,10 +14,10 @@ use clap::Subcommand;
 use crate::forge::{ForgeError, RetryPolicy};
 use crate::runtime::config::DataDir;
 use crate::runtime::executions::Executions;
-use crate::runtime::forge::{import, Forges, ImportError, ImportOutcome, ImportRequest};
+use crate::runtime::forge::{import_from, Forges, ImportError, ImportRequest, CLI_PACING};
 use crate::runtime::merge::MergeError;
 use crate::runtime::pool::Pool;
-use crate::runtime::specs::{SpecError, Specs};
+use crate::runtime::specs::{ImportOutcome, SpecError, Specs};
 use crate::runtime::BadInput;
 
 /// `baton spec …`.
@@ -24,7 +26,8 @@ pub(super) enum SpecCommand {
     /// Import an issue or work item as a spec (again: update it, saying what changed):
     /// `github:OWNER/REPO#N`, `ado:ORG/PROJECT#ID`; with --label, every open issue of
     /// `github:OWNER/REPO` carrying it; with --wiql, every work item the query selects in
-    /// `ado:ORG/PROJECT`. Credentials: GITHUB_TOKEN, ADO_PAT (or baton.toml).
+    /// `ado:ORG/PROJECT`. A rate limit (GitHub's secondary one too) is waited out, then the
+    /// import goes on. Credentials: GITHUB_TOKEN, ADO_PAT (or baton.toml).
     Import {
         /// What to import.
         reference: String,
@@ -68,11 +71,15 @@ pub(super) async fn spec_command(data_dir: &Path, command: SpecCommand, json: bo
     let execs = Executions::open(data).await?;
     let specs = Specs::new(Pool::new(execs, 1));
     let actor = std::env::var("USER").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| "cli".into());
-    let outcomes = import(&specs, &forges, &project, &request, &format!("cli:{actor}")).await.map_err(|e| match e {
-        ImportError::Forge(f) => cli_error(f),
-        ImportError::Spec(SpecError::NotFound(m)) => BadInput(m).into(),
-        ImportError::Spec(s) => anyhow::Error::new(s),
-    })?;
+    let imported = import_from(&specs, &forges, &project, &request, None, CLI_PACING, &format!("cli:{actor}"))
+        .await
+        .map_err(|e| match e {
+            ImportError::Forge(f) => cli_error(f),
+            ImportError::Spec(SpecError::NotFound(m)) => BadInput(m).into(),
+            ImportError::Spec(s) => anyhow::Error::new(s),
+        })?;
+    // CLI_PACING waits rate limits out: nothing stops here but an error.
+    let outcomes = imported.outcomes;
     if json {
         let items: Vec<_> = outcomes.iter().map(crate::runtime::forge::ImportedItem::of).collect();
         outln!("{}", serde_json::json!({ "imported": items.len(), "items": items }));

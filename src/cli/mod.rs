@@ -4,7 +4,10 @@
 //! (seed-spec §0, §2.24). Output is the `ACTION:` text form (`wire`) or, with `--json`, the
 //! action object. Exit codes: 0 done/ok · 1 internal error · 2 usage or bad input ·
 //! 3 waiting for a human (approval, feedback, interact) · 4 execution failed.
-//! This module parses and prints; the work happens in `runtime`.
+//! This module parses and prints; the work happens in `runtime`, built by the composition
+//! root (`runtime::app::App::build`): decisions through `runtime::ops` (with `--as` as the
+//! operator; an `OpsError` is exit 2, or 1 when internal), reads through `runtime::views`,
+//! users and tokens through `runtime::users`. No store call and no business rule here.
 
 mod daemon;
 pub mod demo;
@@ -875,7 +878,7 @@ async fn execute(
                 errln!("execution {task_id} resumed from its pause");
             }
             let resumed = ops.resume(&task_id, &op).await?;
-            if runtime::driver::meta_path(execs.data(), &task_id).exists() {
+            if runtime::runs::meta_path(execs.data(), &task_id).exists() {
                 errln!(
                     "execution {task_id} is driven by `baton execute run`: run it again to recover its attempts \
                      (running ones are re-adopted, finished ones harvested, dead ones re-run)"

@@ -8,15 +8,7 @@
 use std::fmt::Write as _;
 
 use crate::model::action::Action;
-
-/// Quotes a value for a shell command line shown to the user (single quotes).
-fn shell_quote(s: &str) -> String {
-    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "._-/:".contains(c)) {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
-    }
-}
+use crate::model::text::shell_quote;
 
 /// Renders `action` of execution `task_id` in the text wire format (ends with a newline).
 pub fn render(action: &Action, task_id: &str) -> String {

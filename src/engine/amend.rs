@@ -12,12 +12,18 @@ use std::collections::{HashMap, HashSet};
 use crate::engine::validate::{unsafe_id_reason, validate};
 use crate::engine::EngineError;
 use crate::model::event::AddedStep;
-use crate::model::plan::{PlanAmendment, PlanPhase, PlanStep};
+use crate::model::plan::{PlanAmendment, PlanPhase, PlanStep, TeamMember};
 use crate::model::state::{ExecutionState, ExecutionStatus, FeedbackResult};
 
 const DEFAULT_AGENT: &str = "backend-engineer";
 
 /// Index at which new phases go: after `after_phase`, or after the current phase.
+///
+/// New phases may go before the current phase only while no work started there (seed-spec
+/// §2.11): no step (or team member) of it, nor of any phase between, was ever dispatched, no
+/// gate ran and no decision was taken there. The first new phase then becomes current.
+/// Errors: an unknown `after_phase`; a phase in the way where work started, naming it and the
+/// step (or gate, or decision).
 fn insertion_index(state: &ExecutionState, after_phase: Option<i64>) -> Result<usize, EngineError> {
     let len = state.plan.phases.len();
     let index = match after_phase {
@@ -26,13 +32,38 @@ fn insertion_index(state: &ExecutionState, after_phase: Option<i64>) -> Result<u
     };
     let all_done = state.current_phase >= len;
     if index > state.current_phase || (all_done && index == len) {
-        Ok(index)
-    } else {
-        Err(EngineError::InvalidAmendment(format!(
-            "cannot insert phases before the current phase {}: work there has started",
-            state.current().map_or(0, |p| p.phase_id)
-        )))
+        return Ok(index);
     }
+    let refuse = |why: String| Err(EngineError::InvalidAmendment(format!("cannot insert phases before phase {why}")));
+    for phase in &state.plan.phases[index..=state.current_phase.min(len - 1)] {
+        let ids: Vec<&str> = phase.steps.iter().map(|s| s.step_id.as_str()).collect();
+        let member_of =
+            |key: &str| ids.iter().any(|id| key == *id || key.strip_prefix(id).is_some_and(|r| r.starts_with('.')));
+        let mut started: Vec<&String> = state
+            .step_results
+            .iter()
+            .filter(|(key, r)| {
+                member_of(key) && (r.attempt > 0 || r.status != crate::model::state::StepStatus::Pending)
+            })
+            .map(|(key, _)| key)
+            .collect();
+        started.sort();
+        if let Some(step) = started.first() {
+            return refuse(format!("{}: step {step} was dispatched there", phase.phase_id));
+        }
+        if state.gate_runs(phase.phase_id) > 0 {
+            return refuse(format!("{}: its gate ran", phase.phase_id));
+        }
+        if state.approval_results.iter().any(|a| a.phase_id == phase.phase_id)
+            || state.pending_approval_request.as_ref().is_some_and(|r| r.phase_id == phase.phase_id)
+        {
+            return refuse(format!("{}: it has an approval (asked or decided)", phase.phase_id));
+        }
+        if state.feedback_results.iter().any(|f| f.phase_id == phase.phase_id) {
+            return refuse(format!("{}: its feedback was answered", phase.phase_id));
+        }
+    }
+    Ok(index)
 }
 
 /// Validates an amendment without changing anything.
@@ -245,7 +276,7 @@ fn insert_phases(state: &mut ExecutionState, index: usize, phases: Vec<PlanPhase
                             step_map.insert(step.step_id.clone(), renamed.clone());
                             step.step_id = renamed;
                         }
-                        crate::engine::team::renumber(step, &prefix, &format!("{new_id}."), &mut step_map);
+                        renumber(step, &prefix, &format!("{new_id}."), &mut step_map);
                     }
                 }
                 phase.phase_id = new_id;
@@ -405,4 +436,31 @@ pub(crate) fn insert_feedback_dispatch(
     });
     let description = format!("Feedback {question_id}: {option}");
     record(state, "feedback", phase_id, &description, ids, steps, "", now);
+}
+
+/// Renumbering after an amendment: members whose id starts with `old` (`"3."`) follow their
+/// step to `new` (`"4."`), with their intra-team `depends_on`; each renamed id goes in `map`.
+fn renumber(step: &mut PlanStep, old: &str, new: &str, map: &mut HashMap<String, String>) {
+    fn walk(members: &mut [TeamMember], old: &str, new: &str, map: &mut HashMap<String, String>) {
+        for m in members {
+            if let Some(rest) = m.member_id.strip_prefix(old) {
+                let renamed = format!("{new}{rest}");
+                map.insert(m.member_id.clone(), renamed.clone());
+                m.member_id = renamed;
+            }
+            walk(&mut m.sub_team, old, new, map);
+        }
+    }
+    fn deps(members: &mut [TeamMember], map: &HashMap<String, String>) {
+        for m in members {
+            for d in &mut m.depends_on {
+                if let Some(n) = map.get(d.as_str()) {
+                    *d = n.clone();
+                }
+            }
+            deps(&mut m.sub_team, map);
+        }
+    }
+    walk(&mut step.team, old, new, map);
+    deps(&mut step.team, map);
 }

@@ -178,12 +178,6 @@ pub fn split(text: &str) -> Option<Vec<String>> {
     shell_words::split(text).ok()
 }
 
-/// `path` quoted for a POSIX shell (for `{files}` in a planned gate command, which runs with
-/// `sh -c`): file names come from agents and are never trusted.
-pub fn shell_quote(path: &str) -> String {
-    shell_words::quote(path).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -263,6 +257,5 @@ mod tests {
         }
         assert!(check(&"x".repeat(257)).unwrap_err().contains("256"));
         assert_eq!(split("pytest 'a b' c\\ d").unwrap(), ["pytest", "a b", "c d"]);
-        assert_eq!(shell_quote("it's a file;rm"), "'it'\\''s a file;rm'");
     }
 }

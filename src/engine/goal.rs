@@ -66,6 +66,7 @@ use crate::engine::amend;
 use crate::model::goal::{GoalCheck, GoalStatus};
 use crate::model::plan::{MachinePlan, PlanPhase, PlanStep};
 use crate::model::state::{ExecutionState, StepStatus};
+use crate::model::text::cut;
 
 /// `step_type` of a goal evaluator step.
 pub const GOAL_STEP_TYPE: &str = "goal_evaluation";
@@ -255,13 +256,6 @@ fn shown(value: &Value) -> String {
     cut(&value.to_string(), 60)
 }
 
-fn cut(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        return text.to_string();
-    }
-    format!("{}…", text.chars().take(max).collect::<String>())
-}
-
 /// After a result of `step_id` was applied: when it is a complete goal evaluator step, reads
 /// its verdict and applies the rules of the module doc. An invalid verdict turns the step
 /// into a failed one (settling then fails the execution with the reason).
@@ -365,7 +359,7 @@ pub(crate) fn take_verdict(state: &mut ExecutionState, step_id: &str, now: &str)
         state.goal.status = GoalStatus::Exhausted;
         check.decision = format!("failed: {suggestion_note}");
         state.goal.checks.push(check);
-        crate::engine::fail(state, reason, now);
+        crate::engine::edits::fail(state, reason, now);
     } else {
         state.goal.status = GoalStatus::NotMet;
         check.decision = format!("not met: {suggestion_note}; the planned phases go on");

@@ -21,6 +21,7 @@ use std::fmt::Write as _;
 use crate::engine::goal;
 use crate::model::plan::{MachinePlan, PlanStep};
 use crate::model::state::{ExecutionState, StepStatus};
+use crate::model::text::{cut, first_line};
 
 const OUTCOME_EXCERPT: usize = 600;
 
@@ -33,15 +34,6 @@ fn list(out: &mut String, title: &str, items: &[String]) {
         let _ = writeln!(out, "- {item}");
     }
     out.push('\n');
-}
-
-fn excerpt(text: &str, max: usize) -> String {
-    let trimmed = text.trim();
-    if trimmed.chars().count() <= max {
-        return trimmed.to_string();
-    }
-    let cut: String = trimmed.chars().take(max).collect();
-    format!("{cut}…")
 }
 
 /// Builds the delegation prompt for `step` of `state` (see the module doc for the template).
@@ -75,7 +67,13 @@ pub fn delegation_prompt(state: &ExecutionState, step: &PlanStep) -> String {
         .iter()
         .filter_map(|dep| state.result(dep))
         .map(|r| {
-            format!("{} ({}, {}): {}", r.step_id, r.agent_name, r.status.as_str(), excerpt(&r.outcome, OUTCOME_EXCERPT))
+            format!(
+                "{} ({}, {}): {}",
+                r.step_id,
+                r.agent_name,
+                r.status.as_str(),
+                cut(r.outcome.trim(), OUTCOME_EXCERPT)
+            )
         })
         .collect();
     list(&mut out, "Previous steps", &previous);
@@ -95,7 +93,7 @@ pub fn delegation_prompt(state: &ExecutionState, step: &PlanStep) -> String {
             let n = r.interaction_history.len();
             for (i, turn) in r.interaction_history.iter().enumerate() {
                 if i + 3 < n {
-                    let _ = writeln!(out, "- {} #{}: {}", turn.role, turn.turn_number, excerpt(&turn.content, 100));
+                    let _ = writeln!(out, "- {} #{}: {}", turn.role, turn.turn_number, cut(turn.content.trim(), 100));
                 } else if !(i + 1 == n && turn.role == "human") {
                     let _ = writeln!(out, "- {} #{}:\n{}", turn.role, turn.turn_number, turn.content.trim());
                 }
@@ -174,7 +172,7 @@ pub fn goal_prompt(state: &ExecutionState, step: &PlanStep) -> String {
                     } else {
                         format!(" [files: {}]", r.files_changed.join(", "))
                     };
-                    (r.status.as_str(), excerpt(&r.outcome, GOAL_OUTCOME_EXCERPT), files)
+                    (r.status.as_str(), cut(r.outcome.trim(), GOAL_OUTCOME_EXCERPT), files)
                 });
             let _ = writeln!(out, "- {} ({}, {status}){files}: {outcome}", s.step_id, s.agent_name);
         }
@@ -193,14 +191,7 @@ pub fn goal_prompt(state: &ExecutionState, step: &PlanStep) -> String {
         let steps: Vec<String> = phase
             .steps
             .iter()
-            .map(|s| {
-                format!(
-                    "{} ({}): {}",
-                    s.step_id,
-                    s.agent_name,
-                    excerpt(s.task_description.lines().next().unwrap_or(""), 160)
-                )
-            })
+            .map(|s| format!("{} ({}): {}", s.step_id, s.agent_name, cut(first_line(&s.task_description), 160)))
             .collect();
         let _ = writeln!(out, "- Phase {}: {} — {}", phase.phase_id, phase.name, steps.join("; "));
     }
@@ -225,7 +216,7 @@ pub fn goal_prompt(state: &ExecutionState, step: &PlanStep) -> String {
             out,
             "## Previous answer\nYour previous answer to this check could not be used (invalid goal verdict: {}). \
              Answer exactly in the shape below.\n",
-            excerpt(&why, GOAL_OUTCOME_EXCERPT)
+            cut(why.trim(), GOAL_OUTCOME_EXCERPT)
         );
     }
 

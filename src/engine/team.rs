@@ -24,24 +24,21 @@
 //! This module never does IO.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 
-use crate::engine::{checkpoint_due, current_step, result_entry, EngineError};
+use crate::engine::edits::{push_approval_result, result_entry};
+use crate::engine::guards::{check_record_values, checkpoint_due, current_step};
+use crate::engine::EngineError;
 use crate::model::action::ApprovalAction;
 use crate::model::event::{Event, EventKind, RecordStatus};
-use crate::model::plan::{MachinePlan, PlanPhase, PlanStep, TeamMember};
+use crate::model::plan::{PlanPhase, PlanStep, TeamMember};
 use crate::model::state::{
     ApprovalDecision, ExecutionState, ExecutionStatus, PendingApprovalRequest, StepResult, StepStatus, TeamConflict,
 };
+use crate::model::text::first_line;
 
 /// Agent name of a team step's own (derived) result.
 pub const TEAM_AGENT: &str = "team";
-
-/// Synthesis strategies a team step accepts (seed-spec §1.7).
-pub const STRATEGIES: &[&str] = &["concatenate", "merge_files", "agent_synthesis"];
-
-/// Conflict handling values a team step accepts (seed-spec §1.7).
-pub const CONFLICT_HANDLING: &[&str] = &["auto_merge", "escalate", "fail"];
 
 fn handling(step: &PlanStep) -> &str {
     step.synthesis.as_ref().map_or("auto_merge", |s| s.conflict_handling.as_str())
@@ -114,7 +111,7 @@ fn member_step(parent: &PlanStep, m: &TeamMember) -> PlanStep {
     let mut s = PlanStep::new(&m.member_id, &m.agent_name, task.clone());
     s.model = m.model.clone();
     s.depends_on = parent.depends_on.iter().chain(&m.depends_on).cloned().collect();
-    s.deliverables = member_deliverables(m);
+    s.deliverables = m.deliverables();
     s.allowed_paths = parent.allowed_paths.clone();
     s.blocked_paths = parent.blocked_paths.clone();
     s.context_files = parent.context_files.clone();
@@ -123,15 +120,6 @@ fn member_step(parent: &PlanStep, m: &TeamMember) -> PlanStep {
     }
     s.timeout_seconds = parent.timeout_seconds;
     s
-}
-
-/// A member's `deliverables` (kept verbatim in its extra keys): the strings of the list.
-pub(crate) fn member_deliverables(m: &TeamMember) -> Vec<String> {
-    m.extra
-        .get("deliverables")
-        .and_then(|v| v.as_array())
-        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
-        .unwrap_or_default()
 }
 
 /// `- <member> (<agent>, <role>): <outcome>` (+ files) for every member with a result.
@@ -354,7 +342,7 @@ fn check_member(state: &ExecutionState, kind: &EventKind, id: &str) -> Result<()
             crate::engine::budget::check_dispatch(state, id)
         }
         EventKind::StepRecorded { status: rec, .. } => {
-            crate::engine::check_record_values(state, kind)?;
+            check_record_values(state, kind)?;
             if status != ExecutionStatus::Running {
                 return Err(EngineError::WrongStatus { event: "step_recorded", status });
             }
@@ -559,144 +547,6 @@ pub(crate) fn refresh(state: &mut ExecutionState, step_id: &str, now: &str) {
     }
 }
 
-/// Problems of the team steps of a plan, each as (location, message): member ids unique in the
-/// plan and distinct from step ids, member `depends_on` naming members of the same step without
-/// cycles, known strategy and conflict handling, safe member deliverables, no interactive or
-/// automation team step.
-pub(crate) fn problems(plan: &MachinePlan) -> Vec<(String, String)> {
-    let step_ids: HashSet<&str> = plan.steps().map(|(_, s)| s.step_id.as_str()).collect();
-    let mut seen: HashSet<String> = HashSet::new();
-    let mut out = Vec::new();
-    for phase in &plan.phases {
-        for step in phase.steps.iter().filter(|s| !s.team.is_empty()) {
-            let sloc = format!("phase {} ({}), step {}", phase.phase_id, phase.name, step.step_id);
-            if step.interactive {
-                out.push((sloc.clone(), "a team step cannot be interactive".into()));
-            }
-            if step.is_automation() {
-                out.push((sloc.clone(), "a team step cannot be an automation step".into()));
-            }
-            let specs = std::iter::once(step.synthesis.as_ref())
-                .chain(step.flat_members().into_iter().map(|m| m.synthesis.as_ref()))
-                .flatten();
-            for spec in specs {
-                if !STRATEGIES.contains(&spec.strategy.as_str()) {
-                    out.push((
-                        sloc.clone(),
-                        format!("synthesis strategy {:?} (expected {})", spec.strategy, STRATEGIES.join(", ")),
-                    ));
-                }
-                if !CONFLICT_HANDLING.contains(&spec.conflict_handling.as_str()) {
-                    out.push((
-                        sloc.clone(),
-                        format!(
-                            "conflict_handling {:?} (expected {})",
-                            spec.conflict_handling,
-                            CONFLICT_HANDLING.join(", ")
-                        ),
-                    ));
-                }
-            }
-            let members = step.flat_members();
-            let ids: HashSet<&str> = members.iter().map(|m| m.member_id.as_str()).collect();
-            for m in &members {
-                let mloc = format!("{sloc}, member {}", m.member_id);
-                if step_ids.contains(m.member_id.as_str()) {
-                    out.push((mloc.clone(), "member_id is also a step id".into()));
-                } else if !seen.insert(m.member_id.clone())
-                    && members.iter().filter(|o| o.member_id == m.member_id).count() == 1
-                {
-                    out.push((mloc.clone(), "member_id is used by another team step".into()));
-                }
-                if m.member_id == step.synthesis_id() {
-                    out.push((mloc.clone(), format!("member_id {} is reserved for the synthesis", m.member_id)));
-                }
-                for dep in &m.depends_on {
-                    if dep == &m.member_id {
-                        out.push((mloc.clone(), "depends on itself".into()));
-                    } else if !ids.contains(dep.as_str()) {
-                        out.push((mloc.clone(), format!("depends_on names {dep}, which is not a member of this step")));
-                    }
-                }
-                for d in member_deliverables(m) {
-                    if let Some(why) = crate::engine::validate::unsafe_path_reason(&d) {
-                        out.push((mloc.clone(), format!("deliverables entry {d:?} {why}")));
-                    }
-                }
-            }
-            if let Some(cycle) = member_cycle(&members) {
-                out.push((sloc.clone(), format!("member dependency cycle: {}", cycle.join(" -> "))));
-            }
-        }
-    }
-    out
-}
-
-/// One dependency cycle among members, if any (as the ids around it).
-fn member_cycle(members: &[&TeamMember]) -> Option<Vec<String>> {
-    let deps: HashMap<&str, &[String]> =
-        members.iter().map(|m| (m.member_id.as_str(), m.depends_on.as_slice())).collect();
-    // 0 = unvisited, 1 = on the path, 2 = done
-    let mut mark: HashMap<&str, u8> = HashMap::new();
-    fn visit<'a>(
-        id: &'a str,
-        deps: &HashMap<&'a str, &'a [String]>,
-        mark: &mut HashMap<&'a str, u8>,
-        path: &mut Vec<&'a str>,
-    ) -> Option<Vec<String>> {
-        match mark.get(id) {
-            Some(2) => return None,
-            Some(1) => {
-                let start = path.iter().position(|p| *p == id).unwrap_or(0);
-                let mut cycle: Vec<String> = path[start..].iter().map(|s| s.to_string()).collect();
-                cycle.push(id.to_string());
-                return Some(cycle);
-            }
-            _ => {}
-        }
-        mark.insert(id, 1);
-        path.push(id);
-        for dep in deps.get(id).copied().unwrap_or_default() {
-            if deps.contains_key(dep.as_str()) {
-                if let Some(c) = visit(dep.as_str(), deps, mark, path) {
-                    return Some(c);
-                }
-            }
-        }
-        path.pop();
-        mark.insert(id, 2);
-        None
-    }
-    members.iter().find_map(|m| visit(m.member_id.as_str(), &deps, &mut mark, &mut Vec::new()))
-}
-
-/// Renumbering after an amendment: members whose id starts with `old` (`"3."`) follow their
-/// step to `new` (`"4."`), with their intra-team `depends_on`; each renamed id goes in `map`.
-pub(crate) fn renumber(step: &mut PlanStep, old: &str, new: &str, map: &mut HashMap<String, String>) {
-    fn walk(members: &mut [TeamMember], old: &str, new: &str, map: &mut HashMap<String, String>) {
-        for m in members {
-            if let Some(rest) = m.member_id.strip_prefix(old) {
-                let renamed = format!("{new}{rest}");
-                map.insert(m.member_id.clone(), renamed.clone());
-                m.member_id = renamed;
-            }
-            walk(&mut m.sub_team, old, new, map);
-        }
-    }
-    fn deps(members: &mut [TeamMember], map: &HashMap<String, String>) {
-        for m in members {
-            for d in &mut m.depends_on {
-                if let Some(n) = map.get(d.as_str()) {
-                    *d = n.clone();
-                }
-            }
-            deps(&mut m.sub_team, map);
-        }
-    }
-    walk(&mut step.team, old, new, map);
-    deps(&mut step.team, map);
-}
-
 /// At the end of a settle round: an `escalate` team step of the current phase whose members
 /// are done with a conflict and no decision asks for an approval once nothing of the phase is
 /// in flight. True when the phase waits for such a decision (settling stops there).
@@ -748,7 +598,7 @@ pub(crate) fn approval_action(state: &ExecutionState) -> Option<ApprovalAction> 
     Some(ApprovalAction {
         message: format!(
             "Decide the file conflict of team step {step_id} ({}): {}.",
-            step.task_description.lines().next().unwrap_or("").trim(),
+            first_line(&step.task_description),
             conflicts.iter().map(|c| c.file.as_str()).collect::<Vec<_>>().join(", ")
         ),
         phase_id: request.phase_id,
@@ -769,7 +619,7 @@ pub(crate) fn decide(state: &mut ExecutionState, event: &Event, now: &str) -> bo
         return false;
     };
     state.pending_approval_request = None;
-    super::push_approval_result(state, event, now, false, step_id.clone());
+    push_approval_result(state, event, now, false, step_id.clone());
     state.status = ExecutionStatus::Running;
     if *result == ApprovalDecision::ApproveWithFeedback {
         if let Some((pi, si)) = state.locate(&step_id) {

@@ -1,9 +1,10 @@
 //! Engine scenario tests: table-driven transitions, the original's bug list, properties.
 
 use crate::engine::*;
-use crate::model::action::ActionType;
+use crate::model::action::{Action, ActionType};
 use crate::model::event::{Event, EventKind, RecordStatus};
 use crate::model::plan::{FeedbackQuestion, MachinePlan, PlanGate, PlanPhase, PlanStep};
+use crate::model::state::{ApprovalDecision, ExecutionState, ExecutionStatus, StepStatus};
 
 mod budget;
 mod bugs;

@@ -4,8 +4,9 @@
 //! one phase; unique phase ids and step ids; a non-empty `agent_name`; `depends_on` names a step
 //! declared earlier (no forward references, no cycles); ids safe in a ref and a path; automation
 //! steps have a command; feedback questions have options; `sub_team` only on a lead; team
-//! members as `engine::team` requires (unique ids, intra-team `depends_on`, known strategies).
-//! This module never does IO.
+//! members unique in the plan, with intra-team `depends_on` and no cycles, a known synthesis
+//! strategy and conflict handling, safe deliverables, no interactive or automation team step.
+//! This module never does IO and knows nothing of an execution's state.
 
 use std::collections::{HashMap, HashSet};
 
@@ -130,7 +131,7 @@ pub fn validate(plan: &MachinePlan) -> Result<(), Vec<PlanProblem>> {
             order += 1;
         }
     }
-    for (location, message) in crate::engine::team::problems(plan) {
+    for (location, message) in team_problems(plan) {
         push(location, message);
     }
     for cycle in find_cycles(plan) {
@@ -273,6 +274,123 @@ fn find_cycles(plan: &MachinePlan) -> Vec<Vec<String>> {
         }
     }
     cycles
+}
+
+/// Synthesis strategies a team step accepts (seed-spec §1.7).
+pub const STRATEGIES: &[&str] = &["concatenate", "merge_files", "agent_synthesis"];
+
+/// Conflict handling values a team step accepts (seed-spec §1.7).
+pub const CONFLICT_HANDLING: &[&str] = &["auto_merge", "escalate", "fail"];
+
+/// Problems of the team steps of a plan, each as (location, message): member ids unique in the
+/// plan and distinct from step ids, member `depends_on` naming members of the same step without
+/// cycles, known strategy and conflict handling, safe member deliverables, no interactive or
+/// automation team step.
+fn team_problems(plan: &MachinePlan) -> Vec<(String, String)> {
+    let step_ids: HashSet<&str> = plan.steps().map(|(_, s)| s.step_id.as_str()).collect();
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut out = Vec::new();
+    for phase in &plan.phases {
+        for step in phase.steps.iter().filter(|s| !s.team.is_empty()) {
+            let sloc = format!("phase {} ({}), step {}", phase.phase_id, phase.name, step.step_id);
+            if step.interactive {
+                out.push((sloc.clone(), "a team step cannot be interactive".into()));
+            }
+            if step.is_automation() {
+                out.push((sloc.clone(), "a team step cannot be an automation step".into()));
+            }
+            let specs = std::iter::once(step.synthesis.as_ref())
+                .chain(step.flat_members().into_iter().map(|m| m.synthesis.as_ref()))
+                .flatten();
+            for spec in specs {
+                if !STRATEGIES.contains(&spec.strategy.as_str()) {
+                    out.push((
+                        sloc.clone(),
+                        format!("synthesis strategy {:?} (expected {})", spec.strategy, STRATEGIES.join(", ")),
+                    ));
+                }
+                if !CONFLICT_HANDLING.contains(&spec.conflict_handling.as_str()) {
+                    out.push((
+                        sloc.clone(),
+                        format!(
+                            "conflict_handling {:?} (expected {})",
+                            spec.conflict_handling,
+                            CONFLICT_HANDLING.join(", ")
+                        ),
+                    ));
+                }
+            }
+            let members = step.flat_members();
+            let ids: HashSet<&str> = members.iter().map(|m| m.member_id.as_str()).collect();
+            for m in &members {
+                let mloc = format!("{sloc}, member {}", m.member_id);
+                if step_ids.contains(m.member_id.as_str()) {
+                    out.push((mloc.clone(), "member_id is also a step id".into()));
+                } else if !seen.insert(m.member_id.clone())
+                    && members.iter().filter(|o| o.member_id == m.member_id).count() == 1
+                {
+                    out.push((mloc.clone(), "member_id is used by another team step".into()));
+                }
+                if m.member_id == step.synthesis_id() {
+                    out.push((mloc.clone(), format!("member_id {} is reserved for the synthesis", m.member_id)));
+                }
+                for dep in &m.depends_on {
+                    if dep == &m.member_id {
+                        out.push((mloc.clone(), "depends on itself".into()));
+                    } else if !ids.contains(dep.as_str()) {
+                        out.push((mloc.clone(), format!("depends_on names {dep}, which is not a member of this step")));
+                    }
+                }
+                for d in m.deliverables() {
+                    if let Some(why) = unsafe_path_reason(&d) {
+                        out.push((mloc.clone(), format!("deliverables entry {d:?} {why}")));
+                    }
+                }
+            }
+            if let Some(cycle) = member_cycle(&members) {
+                out.push((sloc.clone(), format!("member dependency cycle: {}", cycle.join(" -> "))));
+            }
+        }
+    }
+    out
+}
+
+/// One dependency cycle among members, if any (as the ids around it).
+fn member_cycle(members: &[&TeamMember]) -> Option<Vec<String>> {
+    let deps: HashMap<&str, &[String]> =
+        members.iter().map(|m| (m.member_id.as_str(), m.depends_on.as_slice())).collect();
+    // 0 = unvisited, 1 = on the path, 2 = done
+    let mut mark: HashMap<&str, u8> = HashMap::new();
+    fn visit<'a>(
+        id: &'a str,
+        deps: &HashMap<&'a str, &'a [String]>,
+        mark: &mut HashMap<&'a str, u8>,
+        path: &mut Vec<&'a str>,
+    ) -> Option<Vec<String>> {
+        match mark.get(id) {
+            Some(2) => return None,
+            Some(1) => {
+                let start = path.iter().position(|p| *p == id).unwrap_or(0);
+                let mut cycle: Vec<String> = path[start..].iter().map(|s| s.to_string()).collect();
+                cycle.push(id.to_string());
+                return Some(cycle);
+            }
+            _ => {}
+        }
+        mark.insert(id, 1);
+        path.push(id);
+        for dep in deps.get(id).copied().unwrap_or_default() {
+            if deps.contains_key(dep.as_str()) {
+                if let Some(c) = visit(dep.as_str(), deps, mark, path) {
+                    return Some(c);
+                }
+            }
+        }
+        path.pop();
+        mark.insert(id, 2);
+        None
+    }
+    members.iter().find_map(|m| visit(m.member_id.as_str(), &deps, &mut mark, &mut Vec::new()))
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ pub const API_VERSION: &str = "7.1";
 pub const COMMENTS_API_VERSION: &str = "7.1-preview.4";
 
 /// Ids per batch GET (the API's limit).
-const BATCH: usize = 200;
+pub const BATCH: usize = 200;
 
 /// Work items fetched by one WIQL import, at most.
 pub const MAX_BULK_ITEMS: usize = 1000;
@@ -129,30 +129,50 @@ impl AzureDevOps {
     ///
     /// Errors: any [`ForgeError`] of a call (a malformed query is the forge's 400).
     pub async fn query(&self, org: &str, project: &str, wiql: &str) -> Result<Vec<ForgeItem>, ForgeError> {
+        let ids = self.query_ids(org, project, wiql).await?;
+        let mut items = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(BATCH) {
+            items.extend(self.work_items(org, project, chunk).await?);
+        }
+        Ok(items)
+    }
+
+    /// The ids a WIQL query selects in `org`/`project`, in its order, at most
+    /// [`MAX_BULK_ITEMS`].
+    ///
+    /// Errors: any [`ForgeError`] of the call (a malformed query is the forge's 400).
+    pub async fn query_ids(&self, org: &str, project: &str, wiql: &str) -> Result<Vec<u64>, ForgeError> {
         let what = format!("WIQL query in {org}/{project}");
         let url = format!("{}?api-version={API_VERSION}", self.url(org, project, "wit/wiql"));
         let v = self.call(&what, Method::POST, &url, Some(&json!({ "query": wiql }))).await?;
-        let ids: Vec<u64> = v
-            .get("workItems")
+        Ok(v.get("workItems")
             .and_then(Value::as_array)
             .map(|l| l.iter().filter_map(|w| w.get("id").and_then(Value::as_u64)).take(MAX_BULK_ITEMS).collect())
-            .unwrap_or_default();
+            .unwrap_or_default())
+    }
+
+    /// Work items `ids` (at most [`BATCH`]) of `org`/`project`, one batch GET (`$expand=all`),
+    /// in the order of `ids`; items deleted since are left out.
+    ///
+    /// Errors: any [`ForgeError`] of the call.
+    pub async fn work_items(&self, org: &str, project: &str, ids: &[u64]) -> Result<Vec<ForgeItem>, ForgeError> {
         let mut items = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(BATCH) {
-            let list = chunk.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
-            let what = format!("work items {list} of {org}/{project}");
-            let url = format!(
-                "{}?ids={list}&$expand=all&errorPolicy=Omit&api-version={API_VERSION}",
-                self.url(org, project, "wit/workitems")
-            );
-            let v = self.call(&what, Method::GET, &url, None).await?;
-            let values = v.get("value").and_then(Value::as_array).cloned().unwrap_or_default();
-            // The batch answers in its own order, and omits items deleted since the query
-            // (`errorPolicy=Omit`, else one deleted item fails the batch); keep the query's order.
-            for id in chunk {
-                if let Some(w) = values.iter().find(|w| w.get("id").and_then(Value::as_u64) == Some(*id)) {
-                    items.push(item_of(&what, w, org, project)?);
-                }
+        if ids.is_empty() {
+            return Ok(items);
+        }
+        let list = ids.iter().take(BATCH).map(u64::to_string).collect::<Vec<_>>().join(",");
+        let what = format!("work items {list} of {org}/{project}");
+        let url = format!(
+            "{}?ids={list}&$expand=all&errorPolicy=Omit&api-version={API_VERSION}",
+            self.url(org, project, "wit/workitems")
+        );
+        let v = self.call(&what, Method::GET, &url, None).await?;
+        let values = v.get("value").and_then(Value::as_array).cloned().unwrap_or_default();
+        // The batch answers in its own order, and omits items deleted since the query
+        // (`errorPolicy=Omit`, else one deleted item fails the batch); keep the query's order.
+        for id in ids.iter().take(BATCH) {
+            if let Some(w) = values.iter().find(|w| w.get("id").and_then(Value::as_u64) == Some(*id)) {
+                items.push(item_of(&what, w, org, project)?);
             }
         }
         Ok(items)

@@ -20,6 +20,35 @@ use super::{accepted, call_with_retries, Forge, ForgeError, ForgeItem, ForgeSett
 /// Issues fetched by one bulk import, at most (ten pages of 100).
 pub const MAX_BULK_ISSUES: usize = 1000;
 
+/// Pages one bulk import reads, at most (the cap's ten pages of 100, and one).
+pub const MAX_BULK_PAGES: usize = MAX_BULK_ISSUES / 100 + 1;
+
+/// A page of a label listing: its number (1 is the first; a bulk import resumes from it) and
+/// its address (the `Link` header's, or [`GitHub::labelled_page`]'s).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssuesPageRef {
+    /// The page's number.
+    pub number: u32,
+    /// Its address.
+    uri: String,
+}
+
+impl IssuesPageRef {
+    /// Its address.
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+}
+
+/// One page of a label listing.
+#[derive(Debug, Clone)]
+pub struct IssuesPage {
+    /// Its issues (pull requests skipped), in GitHub's order.
+    pub items: Vec<ForgeItem>,
+    /// The next page; `None` on the last.
+    pub next: Option<IssuesPageRef>,
+}
+
 /// A pull request on GitHub.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PullRequest {
@@ -45,10 +74,14 @@ type Response = http::Response<BoxBody<Bytes, octocrab::Error>>;
 
 impl GitHub {
     /// A client for `settings`' API address and token (anonymous without one), retrying by
-    /// `policy`.
+    /// `policy` (`settings`' secondary rate-limit wait, when set, replaces the policy's).
     ///
     /// Errors: the API address is not a URL ([`ForgeError::Invalid`]).
     pub fn new(settings: &ForgeSettings, policy: RetryPolicy) -> Result<GitHub, ForgeError> {
+        let mut policy = policy;
+        if let Some(wait) = settings.github.secondary_rate_limit_wait() {
+            policy.secondary_rate_limit_wait = wait;
+        }
         let api_url = settings.github_api_url();
         let mut builder = Octocrab::builder()
             .base_uri(api_url.as_str())
@@ -143,34 +176,73 @@ impl GitHub {
         item_of(&what, &v, &format!("{owner}/{repo}"))
     }
 
+    /// Page `number` (1 is the first) of the open issues of `owner/repo` carrying `label`, 100
+    /// a page: where [`GitHub::issues_page`] reads it.
+    pub fn labelled_page(&self, owner: &str, repo: &str, label: &str, number: u32) -> IssuesPageRef {
+        let query = serde_urlencoded_pair("labels", label);
+        let mut uri = format!("{}/repos/{owner}/{repo}/issues?state=open&per_page=100&{query}", self.api_url);
+        if number > 1 {
+            uri.push_str(&format!("&page={number}"));
+        }
+        IssuesPageRef { number: number.max(1), uri }
+    }
+
+    /// One page of a label listing (pull requests skipped), and the next page when its `Link`
+    /// header names one (`rel="next"`; its number read from its `page` parameter).
+    ///
+    /// Errors: any [`ForgeError`] of the call (a rate limit among them: the page can be asked
+    /// again, or resumed later by its number).
+    pub async fn issues_page(
+        &self,
+        owner: &str,
+        repo: &str,
+        label: &str,
+        page: &IssuesPageRef,
+    ) -> Result<IssuesPage, ForgeError> {
+        let what = format!("issues of {owner}/{repo} labelled {label:?} (page {})", page.number);
+        let answer = self.call(&what, "GET", &page.uri, None).await?;
+        // octocrab reads the page and its `Link` header (first, prev, next, last).
+        let read = <Page<Value> as FromResponse>::from_response(answer).await.map_err(|e| ForgeError::Malformed {
+            forge: Forge::GitHub,
+            what: what.clone(),
+            message: transport_message(&e),
+        })?;
+        let full_name = format!("{owner}/{repo}");
+        let mut items = Vec::new();
+        for issue in &read.items {
+            if issue.get("pull_request").is_some_and(|p| !p.is_null()) {
+                continue;
+            }
+            items.push(item_of(&what, issue, &full_name)?);
+        }
+        let next = read.next.map(|u| {
+            let uri = u.to_string();
+            let number = url::Url::parse(&uri)
+                .ok()
+                .and_then(|u| u.query_pairs().find(|(k, _)| k == "page").and_then(|(_, v)| v.parse().ok()))
+                .unwrap_or(page.number + 1);
+            IssuesPageRef { number, uri }
+        });
+        Ok(IssuesPage { items, next })
+    }
+
     /// The open issues of `owner/repo` carrying `label`, following `Link: rel="next"` pages
     /// (pull requests skipped), at most [`MAX_BULK_ISSUES`].
     ///
     /// Errors: any [`ForgeError`] of a page.
     pub async fn issues_labelled(&self, owner: &str, repo: &str, label: &str) -> Result<Vec<ForgeItem>, ForgeError> {
-        let what = format!("issues of {owner}/{repo} labelled {label:?}");
-        let query = serde_urlencoded_pair("labels", label);
-        let mut next = Some(format!("{}/repos/{owner}/{repo}/issues?state=open&per_page=100&{query}", self.api_url));
-        let mut items = Vec::new();
-        let full_name = format!("{owner}/{repo}");
+        let mut next = Some(self.labelled_page(owner, repo, label, 1));
+        let mut items: Vec<ForgeItem> = Vec::new();
         let mut seen = std::collections::HashSet::new();
-        while let Some(uri) = next.take() {
+        while let Some(page) = next.take() {
             // A `Link` that points back at a page already read, or more pages than the cap
             // needs: stop rather than loop.
-            if !seen.insert(uri.clone()) || seen.len() > MAX_BULK_ISSUES / 100 + 1 {
+            if !seen.insert(page.uri.clone()) || seen.len() > MAX_BULK_PAGES {
                 break;
             }
-            let answer = self.call(&what, "GET", &uri, None).await?;
-            // octocrab reads the page and its `Link` header (first, prev, next, last).
-            let page = <Page<Value> as FromResponse>::from_response(answer).await.map_err(|e| {
-                ForgeError::Malformed { forge: Forge::GitHub, what: what.clone(), message: transport_message(&e) }
-            })?;
-            for issue in &page.items {
-                if issue.get("pull_request").is_some_and(|p| !p.is_null()) {
-                    continue;
-                }
-                let item = item_of(&what, issue, &full_name)?;
-                if !items.iter().any(|i: &ForgeItem| i.url == item.url) {
+            let read = self.issues_page(owner, repo, label, &page).await?;
+            for item in read.items {
+                if !items.iter().any(|i| i.url == item.url) {
                     items.push(item);
                 }
             }
@@ -178,7 +250,7 @@ impl GitHub {
                 items.truncate(MAX_BULK_ISSUES);
                 break;
             }
-            next = page.next.map(|u| u.to_string());
+            next = read.next;
         }
         Ok(items)
     }

@@ -114,6 +114,84 @@ impl ForgeItem {
     }
 }
 
+/// The identity of the forge item at `url` on forge `source` (`github`, `ado`): the key that
+/// makes it one spec (the unique `specs.source_key`, migration 0010), the same whichever
+/// address of the item a webhook or an import brings.
+///
+/// - GitHub: `github:<host>/<owner>/<repo>#<number>` from an issue's address
+///   (`https://<host>/<owner>/<repo>/issues/<number>`), lowercased (GitHub names ignore
+///   case).
+/// - Azure DevOps: work item ids are unique in an organization (a server's collection), so
+///   `ado:<organization>#<id>` for `dev.azure.com/<org>/…` and `<org>.visualstudio.com/…`
+///   addresses, `ado:<host>/<collection>#<id>` for a server's (`https://<host>/<collection>/…`,
+///   or `…/tfs/<collection>/…`); the id is read from the web address (`…/_workitems/edit/<id>`)
+///   or the API address (`…/_apis/wit/workItems/<id>`, with or without a project), so a
+///   webhook's API address and an import's web address give the same key.
+/// - Anything else: `<source>:` and the address without its scheme, query, fragment and
+///   trailing `/`, lowercased.
+///
+/// Empty for an empty address (a spec written on the board has no item).
+pub fn item_key(source: &str, url: &str) -> String {
+    let url = url.trim();
+    if url.is_empty() {
+        return String::new();
+    }
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.split(['?', '#']).next().unwrap_or_default().trim_end_matches('/');
+    let lower = rest.to_lowercase();
+    let mut parts = lower.split('/').filter(|s| !s.is_empty());
+    let host = parts.next().unwrap_or_default().to_string();
+    let path: Vec<&str> = parts.collect();
+    let digits = |s: &str| !s.is_empty() && s.len() <= 12 && s.bytes().all(|b| b.is_ascii_digit());
+    match source {
+        "github" => {
+            if let [owner, repo, "issues", number] = path.as_slice() {
+                if digits(number) {
+                    return format!("github:{host}/{owner}/{repo}#{number}");
+                }
+            }
+        }
+        "ado" => {
+            // The id: after `_workitems/edit/`, or `_apis/wit/workitems/`; what comes before
+            // `_workitems` / `_apis` is the organization or collection, then maybe a project.
+            let found = path.iter().enumerate().find_map(|(i, seg)| match (*seg, path.get(i + 1), path.get(i + 2)) {
+                ("_workitems", Some(&"edit"), Some(id)) if digits(id) => Some((i, *id)),
+                ("_apis", Some(&"wit"), _) => match (path.get(i + 2), path.get(i + 3)) {
+                    (Some(&"workitems"), Some(id)) if digits(id) => Some((i, *id)),
+                    _ => None,
+                },
+                _ => None,
+            });
+            if let Some((at, id)) = found {
+                let before = &path[..at];
+                if host == "dev.azure.com" {
+                    if let Some(org) = before.first() {
+                        return format!("ado:{org}#{id}");
+                    }
+                } else if let Some(org) = host.strip_suffix(".visualstudio.com") {
+                    return format!("ado:{org}#{id}");
+                } else {
+                    let collection = match before {
+                        ["tfs", c, ..] => format!("tfs/{c}"),
+                        [c, ..] => (*c).to_string(),
+                        [] => String::new(),
+                    };
+                    return format!("ado:{host}/{collection}#{id}");
+                }
+            }
+        }
+        _ => {}
+    }
+    format!("{source}:{lower}")
+}
+
+impl ForgeItem {
+    /// The item's identity: [`item_key`] of its source and address.
+    pub fn key(&self) -> String {
+        item_key(&self.source, &self.url)
+    }
+}
+
 /// Readable text of an HTML fragment (Azure DevOps descriptions): paragraphs, `div`s and
 /// headings become blank-line separated blocks, `br` a line break, `li` a `- ` item; other
 /// tags are dropped (the contents of `script` and `style` too); entities are decoded
@@ -276,6 +354,40 @@ mod tests {
             (item.meta.item_type.as_str(), item.meta.state.as_str(), item.meta.author.as_str()),
             ("Bug", "New", "Ann")
         );
+    }
+
+    #[test]
+    fn an_item_has_one_key_whichever_address_names_it() {
+        let gh = "github:github.com/lumen-labs/lantern#7";
+        assert_eq!(item_key("github", "https://github.com/lumen-labs/lantern/issues/7"), gh);
+        assert_eq!(item_key("github", "https://GitHub.com/Lumen-Labs/Lantern/issues/7/"), gh);
+        assert_eq!(item_key("github", "https://github.com/lumen-labs/lantern/issues/7#issuecomment-1"), gh);
+        assert_eq!(item_key("github", "https://ghe.example/api/o/r/issues/7"), "github:ghe.example/api/o/r/issues/7");
+        assert_ne!(
+            item_key("github", "https://github.com/o/r/issues/7"),
+            item_key("github", "https://github.com/o/r/issues/8")
+        );
+        // A webhook's API address and an import's web address of work item 301.
+        let ado = "ado:lumenlabs#301";
+        for url in [
+            "https://dev.azure.com/lumenlabs/_apis/wit/workItems/301",
+            "https://dev.azure.com/LumenLabs/6f1c2a3b-4d5e-4f60-8a71-92b3c4d5e6f7/_apis/wit/workItems/301",
+            "https://dev.azure.com/lumenlabs/6f1c2a3b-4d5e-4f60-8a71-92b3c4d5e6f7/_workitems/edit/301",
+            "https://dev.azure.com/lumenlabs/Lantern/_workitems/edit/301/",
+            "https://lumenlabs.visualstudio.com/Lantern/_workitems/edit/301",
+        ] {
+            assert_eq!(item_key("ado", url), ado, "{url}");
+        }
+        let server = "ado:devops.lumen.example/lumencollection#88";
+        for url in [
+            "https://devops.lumen.example/LumenCollection/_apis/wit/workItems/88",
+            "https://devops.lumen.example/LumenCollection/Beacon/_workitems/edit/88",
+        ] {
+            assert_eq!(item_key("ado", url), server, "{url}");
+        }
+        assert_eq!(item_key("ado", "http://tfs.example/tfs/Main/P/_workitems/edit/5"), "ado:tfs.example/tfs/main#5");
+        assert_eq!(item_key("ado", "https://elsewhere.example/x"), "ado:elsewhere.example/x");
+        assert_eq!(item_key("board", ""), "");
     }
 
     #[test]

@@ -21,7 +21,7 @@ use reqwest::header::HeaderMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-pub use item::{html_to_text, ForgeItem, ItemMeta};
+pub use item::{html_to_text, item_key, ForgeItem, ItemMeta};
 
 /// The public GitHub API (`BATON_GITHUB_API_URL` overrides it, for GitHub Enterprise or a mock).
 pub const DEFAULT_GITHUB_API_URL: &str = "https://api.github.com";
@@ -68,6 +68,19 @@ pub struct GitHubSettings {
     pub api_url: Option<String>,
     /// `BATON_GITHUB_WEBHOOK_SECRET`: deliveries to `/webhooks/github` are signed with it.
     pub webhook_secret: Option<Secret>,
+    /// `BATON_GITHUB_SECONDARY_RATE_LIMIT_WAIT_SECS`: the wait after a secondary rate limit
+    /// without `retry-after`, seconds (default 60, as GitHub asks; fractions allowed, up to an
+    /// hour). Meant for tests against a mock forge.
+    pub secondary_rate_limit_wait_secs: Option<f64>,
+}
+
+impl GitHubSettings {
+    /// The secondary rate-limit wait, when set to a number of seconds from 0 to 3600.
+    pub fn secondary_rate_limit_wait(&self) -> Option<Duration> {
+        self.secondary_rate_limit_wait_secs
+            .filter(|s| s.is_finite() && (0.0..=3600.0).contains(s))
+            .and_then(|s| Duration::try_from_secs_f64(s).ok())
+    }
 }
 
 /// `[ado]` in `baton.toml`; each key is overridden by its environment variable.
@@ -99,8 +112,9 @@ pub struct ForgeSettings {
 
 impl ForgeSettings {
     /// These settings with every variable `lookup` answers (non-empty) taking precedence:
-    /// `GITHUB_TOKEN`, `BATON_GITHUB_API_URL`, `BATON_GITHUB_WEBHOOK_SECRET`, `ADO_PAT`,
-    /// `BATON_ADO_API_URL`, `BATON_ADO_WEBHOOK_USER`, `BATON_ADO_WEBHOOK_PASSWORD`.
+    /// `GITHUB_TOKEN`, `BATON_GITHUB_API_URL`, `BATON_GITHUB_WEBHOOK_SECRET`,
+    /// `BATON_GITHUB_SECONDARY_RATE_LIMIT_WAIT_SECS`, `ADO_PAT`, `BATON_ADO_API_URL`,
+    /// `BATON_ADO_WEBHOOK_USER`, `BATON_ADO_WEBHOOK_PASSWORD`.
     pub fn with_env(mut self, lookup: impl Fn(&str) -> Option<String>) -> ForgeSettings {
         let get = |k: &str| lookup(k).filter(|v| !v.trim().is_empty());
         let set = |slot: &mut Option<Secret>, k: &str| {
@@ -120,6 +134,14 @@ impl ForgeSettings {
         }
         if let Some(v) = get("BATON_ADO_WEBHOOK_USER") {
             self.ado.webhook_user = Some(v);
+        }
+        if let Some(v) = get("BATON_GITHUB_SECONDARY_RATE_LIMIT_WAIT_SECS") {
+            match v.trim().parse::<f64>() {
+                Ok(secs) => self.github.secondary_rate_limit_wait_secs = Some(secs),
+                Err(_) => {
+                    tracing::warn!("BATON_GITHUB_SECONDARY_RATE_LIMIT_WAIT_SECS={v:?} is not a number of seconds")
+                }
+            }
         }
         // Empty values in the file count as unset, like empty variables.
         for slot in [&mut self.github.token, &mut self.github.webhook_secret, &mut self.ado.pat] {
@@ -218,12 +240,8 @@ fn ado_name_ok(s: &str) -> bool {
 
 /// The start of untrusted `text` for an error message: at most 80 characters, one line.
 fn shown(text: &str) -> String {
-    let one: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).take(80).collect();
-    if text.chars().count() > 80 {
-        format!("{one}…")
-    } else {
-        one
-    }
+    let one: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    crate::model::text::cut(&one, 80)
 }
 
 impl RepoRef {
@@ -367,7 +385,9 @@ pub enum ForgeError {
         /// The forge's message.
         message: String,
     },
-    /// 403/429 with rate-limit headers (or 429 alone), not worth waiting for here.
+    /// 403/429 with rate-limit headers, GitHub's secondary rate limit (a 403/429 whose
+    /// message or `documentation_url` says so, without rate headers), or 429 alone: not worth
+    /// waiting for here.
     #[error("{forge} is rate limiting {what} ({status} {message}): {when}")]
     RateLimited {
         /// Which forge.
@@ -380,8 +400,15 @@ pub enum ForgeError {
         message: String,
         /// `retry after 2026-01-01T10:00:00Z (in 900 s)` or `retry later`.
         when: String,
-        /// Seconds until the limit resets, when the forge said.
+        /// Seconds until a retry may succeed (rounded up), when known: the forge's
+        /// `retry-after` or reset, or at least a minute for GitHub's secondary rate limit.
         retry_after_secs: Option<u64>,
+        /// The same wait, exactly ([`RetryPolicy::secondary_rate_limit_wait`] for a secondary
+        /// limit without `retry-after`).
+        wait: Option<Duration>,
+        /// GitHub's secondary rate limit (too many requests at once, or content created too
+        /// fast), recognised by its message and documentation URL.
+        secondary: bool,
     },
     /// 422: the forge understood the request and refused its content.
     #[error("{forge} refused {what} as invalid (422 {message}){details}")]
@@ -451,6 +478,23 @@ pub enum ForgeError {
     Unconfigured(String),
 }
 
+/// The wait after GitHub's secondary rate limit without `retry-after`: "wait for at least one
+/// minute before retrying" (GitHub's rate-limit documentation).
+pub const DEFAULT_SECONDARY_RATE_LIMIT_WAIT: Duration = Duration::from_secs(60);
+
+/// Whether a refused GitHub answer is its secondary rate limit: the message says "secondary
+/// rate limit" (older answers: "abuse detection"), or the `documentation_url` points at the
+/// secondary rate limits.
+pub fn is_secondary_rate_limit(body: &[u8]) -> bool {
+    let Ok(v) = serde_json::from_slice::<Value>(body) else { return false };
+    let field = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or_default().to_ascii_lowercase();
+    let (message, docs) = (field("message"), field("documentation_url"));
+    message.contains("secondary rate limit")
+        || message.contains("abuse detection")
+        || docs.contains("secondary-rate-limit")
+        || docs.contains("abuse-rate-limit")
+}
+
 /// How long and how often to retry.
 #[derive(Debug, Clone, Copy)]
 pub struct RetryPolicy {
@@ -467,6 +511,10 @@ pub struct RetryPolicy {
     /// server's 30 s request limit): each attempt gets what is left, and no retry starts
     /// that could not finish.
     pub deadline: Duration,
+    /// The wait after GitHub's secondary rate limit when it sends no `retry-after` (default
+    /// 60 s: GitHub asks for at least a minute; `BATON_GITHUB_SECONDARY_RATE_LIMIT_WAIT_SECS`
+    /// shortens it for a test's mock forge).
+    pub secondary_rate_limit_wait: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -477,6 +525,7 @@ impl Default for RetryPolicy {
             max_rate_limit_wait: Duration::from_secs(60),
             rate_limit_waits: 2,
             deadline: Duration::from_secs(20),
+            secondary_rate_limit_wait: DEFAULT_SECONDARY_RATE_LIMIT_WAIT,
         }
     }
 }
@@ -555,8 +604,11 @@ pub struct NewPull<'a> {
 ///   and its redirects to a sign-in page too.
 /// - 404 → not found or no access.
 /// - 403/429 with `retry-after` (seconds), or with `x-ratelimit-remaining: 0` and
-///   `x-ratelimit-reset` (epoch seconds) → wait when that is within
-///   [`RetryPolicy::max_rate_limit_wait`] and waits remain, otherwise
+///   `x-ratelimit-reset` (epoch seconds), or GitHub's secondary rate limit (no rate headers; a
+///   message saying "secondary rate limit" or a `documentation_url` pointing at the secondary
+///   rate limits, [`is_secondary_rate_limit`]: at least
+///   [`RetryPolicy::secondary_rate_limit_wait`], a minute) → wait when that is within
+///   [`RetryPolicy::max_rate_limit_wait`] and waits remain (and the deadline allows), otherwise
 ///   [`ForgeError::RateLimited`] with the time; 403/429 with `x-ratelimit-remaining: 0` and no
 ///   reset, or 429 with nothing → rate limited, "retry later". Other 403s are refusals (a
 ///   missing permission). (GitHub's documented rate-limit rules.)
@@ -603,32 +655,48 @@ pub fn classify(
         404 => Verdict::Fail(ForgeError::NotFound { forge, what, message }),
         403 | 429 => {
             let remaining_zero = header_u64(headers, "x-ratelimit-remaining") == Some(0);
-            let wait = header_u64(headers, "retry-after").or_else(|| {
-                remaining_zero
-                    .then(|| header_u64(headers, "x-ratelimit-reset"))
-                    .flatten()
-                    .map(|reset| u64::try_from(reset as i64 - now_unix).unwrap_or(0) + 1)
-            });
+            let secondary = forge == Forge::GitHub && !remaining_zero && is_secondary_rate_limit(body);
+            // GitHub's order: `retry-after`; else the reset when nothing remains; else, for a
+            // secondary limit, at least a minute.
+            let wait = header_u64(headers, "retry-after")
+                .or_else(|| {
+                    remaining_zero
+                        .then(|| header_u64(headers, "x-ratelimit-reset"))
+                        .flatten()
+                        .map(|reset| u64::try_from(reset as i64 - now_unix).unwrap_or(0) + 1)
+                })
+                .map(Duration::from_secs)
+                .or_else(|| secondary.then_some(policy.secondary_rate_limit_wait));
             let limited = wait.is_some() || remaining_zero || status == 429;
             if !limited {
                 return Verdict::Fail(ForgeError::Refused { forge, what, status, message });
             }
-            if let Some(secs) = wait {
-                let d = Duration::from_secs(secs);
+            if let Some(d) = wait {
                 if d <= policy.max_rate_limit_wait && attempts.rate_limit < policy.rate_limit_waits {
                     return Verdict::Retry(d);
                 }
             }
-            let when = match wait {
+            let secs = wait.map(|d| d.as_secs() + u64::from(d.subsec_nanos() > 0));
+            let when = match secs {
                 Some(secs) => {
                     let at = chrono::DateTime::from_timestamp(now_unix.saturating_add(secs as i64), 0)
                         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
                         .unwrap_or_default();
-                    format!("retry after {at} (in {secs} s)")
+                    let kind = if secondary { "a secondary rate limit; " } else { "" };
+                    format!("{kind}retry after {at} (in {secs} s)")
                 }
                 None => "the forge gave no reset time; retry later".into(),
             };
-            Verdict::Fail(ForgeError::RateLimited { forge, what, status, message, when, retry_after_secs: wait })
+            Verdict::Fail(ForgeError::RateLimited {
+                forge,
+                what,
+                status,
+                message,
+                when,
+                retry_after_secs: secs,
+                wait,
+                secondary,
+            })
         }
         422 => {
             let details = serde_json::from_slice::<Value>(body)
@@ -729,7 +797,17 @@ where
         match classify(forge, what, Answer { status, headers: &headers, body: &body }, attempts, policy, now) {
             Verdict::Retry(wait) => {
                 if clock.elapsed() + wait >= policy.deadline {
-                    return Err(out_of_time(forge, what, status, wait, attempts));
+                    if (500..600).contains(&status) {
+                        return Err(out_of_time(forge, what, status, attempts));
+                    }
+                    // A rate limit whose wait does not fit: the forge's own answer, with when
+                    // to retry.
+                    let spent = Attempts { rate_limit: policy.rate_limit_waits, ..attempts };
+                    let answer = Answer { status, headers: &headers, body: &body };
+                    return Err(match classify(forge, what, answer, spent, policy, now) {
+                        Verdict::Fail(e) => e,
+                        _ => out_of_time(forge, what, status, attempts),
+                    });
                 }
                 if (500..600).contains(&status) {
                     attempts.server += 1;
@@ -754,9 +832,9 @@ where
     }
 }
 
-/// The error for a retry that `deadline` leaves no time for: the server error, or the rate
-/// limit with its wait.
-fn out_of_time(forge: Forge, what: &str, status: u16, wait: Duration, attempts: Attempts) -> ForgeError {
+/// The error for a retry that the deadline leaves no time for: the server error, or (should
+/// classifying the answer again not say) a rate limit to retry later.
+fn out_of_time(forge: Forge, what: &str, status: u16, attempts: Attempts) -> ForgeError {
     if (500..600).contains(&status) {
         return ForgeError::Server {
             forge,
@@ -771,8 +849,10 @@ fn out_of_time(forge: Forge, what: &str, status: u16, wait: Duration, attempts: 
         what: what.into(),
         status,
         message: "rate limited".into(),
-        when: format!("retry in {} s", wait.as_secs().max(1)),
-        retry_after_secs: Some(wait.as_secs().max(1)),
+        when: "retry later".into(),
+        retry_after_secs: None,
+        wait: None,
+        secondary: false,
     }
 }
 
@@ -883,6 +963,49 @@ mod tests {
         assert!(s.ado.pat.is_none(), "an empty PAT counts as unset");
         assert!(!format!("{s:?}").contains("from-env"));
         assert_eq!(ForgeSettings::default().github_api_url(), DEFAULT_GITHUB_API_URL);
+    }
+
+    #[test]
+    fn githubs_secondary_rate_limit_is_a_rate_limit_of_at_least_a_minute() {
+        let body = r#"{"message":"You have exceeded a secondary rate limit. Please wait a few minutes before you try again.","documentation_url":"https://docs.github.com/rest/using-the-rest-api/rate-limits-for-the-rest-api#about-secondary-rate-limits","status":"403"}"#;
+        let none = Attempts::default();
+        // No rate headers: a minute. The default policy waits up to a minute within a call
+        // (when its deadline leaves the time: the call loop checks).
+        assert!(matches!(verdict(403, &[], body, none), Verdict::Retry(d) if d == Duration::from_secs(60)));
+        let short = RetryPolicy { max_rate_limit_wait: Duration::from_secs(10), ..RetryPolicy::default() };
+        let h = HeaderMap::new();
+        let answer = Answer { status: 403, headers: &h, body: body.as_bytes() };
+        let Verdict::Fail(e) = classify(Forge::GitHub, "GET x", answer, none, &short, 1000) else {
+            panic!("a minute's wait is over this policy's limit")
+        };
+        let ForgeError::RateLimited { status, retry_after_secs, wait, secondary, ref message, .. } = e else {
+            panic!("{e:?}")
+        };
+        assert_eq!((status, retry_after_secs, wait, secondary), (403, Some(60), Some(Duration::from_secs(60)), true));
+        assert!(message.contains("secondary rate limit"), "{message}");
+        assert!(e.to_string().contains("a secondary rate limit; retry after 1970-01-01T00:17:40Z (in 60 s)"), "{e}");
+        // `retry-after` wins; a shorter configured wait is taken; 429 too.
+        let with_retry_after = headers(&[("retry-after", "90")]);
+        let answer = Answer { status: 429, headers: &with_retry_after, body: body.as_bytes() };
+        assert!(matches!(
+            classify(Forge::GitHub, "GET x", answer, none, &short, 1000),
+            Verdict::Fail(ForgeError::RateLimited { retry_after_secs: Some(90), secondary: true, .. })
+        ));
+        let quick = RetryPolicy { secondary_rate_limit_wait: Duration::from_millis(200), ..short };
+        let answer = Answer { status: 403, headers: &h, body: body.as_bytes() };
+        assert!(
+            matches!(classify(Forge::GitHub, "GET x", answer, none, &quick, 0), Verdict::Retry(d) if d == Duration::from_millis(200))
+        );
+        // Recognised by the documentation URL alone, or the older "abuse" wording.
+        let by_url = r#"{"message":"Forbidden","documentation_url":"https://docs.github.com/rest/overview/rate-limits-for-the-rest-api#about-secondary-rate-limits"}"#;
+        assert!(is_secondary_rate_limit(by_url.as_bytes()));
+        assert!(is_secondary_rate_limit(br#"{"message":"You have triggered an abuse detection mechanism."}"#));
+        // A 403 that says nothing of limits is a refusal, as before.
+        assert!(!is_secondary_rate_limit(br#"{"message":"Resource not accessible by integration"}"#));
+        assert!(matches!(
+            verdict(403, &[], r#"{"message":"Resource not accessible by integration"}"#, none),
+            Verdict::Fail(ForgeError::Refused { status: 403, .. })
+        ));
     }
 
     #[test]

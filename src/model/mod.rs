@@ -1,7 +1,8 @@
 //! Plan and execution records: plain data shared by every layer.
 //!
 //! `plan` is agent-baton's `plan.json`; `state` is one execution; `action` is what the engine
-//! asks for; `event` is what changes an execution. This module never does IO, never reads the
+//! asks for; `event` is what changes an execution; `text` holds the small text rules (first
+//! line, cutting, shell quoting) every layer shares. This module never does IO, never reads the
 //! clock and imports nothing from the crate but itself.
 
 pub mod action;
@@ -11,3 +12,4 @@ pub mod goal;
 pub mod plan;
 pub mod spec;
 pub mod state;
+pub mod text;

@@ -369,6 +369,17 @@ pub struct TeamMember {
     pub extra: Extra,
 }
 
+impl TeamMember {
+    /// The member's `deliverables` (kept verbatim in its extra keys): the strings of the list.
+    pub fn deliverables(&self) -> Vec<String> {
+        self.extra
+            .get("deliverables")
+            .and_then(|v| v.as_array())
+            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+            .unwrap_or_default()
+    }
+}
+
 /// How a team's outputs are combined (seed-spec §1.7).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SynthesisSpec {

@@ -13,7 +13,7 @@ pub use crate::git::FileStat;
 use crate::git::GitRepo;
 use crate::model::state::ExecutionState;
 use crate::runtime::config::DataDir;
-use crate::runtime::driver::read_meta;
+use crate::runtime::runs::read_meta;
 use crate::runtime::{blocking, BadInput};
 
 /// Largest diff text returned, bytes.

@@ -3,8 +3,9 @@
 //! Loading an execution is its latest snapshot plus a replay of the journal after it (composed
 //! here, because `store` never imports `engine`). Recording an event applies it to the
 //! in-memory state, then appends it to the journal with the new summary in one transaction:
-//! the cost of a record does not grow with the plan. Snapshots are written every
-//! [`SNAPSHOT_EVERY`] or more events (growing with the plan), off the hot path. This module never touches git or agents.
+//! the cost of a record does not grow with the plan. A snapshot is written every
+//! [`SNAPSHOT_EVERY`] events, before the record that made it due returns (and by a load that
+//! found one missing), so a load replays at most that many events. This module never touches git or agents.
 
 use anyhow::Context as _;
 
@@ -14,16 +15,13 @@ use crate::model::event::{Event, EventKind};
 use crate::model::plan::MachinePlan;
 use crate::model::state::ExecutionState;
 use crate::runtime::config::DataDir;
-use crate::runtime::{driver, lease, BadInput};
+use crate::runtime::{lease, runs, BadInput};
 use crate::store::{NewEvent, Store, StoreError, Summary};
 
-/// Fewest events between two snapshots. The interval grows with the plan (twice its step
-/// count), so the amortized cost of snapshotting per event stays constant as plans grow.
+/// Events between two snapshots: a load replays at most this many journal entries after the
+/// latest snapshot, whatever the plan's size (a snapshot serializes the whole state, so its
+/// cost, amortized over this many events, is small).
 pub const SNAPSHOT_EVERY: u64 = 256;
-
-fn snapshot_interval(state: &ExecutionState) -> u64 {
-    SNAPSHOT_EVERY.max(2 * state.plan.step_count() as u64)
-}
 
 /// What [`Executions::record_once`] did.
 #[derive(Debug)]
@@ -56,10 +54,12 @@ pub fn summary_of(state: &ExecutionState) -> Summary {
 }
 
 impl Executions {
-    /// Opens the store of `data`.
+    /// Opens the store of `data`, and gives forge specs older than their item keys theirs
+    /// ([`backfill_source_keys`]).
     pub async fn open(data: DataDir) -> anyhow::Result<Executions> {
         let store =
             Store::open(&data.db_path()).await.with_context(|| format!("opening {}", data.db_path().display()))?;
+        backfill_source_keys(&store).await.context("keying the specs of forge items")?;
         Ok(Executions { store, data })
     }
 
@@ -113,6 +113,11 @@ impl Executions {
                 .with_context(|| format!("journal entry {} of {task_id} is unreadable", ev.seq))?;
             engine::apply(&mut state, &event, &ev.at)
                 .map_err(|e| anyhow::anyhow!("journal entry {} of {task_id} does not replay: {e}", ev.seq))?;
+        }
+        if loaded.events_after_snapshot.len() as u64 >= SNAPSHOT_EVERY {
+            // A snapshot that was due was not written (a crash between the append and the
+            // snapshot): this load writes it, so replays stay bounded.
+            self.snapshot(&state, &clock::now_rfc3339()).await;
         }
         Ok(Some(state))
     }
@@ -170,8 +175,10 @@ impl Executions {
             .append(&state.task_id, &[new], &summary_of(state))
             .await
             .with_context(|| format!("journaling {} for {}", stored.kind.name(), state.task_id))?;
-        if state.events_applied.is_multiple_of(snapshot_interval(state)) {
-            self.snapshot_in_background(state, &now);
+        if state.events_applied.is_multiple_of(SNAPSHOT_EVERY) {
+            // Written before the caller returns: a one-shot process (the CLI) ends right after,
+            // and a snapshot left to a background task was usually never written.
+            self.snapshot(state, &now).await;
         }
         Ok(applied)
     }
@@ -214,27 +221,27 @@ impl Executions {
         let (state, applied) = result?;
         let stopped_attempts = if cancel && !applied.duplicate {
             let (data, snapshot) = (self.data.clone(), state.clone());
-            crate::runtime::blocking(move || driver::stop_attempts(&data, &snapshot)).await?
+            crate::runtime::blocking(move || runs::stop_attempts(&data, &snapshot)).await?
         } else {
             0
         };
         Ok(RecordedOnce { state, applied, stopped_attempts })
     }
 
-    fn snapshot_in_background(&self, state: &ExecutionState, now: &str) {
-        let store = self.store.clone();
-        let snapshot = state.clone();
-        let task_id = state.task_id.clone();
+    /// Writes a snapshot of `state` as of its last event. A failure is logged, not returned:
+    /// the events are durable in the journal, and the next load replays them (and tries again).
+    async fn snapshot(&self, state: &ExecutionState, now: &str) {
         let seq = i64::try_from(state.events_applied).unwrap_or(i64::MAX);
-        let now = now.to_string();
-        tokio::spawn(async move {
-            let Ok(Ok(json)) = tokio::task::spawn_blocking(move || serde_json::to_string(&snapshot)).await else {
-                return;
-            };
-            if let Err(e) = store.put_snapshot(&task_id, seq, &json, &now).await {
-                tracing::warn!(task.id = %task_id, "snapshot at seq {seq} not written: {e}");
-            }
-        });
+        let task_id = state.task_id.clone();
+        let copy = state.clone();
+        let json = match crate::runtime::blocking(move || serde_json::to_string(&copy)).await {
+            Ok(Ok(json)) => json,
+            Ok(Err(e)) => return tracing::warn!(task.id = %task_id, "snapshot at seq {seq} not serialized: {e}"),
+            Err(e) => return tracing::warn!(task.id = %task_id, "snapshot at seq {seq} not serialized: {e:#}"),
+        };
+        if let Err(e) = self.store.put_snapshot(&task_id, seq, &json, now).await {
+            tracing::warn!(task.id = %task_id, "snapshot at seq {seq} not written: {e}");
+        }
     }
 
     /// Task id from `--task-id`, else `BATON_TASK_ID` (clap reads it into the same flag), else
@@ -251,4 +258,31 @@ impl Executions {
             }
         }
     }
+}
+
+/// Gives every forge spec written before migration 0010 its item's key
+/// ([`crate::forge::item_key`] of its `source_url`), oldest spec first: the oldest spec of an
+/// item keeps being the item's spec; a younger duplicate (left by the check-then-insert that
+/// came before the unique key) is marked `superseded:<id>` with a spec event
+/// `superseded_duplicate` naming the item's spec, and imports and webhooks no longer touch it.
+/// Idempotent and cheap once done (one query finding nothing); run by [`Executions::open`].
+///
+/// Errors: the database.
+pub async fn backfill_source_keys(store: &Store) -> anyhow::Result<usize> {
+    let pending = store.specs_without_source_key().await?;
+    let mut superseded = 0;
+    for (spec_id, source, url) in pending {
+        let key = crate::forge::item_key(&source, &url);
+        let reason = |holder: i64| {
+            format!(
+                "spec {holder} was imported from the same {source} item ({url}) first: it stays the item's spec; \
+                 imports and webhooks no longer update this duplicate"
+            )
+        };
+        if let Some(holder) = store.claim_source_key(spec_id, &key, reason, "baton", &clock::now_rfc3339()).await? {
+            tracing::warn!("spec {spec_id} duplicates spec {holder} (both from {url}): marked superseded");
+            superseded += 1;
+        }
+    }
+    Ok(superseded)
 }

@@ -1,19 +1,23 @@
 //! Forge items as specs: the forge clients of a running Baton ([`Forges`]), what to import
-//! ([`ImportRequest`]: one item, a GitHub label, an Azure DevOps WIQL query), what an import
-//! did ([`ImportOutcome`]) and fitting an item's title and body into the spec limits.
+//! ([`ImportRequest`]: one item, a GitHub label, an Azure DevOps WIQL query), how a bulk
+//! import meets a rate limit ([`Pacing`]: wait it out, or stop with a [`Cursor`] to resume
+//! from), and an import of every item a request names ([`import`], [`import_from`]; what it
+//! did: [`Imported`], each item's outcome shown as [`ImportedItem`]).
 //!
-//! The spec changes themselves are [`Specs::import`](crate::runtime::specs::Specs::import)
+//! The spec changes themselves, what each did ([`ImportOutcome`]) and fitting an item's title
+//! and body into the spec limits are [`Specs::import`](crate::runtime::specs::Specs::import)
 //! and friends. This module never authenticates a webhook delivery; its only IO is the forge
 //! calls of [`crate::forge`].
 
+use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
-use crate::forge::ado::AzureDevOps;
-use crate::forge::github::GitHub;
+use crate::forge::ado::{AzureDevOps, BATCH as ADO_BATCH};
+use crate::forge::github::{GitHub, MAX_BULK_ISSUES, MAX_BULK_PAGES};
 use crate::forge::{ForgeError, ForgeSettings, ItemRef, RetryPolicy};
 pub use crate::forge::{ForgeItem, ItemMeta};
-use crate::runtime::specs::{SpecError, Specs, MAX_BODY_BYTES, MAX_TITLE_CHARS};
-use crate::store::SpecRow;
+use crate::runtime::specs::{ImportOutcome, SpecError, Specs};
 
 /// The forge clients of a running Baton, built once from [`ForgeSettings`]. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -51,22 +55,6 @@ impl Forges {
     /// The Azure DevOps client.
     pub fn ado(&self) -> &AzureDevOps {
         &self.ado
-    }
-
-    /// The items `request` names, fetched.
-    ///
-    /// Errors: any [`ForgeError`] of the calls.
-    pub async fn fetch(&self, request: &ImportRequest) -> Result<Vec<ForgeItem>, ForgeError> {
-        match request {
-            ImportRequest::Item(ItemRef::GitHub { owner, repo, number }) => {
-                Ok(vec![self.github.issue(owner, repo, *number).await?])
-            }
-            ImportRequest::Item(ItemRef::Ado { org, project, id }) => {
-                Ok(vec![self.ado.work_item(org, project, *id).await?])
-            }
-            ImportRequest::GitHubLabel { owner, repo, label } => self.github.issues_labelled(owner, repo, label).await,
-            ImportRequest::AdoQuery { org, project, wiql } => self.ado.query(org, project, wiql).await,
-        }
     }
 }
 
@@ -181,12 +169,101 @@ pub enum ImportError {
     Spec(#[from] SpecError),
 }
 
+/// How an import meets a rate limit the forge call itself did not wait out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pacing {
+    /// Stop there: keep what was imported, and (bulk) say where to resume
+    /// ([`Imported::stopped`]); a single item fails with the rate limit. For requests that
+    /// must answer in time (REST, the board's form).
+    Stop,
+    /// Wait it out — the forge's `retry-after` or reset, at least a minute for GitHub's
+    /// secondary rate limit ([`crate::forge::RetryPolicy::secondary_rate_limit_wait`]), a
+    /// minute when the forge says nothing — and ask again, going on where it stopped; at most
+    /// `waits` waits in a row for one call and none longer than `longest` (else the import
+    /// fails with the rate limit, the items before it imported). For the CLI.
+    Wait {
+        /// Waits in a row for one call, at most.
+        waits: u32,
+        /// Longest single wait taken.
+        longest: Duration,
+    },
+}
+
+/// The pacing of `baton spec import`: up to 10 waits in a row, none over 15 minutes.
+pub const CLI_PACING: Pacing = Pacing::Wait { waits: 10, longest: Duration::from_secs(15 * 60) };
+
+/// Where a bulk import stopped, to resume it: GitHub's page number, or Azure DevOps' batch of
+/// 200 work items of the query (1 is the first). Shown and taken as text (an opaque
+/// `cursor`): a positive integer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Cursor(u32);
+
+impl Cursor {
+    /// The start of a bulk import.
+    pub const START: Cursor = Cursor(1);
+
+    /// Reads a cursor a caller passed back.
+    ///
+    /// Errors: anything but a positive integer up to 100 000 ([`SpecError::Invalid`], field
+    /// `cursor`).
+    pub fn parse(text: &str) -> Result<Cursor, SpecError> {
+        text.trim().parse::<u32>().ok().filter(|n| (1..=100_000).contains(n)).map(Cursor).ok_or_else(|| {
+            SpecError::Invalid {
+                field: "cursor".into(),
+                message: format!(
+                    "{:?} is not a cursor: pass back the `cursor` of a stopped bulk import as it was given",
+                    text.chars().take(40).collect::<String>()
+                ),
+            }
+        })
+    }
+
+    /// Its position (1-based).
+    pub fn position(self) -> u32 {
+        self.0
+    }
+}
+
+impl std::fmt::Display for Cursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A bulk import stopped by a rate limit ([`Pacing::Stop`]).
+#[derive(Debug, Clone)]
+pub struct Stopped {
+    /// Where to resume: the part not imported yet.
+    pub cursor: Cursor,
+    /// The rate limit ([`ForgeError::RateLimited`], saying when to retry).
+    pub error: ForgeError,
+}
+
+impl Stopped {
+    /// Seconds to wait before resuming: the forge's, else a minute.
+    pub fn retry_after_secs(&self) -> u64 {
+        match &self.error {
+            ForgeError::RateLimited { retry_after_secs: Some(s), .. } => (*s).max(1),
+            _ => crate::forge::DEFAULT_SECONDARY_RATE_LIMIT_WAIT.as_secs(),
+        }
+    }
+}
+
+/// What an import did.
+#[derive(Debug, Clone)]
+pub struct Imported {
+    /// One outcome per item imported, in the forge's order.
+    pub outcomes: Vec<ImportOutcome>,
+    /// Set when a rate limit stopped a bulk import ([`Pacing::Stop`]): the items in
+    /// `outcomes` stay imported; resuming from the cursor imports the rest.
+    pub stopped: Option<Stopped>,
+}
+
 /// Imports what `request` names into `project`: one spec per item (created, updated, or left
-/// as it is), in the forge's order.
+/// as it is), in the forge's order, and nothing stopped by a rate limit (a stop is an error
+/// here; [`import_from`] keeps what was imported and says where to resume).
 ///
-/// Errors: an unknown project (checked before any forge call); a forge failure (nothing is
-/// imported when the fetch fails); a spec change that fails stops the import there (the
-/// items before it stay imported; importing again is idempotent).
+/// Errors: as [`import_from`]; a rate limit.
 pub async fn import(
     specs: &Specs,
     forges: &Forges,
@@ -194,105 +271,129 @@ pub async fn import(
     request: &ImportRequest,
     actor: &str,
 ) -> Result<Vec<ImportOutcome>, ImportError> {
+    let imported = import_from(specs, forges, project, request, None, Pacing::Stop, actor).await?;
+    match imported.stopped {
+        Some(stopped) => Err(stopped.error.into()),
+        None => Ok(imported.outcomes),
+    }
+}
+
+/// Imports what `request` names into `project`, from `cursor` on (a bulk import's resume
+/// point; `None`: from the start): one spec per item, in the forge's order, each item imported
+/// as soon as its page (GitHub) or batch (Azure DevOps) is read, so what was read stays
+/// imported whatever comes after. A rate limit the forge call did not wait out is met by
+/// `pacing`: waited out and the same page asked again, or the import stops there with the
+/// cursor of that page ([`Imported::stopped`]). A resumed Azure DevOps import runs its query
+/// again; a GitHub listing is read by page number, so an issue opened meanwhile may shift an
+/// item into a page already read (import again: importing is idempotent).
+///
+/// Errors: an unknown project (checked before any forge call); a cursor with a single item
+/// ([`SpecError::Invalid`]); a forge failure that is not a rate limit met by `pacing` (the
+/// items before it stay imported); a spec change that fails stops the import there.
+pub async fn import_from(
+    specs: &Specs,
+    forges: &Forges,
+    project: &str,
+    request: &ImportRequest,
+    cursor: Option<Cursor>,
+    pacing: Pacing,
+    actor: &str,
+) -> Result<Imported, ImportError> {
     specs.project(project).await?;
-    let items = forges.fetch(request).await?;
-    let mut outcomes = Vec::with_capacity(items.len());
-    for item in items {
-        outcomes.push(specs.import(project, item, actor).await?);
-    }
-    Ok(outcomes)
-}
-
-impl ForgeItem {
-    /// The item with its title made one line of at most [`MAX_TITLE_CHARS`] characters
-    /// (`(untitled)` when empty) and its body cut to [`MAX_BODY_BYTES`] bytes at a character
-    /// boundary, with a note pointing at the item.
-    pub fn fitted(mut self) -> ForgeItem {
-        let one_line: String = self.title.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
-        let mut title = one_line.trim().to_string();
-        if title.is_empty() {
-            title = "(untitled)".into();
-        }
-        if title.chars().count() > MAX_TITLE_CHARS {
-            title = title.chars().take(MAX_TITLE_CHARS - 1).collect::<String>() + "…";
-        }
-        self.title = title;
-        if self.body.len() > MAX_BODY_BYTES {
-            let note = format!("\n\n… (cut to fit; the whole text is at {})", self.url);
-            let mut end = MAX_BODY_BYTES.saturating_sub(note.len());
-            while !self.body.is_char_boundary(end) {
-                end -= 1;
+    let mut outcomes = Vec::new();
+    let start = cursor.unwrap_or(Cursor::START);
+    match request {
+        ImportRequest::Item(item) => {
+            if cursor.is_some() {
+                return Err(SpecError::Invalid {
+                    field: "cursor".into(),
+                    message: "a cursor resumes a bulk import (a label or a WIQL query), not one item".into(),
+                }
+                .into());
             }
-            self.body.truncate(end);
-            self.body.push_str(&note);
+            let fetched = paced(pacing, || async {
+                match item {
+                    ItemRef::GitHub { owner, repo, number } => forges.github.issue(owner, repo, *number).await,
+                    ItemRef::Ado { org, project, id } => forges.ado.work_item(org, project, *id).await,
+                }
+            })
+            .await?;
+            outcomes.push(specs.import(project, fetched, actor).await?);
         }
-        self
+        ImportRequest::GitHubLabel { owner, repo, label } => {
+            let gh = &forges.github;
+            let mut next = Some(gh.labelled_page(owner, repo, label, start.0));
+            let (mut seen_pages, mut seen_urls) = (HashSet::new(), HashSet::new());
+            while let Some(page) = next.take() {
+                // A `Link` back to a page already read, or more pages than the cap: stop.
+                if !seen_pages.insert(page.uri().to_string()) || seen_pages.len() > MAX_BULK_PAGES {
+                    break;
+                }
+                let read = match paced(pacing, || gh.issues_page(owner, repo, label, &page)).await {
+                    Ok(read) => read,
+                    Err(error @ ForgeError::RateLimited { .. }) => {
+                        let stopped = Some(Stopped { cursor: Cursor(page.number), error });
+                        return Ok(Imported { outcomes, stopped });
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                for item in read.items {
+                    if seen_urls.insert(item.url.clone()) && seen_urls.len() <= MAX_BULK_ISSUES {
+                        outcomes.push(specs.import(project, item, actor).await?);
+                    }
+                }
+                next = read.next.filter(|_| seen_urls.len() < MAX_BULK_ISSUES);
+            }
+        }
+        ImportRequest::AdoQuery { org, project: team, wiql } => {
+            let ado = &forges.ado;
+            let ids = match paced(pacing, || ado.query_ids(org, team, wiql)).await {
+                Ok(ids) => ids,
+                Err(error @ ForgeError::RateLimited { .. }) => {
+                    return Ok(Imported { outcomes, stopped: Some(Stopped { cursor: start, error }) });
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let skip = usize::try_from(start.0 - 1).unwrap_or(usize::MAX);
+            for (n, batch) in ids.chunks(ADO_BATCH).enumerate().skip(skip) {
+                let items = match paced(pacing, || ado.work_items(org, team, batch)).await {
+                    Ok(items) => items,
+                    Err(error @ ForgeError::RateLimited { .. }) => {
+                        let cursor = Cursor(u32::try_from(n + 1).unwrap_or(u32::MAX));
+                        return Ok(Imported { outcomes, stopped: Some(Stopped { cursor, error }) });
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                for item in items {
+                    outcomes.push(specs.import(project, item, actor).await?);
+                }
+            }
+        }
     }
+    Ok(Imported { outcomes, stopped: None })
 }
 
-/// What an import did.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ImportOutcome {
-    /// A new spec (status `imported`).
-    Created(SpecRow),
-    /// The item's spec got the new title and body, and is `imported` again (its plan dropped).
-    Updated {
-        /// The spec, updated.
-        spec: SpecRow,
-        /// What changed: `title`, `body` or both.
-        changed: Vec<&'static str>,
-    },
-    /// The item's spec already has this title and body.
-    Unchanged(SpecRow),
-    /// The item's spec is approved, fired or final: its plan stays, the update is noted as a
-    /// spec event `import_update_ignored`.
-    Ignored {
-        /// The spec, unchanged.
-        spec: SpecRow,
-        /// Why.
-        reason: String,
-    },
-}
-
-impl ImportOutcome {
-    /// The spec concerned.
-    pub fn spec(&self) -> &SpecRow {
-        match self {
-            ImportOutcome::Created(s) | ImportOutcome::Unchanged(s) => s,
-            ImportOutcome::Updated { spec, .. } | ImportOutcome::Ignored { spec, .. } => spec,
+/// Runs `call`, meeting its rate limits by `pacing` ([`Pacing::Wait`]: waits and asks again).
+async fn paced<T, F, Fut>(pacing: Pacing, mut call: F) -> Result<T, ForgeError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, ForgeError>>,
+{
+    let mut waited = 0;
+    loop {
+        match call().await {
+            Err(e @ ForgeError::RateLimited { .. }) => {
+                let Pacing::Wait { waits, longest } = pacing else { return Err(e) };
+                let ForgeError::RateLimited { wait, .. } = &e else { return Err(e) };
+                let wait = wait.unwrap_or(crate::forge::DEFAULT_SECONDARY_RATE_LIMIT_WAIT);
+                if waited >= waits || wait > longest {
+                    return Err(e);
+                }
+                waited += 1;
+                tracing::warn!("{e}; waiting {:.1} s, then going on (wait {waited} of {waits})", wait.as_secs_f64());
+                tokio::time::sleep(wait).await;
+            }
+            other => return other,
         }
-    }
-
-    /// `created`, `updated`, `unchanged` or `ignored`.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            ImportOutcome::Created(_) => "created",
-            ImportOutcome::Updated { .. } => "updated",
-            ImportOutcome::Unchanged(_) => "unchanged",
-            ImportOutcome::Ignored { .. } => "ignored",
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn titles_and_bodies_are_fitted_to_the_spec_limits() {
-        let item = ForgeItem {
-            source: "github".into(),
-            url: "https://example.invalid/1".into(),
-            title: format!("  {}\n", "é".repeat(300)),
-            body: "ü".repeat(MAX_BODY_BYTES),
-            ..ForgeItem::default()
-        }
-        .fitted();
-        assert_eq!(item.title.chars().count(), MAX_TITLE_CHARS);
-        assert!(item.title.ends_with('…'));
-        assert!(item.body.len() <= MAX_BODY_BYTES);
-        assert!(item.body.ends_with("https://example.invalid/1)"));
-        let empty = ForgeItem { source: "ado".into(), title: " ".into(), ..ForgeItem::default() };
-        assert_eq!(empty.fitted().title, "(untitled)");
     }
 }

@@ -11,8 +11,8 @@ use chrono::{DateTime, Utc};
 use crate::clock;
 use crate::git::GitRepo;
 use crate::runtime::blocking;
-use crate::runtime::driver::RunMeta;
 use crate::runtime::executions::Executions;
+use crate::runtime::runs::RunMeta;
 
 /// Removes worktrees of final executions last updated more than `hours` ago; returns how many.
 pub async fn collect(execs: &Executions, hours: u64) -> anyhow::Result<usize> {
@@ -30,7 +30,7 @@ pub async fn collect(execs: &Executions, hours: u64) -> anyhow::Result<usize> {
         if !dir.exists() {
             continue;
         }
-        let meta_path = crate::runtime::driver::meta_path(execs.data(), &row.task_id);
+        let meta_path = crate::runtime::runs::meta_path(execs.data(), &row.task_id);
         let repo = std::fs::read_to_string(&meta_path)
             .ok()
             .and_then(|t| serde_json::from_str::<RunMeta>(&t).ok())

@@ -1,7 +1,7 @@
-//! Webhook intake bookkeeping: each delivery applied at most once (claimed before it is
-//! handled, its outcome kept, forgotten again when handling failed so the forge's retry
-//! applies), the projects a forge repository feeds, and the last imported revision of an
-//! Azure DevOps work item (an older revision never overwrites a newer one).
+//! Webhook intake bookkeeping: which deliveries count as seen ([`DeliveryKind`]: an item
+//! import only once applied, a comment decision always, anything else once answered), the
+//! projects a forge repository feeds, the spec of a forge item, and the last imported revision
+//! of an Azure DevOps work item (an older revision never overwrites a newer one).
 //!
 //! The webhook door verifies signatures and reads payloads; what a delivery changes goes
 //! through `runtime::specs` and `runtime::ops`. This module never parses HTTP.
@@ -9,6 +9,46 @@
 use crate::clock;
 use crate::runtime::executions::Executions;
 use crate::store::ProjectRow;
+
+/// What a delivery asks for: it decides when the delivery counts as seen, so that a
+/// redelivery (the same id: GitHub's "Redeliver", Azure DevOps' retries) is answered
+/// `duplicate` only when applying it again would be wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliveryKind {
+    /// An issue or work item to import (`issues` `opened` / `labeled` / `edited`,
+    /// `workitem.created` / `workitem.updated`): seen only once applied. One answered
+    /// "ignored" (no project for the repository yet, no trigger label, no text change) or
+    /// failed is forgotten, so its redelivery is handled afresh (importing is idempotent: one
+    /// spec per item).
+    ItemImport,
+    /// A comment that may decide an approval (`issue_comment` `created`,
+    /// `workitem.commented`): seen whatever happened to it (decided, ignored or failed), so a
+    /// delivered comment never decides a later approval.
+    Decision,
+    /// Anything else (merged pull requests, events Baton does not handle): seen once answered;
+    /// a failure is forgotten so the forge's retry applies.
+    Other,
+}
+
+impl DeliveryKind {
+    /// The kind of a GitHub delivery of `event` (`X-GitHub-Event`) with payload `action`.
+    pub fn of_github(event: &str, action: &str) -> DeliveryKind {
+        match (event, action) {
+            ("issues", "opened" | "labeled" | "edited") => DeliveryKind::ItemImport,
+            ("issue_comment", "created") => DeliveryKind::Decision,
+            _ => DeliveryKind::Other,
+        }
+    }
+
+    /// The kind of an Azure DevOps service hook notification of `event_type`.
+    pub fn of_ado(event_type: &str) -> DeliveryKind {
+        match event_type {
+            "workitem.created" | "workitem.updated" => DeliveryKind::ItemImport,
+            "workitem.commented" => DeliveryKind::Decision,
+            _ => DeliveryKind::Other,
+        }
+    }
+}
 
 /// Whether delivery `delivery` from `source` (`github`, `ado`) is new: claims it; `false` for
 /// a redelivery of one already claimed (apply nothing).
@@ -18,18 +58,52 @@ pub async fn claim(execs: &Executions, source: &str, delivery: &str) -> anyhow::
     Ok(execs.store().claim_delivery(source, delivery, &clock::now_rfc3339()).await?)
 }
 
-/// Keeps what a claimed delivery did (its answer's JSON).
+/// Settles a claimed delivery of `kind` that was answered: keeps its outcome (`outcome`, the
+/// answer's JSON) so a redelivery is a duplicate, except an item import that was not
+/// `applied` (answered "ignored"), which is forgotten so its redelivery applies.
 ///
 /// Errors: the database.
-pub async fn finish(execs: &Executions, source: &str, delivery: &str, outcome: &str) -> anyhow::Result<()> {
+pub async fn finish(
+    execs: &Executions,
+    source: &str,
+    delivery: &str,
+    kind: DeliveryKind,
+    applied: bool,
+    outcome: &str,
+) -> anyhow::Result<()> {
+    if kind == DeliveryKind::ItemImport && !applied {
+        return Ok(execs.store().release_delivery(source, delivery).await?);
+    }
     Ok(execs.store().set_delivery_outcome(source, delivery, outcome).await?)
 }
 
-/// Forgets the claim of a delivery whose handling failed, so the forge's retry applies.
+/// Settles a claimed delivery of `kind` whose handling failed (`error`): forgotten so the
+/// forge's retry applies, except a comment decision, which stays seen (its outcome the
+/// failure): a comment is applied at most once, whatever happened to it.
 ///
 /// Errors: the database.
-pub async fn release(execs: &Executions, source: &str, delivery: &str) -> anyhow::Result<()> {
+pub async fn failed(
+    execs: &Executions,
+    source: &str,
+    delivery: &str,
+    kind: DeliveryKind,
+    error: &str,
+) -> anyhow::Result<()> {
+    if kind == DeliveryKind::Decision {
+        let outcome = serde_json::json!({ "failed": error }).to_string();
+        return Ok(execs.store().set_delivery_outcome(source, delivery, &outcome).await?);
+    }
     Ok(execs.store().release_delivery(source, delivery).await?)
+}
+
+/// The address under which the spec of the forge item at `url` (on `source`) was imported:
+/// the spec found by the item's key ([`crate::forge::item_key`]), whichever address of the
+/// item it was imported from; `url` itself when no spec came from the item.
+///
+/// Errors: the database.
+pub async fn spec_url(execs: &Executions, source: &str, url: &str) -> anyhow::Result<String> {
+    let key = crate::forge::item_key(source, url);
+    Ok(execs.store().spec_by_source_key(&key).await?.map_or_else(|| url.to_string(), |s| s.source_url))
 }
 
 /// The projects whose `forge_repo` is one of `names` (`owner/repo`, `github:owner/repo`,

@@ -15,6 +15,7 @@ use crate::clock;
 use crate::forge::{ForgeError, NewPull, RepoRef};
 use crate::git::GitRepo;
 use crate::model::state::{ExecutionState, ExecutionStatus};
+use crate::model::text::shell_quote;
 use crate::runtime::changelist::{changelist, ChangeCommit, Changelist};
 use crate::runtime::executions::Executions;
 use crate::runtime::forge::Forges;
@@ -63,14 +64,6 @@ pub fn local_merge_commands(repo: &str, base: &str, branch: &str) -> Vec<String>
         format!("git switch {}", shell_quote(base)),
         format!("git merge --no-ff {}", shell_quote(branch)),
     ]
-}
-
-/// `s` single-quoted for a POSIX shell when it holds anything but safe characters.
-fn shell_quote(s: &str) -> String {
-    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+:@".contains(c)) {
-        return s.to_string();
-    }
-    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 /// Merges execution `task_id` of a spec whose project has a forge link: push, then find or
@@ -344,8 +337,6 @@ mod tests {
             local_merge_commands("/srv/my repo", "main", "baton/t-1"),
             ["cd '/srv/my repo'", "git switch main", "git merge --no-ff baton/t-1"]
         );
-        assert_eq!(shell_quote("it's"), "'it'\\''s'");
-        assert_eq!(shell_quote(""), "''");
     }
 
     #[test]

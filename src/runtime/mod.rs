@@ -20,6 +20,7 @@ pub mod ops;
 pub mod pool;
 pub mod report;
 pub mod review;
+pub mod runs;
 pub mod specs;
 pub mod spend;
 pub mod teams;

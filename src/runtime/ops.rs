@@ -223,14 +223,6 @@ pub fn role_needed(kind: &EventKind) -> Role {
     }
 }
 
-/// The event that acknowledges the checkpoint due on `state`, with its key (one per
-/// checkpoint: `checkpoint:<task>:<n>`), whoever acknowledges it (driver, CLI, API).
-pub fn checkpoint_ack(state: &ExecutionState, by: &str) -> Event {
-    let mut event = Event::new(EventKind::CheckpointAcknowledged).by(by);
-    event.idempotency_key = Some(format!("checkpoint:{}:{}", state.task_id, state.checkpoint.count + 1));
-    event
-}
-
 /// The operator service over one data dir's executions (and, in `baton serve`, its pool).
 #[derive(Debug, Clone)]
 pub struct Ops {
@@ -569,7 +561,7 @@ impl Ops {
             if let Some(pool) = &self.pool {
                 pool.halt(task_id).await;
             }
-        } else if crate::runtime::driver::meta_path(self.execs.data(), task_id).exists() {
+        } else if crate::runtime::runs::meta_path(self.execs.data(), task_id).exists() {
             self.drive(task_id).await?;
         }
         Ok(PauseState { task_id: task_id.to_string(), paused })
@@ -590,7 +582,7 @@ impl Ops {
                 op.role.as_str()
             )));
         }
-        let driven = crate::runtime::driver::meta_path(self.execs.data(), task_id).exists();
+        let driven = crate::runtime::runs::meta_path(self.execs.data(), task_id).exists();
         let lock = self.lock(task_id);
         let _serialised = lock.lock().await;
         let lease = lease::acquire_briefly(self.execs.store(), task_id).await.map_err(OpsError::from)?;
@@ -613,7 +605,9 @@ impl Ops {
             }
             let mut key = None;
             if state.checkpoint.due {
-                let ack = checkpoint_ack(&state, &op.name);
+                // Its key is the engine's, one per checkpoint (`checkpoint:<task>:<n>`), the same
+                // whichever door acknowledges it.
+                let ack = Event::new(EventKind::CheckpointAcknowledged).by(&op.name);
                 let applied = self.execs.record(&mut state, ack).await?;
                 key = Some(applied.key);
             }
@@ -700,8 +694,8 @@ impl Ops {
     /// decide, and its execution waits for the approval of its phase. Returns its claims, the
     /// pending approval and the plan's summary.
     ///
-    /// Errors: tampered or malformed (403), expired (410), used or not pending (409), its
-    /// reviewer demoted or removed (403).
+    /// Errors: tampered or malformed (403), expired (410), used or not pending (409; decided
+    /// meanwhile: [`OpsError::AlreadyDecided`]), its reviewer demoted or removed (403).
     pub async fn check_link(&self, token: &str) -> Result<(LinkClaims, ApprovalAction, String), OpsError> {
         let claims = self.key.link_claims(token).map_err(|e| match e {
             LinkError::Malformed | LinkError::Tampered => OpsError::Forbidden(e.to_string()),
@@ -718,19 +712,23 @@ impl Ops {
         let state = self.get(&claims.task_id).await?;
         match engine::next_action(&state) {
             Action::Approval(a) if a.phase_id == claims.phase_id => Ok((claims, a, state.plan.task_summary.clone())),
-            _ => Err(OpsError::Conflict {
+            // Decided meanwhile (through another door): the decision that stands, as every
+            // door names it.
+            _ => Err(already_decided(&state, claims.phase_id).unwrap_or_else(|| OpsError::Conflict {
                 message: format!(
                     "execution {} does not wait for the approval of phase {} any more",
                     claims.task_id, claims.phase_id
                 ),
                 reason: "not_pending",
-            }),
+            })),
         }
     }
 
     /// Decides through an approval link: checks it ([`Ops::check_link`]), records the decision
     /// as its reviewer's (`<reviewer> (approval link)`), then spends the link. A decision the
-    /// engine refuses leaves the link usable; two racing uses record one decision.
+    /// engine refuses leaves the link usable; two racing uses record one decision. The resend
+    /// of the submission that spent it (the same key) answers the first outcome, as every door
+    /// answers a resend, instead of "already used".
     ///
     /// Errors: as [`Ops::check_link`] and [`Ops::record`].
     pub async fn redeem_link(
@@ -740,13 +738,33 @@ impl Ops {
         feedback: String,
         key: Option<String>,
     ) -> Result<(LinkClaims, Decided), OpsError> {
-        let (claims, _, _) = self.check_link(token).await?;
+        let claims = match self.check_link(token).await {
+            Ok((claims, _, _)) => claims,
+            Err(refused) => match self.resent_link(token, key.as_deref(), &refused).await? {
+                Some(claims) => claims,
+                None => return Err(refused),
+            },
+        };
         let role = self.check_reviewer(&claims.reviewer).await?;
         let op = Operator::new(claims.reviewer.clone(), role, Door::Link);
         let decided = self.approve(&claims.task_id, claims.phase_id, result, feedback, key, &op).await?;
         let who = format!("{}{LINK_ACTOR_SUFFIX}", claims.reviewer);
         self.execs.store().use_approval_link(&claims.link_id, &who, &self.clock.now_rfc3339()).await?;
         Ok((claims, decided))
+    }
+
+    /// The claims of a link whose use was refused as spent when `key` (the submission's) is
+    /// the one that spent it: the refused use is that submission resent.
+    async fn resent_link(
+        &self,
+        token: &str,
+        key: Option<&str>,
+        refused: &OpsError,
+    ) -> Result<Option<LinkClaims>, OpsError> {
+        let (Some(key), OpsError::Conflict { reason: "used", .. }) = (key, refused) else { return Ok(None) };
+        let Ok(claims) = self.key.link_claims(token) else { return Ok(None) };
+        let state = self.get(&claims.task_id).await?;
+        Ok(state.applied_keys.contains_key(key).then_some(claims))
     }
 
     // ------------------------------------------------------------------------------------
@@ -756,8 +774,8 @@ impl Ops {
     /// Decides the approval that the execution of the spec imported from `source_url` (on
     /// forge `source`: `github`, `ado`) waits for, by `op` (the forge user's Baton user), as the
     /// web form would. `Ok(Err(reason))` when the comment decides nothing (no such spec, not
-    /// fired, nothing pending, a role too low, a reject without a reason): the webhook answers
-    /// it as ignored.
+    /// fired, nothing pending, a role too low or the separate-reviewer rule, a reject without a
+    /// reason): the webhook answers it as ignored.
     ///
     /// Errors: as [`Ops::record`].
     pub async fn decide_from_comment(
@@ -782,11 +800,24 @@ impl Ops {
             return Ok(Err(format!("spec {} has not been fired", spec.spec_id)));
         };
         let state = self.get(&task_id).await?;
-        let Some(pending) = state.pending_approval_request else {
-            return Ok(Err(format!("execution {task_id} of spec {} is not waiting for an approval", spec.spec_id)));
+        let Some(phase_id) = state.pending_approval_request.as_ref().map(|p| p.phase_id) else {
+            // A comment written while an approval was pending, arriving after it was decided:
+            // the decision that stands, as every door names it.
+            let standing = state.approval_results.last().and_then(|a| already_decided(&state, a.phase_id));
+            let standing = standing.map(|e| format!(" ({e})")).unwrap_or_default();
+            return Ok(Err(format!(
+                "execution {task_id} of spec {} is not waiting for an approval{standing}",
+                spec.spec_id
+            )));
         };
-        let decided = self.approve(&task_id, pending.phase_id, result, feedback, None, op).await?;
-        Ok(Ok(CommentDecision { spec_id: spec.spec_id, task_id, phase_id: pending.phase_id, decided }))
+        let decided = match self.approve(&task_id, phase_id, result, feedback, None, op).await {
+            Ok(decided) => decided,
+            // Refused like a role too low: the comment decides nothing (the separate-reviewer
+            // rule answered 403, so the forge saw a failed delivery and the refusal no outcome).
+            Err(OpsError::Forbidden(why)) => return Ok(Err(why)),
+            Err(e) => return Err(e),
+        };
+        Ok(Ok(CommentDecision { spec_id: spec.spec_id, task_id, phase_id, decided }))
     }
 }
 
@@ -828,7 +859,7 @@ fn standing_check(state: &ExecutionState, event: &Event) -> Result<(), OpsError>
     if pending {
         return Ok(());
     }
-    let Some(standing) = state.approval_results.iter().rev().find(|a| a.phase_id == *phase_id) else {
+    let Some(refusal) = already_decided(state, *phase_id) else {
         return Ok(());
     };
     let key = engine::idempotency_key(state, event);
@@ -837,8 +868,15 @@ fn standing_check(state: &ExecutionState, event: &Event) -> Result<(), OpsError>
     if state.applied_keys.contains_key(&key) {
         return Ok(());
     }
+    Err(refusal)
+}
+
+/// The refusal of another decision on the approval of `phase_id`, naming the decision that
+/// stands (its latest); `None` while it was never decided.
+fn already_decided(state: &ExecutionState, phase_id: i64) -> Option<OpsError> {
+    let standing = state.approval_results.iter().rev().find(|a| a.phase_id == phase_id)?;
     let what = standing.result.as_str().to_string();
-    Err(OpsError::AlreadyDecided {
+    Some(OpsError::AlreadyDecided {
         message: format!(
             "the approval of phase {phase_id} of {} was already decided: {what} by {} at {}",
             state.task_id, standing.actor, standing.decided_at

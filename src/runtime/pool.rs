@@ -21,6 +21,7 @@ use crate::model::state::ExecutionStatus;
 use crate::runtime::config::DataDir;
 use crate::runtime::driver::{self, Interrupted, RunOptions};
 use crate::runtime::executions::Executions;
+use crate::runtime::runs;
 
 /// How often a parked driver looks at its execution's journal head.
 pub const JOURNAL_POLL: Duration = Duration::from_secs(1);
@@ -192,7 +193,7 @@ impl Pool {
             if matches!(status, "complete" | "cancelled") {
                 continue;
             }
-            if !driver::meta_path(&self.inner.data, &row.task_id).exists() || store.is_paused(&row.task_id).await? {
+            if !runs::meta_path(&self.inner.data, &row.task_id).exists() || store.is_paused(&row.task_id).await? {
                 continue;
             }
             let project = store.spec_of_execution(&row.task_id).await?.map(|s| s.project);

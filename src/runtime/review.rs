@@ -13,7 +13,7 @@ use crate::git::GitRepo;
 use crate::model::state::ExecutionState;
 use crate::runtime::blocking;
 use crate::runtime::config::DataDir;
-use crate::runtime::driver::read_meta;
+use crate::runtime::runs::read_meta;
 
 /// Diff text shown per phase review, bytes (the rest: see the changelist page).
 pub const MAX_REVIEW_DIFF_BYTES: usize = 256 * 1024;

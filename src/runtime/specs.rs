@@ -5,13 +5,16 @@
 //! once get one change and one [`SpecError::Conflict`] naming the status now. Firing claims the
 //! spec first, then creates the execution (`driver::prepare`), and hands it to the
 //! [`Pool`]; when creating fails the spec is approved again with the reason (and an execution
-//! already created is cancelled with it, so none is left live). This module reads
+//! already created is cancelled with it, so none is left live). A forge item becomes a spec
+//! through [`Specs::import`]: fitted to the spec limits ([`ForgeItem::fitted`]), created or
+//! updated, as its [`ImportOutcome`] says. This module reads
 //! repositories (roster, test command) but never writes them, and never touches HTTP.
 
 use std::path::{Path, PathBuf};
 
 use crate::clock;
 use crate::engine;
+use crate::forge::ForgeItem;
 use crate::git::GitRepo;
 use crate::model::event::{Event, EventKind};
 use crate::model::plan::MachinePlan;
@@ -21,10 +24,9 @@ use crate::pmo::pricing::PriceTable;
 use crate::runtime::agent::roster::load_roster;
 use crate::runtime::driver::{self, RunOptions, PROFILES};
 use crate::runtime::executions::Executions;
-use crate::runtime::forge::{ForgeItem, ImportOutcome};
 use crate::runtime::pool::Pool;
 use crate::runtime::{blocking, BadInput};
-use crate::store::{NewSpec, ProjectRow, SpecChange, SpecEventRow, SpecFilter, SpecRow, StoreError};
+use crate::store::{NewSpec, ProjectRow, SpecChange, SpecEventRow, SpecFilter, SpecInsert, SpecRow, StoreError};
 
 /// Longest spec title, characters.
 pub const MAX_TITLE_CHARS: usize = 200;
@@ -339,22 +341,26 @@ impl Specs {
         source_url: &str,
         actor: &str,
     ) -> Result<SpecRow, SpecError> {
-        self.insert(input, source, source_url, "{}", actor).await
+        match self.insert(input, source, source_url, "{}", "", actor).await? {
+            SpecInsert::Created(id) | SpecInsert::Existing(id) => self.get(id).await,
+        }
     }
 
+    /// Inserts a spec, or finds the spec of the same forge item (`source_key`, unique).
     async fn insert(
         &self,
         input: SpecInput,
         source: &str,
         source_url: &str,
         source_meta: &str,
+        source_key: &str,
         actor: &str,
-    ) -> Result<SpecRow, SpecError> {
+    ) -> Result<SpecInsert, SpecError> {
         let title = check_title(&input.title)?;
         let body = check_body(&input.body)?;
         let priority = check_priority(input.priority.unwrap_or(2))?;
         let status = if source == "board" { SpecStatus::Draft } else { SpecStatus::Imported };
-        let id = self
+        Ok(self
             .execs
             .store()
             .insert_spec(&NewSpec {
@@ -364,13 +370,13 @@ impl Specs {
                 source: source.into(),
                 source_url: source_url.into(),
                 source_meta: source_meta.into(),
+                source_key: source_key.into(),
                 priority,
                 status: status.as_str().into(),
                 actor: actor.into(),
                 at: clock::now_rfc3339(),
             })
-            .await?;
-        self.get(id).await
+            .await?)
     }
 
     /// One spec. Errors: [`SpecError::NotFound`].
@@ -432,8 +438,10 @@ impl Specs {
     }
 
     /// Imports a forge item into `project`: creates its spec (source and url from the item,
-    /// status `imported`), or updates the spec with the item's url (one spec per item) as
-    /// [`Specs::reimport`] does.
+    /// status `imported`), or updates the spec of the same item as [`Specs::reimport`] does.
+    /// One item, one spec, decided by the database: the spec carries the item's key
+    /// ([`ForgeItem::key`], unique), inserted with insert-or-get, so deliveries and imports of
+    /// one item at the same moment make one spec (the others update or leave it).
     ///
     /// Errors: the database; an unknown project (not found).
     pub async fn import(&self, project: &str, item: ForgeItem, actor: &str) -> Result<ImportOutcome, SpecError> {
@@ -451,23 +459,32 @@ impl Specs {
                 ),
             });
         }
-        if let Some(row) = self.execs.store().spec_by_source_url(&item.source, &item.url).await? {
+        let key = item.key();
+        if let Some(row) = self.execs.store().spec_by_source_key(&key).await? {
             return self.reimport_row(row, item, actor).await;
         }
         let meta = meta_json(&item.meta);
-        let input = SpecInput { project: project.into(), title: item.title, body: item.body, priority: None };
-        Ok(ImportOutcome::Created(self.insert(input, &item.source, &item.url, &meta, actor).await?))
+        let input =
+            SpecInput { project: project.into(), title: item.title.clone(), body: item.body.clone(), priority: None };
+        match self.insert(input, &item.source, &item.url, &meta, &key, actor).await? {
+            SpecInsert::Created(id) => Ok(ImportOutcome::Created(self.get(id).await?)),
+            // Another delivery or import of the item made its spec meanwhile.
+            SpecInsert::Existing(id) => {
+                let row = self.get(id).await?;
+                self.reimport_row(row, item, actor).await
+            }
+        }
     }
 
-    /// Updates the spec imported from `item`'s url with its title and body; `None` when no
-    /// spec came from it. A spec not yet approved is imported again (its plan dropped); an
+    /// Updates the spec imported from `item` (found by its key, [`ForgeItem::key`]) with its
+    /// title and body; `None` when no spec came from it. A spec not yet approved is imported again (its plan dropped); an
     /// approved, fired or final one keeps its text and plan, and the update is noted as a spec
     /// event `import_update_ignored` ([`ImportOutcome::Ignored`]).
     ///
     /// Errors: the database.
     pub async fn reimport(&self, item: ForgeItem, actor: &str) -> Result<Option<ImportOutcome>, SpecError> {
         let item = item.fitted();
-        match self.execs.store().spec_by_source_url(&item.source, &item.url).await? {
+        match self.execs.store().spec_by_source_key(&item.key()).await? {
             Some(row) => Ok(Some(self.reimport_row(row, item, actor).await?)),
             None => Ok(None),
         }
@@ -803,4 +820,98 @@ pub async fn project_of(execs: &Executions, task_id: &str) -> anyhow::Result<Opt
 /// An item's meta as the spec's `source_meta` JSON.
 fn meta_json(meta: &crate::forge::ItemMeta) -> String {
     serde_json::to_string(meta).unwrap_or_else(|_| "{}".into())
+}
+
+impl ForgeItem {
+    /// The item with its title made one line of at most [`MAX_TITLE_CHARS`] characters
+    /// (`(untitled)` when empty) and its body cut to [`MAX_BODY_BYTES`] bytes at a character
+    /// boundary, with a note pointing at the item.
+    pub fn fitted(mut self) -> ForgeItem {
+        let one_line: String = self.title.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+        let mut title = one_line.trim().to_string();
+        if title.is_empty() {
+            title = "(untitled)".into();
+        }
+        if title.chars().count() > MAX_TITLE_CHARS {
+            title = crate::model::text::cut(&title, MAX_TITLE_CHARS - 1);
+        }
+        self.title = title;
+        if self.body.len() > MAX_BODY_BYTES {
+            let note = format!("\n\n… (cut to fit; the whole text is at {})", self.url);
+            let mut end = MAX_BODY_BYTES.saturating_sub(note.len());
+            while !self.body.is_char_boundary(end) {
+                end -= 1;
+            }
+            self.body.truncate(end);
+            self.body.push_str(&note);
+        }
+        self
+    }
+}
+
+/// What an import did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ImportOutcome {
+    /// A new spec (status `imported`).
+    Created(SpecRow),
+    /// The item's spec got the new title and body, and is `imported` again (its plan dropped).
+    Updated {
+        /// The spec, updated.
+        spec: SpecRow,
+        /// What changed: `title`, `body` or both.
+        changed: Vec<&'static str>,
+    },
+    /// The item's spec already has this title and body.
+    Unchanged(SpecRow),
+    /// The item's spec is approved, fired or final: its plan stays, the update is noted as a
+    /// spec event `import_update_ignored`.
+    Ignored {
+        /// The spec, unchanged.
+        spec: SpecRow,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl ImportOutcome {
+    /// The spec concerned.
+    pub fn spec(&self) -> &SpecRow {
+        match self {
+            ImportOutcome::Created(s) | ImportOutcome::Unchanged(s) => s,
+            ImportOutcome::Updated { spec, .. } | ImportOutcome::Ignored { spec, .. } => spec,
+        }
+    }
+
+    /// `created`, `updated`, `unchanged` or `ignored`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ImportOutcome::Created(_) => "created",
+            ImportOutcome::Updated { .. } => "updated",
+            ImportOutcome::Unchanged(_) => "unchanged",
+            ImportOutcome::Ignored { .. } => "ignored",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn titles_and_bodies_are_fitted_to_the_spec_limits() {
+        let item = ForgeItem {
+            source: "github".into(),
+            url: "https://example.invalid/1".into(),
+            title: format!("  {}\n", "é".repeat(300)),
+            body: "ü".repeat(MAX_BODY_BYTES),
+            ..ForgeItem::default()
+        }
+        .fitted();
+        assert_eq!(item.title.chars().count(), MAX_TITLE_CHARS);
+        assert!(item.title.ends_with('…'));
+        assert!(item.body.len() <= MAX_BODY_BYTES);
+        assert!(item.body.ends_with("https://example.invalid/1)"));
+        let empty = ForgeItem { source: "ado".into(), title: " ".into(), ..ForgeItem::default() };
+        assert_eq!(empty.fitted().title, "(untitled)");
+    }
 }

@@ -8,7 +8,7 @@
 use crate::git::GitRepo;
 use crate::model::state::ExecutionState;
 use crate::runtime::config::DataDir;
-use crate::runtime::{blocking, driver};
+use crate::runtime::{blocking, runs};
 
 /// Largest diff shown per member and file, bytes.
 pub const MAX_DIFF_BYTES: usize = 8000;
@@ -49,7 +49,7 @@ pub async fn approval_context(data: &DataDir, state: &ExecutionState, context: S
     let (data, state) = (data.clone(), state.clone());
     let fallback = context.clone();
     blocking(move || {
-        let Ok(Some(meta)) = driver::read_meta(&data, &state.task_id) else { return context };
+        let Ok(Some(meta)) = runs::read_meta(&data, &state.task_id) else { return context };
         match GitRepo::open(&meta.repo) {
             Ok(repo) => with_member_diffs(&repo, &state, &context),
             Err(_) => context,

@@ -32,7 +32,7 @@ mod writer;
 pub use auth::{TokenRow, UserRow};
 pub use forge::MergeRow;
 pub use metrics::MetricTotals;
-pub use pmo::{CardRow, NewSpec, ProjectRow, SpecChange, SpecEventRow, SpecFilter, SpecRow};
+pub use pmo::{CardRow, NewSpec, ProjectRow, SpecChange, SpecEventRow, SpecFilter, SpecInsert, SpecRow};
 pub use webhooks::ForgeIdentity;
 #[cfg(test)]
 mod tests;

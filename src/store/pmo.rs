@@ -162,6 +162,9 @@ pub struct NewSpec {
     pub source_url: String,
     /// `forge::ItemMeta` JSON (`{}` for board specs).
     pub source_meta: String,
+    /// The identity of its forge item (`forge::item_key`), unique among specs; empty for board
+    /// specs.
+    pub source_key: String,
     /// 0 … 3.
     pub priority: i64,
     /// Initial status (`draft`, `imported`).
@@ -170,6 +173,15 @@ pub struct NewSpec {
     pub actor: String,
     /// When (RFC 3339).
     pub at: String,
+}
+
+/// What [`Store::insert_spec`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpecInsert {
+    /// A new spec, with this id.
+    Created(i64),
+    /// A spec with the same `source_key` exists (this id): nothing was written.
+    Existing(i64),
 }
 
 /// A change of a spec: its event, and the columns it sets (`None`: unchanged).
@@ -299,11 +311,14 @@ impl Store {
         Ok(())
     }
 
-    /// Creates a spec with its `create` event; returns its id.
+    /// Creates a spec with its `create` event, unless a spec of the same forge item exists:
+    /// insert-or-get on the unique `source_key` (migration 0010), decided by the database in
+    /// one write transaction, so deliveries and imports of one item at the same moment create
+    /// one spec. A spec without a key (written on the board) is always created.
     ///
     /// # Errors
     /// [`StoreError::NoSuchProject`]; [`StoreError::Sqlx`].
-    pub async fn insert_spec(&self, s: &NewSpec) -> Result<i64, StoreError> {
+    pub async fn insert_spec(&self, s: &NewSpec) -> Result<SpecInsert, StoreError> {
         let mut tx = self.begin_write().await?;
         let exists = sqlx::query_scalar::<_, i64>("select 1 from projects where name = ?")
             .bind(&s.project)
@@ -312,9 +327,10 @@ impl Store {
         if exists.is_none() {
             return Err(StoreError::NoSuchProject { name: s.project.clone() });
         }
-        let id = sqlx::query_scalar::<_, i64>(
+        let inserted = sqlx::query_scalar::<_, i64>(
             "insert into specs (project, title, body, source, source_url, priority, status, created_by, created_at, \
-             updated_at, source_meta) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) returning spec_id",
+             updated_at, source_meta, source_key) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+             on conflict (source_key) where source_key != '' do nothing returning spec_id",
         )
         .bind(&s.project)
         .bind(&s.title)
@@ -327,8 +343,17 @@ impl Store {
         .bind(&s.at)
         .bind(&s.at)
         .bind(&s.source_meta)
-        .fetch_one(&mut *tx)
+        .bind(&s.source_key)
+        .fetch_optional(&mut *tx)
         .await?;
+        let Some(id) = inserted else {
+            let id = sqlx::query_scalar::<_, i64>("select spec_id from specs where source_key = ?")
+                .bind(&s.source_key)
+                .fetch_one(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            return Ok(SpecInsert::Existing(id));
+        };
         sqlx::query(
             "insert into spec_events (spec_id, seq, action, from_status, to_status, actor, reason, at) \
              values (?, 1, 'create', '', ?, ?, '', ?)",
@@ -340,7 +365,7 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(id)
+        Ok(SpecInsert::Created(id))
     }
 
     /// One spec.

@@ -1,8 +1,8 @@
 //! Webhook deliveries and the look-ups a delivery needs (migration `0004_webhooks.sql`).
 //!
 //! Owns the `webhook_deliveries` and `forge_item_revs` tables and the `github_login` and
-//! `ado_email` of users; finds projects by
-//! `forge_repo` and specs by `source_url`. It never authenticates a delivery nor interprets
+//! `ado_email` of users; finds projects by `forge_repo` and specs by `source_url` or by their
+//! item's key (`source_key`, migration 0010). It never authenticates a delivery nor interprets
 //! its payload: the web layer verifies, the runtime imports.
 
 use super::pmo::{ProjectRow, SpecRow};
@@ -139,6 +139,90 @@ impl Store {
         .bind(source_url)
         .fetch_optional(&self.reader)
         .await?)
+    }
+
+    /// The spec of the forge item whose identity is `source_key` (`forge::item_key`), if any.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn spec_by_source_key(&self, source_key: &str) -> Result<Option<SpecRow>, StoreError> {
+        if source_key.is_empty() {
+            return Ok(None);
+        }
+        Ok(sqlx::query_as::<_, SpecRow>(&format!(
+            "select {} from specs where source_key = ?",
+            super::pmo::SPEC_COLUMNS
+        ))
+        .bind(source_key)
+        .fetch_optional(&self.reader)
+        .await?)
+    }
+
+    /// Forge specs written before their item's key was kept (migration 0010), oldest first:
+    /// (spec id, source, source url).
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn specs_without_source_key(&self) -> Result<Vec<(i64, String, String)>, StoreError> {
+        Ok(sqlx::query_as::<_, (i64, String, String)>(
+            "select spec_id, source, source_url from specs \
+             where source_key = '' and source != 'board' and source_url != '' order by spec_id",
+        )
+        .fetch_all(&self.reader)
+        .await?)
+    }
+
+    /// Gives spec `spec_id` (still without a key) the item key `source_key`, unless another
+    /// spec holds it: then the spec gets `superseded:<spec_id>` instead, with a spec event
+    /// `superseded_duplicate` (`reason`, by `actor` at `at`), in the same transaction; returns
+    /// the spec holding the key then. `Ok(None)` when the key was given (or the spec has one
+    /// already).
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn claim_source_key(
+        &self,
+        spec_id: i64,
+        source_key: &str,
+        reason: impl Fn(i64) -> String,
+        actor: &str,
+        at: &str,
+    ) -> Result<Option<i64>, StoreError> {
+        let mut tx = self.begin_write().await?;
+        let holder = sqlx::query_scalar::<_, i64>("select spec_id from specs where source_key = ? and spec_id != ?")
+            .bind(source_key)
+            .bind(spec_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(holder) = holder else {
+            sqlx::query("update specs set source_key = ? where spec_id = ? and source_key = ''")
+                .bind(source_key)
+                .bind(spec_id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            return Ok(None);
+        };
+        let done = sqlx::query("update specs set source_key = ? where spec_id = ? and source_key = ''")
+            .bind(format!("superseded:{spec_id}"))
+            .bind(spec_id)
+            .execute(&mut *tx)
+            .await?;
+        if done.rows_affected() == 1 {
+            sqlx::query(
+                "insert into spec_events (spec_id, seq, action, from_status, to_status, actor, reason, at) \
+                 select ?1, (select coalesce(max(seq), 0) + 1 from spec_events where spec_id = ?1), \
+                 'superseded_duplicate', status, status, ?2, ?3, ?4 from specs where spec_id = ?1",
+            )
+            .bind(spec_id)
+            .bind(actor)
+            .bind(reason(holder))
+            .bind(at)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(Some(holder))
     }
 
     /// The user whose forge identity `kind` is `value` (compared without case).

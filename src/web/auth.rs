@@ -16,8 +16,10 @@ use crate::clock;
 use crate::runtime::auth::Role;
 use crate::runtime::users;
 use crate::web::error::AppError;
-use crate::web::extract::ACTOR_HEADER;
 use crate::web::AppState;
+
+/// Header naming who acts in open mode (no users): `X-Baton-Actor`.
+pub const ACTOR_HEADER: &str = "x-baton-actor";
 
 /// The session cookie's name.
 pub const SESSION_COOKIE: &str = "baton_session";
@@ -227,7 +229,7 @@ fn refuse(e: AppError, api: bool) -> Response {
     if api {
         e.into_response()
     } else {
-        crate::web::pages::PageError::from(e).into_response()
+        crate::web::layout::PageError::from(e).into_response()
     }
 }
 

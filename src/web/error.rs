@@ -92,7 +92,8 @@ pub enum AppError {
     Unavailable(String),
     /// A forge call failed: 404 (no such item), 422 (a bad reference, the forge's validation),
     /// 502 (bad credentials, the forge failing), 503 (rate limited, with `Retry-After`; a
-    /// setting missing). `details.forge` names the forge call's outcome.
+    /// setting missing); `error` names the forge call's outcome, and a bulk import stopped by
+    /// a rate limit says in `details` where to resume.
     Upstream {
         /// The status answered.
         status: StatusCode,
@@ -102,6 +103,9 @@ pub enum AppError {
         message: String,
         /// Seconds until a retry may succeed.
         retry_after: Option<u64>,
+        /// `details` of the answer (a stopped bulk import: its `cursor` and what it imported);
+        /// `None`: `null`.
+        details: Option<Box<Value>>,
     },
     /// 500: a failure that is not the client's; the cause is logged, not returned.
     Internal(anyhow::Error),
@@ -272,7 +276,7 @@ impl From<ForgeError> for AppError {
             }
             ForgeError::Refused { .. } => (StatusCode::BAD_GATEWAY, "forge_refused", None),
         };
-        AppError::Upstream { status, code, message: e.to_string(), retry_after }
+        AppError::Upstream { status, code, message: e.to_string(), retry_after, details: None }
     }
 }
 
@@ -297,6 +301,7 @@ impl From<MergeError> for AppError {
                 code: "push_failed",
                 message: e.to_string(),
                 retry_after: None,
+                details: None,
             },
             MergeError::Forge(f) => f.into(),
             MergeError::Internal(e) => e.into(),
@@ -403,6 +408,7 @@ impl IntoResponse for AppError {
             AppError::Decided { standing, .. } => json!({ "reason": "already_decided", "standing": standing }),
             AppError::Invalid { details, .. } => details,
             AppError::StatusConflict { current, .. } => json!({ "current_status": current }),
+            AppError::Upstream { details, .. } => details.map_or(Value::Null, |d| *d),
             AppError::Body { field: Some(field), .. } => json!({ "field": field }),
             AppError::Internal(e) => {
                 tracing::error!(error = %format!("{e:#}"), "request failed");

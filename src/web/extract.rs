@@ -66,8 +66,7 @@ fn json_kind(value: &serde_json::Value) -> &'static str {
     }
 }
 
-/// Header naming who acts (until auth exists): `X-Baton-Actor`.
-pub const ACTOR_HEADER: &str = "x-baton-actor";
+pub use crate::web::auth::ACTOR_HEADER;
 
 /// Longest accepted actor name, bytes.
 const ACTOR_MAX: usize = 200;

@@ -1,17 +1,22 @@
-//! `baton serve`: the HTTP service over the runtime's services.
+//! `baton serve`: the HTTP doors (REST API, board pages, approval links, webhooks) over the
+//! runtime's services.
 //!
-//! Handlers extract, call [`Executions`](crate::runtime::executions::Executions),
-//! `runtime::lease` or the engine, and return JSON; they never call git or the store's SQL
-//! beyond its read functions. Errors are one [`AppError`](crate::web::AppError) (`error.rs`
-//! documents the status of each case). `auth.rs` checks every route's role; with no users the
-//! server runs open, and [`check_bind`](crate::web::check_bind) then refuses any address but
-//! loopback.
+//! Handlers parse, call a runtime service and format its answer; they never touch the store,
+//! git or a forge, and decide nothing. Where each rule lives: every operator decision
+//! (record, approve, links, budget, pause, cancel, who may do it, idempotency) in
+//! `runtime::ops`; the spec queue in `runtime::specs`; reads in `runtime::views` and
+//! `runtime::board`; users and tokens in `runtime::users`; webhook delivery bookkeeping in
+//! `runtime::intake`. Errors are one [`AppError`](crate::web::AppError) (`error.rs` maps
+//! each service error to a status once). `auth.rs` authenticates every request and checks the
+//! route's role; with no users the server runs open, and [`check_bind`](crate::web::check_bind)
+//! then refuses any address but loopback.
 
 pub mod api;
 pub mod auth;
 pub mod error;
 pub mod extract;
 pub mod health;
+pub mod layout;
 pub mod metrics;
 pub mod pages;
 pub mod webhooks;

@@ -26,13 +26,14 @@ use crate::pmo::enrich::Forecast;
 use crate::runtime::auth::{LinkClaims, Role};
 use crate::runtime::board::{self, Board, BoardQuery};
 use crate::runtime::changelist::{self, Changelist};
-use crate::runtime::driver;
 use crate::runtime::ops::{keyed, Door, Operator, Ops};
 use crate::runtime::review::{self, PhaseReview};
+use crate::runtime::runs;
 use crate::runtime::specs::SpecEdit;
 use crate::store::{SpecEventRow, SpecRow};
 use crate::web::auth::{Identity, SESSION_COOKIE, SESSION_SECS};
 use crate::web::error::AppError;
+use crate::web::layout::{back_to, Layout, PageError};
 use crate::web::AppState;
 
 /// The CSRF cookie's name.
@@ -78,24 +79,6 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
         .into_response()
 }
 
-/// What every page's layout shows.
-#[derive(Debug, Clone)]
-pub struct Layout {
-    /// The CSRF token forms carry.
-    pub csrf: String,
-    /// No users configured: the server runs open (said on every page).
-    pub open_mode: bool,
-    /// The signed-in user and role (`None` in open mode or signed out).
-    pub user: Option<(String, &'static str)>,
-    /// Executions waiting for a human decision.
-    pub decisions_waiting: usize,
-    /// Whether the page follows live updates (`data-live`).
-    pub live: &'static str,
-    /// A fresh value per rendered page: decision forms send it (with the form's name) as
-    /// their idempotency key, so a double submit is one decision and a later form another.
-    pub submission: String,
-}
-
 /// The `baton_csrf` cookie's value, if the request has a well-formed one.
 fn cookie_token(headers: &HeaderMap) -> Option<String> {
     crate::web::auth::cookie(headers, CSRF_COOKIE).filter(|v| v.len() == 32 && v.bytes().all(|b| b.is_ascii_hexdigit()))
@@ -129,61 +112,6 @@ impl IntoResponse for Page {
         }
         response
     }
-}
-
-/// A page's failure: the API's status, rendered as HTML.
-#[derive(Debug)]
-pub struct PageError {
-    error: AppError,
-    back: String,
-}
-
-impl<E: Into<AppError>> From<E> for PageError {
-    fn from(e: E) -> PageError {
-        PageError { error: e.into(), back: "/".into() }
-    }
-}
-
-#[derive(Template)]
-#[template(path = "error.html")]
-struct ErrorTemplate {
-    layout: Layout,
-    status: String,
-    message: String,
-    back: String,
-}
-
-impl IntoResponse for PageError {
-    fn into_response(self) -> Response {
-        let (status, _) = self.error.parts();
-        let message = match &self.error {
-            AppError::Internal(e) => {
-                tracing::error!(error = %format!("{e:#}"), "page failed");
-                "internal error (see the server log)".to_string()
-            }
-            other => other.message(),
-        };
-        let t = ErrorTemplate {
-            layout: Layout {
-                csrf: String::new(),
-                open_mode: false,
-                user: None,
-                decisions_waiting: 0,
-                live: "off",
-                submission: String::new(),
-            },
-            status: status.to_string(),
-            message,
-            back: self.back,
-        };
-        let html = t.render().unwrap_or_else(|e| format!("<p>{status}</p><!-- {e} -->"));
-        (status, Html(html)).into_response()
-    }
-}
-
-fn back_to(back: impl Into<String>) -> impl FnOnce(AppError) -> PageError {
-    let back = back.into();
-    move |error| PageError { error, back }
 }
 
 /// The caller as `auth::authorize` resolved it (`None` on a public page without a sign-in).
@@ -648,7 +576,7 @@ fn phases_of(app: &AppState, state: &ExecutionState) -> Vec<PhaseView> {
                             .chain(engine::goal::check_lines(state, &step_id))
                             .collect(),
                         log_tail: match r {
-                            Some(r) if running => driver::attempt_log_tail(
+                            Some(r) if running => runs::attempt_log_tail(
                                 app.execs.data(),
                                 &state.task_id,
                                 &step_id,

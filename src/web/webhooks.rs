@@ -2,8 +2,9 @@
 //!
 //! Owns authenticating a delivery — GitHub's `X-Hub-Signature-256` HMAC over the raw body,
 //! Azure DevOps's Basic credentials, both compared in constant time before the body is
-//! parsed — de-duplicating it (`X-GitHub-Delivery`, the ADO notification `id`), and turning
-//! its event into a spec import, an approval or a merge. The routes are public to the auth
+//! parsed — de-duplicating it (`X-GitHub-Delivery`, the ADO notification `id`; when a
+//! delivery counts as seen is [`DeliveryKind`]'s rule), and turning its event into a spec
+//! import, an approval or a merge. The routes are public to the auth
 //! middleware because they authenticate themselves. The secrets live in [`WebhookConfig`],
 //! read once at server start; this module never logs or echoes them, and never calls a forge
 //! back (no outbound HTTP).
@@ -22,10 +23,10 @@ use sha2::{Digest as _, Sha256};
 use crate::forge::html_to_text;
 use crate::forge::item::ADO_TEXT_FIELDS;
 use crate::model::state::ApprovalDecision;
-use crate::runtime::forge::{ForgeItem, ImportOutcome};
-use crate::runtime::intake;
+use crate::runtime::forge::ForgeItem;
+use crate::runtime::intake::{self, DeliveryKind};
 use crate::runtime::ops::Operator;
-use crate::runtime::specs::SpecError;
+use crate::runtime::specs::{ImportOutcome, SpecError};
 use crate::web::error::AppError;
 use crate::web::AppState;
 
@@ -145,9 +146,11 @@ fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty())
 }
 
-/// Claims the delivery, runs `handle`, and stores its outcome; a redelivery answers
-/// `{"duplicate": true}` and applies nothing; a failure forgets the claim (the retry applies).
-async fn once<F>(app: &AppState, source: &str, delivery: &str, handle: F) -> Response
+/// Claims the delivery, runs `handle`, and settles it by its `kind`
+/// ([`intake::finish`], [`intake::failed`]): a redelivery of a delivery that counts as seen
+/// answers `{"duplicate": true}` and applies nothing; an item import answered "ignored" and a
+/// failure (but a comment's) are forgotten, so the forge's redelivery applies.
+async fn once<F>(app: &AppState, source: &str, delivery: &str, kind: DeliveryKind, handle: F) -> Response
 where
     F: std::future::Future<Output = Result<Handled, AppError>>,
 {
@@ -158,15 +161,16 @@ where
     }
     match handle.await {
         Ok((status, body)) => {
-            if let Err(e) = intake::finish(&app.execs, source, delivery, &body.to_string()).await {
+            let applied = status != StatusCode::ACCEPTED;
+            if let Err(e) = intake::finish(&app.execs, source, delivery, kind, applied, &body.to_string()).await {
                 tracing::warn!("storing the outcome of {source} delivery {delivery}: {e}");
             }
             tracing::info!(webhook.source = source, webhook.delivery = delivery, "webhook: {body}");
             (status, Json(body)).into_response()
         }
         Err(e) => {
-            if let Err(e) = intake::release(&app.execs, source, delivery).await {
-                tracing::warn!("forgetting the failed {source} delivery {delivery}: {e}");
+            if let Err(e) = intake::failed(&app.execs, source, delivery, kind, &e.message()).await {
+                tracing::warn!("settling the failed {source} delivery {delivery}: {e}");
             }
             e.into_response()
         }
@@ -207,7 +211,8 @@ async fn github(State(app): State<AppState>, headers: HeaderMap, body: Result<By
     if event == "ping" {
         return (StatusCode::OK, Json(json!({ "pong": true }))).into_response();
     }
-    once(&app, "github", &delivery, github_event(&app, &event, &delivery, &payload)).await
+    let kind = DeliveryKind::of_github(&event, text(&payload, "/action"));
+    once(&app, "github", &delivery, kind, github_event(&app, &event, &delivery, &payload)).await
 }
 
 fn text<'v>(v: &'v Value, pointer: &str) -> &'v str {
@@ -309,7 +314,8 @@ async fn comment(app: &AppState, delivery: &str, p: &Value) -> Result<Handled, A
     let Some(user) = user else {
         return Ok(ignored(format!("GitHub user {login} is not mapped to a Baton user")));
     };
-    let decided = Decided { source: "github", url: text(p, "/issue/html_url"), who: login, delivery };
+    let url = intake::spec_url(&app.execs, "github", text(p, "/issue/html_url")).await?;
+    let decided = Decided { source: "github", url: &url, who: login, delivery };
     decide(app, &decided, &user, decision, feedback).await
 }
 
@@ -420,7 +426,7 @@ async fn ado_comment(app: &AppState, delivery: &str, resource: &Value) -> Result
     let Some(user) = user else {
         return Ok(ignored(format!("Azure DevOps user {email:?} is not mapped to a Baton user")));
     };
-    let url = ado_url(resource, false);
+    let url = intake::spec_url(&app.execs, "ado", &ado_url(resource, false)).await?;
     let decided = Decided { source: "ado", url: &url, who: email, delivery };
     decide(app, &decided, &user, decision, feedback).await
 }
@@ -509,7 +515,8 @@ async fn ado(State(app): State<AppState>, headers: HeaderMap, body: Result<Bytes
     if id.is_empty() {
         return AppError::BadRequest("the notification id is missing".into()).into_response();
     }
-    once(&app, "ado", &id, ado_event(&app, &payload)).await
+    let kind = DeliveryKind::of_ado(text(&payload, "/eventType"));
+    once(&app, "ado", &id, kind, ado_event(&app, &payload)).await
 }
 
 /// The organisation in an Azure DevOps address (`dev.azure.com/<org>/…`, `<org>.visualstudio.com`).

@@ -4,19 +4,15 @@
 
 use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
-use baton::runtime::app::{App, AppConfig};
-use baton::web::{self, AppState};
 use serde_json::Value;
-use tower::ServiceExt as _;
 
-async fn send(dir: &std::path::Path, req: Request<Body>) -> (StatusCode, String, String) {
-    let app = App::build(AppConfig::new(dir)).await.unwrap();
-    let response = web::app(AppState::from_app(app).unwrap()).oneshot(req).await.unwrap();
-    let status = response.status();
-    let kind =
-        response.headers().get(header::CONTENT_TYPE).map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
-    let bytes = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
-    (status, kind, String::from_utf8_lossy(&bytes).to_string())
+use crate::app::TestApp;
+
+/// Sends `req`: (status, content type, body).
+async fn send(app: &TestApp, req: Request<Body>) -> (StatusCode, String, String) {
+    let (status, headers, body) = app.text(req).await;
+    let kind = headers.get(header::CONTENT_TYPE).map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
+    (status, kind, body)
 }
 
 fn assert_problem(what: &str, status: StatusCode, want: StatusCode, kind: &str, body: &str) {
@@ -28,8 +24,7 @@ fn assert_problem(what: &str, status: StatusCode, want: StatusCode, kind: &str, 
 
 #[tokio::test]
 async fn bad_parameters_and_paths_are_json_problems_with_the_documented_status() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("data");
+    let app = TestApp::new().await;
     let get = |uri: &str| Request::get(uri).body(Body::empty()).unwrap();
     for (what, uri) in [
         ("board page 0", "/api/v1/board?page=0"),
@@ -37,24 +32,23 @@ async fn bad_parameters_and_paths_are_json_problems_with_the_documented_status()
         ("a path that is not UTF-8", "/api/v1/specs/%FF"),
         ("an execution id that is not UTF-8", "/api/v1/executions/%FF%FE/journal"),
     ] {
-        let (status, kind, body) = send(&dir, get(uri)).await;
+        let (status, kind, body) = send(&app, get(uri)).await;
         assert_problem(what, status, StatusCode::BAD_REQUEST, &kind, &body);
     }
     let import = Request::post("/api/v1/specs/import").body(Body::from(r#"{"project":"p","ref":"o/r#1"}"#)).unwrap();
-    let (status, kind, body) = send(&dir, import).await;
+    let (status, kind, body) = send(&app, import).await;
     assert_problem("an import without a content type", status, StatusCode::UNSUPPORTED_MEDIA_TYPE, &kind, &body);
 }
 
 #[tokio::test]
 async fn a_page_form_over_the_body_limit_is_413() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("data");
+    let app = TestApp::new().await;
     let big = format!("csrf=x&project=p&title=t&body={}", "a".repeat(3 * 1024 * 1024));
     let req = Request::post("/specs")
         .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
         .header(header::COOKIE, "baton_csrf=0123456789abcdef0123456789abcdef")
         .body(Body::from(big))
         .unwrap();
-    let (status, _, body) = send(&dir, req).await;
+    let (status, _, body) = send(&app, req).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{}", &body[..body.len().min(300)]);
 }

@@ -3,20 +3,15 @@
 
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
-use axum::Router;
 use baton::runtime::auth::{hash_token, new_token};
-use baton::runtime::config::DataDir;
-use baton::runtime::executions::Executions;
-use baton::web::{self, AppState};
 use serde_json::{json, Value};
 use tower::ServiceExt as _;
 
-use crate::common::Workspace;
+use crate::app::{set_cookie, TestApp};
 
+/// The app and a token of each role.
 struct App {
-    _ws: Workspace,
-    router: Router,
-    store: baton::store::Store,
+    app: TestApp,
     tokens: std::collections::HashMap<&'static str, String>,
 }
 
@@ -26,18 +21,15 @@ impl App {
     /// Users `viewer`, `reviewer`, `lead` and `admin` (each with its role and a token),
     /// project `p` and spec 1, enriched.
     async fn new() -> App {
-        let ws = Workspace::with_repo(&[("README.md", "hello\n")]);
-        let execs = Executions::open(DataDir::open(&ws.data()).unwrap()).await.unwrap();
+        let app = TestApp::with_repo(&[("README.md", "hello\n")]).await;
         let mut tokens = std::collections::HashMap::new();
         for role in ROLES {
             let token = new_token().unwrap();
-            execs.store().add_token(role, role, &hash_token(&token), "", "2026-11-29T00:00:00Z").await.unwrap();
+            app.store().add_token(role, role, &hash_token(&token), "", "2026-11-29T00:00:00Z").await.unwrap();
             tokens.insert(role, token);
         }
-        let store = execs.store().clone();
-        let router = web::app(AppState::new(execs).unwrap());
-        let app = App { _ws: ws, router, store, tokens };
-        let repo = app._ws.repo();
+        let app = App { app, tokens };
+        let repo = app.app.ws.repo();
         let (s, b) = app
             .call(Method::POST, "/api/v1/projects", Some("admin"), Some(json!({"name": "p", "repo_path": repo})))
             .await;
@@ -50,6 +42,8 @@ impl App {
         app
     }
 
+    /// `method uri` as `mallory` (`X-Baton-Actor`, ignored once users exist), with the token
+    /// of `role` if any.
     async fn call(&self, method: Method, uri: &str, role: Option<&str>, body: Option<Value>) -> (StatusCode, Value) {
         let mut req = Request::builder().method(method).uri(uri).header("x-baton-actor", "mallory");
         if let Some(role) = role {
@@ -59,10 +53,7 @@ impl App {
             Some(b) => req.header("content-type", "application/json").body(Body::from(b.to_string())),
             None => req.body(Body::empty()),
         };
-        let response = self.router.clone().oneshot(req.unwrap()).await.unwrap();
-        let status = response.status();
-        let bytes = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
-        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+        self.app.send(req.unwrap()).await
     }
 }
 
@@ -134,27 +125,18 @@ async fn each_role_may_call_exactly_the_endpoints_of_its_rank() {
 async fn bad_and_revoked_tokens_are_401_and_the_actor_is_the_tokens_user() {
     let app = App::new().await;
     let req = Request::get("/api/v1/board").header("authorization", "Bearer nope").body(Body::empty()).unwrap();
-    assert_eq!(app.router.clone().oneshot(req).await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(app.app.router().oneshot(req).await.unwrap().status(), StatusCode::UNAUTHORIZED);
     let req = Request::get("/api/v1/board").header("authorization", "Basic abc").body(Body::empty()).unwrap();
-    assert_eq!(app.router.clone().oneshot(req).await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(app.app.router().oneshot(req).await.unwrap().status(), StatusCode::UNAUTHORIZED);
     let (_, spec) = app.call(Method::GET, "/api/v1/specs/1", Some("viewer"), None).await;
     let actors: Vec<&str> = spec["events"].as_array().unwrap().iter().map(|e| e["actor"].as_str().unwrap()).collect();
     assert_eq!(actors, ["lead", "lead"], "X-Baton-Actor is ignored once users exist");
 }
 
-fn set_cookie(headers: &axum::http::HeaderMap, name: &str) -> Option<String> {
-    headers
-        .get_all("set-cookie")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .find(|v| v.starts_with(&format!("{name}=")))
-        .map(|v| v.split(';').next().unwrap().to_string())
-}
-
 #[tokio::test]
 async fn the_browser_signs_in_with_a_token_and_gets_its_role() {
     let app = App::new().await;
-    let send = |req: Request<Body>| app.router.clone().oneshot(req);
+    let send = |req: Request<Body>| app.app.router().oneshot(req);
     let r = send(Request::get("/specs/1").body(Body::empty()).unwrap()).await.unwrap();
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
     assert_eq!(r.headers()["location"], "/login?next=/specs/1");
@@ -194,8 +176,8 @@ async fn the_browser_signs_in_with_a_token_and_gets_its_role() {
     // Revoking the token a browser signed in with ends that session (found by a tester: it
     // used to live on until it expired).
     let token_id =
-        app.store.list_tokens().await.unwrap().into_iter().find(|t| t.user_name == "reviewer").unwrap().token_id;
-    assert!(app.store.revoke_token(token_id, "2026-11-29T00:00:01Z").await.unwrap());
+        app.app.store().list_tokens().await.unwrap().into_iter().find(|t| t.user_name == "reviewer").unwrap().token_id;
+    assert!(app.app.store().revoke_token(token_id, "2026-11-29T00:00:01Z").await.unwrap());
     let r = send(Request::get("/specs/1").header("cookie", &cookies).body(Body::empty()).unwrap()).await.unwrap();
     assert_eq!(r.status(), StatusCode::SEE_OTHER, "a revoked token's session is over");
 }

@@ -45,6 +45,7 @@ fn fast() -> RetryPolicy {
         max_rate_limit_wait: Duration::from_millis(10),
         rate_limit_waits: 2,
         deadline: Duration::from_secs(10),
+        ..RetryPolicy::default()
     }
 }
 
@@ -428,6 +429,188 @@ async fn github_rate_limit_with_retry_after_waits_and_succeeds() {
 }
 
 #[tokio::test]
+async fn github_secondary_rate_limit_is_a_rate_limit_not_a_refusal() {
+    // Found trying Baton on a bulk import: GitHub's 403 "You have exceeded a secondary rate
+    // limit" carries no rate headers, and was taken for a missing permission.
+    let recorded = Recorded::find("github-api/errors/403.rate-limit.secondary.json", 403);
+    assert_eq!(recorded.header("x-ratelimit-remaining"), None, "written without rate headers");
+    assert_eq!(recorded.header("retry-after"), None);
+    let (err, sent) = issue_error(recorded.template(), fast()).await;
+    let ForgeError::RateLimited { status: 403, retry_after_secs: Some(60), secondary: true, ref message, .. } = err
+    else {
+        panic!("expected the secondary rate limit, a minute to wait: {err:?}")
+    };
+    assert!(message.starts_with("You have exceeded a secondary rate limit."), "{message}");
+    assert!(err.to_string().contains("a secondary rate limit; retry after"), "{err}");
+    assert_eq!(sent, 1, "a minute is over this policy's longest wait: not waited here");
+
+    // A policy that would wait a minute but has a shorter deadline (the server's 20 s): the
+    // forge's own answer, with when to retry, at once.
+    let policy =
+        RetryPolicy { max_rate_limit_wait: Duration::from_secs(60), deadline: Duration::from_secs(2), ..fast() };
+    let clock = Stopwatch::start();
+    let (err, sent) = issue_error(recorded.template(), policy).await;
+    assert!(clock.elapsed() < Duration::from_secs(2), "took {:?}", clock.elapsed());
+    assert!(matches!(err, ForgeError::RateLimited { retry_after_secs: Some(60), secondary: true, .. }), "{err:?}");
+    assert!(err.to_string().contains("exceeded a secondary rate limit"), "{err}");
+    assert_eq!(sent, 1);
+
+    // With the wait shortened (as a test's mock forge may), it is waited out and the call
+    // goes on.
+    let issue = Recorded::find("github-api/issue.get.200.json", 200);
+    let server = MockServer::start().await;
+    let route = || Mock::given(method("GET")).and(path("/repos/lumen-labs/lantern/issues/42"));
+    route().respond_with(recorded.template()).up_to_n_times(1).expect(1).mount(&server).await;
+    route().respond_with(issue.template()).expect(1).mount(&server).await;
+    let mut settings = ForgeSettings::default();
+    settings.github.api_url = Some(server.uri());
+    settings.github.token = Some(Secret::new(TOKEN));
+    settings.github.secondary_rate_limit_wait_secs = Some(0.3);
+    let policy = RetryPolicy { max_rate_limit_wait: Duration::from_secs(1), ..fast() };
+    let clock = Stopwatch::start();
+    let item = GitHub::new(&settings, policy).unwrap().issue("lumen-labs", "lantern", 42).await.unwrap();
+    assert!(clock.elapsed() >= Duration::from_millis(300), "waited {:?}", clock.elapsed());
+    assert_eq!(item.url, "https://github.com/lumen-labs/lantern/issues/42");
+}
+
+/// The label listing of `issues.list.paginated.json` on `server` (its `Link`s rewritten to
+/// it), its third page answered by GitHub's secondary rate limit `limited` times first; a
+/// resumed listing asks page 3 on the `/repos/…` path (Baton's own address for a page).
+pub(crate) async fn mount_listing_with_a_secondary_limit(server: &MockServer, label: &str, limited: u64) {
+    let pages = fixture_json("github-api/issues.list.paginated.json");
+    for page in pages.as_array().unwrap() {
+        let mut recorded = Recorded::of(page);
+        for (k, v) in &mut recorded.headers {
+            if k.eq_ignore_ascii_case("link") {
+                *v = v.replace("https://api.github.com", &server.uri());
+            }
+        }
+        let request = &page["request"];
+        let mock = Mock::given(method("GET")).and(path(request["path"].as_str().unwrap()));
+        match request["query"]["page"].as_str() {
+            Some(n) => {
+                if n == "3" {
+                    let limit = Recorded::find("github-api/errors/403.rate-limit.secondary.json", 403);
+                    Mock::given(method("GET"))
+                        .and(query_param("page", "3"))
+                        .respond_with(limit.template())
+                        .up_to_n_times(limited)
+                        .with_priority(1)
+                        .mount(server)
+                        .await;
+                    Mock::given(method("GET"))
+                        .and(path("/repos/lumen-labs/field-notes/issues"))
+                        .and(query_param("labels", label))
+                        .and(query_param("page", "3"))
+                        .respond_with(recorded.template())
+                        .with_priority(2)
+                        .mount(server)
+                        .await;
+                }
+                mock.and(query_param("page", n)).respond_with(recorded.template()).mount(server).await;
+            }
+            None => {
+                let mock = mock.and(query_param("labels", label)).and(query_param("state", "open"));
+                mock.respond_with(recorded.template()).with_priority(3).mount(server).await;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_rest_bulk_import_stopped_by_a_secondary_rate_limit_keeps_its_specs_and_resumes_from_the_cursor() {
+    use axum::body::Body;
+    use axum::http::Request as HttpRequest;
+    use tower::ServiceExt as _;
+
+    const LABEL: &str = "needs spec";
+    let server = MockServer::start().await;
+    mount_listing_with_a_secondary_limit(&server, LABEL, 1).await;
+    let ws = crate::common::Workspace::with_repo(&[("README.md", "hi\n")]);
+    let execs =
+        baton::runtime::executions::Executions::open(baton::runtime::config::DataDir::open(&ws.data()).unwrap())
+            .await
+            .unwrap();
+    let mut settings = ForgeSettings::default();
+    settings.github.api_url = Some(server.uri());
+    settings.github.token = Some(Secret::new(TOKEN));
+    let forges = baton::runtime::forge::Forges::new(settings, fast()).unwrap();
+    let state = baton::web::AppState::new(execs).unwrap().with_forges(forges);
+    let send = |uri: &'static str, body: Value| {
+        let app = baton::web::app(state.clone());
+        async move {
+            let req = HttpRequest::post(uri).header("content-type", "application/json");
+            let response = app.oneshot(req.body(Body::from(body.to_string())).unwrap()).await.unwrap();
+            let (status, headers) = (response.status().as_u16(), response.headers().clone());
+            let bytes = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
+            (status, headers, serde_json::from_slice::<Value>(&bytes).unwrap())
+        }
+    };
+    let project = json!({"name": "p", "repo_path": ws.repo(), "agent_profile": "demo"});
+    assert_eq!(send("/api/v1/projects", project).await.0, 201);
+    let specs = || async {
+        let filter = baton::store::SpecFilter { limit: 100, ..Default::default() };
+        state.execs.store().list_specs(&filter).await.unwrap()
+    };
+
+    // Pages 1 and 2 are imported, page 3 is rate limited: 503 with Retry-After and a cursor,
+    // and the six specs stay.
+    let import = json!({"project": "p", "ref": "github:lumen-labs/field-notes", "label": LABEL});
+    let (status, headers, body) = send("/api/v1/specs/import", import.clone()).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"], "forge_rate_limited");
+    assert_eq!(headers["retry-after"], "60", "GitHub asks for at least a minute");
+    let message = body["message"].as_str().unwrap();
+    assert!(message.contains("You have exceeded a secondary rate limit"), "{message}");
+    assert!(message.contains("\"cursor\": \"3\""), "{message}");
+    let details = &body["details"];
+    assert_eq!(details["cursor"], "3", "{body}");
+    assert_eq!(details["retry_after_secs"], 60);
+    assert_eq!((details["imported"].as_u64(), details["created"].as_u64()), (Some(6), Some(6)), "{body}");
+    let first: Vec<&str> =
+        details["items"].as_array().unwrap().iter().map(|i| i["source_url"].as_str().unwrap()).collect();
+    let expected: Vec<String> =
+        (8..=13).rev().map(|n| format!("https://github.com/lumen-labs/field-notes/issues/{n}")).collect();
+    assert_eq!(first, expected);
+    assert_eq!(specs().await.len(), 6, "what was imported before the limit stays");
+
+    // The same request with the cursor goes on from page 3: the seven others, nothing twice.
+    let mut resume = import.clone();
+    resume["cursor"] = json!("3");
+    let (status, _, body) = send("/api/v1/specs/import", resume).await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!((body["imported"].as_u64(), body["created"].as_u64()), (Some(7), Some(7)), "{body}");
+    let all = specs().await;
+    assert_eq!(all.len(), 13);
+    let mut urls: Vec<&str> = all.iter().map(|s| s.source_url.as_str()).collect();
+    urls.sort_unstable();
+    urls.dedup();
+    assert_eq!(urls.len(), 13, "one spec per issue");
+    let seen = requests(&server).await;
+    let resumed = seen
+        .iter()
+        .filter(|r| r.url.path() == "/repos/lumen-labs/field-notes/issues" && query(r, "page").as_deref() == Some("3"));
+    assert_eq!(resumed.count(), 1, "resumed at page 3 of Baton's own listing address");
+
+    // Starting over imports nothing new; a bad cursor, or one with a single item, is refused.
+    let (status, _, body) = send("/api/v1/specs/import", import.clone()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["created"], 0);
+    for cursor in [json!("0"), json!("page-3"), json!("")] {
+        let mut bad = import.clone();
+        bad["cursor"] = cursor;
+        let (status, _, body) = send("/api/v1/specs/import", bad).await;
+        assert_eq!(status, 422, "{body}");
+        assert_eq!(body["details"]["field"], "cursor", "{body}");
+    }
+    let single = json!({"project": "p", "ref": "github:lumen-labs/field-notes#3", "cursor": "2"});
+    let (status, _, body) = send("/api/v1/specs/import", single).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["details"]["field"], "cursor", "{body}");
+    assert_eq!(specs().await.len(), 13);
+}
+
+#[tokio::test]
 async fn github_server_errors_are_retried_then_reported() {
     let issue = Recorded::find("github-api/issue.get.200.json", 200);
     let server = MockServer::start().await;
@@ -624,7 +807,7 @@ async fn the_import_api_answers_each_recorded_forge_error_with_its_own_status_an
         github: baton::forge::GitHubSettings {
             token: Some(Secret::new(TOKEN)),
             api_url: Some(server.uri()),
-            webhook_secret: None,
+            ..Default::default()
         },
         ..ForgeSettings::default()
     };

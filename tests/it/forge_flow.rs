@@ -514,3 +514,182 @@ async fn an_azure_devops_service_hook_import_ends_as_a_pull_request_and_reports_
     git_in(&bare, &["rev-parse", &format!("baton/{task_id}")]);
     wait_comments(&ado, "/workItems/301/comments", "pull request").await;
 }
+
+/// Runs `jobs` on threads released at the same moment (a barrier), against the real server;
+/// their answers in order.
+fn at_once<T: Send>(jobs: Vec<Box<dyn FnOnce() -> T + Send + '_>>) -> Vec<T> {
+    let barrier = std::sync::Barrier::new(jobs.len());
+    tokio::task::block_in_place(|| {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = jobs
+                .into_iter()
+                .map(|job| {
+                    let barrier = &barrier;
+                    scope.spawn(move || {
+                        barrier.wait();
+                        job()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_and_imports_of_one_item_at_the_same_moment_make_one_spec() {
+    // Found trying Baton: deliveries of one GitHub issue with different delivery ids (a
+    // repository hook and an app hook) posted at the same moment made two or three specs.
+    const ROUNDS: u64 = 4;
+    let (github, ado) = (MockServer::start().await, MockServer::start().await);
+    let tmp = tempfile::tempdir().unwrap();
+    let server = start(&tmp.path().join("data"), &github, &ado);
+    let (gh_ws, _) = repo_with_remote();
+    let (ado_ws, _) = repo_with_remote();
+    register(&server, "gh", &gh_ws.repo(), "lumen-labs/lantern", "bug");
+    register(&server, "az", &ado_ws.repo(), "ado:lumenlabs/Lantern", "");
+    let opened: Value = serde_json::from_slice(&fixture_bytes("github-webhooks/issues.opened.json")).unwrap();
+    let labeled: Value = serde_json::from_slice(&fixture_bytes("github-webhooks/issues.labeled.json")).unwrap();
+    let headers = fixture_json("github-webhooks/issues.opened.headers.json");
+    let labeled_headers = fixture_json("github-webhooks/issues.labeled.headers.json");
+    let hook: Value = serde_json::from_slice(&fixture_bytes("azure-devops/hooks/workitem.created.json")).unwrap();
+    let work_item = fixture_json("azure-devops/rest/workitem.get.json")["response"]["body"].clone();
+    let auth = "Authorization: Basic aG9va3M6aG9vay1zZWNyZXQ=\r\nContent-Type: application/json\r\n";
+
+    for round in 0..ROUNDS {
+        // GitHub: six deliveries (three `opened`, three `labeled`, each its own delivery id)
+        // and two REST imports of issue 100 + round, all at once.
+        let number = 100 + round;
+        let html_url = format!("https://github.com/lumen-labs/lantern/issues/{number}");
+        let mut issue = opened["issue"].clone();
+        issue["number"] = json!(number);
+        issue["html_url"] = json!(html_url);
+        issue["title"] = json!(format!("Race round {round}"));
+        Mock::given(method("GET"))
+            .and(path(format!("/repos/lumen-labs/lantern/issues/{number}")))
+            .respond_with(ResponseTemplate::new(200).set_body_json(&issue))
+            .mount(&github)
+            .await;
+        let mut jobs: Vec<Box<dyn FnOnce() -> (u16, Value) + Send + '_>> = Vec::new();
+        for i in 0..6 {
+            let (mut payload, hdrs) =
+                if i % 2 == 0 { (opened.clone(), &headers) } else { (labeled.clone(), &labeled_headers) };
+            payload["issue"] = issue.clone();
+            let body = payload.to_string().into_bytes();
+            let server = &server;
+            jobs.push(Box::new(move || deliver(server, &body, hdrs, &format!("race-{round}-{i}"))));
+        }
+        for _ in 0..2 {
+            let server = &server;
+            let body = json!({"project": "gh", "ref": format!("github:lumen-labs/lantern#{number}")});
+            jobs.push(Box::new(move || server.request("POST", "/api/v1/specs/import", Some(body))));
+        }
+        let answers = at_once(jobs);
+        let mut created = 0;
+        for (status, answer) in &answers {
+            assert!(*status == 200 || *status == 201, "{status} {answer}");
+            let outcome = answer.get("outcome").or_else(|| answer.pointer("/items/0/outcome"));
+            created += usize::from(outcome == Some(&json!("created")));
+        }
+        assert_eq!(created, 1, "round {round}: {answers:?}");
+        let (_, specs) = server.request("GET", "/api/v1/specs?limit=500&project=gh", None);
+        let of_issue = specs.as_array().unwrap().iter().filter(|s| s["source_url"] == html_url.as_str()).count();
+        assert_eq!(of_issue, 1, "round {round}: one issue, one spec");
+
+        // Azure DevOps: six `workitem.created` notifications (their own ids) of work item
+        // 500 + round, addressed by its API URL, and two imports answered with its web URL.
+        let id = 500 + round;
+        let title = format!("ADO race round {round}");
+        let mut item = work_item.clone();
+        item["id"] = json!(id);
+        item["fields"]["System.Title"] = json!(title);
+        item["fields"]["System.Description"] = hook["resource"]["fields"]["System.Description"].clone();
+        item["_links"]["html"]["href"] =
+            json!(format!("https://dev.azure.com/lumenlabs/6f1c2a3b-4d5e-4f60-8a71-92b3c4d5e6f7/_workitems/edit/{id}"));
+        Mock::given(method("GET"))
+            .and(path(format!("/lumenlabs/Lantern/_apis/wit/workitems/{id}")))
+            .respond_with(ResponseTemplate::new(200).set_body_json(&item))
+            .mount(&ado)
+            .await;
+        let mut jobs: Vec<Box<dyn FnOnce() -> (u16, Value) + Send + '_>> = Vec::new();
+        for i in 0..6 {
+            let mut payload = hook.clone();
+            payload["id"] = json!(format!("ado-race-{round}-{i}"));
+            payload["resource"]["id"] = json!(id);
+            let api_url = format!("https://dev.azure.com/lumenlabs/_apis/wit/workItems/{id}");
+            payload["resource"]["url"] = json!(api_url);
+            payload["resource"]["_links"]["self"]["href"] = json!(api_url);
+            payload["resource"]["fields"]["System.Title"] = json!(title);
+            let body = payload.to_string();
+            let server = &server;
+            jobs.push(Box::new(move || {
+                let (status, _, text) = server.raw("POST", "/webhooks/ado", auth, &body);
+                (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+            }));
+        }
+        for _ in 0..2 {
+            let server = &server;
+            let body = json!({"project": "az", "ref": format!("ado:lumenlabs/Lantern#{id}")});
+            jobs.push(Box::new(move || server.request("POST", "/api/v1/specs/import", Some(body))));
+        }
+        let answers = at_once(jobs);
+        let mut created = 0;
+        for (status, answer) in &answers {
+            // 202: a notification of a revision already imported by another.
+            assert!([200, 201, 202].contains(status), "{status} {answer}");
+            let outcome = answer.get("outcome").or_else(|| answer.pointer("/items/0/outcome"));
+            created += usize::from(outcome == Some(&json!("created")));
+        }
+        assert_eq!(created, 1, "round {round}: {answers:?}");
+        let (_, specs) = server.request("GET", "/api/v1/specs?limit=500&project=az", None);
+        let of_item = specs.as_array().unwrap().iter().filter(|s| s["title"] == title.as_str()).count();
+        assert_eq!(of_item, 1, "round {round}: one work item, one spec (whichever address brought it)");
+    }
+    let (_, specs) = server.request("GET", "/api/v1/specs?limit=500", None);
+    let forge_specs = specs.as_array().unwrap().iter().filter(|s| s["source"] != "board").count();
+    assert_eq!(forge_specs, usize::try_from(2 * ROUNDS).unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_bulk_import_waits_out_a_secondary_rate_limit_and_goes_on() {
+    // Found trying Baton: GitHub's secondary rate limit (403, no rate headers) ended the
+    // whole bulk import with nothing imported.
+    const LABEL: &str = "needs spec";
+    let (github, ado) = (MockServer::start().await, MockServer::start().await);
+    // Page 3 is refused four times: twice waited out inside the call, then the call gives up
+    // and the import waits, asks again (refused once more, waited), and goes on.
+    crate::forge_clients::mount_listing_with_a_secondary_limit(&github, LABEL, 4).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let server = start(&data, &github, &ado);
+    let (ws, _) = repo_with_remote();
+    register(&server, "notes", &ws.repo(), "lumen-labs/field-notes", "");
+
+    let clock = Stopwatch::start();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["spec", "import", "github:lumen-labs/field-notes", "--label", LABEL, "--project", "notes"])
+        .env("BATON_GITHUB_API_URL", github.uri())
+        .env("GITHUB_TOKEN", TOKEN)
+        // A test's wait: GitHub asks for at least a minute.
+        .env("BATON_GITHUB_SECONDARY_RATE_LIMIT_WAIT_SECS", "0.3")
+        .output()
+        .unwrap();
+    let elapsed = clock.elapsed();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert_eq!(stdout.lines().filter(|l| l.contains(" created: ")).count(), 13, "{stdout}");
+    assert!(stderr.contains("secondary rate limit") && stderr.contains("waiting 0.3 s"), "{stderr}");
+    assert!(elapsed >= Duration::from_millis(1200), "four waits of 0.3 s: {elapsed:?}");
+    let seen = github.received_requests().await.unwrap();
+    let asked = |page: Option<&str>| {
+        let page_of =
+            |r: &wiremock::Request| r.url.query_pairs().find(|(k, _)| k == "page").map(|(_, v)| v.into_owned());
+        seen.iter().filter(|r| page_of(r).as_deref() == page).count()
+    };
+    assert_eq!(asked(None), 1, "page 1 once: the import went on, it did not start over");
+    assert_eq!(asked(Some("3")), 5, "page 3: four refusals, then its issues");
+    let (_, specs) = server.request("GET", "/api/v1/specs?limit=500&project=notes", None);
+    assert_eq!(specs.as_array().unwrap().len(), 13);
+}

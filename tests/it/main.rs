@@ -3,6 +3,7 @@
 //! worktrees, real agent subprocesses (the demo agent).
 
 mod api_contract;
+mod app;
 mod auth;
 mod bad_input;
 mod browser;
@@ -11,6 +12,7 @@ mod cli;
 mod common;
 mod crash;
 mod daemon;
+mod doors;
 mod forge_clients;
 mod forge_flow;
 mod goal;
@@ -18,9 +20,11 @@ mod golden_plan;
 mod group_commit;
 mod layering;
 mod metrics;
+mod pause;
 mod project_fields;
 mod run;
 mod serve;
+mod snapshots;
 mod specs;
 mod teams;
 mod web;

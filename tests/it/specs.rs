@@ -4,73 +4,28 @@
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use axum::Router;
 use baton::runtime::config::DataDir;
 use baton::runtime::executions::Executions;
-use baton::web::{self, AppState};
 use serde_json::{json, Value};
 use tower::ServiceExt as _;
 
+use crate::app::TestApp;
 use crate::common::Workspace;
 
-struct App {
-    ws: Workspace,
-    router: Router,
+/// An app whose requests are `tester`'s, with project `p` registered on the workspace's
+/// repository.
+async fn with_project() -> TestApp {
+    let app = TestApp::new().await.acting_as("tester");
+    let (status, body) = app.post("/api/v1/projects", project_body(&app.ws, "p")).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    app
 }
 
-impl App {
-    async fn new() -> App {
-        let ws = Workspace::with_repo(&[("README.md", "hello\n"), ("Cargo.toml", "[package]\nname = \"x\"\n")]);
-        let execs = Executions::open(DataDir::open(&ws.data()).unwrap()).await.unwrap();
-        let router = web::app(AppState::new(execs).unwrap());
-        App { ws, router }
-    }
-
-    /// An app with project `p` registered on the workspace's repository.
-    async fn with_project() -> App {
-        let app = App::new().await;
-        let (status, body) = app.post("/api/v1/projects", project_body(&app.ws, "p")).await;
-        assert_eq!(status, StatusCode::CREATED, "{body}");
-        app
-    }
-
-    async fn send(&self, req: Request<Body>) -> (StatusCode, Value) {
-        let response = self.router.clone().oneshot(req).await.unwrap();
-        let status = response.status();
-        let bytes = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
-        let body = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() };
-        (status, body)
-    }
-
-    async fn get(&self, uri: &str) -> (StatusCode, Value) {
-        self.send(Request::get(uri).body(Body::empty()).unwrap()).await
-    }
-
-    async fn text(&self, req: Request<Body>) -> (StatusCode, axum::http::HeaderMap, String) {
-        let response = self.router.clone().oneshot(req).await.unwrap();
-        let (status, headers) = (response.status(), response.headers().clone());
-        let bytes = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
-        (status, headers, String::from_utf8(bytes.to_vec()).unwrap())
-    }
-
-    async fn post_as(&self, uri: &str, actor: &str, body: Value) -> (StatusCode, Value) {
-        let req = Request::post(uri)
-            .header("content-type", "application/json")
-            .header("x-baton-actor", actor)
-            .body(Body::from(body.to_string()));
-        self.send(req.unwrap()).await
-    }
-
-    async fn post(&self, uri: &str, body: Value) -> (StatusCode, Value) {
-        self.post_as(uri, "tester", body).await
-    }
-
-    async fn spec(&self, title: &str) -> i64 {
-        let (status, body) =
-            self.post("/api/v1/specs", json!({"project": "p", "title": title, "body": "Do it."})).await;
-        assert_eq!(status, StatusCode::CREATED, "{body}");
-        body["spec_id"].as_i64().unwrap()
-    }
+/// Creates a spec titled `title` in project `p`; its id.
+async fn spec(app: &TestApp, title: &str) -> i64 {
+    let (status, body) = app.post("/api/v1/specs", json!({"project": "p", "title": title, "body": "Do it."})).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    body["spec_id"].as_i64().unwrap()
 }
 
 fn project_body(ws: &Workspace, name: &str) -> Value {
@@ -79,7 +34,7 @@ fn project_body(ws: &Workspace, name: &str) -> Value {
 
 #[tokio::test]
 async fn projects_register_list_show_and_refuse_bad_input() {
-    let app = App::with_project().await;
+    let app = with_project().await;
     let (status, body) = app.get("/api/v1/projects/p").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["default_branch"], "main", "the repository's current branch");
@@ -108,8 +63,8 @@ async fn projects_register_list_show_and_refuse_bad_input() {
 
 #[tokio::test]
 async fn a_project_with_specs_cannot_be_removed() {
-    let app = App::with_project().await;
-    let id = app.spec("Keep me").await;
+    let app = with_project().await;
+    let id = spec(&app, "Keep me").await;
     let del = |uri: &str| Request::delete(uri).body(Body::empty()).unwrap();
     let (status, body) = app.send(del("/api/v1/projects/p")).await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
@@ -130,7 +85,7 @@ async fn a_project_with_specs_cannot_be_removed() {
 
 #[tokio::test]
 async fn spec_creation_names_the_bad_field() {
-    let app = App::with_project().await;
+    let app = with_project().await;
     let long = "x".repeat(201);
     let cases = [
         (json!({"project": "p", "title": "  "}), StatusCode::UNPROCESSABLE_ENTITY, Some("title")),
@@ -162,8 +117,8 @@ async fn spec_creation_names_the_bad_field() {
 
 #[tokio::test]
 async fn the_lifecycle_records_every_transition_with_actor_and_refuses_illegal_ones() {
-    let app = App::with_project().await;
-    let id = app.spec("Add a greeting").await;
+    let app = with_project().await;
+    let id = spec(&app, "Add a greeting").await;
     let uri = |action: &str| format!("/api/v1/specs/{id}/{action}");
 
     let (status, body) = app.post(&uri("fire"), json!({})).await;
@@ -239,8 +194,8 @@ async fn the_lifecycle_records_every_transition_with_actor_and_refuses_illegal_o
 
 #[tokio::test]
 async fn an_uploaded_plan_is_parsed_validated_and_forecast() {
-    let app = App::with_project().await;
-    let id = app.spec("Use my plan").await;
+    let app = with_project().await;
+    let id = spec(&app, "Use my plan").await;
     let put = |plan: Value| {
         Request::put(format!("/api/v1/specs/{id}/plan"))
             .header("content-type", "application/json")
@@ -272,8 +227,8 @@ async fn an_uploaded_plan_is_parsed_validated_and_forecast() {
 
 #[tokio::test]
 async fn two_reviewers_at_once_record_exactly_one_review() {
-    let app = App::with_project().await;
-    let id = app.spec("Race").await;
+    let app = with_project().await;
+    let id = spec(&app, "Race").await;
     app.post(&format!("/api/v1/specs/{id}/enrich"), json!({})).await;
     let review = |decision: &str| {
         let body = json!({"decision": decision, "reason": "because"}).to_string();
@@ -281,7 +236,7 @@ async fn two_reviewers_at_once_record_exactly_one_review() {
             .header("content-type", "application/json")
             .body(Body::from(body))
             .unwrap();
-        app.router.clone().oneshot(req)
+        app.router().oneshot(req)
     };
     let (a, b) = tokio::join!(review("approve"), review("bounce"));
     let mut statuses = [a.unwrap().status(), b.unwrap().status()];
@@ -299,7 +254,7 @@ fn cookie_of(headers: &axum::http::HeaderMap) -> String {
 
 #[tokio::test]
 async fn forms_need_the_csrf_token_of_their_cookie() {
-    let app = App::with_project().await;
+    let app = with_project().await;
     let (status, headers, html) = app.text(Request::get("/specs/new").body(Body::empty()).unwrap()).await;
     assert_eq!(status, StatusCode::OK);
     let cookie = cookie_of(&headers);
@@ -326,22 +281,11 @@ async fn forms_need_the_csrf_token_of_their_cookie() {
     assert_eq!((spec["title"].as_str(), spec["priority"].as_i64()), (Some("From a form"), Some(1)));
 }
 
-/// Posts a page form `body` to `uri` with the CSRF `cookie`: (status, page).
-async fn post_form(app: &App, uri: &str, cookie: &str, body: String) -> (StatusCode, String) {
-    let req = Request::post(uri)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header("cookie", cookie)
-        .body(Body::from(body))
-        .unwrap();
-    let (status, _, html) = app.text(req).await;
-    (status, html)
-}
-
 #[tokio::test]
 async fn budget_forms_name_the_accepted_range() {
     // Found by a tester: 1e12 was refused as "not a USD amount above 0".
-    let app = App::with_project().await;
-    let id = app.spec("Costly").await;
+    let app = with_project().await;
+    let id = spec(&app, "Costly").await;
     let (_, headers, _) = app.text(Request::get("/specs/new").body(Body::empty()).unwrap()).await;
     let cookie = cookie_of(&headers);
     let token = cookie.split_once('=').unwrap().1.to_string();
@@ -350,7 +294,7 @@ async fn budget_forms_name_the_accepted_range() {
         ("/executions/none/budget".to_string(), format!("csrf={token}&result=raise&by_usd=0.001")),
     ];
     for (uri, body) in forms {
-        let (status, html) = post_form(&app, &uri, &cookie, body.to_string()).await;
+        let (status, html) = app.post_form(&uri, &cookie, body.to_string()).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}: {html}");
         assert!(html.contains("from 0.01 to 1000000") && !html.contains("above 0"), "{uri}: {html}");
     }
@@ -361,8 +305,8 @@ async fn budget_forms_name_the_accepted_range() {
 #[tokio::test]
 async fn a_form_without_its_csrf_field_is_403_like_a_wrong_token() {
     // Found by a tester: a form missing the field answered 400 (the form did not parse).
-    let app = App::with_project().await;
-    let id = app.spec("Guarded").await;
+    let app = with_project().await;
+    let id = spec(&app, "Guarded").await;
     let (_, headers, _) = app.text(Request::get("/specs/new").body(Body::empty()).unwrap()).await;
     let cookie = cookie_of(&headers);
     let forms = [
@@ -374,7 +318,7 @@ async fn a_form_without_its_csrf_field_is_403_like_a_wrong_token() {
         ("/logout".to_string(), ""),
     ];
     for (uri, body) in forms {
-        let (status, html) = post_form(&app, &uri, &cookie, body.to_string()).await;
+        let (status, html) = app.post_form(&uri, &cookie, body.to_string()).await;
         assert_eq!(status, StatusCode::FORBIDDEN, "{uri}: {html}");
         assert!(html.contains("CSRF token does not match"), "{uri}: the same message as a wrong token: {html}");
     }
@@ -393,7 +337,7 @@ fn has_text(html: &str, text: &str) -> bool {
 
 #[tokio::test]
 async fn hostile_text_is_escaped_on_every_page() {
-    let app = App::with_project().await;
+    let app = with_project().await;
     let title = "<script>alert(1)</script><img src=x onerror=alert(2)>";
     let (status, body) =
         app.post("/api/v1/specs", json!({"project": "p", "title": title, "body": "</pre><b>bold</b>"})).await;
@@ -413,7 +357,7 @@ async fn hostile_text_is_escaped_on_every_page() {
 
 #[tokio::test]
 async fn page_errors_are_html_with_the_api_status() {
-    let app = App::with_project().await;
+    let app = with_project().await;
     let (status, _, html) = app.text(Request::get("/specs/42").body(Body::empty()).unwrap()).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(html.contains("no spec with id 42"), "{html}");
@@ -452,7 +396,7 @@ async fn sse_events(body: Body, n: usize) -> Vec<(String, String)> {
 
 #[tokio::test]
 async fn the_journal_stream_resumes_after_last_event_id() {
-    let app = App::new().await;
+    let app = TestApp::new().await.acting_as("tester");
     let plan = json!({"task_id": "sse", "task_summary": "s", "phases": [
         {"phase_id": 1, "name": "A", "steps": [{"step_id": "1.1", "agent_name": "a", "task_description": "x"}]}]});
     let execs = Executions::open(DataDir::open(&app.ws.data()).unwrap()).await.unwrap();
@@ -467,7 +411,7 @@ async fn the_journal_stream_resumes_after_last_event_id() {
         if let Some(l) = last {
             req = req.header("last-event-id", l);
         }
-        app.router.clone().oneshot(req.body(Body::empty()).unwrap())
+        app.router().oneshot(req.body(Body::empty()).unwrap())
     };
     let all = sse_events(stream(None).await.unwrap().into_body(), 1).await;
     assert_eq!(all, [("1".into(), "step_dispatched".into())]);
@@ -487,7 +431,7 @@ async fn the_journal_stream_resumes_after_last_event_id() {
     let from_start = sse_events(stream(Some("0")).await.unwrap().into_body(), 2).await;
     assert_eq!(from_start, [("1".into(), "step_dispatched".into()), ("2".into(), "step_recorded".into())]);
 
-    let bad = app.router.clone().oneshot(
+    let bad = app.router().oneshot(
         Request::get("/api/v1/executions/sse/stream").header("last-event-id", "x").body(Body::empty()).unwrap(),
     );
     assert_eq!(bad.await.unwrap().status(), StatusCode::BAD_REQUEST);
@@ -498,8 +442,8 @@ async fn the_journal_stream_resumes_after_last_event_id() {
 async fn another_site_cannot_act_through_the_api() {
     // Found with Chromium: a page on http://localhost:PORT fired a spec on 127.0.0.1:PORT with
     // a body-less `fetch(…, {method: 'POST', mode: 'no-cors'})` in open mode.
-    let app = App::with_project().await;
-    let id = app.spec("Guarded").await;
+    let app = with_project().await;
+    let id = spec(&app, "Guarded").await;
     let cross = |origin: Option<&str>, site: Option<&str>| {
         let mut req = Request::post(format!("/api/v1/specs/{id}/enrich")).header("host", "127.0.0.1:8741");
         if let Some(o) = origin {
@@ -525,7 +469,7 @@ async fn open_mode_only_answers_loopback_host_names() {
     // Found by a tester: a page whose DNS name was rebound to 127.0.0.1 sent requests with its
     // own Host and Origin, passed the same-origin check, registered a project whose test
     // command ran as a gate.
-    let app = App::with_project().await;
+    let app = with_project().await;
     let with_host = |host: &str| {
         Request::post("/api/v1/projects")
             .header("host", host)
@@ -574,9 +518,9 @@ async fn the_boards_sql_stage_is_the_models_stage_for_every_status() {
 
 #[tokio::test]
 async fn board_columns_page_in_the_database() {
-    let app = App::with_project().await;
+    let app = with_project().await;
     for i in 0..45 {
-        app.spec(&format!("Spec {i}")).await;
+        spec(&app, &format!("Spec {i}")).await;
     }
     let (_, board) = app.get("/api/v1/board").await;
     let queued = &board["columns"][0];
@@ -592,8 +536,8 @@ async fn board_columns_page_in_the_database() {
 #[tokio::test]
 async fn a_board_or_list_filtered_on_an_unknown_project_is_404_naming_it() {
     // Found by a tester: a misspelt `?project=` answered an empty board, as if it had no specs.
-    let app = App::with_project().await;
-    app.spec("In p").await;
+    let app = with_project().await;
+    spec(&app, "In p").await;
     for uri in ["/api/v1/board?project=nope", "/api/v1/specs?project=nope"] {
         let (status, body) = app.get(uri).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{uri}: {body}");
@@ -630,8 +574,8 @@ fn column_of(board: &Value, id: i64) -> Option<String> {
 async fn the_board_shows_every_change_at_once_even_within_the_same_second() {
     // Found while adding the board cache: the version was the newest `updated_at` (seconds)
     // and the row count, so two changes in one second looked like none.
-    let app = App::with_project().await;
-    let a = app.spec("First");
+    let app = with_project().await;
+    let a = spec(&app, "First");
     let a = a.await;
     let (_, board) = app.get("/api/v1/board").await;
     assert_eq!(column_of(&board, a).as_deref(), Some("queued"));
@@ -652,7 +596,7 @@ async fn the_board_shows_every_change_at_once_even_within_the_same_second() {
         )
         .await;
     assert_ne!(status, StatusCode::INTERNAL_SERVER_ERROR);
-    let b = app.spec("Second").await;
+    let b = spec(&app, "Second").await;
     let (_, board) = app.get("/api/v1/board").await;
     assert_eq!(column_of(&board, b).as_deref(), Some("queued"));
     let (_, again) = app.get("/api/v1/board").await;
@@ -665,8 +609,8 @@ async fn a_fire_that_fails_after_its_execution_exists_cancels_it_with_the_reason
     // ceilings were range-checked when given) failed the fire after `driver::prepare` had
     // created the execution, which stayed `running` with nothing driving it.
     use sqlx::Connection as _;
-    let app = App::with_project().await;
-    let id = app.spec("Fire with a stored bad ceiling").await;
+    let app = with_project().await;
+    let id = spec(&app, "Fire with a stored bad ceiling").await;
     let uri = |action: &str| format!("/api/v1/specs/{id}/{action}");
     assert_eq!(app.post(&uri("enrich"), json!({})).await.0, StatusCode::OK);
     assert_eq!(app.post(&uri("review"), json!({"decision": "approve"})).await.0, StatusCode::OK);

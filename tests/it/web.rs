@@ -3,68 +3,31 @@
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use baton::model::plan::MachinePlan;
-use baton::runtime::config::DataDir;
-use baton::runtime::executions::Executions;
-use baton::web::{self, AppState};
+use baton::web;
 use serde_json::{json, Value};
 use tower::ServiceExt as _;
 
-/// A router over a fresh data dir (kept alive by the returned guard).
-struct TestApp {
-    _tmp: tempfile::TempDir,
-    execs: Executions,
+use crate::app::TestApp;
+
+/// Creates an execution of a two-phase plan: step 1.1 behind an approval, then step 2.1.
+async fn with_approval_plan(app: &TestApp, task_id: &str) {
+    let plan = json!({
+        "task_id": task_id,
+        "task_summary": "Plan for the API tests",
+        "phases": [
+            {"phase_id": 1, "name": "Design", "approval_required": true, "steps": [
+                {"step_id": "1.1", "agent_name": "alpha", "task_description": "Design it."}]},
+            {"phase_id": 2, "name": "Build", "steps": [
+                {"step_id": "2.1", "agent_name": "beta", "task_description": "Build it."}]}
+        ]
+    });
+    app.execution(&plan).await;
 }
 
-impl TestApp {
-    async fn new() -> TestApp {
-        let tmp = tempfile::tempdir().unwrap();
-        let execs = Executions::open(DataDir::open(&tmp.path().join("data")).unwrap()).await.unwrap();
-        TestApp { _tmp: tmp, execs }
-    }
-
-    /// Creates an execution of a two-phase plan: step 1.1 behind an approval, then step 2.1.
-    async fn with_approval_plan(&self, task_id: &str) {
-        let plan = json!({
-            "task_id": task_id,
-            "task_summary": "Plan for the API tests",
-            "phases": [
-                {"phase_id": 1, "name": "Design", "approval_required": true, "steps": [
-                    {"step_id": "1.1", "agent_name": "alpha", "task_description": "Design it."}]},
-                {"phase_id": 2, "name": "Build", "steps": [
-                    {"step_id": "2.1", "agent_name": "beta", "task_description": "Build it."}]}
-            ]
-        });
-        let plan = MachinePlan::from_json(&plan.to_string()).unwrap();
-        self.execs.create(plan).await.unwrap();
-    }
-
-    async fn send(&self, req: Request<Body>) -> (StatusCode, Value) {
-        let response = web::app(AppState::new(self.execs.clone()).unwrap()).oneshot(req).await.unwrap();
-        let status = response.status();
-        let bytes = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
-        let body = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() };
-        (status, body)
-    }
-
-    async fn get(&self, uri: &str) -> (StatusCode, Value) {
-        self.send(Request::get(uri).body(Body::empty()).unwrap()).await
-    }
-
-    async fn post_raw(&self, uri: &str, body: &str) -> (StatusCode, Value) {
-        let req = Request::post(uri).header("content-type", "application/json").body(Body::from(body.to_string()));
-        self.send(req.unwrap()).await
-    }
-
-    async fn post(&self, uri: &str, body: Value) -> (StatusCode, Value) {
-        self.post_raw(uri, &body.to_string()).await
-    }
-
-    async fn journal_len(&self, task_id: &str) -> usize {
-        let (status, body) = self.get(&format!("/api/v1/executions/{task_id}/journal")).await;
-        assert_eq!(status, StatusCode::OK, "{body}");
-        body.as_array().unwrap().len()
-    }
+async fn journal_len(app: &TestApp, task_id: &str) -> usize {
+    let (status, body) = app.get(&format!("/api/v1/executions/{task_id}/journal")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body.as_array().unwrap().len()
 }
 
 fn record_step(step_id: &str, agent: &str) -> Value {
@@ -87,7 +50,7 @@ async fn executions_are_listed_and_shown_with_their_next_action() {
     let app = TestApp::new().await;
     let (status, body) = app.get("/api/v1/executions").await;
     assert_eq!((status, body), (StatusCode::OK, json!([])));
-    app.with_approval_plan("web-list").await;
+    with_approval_plan(&app, "web-list").await;
     let (status, body) = app.get("/api/v1/executions").await;
     assert_eq!(status, StatusCode::OK);
     let item = &body[0];
@@ -111,8 +74,8 @@ async fn executions_are_listed_and_shown_with_their_next_action() {
 #[tokio::test]
 async fn an_approval_is_asked_after_the_step_and_decided_over_the_api() {
     let app = TestApp::new().await;
-    app.with_approval_plan("web-approve").await;
-    assert_eq!(app.journal_len("web-approve").await, 0);
+    with_approval_plan(&app, "web-approve").await;
+    assert_eq!(journal_len(&app, "web-approve").await, 0);
 
     let (status, body) = app.post("/api/v1/executions/web-approve/events", record_step("1.1", "alpha")).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
@@ -154,7 +117,7 @@ async fn an_approval_is_asked_after_the_step_and_decided_over_the_api() {
 #[tokio::test]
 async fn the_same_record_twice_is_applied_once() {
     let app = TestApp::new().await;
-    app.with_approval_plan("web-dup").await;
+    with_approval_plan(&app, "web-dup").await;
     let mut event = record_step("1.1", "alpha");
     event["idempotency_key"] = json!("client-key-1");
     let (status, first) = app.post("/api/v1/executions/web-dup/events", event.clone()).await;
@@ -164,7 +127,7 @@ async fn the_same_record_twice_is_applied_once() {
     assert_eq!(status, StatusCode::OK, "{second}");
     assert_eq!(second["recorded"], false);
     assert_eq!(second["idempotency_key"], "client-key-1");
-    assert_eq!(app.journal_len("web-dup").await, 1);
+    assert_eq!(journal_len(&app, "web-dup").await, 1);
     // The same key for a different event is a conflict.
     let mut other = record_step("1.1", "alpha");
     other["idempotency_key"] = json!("client-key-1");
@@ -177,7 +140,7 @@ async fn the_same_record_twice_is_applied_once() {
 #[tokio::test]
 async fn malformed_bodies_are_client_errors_naming_the_problem() {
     let app = TestApp::new().await;
-    app.with_approval_plan("web-bad").await;
+    with_approval_plan(&app, "web-bad").await;
     let uri = "/api/v1/executions/web-bad/events";
 
     let (status, body) = app.post_raw(uri, "{ not json").await;
@@ -200,7 +163,7 @@ async fn malformed_bodies_are_client_errors_naming_the_problem() {
 
     let (status, body) = app.get("/api/v1/executions/web-bad/next?all=maybe").await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
-    assert_eq!(app.journal_len("web-bad").await, 0);
+    assert_eq!(journal_len(&app, "web-bad").await, 0);
 }
 
 #[tokio::test]
@@ -221,21 +184,21 @@ async fn an_unknown_execution_is_404_everywhere() {
 #[tokio::test]
 async fn a_record_for_an_unknown_step_is_422_and_writes_nothing() {
     let app = TestApp::new().await;
-    app.with_approval_plan("web-unknown-step").await;
+    with_approval_plan(&app, "web-unknown-step").await;
     let (status, body) = app.post("/api/v1/executions/web-unknown-step/events", record_step("9.9", "x")).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert_eq!(body["error"], "unprocessable");
     assert_eq!(body["message"], "unknown step 9.9");
-    assert_eq!(app.journal_len("web-unknown-step").await, 0);
+    assert_eq!(journal_len(&app, "web-unknown-step").await, 0);
     let (status, body) = app.post("/api/v1/executions/web-unknown-step/skip", json!({"step_id": "9.9"})).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
-    assert_eq!(app.journal_len("web-unknown-step").await, 0);
+    assert_eq!(journal_len(&app, "web-unknown-step").await, 0);
 }
 
 #[tokio::test]
 async fn state_conflicts_are_409_and_write_nothing() {
     let app = TestApp::new().await;
-    app.with_approval_plan("web-conflict").await;
+    with_approval_plan(&app, "web-conflict").await;
     // No approval is pending yet.
     let approve = json!({"phase_id": 1, "result": "approve"});
     let (status, body) = app.post("/api/v1/executions/web-conflict/approve", approve).await;
@@ -247,7 +210,7 @@ async fn state_conflicts_are_409_and_write_nothing() {
     let wrong = json!({"phase_id": 2, "result": "approve"});
     let (status, body) = app.post("/api/v1/executions/web-conflict/approve", wrong).await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
-    assert_eq!(app.journal_len("web-conflict").await, 1);
+    assert_eq!(journal_len(&app, "web-conflict").await, 1);
     // Cancelled is final.
     let (status, body) = app.post("/api/v1/executions/web-conflict/cancel", json!({"reason": "test"})).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
@@ -255,7 +218,7 @@ async fn state_conflicts_are_409_and_write_nothing() {
     let (status, body) = app.post("/api/v1/executions/web-conflict/retry-step", json!({"step_id": "1.1"})).await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert_eq!(body["details"]["reason"], "final");
-    assert_eq!(app.journal_len("web-conflict").await, 2);
+    assert_eq!(journal_len(&app, "web-conflict").await, 2);
 }
 
 #[test]
@@ -287,7 +250,7 @@ async fn the_server_serves_on_a_real_socket_and_shuts_down_gracefully() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(web::serve(listener, AppState::new(app.execs.clone()).unwrap(), async {
+    let server = tokio::spawn(web::serve(listener, app.state(), async {
         let _ = stopped.await;
     }));
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -305,10 +268,10 @@ async fn the_server_serves_on_a_real_socket_and_shuts_down_gracefully() {
 #[tokio::test]
 async fn two_concurrent_decisions_on_one_approval_record_exactly_one() {
     let app = TestApp::new().await;
-    app.with_approval_plan("web-race").await;
+    with_approval_plan(&app, "web-race").await;
     let (status, _) = app.post("/api/v1/executions/web-race/events", record_step("1.1", "alpha")).await;
     assert_eq!(status, StatusCode::CREATED);
-    let router = web::app(AppState::new(app.execs.clone()).unwrap());
+    let router = app.router();
     let decide = |result: &str| {
         let body = json!({"phase_id": 1, "result": result, "feedback": "why"}).to_string();
         let req = Request::post("/api/v1/executions/web-race/approve")
@@ -321,19 +284,19 @@ async fn two_concurrent_decisions_on_one_approval_record_exactly_one() {
     let mut statuses = [a.unwrap().status(), b.unwrap().status()];
     statuses.sort();
     assert_eq!(statuses, [StatusCode::CREATED, StatusCode::CONFLICT]);
-    assert_eq!(app.journal_len("web-race").await, 2);
+    assert_eq!(journal_len(&app, "web-race").await, 2);
 }
 
 #[tokio::test]
 async fn a_record_while_a_driver_holds_the_lease_is_409() {
     let app = TestApp::new().await;
-    app.with_approval_plan("web-leased").await;
-    let lease = baton::runtime::lease::acquire_as_driver(app.execs.store(), "web-leased").await.unwrap();
+    with_approval_plan(&app, "web-leased").await;
+    let lease = baton::runtime::lease::acquire_as_driver(app.store(), "web-leased").await.unwrap();
     let (status, body) = app.post("/api/v1/executions/web-leased/events", record_step("1.1", "alpha")).await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert!(body["message"].as_str().unwrap().contains("driven by another process"), "{body}");
     lease.release().await.unwrap();
-    assert_eq!(app.journal_len("web-leased").await, 0);
+    assert_eq!(journal_len(&app, "web-leased").await, 0);
     let (status, body) = app.post("/api/v1/executions/web-leased/events", record_step("1.1", "alpha")).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
 }
@@ -341,7 +304,7 @@ async fn a_record_while_a_driver_holds_the_lease_is_409() {
 #[tokio::test]
 async fn wrong_methods_and_unknown_fields_get_json_errors() {
     let app = TestApp::new().await;
-    app.with_approval_plan("web-shape").await;
+    with_approval_plan(&app, "web-shape").await;
     let req = Request::delete("/api/v1/executions/web-shape/journal").body(Body::empty()).unwrap();
     let (status, body) = app.send(req).await;
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
@@ -357,7 +320,7 @@ async fn wrong_methods_and_unknown_fields_get_json_errors() {
 async fn a_body_serde_refuses_names_the_field_in_details_like_our_own_validation() {
     // Found by a tester: our own 422s carry `details.field`, the JSON extractor's did not.
     let app = TestApp::new().await;
-    app.with_approval_plan("web-field").await;
+    with_approval_plan(&app, "web-field").await;
     let approve = "/api/v1/executions/web-field/approve";
     let cases = [
         (approve, json!({"phase_id": "one", "result": "approve"}), "phase_id"),
@@ -377,14 +340,14 @@ async fn a_body_serde_refuses_names_the_field_in_details_like_our_own_validation
     // Syntax errors stay 400 without a field.
     let (status, answer) = app.post_raw(approve, "{ not json").await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
-    assert_eq!(app.journal_len("web-field").await, 0);
+    assert_eq!(journal_len(&app, "web-field").await, 0);
 }
 
 #[tokio::test]
 async fn a_body_that_is_not_a_json_object_is_refused_before_it_is_decoded() {
     // serde fills a struct from an array's items by position: this array approved phase 1.
     let app = TestApp::new().await;
-    app.with_approval_plan("web-array").await;
+    with_approval_plan(&app, "web-array").await;
     let (status, body) = app.post("/api/v1/executions/web-array/events", record_step("1.1", "alpha")).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     assert_eq!(body["next_action"]["action_type"], "approval", "phase 1 waits for its approval");
@@ -404,11 +367,11 @@ async fn a_body_that_is_not_a_json_object_is_refused_before_it_is_decoded() {
         assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {answer}");
         assert!(!answer["message"].as_str().unwrap().contains("must be a JSON object"), "{body}: {answer}");
     }
-    assert_eq!(app.journal_len("web-array").await, 1, "no decision was recorded");
+    assert_eq!(journal_len(&app, "web-array").await, 1, "no decision was recorded");
     // The object form still works, whitespace first included.
     let (status, answer) = app.post_raw(approve, r#"  {"phase_id": 1, "result": "approve"}"#).await;
     assert!(status.is_success(), "{answer}");
-    assert_eq!(app.journal_len("web-array").await, 2);
+    assert_eq!(journal_len(&app, "web-array").await, 2);
 }
 
 #[tokio::test]
@@ -417,7 +380,7 @@ async fn an_open_event_stream_does_not_hold_up_shutdown() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(web::serve(listener, AppState::new(app.execs.clone()).unwrap(), async {
+    let server = tokio::spawn(web::serve(listener, app.state(), async {
         let _ = stopped.await;
     }));
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -439,8 +402,7 @@ async fn a_client_that_never_finishes_its_headers_is_disconnected() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let state =
-        AppState::new(app.execs.clone()).unwrap().with_header_read_timeout(std::time::Duration::from_millis(300));
+    let state = app.state().with_header_read_timeout(std::time::Duration::from_millis(300));
     let server = tokio::spawn(web::serve(listener, state, async {
         let _ = stopped.await;
     }));
@@ -467,7 +429,7 @@ async fn a_client_that_never_finishes_its_headers_is_disconnected() {
 #[tokio::test]
 async fn the_driver_routes_for_gate_interact_and_amend_record_their_events() {
     let app = TestApp::new().await;
-    app.with_approval_plan("web-driver").await;
+    with_approval_plan(&app, "web-driver").await;
     let (status, body) = app
         .post(
             "/api/v1/executions/web-driver/amend",
@@ -488,18 +450,19 @@ async fn the_driver_routes_for_gate_interact_and_amend_record_their_events() {
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     let (status, body) = app.post("/api/v1/executions/web-driver/gate", json!({"phase_id": 1, "passed": true})).await;
     assert_eq!(status, StatusCode::CONFLICT, "phase 1 has no gate to record now: {body}");
-    assert_eq!(app.journal_len("web-driver").await, 1, "only the amendment was journaled");
+    assert_eq!(journal_len(&app, "web-driver").await, 1, "only the amendment was journaled");
 }
 
 #[tokio::test]
 async fn the_execution_page_lists_a_steps_signals_escaped() {
     let app = TestApp::new().await;
-    app.with_approval_plan("signals-1").await;
+    with_approval_plan(&app, "signals-1").await;
     let outcome = "Done.\nGATE_ADDITION: cargo test --lib\nGATE_ADDITION: rm -rf /\nKNOWLEDGE_GAP: <script>alert(1)</script>\n## Deviations\nUsed a ring buffer.";
     let body = json!({"kind": "step_recorded", "step_id": "1.1", "agent_name": "alpha", "status": "complete", "outcome": outcome});
     let (status, answer) = app.post("/api/v1/executions/signals-1/events", body).await;
     assert_eq!(status, StatusCode::CREATED, "{answer}");
-    let response = web::app(AppState::new(app.execs.clone()).unwrap())
+    let response = app
+        .router()
         .oneshot(Request::get("/executions/signals-1").header("host", "localhost").body(Body::empty()).unwrap())
         .await
         .unwrap();
@@ -524,7 +487,7 @@ async fn the_execution_page_lists_a_steps_signals_escaped() {
 #[tokio::test]
 async fn a_parked_execution_shows_its_budget_decision_and_a_raise_over_the_api_resumes_it() {
     let app = TestApp::new().await;
-    app.with_approval_plan("budget-web").await;
+    with_approval_plan(&app, "budget-web").await;
     let forecast = json!({"kind": "forecasted", "steps": {
         "1.1": {"low_usd": 0.1, "mid_usd": 0.2, "high_usd": 0.4, "samples": 3, "basis": "median of 3 <attempts>"},
         "2.1": {"low_usd": 0.1, "mid_usd": 0.2, "high_usd": 0.4}}, "default_usd": 0.2});
@@ -544,7 +507,8 @@ async fn a_parked_execution_shows_its_budget_decision_and_a_raise_over_the_api_r
     assert_eq!(next["step_id"], "2.1");
     assert_eq!(next["needed_usd"], 0.15);
 
-    let response = web::app(AppState::new(app.execs.clone()).unwrap())
+    let response = app
+        .router()
         .oneshot(Request::get("/executions/budget-web").header("host", "localhost").body(Body::empty()).unwrap())
         .await
         .unwrap();

@@ -570,7 +570,10 @@ async fn azure_devops_work_items_import_with_basic_auth_once() {
     let (status, body) = app.post_ado(other.to_string().as_bytes(), Some(ADO_AUTH)).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     assert_eq!(body["ignored"], "event git.push is not handled");
-    assert_eq!(app.deliveries("ado").await, 6);
+    // Seen: the three work-item deliveries that were applied and the git.push; the two
+    // ignored work-item updates (no text change, an old revision) are forgotten, so a
+    // redelivery of either is handled afresh.
+    assert_eq!(app.deliveries("ado").await, 4);
 }
 
 #[tokio::test]
@@ -668,4 +671,216 @@ fn token_create_maps_a_github_login_and_refuses_another_users_login() {
         assert_eq!(user.name, "rita");
         assert!(execs.store().user("bob").await.unwrap().is_none(), "the refused user was not created");
     });
+}
+
+#[tokio::test]
+async fn an_issue_delivery_ignored_before_its_project_exists_is_imported_when_redelivered() {
+    // Found trying Baton: the ignored delivery was remembered, so GitHub's "Redeliver" (the
+    // same delivery id) after registering the project answered `duplicate` and the issue was
+    // never imported.
+    let app = App::new().await;
+    let (status, body) = app.deliver("issues.opened").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body, json!({"ignored": format!("no project for {REPO}")}));
+    assert_eq!(app.deliveries("github").await, 0, "not applied: not remembered");
+
+    app.project("p", REPO, "bug").await;
+    let (status, body) = app.deliver("issues.opened").await;
+    assert_eq!(status, StatusCode::CREATED, "the redelivery imports the issue: {body}");
+    assert_eq!(body["outcome"], "created");
+    let (status, body) = app.deliver("issues.opened").await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"duplicate": true})), "applied: now it is seen");
+    assert_eq!(app.specs().await.len(), 1);
+
+    // Azure DevOps likewise: `workitem.created` before the project exists, then retried.
+    let created = app.ado_fixture("workitem.created.json");
+    let (status, body) = app.post_ado(&created, Some(ADO_AUTH)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["ignored"], "no project for Azure DevOps project Lantern");
+    assert_eq!(app.deliveries("ado").await, 0);
+    app.project("fab", "ado:lumenlabs/Lantern", "").await;
+    let (status, body) = app.post_ado(&created, Some(ADO_AUTH)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = app.post_ado(&created, Some(ADO_AUTH)).await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"duplicate": true})));
+    assert_eq!(app.specs().await.len(), 2);
+}
+
+#[tokio::test]
+async fn a_delivered_comment_never_decides_a_later_approval() {
+    let app = App::new().await;
+    app.project("p", REPO, "bug").await;
+    let (_, body) = app.deliver("issues.opened").await;
+    let spec_id = body["spec_id"].as_i64().unwrap();
+    let store = app.execs.store();
+    store.add_token("rev", "reviewer", "hash-1", "", "2026-01-01T00:00:00Z").await.unwrap();
+    store.set_identity("rev", ForgeIdentity::GitHubLogin, "ben-lumen").await.unwrap();
+    let mut comment = app.payload("issue_comment.created");
+    comment["comment"]["body"] = json!("/baton approve");
+
+    // Delivered while the spec is not fired: nothing to decide.
+    let (status, body) = app.deliver_variant("issue_comment.created", &comment, "early").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert!(body["ignored"].as_str().unwrap().contains("has not been fired"), "{body}");
+
+    // Fired, its execution not waiting yet: another comment decides nothing either.
+    let task_id = "late-approval";
+    app.execs.create(approval_plan(task_id)).await.unwrap();
+    let fire = SpecChange {
+        action: "fire".into(),
+        expected: "imported".into(),
+        to: "executing".into(),
+        actor: "lead".into(),
+        at: "2026-01-01T00:00:00Z".into(),
+        ..SpecChange::default()
+    };
+    store.change_spec(spec_id, &fire).await.unwrap();
+    store.attach_execution(spec_id, task_id).await.unwrap();
+    let (status, body) = app.deliver_variant("issue_comment.created", &comment, "running").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert!(body["ignored"].as_str().unwrap().contains("not waiting for an approval"), "{body}");
+    // By someone not mapped yet: nothing.
+    comment["comment"]["user"]["login"] = json!("not-yet-mapped");
+    let (status, body) = app.deliver_variant("issue_comment.created", &comment, "unmapped").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+
+    // Now the approval is pending, and the unmapped commenter is a reviewer.
+    let step = json!({"kind": "step_recorded", "step_id": "1.1", "agent_name": "alpha", "status": "complete", "outcome": "done"});
+    let req = Request::post(format!("/api/v1/executions/{task_id}/events")).header("content-type", "application/json");
+    let (status, body) = app.send(req.body(Body::from(step.to_string())).unwrap()).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["next_action"]["action_type"], "approval");
+    store.add_token("rev2", "reviewer", "hash-2", "", "2026-01-01T00:00:00Z").await.unwrap();
+    store.set_identity("rev2", ForgeIdentity::GitHubLogin, "not-yet-mapped").await.unwrap();
+    let journal = store.events(task_id, 0).await.unwrap().len();
+
+    // The forge redelivers each of the three comments: none decides the approval.
+    for (delivery, login) in [("early", "ben-lumen"), ("running", "ben-lumen"), ("unmapped", "not-yet-mapped")] {
+        comment["comment"]["user"]["login"] = json!(login);
+        let (status, body) = app.deliver_variant("issue_comment.created", &comment, delivery).await;
+        assert_eq!((status, body), (StatusCode::OK, json!({"duplicate": true})), "{delivery}");
+    }
+    assert!(app.execs.get(task_id).await.unwrap().pending_approval_request.is_some(), "still waiting");
+    assert_eq!(store.events(task_id, 0).await.unwrap().len(), journal, "nothing journaled");
+
+    // Azure DevOps' comments likewise: delivered before the approval, redelivered after.
+    let mut ado_comment: Value = serde_json::from_slice(&app.ado_fixture("workitem.created.json")).unwrap();
+    app.project("fab", "ado:lumenlabs/Lantern", "").await;
+    let (status, body) = app.post_ado(ado_comment.to_string().as_bytes(), Some(ADO_AUTH)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let ado_spec = body["spec_id"].as_i64().unwrap();
+    store.set_identity("rev", ForgeIdentity::AdoEmail, "rita@example.com").await.unwrap();
+    ado_comment["eventType"] = json!("workitem.commented");
+    ado_comment["id"] = json!("ado-early");
+    ado_comment["resource"]["fields"]["System.History"] = json!("<div>/baton approve</div>");
+    ado_comment["resource"]["fields"]["System.ChangedBy"] = json!("Rita Reviewer <rita@example.com>");
+    let (status, body) = app.post_ado(ado_comment.to_string().as_bytes(), Some(ADO_AUTH)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    fire_by_hand(&app, ado_spec, "ado-late-approval").await;
+    let (status, body) = app.post_ado(ado_comment.to_string().as_bytes(), Some(ADO_AUTH)).await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"duplicate": true})));
+    assert!(app.execs.get("ado-late-approval").await.unwrap().pending_approval_request.is_some());
+}
+
+/// The migrations up to `last` (copied from `migrations/`) applied to a new database at `db`,
+/// as an older Baton left it.
+async fn database_at(db: &std::path::Path, last: &str) -> sqlx::SqlitePool {
+    let dir = tempfile::tempdir().unwrap();
+    let mut names: Vec<_> = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sql"))
+        .collect();
+    names.sort();
+    for path in names.iter().filter(|p| p.file_name().unwrap().to_str().unwrap() <= last) {
+        std::fs::copy(path, dir.path().join(path.file_name().unwrap())).unwrap();
+    }
+    let options = sqlx::sqlite::SqliteConnectOptions::new().filename(db).create_if_missing(true);
+    let pool = sqlx::sqlite::SqlitePoolOptions::new().max_connections(1).connect_with(options).await.unwrap();
+    sqlx::migrate::Migrator::new(dir.path()).await.unwrap().run(&pool).await.unwrap();
+    pool
+}
+
+#[tokio::test]
+async fn duplicates_already_in_a_database_keep_the_oldest_spec_as_the_items() {
+    let ws = Workspace::with_repo(&[("README.md", "hello\n")]);
+    let data = DataDir::open(&ws.data()).unwrap();
+    // A database as the check-then-insert left it: issue 7 imported three times (one address
+    // with other letter case), work item 301 twice (the hook's API address, the import's web
+    // address), and specs of their own.
+    let pool = database_at(&data.db_path(), "0009_spend.sql").await;
+    sqlx::query(
+        "insert into projects (name, repo_path, default_branch, agent_profile, created_at, forge_repo, trigger_label) \
+         values ('p', ?, 'main', 'demo', '2026-01-01T00:00:00Z', ?, 'bug')",
+    )
+    .bind(ws.repo().display().to_string())
+    .bind(REPO)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let legacy = [
+        ("github", ISSUE_URL),
+        ("github", ISSUE_URL),
+        ("github", "https://github.com/Lumen-Labs/Lantern/issues/7"),
+        ("ado", "https://dev.azure.com/lumenlabs/_apis/wit/workItems/301"),
+        ("ado", "https://dev.azure.com/lumenlabs/6f1c2a3b-4d5e-4f60-8a71-92b3c4d5e6f7/_workitems/edit/301"),
+        ("board", ""),
+        ("github", "https://github.com/lumen-labs/lantern/issues/8"),
+    ];
+    for (n, (source, url)) in legacy.iter().enumerate() {
+        let id: i64 = sqlx::query_scalar(
+            "insert into specs (project, title, body, source, source_url, status, created_by, created_at, updated_at) \
+             values ('p', ?, '', ?, ?, 'imported', 'old', '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z') \
+             returning spec_id",
+        )
+        .bind(format!("legacy {n}"))
+        .bind(source)
+        .bind(url)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        sqlx::query(
+            "insert into spec_events (spec_id, seq, action, from_status, to_status, actor, at) \
+             values (?, 1, 'create', '', 'imported', 'old', '2026-01-01T00:00:00Z')",
+        )
+        .bind(id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    pool.close().await;
+
+    // Opened by this Baton: migrated, the keys filled, the oldest of each item kept.
+    let execs = Executions::open(data.clone()).await.unwrap();
+    let store = execs.store();
+    let holder = |key: &'static str| async move { store.spec_by_source_key(key).await.unwrap().map(|s| s.spec_id) };
+    assert_eq!(holder("github:github.com/lumen-labs/lantern#7").await, Some(1));
+    assert_eq!(holder("ado:lumenlabs#301").await, Some(4));
+    assert_eq!(holder("github:github.com/lumen-labs/lantern#8").await, Some(7));
+    for (duplicate, kept) in [(2, 1), (3, 1), (5, 4)] {
+        let events = store.spec_events(duplicate).await.unwrap();
+        let last = events.last().unwrap();
+        assert_eq!(last.action, "superseded_duplicate", "spec {duplicate}");
+        assert!(last.reason.starts_with(&format!("spec {kept} was imported from the same")), "{}", last.reason);
+        let row = store.spec(duplicate).await.unwrap().unwrap();
+        assert_eq!(
+            (row.status.as_str(), row.title.as_str()),
+            ("imported", format!("legacy {}", duplicate - 1).as_str())
+        );
+    }
+    for kept in [1, 4, 6, 7] {
+        assert_eq!(store.spec_events(kept).await.unwrap().len(), 1, "spec {kept} untouched");
+    }
+    // Opening again changes nothing.
+    drop(execs);
+    let execs = Executions::open(data).await.unwrap();
+    assert_eq!(execs.store().spec_events(2).await.unwrap().len(), 2);
+
+    // A delivery of issue 7 finds the oldest spec; nothing new is created.
+    let state = AppState::new(execs.clone()).unwrap().with_webhooks(config());
+    let app = App { ws, execs, state };
+    let (status, body) = app.deliver("issues.opened").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!((body["spec_id"].as_i64(), body["outcome"].as_str()), (Some(1), Some("updated")), "{body}");
+    assert_eq!(app.specs().await.len(), legacy.len());
 }

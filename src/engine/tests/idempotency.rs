@@ -102,22 +102,24 @@ fn duplicate_cancel_is_one_effect() {
 
 #[test]
 fn duplicate_approval_does_not_approve_the_next_request() {
-    let mut p1 = phase(1, vec![step("1.1", &[])]);
-    p1.approval_required = true;
-    let mut plan = plan_of(vec![p1, phase(2, vec![step("2.1", &[])])]);
+    // A HIGH plan: the pre-flight approval of phase 1, then phase 2's own approval. The
+    // pre-flight decision sent again while phase 2's approval is pending is a resend of the
+    // first (phase 1), never a decision on phase 2.
+    let mut p2 = phase(2, vec![step("2.1", &[])]);
+    p2.approval_required = true;
+    let mut plan = plan_of(vec![phase(1, vec![step("1.1", &[])]), p2]);
     plan.risk_level = "HIGH".into();
     let mut state = start(plan, T0).unwrap();
     let approve = approval(1, ApprovalDecision::Approve, "");
     ok(&mut state, &approve);
     ok(&mut state, &record("1.1", RecordStatus::Complete));
+    ok(&mut state, &record("2.1", RecordStatus::Complete));
     assert_eq!(state.status, ExecutionStatus::ApprovalPending);
-    let before = state.clone();
-    ok(&mut state, &approve);
-    assert_eq!(state.approval_results.len(), 2, "the phase approval is a new round, not a duplicate");
-    let mut again = before.clone();
-    ok(&mut again, &approval(1, ApprovalDecision::Approve, ""));
-    assert!(apply(&mut again, &approve, T0).unwrap().duplicate);
-    assert_eq!(again.approval_results.len(), 2);
+    assert!(apply(&mut state, &approve, T0).unwrap().duplicate, "the phase-1 decision again is a resend");
+    assert_eq!(state.approval_results.len(), 1);
+    assert_eq!(state.status, ExecutionStatus::ApprovalPending, "phase 2's approval is still pending");
+    ok(&mut state, &approval(2, ApprovalDecision::Approve, ""));
+    assert_eq!(state.approval_results.len(), 2);
 }
 
 #[test]

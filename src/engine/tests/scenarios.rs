@@ -522,17 +522,41 @@ fn preflight_approval_only_for_high_and_critical_plans() {
 
 #[test]
 fn preflight_approval_is_separate_from_the_phase_approval() {
-    let mut plan = plan_of(vec![approval_phase(vec![step("1.1", &[])]), phase(2, vec![step("2.1", &[])])]);
+    // Phase 1 has no approval of its own: the pre-flight one is asked first, and only it.
+    let mut plan = plan_of(vec![phase(1, vec![step("1.1", &[])]), {
+        let mut p = phase(2, vec![step("2.1", &[])]);
+        p.approval_required = true;
+        p
+    }]);
     plan.risk_level = "HIGH".into();
     let mut state = start(plan, T0).unwrap();
+    assert!(approval_action_of(&state).preflight);
     ok(&mut state, &approval(1, ApprovalDecision::Approve, ""));
     assert!(state.approval_results[0].preflight);
     assert_eq!(dispatch_ids(&state), vec!["1.1"]);
     ok(&mut state, &record("1.1", RecordStatus::Complete));
-    assert_eq!(state.status, ExecutionStatus::ApprovalPending, "the phase's own approval is still asked");
+    assert_eq!(dispatch_ids(&state), vec!["2.1"], "phase 1 asks nothing more");
+    ok(&mut state, &record("2.1", RecordStatus::Complete));
+    assert_eq!(state.status, ExecutionStatus::ApprovalPending, "phase 2's own approval is asked");
     assert!(!approval_action_of(&state).preflight);
-    ok(&mut state, &approval(1, ApprovalDecision::Approve, ""));
-    assert_eq!(dispatch_ids(&state), vec!["2.1"]);
+}
+
+/// Issue 14.1 (seed-spec §2.1 step 2): a HIGH plan whose first phase already requires an
+/// approval gets no generated pre-flight approval besides it.
+#[test]
+fn a_high_risk_plan_whose_first_phase_requires_approval_gets_no_second_preflight_approval() {
+    for risk in ["HIGH", "CRITICAL"] {
+        let mut plan = plan_of(vec![approval_phase(vec![step("1.1", &[])]), phase(2, vec![step("2.1", &[])])]);
+        plan.risk_level = risk.into();
+        let mut state = start(plan, T0).unwrap();
+        assert_eq!(state.status, ExecutionStatus::Running, "{risk}: no pre-flight approval at start");
+        assert_eq!(dispatch_ids(&state), vec!["1.1"]);
+        ok(&mut state, &record("1.1", RecordStatus::Complete));
+        assert_eq!(state.status, ExecutionStatus::ApprovalPending, "{risk}: phase 1's own approval");
+        ok(&mut state, &approval(1, ApprovalDecision::Approve, ""));
+        assert_eq!(dispatch_ids(&state), vec!["2.1"]);
+        assert_eq!(state.approval_results.len(), 1, "{risk}: one approval in all");
+    }
 }
 
 #[test]
@@ -697,15 +721,22 @@ fn interact_completed_ends_the_conversation() {
 }
 
 #[test]
+/// Issue 14.2 (seed-spec §2.4, §2.5): the whole history, agent and human turns together,
+/// counts against 2 × max_turns; with max_turns 2 the step auto-completes at the agent turn
+/// that makes the history 4 or more (the third agent turn), not at the second.
 fn max_turns_auto_completes_an_interactive_step() {
     let mut state = interactive_state(Some(2));
+    let input = |text: &str| ev(EventKind::InteractInput { step_id: "1.1".into(), input: text.into() });
     ok(&mut state, &interacting("1.1", "turn one"));
-    ok(&mut state, &ev(EventKind::InteractInput { step_id: "1.1".into(), input: "go on".into() }));
+    ok(&mut state, &input("go on"));
     ok(&mut state, &interacting("1.1", "turn two"));
+    assert_eq!(state.result("1.1").unwrap().status, StepStatus::Interacting, "history 3 < 4: it goes on");
+    ok(&mut state, &input("and more"));
+    ok(&mut state, &interacting("1.1", "turn three"));
     let r = state.result("1.1").unwrap();
     assert_eq!(r.status, StepStatus::Complete);
     assert!(r.outcome.ends_with("[Auto-completed: max_turns reached]"), "{}", r.outcome);
-    assert_eq!(r.interaction_history.len(), 3);
+    assert_eq!(r.interaction_history.len(), 5);
 }
 
 #[test]
@@ -894,8 +925,8 @@ fn amendments_insert_after_the_current_phase_and_append_steps() {
 }
 
 #[test]
-fn amendments_never_insert_before_the_current_phase() {
-    let mut state = started(vec![phase(1, vec![step("1.1", &[])]), phase(2, vec![step("2.1", &[])])]);
+fn amendments_insert_before_the_current_phase_only_while_no_work_started_there() {
+    let mut state = started(vec![phase(1, vec![step("1.1", &[])]), phase(2, vec![step("2.1", &["1.1"])])]);
     ok(&mut state, &record("1.1", RecordStatus::Complete));
     let amend = |after| {
         ev(EventKind::Amended {
@@ -906,8 +937,22 @@ fn amendments_never_insert_before_the_current_phase() {
             steps: vec![],
         })
     };
-    assert!(matches!(refused(&mut state, &amend(1)), EngineError::InvalidAmendment(_)));
     assert_eq!(refused(&mut state, &amend(9)), EngineError::UnknownPhase { phase_id: 9 });
+    // Issue 14.3: phase 2 is current but untouched: the new phase goes before it and becomes
+    // current; 2.1 becomes 3.1 and keeps its dependency on 1.1.
+    let mut untouched = state.clone();
+    ok(&mut untouched, &amend(1));
+    assert_eq!(untouched.plan.phases.len(), 3);
+    assert_eq!(untouched.current().unwrap().phase_id, 2, "the inserted phase is current");
+    assert_eq!(untouched.plan.phases[2].steps[0].step_id, "3.1");
+    assert_eq!(untouched.plan.phases[2].steps[0].depends_on, vec!["1.1".to_string()]);
+    assert_eq!(dispatch_ids(&untouched), vec!["2.1"], "the new phase's step is dispatched first");
+    // Once 2.1 was dispatched, work started there: refused, naming the step.
+    ok(&mut state, &dispatched("2.1"));
+    match refused(&mut state, &amend(1)) {
+        EngineError::InvalidAmendment(m) => assert!(m.contains("step 2.1 was dispatched"), "{m}"),
+        other => panic!("{other:?}"),
+    }
     ok(&mut state, &amend(2));
     assert_eq!(state.plan.phases[2].phase_id, 3);
 }

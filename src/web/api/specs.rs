@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::spec::SpecStage;
 use crate::runtime::board::{self, Board, BoardQuery};
-use crate::runtime::forge::ImportedItem;
+use crate::runtime::forge::{import_from, Cursor, ImportRequest, ImportedItem, Pacing};
 use crate::runtime::specs::{SpecEdit, SpecInput};
 use crate::store::{SpecEventRow, SpecFilter, SpecRow};
 use crate::web::error::AppError;
@@ -52,19 +52,48 @@ struct ImportBody {
     label: Option<String>,
     #[serde(default)]
     wiql: Option<String>,
+    /// A bulk import's resume point: the `details.cursor` of the 503 that stopped it.
+    #[serde(default)]
+    cursor: Option<String>,
 }
 
 /// `POST /api/v1/specs/import`: 201 when a spec was created, else 200; `items` in the
-/// forge's order.
+/// forge's order. A bulk import stopped by a rate limit keeps what it imported and answers 503
+/// `forge_rate_limited` with `Retry-After` and `details` `{cursor, retry_after_secs, imported,
+/// created, items}`; the same request with that `cursor` goes on from there.
 async fn import(
     State(app): State<AppState>,
     actor: Actor,
     ApiJson(b): ApiJson<ImportBody>,
 ) -> Result<(StatusCode, Json<serde_json::Value>), AppError> {
-    let request = crate::runtime::forge::ImportRequest::parse(&b.reference, b.label.as_deref(), b.wiql.as_deref())?;
-    let outcomes = crate::runtime::forge::import(&app.specs, &app.forges, &b.project, &request, &actor.0).await?;
-    let items: Vec<ImportedItem> = outcomes.iter().map(ImportedItem::of).collect();
+    let request = ImportRequest::parse(&b.reference, b.label.as_deref(), b.wiql.as_deref())?;
+    let cursor = b.cursor.as_deref().map(Cursor::parse).transpose()?;
+    let imported = import_from(&app.specs, &app.forges, &b.project, &request, cursor, Pacing::Stop, &actor.0).await?;
+    let items: Vec<ImportedItem> = imported.outcomes.iter().map(ImportedItem::of).collect();
     let created = items.iter().filter(|i| i.outcome == "created").count();
+    if let Some(stopped) = imported.stopped {
+        let retry_after = stopped.retry_after_secs();
+        let message = format!(
+            "{}; {} item(s) imported before it; send the same request with \"cursor\": \"{}\" to go on",
+            stopped.error,
+            items.len(),
+            stopped.cursor
+        );
+        let details = serde_json::json!({
+            "cursor": stopped.cursor.to_string(),
+            "retry_after_secs": retry_after,
+            "imported": items.len(),
+            "created": created,
+            "items": items,
+        });
+        return Err(AppError::Upstream {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "forge_rate_limited",
+            message,
+            retry_after: Some(retry_after),
+            details: Some(Box::new(details)),
+        });
+    }
     let status = if created > 0 { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(serde_json::json!({ "imported": items.len(), "created": created, "items": items }))))
 }

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Cost of one CLI call as a run goes on, run by hand (never in CI):
+#
+#   benches/cli_calls.sh            # plans of 10, 500 and 5000 steps
+#   SIZES="10 500" benches/cli_calls.sh
+#
+# Builds the release binary, then for each size drives a one-phase plan of that many steps
+# the way an external orchestrator does, one process per call: `execute next`, `execute
+# dispatched`, `execute record` for every step. It times every call (wall clock, process start
+# to exit) and prints, per command, the median of the first tenth and of the last tenth of the
+# run and their ratio. Targets (issue 14.8): every call ≤ 10 ms median, the last tenth within
+# 2× the first at every size.
+#
+# Environment (defaults): SIZES ("10 500 5000"), CARGO_TARGET_DIR (target), CARGO_LOCK (unset;
+# a lock file to run cargo under `flock`, for shared build machines), KEEP_DATA (unset; 1 keeps
+# the temp data dirs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SIZES=${SIZES:-"10 500 5000"}
+TARGET=${CARGO_TARGET_DIR:-target}
+if [ -n "${CARGO_LOCK:-}" ]; then
+  flock "$CARGO_LOCK" cargo build --release --locked --quiet
+else
+  cargo build --release --locked --quiet
+fi
+BATON="$TARGET/release/baton"
+WORK=$(mktemp -d)
+[ -n "${KEEP_DATA:-}" ] || trap 'rm -rf "$WORK"' EXIT
+
+ms_now() { date +%s%N; }
+
+for n in $SIZES; do
+  dir="$WORK/$n"
+  mkdir -p "$dir"
+  python3 - "$n" "$dir/plan.json" <<'PY'
+import json, sys
+n, path = int(sys.argv[1]), sys.argv[2]
+steps = [{"step_id": f"1.{i}", "agent_name": "worker", "task_description": "do it"} for i in range(1, n + 1)]
+json.dump({"task_id": f"bench-{n}", "task_summary": "CLI call cost", "phases": [{"phase_id": 1, "name": "All", "steps": steps}]}, open(path, "w"))
+PY
+  export BATON_DATA_DIR="$dir/data"
+  "$BATON" execute start --plan "$dir/plan.json" >/dev/null
+  : >"$dir/times"
+  for i in $(seq 1 "$n"); do
+    for cmd in next dispatched record; do
+      case $cmd in
+        next) args=(execute next --task-id "bench-$n") ;;
+        dispatched) args=(execute dispatched --task-id "bench-$n" --step-id "1.$i" --agent worker) ;;
+        record) args=(execute record --task-id "bench-$n" --step-id "1.$i" --agent worker) ;;
+      esac
+      t0=$(ms_now)
+      "$BATON" "${args[@]}" >/dev/null 2>&1
+      t1=$(ms_now)
+      echo "$cmd $i $(( (t1 - t0) / 1000 ))" >>"$dir/times"
+    done
+  done
+  python3 - "$n" "$dir/times" <<'PY'
+import statistics, sys
+n, path = int(sys.argv[1]), sys.argv[2]
+rows = [l.split() for l in open(path)]
+tenth = max(1, n // 10)
+for cmd in ("next", "dispatched", "record"):
+    us = [(int(i), int(t)) for c, i, t in rows if c == cmd]
+    first = statistics.median(t for i, t in us if i <= tenth) / 1000
+    last = statistics.median(t for i, t in us if i > n - tenth) / 1000
+    whole = statistics.median(t for _, t in us) / 1000
+    print(f"{n:>5} steps  {cmd:<10}  median {whole:6.1f} ms  first tenth {first:6.1f} ms  last tenth {last:6.1f} ms  last/first {last / first:4.2f}x")
+PY
+done

@@ -1,0 +1,373 @@
+//! The reading side: what to do next. [`next_action`] is exactly one action (DISPATCH, GATE,
+//! APPROVAL, FEEDBACK, INTERACT, CHECKPOINT, BUDGET, WAIT, COMPLETE, FAILED) with everything a
+//! driver or a human needs to carry it out; [`next_actions`] is every step that may be
+//! dispatched now. Both are pure reads of a settled state: they never change it, and this
+//! module never does IO.
+
+use crate::engine::guards::{answered, is_ready};
+use crate::engine::{budget, prompt, team, MAX_GATE_FAILURES};
+use crate::model::action::{
+    Action, ApprovalAction, CheckpointAction, DispatchAction, FeedbackAction, GateAction, InteractAction,
+};
+use crate::model::plan::{PlanPhase, PlanStep};
+use crate::model::state::{ExecutionState, ExecutionStatus, StepStatus};
+use crate::model::text::{cut, first_line, shell_quote};
+
+/// What to do next: exactly one action (seed-spec §2.2 resolver, §2.3).
+///
+/// DISPATCH is the first dispatchable step; a driver that runs steps in parallel uses
+/// [`next_actions`] to get all of them.
+pub fn next_action(state: &ExecutionState) -> Action {
+    match state.status {
+        ExecutionStatus::Complete => Action::Complete {
+            message: format!("Execution {} is complete.", state.task_id),
+            summary: completion_summary(state),
+        },
+        ExecutionStatus::Cancelled => Action::Failed {
+            message: format!("Execution {} was cancelled.", state.task_id),
+            summary: state.failure.clone().unwrap_or_else(|| "cancelled".into()),
+        },
+        ExecutionStatus::Failed => Action::Failed {
+            message: format!("Execution {} failed.", state.task_id),
+            summary: state.failure.clone().unwrap_or_else(|| "failed".into()),
+        },
+        ExecutionStatus::ApprovalPending => approval_action(state),
+        ExecutionStatus::FeedbackPending => feedback_action(state),
+        ExecutionStatus::GatePending | ExecutionStatus::GateFailed => gate_action(state),
+        ExecutionStatus::BudgetExceeded => budget::action(state),
+        ExecutionStatus::Running => running_action(state),
+    }
+}
+
+/// Every step of the current phase that may be dispatched now, as DISPATCH actions in plan
+/// order (seed-spec §2.18); a team step offers its dispatchable members (and synthesis) instead
+/// of itself (see [`team`]). Empty while the execution waits or is finished.
+pub fn next_actions(state: &ExecutionState) -> Vec<Action> {
+    if state.status != ExecutionStatus::Running || state.checkpoint.due {
+        return Vec::new();
+    }
+    let Some(phase) = state.current() else { return Vec::new() };
+    if phase.steps.iter().any(|s| state.step_status(&s.step_id) == StepStatus::Failed) {
+        return Vec::new();
+    }
+    let mut ready: Vec<(std::borrow::Cow<'_, PlanStep>, &str)> = Vec::new();
+    for s in &phase.steps {
+        if s.team.is_empty() {
+            if is_ready(state, s) {
+                ready.push((std::borrow::Cow::Borrowed(s), ""));
+            }
+        } else {
+            ready.extend(team::ready(state, s).into_iter().map(|m| (std::borrow::Cow::Owned(m), s.step_id.as_str())));
+        }
+    }
+    let affordable: std::collections::HashSet<String> =
+        budget::affordable(state, ready.iter().map(|(s, _)| s.as_ref()).collect())
+            .into_iter()
+            .map(|s| s.step_id.clone())
+            .collect();
+    ready.retain(|(s, _)| affordable.contains(&s.step_id));
+    let isolation = if ready.len() >= 2 { "worktree" } else { "" };
+    ready
+        .into_iter()
+        .map(|(s, parent)| {
+            let mut d = dispatch_action(state, phase, &s, isolation);
+            d.is_team_member = !parent.is_empty();
+            d.parent_step_id = parent.to_string();
+            Action::Dispatch(d)
+        })
+        .collect()
+}
+
+fn running_action(state: &ExecutionState) -> Action {
+    if state.checkpoint.due {
+        return checkpoint_action(state);
+    }
+    let Some(phase) = state.current() else {
+        return Action::Complete {
+            message: "All phases complete; record `complete` to finalize the execution.".into(),
+            summary: completion_summary(state),
+        };
+    };
+    if let Some(first) = next_actions(state).into_iter().next() {
+        return first;
+    }
+    let failed: Vec<&str> = phase
+        .steps
+        .iter()
+        .filter(|s| state.step_status(&s.step_id) == StepStatus::Failed)
+        .map(|s| s.step_id.as_str())
+        .collect();
+    let in_flight: Vec<&str> = phase
+        .steps
+        .iter()
+        .filter(|s| state.step_status(&s.step_id) == StepStatus::Dispatched)
+        .map(|s| s.step_id.as_str())
+        .collect();
+    if failed.is_empty() {
+        if let Some(step) = phase.steps.iter().find(|s| state.step_status(&s.step_id) == StepStatus::Interacting) {
+            return interact_action(state, step);
+        }
+    }
+    let message = if failed.is_empty() {
+        format!("Waiting for in-flight steps: {}.", in_flight.join(", "))
+    } else {
+        format!(
+            "Step {} failed; waiting for in-flight steps ({}) before the execution fails.",
+            failed.join(", "),
+            in_flight.join(", ")
+        )
+    };
+    Action::Wait { message }
+}
+
+fn dispatch_action(state: &ExecutionState, phase: &PlanPhase, step: &PlanStep, isolation: &str) -> DispatchAction {
+    let attempt = state.result(&step.step_id).map_or(0, |r| r.attempt) + 1;
+    let retry = if attempt > 1 { format!(" (attempt {attempt})") } else { String::new() };
+    DispatchAction {
+        message: format!(
+            "Dispatch step {} to {}{retry}: {}",
+            step.step_id,
+            step.agent_name,
+            first_line(&step.task_description)
+        ),
+        step_id: step.step_id.clone(),
+        phase_id: phase.phase_id,
+        agent_name: step.agent_name.clone(),
+        agent_model: step.model.clone(),
+        step_type: step.step_type.clone(),
+        attempt,
+        delegation_prompt: prompt::delegation_prompt(state, step),
+        command: if step.is_automation() { step.command.clone() } else { String::new() },
+        interactive: step.interactive,
+        interact_max_turns: step.interactive.then(|| step.max_turns()),
+        isolation: isolation.to_string(),
+        expected_outcome: step.expected_outcome.clone(),
+        allowed_paths: step.allowed_paths.clone(),
+        blocked_paths: step.blocked_paths.clone(),
+        timeout_seconds: step.timeout_seconds,
+        is_team_member: false,
+        parent_step_id: String::new(),
+    }
+}
+
+fn gate_action(state: &ExecutionState) -> Action {
+    let Some(phase) = state.current() else {
+        return Action::Wait { message: "no current phase".into() };
+    };
+    let Some(gate) = &phase.gate else {
+        return Action::Wait { message: format!("phase {} has no gate", phase.phase_id) };
+    };
+    let failures = state.gate_failures(phase.phase_id);
+    let attempt = state.gate_runs(phase.phase_id) + 1;
+    // A retry carries the additions too (the original dropped them: seed-spec §5 #64).
+    let additions = phase_additions(state, phase);
+    let message = if state.status == ExecutionStatus::GateFailed {
+        format!(
+            "Gate '{}' for phase {} failed ({failures}/{MAX_GATE_FAILURES}); run it again.",
+            gate.gate_type, phase.phase_id
+        )
+    } else {
+        format!("Run gate '{}' for phase {}.", gate.gate_type, phase.phase_id)
+    };
+    let message =
+        if additions.is_empty() { message } else { format!("{message} [+agent additions: {}]", additions.join("; ")) };
+    Action::Gate(GateAction {
+        message,
+        phase_id: phase.phase_id,
+        gate_type: gate.gate_type.clone(),
+        gate_command: expand_files(&gate.command, state, phase),
+        attempt,
+        failures,
+        max_failures: MAX_GATE_FAILURES,
+        additions,
+    })
+}
+
+/// The accepted `GATE_ADDITION:` commands of `phase`'s steps, in step order, each once.
+fn phase_additions(state: &ExecutionState, phase: &PlanPhase) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for r in phase.steps.iter().filter_map(|s| state.result(&s.step_id)) {
+        for a in &r.gate_additions {
+            if !out.contains(a) {
+                out.push(a.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Replaces `{files}` in a gate command with the phase's changed files, each quoted for the
+/// shell the command runs in (file names come from agents), space-joined.
+fn expand_files(command: &str, state: &ExecutionState, phase: &PlanPhase) -> String {
+    if !command.contains("{files}") {
+        return command.to_string();
+    }
+    let mut files: Vec<&str> = phase
+        .steps
+        .iter()
+        .filter_map(|s| state.result(&s.step_id))
+        .flat_map(|r| r.files_changed.iter().map(String::as_str))
+        .collect();
+    files.sort_unstable();
+    files.dedup();
+    let quoted: Vec<String> = files.iter().map(|f| shell_quote(f)).collect();
+    command.replace("{files}", &quoted.join(" "))
+}
+
+fn approval_action(state: &ExecutionState) -> Action {
+    if let Some(action) = team::approval_action(state) {
+        return Action::Approval(action);
+    }
+    let request = state.pending_approval_request.as_ref();
+    let preflight = request.is_some_and(|r| r.preflight);
+    let phase_id = request.map_or_else(|| state.current().map_or(0, |p| p.phase_id), |r| r.phase_id);
+    let phase = state.plan.phase_index(phase_id).and_then(|i| state.plan.phases.get(i));
+    let context = if preflight {
+        format!(
+            "Pre-flight approval: this plan is {} risk.\n\nTask: {}\nPhases: {}\nSteps: {}\n\nApprove to start phase {}.",
+            state.plan.risk_level,
+            state.plan.task_summary,
+            state.plan.phases.len(),
+            state.plan.step_count(),
+            phase_id
+        )
+    } else if let Some(p) = phase.filter(|p| !p.approval_description.trim().is_empty()) {
+        p.approval_description.clone()
+    } else {
+        phase.map(|p| phase_outcomes(state, p)).unwrap_or_default()
+    };
+    let context = match knowledge_gaps_since_last_approval(state, phase_id) {
+        gaps if gaps.is_empty() || preflight => context,
+        gaps => format!("{context}\n\n## Knowledge gaps the agents reported\n\n{}", gaps.join("\n")),
+    };
+    let name = phase.map_or("", |p| p.name.as_str());
+    Action::Approval(ApprovalAction {
+        message: if preflight {
+            format!("Approve the {} risk plan before phase {phase_id} ({name}) starts.", state.plan.risk_level)
+        } else {
+            format!("Approve phase {phase_id} ({name}).")
+        },
+        phase_id,
+        approval_context: context,
+        approval_options: vec!["approve".into(), "reject".into(), "approve-with-feedback".into()],
+        preflight,
+    })
+}
+
+/// `- <step> (<agent>): <gap>` for every knowledge gap of the steps of the phases after the
+/// last decided (non-pre-flight) approval, up to and including phase `phase_id`.
+fn knowledge_gaps_since_last_approval(state: &ExecutionState, phase_id: i64) -> Vec<String> {
+    let last = state
+        .approval_results
+        .iter()
+        .filter(|a| !a.preflight)
+        .filter_map(|a| state.plan.phase_index(a.phase_id))
+        .filter(|i| state.plan.phase_index(phase_id).is_some_and(|p| *i < p))
+        .max();
+    let Some(upto) = state.plan.phase_index(phase_id) else { return Vec::new() };
+    let from = last.map_or(0, |i| i + 1);
+    state.plan.phases[from..=upto]
+        .iter()
+        .flat_map(|p| &p.steps)
+        .filter_map(|s| state.result(&s.step_id))
+        .flat_map(|r| r.knowledge_gaps.iter().map(move |g| format!("- {} ({}): {g}", r.step_id, r.agent_name)))
+        .collect()
+}
+
+fn phase_outcomes(state: &ExecutionState, phase: &PlanPhase) -> String {
+    let mut out = format!("## Phase {}: {}\n", phase.phase_id, phase.name);
+    for step in &phase.steps {
+        if let Some(r) = state.result(&step.step_id) {
+            out.push_str(&format!(
+                "\n### Step {} ({}, {})\n{}\n",
+                step.step_id,
+                r.agent_name,
+                r.status.as_str(),
+                r.outcome.trim()
+            ));
+            if !r.files_changed.is_empty() {
+                out.push_str(&format!("Files: {}\n", r.files_changed.join(", ")));
+            }
+        }
+    }
+    out
+}
+
+fn feedback_action(state: &ExecutionState) -> Action {
+    let Some(phase) = state.current() else {
+        return Action::Wait { message: "no current phase".into() };
+    };
+    let questions =
+        phase.feedback_questions.iter().filter(|q| !answered(state, phase.phase_id, &q.question_id)).cloned().collect();
+    Action::Feedback(FeedbackAction {
+        message: format!("Answer the feedback questions of phase {} ({}).", phase.phase_id, phase.name),
+        phase_id: phase.phase_id,
+        feedback_questions: questions,
+        feedback_context: phase_outcomes(state, phase),
+    })
+}
+
+fn interact_action(state: &ExecutionState, step: &PlanStep) -> Action {
+    let result = state.result(&step.step_id);
+    let history = result.map_or(&[][..], |r| r.interaction_history.as_slice());
+    let turn = history.iter().filter(|t| t.role == "agent").count() as u32;
+    let latest = history.iter().rev().find(|t| t.role == "agent").map_or("", |t| t.content.as_str());
+    Action::Interact(InteractAction {
+        message: format!(
+            "Step {} ({}) waits for your reply (turn {turn}/{}).",
+            step.step_id,
+            step.agent_name,
+            step.max_turns()
+        ),
+        interact_step_id: step.step_id.clone(),
+        interact_agent_name: step.agent_name.clone(),
+        interact_prompt: latest.to_string(),
+        interact_turn: turn,
+        interact_max_turns: step.max_turns(),
+    })
+}
+
+fn checkpoint_action(state: &ExecutionState) -> Action {
+    let phase_id = state.current().map_or(0, |p| p.phase_id);
+    let mut handoff = format!("Goal: {}\n", state.plan.task_summary);
+    handoff.push_str(&format!(
+        "Progress: {} of {} steps done; phase {} of {} next.\n",
+        state.counters.steps_done,
+        state.plan.step_count(),
+        state.current_phase + 1,
+        state.plan.phases.len()
+    ));
+    let done: Vec<String> = state
+        .plan
+        .phases
+        .iter()
+        .take(state.current_phase)
+        .rev()
+        .flat_map(|p| p.steps.iter().rev())
+        .filter_map(|s| state.result(&s.step_id))
+        .take(10)
+        .map(|r| format!("- {} ({}): {}", r.step_id, r.agent_name, cut(first_line(&r.outcome), 120)))
+        .collect();
+    if !done.is_empty() {
+        handoff.push_str("Recent outcomes:\n");
+        handoff.push_str(&done.join("\n"));
+        handoff.push('\n');
+    }
+    handoff.push_str(&format!("Resume with: baton execute resume --task-id {}\n", state.task_id));
+    Action::Checkpoint(CheckpointAction {
+        message: format!("Checkpoint before phase {phase_id}: {}.", state.checkpoint.reason),
+        reason: state.checkpoint.reason.clone(),
+        phase_id,
+        handoff,
+    })
+}
+
+fn completion_summary(state: &ExecutionState) -> String {
+    let (done, total) = state.progress();
+    format!(
+        "{}: {done}/{total} steps done, {} gate runs, ${:.2} spent.",
+        state.task_id,
+        state.gate_results.len(),
+        state.counters.spend_usd
+    )
+}

@@ -1,0 +1,214 @@
+//! Validation of an event against the state, before anything changes: the execution's status,
+//! the subject the event names (step, phase, question) and its values, one rule set per event
+//! kind; a team member's events go to `team`. A refused event is an [`EngineError`] and leaves
+//! the state untouched. This module never mutates the state and never does IO.
+
+use crate::engine::guards::{
+    answered, check_record_values, checkpoint_due, current_step, ensure_current_phase, is_ready, not_ready,
+};
+use crate::engine::{amend, budget, team, EngineError};
+use crate::model::event::{EventKind, RecordStatus};
+use crate::model::state::{ApprovalDecision, ExecutionState, ExecutionStatus, StepStatus};
+
+/// Validation of every event kind against the state: no mutation.
+pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), EngineError> {
+    let status = state.status;
+    if status.is_final() {
+        return Err(EngineError::Final { status });
+    }
+    let reopening = matches!(
+        kind,
+        EventKind::StepRetried { .. }
+            | EventKind::GateRetried { .. }
+            | EventKind::StepSkipped { .. }
+            | EventKind::Amended { .. }
+            | EventKind::Cancelled { .. }
+    );
+    if status == ExecutionStatus::Failed && !reopening {
+        return Err(EngineError::ExecutionFailed { reason: state.failure.clone().unwrap_or_default() });
+    }
+    if let Some(team_check) = team::check(state, kind) {
+        return team_check;
+    }
+    let wrong = |event: &'static str| EngineError::WrongStatus { event, status };
+    match kind {
+        EventKind::StepDispatched { step_id, .. } => {
+            let step = current_step(state, step_id)?;
+            if status != ExecutionStatus::Running {
+                return Err(wrong("step_dispatched"));
+            }
+            if !is_ready(state, step) {
+                return Err(not_ready(state, step, "it cannot be dispatched now"));
+            }
+            if state.checkpoint.due {
+                return Err(checkpoint_due(step_id));
+            }
+            budget::check_dispatch(state, step_id)
+        }
+        EventKind::Forecasted { steps, default_usd } => budget::check_forecast(state, steps, *default_usd),
+        EventKind::BudgetSet { ceiling_usd, .. } => budget::check_set(state, *ceiling_usd),
+        EventKind::BudgetRaised { by_usd } => {
+            budget::check_raise(state, *by_usd)?;
+            if status != ExecutionStatus::BudgetExceeded {
+                return Err(wrong("budget_raised"));
+            }
+            Ok(())
+        }
+        EventKind::StepRecorded { step_id, status: rec, .. } => {
+            check_record_values(state, kind)?;
+            let step = current_step(state, step_id)?;
+            if status != ExecutionStatus::Running {
+                return Err(wrong("step_recorded"));
+            }
+            let st = state.step_status(step_id);
+            let open = st == StepStatus::Dispatched || is_ready(state, step);
+            if !open {
+                return Err(not_ready(state, step, "it has no attempt to record"));
+            }
+            if *rec == RecordStatus::BudgetStopped {
+                budget::check_stopped(state, step_id)?;
+            }
+            if st != StepStatus::Dispatched && state.checkpoint.due {
+                return Err(checkpoint_due(step_id));
+            }
+            if *rec == RecordStatus::Interacting && !step.interactive {
+                return Err(EngineError::StepState {
+                    step_id: step_id.clone(),
+                    status: st.as_str().into(),
+                    reason: "only interactive steps can be recorded as interacting".into(),
+                });
+            }
+            Ok(())
+        }
+        EventKind::GateRecorded { phase_id, .. } => {
+            ensure_current_phase(state, *phase_id)?;
+            if !matches!(status, ExecutionStatus::GatePending | ExecutionStatus::GateFailed) {
+                return Err(wrong("gate_recorded"));
+            }
+            Ok(())
+        }
+        EventKind::ApprovalRecorded { phase_id, result, feedback } => {
+            if state.plan.phase_index(*phase_id).is_none() {
+                return Err(EngineError::UnknownPhase { phase_id: *phase_id });
+            }
+            if *result == ApprovalDecision::ApproveWithFeedback && feedback.trim().is_empty() {
+                return Err(EngineError::InvalidEvent("approve-with-feedback needs the feedback text".into()));
+            }
+            if status != ExecutionStatus::ApprovalPending {
+                return Err(wrong("approval_recorded"));
+            }
+            let pending = state.pending_approval_request.as_ref().map_or(-1, |r| r.phase_id);
+            if pending != *phase_id {
+                return Err(EngineError::ApprovalPhaseMismatch { phase_id: *phase_id, pending });
+            }
+            Ok(())
+        }
+        EventKind::FeedbackRecorded { phase_id, question_id, chosen_index } => {
+            let phase = ensure_current_phase(state, *phase_id)?;
+            if status != ExecutionStatus::FeedbackPending {
+                return Err(wrong("feedback_recorded"));
+            }
+            let q = phase.feedback_questions.iter().find(|q| &q.question_id == question_id).ok_or_else(|| {
+                EngineError::UnknownQuestion { phase_id: *phase_id, question_id: question_id.clone() }
+            })?;
+            if answered(state, *phase_id, question_id) {
+                return Err(EngineError::QuestionAnswered { phase_id: *phase_id, question_id: question_id.clone() });
+            }
+            if *chosen_index >= q.options.len() {
+                return Err(EngineError::OptionOutOfRange {
+                    question_id: question_id.clone(),
+                    index: *chosen_index,
+                    count: q.options.len(),
+                });
+            }
+            Ok(())
+        }
+        EventKind::InteractInput { step_id, .. } | EventKind::InteractCompleted { step_id } => {
+            current_step(state, step_id)?;
+            let st = state.step_status(step_id);
+            if st != StepStatus::Interacting {
+                return Err(EngineError::StepState {
+                    step_id: step_id.clone(),
+                    status: st.as_str().into(),
+                    reason: "it is not waiting for a human reply".into(),
+                });
+            }
+            Ok(())
+        }
+        EventKind::Amended { phases, after_phase, steps, .. } => amend::check(state, phases, *after_phase, steps),
+        EventKind::CheckpointAcknowledged => {
+            if !state.checkpoint.due {
+                return Err(wrong("checkpoint_acknowledged"));
+            }
+            Ok(())
+        }
+        EventKind::Completed => {
+            if status != ExecutionStatus::Running {
+                return Err(wrong("completed"));
+            }
+            if let Some(p) = state.current() {
+                return Err(EngineError::NotFinished { phase_id: p.phase_id, name: p.name.clone() });
+            }
+            Ok(())
+        }
+        EventKind::Cancelled { .. } => Ok(()),
+        EventKind::StepRetried { step_id } => {
+            current_step(state, step_id)?;
+            let st = state.step_status(step_id);
+            if st != StepStatus::Failed {
+                return Err(EngineError::StepState {
+                    step_id: step_id.clone(),
+                    status: st.as_str().into(),
+                    reason: "only a failed step can be retried".into(),
+                });
+            }
+            Ok(())
+        }
+        EventKind::StepRequeued { step_id } => {
+            current_step(state, step_id)?;
+            if status != ExecutionStatus::Running {
+                return Err(wrong("step_requeued"));
+            }
+            let st = state.step_status(step_id);
+            if st != StepStatus::Dispatched {
+                return Err(EngineError::StepState {
+                    step_id: step_id.clone(),
+                    status: st.as_str().into(),
+                    reason: "only a dispatched step can be requeued".into(),
+                });
+            }
+            Ok(())
+        }
+        EventKind::StepSkipped { step_id, .. } => {
+            // A step of a later phase may be skipped in advance; one of a done phase may not.
+            let (pi, _) =
+                state.locate(step_id).ok_or_else(|| EngineError::UnknownStep { step_id: step_id.to_string() })?;
+            if pi < state.current_phase {
+                current_step(state, step_id)?;
+            }
+            let st = state.step_status(step_id);
+            if !matches!(st, StepStatus::Pending | StepStatus::Failed) {
+                return Err(EngineError::StepState {
+                    step_id: step_id.clone(),
+                    status: st.as_str().into(),
+                    reason: "only a pending or failed step can be skipped".into(),
+                });
+            }
+            Ok(())
+        }
+        EventKind::GateRetried { phase_id } => {
+            let phase = ensure_current_phase(state, *phase_id)?;
+            if phase.gate.is_none() {
+                return Err(EngineError::UnknownPhase { phase_id: *phase_id });
+            }
+            let gate_failed_execution = status == ExecutionStatus::Failed
+                && state.gate_failures(*phase_id) > 0
+                && !state.gate_passed(*phase_id)
+                && phase.steps.iter().all(|s| state.step_status(&s.step_id).is_done());
+            if status != ExecutionStatus::GateFailed && !gate_failed_execution {
+                return Err(wrong("gate_retried"));
+            }
+            Ok(())
+        }
+    }
+}

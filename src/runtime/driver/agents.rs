@@ -1,0 +1,70 @@
+//! How an agent name runs: its profile (`baton.toml`'s `[agents.<name>]`, else the run's
+//! default), model, permission mode, tools and timeout, from the configuration and the
+//! repository's roster. It only reads configuration.
+
+use crate::runtime::agent::profile::AgentProfile;
+use crate::runtime::config::Config;
+use crate::runtime::BadInput;
+
+use super::options::PROFILES;
+use super::Driver;
+
+/// The parts of an agent invocation that come from configuration and the roster.
+#[derive(Debug)]
+pub(super) struct AgentInvocationParts {
+    pub(super) model: Option<String>,
+    pub(super) permission_mode: Option<String>,
+    pub(super) allowed_tools: Vec<String>,
+}
+
+/// The profile an agent runs with: its `[agents.<name>]` entry in baton.toml, else `default`.
+///
+/// Errors ([`BadInput`]): an unknown profile, or `command` without a command template.
+pub(super) fn profile_of(config: &Config, default: &str, agent: &str) -> anyhow::Result<AgentProfile> {
+    let cfg = config.agents.get(agent);
+    let name = cfg.and_then(|c| c.profile.as_deref()).unwrap_or(default);
+    Ok(match name {
+        "claude" => AgentProfile::Claude,
+        "codex" => AgentProfile::Codex,
+        "demo" => AgentProfile::Demo,
+        "command" => {
+            let template = cfg.and_then(|c| c.command.clone()).filter(|t| !t.is_empty()).ok_or_else(|| {
+                BadInput(format!(
+                    "agent {agent}: profile `command` needs a non-empty `command = [...]` in [agents.{agent}] of baton.toml"
+                ))
+            })?;
+            AgentProfile::Command { argv_template: template }
+        }
+        other => {
+            return Err(BadInput(format!(
+                "agent {agent}: unknown profile {other:?} (expected {})",
+                PROFILES.join(", ")
+            ))
+            .into())
+        }
+    })
+}
+
+impl Driver {
+    /// Resolves how an agent name runs: (profile, model, permission mode, tools, timeout).
+    pub(super) fn resolve_agent(
+        &self,
+        agent: &str,
+        step_model: &str,
+    ) -> anyhow::Result<(AgentProfile, AgentInvocationParts, u64)> {
+        let cfg = self.config.agents.get(agent);
+        let def = self.roster.get(agent);
+        let profile = profile_of(&self.config, &self.default_profile, agent)?;
+        let model = cfg
+            .and_then(|c| c.model.clone())
+            .or_else(|| def.and_then(|d| d.model.clone()))
+            .or_else(|| Some(step_model.to_string()).filter(|m| !m.is_empty()));
+        let parts = AgentInvocationParts {
+            model,
+            permission_mode: def.and_then(|d| d.permission_mode.clone()),
+            allowed_tools: def.map(|d| d.tools.clone()).unwrap_or_default(),
+        };
+        let timeout = cfg.and_then(|c| c.timeout_secs).unwrap_or(self.config.runtime.default_timeout_secs);
+        Ok((profile, parts, timeout))
+    }
+}

@@ -1,0 +1,147 @@
+//! The run loop: asks the engine for the next action and carries it out (dispatch up to the
+//! cap and the shared slots, wait for an attempt, run a gate, acknowledge a checkpoint,
+//! approve automatically under `baton demo`, record `completed`), renewing the lease, until
+//! the run stops on an action a human must answer or a final one. It never launches or
+//! harvests an attempt itself: `launch` and `harvest` do.
+
+use std::time::Duration;
+
+use crate::clock;
+use crate::engine;
+use crate::model::action::Action;
+use crate::model::event::{Event, EventKind};
+use crate::model::state::{ApprovalDecision, ExecutionState, ExecutionStatus};
+use crate::runtime::lease;
+
+use super::options::RunOutcome;
+use super::{Driver, LEASE_RENEW_EVERY};
+
+/// How often a driver waiting for a shared agent slot looks again.
+const SLOT_POLL: Duration = Duration::from_millis(250);
+
+impl Driver {
+    pub(super) async fn drive(
+        &mut self,
+        mut state: ExecutionState,
+        lease: &lease::Lease,
+    ) -> anyhow::Result<RunOutcome> {
+        self.recover(&mut state).await?;
+        let mut last_renew = clock::Stopwatch::start();
+        loop {
+            if last_renew.elapsed() > LEASE_RENEW_EVERY {
+                lease.renew().await?;
+                last_renew = clock::Stopwatch::start();
+            }
+            let action = engine::next_action(&state);
+            match &action {
+                Action::Checkpoint(c) => {
+                    errln!("checkpoint before phase {}: {}", c.phase_id, c.reason);
+                    // The engine derives its key, one per checkpoint, as for every other door.
+                    let event = Event::new(EventKind::CheckpointAcknowledged).by("baton");
+                    self.execs.record(&mut state, event).await?;
+                }
+                Action::Dispatch(_) => {
+                    let ready = engine::next_actions(&state);
+                    let free = self.cap.saturating_sub(self.running).min(self.shared_slots_free());
+                    if free == 0 && self.running == 0 {
+                        // Every shared slot is taken by other executions' attempts.
+                        tokio::time::sleep(SLOT_POLL).await;
+                        continue;
+                    }
+                    if free == 0 || ready.is_empty() {
+                        self.wait_one(&mut state, lease).await?;
+                        continue;
+                    }
+                    let mut dispatched = 0;
+                    for a in ready.into_iter().take(free) {
+                        // A launch that failed may have ended the execution: stop dispatching.
+                        if state.status != ExecutionStatus::Running {
+                            break;
+                        }
+                        // The shared slots are taken before the dispatch is journaled: another
+                        // driver may have taken the last one since `free` was counted.
+                        let Some(group) = self.reserve_slots() else { break };
+                        self.reserved = Some(group);
+                        if let Action::Dispatch(d) = a {
+                            let done = self.dispatch(&mut state, &d).await;
+                            self.reserved = None;
+                            done?;
+                            dispatched += 1;
+                        }
+                    }
+                    if dispatched == 0 && self.running == 0 {
+                        tokio::time::sleep(SLOT_POLL).await;
+                    }
+                }
+                Action::Wait { .. } => {
+                    if self.running == 0 {
+                        anyhow::bail!("execution {} waits for in-flight steps that no process runs", state.task_id);
+                    }
+                    self.wait_one(&mut state, lease).await?;
+                }
+                Action::Gate(g) => {
+                    if self.running > 0 {
+                        self.wait_one(&mut state, lease).await?;
+                        continue;
+                    }
+                    let gate = self.gate(&mut state, g);
+                    tokio::pin!(gate);
+                    loop {
+                        tokio::select! {
+                            done = &mut gate => break done?,
+                            () = tokio::time::sleep(LEASE_RENEW_EVERY) => lease.renew().await?,
+                        }
+                    }
+                }
+                Action::Approval(a) if self.auto_approve => {
+                    errln!("notice: approving phase {} automatically (baton demo): {}", a.phase_id, a.message);
+                    let kind = EventKind::ApprovalRecorded {
+                        phase_id: a.phase_id,
+                        result: ApprovalDecision::Approve,
+                        feedback: "approved automatically by baton demo".into(),
+                    };
+                    let key = format!("approval:{}:{}:{}", state.task_id, a.phase_id, state.approval_results.len());
+                    let event = Event::new(kind).by("baton demo (auto-approve)").with_key(key);
+                    self.execs.record(&mut state, event).await?;
+                }
+                Action::Approval(_) | Action::Feedback(_) | Action::Interact(_) | Action::Budget(_) => {
+                    if self.running > 0 {
+                        self.wait_one(&mut state, lease).await?;
+                        continue;
+                    }
+                    let mut action = action.clone();
+                    if let Action::Approval(a) = &mut action {
+                        let context = std::mem::take(&mut a.approval_context);
+                        a.approval_context = crate::runtime::teams::approval_context(&self.data, &state, context).await;
+                    }
+                    return Ok(self.outcome(&state, action));
+                }
+                Action::Complete { .. } => {
+                    if self.running > 0 {
+                        self.wait_one(&mut state, lease).await?;
+                        continue;
+                    }
+                    let key = format!("complete:{}", state.task_id);
+                    self.record(&mut state, EventKind::Completed, key).await?;
+                    return Ok(self.outcome(&state, engine::next_action(&state)));
+                }
+                Action::Failed { .. } => {
+                    if self.running > 0 {
+                        self.wait_one(&mut state, lease).await?;
+                        continue;
+                    }
+                    return Ok(self.outcome(&state, action.clone()));
+                }
+            }
+        }
+    }
+
+    pub(super) fn outcome(&self, state: &ExecutionState, action: Action) -> RunOutcome {
+        RunOutcome {
+            task_id: state.task_id.clone(),
+            action,
+            branch: self.meta.branch.clone(),
+            repo: self.meta.repo.clone(),
+        }
+    }
+}

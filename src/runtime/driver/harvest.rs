@@ -1,0 +1,284 @@
+//! Finished attempts: waiting for one (watching the budget and renewing the lease meanwhile),
+//! then turning its exit into a result: its cost (reported, streamed, and spent by launches
+//! that died), its commit, the path check and the cherry-pick onto the feature branch, and the
+//! `step_recorded` event. A died attempt is launched again. It never dispatches a new step.
+
+use std::path::Path;
+
+use anyhow::Context as _;
+
+use crate::clock;
+use crate::engine;
+use crate::git::{self, CommitIdentity, PickOutcome};
+use crate::model::event::{AttemptUsage, EventKind, RecordStatus};
+use crate::model::state::{ExecutionState, StepStatus};
+use crate::model::text::first_line;
+use crate::runtime::agent::output::tail;
+use crate::runtime::agent::profile::parse_output;
+use crate::runtime::agent::shim::{self, ExitRecord, WaitError};
+use crate::runtime::runs::{launch_dir, launch_of};
+use crate::runtime::{blocking, lease};
+
+use super::budget::{BUDGET_POLL, BUDGET_STOP_FILE};
+use super::launch::{LaunchMeta, META_FILE};
+use super::{crash_point, Driver, LEASE_RENEW_EVERY};
+
+impl Driver {
+    /// Waits for one in-flight attempt (renewing the lease meanwhile) and records its result.
+    pub(super) async fn wait_one(&mut self, state: &mut ExecutionState, lease: &lease::Lease) -> anyhow::Result<()> {
+        let watch = state.budget.ceiling_usd.is_some() && !self.live.is_empty();
+        let mut renew = clock::Stopwatch::start();
+        let joined = loop {
+            tokio::select! {
+                joined = self.inflight.join_next() => break joined,
+                () = tokio::time::sleep(if watch { BUDGET_POLL } else { LEASE_RENEW_EVERY }) => {
+                    if watch {
+                        self.watch_budget(state);
+                    }
+                    if !watch || renew.elapsed() > LEASE_RENEW_EVERY {
+                        lease.renew().await?;
+                        renew = clock::Stopwatch::start();
+                    }
+                }
+            }
+        };
+        let Some(joined) = joined else {
+            anyhow::bail!("nothing in flight to wait for");
+        };
+        self.finished_one();
+        let finished = joined.context("an attempt watcher panicked")?;
+        self.live.retain(|l| l.run_dir != finished.run_dir);
+        match finished.result {
+            Ok(exit) => self.harvest(state, &finished.step_id, finished.attempt, &finished.run_dir, exit).await,
+            Err(WaitError::Died(_)) if finished.run_dir.join(BUDGET_STOP_FILE).exists() => {
+                // Stopped at the ceiling and its shim gone too: nothing to harvest but the stop.
+                let exit = ExitRecord {
+                    exit_code: None,
+                    signal: Some(9),
+                    timed_out: false,
+                    spawn_error: None,
+                    started_at: String::new(),
+                    finished_at: String::new(),
+                    duration_ms: 0,
+                };
+                self.harvest(state, &finished.step_id, finished.attempt, &finished.run_dir, exit).await
+            }
+            Err(WaitError::Died(_) | WaitError::NotStarted(_)) => {
+                errln!(
+                    "attempt {} of {} died; running it again in a fresh worktree",
+                    finished.attempt,
+                    finished.step_id
+                );
+                let _ = shim::kill_attempt(&finished.run_dir);
+                self.relaunch(state, &finished.step_id, finished.attempt).await
+            }
+            Err(WaitError::Io(e)) => {
+                Err(e.context(format!("watching attempt {} of {}", finished.attempt, finished.step_id)))
+            }
+        }
+    }
+
+    /// Turns a finished attempt into a result: commit, path check, consolidation, record.
+    pub(super) async fn harvest(
+        &mut self,
+        state: &mut ExecutionState,
+        step_id: &str,
+        attempt: u32,
+        run_dir: &Path,
+        exit: ExitRecord,
+    ) -> anyhow::Result<()> {
+        if state.step_status(step_id) != StepStatus::Dispatched
+            || state.result(step_id).map_or(0, |r| r.attempt) != attempt
+        {
+            return Ok(()); // already recorded (a re-harvest after a crash)
+        }
+        let text = std::fs::read_to_string(run_dir.join(META_FILE))
+            .with_context(|| format!("reading {}", run_dir.display()))?;
+        let meta: LaunchMeta = serde_json::from_str(&text)?;
+        let (stdout, stderr) = shim::read_output(run_dir)?;
+        let out = parse_output(&meta.profile, &stdout, &stderr, &exit);
+        let step = engine::team::work_step(state, step_id)
+            .ok_or_else(|| anyhow::anyhow!("step {step_id} vanished"))?
+            .into_owned();
+        let mut tokens = out.input_tokens + out.output_tokens;
+        if let Some(c) = out.cost_usd.filter(|c| !c.is_finite() || !(0.0..=engine::MAX_STEP_COST_USD).contains(c)) {
+            errln!("warning: {step_id} reported an invalid cost ({c}); priced from its tokens instead");
+        }
+        let model = if meta.model.is_empty() { step.model.clone() } else { meta.model.clone() };
+        let (mut cost, mut estimated) = crate::runtime::spend::attempt_cost(&out, &model, &self.prices);
+        let (mut input_tokens, mut output_tokens) = (out.input_tokens, out.output_tokens);
+        let stopped = run_dir.join(BUDGET_STOP_FILE).exists();
+        // What it streamed counts when it says more than its final report (killed before the
+        // report, a command that only streams): the larger of the two is what it used.
+        let (i, o, reported) = crate::runtime::spend::streamed_usage(&stdout);
+        let priced = reported.filter(|m| self.prices.get(m).is_some()).unwrap_or_else(|| model.clone());
+        if let Some(c) = self.prices.cost(&priced, i, o).map(|c| c.min(engine::MAX_STEP_COST_USD)).filter(|c| *c > cost)
+        {
+            (cost, estimated, input_tokens, output_tokens, tokens) = (c, true, i, o, i.saturating_add(o));
+        }
+        // Launches of this attempt that died with their driver and were run again spent too.
+        let lost = self.lost_launch_spend(run_dir, &model);
+        if lost > 0.0 {
+            errln!("{step_id}: adding ${lost:.2} streamed by earlier launches of attempt {attempt} that died");
+            cost = (cost + lost).min(engine::MAX_STEP_COST_USD);
+            estimated = true;
+        }
+        let duration = exit.duration_ms as f64 / 1000.0;
+        let mut files = Vec::new();
+        let mut commit_hash = String::new();
+        let mut error = String::new();
+        let success = if stopped {
+            error = format!("stopped at the budget ceiling: its usage (${cost:.2}) crossed the remaining budget");
+            false
+        } else if exit.timed_out {
+            error = format!("timed out after {} s", exit.duration_ms / 1000);
+            false
+        } else if !out.success {
+            error = out.error.clone().unwrap_or_else(|| exit.describe());
+            false
+        } else {
+            match self
+                .consolidate(state, &meta, &step, &out.outcome)
+                .await
+                .unwrap_or_else(|e| Err(format!("consolidation failed: {e:#}")))
+            {
+                Ok((sha, changed)) => {
+                    commit_hash = sha;
+                    files = changed;
+                    true
+                }
+                Err(why) => {
+                    error = why;
+                    false
+                }
+            }
+        };
+        crash_point("after-consolidate");
+        let status = match (success, step.interactive) {
+            (false, _) if stopped => RecordStatus::BudgetStopped,
+            (false, _) => RecordStatus::Failed,
+            (true, true) => RecordStatus::Interacting,
+            (true, false) => RecordStatus::Complete,
+        };
+        let kind = EventKind::StepRecorded {
+            step_id: step_id.to_string(),
+            agent_name: meta.agent_name.clone(),
+            status,
+            outcome: out.outcome.clone(),
+            files_changed: files.clone(),
+            commit_hash: commit_hash.clone(),
+            tokens,
+            cost_usd: cost,
+            duration_seconds: duration,
+            error: error.clone(),
+            usage: Some(AttemptUsage { attempt, model, input_tokens, output_tokens, cost_estimated: estimated }),
+        };
+        let key = format!("record:{}:{step_id}:{attempt}", state.task_id);
+        self.record(state, kind, key).await?;
+        crash_point("after-record");
+        if success {
+            let short = commit_hash.get(..10).unwrap_or("no commit");
+            let done = state.step_status(step_id).as_str();
+            errln!("{step_id} {done} ({short}, {} files, ${cost:.2})", files.len());
+            let (repo, wt) = (self.repo.clone(), meta.worktree.clone());
+            let attempt_ref = format!("refs/baton/{}/{step_id}/{attempt}", state.task_id);
+            let _ = blocking(move || {
+                let _ = repo.remove_worktree(&wt);
+                let _ = repo.delete_ref(&attempt_ref);
+            })
+            .await;
+        } else if stopped {
+            errln!("{step_id}: {error}; it runs again once the ceiling is raised");
+        } else {
+            errln!("{step_id} failed: {error} (worktree kept at {})", meta.worktree.display());
+        }
+        Ok(())
+    }
+
+    /// USD streamed by the earlier launches of the attempt whose newest launch is `run_dir`
+    /// (launches that died with their driver and were run again), priced at `model`.
+    pub(super) fn lost_launch_spend(&self, run_dir: &Path, model: &str) -> f64 {
+        let (base, n) = launch_of(run_dir);
+        (1..n)
+            .filter_map(|k| std::fs::read(launch_dir(&base, k).join(shim::STDOUT_FILE)).ok())
+            .filter_map(|bytes| {
+                let (i, o, reported) = crate::runtime::spend::streamed_usage(&String::from_utf8_lossy(&bytes));
+                let priced = reported.filter(|m| self.prices.get(m).is_some()).unwrap_or_else(|| model.to_string());
+                self.prices.cost(&priced, i, o)
+            })
+            .sum::<f64>()
+            + 0.0
+    }
+
+    /// Commits the attempt's changes, checks its paths and cherry-picks it onto the feature
+    /// branch. `Ok(Err(reason))` fails the step; `Ok(Ok((sha, files)))` is the branch commit.
+    pub(super) async fn consolidate(
+        &self,
+        state: &ExecutionState,
+        meta: &LaunchMeta,
+        step: &crate::model::plan::PlanStep,
+        outcome: &str,
+    ) -> anyhow::Result<Result<(String, Vec<String>), String>> {
+        if engine::goal::is_evaluation(step) {
+            // A goal evaluator only judges: nothing it writes is kept (engine::goal).
+            return Ok(Ok((String::new(), Vec::new())));
+        }
+        let task_id = state.task_id.clone();
+        let message = format!(
+            "{}: {}\n\n{}\n\nBaton-Task: {task_id}\nBaton-Step: {}\nBaton-Attempt: {}\n",
+            step.step_id,
+            first_line(&step.task_description),
+            tail(outcome.trim(), 2000),
+            step.step_id,
+            meta.attempt
+        );
+        let author = if meta.automation { "automation".to_string() } else { meta.agent_name.clone() };
+        let identity = CommitIdentity { author_email: format!("{author}@baton.invalid"), author_name: author };
+        let (repo, wt, base) = (self.repo.clone(), meta.worktree.clone(), meta.base_sha.clone());
+        let commit = blocking(move || repo.commit_worktree(&wt, &base, &identity, &message)).await??;
+        let Some(commit) = commit else {
+            return Ok(Ok((String::new(), Vec::new())));
+        };
+        let attempt_ref = format!("refs/baton/{task_id}/{}/{}", step.step_id, meta.attempt);
+        let (repo, sha) = (self.repo.clone(), commit.sha.clone());
+        blocking(move || repo.set_ref(&attempt_ref, &sha)).await??;
+        let violations = git::check_paths(&commit.files_changed, &step.allowed_paths, &step.blocked_paths);
+        if !violations.is_empty() {
+            let list: Vec<String> = violations.iter().map(|v| v.to_string()).collect();
+            return Ok(Err(format!("changed files outside the step's allowed paths: {}", list.join("; "))));
+        }
+        for _ in 0..3 {
+            let (repo, branch, sha) = (self.repo.clone(), self.meta.branch.clone(), commit.sha.clone());
+            match blocking(move || repo.cherry_pick_onto(&branch, &sha)).await? {
+                Ok(PickOutcome::Applied { new_tip }) => return Ok(Ok((new_tip, commit.files_changed))),
+                Ok(PickOutcome::AlreadyApplied) => {
+                    let found = self.find_on_branch(&task_id, &step.step_id, meta.attempt).await?;
+                    return Ok(Ok((found, commit.files_changed)));
+                }
+                Ok(PickOutcome::Conflict { paths }) => {
+                    return Ok(Err(format!(
+                        "consolidation onto {} conflicts in: {}",
+                        self.meta.branch,
+                        paths.join(", ")
+                    )))
+                }
+                Err(git::GitError::RefChanged { .. }) => continue,
+                Err(e) => return Err(e).context("consolidating onto the feature branch"),
+            }
+        }
+        anyhow::bail!("feature branch {} keeps moving under consolidation", self.meta.branch)
+    }
+
+    /// The feature-branch commit of an attempt whose patch is already there (a re-harvest).
+    pub(super) async fn find_on_branch(&self, task_id: &str, step_id: &str, attempt: u32) -> anyhow::Result<String> {
+        let (repo, branch) = (self.repo.clone(), self.meta.branch.clone());
+        let log = blocking(move || repo.log(&branch, 200)).await??;
+        let step_line = format!("Baton-Step: {step_id}\n");
+        let attempt_line = format!("Baton-Attempt: {attempt}\n");
+        let task_line = format!("Baton-Task: {task_id}\n");
+        let hit = log.iter().find(|c| {
+            c.message.contains(&step_line) && c.message.contains(&attempt_line) && c.message.contains(&task_line)
+        });
+        Ok(hit.or_else(|| log.first()).map(|c| c.sha.clone()).unwrap_or_default())
+    }
+}

@@ -1,0 +1,154 @@
+//! `baton execute run`: the headless driver of one execution.
+//!
+//! It asks the engine for actions and carries out DISPATCH (real agent processes, each attempt
+//! in a fresh worktree of the feature branch `baton/<task_id>`) and GATE (the plan's command in
+//! an integration worktree) itself; on APPROVAL / FEEDBACK / INTERACT it prints the action and
+//! exits 3 with everything saved, so the next `run` continues. Never a busy loop: it waits on
+//! agent exits.
+//!
+//! Crash safety: a dispatch is journaled before the launch; each agent runs under the detached
+//! `baton __attempt` shim. On start the driver recovers every in-flight attempt: never started →
+//! launch it; still running (its lock held) → re-adopt it; finished while baton was down →
+//! harvest its exit record; died → kill its process group and run it again in a fresh worktree.
+//! Completed steps never run again. `BATON_CRASH_AT=<point>` makes the process exit at a named
+//! point (see [`CRASH_POINTS`]) so tests can prove it.
+//!
+//! The parts: `options` (what a run is asked, how it ended), `start` (creating or resuming an
+//! execution, then the loop), `drive` (the run loop), `agents` (how an agent name runs),
+//! `launch` (dispatch and launch of attempts), `harvest` (finished attempts become results),
+//! `gate`, `budget` (ceiling, forecast, the usage watch) and `recover` (after a crash). This
+//! file holds the state they share: the `Driver`, its running attempts and shared slots,
+//! and the crash points. What a run keeps on disk for others to read is `runtime::runs`.
+
+mod agents;
+mod budget;
+mod drive;
+mod gate;
+mod harvest;
+mod launch;
+mod options;
+mod recover;
+mod start;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+
+use crate::git::GitRepo;
+use crate::model::event::{Event, EventKind};
+use crate::model::state::ExecutionState;
+use crate::runtime::agent::roster::Roster;
+use crate::runtime::agent::shim::{ExitRecord, WaitError};
+use crate::runtime::config::{Config, DataDir};
+use crate::runtime::executions::Executions;
+use crate::runtime::lease;
+use crate::runtime::runs::RunMeta;
+
+pub use options::{branch_log, Interrupted, RunOptions, RunOutcome, PROFILES};
+pub use start::{check_new_run, prepare, run};
+
+/// Named crash points (`BATON_CRASH_AT`): after a dispatch is journaled but before the launch;
+/// after the launch; after an attempt's commit is on the feature branch but before its result
+/// is recorded; after a result is recorded; after a gate ran but before its result is recorded.
+pub const CRASH_POINTS: &[&str] =
+    &["after-dispatch", "after-launch", "after-consolidate", "after-record", "before-gate-record"];
+
+/// Exits the process (status 137, as a kill would) when `BATON_CRASH_AT` names this point.
+fn crash_point(name: &str) {
+    if std::env::var("BATON_CRASH_AT").is_ok_and(|v| v == name) {
+        errln!("baton: crashing at {name} (BATON_CRASH_AT)");
+        std::process::exit(137);
+    }
+}
+
+/// How often a driver renews its lease while it waits (a third of its lifetime).
+const LEASE_RENEW_EVERY: Duration = Duration::from_secs(lease::LEASE_TTL_SECS as u64 / 3);
+
+/// The feature branch of an execution.
+pub fn feature_branch(task_id: &str) -> String {
+    format!("baton/{task_id}")
+}
+
+/// One run of one execution: what it drives with, and the attempts it has running.
+struct Driver {
+    execs: Executions,
+    data: DataDir,
+    config: Config,
+    repo: GitRepo,
+    meta: RunMeta,
+    roster: Roster,
+    default_profile: String,
+    cap: usize,
+    env: Vec<(String, String)>,
+    baton_exe: PathBuf,
+    auto_approve: bool,
+    inflight: JoinSet<Finished>,
+    running: usize,
+    slots: Vec<Arc<Semaphore>>,
+    /// One group of permits (one per slot semaphore) per running attempt.
+    permits: Vec<Vec<OwnedSemaphorePermit>>,
+    /// Permits taken for the attempt being dispatched, handed to it at launch.
+    reserved: Option<Vec<OwnedSemaphorePermit>>,
+    /// Running attempts whose streamed usage is watched against the ceiling.
+    live: Vec<LiveAttempt>,
+    /// The price table (`baton.toml` over the built-in rows).
+    prices: crate::pmo::pricing::PriceTable,
+}
+
+/// A running attempt, as the budget watch sees it.
+struct LiveAttempt {
+    step_id: String,
+    run_dir: PathBuf,
+    model: String,
+    /// What its stdout has streamed so far, read incrementally.
+    usage: crate::runtime::spend::UsageStream,
+    /// Warned that its usage has no price (so it cannot be watched).
+    unpriced: bool,
+}
+
+/// An attempt whose shim exited (or could not be watched), as the run loop receives it.
+struct Finished {
+    step_id: String,
+    attempt: u32,
+    run_dir: PathBuf,
+    result: Result<ExitRecord, WaitError>,
+}
+
+impl Driver {
+    /// Journals `kind` as `baton`, under `key`.
+    async fn record(&self, state: &mut ExecutionState, kind: EventKind, key: String) -> anyhow::Result<()> {
+        let event = Event::new(kind).by("baton").with_key(key);
+        self.execs.record(state, event).await?;
+        Ok(())
+    }
+
+    /// Free permits of the scarcest shared slot semaphore (unbounded without any).
+    fn shared_slots_free(&self) -> usize {
+        self.slots.iter().map(|s| s.available_permits()).min().unwrap_or(usize::MAX)
+    }
+
+    /// One permit of every shared slot semaphore, or none (all or nothing).
+    fn reserve_slots(&self) -> Option<Vec<OwnedSemaphorePermit>> {
+        self.slots.iter().map(|s| s.clone().try_acquire_owned().ok()).collect()
+    }
+
+    /// Counts a launched attempt with the permits reserved for it before its dispatch; a
+    /// re-adopted attempt takes what is free (it runs anyway when its slots are taken).
+    fn started_one(&mut self) {
+        self.running += 1;
+        let group = self
+            .reserved
+            .take()
+            .unwrap_or_else(|| self.slots.iter().filter_map(|s| s.clone().try_acquire_owned().ok()).collect());
+        self.permits.push(group);
+    }
+
+    /// Counts a finished attempt and frees its permits.
+    fn finished_one(&mut self) {
+        self.running = self.running.saturating_sub(1);
+        self.permits.pop();
+    }
+}

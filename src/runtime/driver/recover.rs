@@ -1,0 +1,84 @@
+//! Crash recovery, when a run starts: every dispatched attempt of the current phase is
+//! launched (never started), re-adopted (still running), harvested (finished while baton was
+//! down) or run again in a fresh worktree (died). Completed steps never run again.
+
+use crate::engine;
+use crate::model::state::{ExecutionState, StepStatus};
+use crate::runtime::agent::shim::{self, AttemptState};
+use crate::runtime::runs::latest_launch;
+
+use super::gate::{stop_orphan_gate, GATE_PGID_FILE};
+use super::launch::{LaunchMeta, META_FILE};
+use super::{Driver, Finished, LiveAttempt};
+
+/// How long recovery waits for an attempt whose shim has not taken its lock (a driver that died
+/// while launching it) before launching it again.
+const NOT_STARTED_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl Driver {
+    /// Recovers every dispatched step of the current phase (see the module doc).
+    pub(super) async fn recover(&mut self, state: &mut ExecutionState) -> anyhow::Result<()> {
+        stop_orphan_gate(&self.data.runs(&state.task_id).join(GATE_PGID_FILE));
+        let Some(phase) = state.current() else { return Ok(()) };
+        let dispatched: Vec<(String, u32)> = engine::team::dispatch_ids(phase)
+            .iter()
+            .filter_map(|id| state.result(id))
+            .filter(|r| r.status == StepStatus::Dispatched)
+            .map(|r| (r.step_id.clone(), r.attempt))
+            .collect();
+        for (step_id, attempt) in dispatched {
+            let base = self.data.run_dir(&state.task_id, &step_id, attempt);
+            let Some((n, dir)) = latest_launch(&base) else {
+                errln!("recovering {step_id}: attempt {attempt} was journaled but never launched; launching it");
+                self.launch_or_fail(state, &step_id, attempt, 1).await?;
+                continue;
+            };
+            let mut found = shim::inspect(&dir)?;
+            if matches!(found, AttemptState::NotStarted) {
+                // A driver that died inside `launch` may have left a shim that has not taken its
+                // lock yet: give it the time `launch` would have, before running the attempt
+                // again in the same worktree.
+                let waiting = crate::clock::Stopwatch::start();
+                while matches!(found, AttemptState::NotStarted) && waiting.elapsed() < NOT_STARTED_GRACE {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    found = shim::inspect(&dir)?;
+                }
+            }
+            match found {
+                AttemptState::NotStarted | AttemptState::Died => {
+                    errln!(
+                        "recovering {step_id}: attempt {attempt} did not survive; running it again in a fresh worktree"
+                    );
+                    let _ = shim::kill_attempt(&dir);
+                    self.launch_or_fail(state, &step_id, attempt, n + 1).await?;
+                }
+                AttemptState::Running => {
+                    errln!("recovering {step_id}: attempt {attempt} is still running; re-adopting it");
+                    let launched = std::fs::read_to_string(dir.join(META_FILE))
+                        .ok()
+                        .and_then(|t| serde_json::from_str::<LaunchMeta>(&t).ok());
+                    if let Some(m) = launched.filter(|m| !m.automation) {
+                        let usage = crate::runtime::spend::UsageStream::default();
+                        self.live.push(LiveAttempt {
+                            step_id: step_id.clone(),
+                            run_dir: dir.clone(),
+                            model: m.model,
+                            usage,
+                            unpriced: false,
+                        });
+                    }
+                    self.started_one();
+                    self.inflight.spawn(async move {
+                        let result = shim::wait_until_finished(&dir).await;
+                        Finished { step_id, attempt, run_dir: dir, result }
+                    });
+                }
+                AttemptState::Finished(exit) => {
+                    errln!("recovering {step_id}: attempt {attempt} finished while baton was down; harvesting it");
+                    self.harvest(state, &step_id, attempt, &dir, exit).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,273 @@
+//! Starting a run: [`run`] checks its flags, creates the execution (or resumes it, checking that
+//! the plan, repository and profile are its own), takes the lease, settles the budget and
+//! hands over to the run loop until the run stops; [`prepare`] creates an execution a later
+//! [`run`] drives, and [`check_new_run`] refuses what [`run`] would before anything is written.
+//! Creating writes the feature branch and `execution.json`; nothing runs an agent here.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use tokio::task::JoinSet;
+
+use crate::clock;
+use crate::engine;
+use crate::git::GitRepo;
+use crate::model::plan::MachinePlan;
+use crate::model::state::ExecutionState;
+use crate::runtime::agent::profile::agent_env;
+use crate::runtime::agent::roster::load_roster;
+use crate::runtime::config::{Config, DataDir};
+use crate::runtime::executions::Executions;
+use crate::runtime::runs::{meta_path, read_meta, RunMeta};
+use crate::runtime::BadInput;
+use crate::runtime::{blocking, lease, write_atomic};
+
+use super::agents::profile_of;
+use super::options::{Interrupted, RunOptions, RunOutcome, PROFILES};
+use super::{feature_branch, Driver};
+
+/// Runs (or resumes) an execution headlessly; returns the exit code of the final action.
+///
+/// Errors: a bad plan, a missing repository, an execution that is complete or cancelled, or an
+/// execution driven by another process ([`BadInput`], exit 2); internal failures (exit 1).
+pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> {
+    check_agent(&args)?;
+    let config = data.config()?;
+    // A bad ceiling in the environment is refused before anything is written.
+    let env_ceiling = crate::runtime::spend::ceiling_from_env(|k| std::env::var(k).ok())?;
+    let execs = match &args.execs {
+        Some(execs) => execs.clone(),
+        None => Executions::open(data.clone()).await?,
+    };
+    let plan = args.plan.clone();
+    let task_id = match (&plan, &args.task_id) {
+        (Some(p), _) => p.task_id.clone(),
+        (None, Some(id)) => id.clone(),
+        (None, None) => return Err(BadInput("execute run needs --plan FILE or --task-id ID".into()).into()),
+    };
+    let existing = execs.load(&task_id).await?;
+    if let Some(state) = &existing {
+        if state.status.is_final() {
+            return Err(BadInput(format!(
+                "execution {task_id} is {}; nothing to run (start a new plan with another task_id)",
+                state.status
+            ))
+            .into());
+        }
+    }
+    let (state, meta) = match existing {
+        Some(state) => {
+            if let Some(plan) = &plan {
+                let stored = execs.original_plan(&task_id).await?;
+                if stored.as_ref() != Some(plan) {
+                    return Err(BadInput(format!(
+                        "execution {task_id} already exists with a different plan: give the new plan another \
+                         task_id, or resume this one with --task-id {task_id}"
+                    ))
+                    .into());
+                }
+            }
+            let meta = if let Some(meta) = read_meta(&data, &task_id)? {
+                if let Some(repo) = &args.repo {
+                    let given = repo.canonicalize().unwrap_or_else(|_| repo.clone());
+                    if given != meta.repo {
+                        return Err(BadInput(format!(
+                            "execution {task_id} works on {}, not {}",
+                            meta.repo.display(),
+                            repo.display()
+                        ))
+                        .into());
+                    }
+                }
+                meta
+            } else {
+                // Started by `execute start` (an orchestrator); `run` takes it over on --repo.
+                prepare_meta(&data, &task_id, &args).await?
+            };
+            // A fired execution is created before its first drive: nothing dispatched yet is a start.
+            let verb = if state.step_results.is_empty() { "starting" } else { "resuming" };
+            errln!("{verb} execution {task_id} ({})", state.status);
+            (state, meta)
+        }
+        None => {
+            let Some(plan) = plan else {
+                return Err(BadInput(format!("no execution with task id {task_id}")).into());
+            };
+            let (state, meta) = create(&execs, &data, &config, plan, &args).await?;
+            errln!("started execution {task_id} on branch {}", meta.branch);
+            (state, meta)
+        }
+    };
+    let repo = {
+        let path = meta.repo.clone();
+        blocking(move || GitRepo::open(&path)).await?.map_err(|e| BadInput(format!("repository of {task_id}: {e}")))?
+    };
+    let root = repo.root().to_path_buf();
+    let roster = blocking(move || load_roster(&root)).await?.map_err(|e| BadInput(format!("{e:#}")))?;
+    let mut cap = args.max_parallel.unwrap_or(config.runtime.max_parallel).max(1);
+    if let Some(limit) =
+        state.plan.resource_limits.as_ref().map(|l| l.max_concurrent_agents as usize).filter(|n| *n > 0)
+    {
+        cap = cap.min(limit);
+    }
+    let default_profile = args.agent.clone().unwrap_or_else(|| meta.profile.clone());
+    let lease = lease::acquire_as_driver(execs.store(), &task_id).await?;
+    let mut driver = Driver {
+        execs,
+        data,
+        config,
+        repo,
+        meta,
+        roster,
+        default_profile,
+        cap,
+        env: agent_env(std::env::vars()),
+        baton_exe: std::env::current_exe().context("locating the baton executable")?,
+        auto_approve: args.auto_approve,
+        inflight: JoinSet::new(),
+        running: 0,
+        slots: args.slots.clone(),
+        permits: Vec::new(),
+        reserved: None,
+        live: Vec::new(),
+        prices: crate::pmo::pricing::PriceTable::default(),
+    };
+    driver.prices = driver.config.price_table();
+    let state = driver.settle_budget(state, args.budget.clone(), env_ceiling).await?;
+    // Ctrl-C (or the stop signal) stops the driver at once: everything done so far is
+    // journaled, and the detached agents keep running, to be re-adopted by the next `run`.
+    let stopped = async {
+        match args.stop.clone() {
+            Some(mut stop) => {
+                if stop.wait_for(|s| *s).await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+            None => {
+                if tokio::signal::ctrl_c().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
+    };
+    let outcome = tokio::select! {
+        outcome = driver.drive(state, &lease) => outcome,
+        () = stopped => Err(Interrupted { task_id: task_id.clone() }.into()),
+    };
+    lease.release().await?;
+    outcome
+}
+
+/// `--agent` names a profile. Errors ([`BadInput`]): which ones exist.
+fn check_agent(args: &RunOptions) -> anyhow::Result<()> {
+    match args.agent.as_deref().filter(|a| !PROFILES.contains(a)) {
+        Some(agent) => Err(BadInput(format!("--agent {agent:?}: expected one of {}", PROFILES.join(", "))).into()),
+        None => Ok(()),
+    }
+}
+
+/// What a new execution's `run` would refuse before writing anything (for callers, such as
+/// `baton goal`, that write a plan file first): an unknown `--agent`, a `--repo` that is no git
+/// repository with a working tree. Errors ([`BadInput`]) name the flag, as [`run`]'s do.
+pub async fn check_new_run(args: &RunOptions) -> anyhow::Result<()> {
+    check_agent(args)?;
+    let path = args.repo.clone().unwrap_or_else(|| PathBuf::from("."));
+    let shown = path.display().to_string();
+    blocking(move || GitRepo::open(&path)).await?.map_err(|e| BadInput(format!("--repo {shown}: {e}")))?;
+    Ok(())
+}
+
+/// Opens `--repo`, resolves `--base`, creates the feature branch and writes the run's
+/// `execution.json`. Errors ([`BadInput`]) name the flag at fault.
+async fn prepare_meta(data: &DataDir, task_id: &str, args: &RunOptions) -> anyhow::Result<RunMeta> {
+    let path = args.repo.clone().unwrap_or_else(|| PathBuf::from("."));
+    let shown = path.display().to_string();
+    let repo = blocking(move || GitRepo::open(&path)).await?.map_err(|e| BadInput(format!("--repo {shown}: {e}")))?;
+    if args.base.is_none() {
+        let r = repo.clone();
+        if blocking(move || r.has_uncommitted_changes()).await?.unwrap_or(false) {
+            errln!(
+                "note: {} has uncommitted changes; the feature branch starts at its last commit, without them",
+                repo.root().display()
+            );
+        }
+    }
+    let base = args.base.clone();
+    let r = repo.clone();
+    let base_sha = blocking(move || match &base {
+        Some(rev) => r.resolve(rev).map_err(|e| format!("--base {rev}: {e}")),
+        None => r.head_branch().map(|(_, sha)| sha).map_err(|_| {
+            format!(
+                "the repository at {} has no commits yet: commit something first, or pass --base",
+                r.root().display()
+            )
+        }),
+    })
+    .await?
+    .map_err(BadInput)?;
+    let branch = feature_branch(task_id);
+    let (r, b) = (repo.clone(), branch.clone());
+    if let Some(tip) = blocking(move || r.branch_tip(&b)).await?? {
+        if tip != base_sha {
+            return Err(BadInput(format!(
+                "branch {branch} already exists in {} at {} (not at the base {}): it is not this \
+                 execution's; delete it (git branch -D {branch}) or give the plan another task_id",
+                repo.root().display(),
+                tip.get(..10).unwrap_or(&tip),
+                base_sha.get(..10).unwrap_or(&base_sha)
+            ))
+            .into());
+        }
+    }
+    let (r, b, s) = (repo.clone(), branch.clone(), base_sha.clone());
+    blocking(move || r.ensure_branch(&b, &s)).await?.map_err(|e| BadInput(format!("creating branch {branch}: {e}")))?;
+    let profile = args.agent.clone().unwrap_or_else(|| "claude".into());
+    let meta = RunMeta { repo: repo.root().to_path_buf(), base_sha, branch, profile };
+    let path = meta_path(data, task_id);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    write_atomic(&path, serde_json::to_string_pretty(&meta)?.as_bytes())?;
+    Ok(meta)
+}
+
+/// Creates an execution of `plan` that a later [`run`] (by task id) drives: validates the plan
+/// and its agents, creates the feature branch at `options.base` (default: the repository's
+/// current branch tip) and journals the start. Nothing runs yet. Used by `baton serve` when a
+/// spec is fired.
+///
+/// Errors ([`BadInput`]): an invalid plan, an unknown agent profile, a repository that is not
+/// one, an unknown base, a feature branch that exists elsewhere, an existing task id.
+pub async fn prepare(data: &DataDir, plan: MachinePlan, options: &RunOptions) -> anyhow::Result<ExecutionState> {
+    let config = data.config()?;
+    let execs = Executions::open(data.clone()).await?;
+    if execs.load(&plan.task_id).await?.is_some() {
+        return Err(BadInput(format!("execution {} already exists", plan.task_id)).into());
+    }
+    let (state, _) = create(&execs, data, &config, plan, options).await?;
+    Ok(state)
+}
+
+async fn create(
+    execs: &Executions,
+    data: &DataDir,
+    config: &Config,
+    plan: MachinePlan,
+    args: &RunOptions,
+) -> anyhow::Result<(ExecutionState, RunMeta)> {
+    // Validate the plan fully (team steps, …) and how each agent runs before anything is written.
+    engine::start(plan.clone(), &clock::now_rfc3339()).map_err(|e| BadInput(e.to_string()))?;
+    let profile = args.agent.clone().unwrap_or_else(|| "claude".into());
+    for (_, step) in plan.steps().filter(|(_, s)| !s.is_automation()) {
+        profile_of(config, &profile, &step.agent_name)?;
+        for agent in engine::team::agents(step) {
+            profile_of(config, &profile, agent)?;
+        }
+    }
+    if engine::goal::condition(&plan).is_some() {
+        profile_of(config, &profile, &engine::goal::evaluator_agent(&plan))?;
+    }
+    let meta = prepare_meta(data, &plan.task_id, args).await?;
+    let state = execs.create(plan).await?;
+    Ok((state, meta))
+}

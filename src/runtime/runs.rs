@@ -1,0 +1,124 @@
+//! What `execute run` keeps on disk under `runs/<task_id>/`, for everyone who reads it.
+//!
+//! `execution.json` ([`RunMeta`]: the repository, base, feature branch and default profile of a
+//! driven execution) and each attempt's run dirs: launch 1 is `<attempt>`, a re-run after the
+//! attempt died with its driver is `<attempt>-r<n>`. The driver writes them; the execution
+//! service (stopping a cancelled execution's attempts), the pages (an attempt's log tail), the
+//! changelist, team conflicts and `baton gc` read them. This module never journals anything and
+//! never launches an attempt.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+
+use crate::engine;
+use crate::model::state::{ExecutionState, StepStatus};
+use crate::runtime::agent::shim;
+use crate::runtime::config::DataDir;
+
+/// What a run remembers about its execution (`runs/<task_id>/execution.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunMeta {
+    /// The repository worked on.
+    pub repo: PathBuf,
+    /// Where the feature branch started.
+    pub base_sha: String,
+    /// `baton/<task_id>`.
+    pub branch: String,
+    /// Default agent profile.
+    pub profile: String,
+}
+
+/// `runs/<task_id>/execution.json`: written when `execute run` first drives an execution;
+/// its presence means `execute run` owns the execution's attempts.
+pub fn meta_path(data: &DataDir, task_id: &str) -> PathBuf {
+    data.runs(task_id).join("execution.json")
+}
+
+/// The run's `execution.json`, or `None` when `execute run` never drove the execution.
+///
+/// Errors: the file exists but cannot be read or parsed (naming it).
+pub fn read_meta(data: &DataDir, task_id: &str) -> anyhow::Result<Option<RunMeta>> {
+    let path = meta_path(data, task_id);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    Ok(Some(serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?))
+}
+
+/// The inverse of [`launch_dir`]: (the attempt's base run dir, launch number) of a launch dir.
+pub(crate) fn launch_of(run_dir: &Path) -> (PathBuf, u32) {
+    let name = run_dir.file_name().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
+    match name.rsplit_once("-r").and_then(|(b, n)| Some((b, n.parse::<u32>().ok()?))) {
+        Some((base, n)) => (run_dir.with_file_name(base), n),
+        None => (run_dir.to_path_buf(), 1),
+    }
+}
+
+/// Run dir of launch `n` of an attempt: `<attempt>` for the first, `<attempt>-r<n>` for a
+/// re-run after the attempt died with its driver.
+pub(crate) fn launch_dir(base: &Path, n: u32) -> PathBuf {
+    if n <= 1 {
+        base.to_path_buf()
+    } else {
+        let name = base.file_name().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
+        base.with_file_name(format!("{name}-r{n}"))
+    }
+}
+
+/// The newest launch of an attempt that exists on disk: (launch number, dir).
+pub(crate) fn latest_launch(base: &Path) -> Option<(u32, PathBuf)> {
+    if !base.exists() {
+        return None;
+    }
+    let mut n = 1;
+    while launch_dir(base, n + 1).exists() {
+        n += 1;
+    }
+    Some((n, launch_dir(base, n)))
+}
+
+/// The last `max_bytes` (at most) of what the newest launch of an attempt printed on stdout,
+/// lossily decoded; empty when it has not started. For the execution page's live log tail.
+pub fn attempt_log_tail(data: &DataDir, task_id: &str, step_id: &str, attempt: u32, max_bytes: u64) -> String {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let Some((_, dir)) = latest_launch(&data.run_dir(task_id, step_id, attempt)) else { return String::new() };
+    let Ok(mut file) = std::fs::File::open(dir.join(shim::STDOUT_FILE)) else { return String::new() };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if file.seek(SeekFrom::Start(len.saturating_sub(max_bytes))).is_err() {
+        return String::new();
+    }
+    let mut bytes = Vec::new();
+    let _ = file.take(max_bytes).read_to_end(&mut bytes);
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Kills the process groups of every attempt still in flight for `state` (after a cancel, so
+/// detached agents do not keep working for a cancelled execution). Returns how many it signalled.
+pub fn stop_attempts(data: &DataDir, state: &ExecutionState) -> usize {
+    let mut stopped = 0;
+    for step_id in state.plan.phases.iter().flat_map(engine::team::dispatch_ids) {
+        let Some(r) = state.result(&step_id).filter(|r| r.status == StepStatus::Dispatched) else { continue };
+        let Some((_, dir)) = latest_launch(&data.run_dir(&state.task_id, &step_id, r.attempt)) else { continue };
+        if matches!(shim::kill_attempt(&dir), Ok(true)) {
+            stopped += 1;
+        }
+    }
+    stopped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launch_of_inverts_launch_dir() {
+        let base = Path::new("/d/runs/t/1.1-r/2");
+        for n in [1, 2, 7] {
+            assert_eq!(launch_of(&launch_dir(base, n)), (base.to_path_buf(), n));
+        }
+    }
+}

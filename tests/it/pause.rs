@@ -1,0 +1,65 @@
+//! Pausing an execution `baton serve` drives (issue 13, point 6): the agent already running
+//! finishes, and the work it did (and was paid for) is recorded — by the resume at the latest:
+//! while paused the server's driver is stopped, so nothing harvests the finished attempt
+//! until the resume starts it again.
+
+use std::path::Path;
+use std::time::Duration;
+
+use baton::clock::Stopwatch;
+use serde_json::Value;
+
+use crate::serve::{fire_sleepy, Server};
+
+/// The run directories of step `step_id`'s attempts holding `file`.
+fn attempts_with(data: &Path, task_id: &str, step_id: &str, file: &str) -> usize {
+    let Ok(entries) = std::fs::read_dir(data.join("runs").join(task_id).join(step_id)) else { return 0 };
+    entries.filter_map(Result::ok).filter(|e| e.path().join(file).exists()).count()
+}
+
+/// Waits (up to 60 s) until `ready` holds.
+fn wait_until(what: &str, ready: impl Fn() -> bool) {
+    let start = Stopwatch::start();
+    while !ready() {
+        assert!(start.elapsed() < Duration::from_secs(60), "{what} never happened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn journal(server: &Server, task_id: &str) -> Vec<Value> {
+    let (status, journal) = server.request("GET", &format!("/api/v1/executions/{task_id}/journal"), None);
+    assert_eq!(status, 200, "{journal}");
+    journal.as_array().unwrap().clone()
+}
+
+#[test]
+fn an_agent_that_finishes_while_its_execution_is_paused_is_recorded_and_paid_for_by_its_resume() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let server = Server::start_env(&data, &[], &[]);
+    let (id, task_id) = fire_sleepy(&server, "Document while paused", 2);
+    // Paused while the agent runs (it has started and not exited).
+    wait_until("the agent's start", || attempts_with(&data, &task_id, "1.1", "started.json") == 1);
+    let (status, body) = server.request("POST", &format!("/api/v1/executions/{task_id}/pause"), None);
+    assert_eq!((status, body["paused"].as_bool()), (200, Some(true)), "{body}");
+    assert_eq!(attempts_with(&data, &task_id, "1.1", "exit.json"), 0, "the agent was still running when paused");
+    // It finishes during the pause.
+    wait_until("the agent's exit", || attempts_with(&data, &task_id, "1.1", "exit.json") == 1);
+    std::thread::sleep(Duration::from_millis(500));
+    let (status, body) = server.request("POST", &format!("/api/v1/executions/{task_id}/resume"), None);
+    assert_eq!((status, body["paused"].as_bool()), (200, Some(false)), "{body}");
+    server.wait_stage(id, "awaiting_human");
+
+    let journal = journal(&server, &task_id);
+    let recorded: Vec<&Value> =
+        journal.iter().filter(|e| e["kind"] == "step_recorded" && e["payload"]["step_id"] == "1.1").collect();
+    assert_eq!(recorded.len(), 1, "the finished work is recorded once: {journal:?}");
+    let p = &recorded[0]["payload"];
+    assert_eq!(p["status"], "complete", "{p}");
+    assert!(p["cost_usd"].as_f64().unwrap() > 0.0, "what it cost is recorded: {p}");
+    let dispatches = journal.iter().filter(|e| e["kind"] == "step_dispatched").count();
+    assert_eq!(dispatches, 1, "harvested, not run again: {journal:?}");
+    assert_eq!(attempts_with(&data, &task_id, "1.1", "started.json"), 1, "one agent launch");
+    let (_, exec) = server.request("GET", &format!("/api/v1/executions/{task_id}"), None);
+    assert_eq!(exec["counters"]["spend_usd"], p["cost_usd"], "paid for: {exec}");
+}
