@@ -181,7 +181,7 @@ impl Driver {
             let done = state.step_status(step_id).as_str();
             errln!("{step_id} {done} ({short}, {} files, ${cost:.2})", files.len());
             let (repo, wt) = (self.repo.clone(), meta.worktree.clone());
-            let attempt_ref = format!("refs/baton/{}/{step_id}/{attempt}", state.task_id);
+            let attempt_ref = git::attempt_ref(&state.task_id, step_id, attempt);
             let _ = blocking(move || {
                 let _ = repo.remove_worktree(&wt);
                 let _ = repo.delete_ref(&attempt_ref);
@@ -239,7 +239,7 @@ impl Driver {
         let Some(commit) = commit else {
             return Ok(Ok((String::new(), Vec::new())));
         };
-        let attempt_ref = format!("refs/baton/{task_id}/{}/{}", step.step_id, meta.attempt);
+        let attempt_ref = git::attempt_ref(&task_id, &step.step_id, meta.attempt);
         let (repo, sha) = (self.repo.clone(), commit.sha.clone());
         blocking(move || repo.set_ref(&attempt_ref, &sha)).await??;
         let violations = git::check_paths(&commit.files_changed, &step.allowed_paths, &step.blocked_paths);
