@@ -102,7 +102,11 @@ impl Driver {
             .into_owned();
         let mut tokens = out.input_tokens + out.output_tokens;
         if let Some(c) = out.cost_usd.filter(|c| !c.is_finite() || !(0.0..=engine::MAX_STEP_COST_USD).contains(c)) {
-            errln!("warning: {step_id} reported an invalid cost ({c}); priced from its tokens instead");
+            tracing::warn!(
+                task.id = %state.task_id,
+                step.id = %step_id,
+                "{step_id} reported an invalid cost ({c}); priced from its tokens instead"
+            );
         }
         let model = if meta.model.is_empty() { step.model.clone() } else { meta.model.clone() };
         let (mut cost, mut estimated) = crate::runtime::spend::attempt_cost(&out, &model, &self.prices);
@@ -119,7 +123,11 @@ impl Driver {
         // Launches of this attempt that died with their driver and were run again spent too.
         let lost = self.lost_launch_spend(run_dir, &model);
         if lost > 0.0 {
-            errln!("{step_id}: adding ${lost:.2} streamed by earlier launches of attempt {attempt} that died");
+            tracing::info!(
+                task.id = %state.task_id,
+                step.id = %step_id,
+                "{step_id}: adding ${lost:.2} streamed by earlier launches of attempt {attempt} that died"
+            );
             cost = (cost + lost).min(engine::MAX_STEP_COST_USD);
             estimated = true;
         }
