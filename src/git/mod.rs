@@ -32,6 +32,21 @@ pub const COMMITTER_NAME: &str = "Baton";
 /// Committer email on every commit Baton writes.
 pub const COMMITTER_EMAIL: &str = "baton@baton.invalid";
 
+/// Where Baton keeps its attempt refs: [`attempt_ref`] names an attempt's starting point, then
+/// its commit, until `baton gc` deletes [`attempt_refs_of`] its execution.
+pub const ATTEMPT_REFS: &str = "refs/baton/";
+
+/// The ref of attempt `attempt` of step `step_id` of execution `task_id`:
+/// `refs/baton/<task_id>/<step_id>/<attempt>`.
+pub fn attempt_ref(task_id: &str, step_id: &str, attempt: u32) -> String {
+    format!("{ATTEMPT_REFS}{task_id}/{step_id}/{attempt}")
+}
+
+/// The prefix every attempt ref of execution `task_id` starts with: `refs/baton/<task_id>/`.
+pub fn attempt_refs_of(task_id: &str) -> String {
+    format!("{ATTEMPT_REFS}{task_id}/")
+}
+
 /// Errors from git operations; each message is one line naming what failed and where.
 #[derive(Debug, thiserror::Error)]
 pub enum GitError {
@@ -292,7 +307,7 @@ impl GitRepo {
             // A driver killed while writing an attempt ref leaves its `.lock` behind; those
             // refs are written only by the execution's lease holder (this caller), so the lock
             // is stale: remove it and write again (seen once under load after `kill -9`).
-            Err(e) if e.code() == git2::ErrorCode::Locked && full_ref.starts_with("refs/baton/") => {
+            Err(e) if e.code() == git2::ErrorCode::Locked && full_ref.starts_with(ATTEMPT_REFS) => {
                 let lock = self.git_dir.join(format!("{full_ref}.lock"));
                 tracing::warn!("removing the stale ref lock {} a dead driver left", lock.display());
                 std::fs::remove_file(&lock)

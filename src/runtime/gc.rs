@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 
 use crate::clock;
-use crate::git::GitRepo;
+use crate::git::{self, GitRepo};
 use crate::runtime::blocking;
 use crate::runtime::executions::Executions;
 use crate::runtime::runs::RunMeta;
@@ -54,7 +54,7 @@ pub async fn collect(execs: &Executions, hours: u64) -> anyhow::Result<usize> {
         }
         let _ = std::fs::remove_dir_all(&dir);
         if let Some(r) = repo {
-            let prefix = format!("refs/baton/{}/", row.task_id);
+            let prefix = git::attempt_refs_of(&row.task_id);
             let _ = blocking(move || {
                 let _ = r.delete_refs_under(&prefix);
                 r.prune_worktrees()

@@ -157,7 +157,7 @@ pub async fn acquire_stopping_driver(store: &Store, task_id: &str) -> anyhow::Re
             if let Ok(pid) = i32::try_from(holder.pid) {
                 let pid = nix::unistd::Pid::from_raw(pid);
                 let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-                errln!("stopping the driver of {task_id} (pid {})", holder.pid);
+                tracing::warn!(task.id = %task_id, driver.pid = holder.pid, "stopping the driver of {task_id} (pid {})", holder.pid);
                 for _ in 0..100 {
                     if !alive(holder.pid) {
                         break;

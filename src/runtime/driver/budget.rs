@@ -117,8 +117,10 @@ impl Driver {
             let Some(used) = self.prices.cost(&priced, i, o) else {
                 if !live.unpriced && i + o > 0 {
                     live.unpriced = true;
-                    errln!(
-                        "warning: {}: model {priced} has no row in the price table ([prices.{priced}] in baton.toml): \
+                    tracing::warn!(
+                        task.id = %state.task_id,
+                        step.id = %live.step_id,
+                        "{}: model {priced} has no row in the price table ([prices.{priced}] in baton.toml): \
                          its streamed usage cannot be held to the ceiling",
                         live.step_id
                     );

@@ -103,7 +103,7 @@ pub(super) fn stop_orphan_gate(marker: &Path) {
     if let Ok(pgid) = text.trim().parse::<i32>() {
         if pgid > 1 {
             let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), nix::sys::signal::Signal::SIGKILL);
-            errln!("stopped the gate (process group {pgid}) a previous driver left running");
+            tracing::warn!(gate.pgid = pgid, "stopped the gate (process group {pgid}) a previous driver left running");
         }
     }
     let _ = std::fs::remove_file(marker);

@@ -102,7 +102,11 @@ impl Driver {
             .into_owned();
         let mut tokens = out.input_tokens + out.output_tokens;
         if let Some(c) = out.cost_usd.filter(|c| !c.is_finite() || !(0.0..=engine::MAX_STEP_COST_USD).contains(c)) {
-            errln!("warning: {step_id} reported an invalid cost ({c}); priced from its tokens instead");
+            tracing::warn!(
+                task.id = %state.task_id,
+                step.id = %step_id,
+                "{step_id} reported an invalid cost ({c}); priced from its tokens instead"
+            );
         }
         let model = if meta.model.is_empty() { step.model.clone() } else { meta.model.clone() };
         let (mut cost, mut estimated) = crate::runtime::spend::attempt_cost(&out, &model, &self.prices);
@@ -119,7 +123,11 @@ impl Driver {
         // Launches of this attempt that died with their driver and were run again spent too.
         let lost = self.lost_launch_spend(run_dir, &model);
         if lost > 0.0 {
-            errln!("{step_id}: adding ${lost:.2} streamed by earlier launches of attempt {attempt} that died");
+            tracing::info!(
+                task.id = %state.task_id,
+                step.id = %step_id,
+                "{step_id}: adding ${lost:.2} streamed by earlier launches of attempt {attempt} that died"
+            );
             cost = (cost + lost).min(engine::MAX_STEP_COST_USD);
             estimated = true;
         }
@@ -181,7 +189,7 @@ impl Driver {
             let done = state.step_status(step_id).as_str();
             errln!("{step_id} {done} ({short}, {} files, ${cost:.2})", files.len());
             let (repo, wt) = (self.repo.clone(), meta.worktree.clone());
-            let attempt_ref = format!("refs/baton/{}/{step_id}/{attempt}", state.task_id);
+            let attempt_ref = git::attempt_ref(&state.task_id, step_id, attempt);
             let _ = blocking(move || {
                 let _ = repo.remove_worktree(&wt);
                 let _ = repo.delete_ref(&attempt_ref);
@@ -239,7 +247,7 @@ impl Driver {
         let Some(commit) = commit else {
             return Ok(Ok((String::new(), Vec::new())));
         };
-        let attempt_ref = format!("refs/baton/{task_id}/{}/{}", step.step_id, meta.attempt);
+        let attempt_ref = git::attempt_ref(&task_id, &step.step_id, meta.attempt);
         let (repo, sha) = (self.repo.clone(), commit.sha.clone());
         blocking(move || repo.set_ref(&attempt_ref, &sha)).await??;
         let violations = git::check_paths(&commit.files_changed, &step.allowed_paths, &step.blocked_paths);

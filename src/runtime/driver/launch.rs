@@ -10,6 +10,7 @@ use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
 use crate::engine;
+use crate::git;
 use crate::model::action::DispatchAction;
 use crate::model::event::{AttemptUsage, EventKind, RecordStatus};
 use crate::model::state::ExecutionState;
@@ -110,7 +111,7 @@ impl Driver {
             // The attempt's ref names its starting point now and its commit after success; a
             // failed attempt keeps it (and its worktree) for inspection until `baton gc`.
             let (repo, wt, sha) = (self.repo.clone(), worktree.clone(), tip.clone());
-            let attempt_ref = format!("refs/baton/{}/{step_id}/{attempt}", state.task_id);
+            let attempt_ref = git::attempt_ref(&state.task_id, step_id, attempt);
             blocking(move || {
                 repo.add_worktree(&wt, &sha)?;
                 repo.set_ref(&attempt_ref, &sha)

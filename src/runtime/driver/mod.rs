@@ -13,6 +13,11 @@
 //! Completed steps never run again. `BATON_CRASH_AT=<point>` makes the process exit at a named
 //! point (see [`CRASH_POINTS`]) so tests can prove it.
 //!
+//! Output: the progress of a run (started or resumed, each dispatch, result, gate and
+//! recovery, budget notes) is for the user of `execute run` and goes to stderr a line each;
+//! diagnostics nobody asked for (an invalid reported cost, an unpriced model, an orphan gate
+//! stopped, a crash point) go through `tracing`.
+//!
 //! The parts: `options` (what a run is asked, how it ended), `start` (creating or resuming an
 //! execution, then the loop), `drive` (the run loop), `agents` (how an agent name runs),
 //! `launch` (dispatch and launch of attempts), `harvest` (finished attempts become results),
@@ -59,7 +64,7 @@ pub const CRASH_POINTS: &[&str] =
 /// Exits the process (status 137, as a kill would) when `BATON_CRASH_AT` names this point.
 fn crash_point(name: &str) {
     if std::env::var("BATON_CRASH_AT").is_ok_and(|v| v == name) {
-        errln!("baton: crashing at {name} (BATON_CRASH_AT)");
+        tracing::warn!(crash.point = name, "crashing at {name} (BATON_CRASH_AT)");
         std::process::exit(137);
     }
 }
