@@ -158,11 +158,20 @@ pub struct RuntimeConfig {
     pub gate_timeout_secs: u64,
     /// `baton gc` removes worktrees of final executions older than this, hours (default 72).
     pub gc_hours: u64,
+    /// Run each attempt in a cgroup v2 of its own where the machine allows it (default true);
+    /// descendants are tracked through the child-subreaper flag either way.
+    pub attempt_cgroups: bool,
 }
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
-        RuntimeConfig { max_parallel: 3, default_timeout_secs: 1800, gate_timeout_secs: 600, gc_hours: 72 }
+        RuntimeConfig {
+            max_parallel: 3,
+            default_timeout_secs: 1800,
+            gate_timeout_secs: 600,
+            gc_hours: 72,
+            attempt_cgroups: true,
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 #![expect(clippy::unwrap_used, reason = "test helpers panic on setup failure, like the tests")]
 //! worktrees, real agent subprocesses (the demo agent).
 
+mod agents;
 mod api_contract;
 mod app;
 mod auth;

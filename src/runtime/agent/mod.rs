@@ -7,6 +7,7 @@
 
 pub mod demo;
 pub mod output;
+pub mod procs;
 pub mod profile;
 pub mod roster;
 pub mod shim;

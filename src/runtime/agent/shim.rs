@@ -28,6 +28,7 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
+use super::procs::{Cgroup, Tracker};
 use crate::clock::{now_rfc3339, Stopwatch};
 
 /// Name of the attempt specification file in a run directory (JSON, [`AttemptSpec`]).
@@ -42,8 +43,11 @@ pub const LOCK_FILE: &str = "lock";
 pub const STDOUT_FILE: &str = "stdout";
 /// Name of the file that receives the agent's stderr.
 pub const STDERR_FILE: &str = "stderr";
-/// Time between the SIGTERM and the SIGKILL sent to a timed-out agent's process group.
+/// Time between the SIGTERM and the SIGKILL sent to a timed-out agent's process group, and to
+/// the processes an attempt leaves behind.
 pub const KILL_GRACE: Duration = Duration::from_secs(5);
+/// How often the shim looks at a running agent (timeout, descendants).
+const TICK: Duration = Duration::from_millis(100);
 /// Interval at which [`wait_until_finished`] polls the lock.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
 
@@ -68,6 +72,10 @@ pub struct AttemptSpec {
     pub prompt_file: Option<PathBuf>,
     /// Wall-clock limit in seconds; `0` means no limit.
     pub timeout_secs: u64,
+    /// Put the agent in a cgroup v2 of its own where the machine allows it (the detached shim
+    /// only; see [`super::procs`]). Every attempt's descendants are ended with it either way.
+    #[serde(default)]
+    pub cgroup: bool,
 }
 
 /// Written atomically as `started.json` once the agent process exists.
@@ -81,6 +89,10 @@ pub struct StartedRecord {
     pub agent_pgid: u32,
     /// When the agent was started, RFC 3339 (UTC, seconds).
     pub started_at: String,
+    /// The attempt's cgroup v2 directory, when it has one: every process of the attempt is in
+    /// it, whatever session or parent it has (see [`kill_attempt`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<PathBuf>,
 }
 
 /// Written atomically as `exit.json` when the attempt is over: the harvestable result.
@@ -193,13 +205,16 @@ pub fn prepare_run_dir(run_dir: &Path, spec: &AttemptSpec) -> Result<()> {
 /// Entry point of the hidden `baton __attempt <run-dir>` subcommand (the detached shim).
 ///
 /// Starts a new session (`setsid`; the launcher leaves the shim in baton's process group so this
-/// succeeds), then runs [`supervise`]. Returns [`SHIM_EXIT_RECORDED`] once an exit record is
-/// written, [`SHIM_EXIT_ALREADY_USED`] if another shim owns the run directory, and
-/// [`SHIM_EXIT_FAILED`] otherwise. The shim's own stdio is `/dev/null`; it reports through files.
+/// succeeds), then supervises like [`supervise`], and more: the shim makes itself a child
+/// subreaper and, when the spec asks for it and the machine allows it, runs the agent in a
+/// cgroup v2 of its own, so every descendant of the agent is found and ended with the attempt
+/// (see [`super::procs`]). Returns [`SHIM_EXIT_RECORDED`] once an exit record is written,
+/// [`SHIM_EXIT_ALREADY_USED`] if another shim owns the run directory, and [`SHIM_EXIT_FAILED`]
+/// otherwise. The shim's own stdio is `/dev/null`; it reports through files.
 pub fn run_shim(run_dir: &Path) -> ExitCode {
     // A failure here only means we stay in baton's session; the agent still gets its own group.
     let _ = nix::unistd::setsid();
-    match supervise(run_dir) {
+    match supervise_as(run_dir, true) {
         Ok(_) => ExitCode::from(SHIM_EXIT_RECORDED),
         Err(SuperviseError::AlreadyUsed(_)) => ExitCode::from(SHIM_EXIT_ALREADY_USED),
         Err(SuperviseError::Other(err)) => {
@@ -217,7 +232,16 @@ pub fn run_shim(run_dir: &Path) -> ExitCode {
 /// becomes an exit record with `spawn_error`, so the attempt is harvestable. Errors with
 /// [`SuperviseError::AlreadyUsed`] if the run directory already has `started.json` or `exit.json`,
 /// and with [`SuperviseError::Other`] if the lock or the exit record cannot be written.
+///
+/// In-process, it neither makes the caller a child subreaper nor moves it into a cgroup (both
+/// would touch the caller's other children): descendants are found by walking from the agent
+/// while it runs (see [`super::procs`]).
 pub fn supervise(run_dir: &Path) -> Result<ExitRecord, SuperviseError> {
+    supervise_as(run_dir, false)
+}
+
+/// [`supervise`]; `detached`: the caller is the shim process itself (subreaper, cgroup).
+fn supervise_as(run_dir: &Path, detached: bool) -> Result<ExitRecord, SuperviseError> {
     let lock_file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -234,15 +258,15 @@ pub fn supervise(run_dir: &Path) -> Result<ExitRecord, SuperviseError> {
 
     let stopwatch = Stopwatch::start();
     let started_at = now_rfc3339();
-    let outcome = read_spec(run_dir).and_then(|spec| run_agent(run_dir, &spec, &started_at));
-    let (status, timed_out, spawn_error) = match outcome {
-        Ok((status, timed_out)) => (Some(status), timed_out, None),
-        Err(err) => (None, false, Some(err)),
+    let outcome = read_spec(run_dir).and_then(|spec| run_agent(run_dir, &spec, &started_at, detached));
+    let (status, ending, spawn_error) = match outcome {
+        Ok((status, ending)) => (Some(status), ending, None),
+        Err(err) => (None, Ending::Exited, Some(err)),
     };
     let record = ExitRecord {
         exit_code: status.and_then(|s| s.code()),
         signal: status.and_then(|s| s.signal()),
-        timed_out,
+        timed_out: ending == Ending::TimedOut,
         spawn_error,
         started_at,
         finished_at: now_rfc3339(),
@@ -259,8 +283,23 @@ fn read_spec(run_dir: &Path) -> Result<AttemptSpec, String> {
     serde_json::from_slice(&text).map_err(|e| format!("parsing {}: {e}", path.display()))
 }
 
-/// Starts the agent, records `started.json`, waits (enforcing the timeout). `Err` is a spawn error.
-fn run_agent(run_dir: &Path, spec: &AttemptSpec, started_at: &str) -> Result<(ExitStatus, bool), String> {
+/// Why the agent's process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// By itself (or killed from outside the shim).
+    Exited,
+    /// The shim stopped it at its timeout.
+    TimedOut,
+}
+
+/// Starts the agent, records `started.json`, waits (enforcing the timeout), then ends every
+/// process the agent left behind. `Err` is a spawn error.
+fn run_agent(
+    run_dir: &Path,
+    spec: &AttemptSpec,
+    started_at: &str,
+    detached: bool,
+) -> Result<(ExitStatus, Ending), String> {
     let Some(program) = spec.argv.first() else {
         return Err("attempt argv is empty".to_owned());
     };
@@ -278,7 +317,15 @@ fn run_agent(run_dir: &Path, spec: &AttemptSpec, started_at: &str) -> Result<(Ex
     let stdout = create_output(run_dir, STDOUT_FILE)?;
     let stderr = create_output(run_dir, STDERR_FILE)?;
 
-    let mut child = Command::new(program)
+    // Orphaned descendants come back to the shim instead of PID 1 (see super::procs).
+    let subreaper = detached && nix::sys::prctl::set_child_subreaper(true).is_ok();
+    // The shim steps into the attempt's cgroup for the spawn only: the agent is born there.
+    let cgroup = if detached && spec.cgroup {
+        Cgroup::create(&format!("baton-attempt-{}", std::process::id())).filter(|c| c.enter().is_ok())
+    } else {
+        None
+    };
+    let spawned = Command::new(program)
         .args(&spec.argv[1..])
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
@@ -287,26 +334,33 @@ fn run_agent(run_dir: &Path, spec: &AttemptSpec, started_at: &str) -> Result<(Ex
         .stdout(stdout)
         .stderr(stderr)
         .process_group(0)
-        .spawn()
-        .map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => format!("agent binary `{program}` not found"),
-            _ => format!("starting agent `{program}`: {e}"),
-        })?;
+        .spawn();
+    if let Some(c) = &cgroup {
+        let _ = c.leave();
+    }
+    let mut child = spawned.map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => format!("agent binary `{program}` not found"),
+        _ => format!("starting agent `{program}`: {e}"),
+    })?;
 
     let agent_pid = child.id();
     let pgid = Pid::from_raw(i32::try_from(agent_pid).unwrap_or(i32::MAX));
+    let cgroup_dir = cgroup.as_ref().map(|c| c.dir().to_path_buf());
     let started = StartedRecord {
         shim_pid: std::process::id(),
         agent_pid,
         agent_pgid: agent_pid,
         started_at: started_at.to_owned(),
+        cgroup: cgroup_dir.clone(),
     };
+    let mut tracker = Tracker::new(agent_pid, subreaper, cgroup_dir);
     let written = serde_json::to_vec_pretty(&started)
         .context("serializing started record")
         .and_then(|bytes| write_atomic(run_dir, STARTED_FILE, &bytes));
     if let Err(err) = written {
         let _ = killpg(pgid, Signal::SIGKILL);
         let _ = child.wait();
+        tracker.end_all(Duration::ZERO);
         return Err(format!("{err:#}"));
     }
 
@@ -314,31 +368,46 @@ fn run_agent(run_dir: &Path, spec: &AttemptSpec, started_at: &str) -> Result<(Ex
     std::thread::spawn(move || {
         let _ = tx.send(child.wait());
     });
-    let mut timed_out = false;
-    let waited = if spec.timeout_secs == 0 {
-        rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected)
-    } else {
-        match rx.recv_timeout(Duration::from_secs(spec.timeout_secs)) {
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                timed_out = true;
-                let _ = killpg(pgid, Signal::SIGTERM);
-                match rx.recv_timeout(KILL_GRACE) {
-                    Err(mpsc::RecvTimeoutError::Timeout) => {
-                        let _ = killpg(pgid, Signal::SIGKILL);
-                        rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected)
-                    }
-                    other => other,
-                }
-            }
-            other => other,
+    let limit = (spec.timeout_secs > 0).then(|| Duration::from_secs(spec.timeout_secs));
+    let clock = Stopwatch::start();
+    let mut ending = Ending::Exited;
+    let waited = loop {
+        match rx.recv_timeout(TICK) {
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            other => break other,
         }
+        tracker.tick();
+        if limit.is_some_and(|limit| clock.elapsed() >= limit) {
+            ending = Ending::TimedOut;
+        } else {
+            continue;
+        }
+        break stop_group(pgid, &rx);
     };
-    // The leader is gone; kill whatever it left behind in its group (background tools).
-    let _ = killpg(pgid, Signal::SIGKILL);
+    // The leader is gone: end whatever it left behind, in its group or not (background tools,
+    // servers in a session of their own).
+    tracker.end_all(KILL_GRACE);
+    drop(cgroup);
     match waited {
-        Ok(Ok(status)) => Ok((status, timed_out)),
+        Ok(Ok(status)) => Ok((status, ending)),
         Ok(Err(e)) => Err(format!("waiting for agent: {e}")),
         Err(_) => Err("waiting for agent: waiter thread vanished".to_owned()),
+    }
+}
+
+/// Stops the agent's process group: SIGTERM, then SIGKILL after [`KILL_GRACE`]; returns what
+/// the waiter reports.
+fn stop_group(
+    pgid: Pid,
+    rx: &mpsc::Receiver<io::Result<ExitStatus>>,
+) -> Result<io::Result<ExitStatus>, mpsc::RecvTimeoutError> {
+    let _ = killpg(pgid, Signal::SIGTERM);
+    match rx.recv_timeout(KILL_GRACE) {
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            let _ = killpg(pgid, Signal::SIGKILL);
+            rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected)
+        }
+        other => other,
     }
 }
 
@@ -423,13 +492,17 @@ pub fn inspect(run_dir: &Path) -> Result<AttemptState> {
     }
 }
 
-/// Sends SIGKILL to the agent's process group named in `started.json`.
+/// Sends SIGKILL to the agent's process group named in `started.json`, and to every other
+/// process in the attempt's cgroup when it has one (the shim excepted).
 ///
-/// Returns `Ok(true)` if the signal was delivered, `Ok(false)` if there is no `started.json` or
-/// the group is already gone. A live shim then records the agent as killed by signal 9. Refuses
-/// (errors on) a recorded group id of 0 or 1 or baton's own group. Gotcha: after the group is gone
-/// its id could in principle be reused by an unrelated group leader; call this only for attempts
-/// that [`inspect`] reports as running or died.
+/// Returns `Ok(true)` if a signal was delivered, `Ok(false)` if there is no `started.json` or
+/// the group (and the cgroup) is already empty. A live shim then records the agent as killed by
+/// signal 9 and ends what the agent left behind (see [`super::procs`]); when the shim is dead too,
+/// only the cgroup still finds descendants that left the agent's group. Refuses (errors on) a
+/// recorded group id of 0 or 1 or baton's own group, and ignores a recorded cgroup that is not
+/// an attempt's (`baton-attempt-<pid>`). Gotcha: after the group is gone its id could in
+/// principle be reused by an unrelated group leader; call this only for attempts that
+/// [`inspect`] reports as running or died.
 pub fn kill_attempt(run_dir: &Path) -> Result<bool> {
     let Some(started) = read_started(run_dir)? else {
         return Ok(false);
@@ -440,11 +513,27 @@ pub fn kill_attempt(run_dir: &Path) -> Result<bool> {
     if raw <= 1 || pgid == nix::unistd::getpgrp() {
         return Err(anyhow!("refusing to kill process group {raw} named in {}", run_dir.join(STARTED_FILE).display()));
     }
-    match killpg(pgid, Signal::SIGKILL) {
-        Ok(()) => Ok(true),
-        Err(Errno::ESRCH) => Ok(false),
-        Err(errno) => Err(anyhow!("killing process group {raw}: {errno}")),
+    let mut delivered = match killpg(pgid, Signal::SIGKILL) {
+        Ok(()) => true,
+        Err(Errno::ESRCH) => false,
+        Err(errno) => return Err(anyhow!("killing process group {raw}: {errno}")),
+    };
+    let attempt_cgroup = started
+        .cgroup
+        .as_deref()
+        .filter(|dir| dir.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("baton-attempt-")));
+    if let Some(dir) = attempt_cgroup {
+        let me = i32::try_from(std::process::id()).unwrap_or(0);
+        for pid in super::procs::members(dir) {
+            if pid > 1 && pid != me && u32::try_from(pid).ok() != Some(started.shim_pid) {
+                delivered |= nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok();
+            }
+        }
+        // A shim that died left its cgroup behind: removed once empty (a live shim removes
+        // its own, and does not mind finding it gone).
+        super::procs::remove_when_empty(dir, Duration::from_millis(200));
     }
+    Ok(delivered)
 }
 
 /// Waits (polling the lock every [`POLL_INTERVAL`]) until the attempt's exit record exists.
@@ -571,6 +660,7 @@ mod tests {
             env: vec![("PATH".to_owned(), std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".to_owned()))],
             prompt_file: None,
             timeout_secs,
+            cgroup: false,
         }
     }
 
@@ -709,6 +799,20 @@ mod tests {
     }
 
     #[test]
+    fn a_descendant_in_its_own_session_ends_with_the_attempt() {
+        let (tmp, run) =
+            prepared(&["sh", "-c", "setsid sh -c 'echo $$ > bg.pid; exec sleep 30' & sleep 0.5; exit 0"], 0);
+        let record = supervise(&run).unwrap();
+        assert!(record.exited_cleanly(), "{record:?}");
+        let bg: i32 = fs::read_to_string(tmp.path().join("work/bg.pid")).unwrap().trim().parse().unwrap();
+        let deadline = Stopwatch::start();
+        while !is_dead(bg) && deadline.elapsed() < Duration::from_secs(3) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(is_dead(bg), "the setsid descendant {bg} outlived its attempt");
+    }
+
+    #[test]
     fn run_dir_is_single_use() {
         let (_tmp, run) = prepared(&["true"], 0);
         supervise(&run).unwrap();
@@ -738,6 +842,7 @@ mod tests {
             agent_pid: 999_999,
             agent_pgid: 999_999,
             started_at: "2026-01-01T00:00:00+00:00".into(),
+            cgroup: None,
         };
         fs::write(tmp.path().join(STARTED_FILE), serde_json::to_vec(&started).unwrap()).unwrap();
         assert_eq!(inspect(tmp.path()).unwrap(), AttemptState::Died);
@@ -747,8 +852,13 @@ mod tests {
     fn kill_attempt_refuses_dangerous_groups_and_tolerates_gone_ones() {
         let tmp = tempfile::tempdir().unwrap();
         assert!(!kill_attempt(tmp.path()).unwrap());
-        let mut started =
-            StartedRecord { shim_pid: 1, agent_pid: 1, agent_pgid: 1, started_at: "2026-01-01T00:00:00+00:00".into() };
+        let mut started = StartedRecord {
+            shim_pid: 1,
+            agent_pid: 1,
+            agent_pgid: 1,
+            started_at: "2026-01-01T00:00:00+00:00".into(),
+            cgroup: None,
+        };
         let write = |s: &StartedRecord| {
             fs::write(tmp.path().join(STARTED_FILE), serde_json::to_vec(s).unwrap()).unwrap();
         };

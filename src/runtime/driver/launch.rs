@@ -156,6 +156,7 @@ impl Driver {
             env,
             prompt_file: prompt_on_stdin.then(|| prompt_path.clone()),
             timeout_secs: timeout,
+            cgroup: self.config.runtime.attempt_cgroups,
         };
         let meta = LaunchMeta {
             step_id: step_id.to_string(),

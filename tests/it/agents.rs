@@ -1,0 +1,136 @@
+//! Agent processes as they misbehave in the wild (issue 15): descendants that start their own
+//! session. Real `baton` drivers and shims, fake agents written as shell scripts.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::common::*;
+
+/// Writes an executable script `name` into `<tmp>/bin` and returns its path.
+fn script(ws: &Workspace, name: &str, body: &str) -> PathBuf {
+    let bin = ws.tmp.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let path = bin.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+fn config(ws: &Workspace, toml: &str) {
+    std::fs::create_dir_all(ws.data()).unwrap();
+    std::fs::write(ws.data().join("baton.toml"), toml).unwrap();
+}
+
+fn one_step_plan(ws: &Workspace, task_id: &str, step: serde_json::Value) -> PathBuf {
+    let mut step = step;
+    step["step_id"] = "1.1".into();
+    step["agent_name"] = "dev".into();
+    step["task_description"] = "do the work".into();
+    let plan = serde_json::json!({"task_id": task_id, "task_summary": "s",
+        "phases": [{"phase_id": 1, "name": "P", "steps": [step]}]});
+    ws.write(&format!("{task_id}.json"), &plan.to_string())
+}
+
+fn json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
+}
+
+/// True once `pid` is gone or a zombie, polling up to 10 s.
+fn gone(pid: i32) -> bool {
+    for _ in 0..200 {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => return true,
+            Ok(stat) if stat.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')) => return true,
+            Ok(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+    false
+}
+
+fn read_pid(path: &Path) -> i32 {
+    wait_for(path);
+    for _ in 0..100 {
+        if let Ok(pid) = std::fs::read_to_string(path).unwrap_or_default().trim().parse() {
+            return pid;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("no pid in {}", path.display());
+}
+
+/// A command agent that starts `sleep 1000` in a session of its own (recording its pid in
+/// `pidfile`), writes `out.md`, then runs `then`.
+fn setsid_agent(ws: &Workspace, pidfile: &Path, then: &str) -> PathBuf {
+    let pidfile = pidfile.display();
+    script(
+        ws,
+        "agent",
+        &format!(
+            "setsid sh -c 'echo $$ > {pidfile}; exec sleep 1000' < /dev/null > /dev/null 2>&1 &\n\
+             while [ ! -s {pidfile} ]; do sleep 0.05; done\necho out > out.md\n{then}\n"
+        ),
+    )
+}
+
+/// Runs a one-step plan whose agent leaves a `setsid` descendant behind, ending as `then` says
+/// (with `step` fields and extra `[runtime]` lines); returns the workspace, the descendant's
+/// pid and the run's output.
+fn run_with_descendant(
+    task_id: &str,
+    then: &str,
+    runtime: &str,
+    step: serde_json::Value,
+) -> (Workspace, i32, std::process::Output) {
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    let pidfile = ws.tmp.path().join("descendant.pid");
+    let agent = setsid_agent(&ws, &pidfile, then);
+    config(
+        &ws,
+        &format!("[runtime]\n{runtime}\n[agents.dev]\nprofile = 'command'\ncommand = ['{}']\n", agent.display()),
+    );
+    let plan = one_step_plan(&ws, task_id, step);
+    let out = ws.run_plan(&plan);
+    let pid = read_pid(&pidfile);
+    (ws, pid, out)
+}
+
+#[test]
+fn a_descendant_in_its_own_session_ends_with_its_attempt_with_or_without_a_cgroup() {
+    for (task, runtime) in [("sess-cg", "attempt_cgroups = true"), ("sess-reaper", "attempt_cgroups = false")] {
+        let (ws, pid, out) = run_with_descendant(task, "exit 0", runtime, serde_json::json!({}));
+        assert_eq!(code(&out), 0, "{task}: {}\n{}", stdout(&out), stderr(&out));
+        assert!(gone(pid), "{task}: the setsid descendant {pid} outlived its step");
+        let started = json(&ws.data().join(format!("runs/{task}/1.1/1/started.json")));
+        if runtime.ends_with("false") {
+            assert!(started.get("cgroup").is_none(), "{started}");
+        } else {
+            eprintln!("{task}: cgroup {}", started.get("cgroup").unwrap_or(&"none (not allowed here)".into()));
+        }
+    }
+}
+
+#[test]
+fn a_descendant_in_its_own_session_ends_with_a_timed_out_attempt() {
+    let (ws, pid, out) =
+        run_with_descendant("sess-timeout", "exec sleep 1000", "", serde_json::json!({"timeout_seconds": 2}));
+    assert_eq!(code(&out), 4, "{}\n{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("timed out"), "{}", stdout(&out));
+    assert!(gone(pid), "the setsid descendant {pid} outlived its timed-out step");
+    assert_eq!(json(&ws.data().join("runs/sess-timeout/1.1/1/exit.json"))["timed_out"], true);
+}
+
+#[test]
+fn a_descendant_in_its_own_session_ends_when_the_execution_is_cancelled() {
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    let pidfile = ws.tmp.path().join("descendant.pid");
+    let agent = setsid_agent(&ws, &pidfile, "exec sleep 1000");
+    config(&ws, &format!("[agents.dev]\nprofile = 'command'\ncommand = ['{}']\n", agent.display()));
+    let plan = one_step_plan(&ws, "sess-cancel", serde_json::json!({}));
+    let child = ws.spawn_run(&plan);
+    let pid = read_pid(&pidfile);
+    let out = ws.run(&["execute", "cancel", "--task-id", "sess-cancel"]);
+    assert_eq!(code(&out), 4, "{}", stderr(&out));
+    let _ = child.wait_with_output();
+    assert!(gone(pid), "the setsid descendant {pid} outlived its cancelled execution");
+}
