@@ -158,6 +158,9 @@ pub struct RuntimeConfig {
     pub gate_timeout_secs: u64,
     /// `baton gc` removes worktrees of final executions older than this, hours (default 72).
     pub gc_hours: u64,
+    /// An agent that printed its final result (claude's `result`, codex's end of turn) and is
+    /// still running this many seconds later is stopped, and its result stands (default 5).
+    pub result_grace_secs: u64,
     /// Run each attempt in a cgroup v2 of its own where the machine allows it (default true);
     /// descendants are tracked through the child-subreaper flag either way.
     pub attempt_cgroups: bool,
@@ -170,6 +173,7 @@ impl Default for RuntimeConfig {
             default_timeout_secs: 1800,
             gate_timeout_secs: 600,
             gc_hours: 72,
+            result_grace_secs: 5,
             attempt_cgroups: true,
         }
     }

@@ -1,5 +1,6 @@
-//! Agent processes as they misbehave in the wild (issue 15): descendants that start their own
-//! session. Real `baton` drivers and shims, fake agents written as shell scripts.
+//! Agent processes as they misbehave in the wild (issue 15): an agent that prints its result and
+//! never exits, descendants that start their own session. Real `baton` drivers and shims, fake
+//! agents written as shell scripts.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -57,6 +58,43 @@ fn read_pid(path: &Path) -> i32 {
         std::thread::sleep(Duration::from_millis(20));
     }
     panic!("no pid in {}", path.display());
+}
+
+#[test]
+fn an_agent_that_prints_its_result_and_never_exits_completes_with_that_result() {
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    // A claude stand-in: the stream-json of a successful run, then it hangs (an MCP server
+    // holding it, a child holding a pipe) instead of exiting.
+    let claude = script(
+        &ws,
+        "claude",
+        r#"cat > /dev/null
+echo '{"type":"system","subtype":"init","session_id":"s-1","model":"claude-sonnet-4-5"}'
+echo 'the work' > work.md
+echo '{"type":"result","subtype":"success","is_error":false,"result":"Wrote work.md","total_cost_usd":0.42,"usage":{"input_tokens":1200,"output_tokens":300},"session_id":"s-1"}'
+exec sleep 1000
+"#,
+    );
+    config(&ws, "[runtime]\nresult_grace_secs = 1\n[agents.dev]\nprofile = 'claude'\n");
+    let plan = one_step_plan(&ws, "hang-1", serde_json::json!({"deliverables": ["work.md"]}));
+    let path = format!("{}:{}", claude.parent().unwrap().display(), std::env::var("PATH").unwrap_or_default());
+    let clock = baton::clock::Stopwatch::start();
+    let out = ws.run_plan_with(&plan, &[], &[("PATH", &path)]);
+    let took = clock.elapsed();
+    assert_eq!(code(&out), 0, "{}\n{}", stdout(&out), stderr(&out));
+    assert!(took < Duration::from_secs(30), "took {took:?}: the step waited for the agent's timeout");
+    let step = &ws.status("hang-1")["step_results"]["1.1"];
+    assert_eq!(step["status"], "complete", "{step}");
+    assert_eq!(step["outcome"], "Wrote work.md", "{step}");
+    assert!((step["cost_usd"].as_f64().unwrap() - 0.42).abs() < 1e-9, "the agent's own cost: {step}");
+    assert_eq!(step["estimated_tokens"], 1500, "{step}");
+    assert_eq!(ws.git(&["show", "baton/hang-1:work.md"]), "the work\n");
+    let run = ws.data().join("runs/hang-1/1.1/1");
+    let exit = json(&run.join("exit.json"));
+    assert_eq!(exit["stopped_after_result"], true, "{exit}");
+    assert_eq!(exit["timed_out"], false, "{exit}");
+    let agent = json(&run.join("started.json"))["agent_pid"].as_i64().unwrap();
+    assert!(gone(i32::try_from(agent).unwrap()), "the hung agent {agent} was stopped");
 }
 
 /// A command agent that starts `sleep 1000` in a session of its own (recording its pid in

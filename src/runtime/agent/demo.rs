@@ -500,6 +500,7 @@ Keep it short.
             exit_code: Some(code),
             signal: None,
             timed_out: false,
+            stopped_after_result: false,
             spawn_error: None,
             started_at: String::new(),
             finished_at: String::new(),

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::output::{parse_claude_stream_json, parse_codex_jsonl, parse_command_output, AgentOutput};
-use super::shim::ExitRecord;
+use super::output::{parse_claude_stream_json, parse_codex_jsonl, parse_command_output, AgentOutput, FinalEvent};
+use super::shim::{ExitRecord, FinalWatch};
 
 /// Which agent CLI runs a step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -179,6 +179,23 @@ fn substitute(arg: &str, vars: &[(&str, &str)]) -> String {
     out
 }
 
+/// The event that ends a run of `profile` (claude's `result`, codex's end of turn), which the shim
+/// watches for an agent that does not exit after it; `None` for a plain command, whose end is
+/// its exit.
+pub fn final_event(profile: &AgentProfile) -> Option<FinalEvent> {
+    match profile {
+        AgentProfile::Claude | AgentProfile::Demo => Some(FinalEvent::ClaudeResult),
+        AgentProfile::Codex => Some(FinalEvent::CodexTurnEnd),
+        AgentProfile::Command { .. } => None,
+    }
+}
+
+/// What the shim watches for in a run of `profile`: its [`final_event`], with `grace_secs` to
+/// exit after it (`[runtime] result_grace_secs`).
+pub fn final_watch(profile: &AgentProfile, grace_secs: u64) -> Option<FinalWatch> {
+    final_event(profile).map(|event| FinalWatch { event, grace_secs })
+}
+
 /// Parses the captured output of a run of `profile` (the demo agent uses the claude parser).
 pub fn parse_output(profile: &AgentProfile, stdout: &str, stderr: &str, exit: &ExitRecord) -> AgentOutput {
     match profile {
@@ -314,6 +331,7 @@ mod tests {
             exit_code: Some(0),
             signal: None,
             timed_out: false,
+            stopped_after_result: false,
             spawn_error: None,
             started_at: String::new(),
             finished_at: String::new(),
@@ -325,6 +343,8 @@ mod tests {
         assert_eq!(out.cost_usd, Some(0.01));
         let cmd = parse_output(&AgentProfile::Command { argv_template: vec![] }, stdout, "", &exit);
         assert_eq!(cmd.cost_usd, None);
+        assert_eq!(final_event(&AgentProfile::Demo), Some(FinalEvent::ClaudeResult));
+        assert_eq!(final_event(&AgentProfile::Command { argv_template: vec![] }), None);
         assert!(!parse_output(&AgentProfile::Codex, stdout, "", &exit).success);
     }
 }

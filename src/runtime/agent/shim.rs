@@ -28,6 +28,7 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
+use super::output::FinalEvent;
 use super::procs::{Cgroup, Tracker};
 use crate::clock::{now_rfc3339, Stopwatch};
 
@@ -46,7 +47,7 @@ pub const STDERR_FILE: &str = "stderr";
 /// Time between the SIGTERM and the SIGKILL sent to a timed-out agent's process group, and to
 /// the processes an attempt leaves behind.
 pub const KILL_GRACE: Duration = Duration::from_secs(5);
-/// How often the shim looks at a running agent (timeout, descendants).
+/// How often the shim looks at a running agent (timeout, final event, descendants).
 const TICK: Duration = Duration::from_millis(100);
 /// Interval at which [`wait_until_finished`] polls the lock.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
@@ -72,10 +73,26 @@ pub struct AttemptSpec {
     pub prompt_file: Option<PathBuf>,
     /// Wall-clock limit in seconds; `0` means no limit.
     pub timeout_secs: u64,
+    /// Stop the agent once it printed its final event and stayed running (see [`FinalWatch`]);
+    /// `None` waits for it to exit (or time out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_event: Option<FinalWatch>,
     /// Put the agent in a cgroup v2 of its own where the machine allows it (the detached shim
     /// only; see [`super::procs`]). Every attempt's descendants are ended with it either way.
     #[serde(default)]
     pub cgroup: bool,
+}
+
+/// An agent that printed its final event (claude's `result`) but does not exit — a child
+/// holding a pipe, a hung MCP server — is stopped `grace_secs` after it (its process group,
+/// SIGTERM then SIGKILL) and the attempt ends with the result it gave. Any later event starts
+/// the wait over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FinalWatch {
+    /// Which event ends the agent's run.
+    pub event: FinalEvent,
+    /// Seconds the agent may keep running after it.
+    pub grace_secs: u64,
 }
 
 /// Written atomically as `started.json` once the agent process exists.
@@ -104,6 +121,10 @@ pub struct ExitRecord {
     pub signal: Option<i32>,
     /// Whether the shim ended the agent because its timeout expired.
     pub timed_out: bool,
+    /// Whether the shim ended the agent because it kept running after its final event (see
+    /// [`FinalWatch`]): the result it printed stands.
+    #[serde(default)]
+    pub stopped_after_result: bool,
     /// Why the agent could not be started (e.g. ``agent binary `X` not found``); then
     /// `exit_code` and `signal` are `None`.
     pub spawn_error: Option<String>,
@@ -137,6 +158,8 @@ impl ExitRecord {
         };
         if self.timed_out {
             format!("{how} after the timeout")
+        } else if self.stopped_after_result {
+            format!("{how}: it kept running after its final result")
         } else {
             how
         }
@@ -267,6 +290,7 @@ fn supervise_as(run_dir: &Path, detached: bool) -> Result<ExitRecord, SuperviseE
         exit_code: status.and_then(|s| s.code()),
         signal: status.and_then(|s| s.signal()),
         timed_out: ending == Ending::TimedOut,
+        stopped_after_result: ending == Ending::AfterFinalEvent,
         spawn_error,
         started_at,
         finished_at: now_rfc3339(),
@@ -290,10 +314,12 @@ enum Ending {
     Exited,
     /// The shim stopped it at its timeout.
     TimedOut,
+    /// The shim stopped it after it printed its final event and kept running.
+    AfterFinalEvent,
 }
 
-/// Starts the agent, records `started.json`, waits (enforcing the timeout), then ends every
-/// process the agent left behind. `Err` is a spawn error.
+/// Starts the agent, records `started.json`, waits (enforcing the timeout and the final-event
+/// grace), then ends every process the agent left behind. `Err` is a spawn error.
 fn run_agent(
     run_dir: &Path,
     spec: &AttemptSpec,
@@ -369,6 +395,7 @@ fn run_agent(
         let _ = tx.send(child.wait());
     });
     let limit = (spec.timeout_secs > 0).then(|| Duration::from_secs(spec.timeout_secs));
+    let mut finals = spec.final_event.map(|watch| FinalWatcher::new(run_dir.join(STDOUT_FILE), watch));
     let clock = Stopwatch::start();
     let mut ending = Ending::Exited;
     let waited = loop {
@@ -379,6 +406,8 @@ fn run_agent(
         tracker.tick();
         if limit.is_some_and(|limit| clock.elapsed() >= limit) {
             ending = Ending::TimedOut;
+        } else if finals.as_mut().is_some_and(FinalWatcher::overdue) {
+            ending = Ending::AfterFinalEvent;
         } else {
             continue;
         }
@@ -408,6 +437,65 @@ fn stop_group(
             rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected)
         }
         other => other,
+    }
+}
+
+/// Reads the agent's stdout as it grows and says when its final event has stood (no event
+/// after it) for the grace of its [`FinalWatch`].
+struct FinalWatcher {
+    path: PathBuf,
+    watch: FinalWatch,
+    /// Bytes of the file read so far.
+    offset: u64,
+    /// The last line read, not yet ended by a newline.
+    partial: Vec<u8>,
+    /// Since when the last event seen is a final one.
+    since: Option<Stopwatch>,
+}
+
+impl FinalWatcher {
+    fn new(path: PathBuf, watch: FinalWatch) -> FinalWatcher {
+        FinalWatcher { path, watch, offset: 0, partial: Vec::new(), since: None }
+    }
+
+    /// Reads what was written since the last call; true once the grace after the final event
+    /// has passed.
+    fn overdue(&mut self) -> bool {
+        self.read_new();
+        self.since.as_ref().is_some_and(|since| since.elapsed() >= Duration::from_secs(self.watch.grace_secs))
+    }
+
+    fn read_new(&mut self) {
+        use std::io::{Read as _, Seek as _, SeekFrom};
+        let Ok(mut file) = File::open(&self.path) else { return };
+        if file.seek(SeekFrom::Start(self.offset)).is_err() {
+            return;
+        }
+        let mut fresh = Vec::new();
+        if file.read_to_end(&mut fresh).is_err() || fresh.is_empty() {
+            return;
+        }
+        self.offset += fresh.len() as u64;
+        self.partial.extend_from_slice(&fresh);
+        while let Some(end) = self.partial.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=end).collect();
+            self.see(&String::from_utf8_lossy(&line));
+        }
+        // A final event still waiting for its newline counts once it parses whole.
+        if self.since.is_none() && self.partial.trim_ascii_end().ends_with(b"}") {
+            let line = String::from_utf8_lossy(&self.partial).into_owned();
+            if super::output::final_event_line(self.watch.event, &line) == Some(true) {
+                self.since = Some(Stopwatch::start());
+            }
+        }
+    }
+
+    fn see(&mut self, line: &str) {
+        match super::output::final_event_line(self.watch.event, line) {
+            Some(true) if self.since.is_none() => self.since = Some(Stopwatch::start()),
+            Some(true) | None => {}
+            Some(false) => self.since = None,
+        }
     }
 }
 
@@ -660,6 +748,7 @@ mod tests {
             env: vec![("PATH".to_owned(), std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".to_owned()))],
             prompt_file: None,
             timeout_secs,
+            final_event: None,
             cgroup: false,
         }
     }
@@ -796,6 +885,63 @@ mod tests {
         assert!(record.timed_out);
         assert_eq!(record.signal, Some(9));
         assert!(took >= KILL_GRACE && took < KILL_GRACE + Duration::from_secs(4));
+    }
+
+    fn prepared_with(
+        argv: &[&str],
+        timeout_secs: u64,
+        final_event: Option<FinalWatch>,
+    ) -> (tempfile::TempDir, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let run = run_dir(tmp.path(), "t1", "s1", 1);
+        let work = tmp.path().join("work");
+        fs::create_dir_all(&work).unwrap();
+        let mut s = spec(&work, argv, timeout_secs);
+        s.final_event = final_event;
+        prepare_run_dir(&run, &s).unwrap();
+        (tmp, run)
+    }
+
+    const CLAUDE_RESULT: &str = r#"{"type":"result","subtype":"success","is_error":false,"result":"done","total_cost_usd":0.25,"usage":{"input_tokens":7,"output_tokens":5}}"#;
+
+    #[test]
+    fn an_agent_still_running_after_its_result_is_stopped_and_the_result_stands() {
+        let script = format!("echo '{{\"type\":\"system\",\"subtype\":\"init\"}}'; echo '{CLAUDE_RESULT}'; sleep 30");
+        let watch = FinalWatch { event: FinalEvent::ClaudeResult, grace_secs: 1 };
+        let (_tmp, run) = prepared_with(&["sh", "-c", &script], 60, Some(watch));
+        let clock = Stopwatch::start();
+        let record = supervise(&run).unwrap();
+        assert!(clock.elapsed() < Duration::from_secs(4), "stopped {:?} after start", clock.elapsed());
+        assert!(record.stopped_after_result && !record.timed_out, "{record:?}");
+        assert_eq!(record.signal, Some(15));
+        assert_eq!(record.describe(), "killed by signal 15: it kept running after its final result");
+        let (stdout, stderr) = read_output(&run).unwrap();
+        let out = super::super::output::parse_claude_stream_json(&stdout, &stderr, &record);
+        assert!(out.success, "{out:?}");
+        assert_eq!(
+            (out.outcome.as_str(), out.cost_usd, out.input_tokens, out.output_tokens),
+            ("done", Some(0.25), 7, 5)
+        );
+    }
+
+    #[test]
+    fn an_event_after_the_result_starts_the_grace_over_and_a_result_without_newline_counts() {
+        // A result, then more work: not stopped at the first result's grace.
+        let script = format!("echo '{CLAUDE_RESULT}'; sleep 0.5; echo '{{\"type\":\"assistant\"}}'; sleep 1; exit 0");
+        let watch = FinalWatch { event: FinalEvent::ClaudeResult, grace_secs: 1 };
+        let (_tmp, run) = prepared_with(&["sh", "-c", &script], 60, Some(watch));
+        let record = supervise(&run).unwrap();
+        assert!(!record.stopped_after_result && record.exited_cleanly(), "{record:?}");
+
+        let script = format!("printf '%s' '{CLAUDE_RESULT}'; sleep 30");
+        let (_tmp, run) = prepared_with(&["sh", "-c", &script], 60, Some(watch));
+        let record = supervise(&run).unwrap();
+        assert!(record.stopped_after_result, "{record:?}");
+
+        // Without a watch, the same agent runs to its timeout.
+        let (_tmp, run) = prepared_with(&["sh", "-c", &script], 1, None);
+        let record = supervise(&run).unwrap();
+        assert!(record.timed_out && !record.stopped_after_result, "{record:?}");
     }
 
     #[test]

@@ -56,6 +56,7 @@ impl Driver {
                     exit_code: None,
                     signal: Some(9),
                     timed_out: false,
+                    stopped_after_result: false,
                     spawn_error: None,
                     started_at: String::new(),
                     finished_at: String::new(),

@@ -156,6 +156,7 @@ impl Driver {
             env,
             prompt_file: prompt_on_stdin.then(|| prompt_path.clone()),
             timeout_secs: timeout,
+            final_event: crate::runtime::agent::final_watch(&profile, self.config.runtime.result_grace_secs),
             cgroup: self.config.runtime.attempt_cgroups,
         };
         let meta = LaunchMeta {
