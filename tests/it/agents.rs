@@ -1,6 +1,6 @@
 //! Agent processes as they misbehave in the wild (issue 15): an agent that prints its result and
-//! never exits, descendants that start their own session. Real `baton` drivers and shims, fake
-//! agents written as shell scripts.
+//! never exits, descendants that start their own session, a worktree deleted while baton was
+//! down. Real `baton` drivers and shims, fake agents written as shell scripts.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -58,6 +58,16 @@ fn read_pid(path: &Path) -> i32 {
         std::thread::sleep(Duration::from_millis(20));
     }
     panic!("no pid in {}", path.display());
+}
+
+/// The journal of `task_id`: (kind, payload) per event.
+fn journal(ws: &Workspace, task_id: &str) -> Vec<(String, serde_json::Value)> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let store = baton::store::Store::open(&ws.data().join("baton.db")).await.unwrap();
+        let events = store.events(task_id, 0).await.unwrap();
+        events.into_iter().map(|e| (e.kind, serde_json::from_str(&e.payload).unwrap())).collect()
+    })
 }
 
 #[test]
@@ -171,4 +181,42 @@ fn a_descendant_in_its_own_session_ends_when_the_execution_is_cancelled() {
     assert_eq!(code(&out), 4, "{}", stderr(&out));
     let _ = child.wait_with_output();
     assert!(gone(pid), "the setsid descendant {pid} outlived its cancelled execution");
+}
+
+#[test]
+fn an_attempt_whose_worktree_vanished_while_baton_was_down_runs_again_in_a_fresh_one() {
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    // First launch: hangs on. Any later launch: does the work.
+    let marker = ws.tmp.path().join("launched-once");
+    let agent = script(
+        &ws,
+        "slow-agent",
+        &format!("if [ ! -e {m} ]; then touch {m}; exec sleep 1000; fi\necho done > out.md\n", m = marker.display()),
+    );
+    config(&ws, &format!("[agents.dev]\nprofile = 'command'\ncommand = ['{}']\n", agent.display()));
+    let plan = one_step_plan(&ws, "vanish-1", serde_json::json!({"deliverables": ["out.md"]}));
+    let first = ws.data().join("runs/vanish-1/1.1/1");
+    ws.kill_run_once_started(&plan, &first.join("started.json"));
+    let agent_pid = i32::try_from(json(&first.join("started.json"))["agent_pid"].as_i64().unwrap()).unwrap();
+    let worktree = ws.data().join("worktrees/vanish-1/1.1-1");
+    assert!(worktree.is_dir());
+    std::fs::remove_dir_all(&worktree).unwrap();
+
+    let out = ws.run_plan(&plan);
+    assert_eq!(code(&out), 0, "{}\n{}", stdout(&out), stderr(&out));
+    assert!(stderr(&out).contains("attempt 1 interrupted: its worktree"), "{}", stderr(&out));
+    assert!(gone(agent_pid), "the first launch's agent {agent_pid} was stopped");
+    let interrupted = json(&first.join("interrupted.json"));
+    assert!(interrupted["reason"].as_str().unwrap().contains("1.1-1` is gone"), "{interrupted}");
+    assert_eq!(ws.launches("vanish-1", "1.1"), 2, "run again once");
+    assert_eq!(ws.git(&["show", "baton/vanish-1:out.md"]), "done\n");
+    let step = &ws.status("vanish-1")["step_results"]["1.1"];
+    assert_eq!((step["status"].as_str(), step["attempt"].as_u64()), (Some("complete"), Some(1)), "{step}");
+    // The journal: one dispatch, one record, and it is not a failure.
+    let events = journal(&ws, "vanish-1");
+    let of = |kind: &str| events.iter().filter(|(k, p)| k == kind && p["step_id"] == "1.1").collect::<Vec<_>>();
+    assert_eq!(of("step_dispatched").len(), 1, "{events:?}");
+    let records = of("step_recorded");
+    assert_eq!(records.len(), 1, "{events:?}");
+    assert_eq!(records[0].1["status"], "complete", "{events:?}");
 }

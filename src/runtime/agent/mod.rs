@@ -6,6 +6,7 @@
 //! directory's lock, never by a pid.
 
 pub mod demo;
+pub mod interrupt;
 pub mod output;
 pub mod procs;
 pub mod profile;

@@ -505,7 +505,7 @@ fn create_output(run_dir: &Path, name: &str) -> Result<File, String> {
 }
 
 /// Writes `dir/name` atomically: tmp file, fsync, rename, fsync of `dir`.
-fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+pub(super) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
     let tmp = dir.join(format!(".{name}.tmp"));
     let target = dir.join(name);
     let mut file = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;

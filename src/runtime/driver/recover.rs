@@ -1,6 +1,7 @@
 //! Crash recovery, when a run starts: every dispatched attempt of the current phase is
 //! launched (never started), re-adopted (still running), harvested (finished while baton was
-//! down) or run again in a fresh worktree (died). Completed steps never run again.
+//! down) or run again in a fresh worktree (died, or its worktree is gone: it is stopped first,
+//! see [`crate::runtime::agent::interrupt`]). Completed steps never run again.
 
 use crate::engine;
 use crate::model::state::{ExecutionState, StepStatus};
@@ -43,6 +44,11 @@ impl Driver {
                     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
                     found = shim::inspect(&dir)?;
                 }
+            }
+            // A worktree deleted while baton was down: stop the attempt and run it again.
+            if let Some(why) = crate::runtime::agent::interrupt::interrupt_if_worktree_lost(&dir, &found).await? {
+                errln!("recovering {step_id}: attempt {attempt} interrupted: {why}");
+                found = AttemptState::Died;
             }
             match found {
                 AttemptState::NotStarted | AttemptState::Died => {
