@@ -44,16 +44,20 @@ pub fn lost_worktree(run_dir: &Path) -> Option<String> {
     (!intact).then(|| format!("its worktree `{}` is gone", spec.cwd.display()))
 }
 
-/// Stops the attempt in `run_dir` (see [`shim::kill_attempt`]; a live shim then ends every
-/// process the agent left behind and writes its exit record), waits until no shim holds the
-/// run directory (up to [`KILL_GRACE`] + 10 s), and records `reason` in [`INTERRUPTED_FILE`].
+/// Stops the attempt in `run_dir` if it is still running (see [`shim::kill_attempt`]; its shim
+/// then ends every process the agent left behind and writes its exit record) and waits until
+/// the shim lets go of the run directory (up to [`KILL_GRACE`] + 10 s); then records `reason` in
+/// [`INTERRUPTED_FILE`]. A finished attempt is only recorded: its process group id may belong to
+/// someone else by now.
 ///
 /// Errors: the record cannot be written, or the run directory cannot be read.
 pub async fn interrupt(run_dir: &Path, reason: &str) -> Result<()> {
-    let _ = shim::kill_attempt(run_dir);
-    let waiting = Stopwatch::start();
-    while matches!(shim::inspect(run_dir)?, AttemptState::Running) && waiting.elapsed() < SHIM_LET_GO {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    if matches!(shim::inspect(run_dir)?, AttemptState::Running) {
+        let _ = shim::kill_attempt(run_dir);
+        let waiting = Stopwatch::start();
+        while matches!(shim::inspect(run_dir)?, AttemptState::Running) && waiting.elapsed() < SHIM_LET_GO {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
     let record = Interrupted { reason: reason.to_owned(), at: now_rfc3339() };
     let bytes = serde_json::to_vec_pretty(&record).context("serializing the interruption")?;
