@@ -6,6 +6,7 @@
 //! directory's lock, never by a pid.
 
 pub mod demo;
+pub mod final_event;
 pub mod interrupt;
 pub mod output;
 pub mod procs;
@@ -14,16 +15,15 @@ pub mod roster;
 pub mod shim;
 
 pub use demo::run_demo_agent;
-pub use output::{
-    final_event_line, parse_claude_stream_json, parse_codex_jsonl, parse_command_output, AgentOutput, FinalEvent,
-};
+pub use final_event::{final_event_line, FinalEvent, FinalWatch};
+pub use output::{parse_claude_stream_json, parse_codex_jsonl, parse_command_output, AgentOutput};
 pub use profile::{
     agent_env, build_argv, final_event, final_watch, parse_output, AgentCommand, AgentInvocation, AgentProfile,
 };
 pub use roster::{load_roster, AgentDefinition, Roster};
 pub use shim::{
     inspect, kill_attempt, launch, prepare_run_dir, run_dir, run_shim, supervise, wait_until_finished, AttemptSpec,
-    AttemptState, ExitRecord, FinalWatch, LaunchedAttempt, StartedRecord, WaitError,
+    AttemptState, ExitRecord, LaunchedAttempt, StartedRecord, WaitError,
 };
 
 #[cfg(test)]

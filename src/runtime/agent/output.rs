@@ -200,33 +200,6 @@ pub fn parse_codex_jsonl(stdout: &str, stderr: &str, exit: &ExitRecord) -> Agent
     out
 }
 
-/// Which event in an agent's stdout is its final word: after it, the run is over and the agent
-/// is expected to exit (see [`final_event_line`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FinalEvent {
-    /// claude's stream-json `{"type":"result",…}` (the demo agent prints it too).
-    ClaudeResult,
-    /// codex's `{"type":"turn.completed",…}` or `{"type":"turn.failed",…}`.
-    CodexTurnEnd,
-}
-
-/// What one line of stdout says about the end of a run: `Some(true)` for a final event of
-/// `kind`, `Some(false)` for any other JSON event (the agent is still at work: an earlier final
-/// event no longer counts), `None` for anything else (a blank line, text, a partial line).
-pub fn final_event_line(kind: FinalEvent, line: &str) -> Option<bool> {
-    let line = line.trim();
-    if !line.starts_with('{') {
-        return None;
-    }
-    let value: Value = serde_json::from_str(line).ok()?;
-    let event = value.get("type").and_then(Value::as_str)?;
-    Some(match kind {
-        FinalEvent::ClaudeResult => event == "result",
-        FinalEvent::CodexTurnEnd => matches!(event, "turn.completed" | "turn.failed"),
-    })
-}
-
 /// Interprets a plain command: success ⇔ the process exited with code 0 (not timed out).
 ///
 /// `outcome` is the last [`STDOUT_TAIL_CHARS`] characters of stdout; on failure `error` says how
@@ -285,6 +258,9 @@ mod tests {
         assert_eq!(out.model.as_deref(), Some("claude-sonnet-4-5-20250929"));
         // success is decided on is_error, not the exit code
         assert!(parse_claude_stream_json(&stdout, "", &exit(1)).success);
+        // nor on how the process ended: stopped by the shim after its result, it stands
+        let stopped = ExitRecord { exit_code: None, signal: Some(15), stopped_after_result: true, ..exit(0) };
+        assert_eq!(parse_claude_stream_json(&stdout, "", &stopped), out);
     }
 
     #[test]
@@ -390,22 +366,6 @@ mod tests {
             parse_command_output("", "", &timed).error.as_deref(),
             Some("killed by signal 15 after the timeout")
         );
-    }
-
-    #[test]
-    fn final_events_are_recognised_per_agent() {
-        let stdout = fixture("agent-cli/claude/stream-json.write-file-run.ndjson");
-        let kinds: Vec<Option<bool>> = stdout.lines().map(|l| final_event_line(FinalEvent::ClaudeResult, l)).collect();
-        assert_eq!(kinds.last(), Some(&Some(true)), "the fixture ends with its result");
-        assert!(kinds[..kinds.len() - 1].iter().all(|k| *k == Some(false)));
-        let codex = fixture("agent-cli/codex/exec-json.jsonl");
-        let last = codex.lines().rfind(|l| !l.trim().is_empty()).unwrap();
-        assert_eq!(final_event_line(FinalEvent::CodexTurnEnd, last), Some(true));
-        assert_eq!(final_event_line(FinalEvent::CodexTurnEnd, r#"{"type":"turn.started"}"#), Some(false));
-        assert_eq!(final_event_line(FinalEvent::ClaudeResult, r#"{"type":"turn.completed"}"#), Some(false));
-        assert_eq!(final_event_line(FinalEvent::ClaudeResult, "  "), None);
-        assert_eq!(final_event_line(FinalEvent::ClaudeResult, "{\"type\":\"res"), None);
-        assert_eq!(final_event_line(FinalEvent::ClaudeResult, "result"), None);
     }
 
     #[test]

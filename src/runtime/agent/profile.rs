@@ -8,8 +8,9 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::output::{parse_claude_stream_json, parse_codex_jsonl, parse_command_output, AgentOutput, FinalEvent};
-use super::shim::{ExitRecord, FinalWatch};
+use super::final_event::{FinalEvent, FinalWatch};
+use super::output::{parse_claude_stream_json, parse_codex_jsonl, parse_command_output, AgentOutput};
+use super::shim::ExitRecord;
 
 /// Which agent CLI runs a step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

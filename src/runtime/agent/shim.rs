@@ -28,7 +28,7 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
-use super::output::FinalEvent;
+use super::final_event::{FinalWatch, FinalWatcher};
 use super::procs::{Cgroup, Tracker};
 use crate::clock::{now_rfc3339, Stopwatch};
 
@@ -81,18 +81,6 @@ pub struct AttemptSpec {
     /// only; see [`super::procs`]). Every attempt's descendants are ended with it either way.
     #[serde(default)]
     pub cgroup: bool,
-}
-
-/// An agent that printed its final event (claude's `result`) but does not exit — a child
-/// holding a pipe, a hung MCP server — is stopped `grace_secs` after it (its process group,
-/// SIGTERM then SIGKILL) and the attempt ends with the result it gave. Any later event starts
-/// the wait over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FinalWatch {
-    /// Which event ends the agent's run.
-    pub event: FinalEvent,
-    /// Seconds the agent may keep running after it.
-    pub grace_secs: u64,
 }
 
 /// Written atomically as `started.json` once the agent process exists.
@@ -440,65 +428,6 @@ fn stop_group(
     }
 }
 
-/// Reads the agent's stdout as it grows and says when its final event has stood (no event
-/// after it) for the grace of its [`FinalWatch`].
-struct FinalWatcher {
-    path: PathBuf,
-    watch: FinalWatch,
-    /// Bytes of the file read so far.
-    offset: u64,
-    /// The last line read, not yet ended by a newline.
-    partial: Vec<u8>,
-    /// Since when the last event seen is a final one.
-    since: Option<Stopwatch>,
-}
-
-impl FinalWatcher {
-    fn new(path: PathBuf, watch: FinalWatch) -> FinalWatcher {
-        FinalWatcher { path, watch, offset: 0, partial: Vec::new(), since: None }
-    }
-
-    /// Reads what was written since the last call; true once the grace after the final event
-    /// has passed.
-    fn overdue(&mut self) -> bool {
-        self.read_new();
-        self.since.as_ref().is_some_and(|since| since.elapsed() >= Duration::from_secs(self.watch.grace_secs))
-    }
-
-    fn read_new(&mut self) {
-        use std::io::{Read as _, Seek as _, SeekFrom};
-        let Ok(mut file) = File::open(&self.path) else { return };
-        if file.seek(SeekFrom::Start(self.offset)).is_err() {
-            return;
-        }
-        let mut fresh = Vec::new();
-        if file.read_to_end(&mut fresh).is_err() || fresh.is_empty() {
-            return;
-        }
-        self.offset += fresh.len() as u64;
-        self.partial.extend_from_slice(&fresh);
-        while let Some(end) = self.partial.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = self.partial.drain(..=end).collect();
-            self.see(&String::from_utf8_lossy(&line));
-        }
-        // A final event still waiting for its newline counts once it parses whole.
-        if self.since.is_none() && self.partial.trim_ascii_end().ends_with(b"}") {
-            let line = String::from_utf8_lossy(&self.partial).into_owned();
-            if super::output::final_event_line(self.watch.event, &line) == Some(true) {
-                self.since = Some(Stopwatch::start());
-            }
-        }
-    }
-
-    fn see(&mut self, line: &str) {
-        match super::output::final_event_line(self.watch.event, line) {
-            Some(true) if self.since.is_none() => self.since = Some(Stopwatch::start()),
-            Some(true) | None => {}
-            Some(false) => self.since = None,
-        }
-    }
-}
-
 fn create_output(run_dir: &Path, name: &str) -> Result<File, String> {
     let path = run_dir.join(name);
     File::create(&path).map_err(|e| format!("creating {}: {e}", path.display()))
@@ -739,6 +668,7 @@ pub const SHIM_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::agent::final_event::FinalEvent;
     use std::os::unix::fs::PermissionsExt;
 
     fn spec(dir: &Path, argv: &[&str], timeout_secs: u64) -> AttemptSpec {
@@ -915,13 +845,8 @@ mod tests {
         assert!(record.stopped_after_result && !record.timed_out, "{record:?}");
         assert_eq!(record.signal, Some(15));
         assert_eq!(record.describe(), "killed by signal 15: it kept running after its final result");
-        let (stdout, stderr) = read_output(&run).unwrap();
-        let out = super::super::output::parse_claude_stream_json(&stdout, &stderr, &record);
-        assert!(out.success, "{out:?}");
-        assert_eq!(
-            (out.outcome.as_str(), out.cost_usd, out.input_tokens, out.output_tokens),
-            ("done", Some(0.25), 7, 5)
-        );
+        // What it printed is kept whole for the harvest (output::tests parses such a run).
+        assert_eq!(read_output(&run).unwrap().0.lines().last(), Some(CLAUDE_RESULT));
     }
 
     #[test]
