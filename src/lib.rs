@@ -19,16 +19,16 @@ macro_rules! out {
     }};
 }
 
-/// Prints a line to stderr (progress, notices, errors); a closed pipe is ignored rather than a
-/// panic, so `baton execute run 2>&1 | head` cannot kill a run midway.
+/// Prints a progress line (progress, notices, errors) for whoever runs the command.
+///
+/// In a command (`baton execute run`) it goes to stderr, a line each; a closed pipe is ignored
+/// rather than a panic, so `baton execute run 2>&1 | head` cannot kill a run midway. Inside
+/// `baton serve`, where the pool drives executions ([`runtime::DRIVING`] is set), the line is
+/// a `tracing` event at info level (target `baton::progress`) with the execution's `task.id`,
+/// so it carries the server log's timestamp and format and can be filtered like any other.
 macro_rules! errln {
     ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let line = format!($($arg)*);
-        let _ = match $crate::runtime::driving() {
-            Some(task) => writeln!(std::io::stderr().lock(), "task.id={task} {line}"),
-            None => writeln!(std::io::stderr().lock(), "{line}"),
-        };
+        $crate::runtime::progress(&format!($($arg)*));
     }};
 }
 

@@ -571,7 +571,7 @@ pub fn main() -> ExitCode {
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("BATON_LOG")
         // octocrab logs every failed call at ERROR; baton says what failed itself.
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,octocrab=off"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,baton::progress=info,octocrab=off"));
     use std::io::IsTerminal as _;
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)

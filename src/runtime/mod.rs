@@ -38,6 +38,18 @@ pub fn driving() -> Option<String> {
     DRIVING.try_with(Clone::clone).ok()
 }
 
+/// Where `errln!` lines go: a `tracing` event (target `baton::progress`, info, with the
+/// execution's `task.id`) inside a pool-driven task of `baton serve`, stderr otherwise; a
+/// closed stderr is ignored.
+pub fn progress(line: &str) {
+    match driving() {
+        Some(id) => tracing::event!(target: "baton::progress", tracing::Level::INFO, task.id = %id, "{line}"),
+        None => {
+            let _ = writeln!(std::io::stderr().lock(), "{line}");
+        }
+    }
+}
+
 use std::io::Write as _;
 use std::path::Path;
 

@@ -381,6 +381,14 @@ impl Ops {
                 pool.halt(task_id).await;
             }
         }
+        if cancel {
+            // Agents that finished while the execution was paused (or its driver stopped):
+            // their work and what it cost are journaled before the execution ends.
+            let harvested = crate::runtime::driver::harvest_finished(&self.execs, task_id).await?;
+            if harvested > 0 {
+                tracing::info!(task.id = %task_id, "recorded {harvested} finished attempts before cancelling");
+            }
+        }
         let done = self
             .execs
             .record_once_checked(task_id, event, |state, event| {

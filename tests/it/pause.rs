@@ -1,7 +1,7 @@
 //! Pausing an execution `baton serve` drives (issue 13, point 6): the agent already running
 //! finishes, and the work it did (and was paid for) is recorded — by the resume at the latest:
 //! while paused the server's driver is stopped, so nothing harvests the finished attempt
-//! until the resume starts it again.
+//! until the resume starts it again; a cancel of a paused execution records it first.
 
 use std::path::Path;
 use std::time::Duration;
@@ -61,5 +61,39 @@ fn an_agent_that_finishes_while_its_execution_is_paused_is_recorded_and_paid_for
     assert_eq!(dispatches, 1, "harvested, not run again: {journal:?}");
     assert_eq!(attempts_with(&data, &task_id, "1.1", "started.json"), 1, "one agent launch");
     let (_, exec) = server.request("GET", &format!("/api/v1/executions/{task_id}"), None);
+    assert_eq!(exec["counters"]["spend_usd"], p["cost_usd"], "paid for: {exec}");
+}
+
+#[test]
+fn cancelling_a_paused_execution_first_records_the_agent_that_finished_during_the_pause() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let server = Server::start_env(&data, &[], &[]);
+    let (id, task_id) = fire_sleepy(&server, "Document then cancel while paused", 2);
+    wait_until("the agent's start", || attempts_with(&data, &task_id, "1.1", "started.json") == 1);
+    let (status, body) = server.request("POST", &format!("/api/v1/executions/{task_id}/pause"), None);
+    assert_eq!((status, body["paused"].as_bool()), (200, Some(true)), "{body}");
+    wait_until("the agent's exit", || attempts_with(&data, &task_id, "1.1", "exit.json") == 1);
+    let (status, body) = server.request(
+        "POST",
+        &format!("/api/v1/executions/{task_id}/events"),
+        Some(serde_json::json!({"kind": "cancelled", "reason": "not needed any more"})),
+    );
+    assert!(status == 200 || status == 201, "{status} {body}");
+    server.wait_stage(id, "cancelled");
+
+    let journal = journal(&server, &task_id);
+    let kinds: Vec<&str> = journal.iter().filter_map(|e| e["kind"].as_str()).collect();
+    let recorded = kinds.iter().position(|k| *k == "step_recorded");
+    let cancelled = kinds.iter().position(|k| *k == "cancelled");
+    assert!(
+        matches!((recorded, cancelled), (Some(r), Some(c)) if r < c),
+        "the finished agent's result is journaled before the cancel: {kinds:?}"
+    );
+    let p = &journal[recorded.unwrap()]["payload"];
+    assert_eq!(p["step_id"], "1.1", "{p}");
+    assert!(p["cost_usd"].as_f64().unwrap() > 0.0, "what it cost is recorded: {p}");
+    let (_, exec) = server.request("GET", &format!("/api/v1/executions/{task_id}"), None);
+    assert_eq!(exec["status"], "cancelled", "{exec}");
     assert_eq!(exec["counters"]["spend_usd"], p["cost_usd"], "paid for: {exec}");
 }

@@ -43,7 +43,7 @@ impl Server {
             .envs(env.iter().copied())
             .env_remove("BATON_CRASH_AT")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::OpenOptions::new().create(true).append(true).open(Server::log_path(data)).unwrap())
             .spawn()
             .unwrap();
         let server = Server { child, port, data: data.to_path_buf() };
@@ -55,6 +55,16 @@ impl Server {
             std::thread::sleep(Duration::from_millis(50));
         }
         panic!("baton serve did not answer /healthz within 30 s");
+    }
+
+    /// Where the server's stderr (its log) goes: beside the data dir, appended across restarts.
+    fn log_path(data: &std::path::Path) -> std::path::PathBuf {
+        data.with_extension("log")
+    }
+
+    /// What the server logged so far.
+    fn log(&self) -> String {
+        std::fs::read_to_string(Server::log_path(&self.data)).unwrap_or_default()
     }
 
     /// One HTTP/1.1 request (`Connection: close`); (status, JSON body or Null).
@@ -183,6 +193,19 @@ fn a_fired_spec_runs_parks_on_its_approval_and_wakes_when_decided() {
         .unwrap();
     let log = String::from_utf8_lossy(&log.stdout);
     assert_eq!(log.lines().count(), 5, "four step commits on the base commit:\n{log}");
+
+    // The driver's progress is in the server's log as tracing events naming the execution,
+    // never as bare lines: two executions' lines can be told apart.
+    let served = server.log();
+    let progress: Vec<&str> = served.lines().filter(|l| l.contains("baton::progress")).collect();
+    assert!(
+        progress
+            .iter()
+            .any(|l| l.contains("INFO") && l.contains(&format!("task.id={task_id}")) && l.contains("dispatch")),
+        "no dispatch line with the task id in the server log:\n{served}"
+    );
+    let bare: Vec<&str> = served.lines().filter(|l| l.trim_start().starts_with("dispatch")).collect();
+    assert!(bare.is_empty(), "progress printed bare: {bare:?}");
 }
 
 #[test]

@@ -55,7 +55,7 @@ use crate::runtime::lease;
 use crate::runtime::runs::RunMeta;
 
 pub use options::{branch_log, Interrupted, RunOptions, RunOutcome, PROFILES};
-pub use start::{check_new_run, prepare, run};
+pub use start::{check_new_run, harvest_finished, prepare, run};
 
 /// Named crash points (`BATON_CRASH_AT`): after a dispatch is journaled but before the launch;
 /// after the launch; after an attempt's commit is on the feature branch but before its result

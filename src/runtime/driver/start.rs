@@ -15,7 +15,7 @@ use crate::git::GitRepo;
 use crate::model::plan::MachinePlan;
 use crate::model::state::ExecutionState;
 use crate::runtime::agent::profile::agent_env;
-use crate::runtime::agent::roster::load_roster;
+use crate::runtime::agent::roster::{load_roster, Roster};
 use crate::runtime::config::{Config, DataDir};
 use crate::runtime::executions::Executions;
 use crate::runtime::runs::{meta_path, read_meta, RunMeta};
@@ -156,6 +156,57 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
     };
     lease.release().await?;
     outcome
+}
+
+/// Records the results of the attempts of `task_id` that finished while nobody drove it (it was
+/// paused, or its driver stopped), and does nothing else: no dispatch, no relaunch, no gate.
+/// A cancel calls it first, so an agent's finished work and what it cost are journaled before
+/// the execution ends instead of being lost with it. Returns how many results it recorded.
+///
+/// Does nothing (returns 0) for an execution no driver ever ran (an orchestrator's, without
+/// `execution.json`), a final one, or one whose lease another process holds (that driver is
+/// running and harvests its own attempts). Errors: an unreadable journal or repository.
+pub async fn harvest_finished(execs: &Executions, task_id: &str) -> anyhow::Result<usize> {
+    let data = execs.data().clone();
+    let Some(meta) = read_meta(&data, task_id)? else { return Ok(0) };
+    let Some(mut state) = execs.load(task_id).await? else { return Ok(0) };
+    if state.status.is_final() {
+        return Ok(0);
+    }
+    let Ok(lease) = lease::acquire_briefly(execs.store(), task_id).await else { return Ok(0) };
+    let result = async {
+        let config = data.config()?;
+        let repo = {
+            let path = meta.repo.clone();
+            blocking(move || GitRepo::open(&path))
+                .await?
+                .map_err(|e| BadInput(format!("repository of {task_id}: {e}")))?
+        };
+        let mut driver = Driver {
+            execs: execs.clone(),
+            data: data.clone(),
+            default_profile: meta.profile.clone(),
+            prices: config.price_table(),
+            config,
+            repo,
+            meta,
+            roster: Roster::default(),
+            cap: 1,
+            env: Vec::new(),
+            baton_exe: std::env::current_exe().context("locating the baton executable")?,
+            auto_approve: false,
+            inflight: JoinSet::new(),
+            running: 0,
+            slots: Vec::new(),
+            permits: Vec::new(),
+            reserved: None,
+            live: Vec::new(),
+        };
+        driver.harvest_finished(&mut state).await
+    }
+    .await;
+    lease.release().await?;
+    result
 }
 
 /// `--agent` names a profile. Errors ([`BadInput`]): which ones exist.
