@@ -335,7 +335,7 @@ impl Ops {
         let fired_by = events.iter().rev().find(|e| e.action == "fire").map(|e| e.actor.clone());
         let role = if fired_by.as_deref() == Some(reviewer) {
             "fired this execution"
-        } else if spec.created_by == reviewer {
+        } else if self.authors_of(&spec).await?.iter().any(|a| a == reviewer) {
             "wrote its spec"
         } else {
             return Ok(());
@@ -344,6 +344,34 @@ impl Ops {
             "{reviewer} {role}, and project {} requires a separate reviewer for its approvals",
             spec.project
         )))
+    }
+
+    /// The Baton users who wrote `spec`: its creator as recorded, and for an imported spec the
+    /// Baton users its forge identities map to (the importer recorded as `github:<login>` /
+    /// `ado:<email>`, and the GitHub issue's author), so the separate-reviewer rule knows an
+    /// issue's author under their Baton name.
+    ///
+    /// Errors: the database.
+    async fn authors_of(&self, spec: &crate::store::SpecRow) -> Result<Vec<String>, OpsError> {
+        let mut identities = Vec::new();
+        if let Some(login) = spec.created_by.strip_prefix("github:") {
+            identities.push((ForgeIdentity::GitHubLogin, login.to_string()));
+        } else if let Some(email) = spec.created_by.strip_prefix("ado:") {
+            identities.push((ForgeIdentity::AdoEmail, email.to_string()));
+        }
+        if spec.source == "github" {
+            let meta: crate::forge::ItemMeta = serde_json::from_str(&spec.source_meta).unwrap_or_default();
+            if !meta.author.is_empty() {
+                identities.push((ForgeIdentity::GitHubLogin, meta.author));
+            }
+        }
+        let mut authors = vec![spec.created_by.clone()];
+        for (kind, value) in identities {
+            if let Some(user) = self.execs.store().user_by_identity(kind, &value).await? {
+                authors.push(user.name);
+            }
+        }
+        Ok(authors)
     }
 
     // ------------------------------------------------------------------------------------

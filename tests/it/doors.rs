@@ -149,10 +149,16 @@ impl Doors {
 
     /// A new [`Fired`] execution of a two-phase plan, step 1.1 recorded.
     async fn fired(&self) -> Fired {
+        self.fired_by("alice").await
+    }
+
+    /// [`Doors::fired`] with the spec's creator recorded as `author` (a webhook import
+    /// records `github:<login>`).
+    async fn fired_by(&self, author: &str) -> Fired {
         let n = self.next();
         let (url, title) = (format!("https://github.com/o/r/issues/{n}"), format!("Door spec {n}"));
         let input = SpecInput { project: PROJECT.into(), title: title.clone(), body: "Do it.".into(), priority: None };
-        let spec = self.t.app.specs.create(input, "github", &url, "alice").await.unwrap();
+        let spec = self.t.app.specs.create(input, "github", &url, author).await.unwrap();
         let task_id = self.t.execution(&phases_plan(&format!("door-{n}"), 2, true)).await;
         let step = json!({"kind": "step_recorded", "step_id": "1.1", "agent_name": "agent-1", "status": "complete",
                           "outcome": "done"});
@@ -404,6 +410,22 @@ async fn an_approval_is_recorded_or_refused_alike_through_every_door() {
                 }
             }
         }
+    }
+}
+
+/// A spec imported by webhook records its creator as `github:<login>`: the separate-reviewer
+/// rule still knows it as the Baton user that login maps to (it once compared the raw text
+/// and let the issue's author approve their own work).
+#[tokio::test]
+async fn the_author_of_an_imported_spec_is_refused_through_every_door() {
+    let d = Doors::new().await;
+    for (i, door) in DOORS.into_iter().enumerate() {
+        let f = d.fired_by("github:alice-gh").await;
+        let answer = d.approve(door, "alice", &f, None).await;
+        let ctx = format!("alice (github:alice-gh) through {door:?}: {} {}", answer.status, answer.text);
+        assert_eq!(answer.status, FORBIDDEN[i], "{ctx}");
+        assert!(answer.text.contains("alice wrote its spec") && answer.text.contains(SEPARATE), "{ctx}");
+        d.assert_undecided(&f, &ctx).await;
     }
 }
 
