@@ -809,7 +809,8 @@ impl Ops {
 
     /// Decides the approval that the execution of the spec imported from `source_url` (on
     /// forge `source`: `github`, `ado`) waits for, by `op` (the forge user's Baton user), as the
-    /// web form would. `Ok(Err(reason))` when the comment decides nothing (no such spec, not
+    /// web form would. `written_at` (RFC 3339) is when the comment was written, where the forge
+    /// says: a comment written before the pending approval was asked for decides nothing. `Ok(Err(reason))` when the comment decides nothing (no such spec, not
     /// fired, nothing pending, a role too low or the separate-reviewer rule, a reject without a
     /// reason): the webhook answers it as ignored.
     ///
@@ -818,6 +819,7 @@ impl Ops {
         &self,
         source: &str,
         source_url: &str,
+        written_at: Option<&str>,
         op: &Operator,
         result: ApprovalDecision,
         feedback: String,
@@ -836,7 +838,7 @@ impl Ops {
             return Ok(Err(format!("spec {} has not been fired", spec.spec_id)));
         };
         let state = self.get(&task_id).await?;
-        let Some(phase_id) = state.pending_approval_request.as_ref().map(|p| p.phase_id) else {
+        let Some(pending) = state.pending_approval_request.as_ref() else {
             // A comment written while an approval was pending, arriving after it was decided:
             // the decision that stands, as every door names it.
             let standing = state.approval_results.last().and_then(|a| already_decided(&state, a.phase_id));
@@ -846,6 +848,20 @@ impl Ops {
                 spec.spec_id
             )));
         };
+        let phase_id = pending.phase_id;
+        // A comment answers the approval that was pending when it was written: one written
+        // before this approval was asked for (it decided, or came too late for, an earlier
+        // one) never decides it.
+        if let Some((written, asked)) = written_at.and_then(parse_time).zip(parse_time(&pending.requested_at)) {
+            if written < asked {
+                return Ok(Err(format!(
+                    "the comment was written at {} before phase {phase_id} of {task_id} asked for approval at {}: \
+                     comment again to decide it",
+                    written.to_rfc3339(),
+                    asked.to_rfc3339()
+                )));
+            }
+        }
         let decided = match self.approve(&task_id, phase_id, result, feedback, None, op).await {
             Ok(decided) => decided,
             // Refused like a role too low: the comment decides nothing (the separate-reviewer
@@ -868,6 +884,11 @@ pub struct CommentDecision {
     pub phase_id: i64,
     /// The record.
     pub decided: Decided,
+}
+
+/// An RFC 3339 time (a forge's `created_at`, an event's `at`); `None` when it is not one.
+fn parse_time(text: &str) -> Option<chrono::DateTime<chrono::FixedOffset>> {
+    chrono::DateTime::parse_from_rfc3339(text.trim()).ok()
 }
 
 fn role_of(user: &UserRow) -> Role {

@@ -315,7 +315,8 @@ async fn comment(app: &AppState, delivery: &str, p: &Value) -> Result<Handled, A
         return Ok(ignored(format!("GitHub user {login} is not mapped to a Baton user")));
     };
     let url = intake::spec_url(&app.execs, "github", text(p, "/issue/html_url")).await?;
-    let decided = Decided { source: "github", url: &url, who: login, delivery };
+    let written_at = Some(text(p, "/comment/created_at")).filter(|t| !t.is_empty());
+    let decided = Decided { source: "github", url: &url, who: login, delivery, written_at };
     decide(app, &decided, &user, decision, feedback).await
 }
 
@@ -329,6 +330,8 @@ struct Decided<'a> {
     who: &'a str,
     /// The delivery.
     delivery: &'a str,
+    /// When the comment was written (RFC 3339), where the payload says.
+    written_at: Option<&'a str>,
 }
 
 /// Decides, through the operator service, the approval the execution of the spec imported
@@ -341,7 +344,7 @@ async fn decide(
     decision: ApprovalDecision,
     feedback: String,
 ) -> Result<Handled, AppError> {
-    let outcome = app.ops.decide_from_comment(from.source, from.url, user, decision, feedback).await?;
+    let outcome = app.ops.decide_from_comment(from.source, from.url, from.written_at, user, decision, feedback).await?;
     let d = match outcome {
         Ok(d) => d,
         Err(reason) => return Ok(ignored(format!("{reason} ({})", from.who))),
@@ -427,7 +430,8 @@ async fn ado_comment(app: &AppState, delivery: &str, resource: &Value) -> Result
         return Ok(ignored(format!("Azure DevOps user {email:?} is not mapped to a Baton user")));
     };
     let url = intake::spec_url(&app.execs, "ado", &ado_url(resource, false)).await?;
-    let decided = Decided { source: "ado", url: &url, who: email, delivery };
+    let written_at = Some(text(fields, "/System.ChangedDate")).filter(|t| !t.is_empty());
+    let decided = Decided { source: "ado", url: &url, who: email, delivery, written_at };
     decide(app, &decided, &user, decision, feedback).await
 }
 

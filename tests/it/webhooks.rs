@@ -394,6 +394,14 @@ async fn a_baton_approve_comment_decides_the_approval_and_a_merged_pull_request_
 
     assert!(store.set_identity("rev", ForgeIdentity::GitHubLogin, "Ben-Lumen").await.unwrap());
     comment["comment"]["user"]["login"] = json!("ben-lumen");
+    // The fixture's comment was written in May, long before this approval was asked for: a
+    // late delivery of an old comment never decides a later approval.
+    let (status, body) = app.deliver_variant("issue_comment.created", &comment, "c-old").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let why = body["ignored"].as_str().unwrap();
+    assert!(why.contains("written at 2026-05-11") && why.contains("before phase 1"), "{body}");
+    assert!(app.execs.get(task_id).await.unwrap().pending_approval_request.is_some());
+    comment["comment"]["created_at"] = json!(baton::clock::now_rfc3339());
     let (status, body) = app.deliver_variant("issue_comment.created", &comment, "c-approve").await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["decision"], "approve");
@@ -475,6 +483,7 @@ async fn a_reject_comment_needs_a_reason_and_records_the_rejection() {
 
     let mut comment = app.payload("issue_comment.created");
     comment["comment"]["body"] = json!("/baton reject");
+    comment["comment"]["created_at"] = json!(baton::clock::now_rfc3339());
     let (status, body) = app.deliver_variant("issue_comment.created", &comment, "r-0").await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     comment["comment"]["body"] = json!("/baton reject the fix is wrong");
@@ -600,6 +609,12 @@ async fn a_baton_approve_work_item_comment_decides_the_approval_and_a_merged_ado
     assert_eq!(body["ignored"], "Azure DevOps user \"Rita@Example.com\" is not mapped to a Baton user");
 
     assert!(store.set_identity("rita", ForgeIdentity::AdoEmail, "rita@example.com").await.unwrap());
+    // The fixture's revision is older than the approval request: it decides nothing.
+    comment["id"] = json!("comment-old");
+    let (status, body) = app.post_ado(comment.to_string().as_bytes(), Some(ADO_AUTH)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert!(body["ignored"].as_str().unwrap().contains("before phase 1"), "{body}");
+    comment["resource"]["fields"]["System.ChangedDate"] = json!(baton::clock::now_rfc3339());
     comment["id"] = json!("comment-2");
     let (status, body) = app.post_ado(comment.to_string().as_bytes(), Some(ADO_AUTH)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
