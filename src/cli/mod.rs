@@ -986,7 +986,12 @@ async fn serve(data_dir: &Path, bind: std::net::SocketAddr, demo: bool, max_agen
         .ok()
         .filter(|u| !u.trim().is_empty())
         .unwrap_or_else(|| format!("http://{addr}"));
-    let reporter = crate::runtime::report::Reporter::new(state.execs.clone(), state.forges.clone(), &public_url);
+    let reporter = crate::runtime::report::Reporter::new(
+        state.execs.clone(),
+        state.forges.clone(),
+        &public_url,
+        state.ops.clock().clone(),
+    );
     tokio::spawn(reporter.run(state.closing()));
     let recovered = pool.recover().await?;
     if recovered > 0 {

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use crate::clock;
+use crate::clock::Clock;
 use crate::forge::{ForgeError, ItemRef};
 use crate::model::state::{ExecutionState, ExecutionStatus, StepStatus};
 use crate::runtime::executions::Executions;
@@ -102,14 +102,16 @@ pub struct Reporter {
     base_url: String,
     /// Where the next pass starts looking (RFC 3339).
     since: String,
+    /// The time (the wall clock in `baton serve`, a manual one in tests).
+    clock: Clock,
 }
 
 impl Reporter {
-    /// A reporter linking to pages under `base_url`.
-    pub fn new(execs: Executions, forges: Forges, base_url: &str) -> Reporter {
-        let since = (clock::now() - chrono::Duration::hours(FIRST_LOOK_HOURS))
+    /// A reporter linking to pages under `base_url`, reading the time from `clock`.
+    pub fn new(execs: Executions, forges: Forges, base_url: &str, clock: Clock) -> Reporter {
+        let since = (clock.now() - chrono::Duration::hours(FIRST_LOOK_HOURS))
             .to_rfc3339_opts(chrono::SecondsFormat::Secs, false);
-        Reporter { execs, forges, base_url: base_url.trim_end_matches('/').to_string(), since }
+        Reporter { execs, forges, base_url: base_url.trim_end_matches('/').to_string(), since, clock }
     }
 
     /// Passes every [`INTERVAL`] until `closing` turns true. A failing pass is logged and the
@@ -132,7 +134,8 @@ impl Reporter {
     /// Errors: the database. A forge failure is recorded on its report, not returned.
     pub async fn pass(&mut self) -> anyhow::Result<usize> {
         // A little overlap: rows written during the previous pass's read are seen again.
-        let started = (clock::now() - chrono::Duration::seconds(5)).to_rfc3339_opts(chrono::SecondsFormat::Secs, false);
+        let started =
+            (self.clock.now() - chrono::Duration::seconds(5)).to_rfc3339_opts(chrono::SecondsFormat::Secs, false);
         let store = self.execs.store();
         let mut posted = 0;
         for (spec_id, task_id) in store.reportable_specs(&self.since).await? {
@@ -143,7 +146,7 @@ impl Reporter {
             let pr = store.merge(&task_id).await?.filter(|m| m.state == "opened").map(|m| m.pr_url);
             let page = format!("{}/executions/{task_id}", self.base_url);
             for report in reports_for(&state, pr.as_deref(), &page) {
-                let at = clock::now_rfc3339();
+                let at = self.clock.now_rfc3339();
                 if !store.claim_report(spec_id, &report.key, MAX_ATTEMPTS, &at).await? {
                     continue;
                 }
@@ -157,7 +160,7 @@ impl Reporter {
                         e.to_string()
                     }
                 };
-                store.finish_report(spec_id, &report.key, &error, &clock::now_rfc3339()).await?;
+                store.finish_report(spec_id, &report.key, &error, &self.clock.now_rfc3339()).await?;
             }
         }
         self.since = started;

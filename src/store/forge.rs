@@ -146,7 +146,8 @@ impl Store {
     }
 
     /// The fired forge specs (source `github` or `ado`, with an item reference in
-    /// `source_meta`) whose spec row or execution changed at or after `since` (RFC 3339), or
+    /// `source_meta`) whose spec row, execution or merge row (a pull request opened) changed at
+    /// or after `since` (RFC 3339), or
     /// that have a report not yet posted with attempts left (fewer than 5): (spec_id,
     /// task_id), by spec id.
     ///
@@ -156,7 +157,8 @@ impl Store {
         Ok(sqlx::query_as::<_, (i64, String)>(
             "select s.spec_id, s.task_id from specs s left join executions e on e.task_id = s.task_id \
              where s.task_id is not null and s.source in ('github', 'ado') and s.source_meta like '%\"item_ref\"%' \
-             and (s.updated_at >= ?1 or coalesce(e.updated_at, '') >= ?1 or s.spec_id in \
+             and (s.updated_at >= ?1 or coalesce(e.updated_at, '') >= ?1 \
+             or s.task_id in (select task_id from merges where updated_at >= ?1) or s.spec_id in \
              (select spec_id from forge_reports where state != 'posted' and attempts < 5)) order by s.spec_id",
         )
         .bind(since)

@@ -23,6 +23,7 @@ mod layering;
 mod metrics;
 mod pause;
 mod project_fields;
+mod report;
 mod run;
 mod serve;
 mod snapshots;

@@ -1,0 +1,91 @@
+//! Report back on a forge item (issue 19, point 1): the "pull request open" comment is posted
+//! when the pull request opens, once — not when something else about the spec changes later
+//! (it once waited for the merged webhook, since opening a pull request touches neither the
+//! spec nor its execution, only its merge row).
+
+use baton::forge::{ForgeSettings, RetryPolicy};
+use baton::runtime::forge::Forges;
+use baton::runtime::report::Reporter;
+use baton::runtime::specs::SpecInput;
+use baton::store::{MergeRow, SpecChange};
+use serde_json::{json, Value};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+use crate::app::{phases_plan, TestApp};
+
+/// The comments the mock received on issue 7, as their texts.
+async fn comments(mock: &MockServer) -> Vec<String> {
+    let received = mock.received_requests().await.unwrap_or_default();
+    received
+        .iter()
+        .filter(|r| r.method.as_str() == "POST" && r.url.path().ends_with("/issues/7/comments"))
+        .map(|r| serde_json::from_slice::<Value>(&r.body).unwrap()["body"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_pull_request_comment_is_posted_when_it_opens_and_only_once() {
+    let t = TestApp::new().await;
+    let mock = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/repos/o/r/issues/7/comments"))
+        .respond_with(ResponseTemplate::new(201).set_body_json(json!({"id": 1, "html_url": "https://github.com/c/1"})))
+        .mount(&mock)
+        .await;
+    let settings = ForgeSettings::default().with_env(|k| match k {
+        "GITHUB_TOKEN" => Some("ghp_report_test".into()),
+        "BATON_GITHUB_API_URL" => Some(mock.uri()),
+        _ => None,
+    });
+    let forges = Forges::new(settings, RetryPolicy::default()).unwrap();
+
+    // A spec imported from issue o/r#7, fired as an execution that is complete.
+    let store = t.store();
+    let (status, body) =
+        t.post("/api/v1/projects", json!({"name": "p", "repo_path": t.ws.repo(), "agent_profile": "demo"})).await;
+    assert_eq!(status, axum::http::StatusCode::CREATED, "{body}");
+    let input = SpecInput { project: "p".into(), title: "Report me".into(), body: "b".into(), priority: None };
+    let spec = t.app.specs.create(input, "github", "https://github.com/o/r/issues/7", "lee").await.unwrap();
+    store.set_source_meta(spec.spec_id, r#"{"item_ref":"github:o/r#7"}"#).await.unwrap();
+    let task_id = t.execution(&phases_plan("report-1", 1, false)).await;
+    let fire = SpecChange {
+        action: "fire".into(),
+        expected: "imported".into(),
+        to: "executing".into(),
+        actor: "lee".into(),
+        at: t.app.clock.now_rfc3339(),
+        ..SpecChange::default()
+    };
+    store.change_spec(spec.spec_id, &fire).await.unwrap();
+    store.attach_execution(spec.spec_id, &task_id).await.unwrap();
+
+    let mut reporter = Reporter::new(t.app.execs.clone(), forges, "http://baton.test", t.app.clock.clone());
+    reporter.pass().await.unwrap();
+    assert_eq!(comments(&mock).await.len(), 1, "fired: {:?}", comments(&mock).await);
+
+    // A minute later nothing changed; then the pull request opens: only the merge row changes.
+    t.advance(chrono::Duration::minutes(1));
+    reporter.pass().await.unwrap();
+    assert_eq!(comments(&mock).await.len(), 1, "nothing new: {:?}", comments(&mock).await);
+    let row = MergeRow {
+        task_id: task_id.clone(),
+        spec_id: Some(spec.spec_id),
+        forge_repo: "github:o/r".into(),
+        branch: format!("baton/{task_id}"),
+        base_branch: "main".into(),
+        state: "opened".into(),
+        pr_number: Some(43),
+        pr_url: "https://github.com/o/r/pull/43".into(),
+        pushed_sha: String::new(),
+        error: String::new(),
+        updated_at: t.app.clock.now_rfc3339(),
+    };
+    store.put_merge(&row).await.unwrap();
+    reporter.pass().await.unwrap();
+    reporter.pass().await.unwrap();
+    let texts = comments(&mock).await;
+    let pr: Vec<&String> =
+        texts.iter().filter(|t| t.contains("opened the pull request https://github.com/o/r/pull/43")).collect();
+    assert_eq!(pr.len(), 1, "posted when it opened, once: {texts:?}");
+}
