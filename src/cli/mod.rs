@@ -1165,9 +1165,10 @@ async fn record_command(
     let (task_id, event) = event_of(command)?;
     let task_id = execs.resolve_task_id(task_id.as_deref()).await?;
     // An unknown task id is one line naming it, for every command (found by a tester: it
-    // surfaced as the lease's "acquiring the lease: execution … not found").
-    let state = execs.get(&task_id).await?;
+    // surfaced as the lease's "acquiring the lease: execution … not found"): the operator
+    // service checks it before the lease. Only a member's record loads the state here.
     if let Some((step_id, member_id)) = member {
+        let state = execs.get(&task_id).await?;
         team_record::check_member(&state, &step_id, &member_id)?;
     }
     let op = ops.cli_operator(as_user).await?;

@@ -43,11 +43,18 @@ pub fn next_action(state: &ExecutionState) -> Action {
 /// order (seed-spec §2.18); a team step offers its dispatchable members (and synthesis) instead
 /// of itself (see [`team`]). Empty while the execution waits or is finished.
 pub fn next_actions(state: &ExecutionState) -> Vec<Action> {
+    dispatches(state, usize::MAX)
+}
+
+/// The first `limit` DISPATCH actions of [`next_actions`]: which steps are ready and affordable
+/// is decided over the whole phase, but only those taken get their action (and its prompt)
+/// built, so `next_action` costs one prompt, not one per ready step.
+fn dispatches(state: &ExecutionState, limit: usize) -> Vec<Action> {
     if state.status != ExecutionStatus::Running || state.checkpoint.due {
         return Vec::new();
     }
     let Some(phase) = state.current() else { return Vec::new() };
-    if phase.steps.iter().any(|s| state.step_status(&s.step_id) == StepStatus::Failed) {
+    if state.any_failed_in_current_phase() {
         return Vec::new();
     }
     let mut ready: Vec<(std::borrow::Cow<'_, PlanStep>, &str)> = Vec::new();
@@ -69,6 +76,7 @@ pub fn next_actions(state: &ExecutionState) -> Vec<Action> {
     let isolation = if ready.len() >= 2 { "worktree" } else { "" };
     ready
         .into_iter()
+        .take(limit)
         .map(|(s, parent)| {
             let mut d = dispatch_action(state, phase, &s, isolation);
             d.is_team_member = !parent.is_empty();
@@ -88,7 +96,7 @@ fn running_action(state: &ExecutionState) -> Action {
             summary: completion_summary(state),
         };
     };
-    if let Some(first) = next_actions(state).into_iter().next() {
+    if let Some(first) = dispatches(state, 1).into_iter().next() {
         return first;
     }
     let failed: Vec<&str> = phase

@@ -143,7 +143,9 @@ pub fn apply(state: &mut ExecutionState, event: &Event, now: &str) -> Result<App
         state.reindex();
     }
     check::check(state, &event.kind)?;
+    let followed = settle::before_event(state, &event.kind);
     mutate::mutate(state, event, now);
+    settle::after_event(state, followed);
     state.applied_keys.insert(key.clone(), fingerprint);
     state.events_applied += 1;
     settle::settle(state, now);

@@ -1,39 +1,46 @@
 //! The end of the current phase, after every event: a failed step fails the execution once
 //! nothing is in flight; a finished phase asks for its approval, then its feedback answers,
 //! then its gate, then a goal evaluation, and advances; an advance may make a checkpoint due.
-//! This is the one place a phase advances. This module never does IO.
+//! This is the one place a phase advances. It keeps the current phase's [`PhaseTally`] across
+//! events, so settling costs the same in a phase of 5 steps and of 5,000. This module never
+//! does IO.
 
 use crate::engine::edits::fail;
 use crate::engine::guards::{answered, is_ready};
 use crate::engine::{
     amend, budget, goal, team, CHECKPOINT_PHASE_INTERVAL, CHECKPOINT_TOKEN_THRESHOLD, CHECKPOINT_TURN_THRESHOLD,
 };
-use crate::model::state::{ApprovalDecision, ExecutionState, ExecutionStatus, PendingApprovalRequest, StepStatus};
+use crate::model::event::EventKind;
+use crate::model::plan::PlanPhase;
+use crate::model::state::{
+    ApprovalDecision, ExecutionState, ExecutionStatus, PendingApprovalRequest, PhaseTally, StepStatus,
+};
 
 /// Handles the end of the current phase (approval → feedback → gate → advance), repeatedly,
 /// and turns a failed step into a failed execution once nothing is in flight.
 pub(crate) fn settle(state: &mut ExecutionState, now: &str) {
     loop {
-        if state.status != ExecutionStatus::Running || team::escalate(state, now) {
+        if state.status != ExecutionStatus::Running {
+            return;
+        }
+        // A tallied phase has no team step, so no team conflict to escalate.
+        let tally = tally(state);
+        if tally.is_none() && team::escalate(state, now) {
             return;
         }
         let Some(phase) = state.plan.phases.get(state.current_phase) else { return };
         let phase_id = phase.phase_id;
-        let mut failed = None;
-        let mut all_done = true;
-        let mut in_flight = false;
-        for s in &phase.steps {
-            let st = state.step_status(&s.step_id);
-            if st == StepStatus::Failed && failed.is_none() {
-                failed = Some(s.step_id.clone());
+        let (failed, all_done, in_flight) = match tally {
+            Some(t) => {
+                let failed = if t.failed > 0 {
+                    phase.steps.iter().find(|s| state.step_status(&s.step_id) == StepStatus::Failed)
+                } else {
+                    None
+                };
+                (failed.map(|s| s.step_id.clone()), t.not_done == 0, t.dispatched > 0)
             }
-            if team::in_flight(state, s) {
-                in_flight = true;
-            }
-            if !st.is_done() {
-                all_done = false;
-            }
-        }
+            None => scan(state, phase),
+        };
         if let Some(step_id) = failed {
             if !in_flight {
                 let error = state.result(&step_id).map(|r| r.error.clone()).unwrap_or_default();
@@ -42,7 +49,12 @@ pub(crate) fn settle(state: &mut ExecutionState, now: &str) {
             return;
         }
         if !all_done {
-            if !in_flight {
+            let interacting = match tally {
+                Some(t) => t.interacting > 0,
+                None => phase.steps.iter().any(|s| state.step_status(&s.step_id) == StepStatus::Interacting),
+            };
+            // Only a budget ceiling can park a phase that still has steps to run.
+            if !in_flight && !interacting && state.budget.ceiling_usd.is_some() {
                 let ready: Vec<String> = phase
                     .steps
                     .iter()
@@ -54,7 +66,6 @@ pub(crate) fn settle(state: &mut ExecutionState, now: &str) {
                         }
                     })
                     .collect();
-                let interacting = phase.steps.iter().any(|s| state.step_status(&s.step_id) == StepStatus::Interacting);
                 budget::park_if_blocked(state, &ready, interacting);
             }
             return;
@@ -84,6 +95,7 @@ pub(crate) fn settle(state: &mut ExecutionState, now: &str) {
             return;
         }
         amend::append_scope_expansions(state, phase_id, now);
+        state.index.2 = None;
         if goal::request_evaluation(state) {
             continue;
         }
@@ -93,6 +105,7 @@ pub(crate) fn settle(state: &mut ExecutionState, now: &str) {
 
 /// The one place a phase advances.
 fn advance(state: &mut ExecutionState) {
+    state.index.2 = None;
     state.current_phase += 1;
     if state.current_phase >= state.plan.phases.len() {
         return;
@@ -112,4 +125,92 @@ fn advance(state: &mut ExecutionState) {
         marks.due = true;
         marks.reason = reason;
     }
+}
+
+/// The first failed step of `phase`, whether any of its steps is in flight, and whether all
+/// are done: the scan of every step (and team unit) that a tally saves.
+fn scan(state: &ExecutionState, phase: &PlanPhase) -> (Option<String>, bool, bool) {
+    let mut failed = None;
+    let mut all_done = true;
+    let mut in_flight = false;
+    for s in &phase.steps {
+        let st = state.step_status(&s.step_id);
+        if st == StepStatus::Failed && failed.is_none() {
+            failed = Some(s.step_id.clone());
+        }
+        if team::in_flight(state, s) {
+            in_flight = true;
+        }
+        if !st.is_done() {
+            all_done = false;
+        }
+    }
+    (failed, all_done, in_flight)
+}
+
+/// The current phase's tally: the one kept while it still counts this phase, else a fresh
+/// count, kept for the next events. None (and none kept) for a phase with team steps or in a
+/// plan with a completion condition, whose events change other steps than the one they name.
+fn tally(state: &mut ExecutionState) -> Option<PhaseTally> {
+    let index = state.current_phase;
+    let phase = state.plan.phases.get(index)?;
+    if let Some(t) = state.index.2.filter(|t| t.phase == index && t.steps == phase.steps.len()) {
+        return Some(t);
+    }
+    if goal::condition(&state.plan).is_some() || phase.steps.iter().any(|s| !s.team.is_empty()) {
+        state.index.2 = None;
+        return None;
+    }
+    let mut t =
+        PhaseTally { phase: index, steps: phase.steps.len(), failed: 0, dispatched: 0, not_done: 0, interacting: 0 };
+    for s in &phase.steps {
+        t.count(state.step_status(&s.step_id), 1);
+    }
+    state.index.2 = Some(t);
+    Some(t)
+}
+
+/// Called before an event is applied: the step whose status it changes and that status, when
+/// the tally can follow the change (the dispatch or record of an ordinary step of the tallied
+/// phase); for any other event the tally is dropped and the next settle counts again.
+pub(crate) fn before_event(state: &mut ExecutionState, kind: &EventKind) -> Option<(String, StepStatus)> {
+    let step_id = match kind {
+        EventKind::StepDispatched { step_id, .. } | EventKind::StepRecorded { step_id, .. } => Some(step_id),
+        _ => None,
+    };
+    let followed = step_id
+        .zip(state.index.2)
+        .filter(|(id, t)| state.locate(id).is_some_and(|(pi, _)| pi == t.phase) && state.team_parent(id).is_none());
+    match followed {
+        Some((id, _)) => Some((id.clone(), state.step_status(id))),
+        None => {
+            state.index.2 = None;
+            None
+        }
+    }
+}
+
+/// Called after the event was applied: moves its step in the tally from the status it had to
+/// the one it has.
+pub(crate) fn after_event(state: &mut ExecutionState, followed: Option<(String, StepStatus)>) {
+    let Some((id, before)) = followed else { return };
+    let after = state.step_status(&id);
+    if let Some(t) = state.index.2.as_mut() {
+        t.count(before, -1);
+        t.count(after, 1);
+    }
+}
+
+/// True when the kept tally (if any) is what a fresh count of its phase gives (tests check it
+/// after every event).
+#[cfg(test)]
+pub(crate) fn tally_is_true(state: &ExecutionState) -> bool {
+    let Some(kept) = state.index.2 else { return true };
+    let Some(phase) = state.plan.phases.get(kept.phase) else { return false };
+    let mut t = PhaseTally { phase: kept.phase, steps: phase.steps.len(), ..kept };
+    (t.failed, t.dispatched, t.not_done, t.interacting) = (0, 0, 0, 0);
+    for s in &phase.steps {
+        t.count(state.step_status(&s.step_id), 1);
+    }
+    t == kept
 }

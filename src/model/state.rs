@@ -354,11 +354,56 @@ pub struct Counters {
     pub turn_count: u64,
 }
 
-/// Where each step lives in the plan (step id → (phase index, step index)), and which team step
-/// each team member and synthesis dispatch belongs to (id → team step id): a cache rebuilt from
-/// the plan, never serialized and ignored by equality.
+/// Where each step lives in the plan (step id → (phase index, step index)), which team step
+/// each team member and synthesis dispatch belongs to (id → team step id), and the current
+/// phase's tally (`PhaseTally`): a cache rebuilt from the plan, never serialized and ignored by
+/// equality.
 #[derive(Debug, Clone, Default)]
-pub struct StepIndex(pub(crate) HashMap<String, (usize, usize)>, pub(crate) HashMap<String, String>);
+pub struct StepIndex(
+    pub(crate) HashMap<String, (usize, usize)>,
+    pub(crate) HashMap<String, String>,
+    pub(crate) Option<PhaseTally>,
+);
+
+/// How many of one phase's steps are in each status that ends or holds a phase, so that
+/// settling after an event needs no scan of the phase (`engine::settle` keeps it; a phase of
+/// 5,000 steps was scanned after every replayed event). Counts, no units. Only for phases
+/// without team steps, in plans without a completion condition; any event other than a
+/// step's dispatch or record drops it and the next settle counts again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PhaseTally {
+    /// Index of the phase counted.
+    pub(crate) phase: usize,
+    /// Its number of steps when counted (an amendment that changes it drops the tally).
+    pub(crate) steps: usize,
+    /// Steps whose latest attempt failed.
+    pub(crate) failed: usize,
+    /// Steps with an attempt in flight.
+    pub(crate) dispatched: usize,
+    /// Steps neither complete nor skipped.
+    pub(crate) not_done: usize,
+    /// Steps waiting for a human reply.
+    pub(crate) interacting: usize,
+}
+
+impl PhaseTally {
+    /// Adds (`by` = 1) or removes (`by` = -1) one step in `status`.
+    pub(crate) fn count(&mut self, status: StepStatus, by: isize) {
+        let bump = |n: &mut usize| *n = n.saturating_add_signed(by);
+        if status == StepStatus::Failed {
+            bump(&mut self.failed);
+        }
+        if status == StepStatus::Dispatched {
+            bump(&mut self.dispatched);
+        }
+        if !status.is_done() {
+            bump(&mut self.not_done);
+        }
+        if status == StepStatus::Interacting {
+            bump(&mut self.interacting);
+        }
+    }
+}
 
 impl PartialEq for StepIndex {
     fn eq(&self, _: &Self) -> bool {
@@ -522,7 +567,7 @@ impl ExecutionState {
                 }
             }
         }
-        self.index = StepIndex(map, members);
+        self.index = StepIndex(map, members, None);
     }
 
     /// The team step a team member (or a team step's synthesis dispatch) belongs to, by id;
@@ -537,6 +582,16 @@ impl ExecutionState {
             });
         }
         self.index.1.get(id).map(String::as_str)
+    }
+
+    /// True when a step of the current phase has failed (its latest attempt). Reads the
+    /// engine's tally of the phase when it has one, else looks at every step.
+    pub fn any_failed_in_current_phase(&self) -> bool {
+        let Some(phase) = self.current() else { return false };
+        match self.index.2.filter(|t| t.phase == self.current_phase && t.steps == phase.steps.len()) {
+            Some(t) => t.failed > 0,
+            None => phase.steps.iter().any(|s| self.step_status(&s.step_id) == StepStatus::Failed),
+        }
     }
 
     /// Steps complete or skipped / total steps.

@@ -95,15 +95,14 @@ impl Executions {
 
     /// Loads an execution: latest snapshot + replay of the later journal. `None` if unknown.
     pub async fn load(&self, task_id: &str) -> anyhow::Result<Option<ExecutionState>> {
-        let Some(loaded) = self.store.load(task_id).await.with_context(|| format!("loading {task_id}"))? else {
+        let Some(loaded) = self.store.load_latest(task_id).await.with_context(|| format!("loading {task_id}"))? else {
             return Ok(None);
         };
         let mut state = match &loaded.snapshot {
             Some(snap) => serde_json::from_str::<ExecutionState>(&snap.state_json)
                 .with_context(|| format!("snapshot {} of {task_id} is unreadable", snap.seq))?,
             None => {
-                let plan =
-                    MachinePlan::from_json(&loaded.plan_json).map_err(|e| anyhow::anyhow!("stored plan: {e}"))?;
+                let plan = stored_plan(loaded.plan_json.as_deref())?;
                 engine::start(plan, &loaded.created_at).map_err(|e| anyhow::anyhow!("stored plan: {e}"))?
             }
         };
@@ -130,7 +129,7 @@ impl Executions {
     /// The plan an execution was created with (before any amendment), if it exists.
     pub async fn original_plan(&self, task_id: &str) -> anyhow::Result<Option<MachinePlan>> {
         let Some(loaded) = self.store.load(task_id).await? else { return Ok(None) };
-        let plan = MachinePlan::from_json(&loaded.plan_json).map_err(|e| anyhow::anyhow!("stored plan: {e}"))?;
+        let plan = stored_plan(loaded.plan_json.as_deref())?;
         Ok(Some(plan))
     }
 
@@ -138,7 +137,7 @@ impl Executions {
     pub async fn replay(&self, task_id: &str) -> anyhow::Result<ExecutionState> {
         let loaded =
             self.store.load(task_id).await?.ok_or_else(|| BadInput(format!("no execution with task id {task_id}")))?;
-        let plan = MachinePlan::from_json(&loaded.plan_json).map_err(|e| anyhow::anyhow!("stored plan: {e}"))?;
+        let plan = stored_plan(loaded.plan_json.as_deref())?;
         let events = self.store.events(task_id, 0).await?;
         let mut parsed = Vec::with_capacity(events.len());
         for ev in &events {
@@ -258,6 +257,12 @@ impl Executions {
             }
         }
     }
+}
+
+/// Parses the plan an execution was created with, as the store gave it.
+fn stored_plan(plan_json: Option<&str>) -> anyhow::Result<MachinePlan> {
+    let text = plan_json.ok_or_else(|| anyhow::anyhow!("stored plan: not loaded"))?;
+    MachinePlan::from_json(text).map_err(|e| anyhow::anyhow!("stored plan: {e}"))
 }
 
 /// Gives every forge spec written before migration 0010 its item's key

@@ -28,8 +28,7 @@ struct Head {
 
 /// The `executions` columns that [`Store::load`] returns.
 #[derive(sqlx::FromRow)]
-struct PlanRow {
-    plan_json: String,
+struct HeadRow {
     created_at: String,
     #[sqlx(flatten)]
     summary: Summary,
@@ -128,6 +127,8 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
+        // Its first append takes the group-commit path too.
+        self.remember_head(task_id, 0, GENESIS_HASH);
         Ok(())
     }
 
@@ -251,17 +252,31 @@ impl Store {
     /// Loads what the caller needs to rebuild `task_id`: plan, newest snapshot, the events
     /// after it, summary and last seq, read in one consistent transaction.
     ///
-    /// Returns `None` if the execution does not exist.
+    /// Returns `None` if the execution does not exist. [`Loaded::plan_json`] is always `Some`.
     ///
     /// # Errors
     /// [`StoreError::Sqlx`] on database failure.
     #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id))]
     pub async fn load(&self, task_id: &str) -> Result<Option<Loaded>, StoreError> {
+        self.load_with(task_id, true).await
+    }
+
+    /// Like [`Store::load`], but the plan text is read only when there is no snapshot to start
+    /// from ([`Loaded::plan_json`] is `None` otherwise): the snapshot holds the plan as
+    /// amended, and the plan as created is as long as the plan (a megabyte at 5,000 steps).
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`] on database failure.
+    #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id))]
+    pub async fn load_latest(&self, task_id: &str) -> Result<Option<Loaded>, StoreError> {
+        self.load_with(task_id, false).await
+    }
+
+    async fn load_with(&self, task_id: &str, with_plan: bool) -> Result<Option<Loaded>, StoreError> {
         let mut tx = self.begin_read().await?;
-        let row = sqlx::query_as::<_, PlanRow>(
-            "select p.plan_json, e.created_at, e.status, e.current_phase, e.steps_done, \
-             e.steps_total, e.spend_usd, e.last_seq from executions e \
-             join execution_plans p on p.task_id = e.task_id where e.task_id = ?",
+        let row = sqlx::query_as::<_, HeadRow>(
+            "select created_at, status, current_phase, steps_done, steps_total, spend_usd, last_seq \
+             from executions where task_id = ?",
         )
         .bind(task_id)
         .fetch_optional(&mut *tx)
@@ -276,11 +291,21 @@ impl Store {
         .fetch_optional(&mut *tx)
         .await?
         .map(|(seq, state_json)| Snapshot { seq, state_json });
+        let plan_json = if with_plan || snapshot.is_none() {
+            Some(
+                sqlx::query_scalar::<_, String>("select plan_json from execution_plans where task_id = ?")
+                    .bind(task_id)
+                    .fetch_one(&mut *tx)
+                    .await?,
+            )
+        } else {
+            None
+        };
         let after = snapshot.as_ref().map_or(0, |s| s.seq);
         let events_after_snapshot = events_after(&mut tx, task_id, after, -1).await?;
         tx.commit().await?;
         Ok(Some(Loaded {
-            plan_json: row.plan_json,
+            plan_json,
             created_at: row.created_at,
             snapshot,
             events_after_snapshot,

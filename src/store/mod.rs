@@ -263,8 +263,9 @@ pub struct Snapshot {
 /// Everything needed to rebuild an execution: plan, latest snapshot and the events after it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Loaded {
-    /// The plan as created.
-    pub plan_json: String,
+    /// The plan as created: always read by [`Store::load`], by [`Store::load_latest`] only
+    /// when there is no snapshot.
+    pub plan_json: Option<String>,
     /// When the execution was created (RFC 3339, as given): the engine's start time.
     pub created_at: String,
     /// The newest snapshot, if any.

@@ -124,7 +124,7 @@ async fn append_then_load_round_trips() {
     );
 
     let loaded = store.load("t1").await.unwrap().unwrap();
-    assert_eq!(loaded.plan_json, PLAN);
+    assert_eq!(loaded.plan_json.as_deref(), Some(PLAN));
     assert_eq!(loaded.snapshot, None);
     assert_eq!(loaded.summary, summary("running", 2));
     assert_eq!(loaded.last_seq, 2);
@@ -331,6 +331,27 @@ async fn snapshot_then_events_after_snapshot_and_only_three_kept() {
     let err = store.put_snapshot("t1", 7, "{}", T2).await.unwrap_err();
     assert!(matches!(err, StoreError::SnapshotAhead { seq: 7, last_seq: 6, .. }), "{err}");
     assert!(matches!(store.put_snapshot("ghost", 0, "{}", T2).await.unwrap_err(), StoreError::NotFound { .. }));
+}
+
+/// Issue 14.8: every CLI call loaded the plan as created (a megabyte at 5,000 steps) besides
+/// the snapshot that already holds it.
+#[tokio::test]
+async fn load_latest_reads_the_plan_only_without_a_snapshot() {
+    let (_dir, _path, store) = fresh().await;
+    created(&store, "t1").await;
+    store.append("t1", &[ev("k1", "{}"), ev("k2", "{}")], &summary("running", 1)).await.unwrap();
+    let bare = store.load_latest("t1").await.unwrap().unwrap();
+    assert_eq!(bare.plan_json.as_deref(), Some(PLAN), "no snapshot: the plan is where a load starts");
+    assert_eq!(bare.events_after_snapshot.len(), 2);
+
+    store.put_snapshot("t1", 1, r#"{"upto":1}"#, T2).await.unwrap();
+    let latest = store.load_latest("t1").await.unwrap().unwrap();
+    assert_eq!(latest.plan_json, None);
+    assert_eq!(latest.snapshot, Some(Snapshot { seq: 1, state_json: r#"{"upto":1}"#.to_owned() }));
+    assert_eq!(latest.events_after_snapshot.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![2]);
+    assert_eq!((latest.last_seq, latest.summary), (2, summary("running", 1)));
+    assert_eq!(store.load("t1").await.unwrap().unwrap().plan_json.as_deref(), Some(PLAN));
+    assert_eq!(store.load_latest("ghost").await.unwrap(), None);
 }
 
 #[tokio::test]

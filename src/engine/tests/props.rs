@@ -219,6 +219,7 @@ fn candidates(state: &ExecutionState, n: usize, choice: u32) -> Vec<Event> {
 fn check_invariants(state: &ExecutionState, ever_done: &HashSet<String>) -> Result<(), TestCaseError> {
     let done = state.plan.steps().filter(|(_, s)| state.step_status(&s.step_id).is_done()).count() as u64;
     prop_assert_eq!(state.counters.steps_done, done, "steps_done counter");
+    prop_assert!(crate::engine::settle::tally_is_true(state), "the kept phase tally is not a count of its phase");
     prop_assert_eq!(state.status == ExecutionStatus::ApprovalPending, state.pending_approval_request.is_some(), "I1");
     prop_assert_eq!(state.status.is_terminal(), !state.completed_at.is_empty(), "I2: {:?}", state.status);
 

@@ -975,3 +975,46 @@ fn a_failed_execution_is_reopened_by_an_amendment() {
     assert_eq!(state.status, ExecutionStatus::ApprovalPending, "phase 1 still needs its approval");
     assert_eq!(state.failure, None);
 }
+
+/// Issue 14.8's plan shape: one phase of many steps, driven one step at a time, with a failed
+/// step retried and one skipped on the way. Settling follows the phase through its kept tally
+/// (it used to scan every step after every event, so a replay cost steps × events): the tally
+/// stays a true count after every event, the phase fails on the failure and runs again on the
+/// retry, and a replay of the journal rebuilds the same state.
+#[test]
+fn a_one_phase_plan_of_two_thousand_steps_settles_by_its_tally() {
+    let n = 2_000;
+    let steps: Vec<PlanStep> = (1..=n).map(|i| step(&format!("1.{i}"), &[])).collect();
+    let plan = plan_of(vec![phase(1, steps)]);
+    let mut state = start(plan.clone(), T0).unwrap();
+    let mut journal = Vec::new();
+    let mut push = |state: &mut ExecutionState, event: Event| {
+        apply(state, &event, T0).unwrap();
+        assert!(crate::engine::settle::tally_is_true(state), "tally after {:?}", event.kind);
+        journal.push(event);
+    };
+    for i in 1..=n {
+        let id = format!("1.{i}");
+        if i == 700 {
+            push(&mut state, ev(EventKind::StepSkipped { step_id: id, reason: "not needed".into() }));
+            continue;
+        }
+        match next_action(&state) {
+            Action::Dispatch(d) => assert_eq!(d.step_id, id, "the first ready step is offered"),
+            other => panic!("step {id}: expected a dispatch, got {other:?}"),
+        }
+        push(&mut state, dispatched(&id));
+        if i == 500 {
+            push(&mut state, record(&id, RecordStatus::Failed));
+            assert_eq!(state.status, ExecutionStatus::Failed, "a failed step fails the phase");
+            push(&mut state, ev(EventKind::StepRetried { step_id: id.clone() }));
+            assert_eq!(state.status, ExecutionStatus::Running);
+            push(&mut state, dispatched(&id));
+        }
+        push(&mut state, record(&id, RecordStatus::Complete));
+    }
+    assert_eq!(state.counters.steps_done, n as u64);
+    assert_eq!(next_action(&state).action_type(), ActionType::Complete);
+    let rebuilt = replay(plan, T0, journal.iter().map(|e| (e, T0))).unwrap();
+    assert_eq!(rebuilt, state);
+}
