@@ -315,10 +315,11 @@ enum ExecuteCommand {
         /// Phase id.
         #[arg(long, allow_negative_numbers = true)]
         phase_id: i64,
-        /// pass | fail.
+        /// pass | fail | skip (skip: only when the GATE action says it has nothing to run;
+        /// a skipped gate lets the phase go on but is not a pass).
         #[arg(long)]
         result: String,
-        /// Gate output.
+        /// Gate output (for skip: the reason seen, optional).
         #[arg(long, default_value = "")]
         output: String,
     },
@@ -1068,16 +1069,18 @@ fn event_of(command: ExecuteCommand) -> anyhow::Result<(Option<String>, Event)> 
             )
         }
         ExecuteCommand::Gate { task, key, phase_id, result, output } => {
-            let passed = match result.as_str() {
-                "pass" => true,
-                "fail" => false,
-                other => return Err(BadInput(format!("--result {other:?}: expected pass or fail")).into()),
+            let kind = match result.as_str() {
+                "pass" | "fail" => EventKind::GateRecorded {
+                    phase_id,
+                    passed: result == "pass",
+                    output,
+                    command: None,
+                    exit_code: None,
+                },
+                "skip" => EventKind::GateSkipped { phase_id, reason: output },
+                other => return Err(BadInput(format!("--result {other:?}: expected pass, fail or skip")).into()),
             };
-            (
-                task,
-                key.idempotency_key,
-                EventKind::GateRecorded { phase_id, passed, output, command: None, exit_code: None },
-            )
+            (task, key.idempotency_key, kind)
         }
         ExecuteCommand::Approve { task, key, phase_id, result, feedback } => {
             let decision = ApprovalDecision::parse(&result).ok_or_else(|| {
@@ -1247,8 +1250,14 @@ fn print_status(state: &ExecutionState, paused: bool, json: bool) -> anyhow::Res
         }
         if let Some(gate) = &phase.gate {
             let runs = state.gate_runs(phase.phase_id);
-            let passed = state.gate_passed(phase.phase_id);
-            outln!("    gate {} ({} runs{})", gate.gate_type, runs, if passed { ", passed" } else { "" });
+            let verdict = if state.gate_passed(phase.phase_id) {
+                ", passed".to_string()
+            } else if let Some(reason) = state.gate_skipped(phase.phase_id) {
+                format!(", skipped: {reason}")
+            } else {
+                String::new()
+            };
+            outln!("    gate {} ({} runs{verdict})", gate.gate_type, runs);
         }
     }
     Ok(())

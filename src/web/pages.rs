@@ -457,7 +457,10 @@ fn step_signals(r: &crate::model::state::StepResult) -> Vec<String> {
 #[derive(Debug)]
 struct GateView {
     gate_type: String,
-    passed: bool,
+    /// `passed`, `failed` or `skipped` (the CSS class and the word shown).
+    outcome: &'static str,
+    /// Why a skipped gate was skipped.
+    skip_reason: Option<String>,
     command: Option<String>,
     output: String,
 }
@@ -599,7 +602,8 @@ fn phases_of(app: &AppState, state: &ExecutionState) -> Vec<PhaseView> {
                 .filter(|g| g.phase_id == ph.phase_id)
                 .map(|g| GateView {
                     gate_type: g.gate_type.clone(),
-                    passed: g.passed,
+                    outcome: g.outcome().as_str(),
+                    skip_reason: g.skipped.clone(),
                     command: Some(g.command.clone()).filter(|c| !c.is_empty()),
                     output: g.output.clone(),
                 })

@@ -372,3 +372,45 @@ fn agent_gate_additions_run_after_the_gate_as_their_own_argv_and_unsafe_ones_are
     assert_eq!(runs.len(), 3, "the gate failed three times: {runs:?}");
     assert!(runs.iter().all(|g| g["output"].as_str().unwrap().contains("$ test -f NO_SUCH_FILE")));
 }
+
+/// Issue 14.4, the inputs that showed it: a gate whose command names `{files}` after a phase
+/// that changed no file ran with nothing in place of the files and passed; a test gate with no
+/// command was recorded as passed ("auto-approved"). Both are skipped now, with the reason, in
+/// the journal, `execute status` (text and JSON) and the run's output, and the run completes.
+#[test]
+fn a_gate_with_nothing_to_run_is_skipped_with_its_reason_and_never_passes() {
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    let plan = serde_json::json!({
+        "task_id": "skip-1",
+        "task_summary": "Gates with nothing to run",
+        "phases": [
+            {"phase_id": 1, "name": "Look", "steps": [
+                {"step_id": "1.1", "agent_name": "alpha", "task_description": "Only read. [demo: noop]"}],
+             // `wc -l` with no file reads its (empty) stdin and exits 0, like `py_compile`.
+             "gate": {"gate_type": "lint", "command": "wc -l {files}"}},
+            {"phase_id": 2, "name": "Write", "steps": [
+                {"step_id": "2.1", "agent_name": "beta", "task_description": "Write c.", "deliverables": ["c.md"]}],
+             "gate": {"gate_type": "test", "command": ""}}
+        ]
+    });
+    let plan = ws.write("plan.json", &plan.to_string());
+    let out = ws.run_plan(&plan);
+    assert_eq!(code(&out), 0, "{}\n{}", stdout(&out), stderr(&out));
+    assert!(stderr(&out).contains("gate lint of phase 1 skipped: no files changed"), "{}", stderr(&out));
+    let state = ws.status("skip-1");
+    assert_eq!(state["status"], "complete");
+    let gates = state["gate_results"].as_array().unwrap();
+    assert_eq!(gates.len(), 2, "{gates:?}");
+    for (g, reason) in gates.iter().zip(["no files changed", "no command"]) {
+        assert_eq!(g["passed"], false, "a skipped gate is not a pass: {g}");
+        assert_eq!(g["skipped"], reason, "{g}");
+        assert!(!g["output"].as_str().unwrap().contains("auto-approved"), "{g}");
+    }
+    let kinds: Vec<String> = journal(&ws, "skip-1").into_iter().map(|(k, _)| k).collect();
+    assert_eq!(kinds.iter().filter(|k| *k == "gate_skipped").count(), 2, "{kinds:?}");
+    assert!(!kinds.iter().any(|k| k == "gate_recorded"), "no gate ran: {kinds:?}");
+    let text = stdout(&ws.run(&["execute", "status", "--task-id", "skip-1"]));
+    assert!(text.contains("gate lint (1 runs, skipped: no files changed)"), "{text}");
+    assert!(text.contains("gate test (1 runs, skipped: no command)"), "{text}");
+    assert!(!text.contains("passed"), "{text}");
+}

@@ -359,6 +359,10 @@ async fn resume(
 struct GateBody {
     phase_id: i64,
     passed: bool,
+    /// The gate had nothing to run (the GATE action's `skip_reason`): recorded as
+    /// `gate_skipped`, never a pass; `passed` must then be false.
+    #[serde(default)]
+    skipped: bool,
     #[serde(default)]
     output: String,
     #[serde(default)]
@@ -375,12 +379,20 @@ async fn gate(
     Caller(op): Caller,
     ApiJson(b): ApiJson<GateBody>,
 ) -> Result<(StatusCode, Json<Recorded>), AppError> {
-    let kind = EventKind::GateRecorded {
-        phase_id: b.phase_id,
-        passed: b.passed,
-        output: b.output,
-        command: b.command,
-        exit_code: b.exit_code,
+    let kind = match (b.skipped, b.passed) {
+        (true, true) => {
+            return Err(AppError::Unprocessable(
+                "skipped: a skipped gate is not a pass; send passed: false with skipped: true".into(),
+            ))
+        }
+        (true, false) => EventKind::GateSkipped { phase_id: b.phase_id, reason: b.output },
+        (false, passed) => EventKind::GateRecorded {
+            phase_id: b.phase_id,
+            passed,
+            output: b.output,
+            command: b.command,
+            exit_code: b.exit_code,
+        },
     };
     record(&app, &task_id, keyed(kind, b.idempotency_key), &op).await
 }
