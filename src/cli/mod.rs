@@ -587,6 +587,9 @@ fn exit_code_of(e: &anyhow::Error) -> u8 {
         if cause.is::<runtime::driver::Interrupted>() {
             return 130;
         }
+        if cause.is::<runtime::driver::Parked>() {
+            return EXIT_WAITING;
+        }
         if let Some(refused) = cause.downcast_ref::<OpsError>() {
             return match refused {
                 OpsError::Internal(inner) => exit_code_of(inner),
@@ -860,7 +863,8 @@ async fn execute(
             let task_id = execs.resolve_task_id(task.task_id.as_deref()).await?;
             let state = execs.get(&task_id).await?;
             let paused = execs.is_paused(&task_id).await?;
-            print_status(&state, paused, json)?;
+            let parked = execs.park_reason(&task_id).await?;
+            print_status(&state, paused, parked.as_deref(), json)?;
             Ok(ExitCode::SUCCESS)
         }
         ExecuteCommand::Pause { task } => {
@@ -1192,11 +1196,14 @@ async fn record_command(
     Ok(print_action(&done.next_action, &task_id, json))
 }
 
-fn print_status(state: &ExecutionState, paused: bool, json: bool) -> anyhow::Result<()> {
+fn print_status(state: &ExecutionState, paused: bool, parked: Option<&str>, json: bool) -> anyhow::Result<()> {
     if json {
         let mut value = serde_json::to_value(state)?;
         if let Some(fields) = value.as_object_mut() {
             fields.insert("paused".into(), serde_json::Value::Bool(paused));
+            if let Some(why) = parked {
+                fields.insert("parked".into(), serde_json::Value::String(why.to_string()));
+            }
         }
         outln!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(());
@@ -1211,6 +1218,9 @@ fn print_status(state: &ExecutionState, paused: bool, json: bool) -> anyhow::Res
     );
     if let Some(why) = &state.failure {
         outln!("  reason: {why}");
+    }
+    if let Some(why) = parked {
+        outln!("  parked: {why}");
     }
     if let Some(ceiling) = state.budget.ceiling_usd {
         outln!(

@@ -492,6 +492,8 @@ struct ExecutionTemplate {
     spec_id: Option<i64>,
     status: String,
     paused: bool,
+    /// Why the driver parked the execution (shown beside the tag; Resume picks it up again).
+    parked: Option<String>,
     final_: bool,
     driver: Option<String>,
     steps_done: u64,
@@ -625,6 +627,7 @@ async fn execution_page(
     let state = crate::web::api::executions::load(&app, &task_id).await?;
     let spec_id = app.execs.spec_of(&task_id).await?.map(|s| s.spec_id);
     let paused = app.execs.is_paused(&task_id).await?;
+    let parked = app.execs.park_reason(&task_id).await?;
     let events = app.execs.journal(&task_id, 0).await?.unwrap_or_default();
     let skip = events.len().saturating_sub(JOURNAL_LINES);
     let journal = events
@@ -667,6 +670,7 @@ async fn execution_page(
         spec_id,
         status: state.status.as_str().to_string(),
         paused,
+        parked,
         final_: state.status.is_final(),
         driver,
         steps_done: done,

@@ -513,6 +513,25 @@ async fn a_gate_with_nothing_to_run_is_recorded_and_shown_as_skipped() {
     assert!(body["message"].as_str().unwrap_or_default().contains("has something to run"), "{body}");
 }
 
+/// Issue 14.5 through the API and the page: a parked execution shows why, and resuming clears it.
+#[tokio::test]
+async fn a_parked_execution_shows_its_reason_until_resumed() {
+    let app = TestApp::new().await;
+    with_approval_plan(&app, "web-park").await;
+    let reason = "feature branch `baton/web-park` is checked out at /home/u/repo: switch away and resume";
+    app.store().park("web-park", reason).await.unwrap();
+    let (_, view) = app.get("/api/v1/executions/web-park").await;
+    assert_eq!((view["paused"].as_bool(), view["parked"].as_str()), (Some(true), Some(reason)), "{view}");
+    let (status, html) = app.page("/executions/web-park", crate::app::Caller::Anonymous).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(html.contains("parked: feature branch `baton/web-park` is checked out at /home/u/repo"), "{html}");
+    let (status, body) = app.post("/api/v1/executions/web-park/resume", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (_, view) = app.get("/api/v1/executions/web-park").await;
+    assert_eq!(view["paused"], false, "{view}");
+    assert!(view.get("parked").is_none(), "{view}");
+}
+
 #[tokio::test]
 async fn the_execution_page_lists_a_steps_signals_escaped() {
     let app = TestApp::new().await;

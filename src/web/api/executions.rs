@@ -91,6 +91,10 @@ pub struct ExecutionView {
     pub next_action: Action,
     /// Paused by an operator: no new dispatches until resumed (its status stays the engine's).
     pub paused: bool,
+    /// Why its driver parked it (paused until a human acts, e.g. `feature branch `baton/x` is
+    /// checked out at PATH: switch away and resume`); absent when it is not parked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parked: Option<String>,
 }
 
 /// The execution `task_id`, or 404.
@@ -106,7 +110,8 @@ async fn show(State(app): State<AppState>, Path(task_id): Path<String>) -> Resul
     let state = load(&app, &task_id).await?;
     let next_action = engine::next_action(&state);
     let paused = app.execs.is_paused(&task_id).await?;
-    Ok(Json(ExecutionView { state, next_action, paused }))
+    let parked = app.execs.park_reason(&task_id).await?;
+    Ok(Json(ExecutionView { state, next_action, paused, parked }))
 }
 
 /// One journal entry; `payload` is the event's JSON.
