@@ -315,10 +315,11 @@ enum ExecuteCommand {
         /// Phase id.
         #[arg(long, allow_negative_numbers = true)]
         phase_id: i64,
-        /// pass | fail.
+        /// pass | fail | skip (skip: only when the GATE action says it has nothing to run;
+        /// a skipped gate lets the phase go on but is not a pass).
         #[arg(long)]
         result: String,
-        /// Gate output.
+        /// Gate output (for skip: the reason seen, optional).
         #[arg(long, default_value = "")]
         output: String,
     },
@@ -585,6 +586,9 @@ fn exit_code_of(e: &anyhow::Error) -> u8 {
     for cause in e.chain() {
         if cause.is::<runtime::driver::Interrupted>() {
             return 130;
+        }
+        if cause.is::<runtime::driver::Parked>() {
+            return EXIT_WAITING;
         }
         if let Some(refused) = cause.downcast_ref::<OpsError>() {
             return match refused {
@@ -859,7 +863,8 @@ async fn execute(
             let task_id = execs.resolve_task_id(task.task_id.as_deref()).await?;
             let state = execs.get(&task_id).await?;
             let paused = execs.is_paused(&task_id).await?;
-            print_status(&state, paused, json)?;
+            let parked = execs.park_reason(&task_id).await?;
+            print_status(&state, paused, parked.as_deref(), json)?;
             Ok(ExitCode::SUCCESS)
         }
         ExecuteCommand::Pause { task } => {
@@ -1073,16 +1078,18 @@ fn event_of(command: ExecuteCommand) -> anyhow::Result<(Option<String>, Event)> 
             )
         }
         ExecuteCommand::Gate { task, key, phase_id, result, output } => {
-            let passed = match result.as_str() {
-                "pass" => true,
-                "fail" => false,
-                other => return Err(BadInput(format!("--result {other:?}: expected pass or fail")).into()),
+            let kind = match result.as_str() {
+                "pass" | "fail" => EventKind::GateRecorded {
+                    phase_id,
+                    passed: result == "pass",
+                    output,
+                    command: None,
+                    exit_code: None,
+                },
+                "skip" => EventKind::GateSkipped { phase_id, reason: output },
+                other => return Err(BadInput(format!("--result {other:?}: expected pass, fail or skip")).into()),
             };
-            (
-                task,
-                key.idempotency_key,
-                EventKind::GateRecorded { phase_id, passed, output, command: None, exit_code: None },
-            )
+            (task, key.idempotency_key, kind)
         }
         ExecuteCommand::Approve { task, key, phase_id, result, feedback } => {
             let decision = ApprovalDecision::parse(&result).ok_or_else(|| {
@@ -1195,11 +1202,14 @@ async fn record_command(
     Ok(print_action(&done.next_action, &task_id, json))
 }
 
-fn print_status(state: &ExecutionState, paused: bool, json: bool) -> anyhow::Result<()> {
+fn print_status(state: &ExecutionState, paused: bool, parked: Option<&str>, json: bool) -> anyhow::Result<()> {
     if json {
         let mut value = serde_json::to_value(state)?;
         if let Some(fields) = value.as_object_mut() {
             fields.insert("paused".into(), serde_json::Value::Bool(paused));
+            if let Some(why) = parked {
+                fields.insert("parked".into(), serde_json::Value::String(why.to_string()));
+            }
         }
         outln!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(());
@@ -1214,6 +1224,9 @@ fn print_status(state: &ExecutionState, paused: bool, json: bool) -> anyhow::Res
     );
     if let Some(why) = &state.failure {
         outln!("  reason: {why}");
+    }
+    if let Some(why) = parked {
+        outln!("  parked: {why}");
     }
     if let Some(ceiling) = state.budget.ceiling_usd {
         outln!(
@@ -1253,8 +1266,14 @@ fn print_status(state: &ExecutionState, paused: bool, json: bool) -> anyhow::Res
         }
         if let Some(gate) = &phase.gate {
             let runs = state.gate_runs(phase.phase_id);
-            let passed = state.gate_passed(phase.phase_id);
-            outln!("    gate {} ({} runs{})", gate.gate_type, runs, if passed { ", passed" } else { "" });
+            let verdict = if state.gate_passed(phase.phase_id) {
+                ", passed".to_string()
+            } else if let Some(reason) = state.gate_skipped(phase.phase_id) {
+                format!(", skipped: {reason}")
+            } else {
+                String::new()
+            };
+            outln!("    gate {} ({} runs{verdict})", gate.gate_type, runs);
         }
     }
     Ok(())

@@ -69,11 +69,20 @@ pub fn render(action: &Action, task_id: &str) -> String {
                 let _ = writeln!(out, "  Addition: {a}");
             }
             let _ = writeln!(out, "  Message: {}", g.message);
-            let _ = writeln!(
-                out,
-                "Record with: baton execute gate --task-id {task} --phase-id {} --result pass|fail --output TEXT",
-                g.phase_id
-            );
+            if let Some(reason) = &g.skip_reason {
+                let _ = writeln!(out, "  Skip: {reason}");
+                let _ = writeln!(
+                    out,
+                    "Record with: baton execute gate --task-id {task} --phase-id {} --result skip",
+                    g.phase_id
+                );
+            } else {
+                let _ = writeln!(
+                    out,
+                    "Record with: baton execute gate --task-id {task} --phase-id {} --result pass|fail --output TEXT",
+                    g.phase_id
+                );
+            }
         }
         Action::Approval(a) => {
             let _ = writeln!(out, "  Phase: {}", a.phase_id);

@@ -5,13 +5,13 @@
 //! module never does IO.
 
 use crate::engine::guards::{answered, is_ready};
-use crate::engine::{budget, prompt, team, MAX_GATE_FAILURES};
+use crate::engine::{budget, gates, prompt, team, MAX_GATE_FAILURES};
 use crate::model::action::{
     Action, ApprovalAction, CheckpointAction, DispatchAction, FeedbackAction, GateAction, InteractAction,
 };
 use crate::model::plan::{PlanPhase, PlanStep};
 use crate::model::state::{ExecutionState, ExecutionStatus, StepStatus};
-use crate::model::text::{cut, first_line, shell_quote};
+use crate::model::text::{cut, first_line};
 
 /// What to do next: exactly one action (seed-spec §2.2 resolver, §2.3).
 ///
@@ -168,8 +168,13 @@ fn gate_action(state: &ExecutionState) -> Action {
     let failures = state.gate_failures(phase.phase_id);
     let attempt = state.gate_runs(phase.phase_id) + 1;
     // A retry carries the additions too (the original dropped them: seed-spec §5 #64).
-    let additions = phase_additions(state, phase);
-    let message = if state.status == ExecutionStatus::GateFailed {
+    let run = gates::plan(state, phase);
+    let message = if let Some(reason) = &run.skip_reason {
+        format!(
+            "Gate '{}' for phase {} has nothing to run ({reason}): record it as skipped; a skipped gate is not a pass.",
+            gate.gate_type, phase.phase_id
+        )
+    } else if state.status == ExecutionStatus::GateFailed {
         format!(
             "Gate '{}' for phase {} failed ({failures}/{MAX_GATE_FAILURES}); run it again.",
             gate.gate_type, phase.phase_id
@@ -177,49 +182,22 @@ fn gate_action(state: &ExecutionState) -> Action {
     } else {
         format!("Run gate '{}' for phase {}.", gate.gate_type, phase.phase_id)
     };
-    let message =
-        if additions.is_empty() { message } else { format!("{message} [+agent additions: {}]", additions.join("; ")) };
+    let message = if run.additions.is_empty() {
+        message
+    } else {
+        format!("{message} [+agent additions: {}]", run.additions.join("; "))
+    };
     Action::Gate(GateAction {
         message,
         phase_id: phase.phase_id,
         gate_type: gate.gate_type.clone(),
-        gate_command: expand_files(&gate.command, state, phase),
+        gate_command: run.command,
         attempt,
         failures,
         max_failures: MAX_GATE_FAILURES,
-        additions,
+        additions: run.additions,
+        skip_reason: run.skip_reason,
     })
-}
-
-/// The accepted `GATE_ADDITION:` commands of `phase`'s steps, in step order, each once.
-fn phase_additions(state: &ExecutionState, phase: &PlanPhase) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for r in phase.steps.iter().filter_map(|s| state.result(&s.step_id)) {
-        for a in &r.gate_additions {
-            if !out.contains(a) {
-                out.push(a.clone());
-            }
-        }
-    }
-    out
-}
-
-/// Replaces `{files}` in a gate command with the phase's changed files, each quoted for the
-/// shell the command runs in (file names come from agents), space-joined.
-fn expand_files(command: &str, state: &ExecutionState, phase: &PlanPhase) -> String {
-    if !command.contains("{files}") {
-        return command.to_string();
-    }
-    let mut files: Vec<&str> = phase
-        .steps
-        .iter()
-        .filter_map(|s| state.result(&s.step_id))
-        .flat_map(|r| r.files_changed.iter().map(String::as_str))
-        .collect();
-    files.sort_unstable();
-    files.dedup();
-    let quoted: Vec<String> = files.iter().map(|f| shell_quote(f)).collect();
-    command.replace("{files}", &quoted.join(" "))
 }
 
 fn approval_action(state: &ExecutionState) -> Action {

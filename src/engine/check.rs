@@ -6,7 +6,7 @@
 use crate::engine::guards::{
     answered, check_record_values, checkpoint_due, current_step, ensure_current_phase, is_ready, not_ready,
 };
-use crate::engine::{amend, budget, team, EngineError};
+use crate::engine::{amend, budget, gates, team, EngineError};
 use crate::model::event::{EventKind, RecordStatus};
 use crate::model::state::{ApprovalDecision, ExecutionState, ExecutionStatus, StepStatus};
 
@@ -84,6 +84,21 @@ pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), Engi
             ensure_current_phase(state, *phase_id)?;
             if !matches!(status, ExecutionStatus::GatePending | ExecutionStatus::GateFailed) {
                 return Err(wrong("gate_recorded"));
+            }
+            Ok(())
+        }
+        EventKind::GateSkipped { phase_id, .. } => {
+            let phase = ensure_current_phase(state, *phase_id)?;
+            if !matches!(status, ExecutionStatus::GatePending | ExecutionStatus::GateFailed) {
+                return Err(wrong("gate_skipped"));
+            }
+            let run = gates::plan(state, phase);
+            if run.skip_reason.is_none() {
+                let what = if run.command.is_empty() { run.additions.join("; ") } else { run.command };
+                return Err(EngineError::InvalidEvent(format!(
+                    "the gate of phase {phase_id} has something to run ({what}): run it and record pass or fail; \
+                     only a gate with nothing to run is skipped"
+                )));
             }
             Ok(())
         }
@@ -203,7 +218,7 @@ pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), Engi
             }
             let gate_failed_execution = status == ExecutionStatus::Failed
                 && state.gate_failures(*phase_id) > 0
-                && !state.gate_passed(*phase_id)
+                && !state.gate_cleared(*phase_id)
                 && phase.steps.iter().all(|s| state.step_status(&s.step_id).is_done());
             if status != ExecutionStatus::GateFailed && !gate_failed_execution {
                 return Err(wrong("gate_retried"));

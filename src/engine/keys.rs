@@ -67,7 +67,7 @@ fn default_round(state: &ExecutionState, kind: &EventKind) -> u64 {
             let runs = phase.map_or(0, |p| state.gate_runs(p.phase_id));
             u64::from(state.result(step_id).map_or(0, |r| r.attempt)) + u64::from(runs)
         }
-        EventKind::GateRecorded { phase_id, .. } => {
+        EventKind::GateRecorded { phase_id, .. } | EventKind::GateSkipped { phase_id, .. } => {
             let open = matches!(state.status, ExecutionStatus::GatePending | ExecutionStatus::GateFailed)
                 && state.current().is_some_and(|p| p.phase_id == *phase_id);
             u64::from(state.gate_runs(*phase_id)) + u64::from(open)

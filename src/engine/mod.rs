@@ -19,7 +19,8 @@
 //! (change the state) and `settle` (the end of a phase); `actions` is the reading side
 //! (`next_action`, `next_actions`). `guards` holds the checks and `edits` the small state
 //! changes that several of those (and `team`, `goal`) share. The rules of particular features
-//! have their own modules: `amend`, `budget`, `gate_additions`, `goal`, `prompt`, `signals`,
+//! have their own modules: `amend`, `budget`, `gate_additions`, `gates` (what a gate runs, or why
+//! it is skipped), `goal`, `prompt`, `signals`,
 //! `team`, and `validate` for plans.
 //!
 //! This module never does IO, never reads the clock (time is the `now` argument, RFC 3339) and
@@ -32,6 +33,7 @@ mod check;
 mod edits;
 mod error;
 pub mod gate_additions;
+pub mod gates;
 pub mod goal;
 mod guards;
 mod keys;

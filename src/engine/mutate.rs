@@ -4,7 +4,7 @@
 
 use crate::engine::edits::{fail, push_approval_result, reopen, result_entry};
 use crate::engine::guards::answered;
-use crate::engine::{amend, budget, gate_additions, goal, signals, team, INTERACT_COMPLETE, MAX_GATE_FAILURES};
+use crate::engine::{amend, budget, gate_additions, gates, goal, signals, team, INTERACT_COMPLETE, MAX_GATE_FAILURES};
 use crate::model::event::{Event, EventKind, RecordStatus};
 use crate::model::state::{
     ApprovalDecision, CheckpointMarks, ExecutionState, ExecutionStatus, GateResult, InteractionTurn, StepStatus,
@@ -166,6 +166,7 @@ fn mutate_event(state: &mut ExecutionState, event: &Event, now: &str) {
                 phase_id: *phase_id,
                 gate_type,
                 passed: *passed,
+                skipped: None,
                 output: output.clone(),
                 command: command.clone().unwrap_or(planned),
                 exit_code: *exit_code,
@@ -177,6 +178,29 @@ fn mutate_event(state: &mut ExecutionState, event: &Event, now: &str) {
             } else {
                 gate_failed(state, *phase_id, output, now);
             }
+        }
+        EventKind::GateSkipped { phase_id, .. } => {
+            // The engine's own reason (`check` made sure there is one), so a replay or a
+            // recorder that sent none journals the same outcome.
+            let phase = &state.plan.phases[state.current_phase];
+            let reason = gates::plan(state, phase).skip_reason.unwrap_or_else(|| gates::NO_COMMAND.to_string());
+            let (gate_type, planned) = phase
+                .gate
+                .as_ref()
+                .map_or((String::new(), String::new()), |g| (g.gate_type.clone(), g.command.clone()));
+            let attempt = state.gate_runs(*phase_id) + 1;
+            state.gate_results.push(GateResult {
+                phase_id: *phase_id,
+                gate_type,
+                passed: false,
+                output: format!("skipped: {reason}"),
+                skipped: Some(reason),
+                command: planned,
+                exit_code: None,
+                checked_at: now.to_string(),
+                attempt,
+            });
+            state.status = ExecutionStatus::Running;
         }
         EventKind::ApprovalRecorded { phase_id, result, feedback } => {
             let preflight = state.pending_approval_request.take().is_some_and(|r| r.preflight);

@@ -160,6 +160,11 @@ pub fn goal_prompt(state: &ExecutionState, step: &PlanStep) -> String {
     for phase in plan.phases.iter().take(judged + 1) {
         let gate = match &phase.gate {
             Some(g) if state.gate_passed(phase.phase_id) => format!(" (gate `{}` passed)", g.gate_type),
+            Some(g) if state.gate_skipped(phase.phase_id).is_some() => format!(
+                " (gate `{}` skipped: {}; nothing was checked)",
+                g.gate_type,
+                state.gate_skipped(phase.phase_id).unwrap_or_default()
+            ),
             Some(g) => format!(" (gate `{}` not passed)", g.gate_type),
             None => String::new(),
         };

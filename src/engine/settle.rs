@@ -90,7 +90,7 @@ pub(crate) fn settle(state: &mut ExecutionState, now: &str) {
             state.status = ExecutionStatus::FeedbackPending;
             return;
         }
-        if phase.gate.is_some() && !state.gate_passed(phase_id) {
+        if phase.gate.is_some() && !state.gate_cleared(phase_id) {
             state.status = ExecutionStatus::GatePending;
             return;
         }

@@ -17,7 +17,7 @@ mod rejected;
 mod scenarios;
 mod teams;
 
-const T0: &str = "2026-01-01T00:00:00+00:00";
+pub(crate) const T0: &str = "2026-01-01T00:00:00+00:00";
 
 pub(crate) fn plan_of(phases: Vec<PlanPhase>) -> MachinePlan {
     let mut p = MachinePlan::from_json(r#"{"task_id":"t-1","task_summary":"Build the thing"}"#).unwrap();

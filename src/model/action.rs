@@ -112,7 +112,8 @@ pub struct GateAction {
     pub phase_id: i64,
     /// Gate type.
     pub gate_type: String,
-    /// Shell command.
+    /// Shell command, `{files}` replaced by the phase's changed files; empty when there is no
+    /// command or it names `{files}` and no file changed (it is then not run).
     pub gate_command: String,
     /// 1-based run number of this gate.
     pub attempt: u32,
@@ -124,6 +125,12 @@ pub struct GateAction {
     /// own argv after the gate command (`{files}` a word per changed file), and all must pass.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub additions: Vec<String>,
+    /// Set when the gate has nothing to run (`no files changed`: every command names `{files}`
+    /// and the phase changed no file; `no command`: the gate has none): record a `gate_skipped`
+    /// event instead of running anything. A skipped gate lets the phase advance but is never a
+    /// pass (issue 14.4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_reason: Option<String>,
 }
 
 /// APPROVAL: a human decision.

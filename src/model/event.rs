@@ -153,6 +153,16 @@ pub enum EventKind {
         #[serde(default)]
         exit_code: Option<i32>,
     },
+    /// A gate had nothing to run (issue 14.4): the phase goes on, but the gate did not pass.
+    /// Accepted only when the engine's GATE action says so (`skip_reason`).
+    GateSkipped {
+        /// Phase (must be the current one, its gate pending).
+        phase_id: i64,
+        /// Why (`no files changed`, `no command`); the engine records its own reason, this one
+        /// is what the recorder saw (may be empty).
+        #[serde(default)]
+        reason: String,
+    },
     /// A human approved, rejected or approved with feedback.
     ApprovalRecorded {
         /// Phase (must be the pending one).
@@ -248,6 +258,7 @@ impl EventKind {
             EventKind::StepDispatched { .. } => "step_dispatched",
             EventKind::StepRecorded { .. } => "step_recorded",
             EventKind::GateRecorded { .. } => "gate_recorded",
+            EventKind::GateSkipped { .. } => "gate_skipped",
             EventKind::ApprovalRecorded { .. } => "approval_recorded",
             EventKind::FeedbackRecorded { .. } => "feedback_recorded",
             EventKind::InteractInput { .. } => "interact_input",

@@ -217,18 +217,55 @@ pub struct GateResult {
     pub phase_id: i64,
     /// Gate type.
     pub gate_type: String,
-    /// Pass or fail.
+    /// True only for a pass: false for a failure and for a skipped gate.
     pub passed: bool,
+    /// `Some(reason)` when the gate had nothing to run and was skipped (`no files changed`,
+    /// `no command`): the phase went on, but this is not a pass (issue 14.4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
     /// Output tail.
     pub output: String,
-    /// Command that ran.
+    /// Command that ran (the plan's, for a skipped gate).
     pub command: String,
-    /// Exit code (None = manual result).
+    /// Exit code (None = manual result or skipped).
     pub exit_code: Option<i32>,
     /// When (RFC 3339).
     pub checked_at: String,
     /// 1-based run of this gate.
     pub attempt: u32,
+}
+
+/// How a gate run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateOutcome {
+    /// Its commands ran and passed.
+    Passed,
+    /// Its commands ran and one failed (or a human recorded a failure).
+    Failed,
+    /// It had nothing to run: the phase went on, but nothing was checked.
+    Skipped,
+}
+
+impl GateOutcome {
+    /// `passed`, `failed` or `skipped`: the word the API, CLI, board and metrics use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GateOutcome::Passed => "passed",
+            GateOutcome::Failed => "failed",
+            GateOutcome::Skipped => "skipped",
+        }
+    }
+}
+
+impl GateResult {
+    /// Passed, failed or skipped (a skip reason wins over `passed`).
+    pub fn outcome(&self) -> GateOutcome {
+        match (&self.skipped, self.passed) {
+            (Some(_), _) => GateOutcome::Skipped,
+            (None, true) => GateOutcome::Passed,
+            (None, false) => GateOutcome::Failed,
+        }
+    }
 }
 
 /// An approval decision (seed-spec §1.8).
@@ -526,9 +563,10 @@ impl ExecutionState {
         self.plan.phases.get(self.current_phase)
     }
 
-    /// Gate failures for a phase that still count towards the cap.
+    /// Gate failures for a phase that still count towards the cap (a skipped gate is none).
     pub fn gate_failures(&self, phase_id: i64) -> u32 {
-        let all = self.gate_results.iter().filter(|g| g.phase_id == phase_id && !g.passed).count();
+        let all =
+            self.gate_results.iter().filter(|g| g.phase_id == phase_id && g.outcome() == GateOutcome::Failed).count();
         let forgiven = self.gate_failures_forgiven.get(&phase_id).copied().unwrap_or(0);
         u32::try_from(all).unwrap_or(u32::MAX).saturating_sub(forgiven)
     }
@@ -539,9 +577,19 @@ impl ExecutionState {
         u32::try_from(n).unwrap_or(u32::MAX)
     }
 
-    /// True when the phase's gate has a passing result.
+    /// True when the phase's gate has a passing result (a skipped gate is not one).
     pub fn gate_passed(&self, phase_id: i64) -> bool {
-        self.gate_results.iter().any(|g| g.phase_id == phase_id && g.passed)
+        self.gate_results.iter().any(|g| g.phase_id == phase_id && g.outcome() == GateOutcome::Passed)
+    }
+
+    /// True when the phase's gate no longer holds the phase: it passed or it was skipped.
+    pub fn gate_cleared(&self, phase_id: i64) -> bool {
+        self.gate_results.iter().any(|g| g.phase_id == phase_id && g.outcome() != GateOutcome::Failed)
+    }
+
+    /// The reason the phase's gate was skipped, when its latest result is a skip.
+    pub fn gate_skipped(&self, phase_id: i64) -> Option<&str> {
+        self.gate_results.iter().rev().find(|g| g.phase_id == phase_id).and_then(|g| g.skipped.as_deref())
     }
 
     /// Where a step lives: (phase index, step index). Uses the cache; falls back to a scan.

@@ -205,6 +205,9 @@ pub struct Board {
 fn waits_for(stage: SpecStage, row: &CardRow) -> Option<String> {
     let phase = row.current_phase.clone().unwrap_or_default();
     let open = matches!(stage, SpecStage::Executing | SpecStage::AwaitingHuman | SpecStage::Validating);
+    if let Some(reason) = row.park_reason.as_ref().filter(|_| open) {
+        return Some(format!("a resume (parked: {reason})"));
+    }
     if row.paused && open {
         return Some("a resume (paused by an operator)".into());
     }

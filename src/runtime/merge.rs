@@ -251,7 +251,10 @@ pub fn pr_body(spec: &SpecRow, state: &ExecutionState, commits: &[ChangeCommit])
         b.push_str("No gates ran.\n");
     }
     for g in &state.gate_results {
-        let verdict = if g.passed { "passed" } else { "failed" };
+        let verdict = match &g.skipped {
+            Some(reason) => format!("skipped ({reason}; nothing was checked)"),
+            None => g.outcome().as_str().to_string(),
+        };
         let exit = g.exit_code.map(|c| format!(", exit {c}")).unwrap_or_default();
         let _ = writeln!(
             b,

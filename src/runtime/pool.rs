@@ -269,7 +269,8 @@ impl DriverLoop {
                     Action::Complete { .. } => break,
                     _ => None,
                 },
-                Err(e) if e.is::<Interrupted>() => break,
+                // Parked (paused with its reason): a resume drives it again.
+                Err(e) if e.is::<Interrupted>() || e.is::<driver::Parked>() => break,
                 Err(e) => {
                     let status = self.pool.inner.execs.store().summary(&self.task_id).await.ok().flatten();
                     if status.as_ref().is_none_or(|s| matches!(s.status.as_str(), "complete" | "cancelled")) {

@@ -72,7 +72,8 @@ pub fn reports_for(state: &ExecutionState, pr_url: Option<&str>, page: &str) -> 
         }
         ExecutionStatus::Failed => {
             let failed_step = state.step_results.values().find(|r| r.status == StepStatus::Failed);
-            let failed_gate = state.gate_results.iter().rev().find(|g| !g.passed);
+            let failed_gate =
+                state.gate_results.iter().rev().find(|g| g.outcome() == crate::model::state::GateOutcome::Failed);
             let which = match (failed_step, failed_gate) {
                 (Some(s), _) => format!("step {} ({})", s.step_id, s.agent_name),
                 (None, Some(g)) => format!("the {} gate of phase {}", g.gate_type, g.phase_id),
@@ -219,6 +220,7 @@ mod tests {
             phase_id: 1,
             gate_type: "test".into(),
             passed: false,
+            skipped: None,
             output: String::new(),
             command: "cargo test".into(),
             exit_code: Some(101),

@@ -102,8 +102,12 @@ pub struct ReviewGate {
     pub gate_type: String,
     /// The command, empty for a manual result.
     pub command: String,
-    /// Pass or fail.
+    /// True only for a pass (false for a failure and for a skip).
     pub passed: bool,
+    /// `passed`, `failed` or `skipped` (nothing to run: not a pass).
+    pub outcome: &'static str,
+    /// Why it was skipped (`no files changed`, `no command`), empty otherwise.
+    pub skip_reason: String,
     /// Its 1-based run.
     pub attempt: u32,
     /// When (RFC 3339).
@@ -278,6 +282,8 @@ pub async fn phase_review(data: &DataDir, state: &ExecutionState, phase_id: i64)
             gate_type: g.gate_type.clone(),
             command: g.command.clone(),
             passed: g.passed,
+            outcome: g.outcome().as_str(),
+            skip_reason: g.skipped.clone().unwrap_or_default(),
             attempt: g.attempt,
             checked_at: g.checked_at.clone(),
             output: g.output.clone(),

@@ -69,6 +69,14 @@ impl Executions {
         Ok(self.store().is_paused(task_id).await?)
     }
 
+    /// Why `task_id` is parked (paused by its driver until a human acts, e.g. a checkout holds
+    /// its feature branch); `None` when it is not, or an operator paused it.
+    ///
+    /// Errors: the database.
+    pub async fn park_reason(&self, task_id: &str) -> anyhow::Result<Option<String>> {
+        Ok(self.store().park_reason(task_id).await?)
+    }
+
     /// How `task_id`'s merge stands, `None` before one began.
     ///
     /// Errors: the database.

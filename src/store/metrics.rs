@@ -25,6 +25,8 @@ pub struct MetricTotals {
     pub gates_passed: i64,
     /// `gate_recorded` events with `passed: false`.
     pub gates_failed: i64,
+    /// `gate_skipped` events (a gate with nothing to run: neither a pass nor a failure).
+    pub gates_skipped: i64,
     /// Commits of the journal's group path (one fsync each) that appended events, since this
     /// process opened the store.
     pub journal_commits: u64,
@@ -40,23 +42,25 @@ struct JournalRow {
     agent_seconds: f64,
     gates_passed: i64,
     gates_failed: i64,
+    gates_skipped: i64,
 }
 
-/// One pass over the events of the three kinds that matter (a row's payload is only parsed
+/// One pass over the events of the four kinds that matter (a row's payload is only parsed
 /// when its kind needs a field). `total()` is SQLite's sum that is always a float (0.0 over no
 /// rows).
 const JOURNAL_TOTALS: &str = "select \
      coalesce(sum(kind = 'step_dispatched'), 0) as dispatches, \
      total(case when kind = 'step_recorded' then json_extract(payload, '$.duration_seconds') end) as agent_seconds, \
      coalesce(sum(kind = 'gate_recorded' and json_extract(payload, '$.passed') = 1), 0) as gates_passed, \
-     coalesce(sum(kind = 'gate_recorded' and coalesce(json_extract(payload, '$.passed'), 0) = 0), 0) as gates_failed \
-     from execution_events where kind in ('step_dispatched', 'step_recorded', 'gate_recorded')";
+     coalesce(sum(kind = 'gate_recorded' and coalesce(json_extract(payload, '$.passed'), 0) = 0), 0) as gates_failed, \
+     coalesce(sum(kind = 'gate_skipped'), 0) as gates_skipped \
+     from execution_events where kind in ('step_dispatched', 'step_recorded', 'gate_recorded', 'gate_skipped')";
 
 impl Store {
     /// The totals `/metrics` exposes, read in one transaction (so the families agree).
     ///
     /// Cost: the summary table is small (one row per execution); the journal totals scan the
-    /// events of three kinds, so a scrape costs time linear in the journal's size.
+    /// events of four kinds, so a scrape costs time linear in the journal's size.
     ///
     /// # Errors
     /// [`StoreError::Sqlx`].
@@ -79,6 +83,7 @@ impl Store {
             agent_seconds: journal.agent_seconds,
             gates_passed: journal.gates_passed,
             gates_failed: journal.gates_failed,
+            gates_skipped: journal.gates_skipped,
             journal_commits,
             journal_appends,
         })

@@ -126,6 +126,8 @@ pub struct CardRow {
     pub stage: String,
     /// Its execution is paused.
     pub paused: bool,
+    /// Why its driver parked it ([`Store::park`]), when it did.
+    pub park_reason: Option<String>,
 }
 
 /// One transition of a spec.
@@ -430,7 +432,8 @@ impl Store {
              json_extract(s.forecast_json, '$.mid_usd') as forecast_mid_usd, s.agents, \
              s.task_id, s.status_reason, s.updated_at, e.status as execution_status, e.current_phase, \
              e.steps_done, e.steps_total, e.spend_usd, ({stage_sql}) as stage, \
-             exists (select 1 from settings p where p.key = 'paused:' || s.task_id) as paused \
+             exists (select 1 from settings p where p.key = 'paused:' || s.task_id) as paused, \
+             (select p.value from settings p where p.key = 'paused:' || s.task_id and p.value != '1') as park_reason \
              from specs s left join executions e on e.task_id = s.task_id \
              where (?1 is null or s.project = ?1) \
                and ((?2 = 1) = (s.status = 'cancelled' or coalesce(e.status, '') = 'cancelled'))"
@@ -677,6 +680,40 @@ impl Store {
             query = query.bind(*s);
         }
         Ok(query.fetch_one(&self.reader).await?)
+    }
+
+    /// Parks an execution: paused, with `reason` (what a human must do before resuming, e.g.
+    /// switch a checkout away from its feature branch) as the pause's value; an operator's pause
+    /// (value `1`) already there gets the reason. [`Store::set_paused`] with `false` clears both.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn park(&self, task_id: &str, reason: &str) -> Result<(), StoreError> {
+        let key = format!("paused:{task_id}");
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "insert into settings (key, value) values (?, ?) on conflict (key) do update set value = excluded.value",
+        )
+        .bind(&key)
+        .bind(reason)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("update board_rev set n = n + 1 where id = 1").execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Why an execution is parked ([`Store::park`]); `None` when it is not paused or an
+    /// operator paused it.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn park_reason(&self, task_id: &str) -> Result<Option<String>, StoreError> {
+        Ok(sqlx::query_scalar::<_, String>("select value from settings where key = ?")
+            .bind(format!("paused:{task_id}"))
+            .fetch_optional(&self.reader)
+            .await?
+            .filter(|v| v != "1"))
     }
 
     /// Whether an execution is paused.

@@ -147,7 +147,12 @@ impl Metrics {
         let gates = Family::<Vec<(&'static str, &'static str)>, Counter>::default();
         gates.get_or_create(&vec![("result", "passed")]).inc_by(u64::try_from(totals.gates_passed).unwrap_or(0));
         gates.get_or_create(&vec![("result", "failed")]).inc_by(u64::try_from(totals.gates_failed).unwrap_or(0));
-        registry.register("baton_gate_results", "Gate runs by result (gate_recorded events)", gates);
+        gates.get_or_create(&vec![("result", "skipped")]).inc_by(u64::try_from(totals.gates_skipped).unwrap_or(0));
+        registry.register(
+            "baton_gate_results",
+            "Gate runs by result (gate_recorded events; skipped: gate_skipped events, never a pass)",
+            gates,
+        );
 
         let commits = Counter::<u64>::default();
         commits.inc_by(totals.journal_commits);
@@ -331,6 +336,7 @@ mod tests {
             agent_seconds: 4.5,
             gates_passed: 1,
             gates_failed: 2,
+            gates_skipped: 5,
             journal_commits: 4,
             journal_appends: 10,
         };
@@ -344,6 +350,7 @@ mod tests {
             "baton_agent_seconds_total 4.5",
             "baton_spend_usd_total 1.25",
             "baton_gate_results_total{result=\"failed\"} 2",
+            "baton_gate_results_total{result=\"skipped\"} 5",
             "baton_journal_group_commits_total 4",
             "baton_journal_group_appends_total 10",
             "baton_pool_open 1",

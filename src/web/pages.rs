@@ -457,7 +457,10 @@ fn step_signals(r: &crate::model::state::StepResult) -> Vec<String> {
 #[derive(Debug)]
 struct GateView {
     gate_type: String,
-    passed: bool,
+    /// `passed`, `failed` or `skipped` (the CSS class and the word shown).
+    outcome: &'static str,
+    /// Why a skipped gate was skipped.
+    skip_reason: Option<String>,
     command: Option<String>,
     output: String,
 }
@@ -489,6 +492,8 @@ struct ExecutionTemplate {
     spec_id: Option<i64>,
     status: String,
     paused: bool,
+    /// Why the driver parked the execution (shown beside the tag; Resume picks it up again).
+    parked: Option<String>,
     final_: bool,
     driver: Option<String>,
     steps_done: u64,
@@ -599,7 +604,8 @@ fn phases_of(app: &AppState, state: &ExecutionState) -> Vec<PhaseView> {
                 .filter(|g| g.phase_id == ph.phase_id)
                 .map(|g| GateView {
                     gate_type: g.gate_type.clone(),
-                    passed: g.passed,
+                    outcome: g.outcome().as_str(),
+                    skip_reason: g.skipped.clone(),
                     command: Some(g.command.clone()).filter(|c| !c.is_empty()),
                     output: g.output.clone(),
                 })
@@ -621,6 +627,7 @@ async fn execution_page(
     let state = crate::web::api::executions::load(&app, &task_id).await?;
     let spec_id = app.execs.spec_of(&task_id).await?.map(|s| s.spec_id);
     let paused = app.execs.is_paused(&task_id).await?;
+    let parked = app.execs.park_reason(&task_id).await?;
     let events = app.execs.journal(&task_id, 0).await?.unwrap_or_default();
     let skip = events.len().saturating_sub(JOURNAL_LINES);
     let journal = events
@@ -663,6 +670,7 @@ async fn execution_page(
         spec_id,
         status: state.status.as_str().to_string(),
         paused,
+        parked,
         final_: state.status.is_final(),
         driver,
         steps_done: done,

@@ -60,16 +60,6 @@ fn read_pid(path: &Path) -> i32 {
     panic!("no pid in {}", path.display());
 }
 
-/// The journal of `task_id`: (kind, payload) per event.
-fn journal(ws: &Workspace, task_id: &str) -> Vec<(String, serde_json::Value)> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(async {
-        let store = baton::store::Store::open(&ws.data().join("baton.db")).await.unwrap();
-        let events = store.events(task_id, 0).await.unwrap();
-        events.into_iter().map(|e| (e.kind, serde_json::from_str(&e.payload).unwrap())).collect()
-    })
-}
-
 #[test]
 fn an_agent_that_prints_its_result_and_never_exits_completes_with_that_result() {
     let ws = Workspace::with_repo(&[("README.md", "x\n")]);

@@ -133,6 +133,16 @@ pub(crate) fn fixture_json(rel: &str) -> serde_json::Value {
     serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("fixture {rel} is not JSON: {e}"))
 }
 
+/// The journal of `task_id` in `ws`'s data dir: (kind, payload) per event, in order.
+pub(crate) fn journal(ws: &Workspace, task_id: &str) -> Vec<(String, serde_json::Value)> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let store = baton::store::Store::open(&ws.data().join("baton.db")).await.unwrap();
+        let events = store.events(task_id, 0).await.unwrap();
+        events.into_iter().map(|e| (e.kind, serde_json::from_str(&e.payload).unwrap())).collect()
+    })
+}
+
 /// A small two-phase plan: a parallel pair, a dependant, a passing gate.
 pub(crate) fn small_plan(task_id: &str, extra_task_text: &str) -> String {
     serde_json::json!({

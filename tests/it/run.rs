@@ -372,3 +372,126 @@ fn agent_gate_additions_run_after_the_gate_as_their_own_argv_and_unsafe_ones_are
     assert_eq!(runs.len(), 3, "the gate failed three times: {runs:?}");
     assert!(runs.iter().all(|g| g["output"].as_str().unwrap().contains("$ test -f NO_SUCH_FILE")));
 }
+
+/// Issue 14.4, the inputs that showed it: a gate whose command names `{files}` after a phase
+/// that changed no file ran with nothing in place of the files and passed; a test gate with no
+/// command was recorded as passed ("auto-approved"). Both are skipped now, with the reason, in
+/// the journal, `execute status` (text and JSON) and the run's output, and the run completes.
+#[test]
+fn a_gate_with_nothing_to_run_is_skipped_with_its_reason_and_never_passes() {
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    let plan = serde_json::json!({
+        "task_id": "skip-1",
+        "task_summary": "Gates with nothing to run",
+        "phases": [
+            {"phase_id": 1, "name": "Look", "steps": [
+                {"step_id": "1.1", "agent_name": "alpha", "task_description": "Only read. [demo: noop]"}],
+             // `wc -l` with no file reads its (empty) stdin and exits 0, like `py_compile`.
+             "gate": {"gate_type": "lint", "command": "wc -l {files}"}},
+            {"phase_id": 2, "name": "Write", "steps": [
+                {"step_id": "2.1", "agent_name": "beta", "task_description": "Write c.", "deliverables": ["c.md"]}],
+             "gate": {"gate_type": "test", "command": ""}}
+        ]
+    });
+    let plan = ws.write("plan.json", &plan.to_string());
+    let out = ws.run_plan(&plan);
+    assert_eq!(code(&out), 0, "{}\n{}", stdout(&out), stderr(&out));
+    assert!(stderr(&out).contains("gate lint of phase 1 skipped: no files changed"), "{}", stderr(&out));
+    let state = ws.status("skip-1");
+    assert_eq!(state["status"], "complete");
+    let gates = state["gate_results"].as_array().unwrap();
+    assert_eq!(gates.len(), 2, "{gates:?}");
+    for (g, reason) in gates.iter().zip(["no files changed", "no command"]) {
+        assert_eq!(g["passed"], false, "a skipped gate is not a pass: {g}");
+        assert_eq!(g["skipped"], reason, "{g}");
+        assert!(!g["output"].as_str().unwrap().contains("auto-approved"), "{g}");
+    }
+    let kinds: Vec<String> = journal(&ws, "skip-1").into_iter().map(|(k, _)| k).collect();
+    assert_eq!(kinds.iter().filter(|k| *k == "gate_skipped").count(), 2, "{kinds:?}");
+    assert!(!kinds.iter().any(|k| k == "gate_recorded"), "no gate ran: {kinds:?}");
+    let text = stdout(&ws.run(&["execute", "status", "--task-id", "skip-1"]));
+    assert!(text.contains("gate lint (1 runs, skipped: no files changed)"), "{text}");
+    assert!(text.contains("gate test (1 runs, skipped: no command)"), "{text}");
+    assert!(!text.contains("passed"), "{text}");
+}
+
+/// Issue 14.5, the input that showed it: the user checks out `baton/<task_id>` (here in a second
+/// worktree) while the run is under way; consolidation used to fail the step and the execution.
+/// Now the run parks it with the reason, keeps the finished step's commit, and after the user
+/// switches away `execute resume` + `execute run` complete it with each step's commit once.
+#[test]
+fn a_feature_branch_checked_out_elsewhere_parks_the_execution_until_the_user_switches_away() {
+    let ws = Workspace::with_repo(&[("README.md", "hello\n")]);
+    let plan = serde_json::json!({
+        "task_id": "park-1",
+        "task_summary": "Park when the branch is checked out",
+        "phases": [
+            {"phase_id": 1, "name": "Build", "steps": [
+                {"step_id": "1.1", "agent_name": "alpha", "task_description": "Write a.", "deliverables": ["a.md"]},
+                {"step_id": "1.2", "agent_name": "beta", "task_description": "Write b. [demo: sleep=2]",
+                 "deliverables": ["b.md"], "depends_on": ["1.1"]}]},
+            {"phase_id": 2, "name": "Finish", "steps": [
+                {"step_id": "2.1", "agent_name": "gamma", "task_description": "Write c.", "deliverables": ["c.md"]}]}
+        ]
+    });
+    let plan = ws.write("plan.json", &plan.to_string());
+    let mut run = ws.baton();
+    run.args(["execute", "run", "--agent", "demo", "--plan"]).arg(&plan).arg("--repo").arg(ws.repo());
+    let child = run.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    // 1.2 runs once 1.1 is on the branch: the user checks the branch out meanwhile.
+    for _ in 0..300 {
+        if ws.launches("park-1", "1.2") > 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(ws.launches("park-1", "1.2"), 1, "1.2 never started");
+    let other = ws.tmp.path().join("other");
+    ws.git(&["worktree", "add", other.to_str().unwrap(), "baton/park-1"]);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(code(&out), 3, "parked: waiting for a human\n{}\n{}", stdout(&out), stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("parked: feature branch `baton/park-1` is checked out at "), "{err}");
+    assert!(err.contains("other: switch away and resume"), "{err}");
+    // Nothing failed, the branch did not move under the user, and the reason is in the status.
+    let status = ws.status("park-1");
+    assert_eq!(status["status"], "running", "{status}");
+    assert_eq!(status["paused"], true);
+    assert!(status["parked"].as_str().unwrap().contains("is checked out at"), "{status}");
+    assert_eq!(status["step_results"]["1.1"]["status"], "complete");
+    assert_eq!(status["step_results"]["1.2"]["status"], "dispatched", "kept, not failed");
+    let kinds: Vec<String> = journal(&ws, "park-1").into_iter().map(|(k, _)| k).collect();
+    assert_eq!(kinds.iter().filter(|k| *k == "step_recorded").count(), 1, "{kinds:?}");
+    let text = stdout(&ws.run(&["execute", "status", "--task-id", "park-1"]));
+    assert!(text.contains("  parked: feature branch `baton/park-1` is checked out at "), "{text}");
+    let worktree_head = || {
+        let out = std::process::Command::new("git").arg("-C").arg(&other).args(["rev-parse", "HEAD"]).output();
+        String::from_utf8_lossy(&out.unwrap().stdout).trim().to_string()
+    };
+    assert_eq!(worktree_head(), ws.git(&["rev-parse", "baton/park-1"]).trim(), "the branch stayed put");
+
+    // Still checked out: running again parks again (nothing lost, nothing failed).
+    let again = ws.run(&["execute", "run", "--agent", "demo", "--task-id", "park-1"]);
+    assert_eq!(code(&again), 3, "{}\n{}", stdout(&again), stderr(&again));
+    assert_eq!(ws.status("park-1")["step_results"]["1.2"]["status"], "dispatched");
+
+    // The user switches away; resume and run: every step lands once.
+    let switched = std::process::Command::new("git").arg("-C").arg(&other).args(["switch", "--detach"]).output();
+    assert!(switched.unwrap().status.success());
+    let resumed = ws.run(&["execute", "resume", "--task-id", "park-1"]);
+    assert_eq!(code(&resumed), 0, "{}\n{}", stdout(&resumed), stderr(&resumed));
+    assert!(ws.status("park-1").get("parked").is_none(), "resume clears the park");
+    let done = ws.run(&["execute", "run", "--agent", "demo", "--task-id", "park-1"]);
+    assert_eq!(code(&done), 0, "{}\n{}", stdout(&done), stderr(&done));
+    let status = ws.status("park-1");
+    assert_eq!(status["status"], "complete", "{status}");
+    assert_eq!(status["paused"], false);
+    let log = ws.git(&["log", "--format=%(trailers:key=Baton-Step,valueonly,separator=)", "baton/park-1"]);
+    let mut steps: Vec<&str> = log.lines().filter(|l| !l.is_empty()).collect();
+    steps.sort_unstable();
+    assert_eq!(steps, ["1.1", "1.2", "2.1"], "each step's commit once: {log}");
+    let files = ws.git(&["ls-tree", "--name-only", "baton/park-1"]);
+    for f in ["a.md", "b.md", "c.md"] {
+        assert!(files.lines().any(|l| l == f), "{f} missing: {files}");
+    }
+}

@@ -453,6 +453,85 @@ async fn the_driver_routes_for_gate_interact_and_amend_record_their_events() {
     assert_eq!(journal_len(&app, "web-driver").await, 1, "only the amendment was journaled");
 }
 
+/// Issue 14.4 through the API and the execution page: `ruff check {files}` after a step that
+/// changed no file is offered as a skip, a skip that claims a pass is refused, the skip is
+/// journaled as `gate_skipped` and shown as skipped (never passed), and a skip of a gate that
+/// has files to check is refused.
+#[tokio::test]
+async fn a_gate_with_nothing_to_run_is_recorded_and_shown_as_skipped() {
+    let app = TestApp::new().await;
+    let plan = json!({
+        "task_id": "web-skip",
+        "task_summary": "Skipped gate",
+        "phases": [
+            {"phase_id": 1, "name": "Look", "steps": [
+                {"step_id": "1.1", "agent_name": "alpha", "task_description": "Read."}],
+             "gate": {"gate_type": "lint", "command": "ruff check {files}"}},
+            {"phase_id": 2, "name": "Build", "steps": [
+                {"step_id": "2.1", "agent_name": "beta", "task_description": "Build it."}],
+             "gate": {"gate_type": "test", "command": "cargo test {files}"}}
+        ]
+    });
+    app.execution(&plan).await;
+    let (status, body) = app.post("/api/v1/executions/web-skip/events", record_step("1.1", "alpha")).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (_, next) = app.get("/api/v1/executions/web-skip/next").await;
+    assert_eq!(
+        (next["action_type"].as_str(), next["skip_reason"].as_str()),
+        (Some("gate"), Some("no files changed")),
+        "{next}"
+    );
+    assert_eq!(next["gate_command"], "", "{next}");
+    let (status, body) =
+        app.post("/api/v1/executions/web-skip/gate", json!({"phase_id": 1, "passed": true, "skipped": true})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let (status, body) =
+        app.post("/api/v1/executions/web-skip/gate", json!({"phase_id": 1, "passed": false, "skipped": true})).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["next_action"]["step_id"], "2.1", "the phase went on: {body}");
+    let (_, journal) = app.get("/api/v1/executions/web-skip/journal").await;
+    assert_eq!(journal[1]["kind"], "gate_skipped", "{journal}");
+    let (_, state) = app.get("/api/v1/executions/web-skip").await;
+    let gate = &state["gate_results"][0];
+    assert_eq!((gate["passed"].as_bool(), gate["skipped"].as_str()), (Some(false), Some("no files changed")), "{gate}");
+    let (status, html) = app.page("/executions/web-skip", crate::app::Caller::Anonymous).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(html.contains("Gate lint: skipped (no files changed, not a pass)"), "{html}");
+    assert!(!html.contains("Gate lint: passed"), "{html}");
+
+    // Phase 2's step changed a file: its gate has something to run and cannot be skipped.
+    let mut rec = record_step("2.1", "beta");
+    rec["files_changed"] = json!(["src/lib.rs"]);
+    let (status, body) = app.post("/api/v1/executions/web-skip/events", rec).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (_, next) = app.get("/api/v1/executions/web-skip/next").await;
+    assert_eq!(next["gate_command"], "cargo test src/lib.rs", "{next}");
+    assert!(next.get("skip_reason").is_none(), "{next}");
+    let (status, body) =
+        app.post("/api/v1/executions/web-skip/gate", json!({"phase_id": 2, "passed": false, "skipped": true})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body["message"].as_str().unwrap_or_default().contains("has something to run"), "{body}");
+}
+
+/// Issue 14.5 through the API and the page: a parked execution shows why, and resuming clears it.
+#[tokio::test]
+async fn a_parked_execution_shows_its_reason_until_resumed() {
+    let app = TestApp::new().await;
+    with_approval_plan(&app, "web-park").await;
+    let reason = "feature branch `baton/web-park` is checked out at /home/u/repo: switch away and resume";
+    app.store().park("web-park", reason).await.unwrap();
+    let (_, view) = app.get("/api/v1/executions/web-park").await;
+    assert_eq!((view["paused"].as_bool(), view["parked"].as_str()), (Some(true), Some(reason)), "{view}");
+    let (status, html) = app.page("/executions/web-park", crate::app::Caller::Anonymous).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(html.contains("parked: feature branch `baton/web-park` is checked out at /home/u/repo"), "{html}");
+    let (status, body) = app.post("/api/v1/executions/web-park/resume", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (_, view) = app.get("/api/v1/executions/web-park").await;
+    assert_eq!(view["paused"], false, "{view}");
+    assert!(view.get("parked").is_none(), "{view}");
+}
+
 #[tokio::test]
 async fn the_execution_page_lists_a_steps_signals_escaped() {
     let app = TestApp::new().await;

@@ -182,9 +182,16 @@ fn gated(steps: Vec<PlanStep>) -> ExecutionState {
     p.gate = Some(gate("cargo test {files}"));
     let mut state = started(vec![p, phase(2, vec![step("2.1", &[])])]);
     for id in dispatch_ids(&state) {
-        ok(&mut state, &record(&id, RecordStatus::Complete));
+        ok(&mut state, &with_files(record(&id, RecordStatus::Complete), &[&format!("{id}.rs")]));
     }
     state
+}
+
+fn with_files(mut e: Event, files: &[&str]) -> Event {
+    if let EventKind::StepRecorded { files_changed, .. } = &mut e.kind {
+        *files_changed = files.iter().map(|f| f.to_string()).collect();
+    }
+    e
 }
 
 #[test]
@@ -199,6 +206,99 @@ fn a_passing_gate_advances() {
     assert_eq!(state.status, ExecutionStatus::Running);
     assert_eq!(state.current_phase, 1);
     assert_eq!(dispatch_ids(&state), vec!["2.1"]);
+}
+
+/// Issue 14.4, the input that showed it: `python -m py_compile {files}` after a phase that
+/// changed no file ran `python -m py_compile ` and passed without checking anything.
+#[test]
+fn a_files_gate_after_a_phase_that_changed_no_file_is_skipped_not_passed() {
+    let mut p = phase(1, vec![step("1.1", &[])]);
+    p.gate = Some(gate("python -m py_compile {files}"));
+    let mut state = started(vec![p, phase(2, vec![step("2.1", &[])])]);
+    ok(&mut state, &record("1.1", RecordStatus::Complete));
+    assert_eq!(state.status, ExecutionStatus::GatePending);
+    let g = gate_action_of(&state);
+    assert_eq!(g.skip_reason.as_deref(), Some("no files changed"));
+    assert_eq!(g.gate_command, "", "the command is not run with an empty file list");
+    assert!(g.message.contains("nothing to run (no files changed)"), "{}", g.message);
+    // A pass cannot be recorded as a skip of a gate that has something to run, and vice versa
+    // a skip is accepted here and lets the phase go on.
+    let skip = ev(EventKind::GateSkipped { phase_id: 1, reason: "no files changed".into() });
+    let events = [record("1.1", RecordStatus::Complete), skip.clone()];
+    ok(&mut state, &skip);
+    assert_eq!(state.current_phase, 1, "the phase advanced");
+    assert_eq!(dispatch_ids(&state), vec!["2.1"]);
+    let r = &state.gate_results[0];
+    assert_eq!((r.passed, r.skipped.as_deref(), r.exit_code), (false, Some("no files changed"), None));
+    assert_eq!(r.outcome(), crate::model::state::GateOutcome::Skipped);
+    assert_eq!(r.command, "python -m py_compile {files}");
+    assert!(!state.gate_passed(1), "a skipped gate is never a pass");
+    assert!(state.gate_cleared(1));
+    assert_eq!(state.gate_failures(1), 0, "nor a failure");
+    assert_eq!(state.gate_skipped(1), Some("no files changed"));
+    // The same again is a duplicate; replaying the journal gives the same state.
+    assert!(apply(&mut state, &skip, T0).unwrap().duplicate);
+    let mut p = phase(1, vec![step("1.1", &[])]);
+    p.gate = Some(gate("python -m py_compile {files}"));
+    let plan = plan_of(vec![p, phase(2, vec![step("2.1", &[])])]);
+    let replayed = replay(plan, T0, events.iter().map(|e| (e, T0))).unwrap();
+    assert_eq!(replayed, state);
+}
+
+/// Issue 14.4: a test, build or lint gate with no command was recorded as passed
+/// ("auto-approved"); it is skipped with the reason `no command`. Any other type too.
+#[test]
+fn a_gate_with_no_command_is_skipped_for_every_type() {
+    for gate_type in ["test", "build", "lint", "spec", "review", "ci"] {
+        let mut p = phase(1, vec![step("1.1", &[])]);
+        p.gate = Some(PlanGate { gate_type: gate_type.into(), command: "  ".into(), extra: Default::default() });
+        let mut state = started(vec![p]);
+        ok(&mut state, &with_files(record("1.1", RecordStatus::Complete), &["a.rs"]));
+        let g = gate_action_of(&state);
+        assert_eq!(g.skip_reason.as_deref(), Some("no command"), "{gate_type}");
+        // A skip sent with no reason journals the engine's own.
+        ok(&mut state, &ev(EventKind::GateSkipped { phase_id: 1, reason: String::new() }));
+        assert_eq!(state.gate_results[0].skipped.as_deref(), Some("no command"));
+        assert!(!state.gate_passed(1));
+        assert_eq!(action_type(&state), ActionType::Complete, "{gate_type}: the phase went on");
+    }
+}
+
+#[test]
+fn a_gate_with_something_to_run_cannot_be_skipped() {
+    let mut state = gated(vec![step("1.1", &[])]);
+    assert_eq!(gate_action_of(&state).skip_reason, None);
+    let err = refused(&mut state, &ev(EventKind::GateSkipped { phase_id: 1, reason: "no command".into() }));
+    let text = err.to_string();
+    assert!(text.contains("has something to run (cargo test 1.1.rs)"), "{text}");
+}
+
+#[test]
+fn additions_naming_files_are_dropped_when_no_file_changed_and_the_others_still_run() {
+    let mut p = phase(1, vec![step("1.1", &[])]);
+    p.gate = Some(gate("lint {files}"));
+    let mut state = started(vec![p]);
+    let mut e = record("1.1", RecordStatus::Complete);
+    if let EventKind::StepRecorded { outcome, .. } = &mut e.kind {
+        *outcome = "done\nGATE_ADDITION: ruff check {files}\nGATE_ADDITION: cargo check".into();
+    }
+    ok(&mut state, &e);
+    let g = gate_action_of(&state);
+    assert_eq!(
+        (g.gate_command.as_str(), g.additions.as_slice(), g.skip_reason.as_deref()),
+        ("", &["cargo check".to_string()][..], None)
+    );
+    // With only `{files}` additions, the gate is skipped.
+    let mut p = phase(1, vec![step("1.1", &[])]);
+    p.gate = Some(gate("lint {files}"));
+    let mut state = started(vec![p]);
+    let mut e = record("1.1", RecordStatus::Complete);
+    if let EventKind::StepRecorded { outcome, .. } = &mut e.kind {
+        *outcome = "done\nGATE_ADDITION: ruff check {files}".into();
+    }
+    ok(&mut state, &e);
+    let g = gate_action_of(&state);
+    assert_eq!((g.additions.len(), g.skip_reason.as_deref()), (0, Some("no files changed")));
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! Gates: the plan's command (through `sh -c`) and each agent addition (as its own argv, never
 //! through a shell) in the integration worktree at the feature branch tip, in their own
 //! process group with a timeout, and the `gate_recorded` event. A gate a crashed driver left
-//! running is stopped before the next one. It never changes the feature branch.
+//! running is stopped before the next one. A gate the engine says has nothing to run is
+//! recorded as `gate_skipped` without running anything (issue 14.4). It never changes the
+//! feature branch.
 
 use std::path::Path;
 use std::time::Duration;
@@ -37,15 +39,7 @@ fn phase_files(state: &ExecutionState, phase_id: i64) -> Vec<String> {
     let Some(phase) = state.plan.phase_index(phase_id).and_then(|i| state.plan.phases.get(i)) else {
         return Vec::new();
     };
-    let mut files: Vec<String> = phase
-        .steps
-        .iter()
-        .filter_map(|s| state.result(&s.step_id))
-        .flat_map(|r| r.files_changed.iter().cloned())
-        .collect();
-    files.sort_unstable();
-    files.dedup();
-    files
+    engine::gates::phase_files(state, phase).into_iter().map(str::to_string).collect()
 }
 
 /// Runs one gate command, `argv` (the plan's command as `sh -c …`, an agent addition as its
@@ -111,10 +105,20 @@ pub(super) fn stop_orphan_gate(marker: &Path) {
 
 impl Driver {
     /// Runs the gate in the integration worktree at the feature branch tip and records it.
+    /// A gate the engine says has nothing to run (`skip_reason`) is recorded as skipped without
+    /// running anything.
     pub(super) async fn gate(&mut self, state: &mut ExecutionState, g: &GateAction) -> anyhow::Result<()> {
+        let key = format!("gate:{}:{}:{}", state.task_id, g.phase_id, g.attempt);
+        if let Some(reason) = &g.skip_reason {
+            errln!("gate {} of phase {} skipped: {reason} (nothing was checked)", g.gate_type, g.phase_id);
+            crash_point("before-gate-record");
+            let kind = EventKind::GateSkipped { phase_id: g.phase_id, reason: reason.clone() };
+            return self.record(state, kind, key).await;
+        }
         let command = g.gate_command.trim().to_string();
         let (passed, output, exit_code) = if command.is_empty() && g.additions.is_empty() {
-            (true, format!("auto-approved ({}): no command specified", g.gate_type), None)
+            // The engine sets `skip_reason` for such a gate; an empty run is never a pass.
+            (false, format!("gate {} of phase {} has nothing to run", g.gate_type, g.phase_id), None)
         } else {
             let path = self.data.integration_worktree(&state.task_id);
             let (repo, branch, wt) = (self.repo.clone(), self.meta.branch.clone(), path.clone());
@@ -173,7 +177,6 @@ impl Driver {
         errln!("gate of phase {} {}", g.phase_id, if passed { "passed" } else { "failed" });
         crash_point("before-gate-record");
         let kind = EventKind::GateRecorded { phase_id: g.phase_id, passed, output, command: Some(command), exit_code };
-        let key = format!("gate:{}:{}:{}", state.task_id, g.phase_id, g.attempt);
         self.record(state, kind, key).await
     }
 }

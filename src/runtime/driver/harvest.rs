@@ -1,7 +1,10 @@
 //! Finished attempts: waiting for one (watching the budget and renewing the lease meanwhile),
 //! then turning its exit into a result: its cost (reported, streamed, and spent by launches
 //! that died), its commit, the path check and the cherry-pick onto the feature branch, and the
-//! `step_recorded` event. A died attempt is launched again. It never dispatches a new step.
+//! `step_recorded` event. A died attempt is launched again. When a working tree has the feature
+//! branch checked out, consolidation returns [`Parked`] instead of failing the step: nothing is
+//! recorded, the attempt's commit stays under its attempt ref, and the next run harvests it.
+//! It never dispatches a new step.
 
 use std::path::Path;
 
@@ -21,6 +24,7 @@ use crate::runtime::{blocking, lease};
 
 use super::budget::{BUDGET_POLL, BUDGET_STOP_FILE};
 use super::launch::{LaunchMeta, META_FILE};
+use super::options::Parked;
 use super::{crash_point, Driver, LEASE_RENEW_EVERY};
 
 impl Driver {
@@ -146,11 +150,14 @@ impl Driver {
             error = out.error.clone().unwrap_or_else(|| exit.describe());
             false
         } else {
-            match self
-                .consolidate(state, &meta, &step, &out.outcome)
-                .await
-                .unwrap_or_else(|e| Err(format!("consolidation failed: {e:#}")))
-            {
+            let consolidated = match self.consolidate(state, &meta, &step, &out.outcome).await {
+                // A checkout holds the feature branch: park, never fail paid-for work; the step
+                // stays dispatched and is harvested again on resume.
+                Err(e) if e.is::<Parked>() => return Err(e),
+                Err(e) => Err(format!("consolidation failed: {e:#}")),
+                Ok(done) => done,
+            };
+            match consolidated {
                 Ok((sha, changed)) => {
                     commit_hash = sha;
                     files = changed;
@@ -272,6 +279,20 @@ impl Driver {
                     )))
                 }
                 Err(git::GitError::RefChanged { .. }) => continue,
+                Err(git::GitError::BranchCheckedOut { branch, worktree }) => {
+                    return Err(Parked {
+                        task_id,
+                        reason: format!(
+                            "feature branch `{branch}` is checked out at {}: switch away and resume \
+                             (step {} attempt {} is kept as {})",
+                            worktree.display(),
+                            step.step_id,
+                            meta.attempt,
+                            commit.sha.get(..10).unwrap_or(&commit.sha)
+                        ),
+                    }
+                    .into())
+                }
                 Err(e) => return Err(e).context("consolidating onto the feature branch"),
             }
         }

@@ -54,7 +54,7 @@ use crate::runtime::executions::Executions;
 use crate::runtime::lease;
 use crate::runtime::runs::RunMeta;
 
-pub use options::{branch_log, Interrupted, RunOptions, RunOutcome, PROFILES};
+pub use options::{branch_log, Interrupted, Parked, RunOptions, RunOutcome, PROFILES};
 pub use start::{check_new_run, harvest_finished, prepare, run};
 
 /// Named crash points (`BATON_CRASH_AT`): after a dispatch is journaled but before the launch;

@@ -74,6 +74,21 @@ pub struct Interrupted {
     pub task_id: String,
 }
 
+/// The run parked its execution (paused, with this reason) instead of failing paid-for work:
+/// consolidation would move the feature branch under a working tree that has it checked out
+/// (issue 14.5). Every step commit is kept (the finished attempt stays dispatched, its commit
+/// under its attempt ref); resuming (`execute resume` then `execute run`, or the board's
+/// resume) harvests it again. The CLI exits 3 (waiting for a human).
+#[derive(Debug, thiserror::Error)]
+#[error("parked: {reason}")]
+pub struct Parked {
+    /// The execution.
+    pub task_id: String,
+    /// What the human must do (`feature branch `baton/x` is checked out at PATH: switch away
+    /// and resume`).
+    pub reason: String,
+}
+
 /// The newest `limit` commits of the feature branch (newest first).
 pub async fn branch_log(repo: &Path, branch: &str, limit: usize) -> anyhow::Result<Vec<git::CommitInfo>> {
     let (path, b) = (repo.to_path_buf(), branch.to_string());

@@ -34,7 +34,15 @@ impl Driver {
             let Some((_, dir)) = latest_launch(&base) else { continue };
             if let AttemptState::Finished(exit) = shim::inspect(&dir)? {
                 errln!("{step_id}: attempt {attempt} finished while the execution was halted; recording its result");
-                self.harvest(state, &step_id, attempt, &dir, exit).await?;
+                match self.harvest(state, &step_id, attempt, &dir, exit).await {
+                    // The feature branch is checked out somewhere: its commit stays under its
+                    // attempt ref, and a cancel still goes through.
+                    Err(e) if e.is::<super::options::Parked>() => {
+                        errln!("{step_id}: attempt {attempt} not recorded: {e}");
+                        continue;
+                    }
+                    done => done?,
+                }
                 harvested += 1;
             }
         }

@@ -23,7 +23,7 @@ use crate::runtime::BadInput;
 use crate::runtime::{blocking, lease, write_atomic};
 
 use super::agents::profile_of;
-use super::options::{Interrupted, RunOptions, RunOutcome, PROFILES};
+use super::options::{Interrupted, Parked, RunOptions, RunOutcome, PROFILES};
 use super::{feature_branch, Driver};
 
 /// Runs (or resumes) an execution headlessly; returns the exit code of the final action.
@@ -150,10 +150,20 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
             }
         }
     };
+    // A run picks a parked execution up again: the park's reason is cleared (it parks again,
+    // with a fresh reason, if the feature branch is still checked out somewhere).
+    if let Some(reason) = driver.execs.store().park_reason(&task_id).await? {
+        errln!("execution {task_id} was parked ({reason}); trying again");
+        driver.execs.store().set_paused(&task_id, false).await?;
+    }
     let outcome = tokio::select! {
         outcome = driver.drive(state, &lease) => outcome,
         () = stopped => Err(Interrupted { task_id: task_id.clone() }.into()),
     };
+    if let Some(p) = outcome.as_ref().err().and_then(|e| e.downcast_ref::<Parked>()) {
+        driver.execs.store().park(&task_id, &p.reason).await?;
+        errln!("execution {task_id} parked: {}", p.reason);
+    }
     lease.release().await?;
     outcome
 }

@@ -91,6 +91,10 @@ pub struct ExecutionView {
     pub next_action: Action,
     /// Paused by an operator: no new dispatches until resumed (its status stays the engine's).
     pub paused: bool,
+    /// Why its driver parked it (paused until a human acts, e.g. `feature branch `baton/x` is
+    /// checked out at PATH: switch away and resume`); absent when it is not parked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parked: Option<String>,
 }
 
 /// The execution `task_id`, or 404.
@@ -106,7 +110,8 @@ async fn show(State(app): State<AppState>, Path(task_id): Path<String>) -> Resul
     let state = load(&app, &task_id).await?;
     let next_action = engine::next_action(&state);
     let paused = app.execs.is_paused(&task_id).await?;
-    Ok(Json(ExecutionView { state, next_action, paused }))
+    let parked = app.execs.park_reason(&task_id).await?;
+    Ok(Json(ExecutionView { state, next_action, paused, parked }))
 }
 
 /// One journal entry; `payload` is the event's JSON.
@@ -359,6 +364,10 @@ async fn resume(
 struct GateBody {
     phase_id: i64,
     passed: bool,
+    /// The gate had nothing to run (the GATE action's `skip_reason`): recorded as
+    /// `gate_skipped`, never a pass; `passed` must then be false.
+    #[serde(default)]
+    skipped: bool,
     #[serde(default)]
     output: String,
     #[serde(default)]
@@ -375,12 +384,20 @@ async fn gate(
     Caller(op): Caller,
     ApiJson(b): ApiJson<GateBody>,
 ) -> Result<(StatusCode, Json<Recorded>), AppError> {
-    let kind = EventKind::GateRecorded {
-        phase_id: b.phase_id,
-        passed: b.passed,
-        output: b.output,
-        command: b.command,
-        exit_code: b.exit_code,
+    let kind = match (b.skipped, b.passed) {
+        (true, true) => {
+            return Err(AppError::Unprocessable(
+                "skipped: a skipped gate is not a pass; send passed: false with skipped: true".into(),
+            ))
+        }
+        (true, false) => EventKind::GateSkipped { phase_id: b.phase_id, reason: b.output },
+        (false, passed) => EventKind::GateRecorded {
+            phase_id: b.phase_id,
+            passed,
+            output: b.output,
+            command: b.command,
+            exit_code: b.exit_code,
+        },
     };
     record(&app, &task_id, keyed(kind, b.idempotency_key), &op).await
 }
