@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::plan::FeedbackQuestion;
 
 /// The action types, in wire spelling: agent-baton's nine, and BUDGET.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ActionType {
     /// Run a step.
@@ -52,7 +52,7 @@ impl ActionType {
 }
 
 /// DISPATCH: launch one step.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DispatchAction {
     /// Human-readable summary.
     pub message: String,
@@ -104,7 +104,7 @@ pub struct DispatchAction {
 }
 
 /// GATE: run a phase's QA gate.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct GateAction {
     /// Human-readable summary.
     pub message: String,
@@ -127,7 +127,7 @@ pub struct GateAction {
 }
 
 /// APPROVAL: a human decision.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ApprovalAction {
     /// Human-readable summary.
     pub message: String,
@@ -143,7 +143,7 @@ pub struct ApprovalAction {
 }
 
 /// FEEDBACK: questions for a human.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FeedbackAction {
     /// Human-readable summary.
     pub message: String,
@@ -156,7 +156,7 @@ pub struct FeedbackAction {
 }
 
 /// INTERACT: an interactive step waits for a human reply.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct InteractAction {
     /// Human-readable summary.
     pub message: String,
@@ -173,7 +173,7 @@ pub struct InteractAction {
 }
 
 /// CHECKPOINT: save a compact hand-off at a phase boundary; drivers acknowledge it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CheckpointAction {
     /// Human-readable summary.
     pub message: String,
@@ -186,7 +186,7 @@ pub struct CheckpointAction {
 }
 
 /// BUDGET: the execution is parked at its USD ceiling (status `budget_exceeded`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BudgetAction {
     /// Human-readable summary.
     pub message: String,
@@ -207,7 +207,7 @@ pub struct BudgetAction {
 }
 
 /// What a driver should do next.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "action_type", rename_all = "lowercase")]
 pub enum Action {
     /// Run a step.
