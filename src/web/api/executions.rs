@@ -74,7 +74,7 @@ pub struct ExecutionListItem {
     pub updated_at: String,
 }
 
-/// Every execution, newest first, as its board summary.
+/// Every execution, as its board summary.
 #[utoipa::path(get, path = "/", tag = "executions", operation_id = "list_executions",
     responses((status = 200, description = "The executions.", body = Vec<ExecutionListItem>)))]
 async fn list(State(app): State<AppState>) -> Result<Json<Vec<ExecutionListItem>>, AppError> {

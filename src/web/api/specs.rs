@@ -164,7 +164,7 @@ fn default_limit() -> i64 {
     50
 }
 
-/// Specs, newest first.
+/// Specs, filtered and paginated.
 #[utoipa::path(get, path = "/", tag = "specs", operation_id = "list_specs", params(ListQuery),
     responses(
         (status = 200, description = "The specs.", body = Vec<SpecRow>),
