@@ -1,6 +1,6 @@
 //! Baton: turns specs into merged pull requests with AI coding agents.
 //!
-//! The crate is a pure engine inside an imperative shell (see `README.md`, "Architecture"):
+//! The crate is a pure engine inside an imperative shell (see `docs/src/engine.md`, "Architecture"):
 //! arrows point down only, `engine` and `model` never do IO, and only `git` touches git.
 
 /// Prints a line to stdout; a closed pipe (`baton … | head`) is ignored rather than a panic.

@@ -74,7 +74,7 @@ enum Command {
         check: bool,
     },
     /// Goal-driven execution: write a small plan whose completion condition is CONDITION and
-    /// run it like `execute run`; the evaluator judges every phase boundary (README "Goals").
+    /// run it like `execute run`; the evaluator judges every phase boundary (the book, docs/src/running.md "Goals").
     Goal(goal::GoalArgs),
     /// Drive an execution (agent-baton's driver contract).
     Execute {
@@ -530,6 +530,12 @@ fn max_spend_flag(raw: Option<&str>) -> Result<Option<(f64, String)>, BadInput> 
             .ok_or_else(|| BadInput(format!("--max-spend-usd {raw:?}: {}", runtime::spend::USD_EXPECTED)))
     })
     .transpose()
+}
+
+/// The whole command tree as clap builds it (the book's CLI reference is generated from it:
+/// `tests/it/book.rs`).
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
 }
 
 /// Entry point of the binary.

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::plan::FeedbackQuestion;
 
 /// The action types, in wire spelling: agent-baton's nine, and BUDGET.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ActionType {
     /// Run a step.
@@ -52,7 +52,7 @@ impl ActionType {
 }
 
 /// DISPATCH: launch one step.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DispatchAction {
     /// Human-readable summary.
     pub message: String,
@@ -104,7 +104,7 @@ pub struct DispatchAction {
 }
 
 /// GATE: run a phase's QA gate.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct GateAction {
     /// Human-readable summary.
     pub message: String,
@@ -134,7 +134,7 @@ pub struct GateAction {
 }
 
 /// APPROVAL: a human decision.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ApprovalAction {
     /// Human-readable summary.
     pub message: String,
@@ -150,7 +150,7 @@ pub struct ApprovalAction {
 }
 
 /// FEEDBACK: questions for a human.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FeedbackAction {
     /// Human-readable summary.
     pub message: String,
@@ -163,7 +163,7 @@ pub struct FeedbackAction {
 }
 
 /// INTERACT: an interactive step waits for a human reply.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct InteractAction {
     /// Human-readable summary.
     pub message: String,
@@ -180,7 +180,7 @@ pub struct InteractAction {
 }
 
 /// CHECKPOINT: save a compact hand-off at a phase boundary; drivers acknowledge it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CheckpointAction {
     /// Human-readable summary.
     pub message: String,
@@ -193,7 +193,7 @@ pub struct CheckpointAction {
 }
 
 /// BUDGET: the execution is parked at its USD ceiling (status `budget_exceeded`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BudgetAction {
     /// Human-readable summary.
     pub message: String,
@@ -214,7 +214,7 @@ pub struct BudgetAction {
 }
 
 /// What a driver should do next.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "action_type", rename_all = "lowercase")]
 pub enum Action {
     /// Run a step.

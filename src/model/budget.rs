@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 /// The cost forecast of one step, USD (low ≤ mid ≤ high).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct StepForecast {
     /// Optimistic cost, USD.
     pub low_usd: f64,
@@ -29,7 +29,7 @@ pub struct StepForecast {
 }
 
 /// Why dispatch stopped at the ceiling: shown with the decision.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BudgetShortfall {
     /// The step that could not run (or was stopped while running).
     pub step_id: String,
@@ -40,7 +40,7 @@ pub struct BudgetShortfall {
 }
 
 /// One raise of the ceiling.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BudgetRaise {
     /// By how much, USD.
     pub by_usd: f64,
@@ -52,7 +52,7 @@ pub struct BudgetRaise {
 }
 
 /// The spend side of an execution, changed only by `engine::apply`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Budget {
     /// The ceiling, USD; `None` = no ceiling (dispatch is never held back).
     #[serde(default)]

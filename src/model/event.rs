@@ -13,7 +13,7 @@ use crate::model::plan::{PlanPhase, PlanStep};
 use crate::model::state::ApprovalDecision;
 
 /// Terminal status a driver may record for a step attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RecordStatus {
     /// The attempt succeeded.
@@ -41,7 +41,7 @@ impl RecordStatus {
 }
 
 /// What one attempt used: the spend ledger's columns beyond the step's cost and tokens.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AttemptUsage {
     /// Attempt number (1-based).
     #[serde(default)]
@@ -62,7 +62,7 @@ pub struct AttemptUsage {
 }
 
 /// A step added by an amendment to an existing (current or later) phase.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AddedStep {
     /// Phase to append the step to.
     pub phase_id: i64,
@@ -71,7 +71,7 @@ pub struct AddedStep {
 }
 
 /// What happened.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum EventKind {
     /// A driver launched an attempt of a step (agent-baton's `mark_dispatched`).
@@ -282,7 +282,7 @@ impl EventKind {
 ///
 /// Deserializing requires `kind` to be one of the snake_case names (serde alone would also
 /// take a number as the variant's position, so `{"kind": 0}` read as `step_dispatched`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(try_from = "serde_json::Value")]
 pub struct Event {
     /// What happened.

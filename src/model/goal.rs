@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// Where the goal stands after the latest evaluation.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum GoalStatus {
     /// No verdict yet (or the plan has no `completion_condition`).
@@ -37,7 +37,7 @@ impl GoalStatus {
 }
 
 /// One evaluation of the completion condition at a phase boundary (seed-spec §1.10).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct GoalCheck {
     /// `g<n>`, 1-based in evaluation order.
     pub check_id: String,
@@ -84,7 +84,7 @@ pub struct GoalCheck {
 }
 
 /// The goal bookkeeping of one execution.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct GoalState {
     /// Where the goal stands.
     #[serde(default)]

@@ -67,7 +67,7 @@ fn default_conflict_handling() -> String {
 ///
 /// `task_id` names the execution; `phases` run in list order. Validation lives in
 /// `engine::validate`; a value of this type is only known to be well-shaped, not valid.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct MachinePlan {
     /// Execution id (`YYYY-MM-DD-<slug>-<8hex>` from agent-baton's planner; any ref-safe string).
     pub task_id: String,
@@ -111,6 +111,7 @@ pub struct MachinePlan {
     pub resource_limits: Option<ResourceLimits>,
     /// Every other key, verbatim (see [`MachinePlan::unknown_keys`]).
     #[serde(flatten)]
+    #[schema(ignore)]
     pub extra: Extra,
 }
 
@@ -141,7 +142,7 @@ const GATE_PASSTHROUGH: &[&str] = &["description", "fail_on"];
 const MEMBER_PASSTHROUGH: &[&str] = &["deliverables"];
 
 /// Concurrency limits of a plan (seed-spec §1.3 `resource_limits`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ResourceLimits {
     /// Concurrent executions.
     #[serde(default)]
@@ -157,11 +158,12 @@ pub struct ResourceLimits {
     pub max_concurrent_per_project: u32,
     /// Other keys, verbatim.
     #[serde(flatten)]
+    #[schema(ignore)]
     pub extra: Extra,
 }
 
 /// One phase: steps, then (in order) approval, feedback questions and gate (seed-spec §1.4).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PlanPhase {
     /// Phase id; 1-based from the planner; renumbered after amendments.
     pub phase_id: i64,
@@ -187,11 +189,12 @@ pub struct PlanPhase {
     pub risk_level: String,
     /// Other keys, verbatim.
     #[serde(flatten)]
+    #[schema(ignore)]
     pub extra: Extra,
 }
 
 /// One unit of agent work (seed-spec §1.5).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PlanStep {
     /// `"<phase>.<n>"` by convention; any ref- and path-safe id is accepted.
     pub step_id: String,
@@ -244,6 +247,7 @@ pub struct PlanStep {
     pub timeout_seconds: u64,
     /// Other keys, verbatim.
     #[serde(flatten)]
+    #[schema(ignore)]
     pub extra: Extra,
 }
 
@@ -326,7 +330,7 @@ impl PlanPhase {
 }
 
 /// A QA gate (seed-spec §1.6). Accepts `type` as an alias of `gate_type` on input.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PlanGate {
     /// `build`, `test`, `lint`, `spec`, `review` or `ci`.
     #[serde(alias = "type")]
@@ -336,11 +340,12 @@ pub struct PlanGate {
     pub command: String,
     /// Other keys (`description`, `fail_on`, …), verbatim.
     #[serde(flatten)]
+    #[schema(ignore)]
     pub extra: Extra,
 }
 
 /// A member of a team step (seed-spec §1.7).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TeamMember {
     /// `"<phase>.<n>.<letter>"`.
     pub member_id: String,
@@ -360,12 +365,14 @@ pub struct TeamMember {
     pub depends_on: Vec<String>,
     /// Nested members (lead only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(no_recursion)]
     pub sub_team: Vec<TeamMember>,
     /// Synthesis of the sub-team.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub synthesis: Option<SynthesisSpec>,
     /// Other keys (`deliverables`, …), verbatim.
     #[serde(flatten)]
+    #[schema(ignore)]
     pub extra: Extra,
 }
 
@@ -381,7 +388,7 @@ impl TeamMember {
 }
 
 /// How a team's outputs are combined (seed-spec §1.7).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SynthesisSpec {
     /// `concatenate`, `merge_files` or `agent_synthesis`.
     #[serde(default = "default_strategy")]
@@ -397,11 +404,12 @@ pub struct SynthesisSpec {
     pub conflict_handling: String,
     /// Other keys, verbatim.
     #[serde(flatten)]
+    #[schema(ignore)]
     pub extra: Extra,
 }
 
 /// A question asked at the end of a phase; the chosen option dispatches a step (seed-spec §1.8).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FeedbackQuestion {
     /// Unique within the phase.
     pub question_id: String,
@@ -422,11 +430,12 @@ pub struct FeedbackQuestion {
     pub option_prompts: Vec<String>,
     /// Other keys, verbatim.
     #[serde(flatten)]
+    #[schema(ignore)]
     pub extra: Extra,
 }
 
 /// The audit record of one amendment (seed-spec §1.9).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PlanAmendment {
     /// `amend-<n>`.
     pub amendment_id: String,
@@ -456,6 +465,7 @@ pub struct PlanAmendment {
     pub metadata: BTreeMap<String, String>,
     /// Other keys, verbatim.
     #[serde(flatten)]
+    #[schema(ignore)]
     pub extra: Extra,
 }
 

@@ -12,7 +12,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// The stored status of a spec.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SpecStatus {
     /// Written on the board, not enriched yet.
@@ -82,7 +82,7 @@ impl fmt::Display for SpecStatus {
 }
 
 /// What a person (or an importer) does to a spec.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SpecAction {
     /// Change the title, body or priority: the plan no longer matches, so the spec is a
@@ -173,7 +173,7 @@ pub fn transition(current: SpecStatus, action: SpecAction) -> Result<SpecStatus,
 
 /// Where a spec stands: its stored status before it is fired, its execution's afterwards.
 /// The board's columns group these.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SpecStage {
     /// Draft, imported, enriched, approved or bounced.

@@ -17,7 +17,7 @@ use crate::model::plan::{MachinePlan, PlanAmendment};
 ///
 /// `complete` and `cancelled` are final. `failed` is final except for the explicit operator
 /// events that reopen it (retry a step, retry a gate, skip a step, amend).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ExecutionStatus {
     /// Steps are being dispatched or are in flight.
@@ -75,7 +75,7 @@ impl std::fmt::Display for ExecutionStatus {
 }
 
 /// Status of one step's latest attempt. A step with no result is pending.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum StepStatus {
     /// To be dispatched again (after a gate re-dispatch or an operator retry).
@@ -115,7 +115,7 @@ impl StepStatus {
 }
 
 /// One turn of an interactive step.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct InteractionTurn {
     /// `agent` or `human`.
     pub role: String,
@@ -128,7 +128,7 @@ pub struct InteractionTurn {
 }
 
 /// The latest result of one step (seed-spec §1.11), replaced by each new attempt.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct StepResult {
     /// The step.
     pub step_id: String,
@@ -193,7 +193,7 @@ pub struct StepResult {
 }
 
 /// A file that two or more members of a team step changed (by their `files_changed`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TeamConflict {
     /// Repository-relative path.
     pub file: String,
@@ -202,7 +202,7 @@ pub struct TeamConflict {
 }
 
 /// A `GATE_ADDITION:` line the safety filter refused (seed-spec §2.7).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RejectedAddition {
     /// The command as the agent wrote it (cut at 300 characters).
     pub command: String,
@@ -211,7 +211,7 @@ pub struct RejectedAddition {
 }
 
 /// One gate run (seed-spec §1.12).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct GateResult {
     /// Phase whose gate ran.
     pub phase_id: i64,
@@ -269,7 +269,7 @@ impl GateResult {
 }
 
 /// An approval decision (seed-spec §1.8).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum ApprovalDecision {
     /// Go on.
     #[serde(rename = "approve")]
@@ -304,7 +304,7 @@ impl ApprovalDecision {
 }
 
 /// A recorded approval.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ApprovalResult {
     /// Phase approved.
     pub phase_id: i64,
@@ -328,7 +328,7 @@ pub struct ApprovalResult {
 }
 
 /// An outstanding approval request; present exactly when status is `approval_pending`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PendingApprovalRequest {
     /// Phase awaiting approval.
     pub phase_id: i64,
@@ -344,7 +344,7 @@ pub struct PendingApprovalRequest {
 }
 
 /// An answered feedback question.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FeedbackResult {
     /// Phase that asked.
     pub phase_id: i64,
@@ -361,7 +361,7 @@ pub struct FeedbackResult {
 }
 
 /// Context-rot checkpoint bookkeeping (seed-spec §2.17 design (b)).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CheckpointMarks {
     /// A checkpoint is due and not yet acknowledged.
     pub due: bool,
@@ -379,7 +379,7 @@ pub struct CheckpointMarks {
 }
 
 /// Live counters kept incrementally so no event costs a scan of the plan.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Counters {
     /// Steps complete or skipped, whole plan.
     pub steps_done: u64,
@@ -449,7 +449,7 @@ impl PartialEq for StepIndex {
 }
 
 /// One run of a plan (seed-spec §1.14), changed only by `engine::apply`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ExecutionState {
     /// The execution id (= `plan.task_id`).
     pub task_id: String,

@@ -52,7 +52,7 @@ pub struct Enrichment {
 }
 
 /// A cost forecast: low / mid / high in USD, with the line per step and the rule used.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Forecast {
     /// Optimistic total, USD.
     pub low_usd: f64,
@@ -67,7 +67,8 @@ pub struct Forecast {
 }
 
 /// The forecast of one step.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[schema(as = ForecastLine)]
 pub struct StepForecast {
     /// Step id.
     pub step_id: String,

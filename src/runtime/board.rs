@@ -11,12 +11,14 @@ use crate::runtime::specs::SpecError;
 use crate::store::CardRow;
 
 /// What a board is asked for (`GET /api/v1/board?project=&page=&archived=`).
-#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[derive(Debug, Clone, Default, serde::Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct BoardQuery {
-    /// Only this project.
+    /// Only this project (empty: every project; 404 when no project has that name).
     pub project: Option<String>,
     /// Page of every column (1-based; 20 cards a page).
+    #[param(minimum = 1, default = 1)]
     pub page: Option<usize>,
     /// The archive (cancelled specs) instead of the board.
     #[serde(default)]
@@ -54,7 +56,7 @@ pub fn shown_status(status: &str, execution_status: Option<&str>) -> String {
 }
 
 /// One card.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Card {
     /// Spec id.
     pub spec_id: i64,
@@ -98,7 +100,7 @@ pub struct Card {
 }
 
 /// What an open execution is doing, for its card.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct CardLive {
     /// Agents of the attempts running now, with their steps (`1.2 backend-engineer`).
     pub running: Vec<String>,
@@ -113,7 +115,7 @@ pub struct CardLive {
 
 /// Spend against forecast and ceiling as a bar: the bar's full width is the largest of the
 /// three amounts.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct SpendBar {
     /// Width of the spent part, percent (0–100).
     pub spent_pct: u32,
@@ -170,7 +172,7 @@ pub fn last_activity(state: &crate::model::state::ExecutionState) -> String {
 }
 
 /// One column.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Column {
     /// Which stage it holds.
     pub stage: SpecStage,
@@ -187,7 +189,7 @@ pub struct Column {
 }
 
 /// The whole board.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Board {
     /// The project filter, if any.
     pub project: Option<String>,

@@ -116,7 +116,7 @@ impl ImportRequest {
 }
 
 /// What one item's import did.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct ImportedItem {
     /// The spec.
     pub spec_id: i64,

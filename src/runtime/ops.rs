@@ -81,7 +81,7 @@ impl Operator {
 pub const LINK_ACTOR_SUFFIX: &str = " (approval link)";
 
 /// The decision that stands, named by an [`OpsError::AlreadyDecided`].
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct Standing {
     /// Who decided.
     pub by: String,
@@ -189,7 +189,7 @@ pub struct Decided {
 }
 
 /// What pause and resume answer.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct PauseState {
     /// The execution.
     pub task_id: String,

@@ -89,12 +89,13 @@ fn invalid(field: &str, message: impl Into<String>) -> SpecError {
 }
 
 /// A project to register.
-#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[derive(Debug, Clone, Default, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewProject {
     /// 1–64 of `A-Z a-z 0-9 . _ -`.
     pub name: String,
     /// Path of a local git repository.
+    #[schema(value_type = String)]
     pub repo_path: PathBuf,
     /// Branch feature branches start from (default: the repository's current branch).
     #[serde(default)]
@@ -128,7 +129,7 @@ pub struct NewProject {
 }
 
 /// A spec to create.
-#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[derive(Debug, Clone, Default, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SpecInput {
     /// Project name.
@@ -144,7 +145,7 @@ pub struct SpecInput {
 }
 
 /// Changes to a spec's text.
-#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[derive(Debug, Clone, Default, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SpecEdit {
     /// New title.

@@ -7,7 +7,7 @@
 use super::{Store, StoreError};
 
 /// A merge in progress or done: one row per execution.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize, utoipa::ToSchema)]
 pub struct MergeRow {
     /// The execution.
     pub task_id: String,

@@ -9,7 +9,7 @@
 use super::{Store, StoreError};
 
 /// A registered project.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow, serde::Serialize, utoipa::ToSchema)]
 pub struct ProjectRow {
     /// Unique name (1–64 characters).
     pub name: String,
@@ -39,7 +39,7 @@ pub struct ProjectRow {
 }
 
 /// A spec, whole.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow, serde::Serialize, utoipa::ToSchema)]
 pub struct SpecRow {
     /// Id (1, 2, …).
     pub spec_id: i64,
@@ -131,7 +131,7 @@ pub struct CardRow {
 }
 
 /// One transition of a spec.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize, utoipa::ToSchema)]
 pub struct SpecEventRow {
     /// 1, 2, … per spec.
     pub seq: i64,

@@ -31,6 +31,103 @@ use crate::runtime::specs::SpecError;
 use crate::runtime::BadInput;
 use crate::store::StoreError;
 
+/// The `error` code of a problem body: every code the API and the webhooks answer (the
+/// OpenAPI document's `Error.error` enum is generated from this type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// 400: a malformed request (query string, header, path).
+    BadRequest,
+    /// 400, 413, 415 or 422: a body the extractor refused (not JSON, too large, not sent as
+    /// JSON, the wrong shape).
+    InvalidBody,
+    /// 422: well-formed, but naming something that does not exist or a value out of range.
+    Unprocessable,
+    /// 409: the current state refuses the request.
+    Conflict,
+    /// 401: no valid credential.
+    Unauthorized,
+    /// 403: not allowed.
+    Forbidden,
+    /// 404: no such resource or route.
+    NotFound,
+    /// 410: an expired approval link.
+    Gone,
+    /// 405: the route does not serve this method.
+    MethodNotAllowed,
+    /// 503 (or 408): a dependency does not answer, or the request timed out.
+    Unavailable,
+    /// 500: the server's own failure.
+    Internal,
+    /// 404: the forge has no such item.
+    ForgeNotFound,
+    /// 422: the forge refused the request's content.
+    ForgeValidation,
+    /// 502: the forge refused Baton's credentials.
+    ForgeBadCredentials,
+    /// 503: the forge's rate limit (with `Retry-After`).
+    ForgeRateLimited,
+    /// 503: the forge is not configured (no token or URL).
+    ForgeUnconfigured,
+    /// 502: the forge failed or answered something unreadable.
+    ForgeUnavailable,
+    /// 502: the forge refused the operation.
+    ForgeRefused,
+    /// 502: pushing the feature branch failed.
+    PushFailed,
+}
+
+impl ErrorCode {
+    /// The code as sent (`not_found`, `forge_rate_limited`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::InvalidBody => "invalid_body",
+            ErrorCode::Unprocessable => "unprocessable",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::Gone => "gone",
+            ErrorCode::MethodNotAllowed => "method_not_allowed",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::Internal => "internal",
+            ErrorCode::ForgeNotFound => "forge_not_found",
+            ErrorCode::ForgeValidation => "forge_validation",
+            ErrorCode::ForgeBadCredentials => "forge_bad_credentials",
+            ErrorCode::ForgeRateLimited => "forge_rate_limited",
+            ErrorCode::ForgeUnconfigured => "forge_unconfigured",
+            ErrorCode::ForgeUnavailable => "forge_unavailable",
+            ErrorCode::ForgeRefused => "forge_refused",
+            ErrorCode::PushFailed => "push_failed",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Every error answer of the API: `{error, message, details}` (the shape of [`AppError`]'s
+/// and `problem_bodies`' responses; the OpenAPI document's `Error` schema).
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+#[schema(as = Error)]
+pub struct Problem {
+    /// Stable error code.
+    pub error: ErrorCode,
+    /// What went wrong, for a person (names the field for a bad body).
+    pub message: String,
+    /// Machine-readable detail, null when none: `field` (the JSON path of a bad field),
+    /// `problems` (a plan's), `current_status` (a spec's status that refuses), `reason` (409
+    /// from the engine: `wrong_status`, `final`, `key_conflict`, …; `already_decided` with
+    /// `standing`: who decided, when, what); a bulk import stopped by a rate limit (503
+    /// `forge_rate_limited`): `cursor`, `retry_after_secs`, `imported`, `created`, `items`.
+    #[schema(value_type = Option<Object>, required = true)]
+    pub details: Option<Value>,
+}
+
 /// A request's failure; see the module doc for the status of each variant.
 #[derive(Debug)]
 pub enum AppError {
@@ -98,7 +195,7 @@ pub enum AppError {
         /// The status answered.
         status: StatusCode,
         /// The `error` code (`forge_not_found`, `forge_rate_limited`, …).
-        code: &'static str,
+        code: ErrorCode,
         /// What failed and what to do.
         message: String,
         /// Seconds until a retry may succeed.
@@ -140,23 +237,23 @@ impl AppError {
     }
 
     /// The status code and the `error` code of the JSON body.
-    pub fn parts(&self) -> (StatusCode, &'static str) {
+    pub fn parts(&self) -> (StatusCode, ErrorCode) {
         match self {
-            AppError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
-            AppError::Body { status, .. } => (*status, "invalid_body"),
+            AppError::BadRequest(_) => (StatusCode::BAD_REQUEST, ErrorCode::BadRequest),
+            AppError::Body { status, .. } => (*status, ErrorCode::InvalidBody),
             AppError::Unprocessable(_) | AppError::Invalid { .. } => {
-                (StatusCode::UNPROCESSABLE_ENTITY, "unprocessable")
+                (StatusCode::UNPROCESSABLE_ENTITY, ErrorCode::Unprocessable)
             }
-            AppError::StatusConflict { .. } => (StatusCode::CONFLICT, "conflict"),
-            AppError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
-            AppError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
-            AppError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
-            AppError::Gone(_) => (StatusCode::GONE, "gone"),
-            AppError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
-            AppError::Conflict { .. } | AppError::Decided { .. } => (StatusCode::CONFLICT, "conflict"),
-            AppError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
-            AppError::Upstream { status, code, .. } => (*status, code),
-            AppError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            AppError::StatusConflict { .. } => (StatusCode::CONFLICT, ErrorCode::Conflict),
+            AppError::NotFound(_) => (StatusCode::NOT_FOUND, ErrorCode::NotFound),
+            AppError::Forbidden(_) => (StatusCode::FORBIDDEN, ErrorCode::Forbidden),
+            AppError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized),
+            AppError::Gone(_) => (StatusCode::GONE, ErrorCode::Gone),
+            AppError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, ErrorCode::MethodNotAllowed),
+            AppError::Conflict { .. } | AppError::Decided { .. } => (StatusCode::CONFLICT, ErrorCode::Conflict),
+            AppError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable),
+            AppError::Upstream { status, code, .. } => (*status, *code),
+            AppError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal),
         }
     }
 }
@@ -260,21 +357,21 @@ impl From<ForgeError> for AppError {
     /// Each forge outcome its own status and `error` code (see [`AppError::Upstream`]).
     fn from(e: ForgeError) -> Self {
         let (status, code, retry_after) = match &e {
-            ForgeError::NotFound { .. } => (StatusCode::NOT_FOUND, "forge_not_found", None),
+            ForgeError::NotFound { .. } => (StatusCode::NOT_FOUND, ErrorCode::ForgeNotFound, None),
             // A reference Baton refuses: the request's `ref` (or `label` / `wiql`) is wrong.
             ForgeError::Invalid(m) => {
                 return AppError::Invalid { message: m.clone(), details: json!({ "field": "ref" }) };
             }
-            ForgeError::Validation { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "forge_validation", None),
-            ForgeError::BadCredentials { .. } => (StatusCode::BAD_GATEWAY, "forge_bad_credentials", None),
+            ForgeError::Validation { .. } => (StatusCode::UNPROCESSABLE_ENTITY, ErrorCode::ForgeValidation, None),
+            ForgeError::BadCredentials { .. } => (StatusCode::BAD_GATEWAY, ErrorCode::ForgeBadCredentials, None),
             ForgeError::RateLimited { retry_after_secs, .. } => {
-                (StatusCode::SERVICE_UNAVAILABLE, "forge_rate_limited", *retry_after_secs)
+                (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::ForgeRateLimited, *retry_after_secs)
             }
-            ForgeError::Unconfigured(_) => (StatusCode::SERVICE_UNAVAILABLE, "forge_unconfigured", None),
+            ForgeError::Unconfigured(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::ForgeUnconfigured, None),
             ForgeError::Server { .. } | ForgeError::Network { .. } | ForgeError::Malformed { .. } => {
-                (StatusCode::BAD_GATEWAY, "forge_unavailable", None)
+                (StatusCode::BAD_GATEWAY, ErrorCode::ForgeUnavailable, None)
             }
-            ForgeError::Refused { .. } => (StatusCode::BAD_GATEWAY, "forge_refused", None),
+            ForgeError::Refused { .. } => (StatusCode::BAD_GATEWAY, ErrorCode::ForgeRefused, None),
         };
         AppError::Upstream { status, code, message: e.to_string(), retry_after, details: None }
     }
@@ -298,7 +395,7 @@ impl From<MergeError> for AppError {
             MergeError::Refused(m) => AppError::Conflict { message: m, reason: Some("not_mergeable") },
             e @ MergeError::Push { .. } => AppError::Upstream {
                 status: StatusCode::BAD_GATEWAY,
-                code: "push_failed",
+                code: ErrorCode::PushFailed,
                 message: e.to_string(),
                 retry_after: None,
                 details: None,
@@ -371,16 +468,16 @@ pub(crate) async fn problem_bodies(
         _ => status.canonical_reason().unwrap_or("error").to_string(),
     };
     let code = match status {
-        StatusCode::BAD_REQUEST => "bad_request",
-        StatusCode::NOT_FOUND => "not_found",
-        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
-        StatusCode::PAYLOAD_TOO_LARGE | StatusCode::UNSUPPORTED_MEDIA_TYPE => "invalid_body",
-        StatusCode::UNPROCESSABLE_ENTITY => "unprocessable",
-        StatusCode::REQUEST_TIMEOUT | StatusCode::SERVICE_UNAVAILABLE => "unavailable",
-        s if s.is_server_error() => "internal",
-        _ => "bad_request",
+        StatusCode::BAD_REQUEST => ErrorCode::BadRequest,
+        StatusCode::NOT_FOUND => ErrorCode::NotFound,
+        StatusCode::METHOD_NOT_ALLOWED => ErrorCode::MethodNotAllowed,
+        StatusCode::PAYLOAD_TOO_LARGE | StatusCode::UNSUPPORTED_MEDIA_TYPE => ErrorCode::InvalidBody,
+        StatusCode::UNPROCESSABLE_ENTITY => ErrorCode::Unprocessable,
+        StatusCode::REQUEST_TIMEOUT | StatusCode::SERVICE_UNAVAILABLE => ErrorCode::Unavailable,
+        s if s.is_server_error() => ErrorCode::Internal,
+        _ => ErrorCode::BadRequest,
     };
-    let mut out = (status, Json(json!({ "error": code, "message": message, "details": Value::Null }))).into_response();
+    let mut out = (status, Json(Problem { error: code, message, details: None })).into_response();
     for (name, value) in &parts.headers {
         if name != axum::http::header::CONTENT_TYPE && name != axum::http::header::CONTENT_LENGTH {
             out.headers_mut().insert(name, value.clone());
@@ -416,8 +513,7 @@ impl IntoResponse for AppError {
             }
             _ => Value::Null,
         };
-        let mut response =
-            (status, Json(json!({ "error": error, "message": message, "details": details }))).into_response();
+        let mut response = (status, Json(Problem { error, message, details: Some(details) })).into_response();
         if let Some(secs) = retry_after {
             response.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from(secs));
         }

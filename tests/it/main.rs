@@ -7,6 +7,7 @@ mod api_contract;
 mod app;
 mod auth;
 mod bad_input;
+mod book;
 mod browser;
 mod budget;
 mod cli;

@@ -7,43 +7,54 @@
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use serde::{Deserialize, Serialize};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::engine;
 use crate::model::action::Action;
 use crate::model::event::{Event, EventKind};
 use crate::model::state::{ApprovalDecision, ExecutionState};
 use crate::runtime::ops::{keyed, Decided, Operator, Ops, PauseState};
-use crate::web::error::AppError;
+use crate::web::api::openapi::{BadGateway, BadRequest, Conflict, NotFound};
+use crate::web::error::{AppError, Problem};
 use crate::web::extract::{Actor, ApiJson, Caller};
 use crate::web::AppState;
 
 /// Routes under `/api/v1/executions`.
-pub(crate) fn router() -> Router<AppState> {
-    Router::new()
-        .route("/", get(list))
-        .route("/{task_id}", get(show))
-        .route("/{task_id}/journal", get(journal))
-        .route("/{task_id}/next", get(next))
-        .route("/{task_id}/events", post(record_event))
-        .route("/{task_id}/approve", post(approve))
-        .route("/{task_id}/feedback", post(feedback))
-        .route("/{task_id}/cancel", post(cancel))
-        .route("/{task_id}/retry-step", post(retry_step))
-        .route("/{task_id}/skip", post(skip))
-        .route("/{task_id}/gate", post(gate))
-        .route("/{task_id}/interact", post(interact))
-        .route("/{task_id}/amend", post(amend))
-        .route("/{task_id}/pause", post(pause))
-        .route("/{task_id}/resume", post(resume))
-        .route("/{task_id}/merge", get(merge_state).post(merge))
-        .route("/{task_id}/budget", post(budget))
+pub(crate) fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list))
+        .routes(routes!(show))
+        .routes(routes!(journal))
+        .routes(routes!(next))
+        .routes(routes!(record_event))
+        .routes(routes!(approve))
+        .routes(routes!(feedback))
+        .routes(routes!(cancel))
+        .routes(routes!(retry_step))
+        .routes(routes!(skip))
+        .routes(routes!(gate))
+        .routes(routes!(interact))
+        .routes(routes!(amend))
+        .routes(routes!(pause))
+        .routes(routes!(resume))
+        .routes(routes!(merge_state, merge))
+        .routes(routes!(budget))
+}
+
+/// The `{task_id}` path parameter.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // Documents the parameter; handlers take it as `Path<String>`.
+struct TaskIdParam {
+    /// The execution's task id.
+    task_id: String,
 }
 
 /// One execution in the list (its board summary).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ExecutionListItem {
     /// Task id.
     pub task_id: String,
@@ -63,6 +74,9 @@ pub struct ExecutionListItem {
     pub updated_at: String,
 }
 
+/// Every execution, as its board summary.
+#[utoipa::path(get, path = "/", tag = "executions", operation_id = "list_executions",
+    responses((status = 200, description = "The executions.", body = Vec<ExecutionListItem>)))]
 async fn list(State(app): State<AppState>) -> Result<Json<Vec<ExecutionListItem>>, AppError> {
     let rows = app.execs.list().await?;
     let items = rows
@@ -82,7 +96,7 @@ async fn list(State(app): State<AppState>) -> Result<Json<Vec<ExecutionListItem>
 }
 
 /// An execution's state with the action the engine asks for next.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ExecutionView {
     /// The whole state (plan, results, counters, …).
     #[serde(flatten)]
@@ -106,6 +120,9 @@ fn no_such(task_id: &str) -> AppError {
     AppError::NotFound(format!("no execution with task id {task_id}"))
 }
 
+/// An execution's whole state with the next action.
+#[utoipa::path(get, path = "/{task_id}", tag = "executions", operation_id = "show_execution", params(TaskIdParam),
+    responses((status = 200, description = "The execution.", body = ExecutionView)))]
 async fn show(State(app): State<AppState>, Path(task_id): Path<String>) -> Result<Json<ExecutionView>, AppError> {
     let state = load(&app, &task_id).await?;
     let next_action = engine::next_action(&state);
@@ -115,7 +132,7 @@ async fn show(State(app): State<AppState>, Path(task_id): Path<String>) -> Resul
 }
 
 /// One journal entry; `payload` is the event's JSON.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct JournalEntry {
     /// Sequence number (1-based).
     pub seq: i64,
@@ -124,6 +141,7 @@ pub struct JournalEntry {
     /// When it was recorded (RFC 3339).
     pub at: String,
     /// The event.
+    #[schema(value_type = Event)]
     pub payload: serde_json::Value,
     /// Its idempotency key.
     pub idempotency_key: String,
@@ -145,6 +163,9 @@ impl JournalEntry {
     }
 }
 
+/// An execution's journal, oldest first.
+#[utoipa::path(get, path = "/{task_id}/journal", tag = "executions", operation_id = "execution_journal", params(TaskIdParam),
+    responses((status = 200, description = "Every journal entry.", body = Vec<JournalEntry>)))]
 async fn journal(
     State(app): State<AppState>,
     Path(task_id): Path<String>,
@@ -153,30 +174,49 @@ async fn journal(
     Ok(Json(events.into_iter().map(JournalEntry::from_stored).collect()))
 }
 
-/// `?all=true`: every dispatchable action instead of the next one.
-#[derive(Debug, Deserialize)]
+/// `GET …/next` query.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct NextQuery {
+    /// Every dispatchable action (an array) instead of the next one.
     #[serde(default)]
+    #[param(default = false)]
     all: bool,
 }
 
+/// `GET …/next` answer: the next action, or with `?all=true` every dispatchable one.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+pub enum NextAnswer {
+    /// The next action.
+    One(Box<Action>),
+    /// Every dispatchable action (`?all=true`).
+    All(Vec<Action>),
+}
+
+/// What the engine asks for next.
+#[utoipa::path(get, path = "/{task_id}/next", tag = "executions", operation_id = "next_action", params(TaskIdParam, NextQuery),
+    responses(
+        (status = 200, description = "The next action (an array with `all=true`).", body = NextAnswer),
+        (status = 400, response = BadRequest),
+    ))]
 async fn next(
     State(app): State<AppState>,
     Path(task_id): Path<String>,
     query: Result<Query<NextQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<serde_json::Value>, AppError> {
+) -> Result<Json<NextAnswer>, AppError> {
     let Query(query) = query?;
     let state = load(&app, &task_id).await?;
-    let body = if query.all {
-        serde_json::to_value(engine::next_actions(&state))
+    Ok(Json(if query.all {
+        NextAnswer::All(engine::next_actions(&state))
     } else {
-        serde_json::to_value(engine::next_action(&state))
-    };
-    Ok(Json(body.map_err(anyhow::Error::from)?))
+        NextAnswer::One(Box::new(engine::next_action(&state)))
+    }))
 }
 
 /// The answer to a recording request: 201 when recorded, 200 for a resend.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Recorded {
     /// False when the idempotency key was already applied (nothing changed).
     pub recorded: bool,
@@ -212,6 +252,13 @@ async fn record(
 }
 
 /// `POST …/events`: any [`Event`]; the actor is always the caller's (header, else `api`).
+#[utoipa::path(post, path = "/{task_id}/events", tag = "executions", operation_id = "record_event", params(TaskIdParam),
+    request_body = Event,
+    responses(
+        (status = 200, description = "Already recorded under this idempotency key: nothing changed.", body = Recorded),
+        (status = 201, description = "Recorded.", body = Recorded),
+        (status = 409, response = Conflict),
+    ))]
 async fn record_event(
     State(app): State<AppState>,
     Path(task_id): Path<String>,
@@ -222,17 +269,29 @@ async fn record_event(
 }
 
 /// `POST …/approve` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct ApproveBody {
-    phase_id: i64,
-    result: ApprovalDecision,
+pub struct ApproveBody {
+    /// The phase whose approval is pending.
+    pub phase_id: i64,
+    /// The decision.
+    pub result: ApprovalDecision,
+    /// What to change (with `approve_with_feedback` or `reject`).
     #[serde(default)]
-    feedback: String,
+    pub feedback: String,
+    /// Explicit idempotency key (default: derived from the decision).
     #[serde(default)]
-    idempotency_key: Option<String>,
+    pub idempotency_key: Option<String>,
 }
 
+/// Decides the pending approval of a phase (reviewer).
+#[utoipa::path(post, path = "/{task_id}/approve", tag = "executions", operation_id = "approve", params(TaskIdParam),
+    request_body = ApproveBody,
+    responses(
+        (status = 200, description = "Already recorded under this idempotency key: nothing changed.", body = Recorded),
+        (status = 201, description = "Recorded.", body = Recorded),
+        (status = 409, response = Conflict),
+    ))]
 async fn approve(
     State(app): State<AppState>,
     Path(task_id): Path<String>,
@@ -244,18 +303,27 @@ async fn approve(
 }
 
 /// `POST …/budget` body: the decision on an execution parked at its USD ceiling.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct BudgetBody {
+pub struct BudgetBody {
     /// `raise` or `stop`.
-    decision: String,
+    pub decision: String,
     /// With `raise`: by how much, USD (> 0).
     #[serde(default)]
-    by_usd: Option<f64>,
+    pub by_usd: Option<f64>,
+    /// Explicit idempotency key.
     #[serde(default)]
-    idempotency_key: Option<String>,
+    pub idempotency_key: Option<String>,
 }
 
+/// Raises the ceiling of an execution parked at it, or stops it there.
+#[utoipa::path(post, path = "/{task_id}/budget", tag = "executions", operation_id = "budget", params(TaskIdParam),
+    request_body = BudgetBody,
+    responses(
+        (status = 200, description = "Already recorded under this idempotency key: nothing changed.", body = Recorded),
+        (status = 201, description = "Recorded.", body = Recorded),
+        (status = 409, response = Conflict),
+    ))]
 async fn budget(
     State(app): State<AppState>,
     Path(task_id): Path<String>,
@@ -267,16 +335,28 @@ async fn budget(
 }
 
 /// `POST …/feedback` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct FeedbackBody {
-    phase_id: i64,
-    question_id: String,
-    chosen_index: usize,
+pub struct FeedbackBody {
+    /// The phase asking.
+    pub phase_id: i64,
+    /// The question.
+    pub question_id: String,
+    /// The chosen option (0-based).
+    pub chosen_index: usize,
+    /// Explicit idempotency key.
     #[serde(default)]
-    idempotency_key: Option<String>,
+    pub idempotency_key: Option<String>,
 }
 
+/// Answers a feedback question (reviewer).
+#[utoipa::path(post, path = "/{task_id}/feedback", tag = "executions", operation_id = "feedback", params(TaskIdParam),
+    request_body = FeedbackBody,
+    responses(
+        (status = 200, description = "Already recorded under this idempotency key: nothing changed.", body = Recorded),
+        (status = 201, description = "Recorded.", body = Recorded),
+        (status = 409, response = Conflict),
+    ))]
 async fn feedback(
     State(app): State<AppState>,
     Path(task_id): Path<String>,
@@ -289,13 +369,23 @@ async fn feedback(
 }
 
 /// `POST …/cancel` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct CancelBody {
+#[schema(as = ExecutionCancelBody)]
+pub struct CancelBody {
+    /// Why.
     #[serde(default)]
-    reason: String,
+    pub reason: String,
 }
 
+/// Cancels the execution.
+#[utoipa::path(post, path = "/{task_id}/cancel", tag = "executions", operation_id = "cancel_execution", params(TaskIdParam),
+    request_body = CancelBody,
+    responses(
+        (status = 200, description = "Already recorded under this idempotency key: nothing changed.", body = Recorded),
+        (status = 201, description = "Recorded.", body = Recorded),
+        (status = 409, response = Conflict),
+    ))]
 async fn cancel(
     State(app): State<AppState>,
     Path(task_id): Path<String>,
@@ -306,12 +396,21 @@ async fn cancel(
 }
 
 /// `POST …/retry-step` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct RetryStepBody {
-    step_id: String,
+pub struct RetryStepBody {
+    /// The failed step.
+    pub step_id: String,
 }
 
+/// Runs a failed step again.
+#[utoipa::path(post, path = "/{task_id}/retry-step", tag = "executions", operation_id = "retry_step", params(TaskIdParam),
+    request_body = RetryStepBody,
+    responses(
+        (status = 200, description = "Already recorded under this idempotency key: nothing changed.", body = Recorded),
+        (status = 201, description = "Recorded.", body = Recorded),
+        (status = 409, response = Conflict),
+    ))]
 async fn retry_step(
     State(app): State<AppState>,
     Path(task_id): Path<String>,
@@ -322,14 +421,24 @@ async fn retry_step(
 }
 
 /// `POST …/skip` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct SkipBody {
-    step_id: String,
+pub struct SkipBody {
+    /// The step.
+    pub step_id: String,
+    /// Why.
     #[serde(default)]
-    reason: String,
+    pub reason: String,
 }
 
+/// Skips a step.
+#[utoipa::path(post, path = "/{task_id}/skip", tag = "executions", operation_id = "skip_step", params(TaskIdParam),
+    request_body = SkipBody,
+    responses(
+        (status = 200, description = "Already recorded under this idempotency key: nothing changed.", body = Recorded),
+        (status = 201, description = "Recorded.", body = Recorded),
+        (status = 409, response = Conflict),
+    ))]
 async fn skip(
     State(app): State<AppState>,
     Path(task_id): Path<String>,
@@ -340,7 +449,12 @@ async fn skip(
     record(&app, &task_id, keyed(kind, None), &op).await
 }
 
-/// `POST …/pause`.
+/// `POST …/pause`: no new dispatches until resumed.
+#[utoipa::path(post, path = "/{task_id}/pause", tag = "executions", operation_id = "pause", params(TaskIdParam),
+    responses(
+        (status = 200, description = "Paused (or already paused).", body = PauseState),
+        (status = 409, response = Conflict),
+    ))]
 async fn pause(
     State(app): State<AppState>,
     Path(task_id): Path<String>,
@@ -350,6 +464,11 @@ async fn pause(
 }
 
 /// `POST …/resume`.
+#[utoipa::path(post, path = "/{task_id}/resume", tag = "executions", operation_id = "resume", params(TaskIdParam),
+    responses(
+        (status = 200, description = "Resumed (or was not paused).", body = PauseState),
+        (status = 409, response = Conflict),
+    ))]
 async fn resume(
     State(app): State<AppState>,
     Path(task_id): Path<String>,
@@ -359,25 +478,39 @@ async fn resume(
 }
 
 /// `POST …/gate` body (an external driver's gate result).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct GateBody {
-    phase_id: i64,
-    passed: bool,
+pub struct GateBody {
+    /// The phase whose gate ran.
+    pub phase_id: i64,
+    /// Whether it passed.
+    pub passed: bool,
     /// The gate had nothing to run (the GATE action's `skip_reason`): recorded as
     /// `gate_skipped`, never a pass; `passed` must then be false.
     #[serde(default)]
-    skipped: bool,
+    pub skipped: bool,
+    /// Its output.
     #[serde(default)]
-    output: String,
+    pub output: String,
+    /// The command run.
     #[serde(default)]
-    command: Option<String>,
+    pub command: Option<String>,
+    /// Its exit code.
     #[serde(default)]
-    exit_code: Option<i32>,
+    pub exit_code: Option<i32>,
+    /// Explicit idempotency key.
     #[serde(default)]
-    idempotency_key: Option<String>,
+    pub idempotency_key: Option<String>,
 }
 
+/// Records an external driver's gate result.
+#[utoipa::path(post, path = "/{task_id}/gate", tag = "executions", operation_id = "record_gate", params(TaskIdParam),
+    request_body = GateBody,
+    responses(
+        (status = 200, description = "Already recorded under this idempotency key: nothing changed.", body = Recorded),
+        (status = 201, description = "Recorded.", body = Recorded),
+        (status = 409, response = Conflict),
+    ))]
 async fn gate(
     State(app): State<AppState>,
     Path(task_id): Path<String>,
@@ -403,18 +536,30 @@ async fn gate(
 }
 
 /// `POST …/interact` body: a reply to an interactive step, or `complete: true` to end it.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct InteractBody {
-    step_id: String,
+pub struct InteractBody {
+    /// The interactive step.
+    pub step_id: String,
+    /// The reply.
     #[serde(default)]
-    input: String,
+    pub input: String,
+    /// End the step instead of replying.
     #[serde(default)]
-    complete: bool,
+    pub complete: bool,
+    /// Explicit idempotency key.
     #[serde(default)]
-    idempotency_key: Option<String>,
+    pub idempotency_key: Option<String>,
 }
 
+/// Replies to an interactive step, or ends it (reviewer).
+#[utoipa::path(post, path = "/{task_id}/interact", tag = "executions", operation_id = "interact", params(TaskIdParam),
+    request_body = InteractBody,
+    responses(
+        (status = 200, description = "Already recorded under this idempotency key: nothing changed.", body = Recorded),
+        (status = 201, description = "Recorded.", body = Recorded),
+        (status = 409, response = Conflict),
+    ))]
 async fn interact(
     State(app): State<AppState>,
     Path(task_id): Path<String>,
@@ -434,6 +579,14 @@ async fn interact(
 
 /// `POST …/amend`: the fields of an `amended` event (`description`, `phases` and
 /// `after_phase`, or `steps`), without `kind`.
+#[utoipa::path(post, path = "/{task_id}/amend", tag = "executions", operation_id = "amend", params(TaskIdParam),
+    request_body(content = Object, description = "The fields of an `amended` event without `kind`: `description`, \
+        `phases` with `after_phase`, or `steps` (see the `Event` schema), and an optional `idempotency_key`."),
+    responses(
+        (status = 200, description = "Already recorded under this idempotency key: nothing changed.", body = Recorded),
+        (status = 201, description = "Recorded.", body = Recorded),
+        (status = 409, response = Conflict),
+    ))]
 async fn amend(
     State(app): State<AppState>,
     Path(task_id): Path<String>,
@@ -452,6 +605,13 @@ async fn amend(
 }
 
 /// `POST …/merge`: push the feature branch and find or open the pull request (idempotent).
+#[utoipa::path(post, path = "/{task_id}/merge", tag = "executions", operation_id = "merge", params(TaskIdParam),
+    responses(
+        (status = 200, description = "Pushed, and the pull request found or opened.", body = crate::store::MergeRow),
+        (status = 409, response = Conflict),
+        (status = 502, response = BadGateway),
+        (status = 503, description = "The forge rate-limits (`forge_rate_limited`, with `Retry-After`) or is not configured (`forge_unconfigured`).", body = Problem),
+    ))]
 async fn merge(
     State(app): State<AppState>,
     Path(task_id): Path<String>,
@@ -461,6 +621,11 @@ async fn merge(
 }
 
 /// `GET …/merge`: how the execution's merge stands; 404 before one began.
+#[utoipa::path(get, path = "/{task_id}/merge", tag = "executions", operation_id = "merge_state", params(TaskIdParam),
+    responses(
+        (status = 200, description = "The merge.", body = crate::store::MergeRow),
+        (status = 404, response = NotFound),
+    ))]
 async fn merge_state(
     State(app): State<AppState>,
     Path(task_id): Path<String>,

@@ -1,4 +1,6 @@
-//! The REST API under `/api/v1`: one router per resource, merged here.
+//! The REST API under `/api/v1`: one router per resource, merged here, each route registered
+//! with its OpenAPI operation (utoipa-axum), so the served router and the generated document
+//! ([`openapi`]) come from the same list.
 
 pub mod executions;
 pub mod openapi;
@@ -7,16 +9,22 @@ pub mod specs;
 pub mod stream;
 
 use axum::Router;
+use utoipa_axum::router::OpenApiRouter;
 
 use crate::web::AppState;
 
-/// Every `/api/v1` route.
-pub(crate) fn router() -> Router<AppState> {
-    Router::new()
+/// Every `/api/v1` route with its OpenAPI operation.
+pub(crate) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
         .nest("/api/v1/executions", executions::router())
         .nest("/api/v1/projects", projects::router())
         .nest("/api/v1/specs", specs::router())
         .merge(specs::board_router())
         .merge(stream::router())
-        .merge(openapi::router())
+        .merge(openapi::routes())
+}
+
+/// Every `/api/v1` route.
+pub(crate) fn router() -> Router<AppState> {
+    routes().split_for_parts().0
 }

@@ -13,12 +13,13 @@ use std::time::Duration;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
-use axum::routing::get;
-use axum::Router;
 use futures_util::stream::{self, Stream};
 use serde::Deserialize;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::web::api::executions::JournalEntry;
+use crate::web::api::openapi::BadRequest;
 use crate::web::error::AppError;
 use crate::web::AppState;
 
@@ -37,17 +38,29 @@ async fn pause(closing: &mut tokio::sync::watch::Receiver<bool>) -> bool {
 }
 
 /// The stream routes.
-pub(crate) fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/executions/{task_id}/stream", get(journal_stream))
-        .route("/api/v1/stream", get(board_stream))
+pub(crate) fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(journal_stream)).routes(routes!(board_stream))
 }
 
-/// `?after=SEQ`: resume after this seq when there is no `Last-Event-ID` header.
-#[derive(Debug, Deserialize)]
+/// `GET …/stream` query.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct StreamQuery {
+    /// Resume after this journal seq when there is no `Last-Event-ID` header (0 or more).
+    #[param(minimum = 0)]
     after: Option<i64>,
+}
+
+/// The `Last-Event-ID` header (documentation only: read by [`resume_after`]).
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)]
+struct LastEventId {
+    /// The last journal seq received (0 or more); wins over `after`.
+    #[serde(rename = "Last-Event-ID")]
+    #[param(minimum = 0)]
+    last_event_id: Option<i64>,
 }
 
 /// The seq to resume after: `Last-Event-ID`, else `?after`, else 0.
@@ -68,6 +81,15 @@ fn resume_after(headers: &HeaderMap, query: &StreamQuery) -> Result<i64, AppErro
     }
 }
 
+/// The execution's journal as Server-Sent Events (`id` = seq, `event` = kind, `data` = the
+/// journal entry), from the entry after `Last-Event-ID` or `after`; ends once the execution is
+/// final and everything was sent.
+#[utoipa::path(get, path = "/api/v1/executions/{task_id}/stream", tag = "stream", operation_id = "execution_stream",
+    params(("task_id" = String, Path, description = "The execution's task id."), StreamQuery, LastEventId),
+    responses(
+        (status = 200, description = "The event stream; each `data` is a `JournalEntry`.", content_type = "text/event-stream", body = String),
+        (status = 400, response = BadRequest),
+    ))]
 async fn journal_stream(
     State(app): State<AppState>,
     Path(task_id): Path<String>,
@@ -125,6 +147,9 @@ async fn journal_stream(
     Ok(Sse::new(s).keep_alive(KeepAlive::default()))
 }
 
+/// An event `changed` whenever any spec or execution changed.
+#[utoipa::path(get, path = "/api/v1/stream", tag = "stream", operation_id = "board_stream",
+    responses((status = 200, description = "The event stream (`event: changed`).", content_type = "text/event-stream", body = String)))]
 async fn board_stream(State(app): State<AppState>) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let first = app.execs.board_version().await.unwrap_or_default();
     let closing = app.closing();
