@@ -137,6 +137,10 @@ pub struct AttemptCommit {
     /// Repository-relative paths added, modified or deleted relative to the base, sorted,
     /// `/`-separated, no rename detection (a rename lists both paths).
     pub files_changed: Vec<String>,
+    /// How many of those the commit deletes (files of the base tree absent from its tree).
+    pub files_deleted: usize,
+    /// Files (blobs and submodule links, at any depth) tracked in the base commit's tree.
+    pub base_files: usize,
 }
 
 /// The result of [`GitRepo::cherry_pick_onto`].
@@ -568,6 +572,24 @@ pub(super) fn diff_paths(
     paths.sort();
     paths.dedup();
     Ok(paths)
+}
+
+/// Files of `from` absent from `to` (deleted by the change from one to the other).
+pub(super) fn deleted_count(repo: &Repository, from: &git2::Tree<'_>, to: &git2::Tree<'_>) -> Result<usize, GitError> {
+    let diff = repo.diff_tree_to_tree(Some(from), Some(to), None)?;
+    Ok(diff.deltas().filter(|d| d.status() == git2::Delta::Deleted).count())
+}
+
+/// Files (blobs and submodule links) in `tree`, at any depth.
+pub(super) fn file_count(tree: &git2::Tree<'_>) -> Result<usize, GitError> {
+    let mut n = 0;
+    tree.walk(git2::TreeWalkMode::PreOrder, |_, entry| {
+        if matches!(entry.kind(), Some(git2::ObjectType::Blob | git2::ObjectType::Commit)) {
+            n += 1;
+        }
+        git2::TreeWalkResult::Ok
+    })?;
+    Ok(n)
 }
 
 pub(super) fn canonical(path: &Path) -> Result<PathBuf, GitError> {

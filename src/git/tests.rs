@@ -207,6 +207,20 @@ fn commit_worktree_has_agent_author_baton_committer_base_parent_and_files() {
 }
 
 #[test]
+fn commit_worktree_counts_deleted_files_against_the_base_tree() {
+    let f = Fixture::new();
+    let wt = f.wt("del");
+    f.repo.add_worktree(&wt, &f.base).unwrap();
+    fs::remove_file(wt.join("a.txt")).unwrap();
+    fs::remove_file(wt.join("docs/readme.md")).unwrap();
+    write(&wt.join("new.txt"), "new\n");
+    let commit = f.repo.commit_worktree(&wt, &f.base, &agent(), "m").unwrap().unwrap();
+    assert_eq!(commit.base_files, 3, "a.txt, docs/readme.md and .gitignore");
+    assert_eq!(commit.files_deleted, 2);
+    assert_eq!(commit.files_changed, strings(&["a.txt", "docs/readme.md", "new.txt"]));
+}
+
+#[test]
 fn commit_worktree_without_changes_returns_none() {
     let f = Fixture::new();
     let wt = f.wt("w");

@@ -111,8 +111,11 @@ impl GitRepo {
         let author = git2::Signature::now(&identity.author_name, &identity.author_email)?;
         let committer = baton_signature()?;
         let oid = repo.commit(None, &author, &committer, message, &tree, &[&base])?;
-        let files_changed = diff_paths(&repo, &base.tree()?, &tree)?;
-        Ok(Some(AttemptCommit { sha: oid.to_string(), files_changed }))
+        let base_tree = base.tree()?;
+        let files_changed = diff_paths(&repo, &base_tree, &tree)?;
+        let files_deleted = super::deleted_count(&repo, &base_tree, &tree)?;
+        let base_files = super::file_count(&base_tree)?;
+        Ok(Some(AttemptCommit { sha: oid.to_string(), files_changed, files_deleted, base_files }))
     }
 
     /// Parses `git worktree list --porcelain -z`; the first entry is the main checkout.
