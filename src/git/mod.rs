@@ -257,6 +257,7 @@ impl GitRepo {
     /// `-`; the branch does not exist ([`GitError::UnknownRevision`]); the push failed
     /// ([`GitError::Command`] with git's message: no such remote, rejected, unreachable).
     pub fn push_branch(&self, remote: &str, branch: &str) -> Result<String, GitError> {
+        crate::crash::before_effect("git push branch");
         if remote.is_empty() || remote.starts_with('-') || remote.chars().any(char::is_control) {
             return Err(GitError::InvalidRefName { name: remote.to_string() });
         }
@@ -278,6 +279,7 @@ impl GitRepo {
     /// An existing branch is never moved, so the returned tip may differ from `at_sha`.
     /// Errors: [`GitError::InvalidRefName`], [`GitError::UnknownRevision`] for `at_sha`.
     pub fn ensure_branch(&self, name: &str, at_sha: &str) -> Result<String, GitError> {
+        crate::crash::before_effect("git ensure branch");
         let repo = self.repo()?;
         let refname = branch_ref(name)?;
         if let Some(tip) = ref_target(&repo, &refname)? {
@@ -301,6 +303,7 @@ impl GitRepo {
     /// is an error. Errors: [`GitError::InvalidRefName`] unless it starts with `refs/` and is
     /// valid; [`GitError::BranchCheckedOut`] for a checked-out branch.
     pub fn set_ref(&self, full_ref: &str, sha: &str) -> Result<(), GitError> {
+        crate::crash::before_effect("git set ref");
         let repo = self.repo()?;
         check_full_ref(full_ref)?;
         let oid = resolve_oid(&repo, sha)?;
@@ -327,6 +330,7 @@ impl GitRepo {
 
     /// Deletes the full ref `full_ref`; succeeds if it does not exist.
     pub fn delete_ref(&self, full_ref: &str) -> Result<(), GitError> {
+        crate::crash::before_effect("git delete ref");
         let repo = self.repo()?;
         check_full_ref(full_ref)?;
         if let Some(branch) = full_ref.strip_prefix("refs/heads/") {
@@ -343,6 +347,7 @@ impl GitRepo {
     /// Deletes every ref under `prefix` (e.g. `refs/baton/<task_id>/`, the kept attempt refs
     /// of an execution) and returns how many. Never touches branches (`refs/heads/`).
     pub fn delete_refs_under(&self, prefix: &str) -> Result<usize, GitError> {
+        crate::crash::before_effect("git delete refs under");
         if !prefix.starts_with("refs/") || prefix.starts_with("refs/heads/") || !prefix.ends_with('/') {
             return Err(GitError::InvalidRefName { name: prefix.to_owned() });
         }
@@ -366,6 +371,7 @@ impl GitRepo {
     /// commit, [`GitError::BranchCheckedOut`], [`GitError::RefChanged`] if the branch moved
     /// meanwhile (retry), [`GitError::Git`] for a merge commit or a root commit.
     pub fn cherry_pick_onto(&self, branch: &str, commit_sha: &str) -> Result<PickOutcome, GitError> {
+        crate::crash::before_effect("git cherry pick onto");
         let repo = self.repo()?;
         let refname = branch_ref(branch)?;
         let tip_oid = ref_target(&repo, &refname)?.ok_or_else(|| unknown(&refname))?;

@@ -32,6 +32,7 @@ impl GitRepo {
     /// registered worktree, [`GitError::NotAWorktree`] for the main checkout,
     /// [`GitError::UnknownRevision`], [`GitError::Command`].
     pub fn add_worktree(&self, path: &Path, sha: &str) -> Result<(), GitError> {
+        crate::crash::before_effect("git add worktree");
         let target = normalize(path)?;
         self.refuse_main(&target, path)?;
         let sha = self.resolve(sha)?;
@@ -59,6 +60,7 @@ impl GitRepo {
     /// Succeeds if it is already gone. A directory at `path` that is not a registered worktree
     /// is left alone. Errors: [`GitError::NotAWorktree`] for the main checkout.
     pub fn remove_worktree(&self, path: &Path) -> Result<(), GitError> {
+        crate::crash::before_effect("git remove worktree");
         let target = normalize(path)?;
         self.refuse_main(&target, path)?;
         if self.is_registered(&target)? {
@@ -97,6 +99,7 @@ impl GitRepo {
         identity: &CommitIdentity,
         message: &str,
     ) -> Result<Option<AttemptCommit>, GitError> {
+        crate::crash::before_effect("git commit worktree");
         let (admin_dir, work_tree) = self.linked_worktree(worktree)?;
         let repo = self.repo()?;
         let base = repo.find_commit(resolve_oid(&repo, base_sha)?)?;
