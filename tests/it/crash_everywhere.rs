@@ -2,12 +2,14 @@
 //! that fails once then passes and an approval is killed (SIGKILL on itself, no cleanup) right
 //! after its k-th durable store commit (`BATON_CRASH_AFTER_COMMIT=k`), for every k of every
 //! process of the run (`execute run` up to the approval, `execute approve`, `execute run` to
-//! the end), and separately right before its k-th git side effect
+//! the end, `baton merge` pushing to a local bare remote and opening the pull request on a mock
+//! GitHub), and separately right before its k-th git or forge side effect
 //! (`BATON_CRASH_BEFORE_EFFECT=k`); then it is resumed. For every k: the execution completes,
 //! every attempt's agent was launched once (no finished step ran again, no attempt re-run),
 //! every step's result and deliverable is there, the feature branch holds each step's commit
-//! once, and `baton audit verify` and `baton replay` pass. The test prints how many crash points
-//! it covered. Cases run on two threads, each in its own workspace.
+//! once and is pushed, one pull request was posted, and `baton audit verify` and `baton replay`
+//! pass. The test prints how many crash points it covered. Cases run on two threads, each in
+//! its own workspace and forge repository.
 
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::Path;
@@ -16,6 +18,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use serde_json::{json, Value};
+use wiremock::matchers::path_regex;
+use wiremock::{Mock, MockServer, Respond, ResponseTemplate};
 
 use crate::common::*;
 
@@ -23,7 +27,9 @@ const TASK: &str = "crash-all";
 /// Every dispatch of the plan: ordinary steps and team members.
 const WORKERS: &[&str] = &["1.1", "1.2", "1.3.a", "1.3.b", "1.4", "2.1", "3.1"];
 /// The processes of one run, in order.
-const STAGES: &[&str] = &["run up to the approval", "approve", "run to the end"];
+const STAGES: &[&str] = &["run up to the approval", "approve", "run to the end", "merge"];
+/// The mock GitHub's token.
+const TOKEN: &str = "ghp_crash_everywhere";
 
 /// Phase 1: 1.1, 1.2 and team step 1.3 (two members) in parallel, then 1.4; its gate fails the
 /// first time it runs (it leaves `marker` behind) and passes after. Phase 2 needs an approval;
@@ -61,10 +67,116 @@ fn plan(marker: &Path) -> String {
     .to_string()
 }
 
+/// A mock GitHub whose pull-request list of a repository holds the pull request once one was
+/// posted to it (so a merge resumed after the post finds it, as on GitHub).
+struct Forge {
+    server: MockServer,
+    rt: tokio::runtime::Runtime,
+}
+
+/// Answers `GET|POST /repos/<owner>/<repo>/pulls`.
+struct Pulls {
+    opened: std::sync::Arc<Mutex<std::collections::HashSet<String>>>,
+    pr: Value,
+}
+
+impl Respond for Pulls {
+    fn respond(&self, req: &wiremock::Request) -> ResponseTemplate {
+        let path = req.url.path().to_string();
+        let mut opened = self.opened.lock().unwrap();
+        if req.method.as_str() == "POST" {
+            opened.insert(path);
+            return ResponseTemplate::new(201).set_body_json(&self.pr);
+        }
+        let list = if opened.contains(&path) { json!([self.pr]) } else { json!([]) };
+        ResponseTemplate::new(200).set_body_json(list)
+    }
+}
+
+impl Forge {
+    fn start() -> Forge {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let pr = fixture_json("github-api/pulls.create.201.json")["response"]["body"].clone();
+        let server = rt.block_on(async {
+            let server = MockServer::start().await;
+            Mock::given(path_regex(r"^/repos/[^/]+/[^/]+/pulls$"))
+                .respond_with(Pulls { opened: Default::default(), pr })
+                .mount(&server)
+                .await;
+            server
+        });
+        Forge { server, rt }
+    }
+
+    /// Pull requests posted to `owner/lantern`.
+    fn posted(&self, owner: &str) -> usize {
+        let path = format!("/repos/{owner}/lantern/pulls");
+        let all = self.rt.block_on(self.server.received_requests()).unwrap_or_default();
+        all.iter().filter(|r| r.method.as_str() == "POST" && r.url.path() == path).count()
+    }
+}
+
+/// Makes the execution mergeable: an `origin` (a bare repository), a project linked to
+/// `owner/lantern` on the mock forge, and a spec whose execution it is.
+fn link_to_forge(ws: &Workspace, owner: &str) {
+    let bare = ws.tmp.path().join("origin.git");
+    let out = std::process::Command::new("git").args(["init", "-q", "--bare"]).arg(&bare).output().unwrap();
+    assert!(out.status.success());
+    ws.git(&["remote", "add", "origin", bare.to_str().unwrap()]);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let store = baton::store::Store::open(&ws.data().join("baton.db")).await.unwrap();
+        let at = "2026-12-01T00:00:00Z".to_string();
+        store
+            .insert_project(&baton::store::ProjectRow {
+                name: "lantern".into(),
+                repo_path: ws.repo().display().to_string(),
+                default_branch: "main".into(),
+                agent_profile: "demo".into(),
+                test_command: String::new(),
+                forge_url: String::new(),
+                max_agents: 0,
+                created_at: at.clone(),
+                require_separate_reviewer: false,
+                trigger_label: String::new(),
+                forge_repo: format!("{owner}/lantern"),
+                budget_usd: None,
+            })
+            .await
+            .unwrap();
+        let spec = baton::store::NewSpec {
+            project: "lantern".into(),
+            title: "Crash everywhere".into(),
+            body: "Survive a crash anywhere.".into(),
+            source: "board".into(),
+            source_url: String::new(),
+            source_meta: "{}".into(),
+            source_key: String::new(),
+            priority: 1,
+            status: "executing".into(),
+            actor: "tester".into(),
+            at,
+        };
+        let baton::store::SpecInsert::Created(id) = store.insert_spec(&spec).await.unwrap() else {
+            panic!("spec not created");
+        };
+        store.attach_execution(id, TASK).await.unwrap();
+        store.close().await;
+    });
+}
+
 /// Stage `i` of the run, with `env` set.
-fn stage(ws: &Workspace, plan: &Path, i: usize, env: &[(&str, String)]) -> Output {
+fn stage(ws: &Workspace, plan: &Path, forge: &Forge, i: usize, env: &[(&str, String)]) -> Output {
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     match i {
+        3 => ws
+            .baton()
+            .envs(env)
+            .env("BATON_GITHUB_API_URL", forge.server.uri())
+            .env("GITHUB_TOKEN", TOKEN)
+            .args(["merge", TASK])
+            .output()
+            .unwrap(),
         1 => ws
             .baton()
             .envs(env)
@@ -91,14 +203,19 @@ fn killed(out: &Output) -> bool {
 /// One case: the whole run with stage `at` crashing at point `k` of `var`. `Ok(false)` when
 /// that stage has fewer than `k` points (it ended normally); `Ok(true)` when it crashed, was
 /// resumed and every check passed; `Err` says what broke.
-fn case(var: &str, at: Option<usize>, k: u64) -> Result<bool, String> {
+fn case(forge: &Forge, var: &str, at: Option<usize>, k: u64) -> Result<bool, String> {
+    static CASES: AtomicU64 = AtomicU64::new(0);
+    let owner = format!("case-{}", CASES.fetch_add(1, Ordering::SeqCst));
     let ws = Workspace::with_repo(&[("README.md", "x\n")]);
     let marker = ws.tmp.path().join("gate-failed-once");
     let plan = ws.write("plan.json", &plan(&marker));
     let name = at.map_or_else(|| "no crash".to_string(), |at| format!("{var}={k} in \"{}\"", STAGES[at]));
     for (i, stage_name) in STAGES.iter().enumerate() {
-        let mut out =
-            if Some(i) == at { stage(&ws, &plan, i, &[(var, k.to_string())]) } else { stage(&ws, &plan, i, &[]) };
+        if i == 3 {
+            link_to_forge(&ws, &owner);
+        }
+        let env = if Some(i) == at { vec![(var, k.to_string())] } else { Vec::new() };
+        let mut out = stage(&ws, &plan, forge, i, &env);
         if Some(i) == at {
             if !killed(&out) {
                 return Ok(false);
@@ -106,10 +223,10 @@ fn case(var: &str, at: Option<usize>, k: u64) -> Result<bool, String> {
             // Resume: the same command again (an approval only while it is still pending; a
             // run only while the execution is not complete: resuming a complete one is refused).
             let now = status_of(&ws)["status"].clone();
-            if (i == 1 && now != "approval_pending") || now == "complete" {
+            if (i == 1 && now != "approval_pending") || (i < 3 && now == "complete") {
                 continue;
             }
-            out = stage(&ws, &plan, i, &[]);
+            out = stage(&ws, &plan, forge, i, &[]);
         }
         if code(&out) != expected_code(i) {
             return Err(format!(
@@ -122,6 +239,16 @@ fn case(var: &str, at: Option<usize>, k: u64) -> Result<bool, String> {
         }
     }
     check(&ws, &name)?;
+    let posted = forge.posted(&owner);
+    if posted != 1 {
+        return Err(format!("{name}: {posted} pull requests posted"));
+    }
+    let origin = ws.tmp.path().join("origin.git");
+    let pushed = ws.git(&["--git-dir", origin.to_str().unwrap(), "rev-parse", &format!("baton/{TASK}")]);
+    let tip = ws.git(&["rev-parse", &format!("baton/{TASK}")]);
+    if pushed != tip {
+        return Err(format!("{name}: the remote's feature branch is {pushed}, not {tip}"));
+    }
     Ok(true)
 }
 
@@ -189,8 +316,9 @@ fn check(ws: &Workspace, name: &str) -> Result<(), String> {
 
 /// Every k of every stage for `var`, on two threads: (points covered, failures).
 fn every_point(var: &str) -> (usize, Vec<String>) {
+    let forge = Forge::start();
     // The run itself, without a crash: the gate fails once, then passes.
-    assert_eq!(case(var, None, 0), Ok(true));
+    assert_eq!(case(&forge, var, None, 0), Ok(true));
     let covered = AtomicU64::new(0);
     let failures = Mutex::new(Vec::new());
     for (at, stage_name) in STAGES.iter().enumerate() {
@@ -204,7 +332,7 @@ fn every_point(var: &str) -> (usize, Vec<String>) {
                     if k >= end.load(Ordering::SeqCst) || k > 500 {
                         return;
                     }
-                    match case(var, Some(at), k) {
+                    match case(&forge, var, Some(at), k) {
                         Ok(true) => {
                             covered.fetch_add(1, Ordering::SeqCst);
                         }
@@ -231,9 +359,9 @@ fn a_crash_after_any_store_commit_resumes_without_losing_or_repeating_work() {
 }
 
 #[test]
-fn a_crash_before_any_git_side_effect_resumes_without_losing_or_repeating_work() {
+fn a_crash_before_any_git_or_forge_side_effect_resumes_without_losing_or_repeating_work() {
     let (covered, failures) = every_point("BATON_CRASH_BEFORE_EFFECT");
-    eprintln!("covered {covered} crash points before a git side effect");
+    eprintln!("covered {covered} crash points before a git or forge side effect");
     assert!(failures.is_empty(), "{} of the crash points broke the run:\n{}", failures.len(), failures.join("\n\n"));
-    assert!(covered >= 20, "only {covered} crash points: the hook is not counting git side effects");
+    assert!(covered >= 20, "only {covered} crash points: the hook is not counting git and forge side effects");
 }
