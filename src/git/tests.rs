@@ -220,6 +220,23 @@ fn commit_worktree_counts_deleted_files_against_the_base_tree() {
     assert_eq!(commit.files_changed, strings(&["a.txt", "docs/readme.md", "new.txt"]));
 }
 
+/// The input that broke a resumed run: a driver killed inside `git worktree add` left the
+/// attempt's directory half checked out and unregistered, and the relaunch refused it.
+#[test]
+fn a_leftover_of_an_interrupted_worktree_add_is_cleared_and_a_registered_worktree_is_kept() {
+    let f = Fixture::new();
+    let wt = f.wt("half");
+    write(&wt.join("a.txt"), "1\n2\n");
+    assert!(matches!(f.repo.add_worktree(&wt, &f.base), Err(GitError::WorktreePathOccupied { .. })));
+    assert!(f.repo.clear_unregistered_worktree_path(&wt).unwrap());
+    f.repo.add_worktree(&wt, &f.base).unwrap();
+    write(&wt.join("work.txt"), "kept\n");
+    assert!(!f.repo.clear_unregistered_worktree_path(&wt).unwrap(), "a registered worktree is left alone");
+    assert!(wt.join("work.txt").is_file());
+    assert!(!f.repo.clear_unregistered_worktree_path(&f.wt("absent")).unwrap());
+    assert!(f.repo.clear_unregistered_worktree_path(&f.root).is_err(), "never the main checkout");
+}
+
 #[test]
 fn commit_worktree_without_changes_returns_none() {
     let f = Fixture::new();

@@ -78,6 +78,25 @@ impl GitRepo {
         Ok(entries.into_iter().map(|e| e.path).filter(|p| normalize(p).map_or(true, |n| n != self.root)).collect())
     }
 
+    /// Deletes the directory at `path` when it exists and is not a registered worktree, then
+    /// prunes; returns whether it did. This is the leftover of a `git worktree add` that was
+    /// interrupted (its caller killed mid-way: git dies of SIGPIPE on the closed output pipe, or
+    /// of the terminal's SIGINT, and its cleanup races the checkout it started), which
+    /// [`GitRepo::add_worktree`] refuses as occupied. Only for a path the caller owns and is
+    /// about to create a fresh worktree at: whatever is there is deleted. A registered worktree
+    /// and the main checkout are left alone.
+    pub fn clear_unregistered_worktree_path(&self, path: &Path) -> Result<bool, GitError> {
+        let target = normalize(path)?;
+        self.refuse_main(&target, path)?;
+        if !target.exists() || self.is_registered(&target)? {
+            return Ok(false);
+        }
+        std::fs::remove_dir_all(&target)
+            .map_err(|source| GitError::Io { context: format!("deleting {}", target.display()), source })?;
+        self.prune_worktrees()?;
+        Ok(true)
+    }
+
     /// Runs `git worktree prune`: forgets registrations whose directory is gone.
     pub fn prune_worktrees(&self) -> Result<(), GitError> {
         self.run_worktree(["worktree", "prune"])?;
