@@ -91,6 +91,7 @@ impl GitRepo {
         if !target.exists() || self.is_registered(&target)? {
             return Ok(false);
         }
+        crate::crash::before_effect("git clear unregistered worktree path");
         std::fs::remove_dir_all(&target)
             .map_err(|source| GitError::Io { context: format!("deleting {}", target.display()), source })?;
         self.prune_worktrees()?;
