@@ -223,18 +223,25 @@ fn commit_worktree_counts_deleted_files_against_the_base_tree() {
 /// The input that broke a resumed run: a driver killed inside `git worktree add` left the
 /// attempt's directory half checked out and unregistered, and the relaunch refused it.
 #[test]
-fn a_leftover_of_an_interrupted_worktree_add_is_cleared_and_a_registered_worktree_is_kept() {
+fn a_half_made_worktree_is_cleared_but_not_someone_elses_files_or_a_registered_worktree() {
     let f = Fixture::new();
     let wt = f.wt("half");
     write(&wt.join("a.txt"), "1\n2\n");
+    write(&wt.join("docs/readme.md"), "read");
+    write(&wt.join(".git"), "gitdir: /nowhere\n");
     assert!(matches!(f.repo.add_worktree(&wt, &f.base), Err(GitError::WorktreePathOccupied { .. })));
-    assert!(f.repo.clear_unregistered_worktree_path(&wt).unwrap());
+    assert!(f.repo.clear_half_made_worktree(&wt, &f.base).unwrap());
     f.repo.add_worktree(&wt, &f.base).unwrap();
     write(&wt.join("work.txt"), "kept\n");
-    assert!(!f.repo.clear_unregistered_worktree_path(&wt).unwrap(), "a registered worktree is left alone");
+    assert!(!f.repo.clear_half_made_worktree(&wt, &f.base).unwrap(), "a registered worktree is left alone");
     assert!(wt.join("work.txt").is_file());
-    assert!(!f.repo.clear_unregistered_worktree_path(&f.wt("absent")).unwrap());
-    assert!(f.repo.clear_unregistered_worktree_path(&f.root).is_err(), "never the main checkout");
+    let other = f.wt("other");
+    write(&other.join("a.txt"), "tracked\n");
+    write(&other.join("docs/precious.txt"), "not baton's\n");
+    assert!(!f.repo.clear_half_made_worktree(&other, &f.base).unwrap(), "a file outside the tree: not a checkout");
+    assert!(other.join("docs/precious.txt").is_file());
+    assert!(!f.repo.clear_half_made_worktree(&f.wt("absent"), &f.base).unwrap());
+    assert!(f.repo.clear_half_made_worktree(&f.root, &f.base).is_err(), "never the main checkout");
 }
 
 #[test]

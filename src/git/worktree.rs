@@ -78,20 +78,25 @@ impl GitRepo {
         Ok(entries.into_iter().map(|e| e.path).filter(|p| normalize(p).map_or(true, |n| n != self.root)).collect())
     }
 
-    /// Deletes the directory at `path` when it exists and is not a registered worktree, then
-    /// prunes; returns whether it did. This is the leftover of a `git worktree add` that was
-    /// interrupted (its caller killed mid-way: git dies of SIGPIPE on the closed output pipe, or
-    /// of the terminal's SIGINT, and its cleanup races the checkout it started), which
-    /// [`GitRepo::add_worktree`] refuses as occupied. Only for a path the caller owns and is
-    /// about to create a fresh worktree at: whatever is there is deleted. A registered worktree
-    /// and the main checkout are left alone.
-    pub fn clear_unregistered_worktree_path(&self, path: &Path) -> Result<bool, GitError> {
+    /// Deletes the half-made worktree at `path` that a `git worktree add` of `sha` left when it
+    /// was interrupted (its caller killed mid-way: git dies of SIGPIPE on the closed output
+    /// pipe, or of the terminal's SIGINT, and its cleanup races the checkout it started), then
+    /// prunes; returns whether it did. [`GitRepo::add_worktree`] refuses such a path as
+    /// occupied. Only a directory that is not a registered worktree and holds nothing but a
+    /// `.git` file and files of `sha`'s tree counts as half-made: any other file (someone's
+    /// work) leaves it alone, as do a registered worktree and the main checkout.
+    pub fn clear_half_made_worktree(&self, path: &Path, sha: &str) -> Result<bool, GitError> {
         let target = normalize(path)?;
         self.refuse_main(&target, path)?;
-        if !target.exists() || self.is_registered(&target)? {
+        if !target.is_dir() || self.is_registered(&target)? {
             return Ok(false);
         }
-        crate::crash::before_effect("git clear unregistered worktree path");
+        let repo = self.repo()?;
+        let tree = repo.find_commit(resolve_oid(&repo, sha)?)?.tree()?;
+        if !only_checkout_files(&target, &target, &tree) {
+            return Ok(false);
+        }
+        crate::crash::before_effect("git clear half-made worktree");
         std::fs::remove_dir_all(&target)
             .map_err(|source| GitError::Io { context: format!("deleting {}", target.display()), source })?;
         self.prune_worktrees()?;
@@ -239,6 +244,26 @@ impl GitRepo {
         }
         Ok((canonical(wt.path())?, root))
     }
+}
+
+/// True when every file under `dir` (relative to `root`) is the `.git` file of `root` or a
+/// path of `tree`; false for anything else, or a directory that cannot be read.
+fn only_checkout_files(root: &Path, dir: &Path, tree: &git2::Tree<'_>) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else { return false };
+    for entry in entries {
+        let Ok(entry) = entry else { return false };
+        let path = entry.path();
+        let Ok(rel) = path.strip_prefix(root) else { return false };
+        let Ok(kind) = entry.file_type() else { return false };
+        if kind.is_dir() {
+            if !only_checkout_files(root, &path, tree) {
+                return false;
+            }
+        } else if rel != Path::new(".git") && tree.get_path(rel).is_err() {
+            return false;
+        }
+    }
+    true
 }
 
 fn is_occupied(path: &Path) -> bool {
