@@ -62,3 +62,7 @@ pub mod cli;
 
 /// The one place that reads the wall clock.
 pub mod clock;
+
+/// Test hooks that kill the process after its k-th store commit or before its k-th git or
+/// forge side effect (debug builds only).
+pub mod crash;

@@ -20,8 +20,8 @@
 //! (`next_action`, `next_actions`). `guards` holds the checks and `edits` the small state
 //! changes that several of those (and `team`, `goal`) share. The rules of particular features
 //! have their own modules: `amend`, `budget`, `gate_additions`, `gates` (what a gate runs, or why
-//! it is skipped), `goal`, `prompt`, `signals`,
-//! `team`, and `validate` for plans.
+//! it is skipped), `goal`, `prompt`, `signals`, `team`, `work` (what a finished attempt must
+//! show to count), and `validate` for plans.
 //!
 //! This module never does IO, never reads the clock (time is the `now` argument, RFC 3339) and
 //! never imports anything outside `crate::model` (a test scans the source to enforce it).
@@ -43,6 +43,7 @@ mod settle;
 pub mod signals;
 pub mod team;
 pub mod validate;
+pub mod work;
 
 #[cfg(test)]
 mod tests;

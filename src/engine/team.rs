@@ -119,6 +119,8 @@ fn member_step(parent: &PlanStep, m: &TeamMember) -> PlanStep {
         s.step_type = parent.step_type.clone();
     }
     s.timeout_seconds = parent.timeout_seconds;
+    s.expect_changes = parent.expect_changes;
+    s.allow_mass_deletion = parent.allow_mass_deletion;
     s
 }
 
@@ -157,6 +159,8 @@ fn synthesis_step(state: &ExecutionState, parent: &PlanStep) -> PlanStep {
     s.blocked_paths = parent.blocked_paths.clone();
     s.context_files = parent.context_files.clone();
     s.timeout_seconds = parent.timeout_seconds;
+    s.expect_changes = parent.expect_changes;
+    s.allow_mass_deletion = parent.allow_mass_deletion;
     s
 }
 

@@ -214,6 +214,7 @@ impl AzureDevOps {
         repository: &str,
         pull: &NewPull<'_>,
     ) -> Result<PullRequest, ForgeError> {
+        crate::crash::before_effect("forge create pull");
         let what = format!("opening a pull request on {org}/{project}/{repository} from {}", pull.head);
         let path = format!("git/repositories/{repository}/pullrequests");
         let url = format!("{}?api-version={API_VERSION}", self.url(org, project, &path));
@@ -232,6 +233,7 @@ impl AzureDevOps {
     ///
     /// Errors: any [`ForgeError`] of the call.
     pub async fn comment(&self, org: &str, project: &str, id: u64, text: &str) -> Result<u64, ForgeError> {
+        crate::crash::before_effect("forge comment");
         let what = format!("commenting on work item {org}/{project}#{id}");
         let url = format!(
             "{}?format=markdown&api-version={COMMENTS_API_VERSION}",

@@ -272,6 +272,7 @@ impl GitHub {
     /// Errors: no token; any [`ForgeError`] of the call (422 when one exists already or the
     /// branch is unknown).
     pub async fn create_pull(&self, owner: &str, repo: &str, pull: &NewPull<'_>) -> Result<PullRequest, ForgeError> {
+        crate::crash::before_effect("forge create pull");
         let what = format!("opening a pull request on {owner}/{repo} from {}", pull.head);
         self.needs_token(&what)?;
         let payload = json!({ "title": pull.title, "head": pull.head, "base": pull.base, "body": pull.body });
@@ -283,6 +284,7 @@ impl GitHub {
     ///
     /// Errors: no token; any [`ForgeError`] of the call.
     pub async fn comment(&self, owner: &str, repo: &str, number: u64, body: &str) -> Result<String, ForgeError> {
+        crate::crash::before_effect("forge comment");
         let what = format!("commenting on {owner}/{repo}#{number}");
         self.needs_token(&what)?;
         let payload = json!({ "body": body });

@@ -137,6 +137,10 @@ pub struct AttemptCommit {
     /// Repository-relative paths added, modified or deleted relative to the base, sorted,
     /// `/`-separated, no rename detection (a rename lists both paths).
     pub files_changed: Vec<String>,
+    /// How many of those the commit deletes (files of the base tree absent from its tree).
+    pub files_deleted: usize,
+    /// Files (blobs and submodule links, at any depth) tracked in the base commit's tree.
+    pub base_files: usize,
 }
 
 /// The result of [`GitRepo::cherry_pick_onto`].
@@ -253,6 +257,7 @@ impl GitRepo {
     /// `-`; the branch does not exist ([`GitError::UnknownRevision`]); the push failed
     /// ([`GitError::Command`] with git's message: no such remote, rejected, unreachable).
     pub fn push_branch(&self, remote: &str, branch: &str) -> Result<String, GitError> {
+        crate::crash::before_effect("git push branch");
         if remote.is_empty() || remote.starts_with('-') || remote.chars().any(char::is_control) {
             return Err(GitError::InvalidRefName { name: remote.to_string() });
         }
@@ -274,6 +279,7 @@ impl GitRepo {
     /// An existing branch is never moved, so the returned tip may differ from `at_sha`.
     /// Errors: [`GitError::InvalidRefName`], [`GitError::UnknownRevision`] for `at_sha`.
     pub fn ensure_branch(&self, name: &str, at_sha: &str) -> Result<String, GitError> {
+        crate::crash::before_effect("git ensure branch");
         let repo = self.repo()?;
         let refname = branch_ref(name)?;
         if let Some(tip) = ref_target(&repo, &refname)? {
@@ -297,6 +303,7 @@ impl GitRepo {
     /// is an error. Errors: [`GitError::InvalidRefName`] unless it starts with `refs/` and is
     /// valid; [`GitError::BranchCheckedOut`] for a checked-out branch.
     pub fn set_ref(&self, full_ref: &str, sha: &str) -> Result<(), GitError> {
+        crate::crash::before_effect("git set ref");
         let repo = self.repo()?;
         check_full_ref(full_ref)?;
         let oid = resolve_oid(&repo, sha)?;
@@ -323,6 +330,7 @@ impl GitRepo {
 
     /// Deletes the full ref `full_ref`; succeeds if it does not exist.
     pub fn delete_ref(&self, full_ref: &str) -> Result<(), GitError> {
+        crate::crash::before_effect("git delete ref");
         let repo = self.repo()?;
         check_full_ref(full_ref)?;
         if let Some(branch) = full_ref.strip_prefix("refs/heads/") {
@@ -339,6 +347,7 @@ impl GitRepo {
     /// Deletes every ref under `prefix` (e.g. `refs/baton/<task_id>/`, the kept attempt refs
     /// of an execution) and returns how many. Never touches branches (`refs/heads/`).
     pub fn delete_refs_under(&self, prefix: &str) -> Result<usize, GitError> {
+        crate::crash::before_effect("git delete refs under");
         if !prefix.starts_with("refs/") || prefix.starts_with("refs/heads/") || !prefix.ends_with('/') {
             return Err(GitError::InvalidRefName { name: prefix.to_owned() });
         }
@@ -362,6 +371,7 @@ impl GitRepo {
     /// commit, [`GitError::BranchCheckedOut`], [`GitError::RefChanged`] if the branch moved
     /// meanwhile (retry), [`GitError::Git`] for a merge commit or a root commit.
     pub fn cherry_pick_onto(&self, branch: &str, commit_sha: &str) -> Result<PickOutcome, GitError> {
+        crate::crash::before_effect("git cherry pick onto");
         let repo = self.repo()?;
         let refname = branch_ref(branch)?;
         let tip_oid = ref_target(&repo, &refname)?.ok_or_else(|| unknown(&refname))?;
@@ -568,6 +578,24 @@ pub(super) fn diff_paths(
     paths.sort();
     paths.dedup();
     Ok(paths)
+}
+
+/// Files of `from` absent from `to` (deleted by the change from one to the other).
+pub(super) fn deleted_count(repo: &Repository, from: &git2::Tree<'_>, to: &git2::Tree<'_>) -> Result<usize, GitError> {
+    let diff = repo.diff_tree_to_tree(Some(from), Some(to), None)?;
+    Ok(diff.deltas().filter(|d| d.status() == git2::Delta::Deleted).count())
+}
+
+/// Files (blobs and submodule links) in `tree`, at any depth.
+pub(super) fn file_count(tree: &git2::Tree<'_>) -> Result<usize, GitError> {
+    let mut n = 0;
+    tree.walk(git2::TreeWalkMode::PreOrder, |_, entry| {
+        if matches!(entry.kind(), Some(git2::ObjectType::Blob | git2::ObjectType::Commit)) {
+            n += 1;
+        }
+        git2::TreeWalkResult::Ok
+    })?;
+    Ok(n)
 }
 
 pub(super) fn canonical(path: &Path) -> Result<PathBuf, GitError> {

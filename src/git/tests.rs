@@ -207,6 +207,44 @@ fn commit_worktree_has_agent_author_baton_committer_base_parent_and_files() {
 }
 
 #[test]
+fn commit_worktree_counts_deleted_files_against_the_base_tree() {
+    let f = Fixture::new();
+    let wt = f.wt("del");
+    f.repo.add_worktree(&wt, &f.base).unwrap();
+    fs::remove_file(wt.join("a.txt")).unwrap();
+    fs::remove_file(wt.join("docs/readme.md")).unwrap();
+    write(&wt.join("new.txt"), "new\n");
+    let commit = f.repo.commit_worktree(&wt, &f.base, &agent(), "m").unwrap().unwrap();
+    assert_eq!(commit.base_files, 3, "a.txt, docs/readme.md and .gitignore");
+    assert_eq!(commit.files_deleted, 2);
+    assert_eq!(commit.files_changed, strings(&["a.txt", "docs/readme.md", "new.txt"]));
+}
+
+/// The input that broke a resumed run: a driver killed inside `git worktree add` left the
+/// attempt's directory half checked out and unregistered, and the relaunch refused it.
+#[test]
+fn a_half_made_worktree_is_cleared_but_not_someone_elses_files_or_a_registered_worktree() {
+    let f = Fixture::new();
+    let wt = f.wt("half");
+    write(&wt.join("a.txt"), "1\n2\n");
+    write(&wt.join("docs/readme.md"), "read");
+    write(&wt.join(".git"), "gitdir: /nowhere\n");
+    assert!(matches!(f.repo.add_worktree(&wt, &f.base), Err(GitError::WorktreePathOccupied { .. })));
+    assert!(f.repo.clear_half_made_worktree(&wt, &f.base).unwrap());
+    f.repo.add_worktree(&wt, &f.base).unwrap();
+    write(&wt.join("work.txt"), "kept\n");
+    assert!(!f.repo.clear_half_made_worktree(&wt, &f.base).unwrap(), "a registered worktree is left alone");
+    assert!(wt.join("work.txt").is_file());
+    let other = f.wt("other");
+    write(&other.join("a.txt"), "tracked\n");
+    write(&other.join("docs/precious.txt"), "not baton's\n");
+    assert!(!f.repo.clear_half_made_worktree(&other, &f.base).unwrap(), "a file outside the tree: not a checkout");
+    assert!(other.join("docs/precious.txt").is_file());
+    assert!(!f.repo.clear_half_made_worktree(&f.wt("absent"), &f.base).unwrap());
+    assert!(f.repo.clear_half_made_worktree(&f.root, &f.base).is_err(), "never the main checkout");
+}
+
+#[test]
 fn commit_worktree_without_changes_returns_none() {
     let f = Fixture::new();
     let wt = f.wt("w");

@@ -32,6 +32,7 @@ impl GitRepo {
     /// registered worktree, [`GitError::NotAWorktree`] for the main checkout,
     /// [`GitError::UnknownRevision`], [`GitError::Command`].
     pub fn add_worktree(&self, path: &Path, sha: &str) -> Result<(), GitError> {
+        crate::crash::before_effect("git add worktree");
         let target = normalize(path)?;
         self.refuse_main(&target, path)?;
         let sha = self.resolve(sha)?;
@@ -59,6 +60,7 @@ impl GitRepo {
     /// Succeeds if it is already gone. A directory at `path` that is not a registered worktree
     /// is left alone. Errors: [`GitError::NotAWorktree`] for the main checkout.
     pub fn remove_worktree(&self, path: &Path) -> Result<(), GitError> {
+        crate::crash::before_effect("git remove worktree");
         let target = normalize(path)?;
         self.refuse_main(&target, path)?;
         if self.is_registered(&target)? {
@@ -74,6 +76,31 @@ impl GitRepo {
     pub fn list_worktrees(&self) -> Result<Vec<PathBuf>, GitError> {
         let entries = self.worktree_entries()?;
         Ok(entries.into_iter().map(|e| e.path).filter(|p| normalize(p).map_or(true, |n| n != self.root)).collect())
+    }
+
+    /// Deletes the half-made worktree at `path` that a `git worktree add` of `sha` left when it
+    /// was interrupted (its caller killed mid-way: git dies of SIGPIPE on the closed output
+    /// pipe, or of the terminal's SIGINT, and its cleanup races the checkout it started), then
+    /// prunes; returns whether it did. [`GitRepo::add_worktree`] refuses such a path as
+    /// occupied. Only a directory that is not a registered worktree and holds nothing but a
+    /// `.git` file and files of `sha`'s tree counts as half-made: any other file (someone's
+    /// work) leaves it alone, as do a registered worktree and the main checkout.
+    pub fn clear_half_made_worktree(&self, path: &Path, sha: &str) -> Result<bool, GitError> {
+        let target = normalize(path)?;
+        self.refuse_main(&target, path)?;
+        if !target.is_dir() || self.is_registered(&target)? {
+            return Ok(false);
+        }
+        let repo = self.repo()?;
+        let tree = repo.find_commit(resolve_oid(&repo, sha)?)?.tree()?;
+        if !only_checkout_files(&target, &target, &tree) {
+            return Ok(false);
+        }
+        crate::crash::before_effect("git clear half-made worktree");
+        std::fs::remove_dir_all(&target)
+            .map_err(|source| GitError::Io { context: format!("deleting {}", target.display()), source })?;
+        self.prune_worktrees()?;
+        Ok(true)
     }
 
     /// Runs `git worktree prune`: forgets registrations whose directory is gone.
@@ -97,6 +124,7 @@ impl GitRepo {
         identity: &CommitIdentity,
         message: &str,
     ) -> Result<Option<AttemptCommit>, GitError> {
+        crate::crash::before_effect("git commit worktree");
         let (admin_dir, work_tree) = self.linked_worktree(worktree)?;
         let repo = self.repo()?;
         let base = repo.find_commit(resolve_oid(&repo, base_sha)?)?;
@@ -111,8 +139,11 @@ impl GitRepo {
         let author = git2::Signature::now(&identity.author_name, &identity.author_email)?;
         let committer = baton_signature()?;
         let oid = repo.commit(None, &author, &committer, message, &tree, &[&base])?;
-        let files_changed = diff_paths(&repo, &base.tree()?, &tree)?;
-        Ok(Some(AttemptCommit { sha: oid.to_string(), files_changed }))
+        let base_tree = base.tree()?;
+        let files_changed = diff_paths(&repo, &base_tree, &tree)?;
+        let files_deleted = super::deleted_count(&repo, &base_tree, &tree)?;
+        let base_files = super::file_count(&base_tree)?;
+        Ok(Some(AttemptCommit { sha: oid.to_string(), files_changed, files_deleted, base_files }))
     }
 
     /// Parses `git worktree list --porcelain -z`; the first entry is the main checkout.
@@ -213,6 +244,26 @@ impl GitRepo {
         }
         Ok((canonical(wt.path())?, root))
     }
+}
+
+/// True when every file under `dir` (relative to `root`) is the `.git` file of `root` or a
+/// path of `tree`; false for anything else, or a directory that cannot be read.
+fn only_checkout_files(root: &Path, dir: &Path, tree: &git2::Tree<'_>) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else { return false };
+    for entry in entries {
+        let Ok(entry) = entry else { return false };
+        let path = entry.path();
+        let Ok(rel) = path.strip_prefix(root) else { return false };
+        let Ok(kind) = entry.file_type() else { return false };
+        if kind.is_dir() {
+            if !only_checkout_files(root, &path, tree) {
+                return false;
+            }
+        } else if rel != Path::new(".git") && tree.get_path(rel).is_err() {
+            return false;
+        }
+    }
+    true
 }
 
 fn is_occupied(path: &Path) -> bool {

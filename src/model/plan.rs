@@ -245,6 +245,17 @@ pub struct PlanStep {
     /// Per-step timeout in seconds; 0 = the runtime default.
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub timeout_seconds: u64,
+    /// `false` says the step may legitimately change nothing: an attempt that reports zero
+    /// tokens and zero cost and leaves no commit then still completes. Absent (or `true`), such
+    /// an attempt fails as "agent did no work" (see [`PlanStep::expects_changes`]; issue 15.7).
+    /// Kept as written, so `true` and `false` both round-trip.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expect_changes: Option<bool>,
+    /// `true` lets an attempt's commit delete more than half of the files tracked at its base;
+    /// absent (or `false`), consolidation refuses such a commit (see
+    /// [`PlanStep::allows_mass_deletion`]; issue 15.8). Kept as written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_mass_deletion: Option<bool>,
     /// Other keys, verbatim.
     #[serde(flatten)]
     #[schema(ignore)]
@@ -272,6 +283,8 @@ impl PlanStep {
             command: String::new(),
             expected_outcome: String::new(),
             timeout_seconds: 0,
+            expect_changes: None,
+            allow_mass_deletion: None,
             extra: Extra::new(),
         }
     }
@@ -279,6 +292,18 @@ impl PlanStep {
     /// Turn limit of an interactive step (default 10).
     pub fn max_turns(&self) -> u32 {
         self.max_turns_field.unwrap_or_else(default_max_turns)
+    }
+
+    /// Whether an attempt of this step must leave some trace of work (tokens, cost, a commit or
+    /// changed files): `expect_changes`, default `true`.
+    pub fn expects_changes(&self) -> bool {
+        self.expect_changes.unwrap_or(true)
+    }
+
+    /// Whether an attempt's commit may delete more than half of the tracked files:
+    /// `allow_mass_deletion`, default `false`.
+    pub fn allows_mass_deletion(&self) -> bool {
+        self.allow_mass_deletion.unwrap_or(false)
     }
 
     /// True for a step whose work is a shell command rather than an agent.
@@ -625,5 +650,51 @@ mod tests {
         assert_eq!(unknown, vec![UnknownKey { path: "phases[0].requires_approval".into() }]);
         let back = serde_json::to_value(&plan).unwrap();
         assert_eq!(back["phases"][0]["requires_approval"], Value::Bool(true));
+    }
+
+    #[test]
+    fn safety_fields_default_to_expecting_changes_and_refusing_mass_deletion() {
+        let step: PlanStep =
+            serde_json::from_str(r#"{"step_id":"1.1","agent_name":"dev","task_description":"x"}"#).unwrap();
+        assert!(step.expects_changes());
+        assert!(!step.allows_mass_deletion());
+        let step: PlanStep = serde_json::from_str(
+            r#"{"step_id":"1.1","agent_name":"dev","task_description":"x","expect_changes":false,"allow_mass_deletion":true}"#,
+        )
+        .unwrap();
+        assert!(!step.expects_changes());
+        assert!(step.allows_mass_deletion());
+        assert!(step.extra.is_empty(), "typed, not passed through: {:?}", step.extra);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config { cases: 64, failure_persistence: None, ..Default::default() })]
+        /// A step with any mix of the optional fields (absent, or either value) re-serializes
+        /// to the same JSON value, and none of them is reported as unknown.
+        #[test]
+        fn optional_step_fields_round_trip_unchanged(
+            expect in proptest::option::of(proptest::bool::ANY),
+            mass in proptest::option::of(proptest::bool::ANY),
+            interactive in proptest::bool::ANY,
+            timeout in proptest::option::of(1u64..10_000),
+        ) {
+            let mut step = serde_json::json!({"step_id": "1.1", "agent_name": "dev", "task_description": "x",
+                "model": "sonnet", "depends_on": [], "deliverables": [], "allowed_paths": [],
+                "blocked_paths": [], "context_files": [], "step_type": "developing"});
+            let obj = step.as_object_mut().unwrap();
+            if let Some(v) = expect { obj.insert("expect_changes".into(), v.into()); }
+            if let Some(v) = mass { obj.insert("allow_mass_deletion".into(), v.into()); }
+            if interactive { obj.insert("interactive".into(), true.into()); }
+            if let Some(t) = timeout { obj.insert("timeout_seconds".into(), t.into()); }
+            let plan = serde_json::json!({"task_id": "t", "task_summary": "s",
+                "phases": [{"phase_id": 1, "name": "p", "steps": [step]}]});
+            let typed = MachinePlan::from_json(&plan.to_string()).unwrap();
+            proptest::prop_assert_eq!(typed.unknown_keys(), vec![]);
+            let back = serde_json::to_value(&typed).unwrap();
+            proptest::prop_assert_eq!(&back["phases"][0]["steps"][0], &plan["phases"][0]["steps"][0]);
+            let step = &typed.phases[0].steps[0];
+            proptest::prop_assert_eq!(step.expects_changes(), expect.unwrap_or(true));
+            proptest::prop_assert_eq!(step.allows_mass_deletion(), mass.unwrap_or(false));
+        }
     }
 }

@@ -113,6 +113,7 @@ impl WriteTx {
     pub(super) async fn commit(mut self) -> Result<(), StoreError> {
         SqliteTransactionManager::commit(&mut self.slot.conn).await?;
         self.open = false;
+        crate::crash::committed();
         Ok(())
     }
 }
@@ -359,6 +360,7 @@ async fn commit_group(conn: &mut SqliteConnection, heads: &Heads, mut batch: Vec
     }
     match query.fetch_all(&mut *conn).await {
         Ok(rows) => {
+            crate::crash::committed();
             let appended: HashSet<(String, i64)> = rows.into_iter().collect();
             let mut count = 0;
             for p in &mut batch {

@@ -1,6 +1,7 @@
 //! Agent processes as they misbehave in the wild (issue 15): an agent that prints its result and
 //! never exits, descendants that start their own session, a worktree deleted while baton was
-//! down. Real `baton` drivers and shims, fake agents written as shell scripts.
+//! down, an agent that did no work, a commit that deletes most of the repository. Real `baton`
+//! drivers and shims, fake agents written as shell scripts.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -209,4 +210,71 @@ fn an_attempt_whose_worktree_vanished_while_baton_was_down_runs_again_in_a_fresh
     let records = of("step_recorded");
     assert_eq!(records.len(), 1, "{events:?}");
     assert_eq!(records[0].1["status"], "complete", "{events:?}");
+}
+
+/// A claude stand-in that could not load its skill: it answers a "successful" result with no
+/// usage, no cost and no change (issue 15.7, the input that was called done).
+const NO_WORK_CLAUDE: &str = r#"cat > /dev/null
+echo '{"type":"system","subtype":"init","session_id":"s-2","model":"claude-sonnet-4-5"}'
+echo '{"type":"result","subtype":"success","is_error":false,"result":"Could not load skill lantern-dev: not installed","total_cost_usd":0,"usage":{"input_tokens":0,"output_tokens":0},"session_id":"s-2"}'
+"#;
+
+#[test]
+fn an_agent_that_did_no_work_fails_the_step_with_its_text_unless_the_step_expects_no_changes() {
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    let claude = script(&ws, "claude", NO_WORK_CLAUDE);
+    config(&ws, "[agents.dev]\nprofile = 'claude'\n");
+    let path = format!("{}:{}", claude.parent().unwrap().display(), std::env::var("PATH").unwrap_or_default());
+
+    let plan = one_step_plan(&ws, "nowork-1", serde_json::json!({}));
+    let out = ws.run_plan_with(&plan, &[], &[("PATH", &path)]);
+    assert_eq!(code(&out), 4, "{}\n{}", stdout(&out), stderr(&out));
+    let step = &ws.status("nowork-1")["step_results"]["1.1"];
+    assert_eq!(step["status"], "failed", "{step}");
+    let error = step["error"].as_str().unwrap();
+    assert!(error.starts_with("agent did no work"), "{error}");
+    assert!(error.contains("Could not load skill lantern-dev: not installed"), "the agent's text: {error}");
+    assert!(stdout(&out).contains("agent did no work"), "{}", stdout(&out));
+
+    // The same agent on a step that may change nothing completes.
+    let plan = one_step_plan(&ws, "nowork-2", serde_json::json!({"expect_changes": false}));
+    let out = ws.run_plan_with(&plan, &[], &[("PATH", &path)]);
+    assert_eq!(code(&out), 0, "{}\n{}", stdout(&out), stderr(&out));
+    assert_eq!(ws.status("nowork-2")["step_results"]["1.1"]["status"], "complete");
+    assert_eq!(ws.status("nowork-2")["plan"]["phases"][0]["steps"][0]["expect_changes"], false, "kept as written");
+}
+
+#[test]
+fn a_commit_deleting_most_tracked_files_is_refused_at_consolidation_and_its_worktree_kept() {
+    let files = [("README.md", "x\n"), ("src/a.rs", "a\n"), ("src/b.rs", "b\n"), ("docs/c.md", "c\n")];
+    let ws = Workspace::with_repo(&files);
+    let agent = script(&ws, "agent", "rm -f src/a.rs src/b.rs docs/c.md\necho 'cleaned up the repository'\n");
+    config(&ws, &format!("[agents.dev]\nprofile = 'command'\ncommand = ['{}']\n", agent.display()));
+
+    let plan = one_step_plan(&ws, "wipe-1", serde_json::json!({}));
+    let out = ws.run_plan(&plan);
+    assert_eq!(code(&out), 4, "{}\n{}", stdout(&out), stderr(&out));
+    let step = &ws.status("wipe-1")["step_results"]["1.1"];
+    assert_eq!(step["status"], "failed", "{step}");
+    let error = step["error"].as_str().unwrap();
+    assert!(
+        error.contains("refused to consolidate: the commit deletes 3 of the 4 files tracked at its base"),
+        "{error}"
+    );
+    assert!(error.contains("allow_mass_deletion: true"), "says how to allow it: {error}");
+    // The feature branch is unmoved; the attempt's commit and worktree are kept for inspection.
+    let tree = ws.git(&["ls-tree", "-r", "--name-only", "baton/wipe-1"]);
+    assert_eq!(tree.lines().count(), 4, "{tree}");
+    let kept = ws.git(&["ls-tree", "-r", "--name-only", "refs/baton/wipe-1/1.1/1"]);
+    assert_eq!(kept.trim(), "README.md", "the attempt's commit");
+    let err = stderr(&out);
+    let worktree = err.split("worktree kept at ").nth(1).and_then(|r| r.split(')').next()).expect(&err);
+    let worktree = std::path::Path::new(worktree);
+    assert!(worktree.join("README.md").is_file() && !worktree.join("src/a.rs").exists(), "{}", worktree.display());
+
+    // A step that means it.
+    let plan = one_step_plan(&ws, "wipe-2", serde_json::json!({"allow_mass_deletion": true}));
+    let out = ws.run_plan(&plan);
+    assert_eq!(code(&out), 0, "{}\n{}", stdout(&out), stderr(&out));
+    assert_eq!(ws.git(&["ls-tree", "-r", "--name-only", "baton/wipe-2"]).trim(), "README.md");
 }

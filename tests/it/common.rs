@@ -38,6 +38,8 @@ impl Workspace {
             .arg(self.data())
             .env_remove("BATON_TASK_ID")
             .env_remove("BATON_CRASH_AT")
+            .env_remove("BATON_CRASH_AFTER_COMMIT")
+            .env_remove("BATON_CRASH_BEFORE_EFFECT")
             .env_remove("BATON_RUN_BUDGET_USD")
             .env_remove("BATON_RUN_TOKEN_CEILING");
         cmd

@@ -54,6 +54,30 @@ fn kill_9_while_an_agent_runs_re_adopts_it() {
     assert_eq!(ws.launches("adopt-1", "2.1"), 1);
 }
 
+/// Why `kill_9_while_an_agent_runs_re_adopts_it` failed under load: the driver was killed
+/// while `git worktree add` ran for the other step, and git, losing its output pipe, left the
+/// attempt's directory half checked out and unregistered; the resumed run refused the path
+/// ("worktree path exists and is not a registered worktree") and failed the step. Here the
+/// leftover is planted after a crash between the dispatches and the launches.
+#[test]
+fn a_half_made_worktree_left_by_a_killed_driver_is_cleared_and_the_attempt_launched() {
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    let plan = ws.write("plan.json", &small_plan("half-1", ""));
+    let crashed = run_with_crash(&ws, &plan, "after-dispatch");
+    assert_eq!(code(&crashed), 137, "{}", stderr(&crashed));
+    for step in ["1.1", "1.2"] {
+        let leftover = ws.data().join(format!("worktrees/half-1/{step}-1"));
+        std::fs::create_dir_all(&leftover).unwrap();
+        std::fs::write(leftover.join("README.md"), "x\n").unwrap();
+    }
+    let resumed = ws.run_plan(&plan);
+    assert_eq!(code(&resumed), 0, "{}\n{}", stdout(&resumed), stderr(&resumed));
+    for step in ["1.1", "1.2", "2.1"] {
+        assert_eq!(ws.launches("half-1", step), 1, "agent launches of {step}");
+        assert_eq!(commits_for_step(&ws, "baton/half-1", step), 1, "commits of {step}");
+    }
+}
+
 #[test]
 fn an_attempt_that_died_with_baton_is_run_again_in_a_fresh_worktree() {
     let ws = Workspace::with_repo(&[("README.md", "x\n")]);

@@ -13,6 +13,7 @@ mod budget;
 mod cli;
 mod common;
 mod crash;
+mod crash_everywhere;
 mod daemon;
 mod doors;
 mod forge_clients;

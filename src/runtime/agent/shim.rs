@@ -645,6 +645,9 @@ pub fn launch(baton_exe: &Path, run_dir: &Path) -> Result<LaunchedAttempt> {
         .arg("__attempt")
         .arg(&run_dir)
         .current_dir("/")
+        // The crash test hooks are meant for the driver, never for the attempts it starts.
+        .env_remove(crate::crash::AFTER_COMMIT_VAR)
+        .env_remove(crate::crash::BEFORE_EFFECT_VAR)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

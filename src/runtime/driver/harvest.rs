@@ -1,7 +1,8 @@
 //! Finished attempts: waiting for one (watching the budget and renewing the lease meanwhile),
 //! then turning its exit into a result: its cost (reported, streamed, and spent by launches
 //! that died), its commit, the path check and the cherry-pick onto the feature branch, and the
-//! `step_recorded` event. A died attempt is launched again. When a working tree has the feature
+//! `step_recorded` event; an attempt that did no work or deletes most of the repository fails
+//! (`engine::work`). A died attempt is launched again. When a working tree has the feature
 //! branch checked out, consolidation returns [`Parked`] instead of failing the step: nothing is
 //! recorded, the attempt's commit stays under its attempt ref, and the next run harvests it.
 //! It never dispatches a new step.
@@ -158,11 +159,24 @@ impl Driver {
                 Ok(done) => done,
             };
             match consolidated {
-                Ok((sha, changed)) => {
-                    commit_hash = sha;
-                    files = changed;
-                    true
-                }
+                Ok((sha, changed)) => match engine::work::no_work_reason(
+                    &step,
+                    tokens,
+                    cost,
+                    &sha,
+                    &changed,
+                    if out.outcome.trim().is_empty() { &stderr } else { &out.outcome },
+                ) {
+                    Some(why) => {
+                        error = why;
+                        false
+                    }
+                    None => {
+                        commit_hash = sha;
+                        files = changed;
+                        true
+                    }
+                },
                 Err(why) => {
                     error = why;
                     false
@@ -262,6 +276,9 @@ impl Driver {
         if !violations.is_empty() {
             let list: Vec<String> = violations.iter().map(|v| v.to_string()).collect();
             return Ok(Err(format!("changed files outside the step's allowed paths: {}", list.join("; "))));
+        }
+        if let Some(why) = engine::work::mass_deletion_reason(step, commit.files_deleted, commit.base_files) {
+            return Ok(Err(why));
         }
         for _ in 0..3 {
             let (repo, branch, sha) = (self.repo.clone(), self.meta.branch.clone(), commit.sha.clone());

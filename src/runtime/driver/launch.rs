@@ -113,6 +113,11 @@ impl Driver {
             let (repo, wt, sha) = (self.repo.clone(), worktree.clone(), tip.clone());
             let attempt_ref = git::attempt_ref(&state.task_id, step_id, attempt);
             blocking(move || {
+                // The attempt's own path: a checkout a driver killed inside `git worktree add`
+                // left there is not a worktree git knows, and the attempt starts clean anyway.
+                if repo.clear_half_made_worktree(&wt, &sha)? {
+                    tracing::info!(worktree.path = %wt.display(), "removed the leftover of an interrupted worktree creation");
+                }
                 repo.add_worktree(&wt, &sha)?;
                 repo.set_ref(&attempt_ref, &sha)
             })
