@@ -2,6 +2,7 @@
 
 pub mod executions;
 pub mod openapi;
+pub mod portfolio;
 pub mod projects;
 pub mod specs;
 pub mod stream;
@@ -19,4 +20,5 @@ pub(crate) fn router() -> Router<AppState> {
         .merge(specs::board_router())
         .merge(stream::router())
         .merge(openapi::router())
+        .merge(portfolio::router())
 }

@@ -1,0 +1,26 @@
+//! The portfolio figures over REST: `GET /api/v1/metrics?project=&from=&to=` answers the
+//! metrics page's figures as JSON (`runtime::portfolio::Portfolio`).
+
+use axum::extract::{Query, State};
+use axum::routing::get;
+use axum::{Json, Router};
+
+use crate::runtime::portfolio::{self, Portfolio, PortfolioQuery};
+use crate::web::error::AppError;
+use crate::web::AppState;
+
+/// The `/api/v1/metrics` route.
+pub(crate) fn router() -> Router<AppState> {
+    Router::new().route("/api/v1/metrics", get(figures))
+}
+
+/// Errors: a bad filter (400, naming the parameter: an unknown one, a date that is not
+/// `YYYY-MM-DD`, `from` after `to`, more than 366 days); an unknown project (404).
+async fn figures(
+    State(app): State<AppState>,
+    query: Result<Query<PortfolioQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Portfolio>, AppError> {
+    let Query(q) = query?;
+    let range = q.checked(app.ops.clock().now().date_naive()).map_err(AppError::BadRequest)?;
+    Ok(Json(portfolio::load(&app.execs, &range).await?))
+}
