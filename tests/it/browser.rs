@@ -895,6 +895,8 @@ async fn the_approval_box_shows_what_is_approved_and_pages_fit() {
     // Approve Design over the API; the card's bar and pips move by themselves (live update).
     h.goto("/").await;
     h.wait_until("the card", secs(10), Reload::No, async |h| Ok(h.card_progress(1).await)).await;
+    // A marker that a navigation or reload would lose: the bar must move by the live update.
+    h.js("window.batonMarker = 'still here';", vec![]).await.unwrap();
     // As in `live_update_moves_a_card_without_reload`: the change is made once the stream is open.
     h.js(
         "return new Promise((ok, fail) => { const s = new EventSource('/api/v1/stream'); \
@@ -913,11 +915,16 @@ async fn the_approval_box_shows_what_is_approved_and_pages_fit() {
         .await;
     assert!(r["status"].as_u64().is_some_and(|s| (200..300).contains(&s)), "{r:#}");
     let after = h
-        .wait_until("the card's progress to move", secs(60), Reload::Yes, async |h| {
+        .wait_until("the card's progress to move without a reload", secs(60), Reload::No, async |h| {
             Ok(h.card_progress(1).await.filter(|p| p.0 > before.0 && p.1 > before.1))
         })
         .await;
     assert!(after.1 >= 2, "{after:?}");
+    assert_eq!(
+        h.js("return window.batonMarker;", vec![]).await.unwrap(),
+        json!("still here"),
+        "the page was reloaded or navigated: the spend bar must move by a live update"
+    );
 
     // The Review approval shows the phase's steps, a diff per file and Build's gate output.
     h.goto(&format!("/executions/{task_id}")).await;
