@@ -128,6 +128,15 @@ pub struct CardRow {
     pub paused: bool,
     /// Why its driver parked it ([`Store::park`]), when it did.
     pub park_reason: Option<String>,
+    /// When its execution last changed (RFC 3339): its newest event.
+    pub execution_updated_at: Option<String>,
+    /// The execution's own forecast (sum of its steps' mid forecasts), USD (migration 0011's
+    /// `execution_live`, kept by triggers on the journal).
+    pub execution_forecast_usd: Option<f64>,
+    /// The execution's ceiling, USD.
+    pub ceiling_usd: Option<f64>,
+    /// The attempts running now, one `"<step> <agent>"` a line, by step (empty when none).
+    pub running: Option<String>,
 }
 
 /// One transition of a spec.
@@ -409,7 +418,9 @@ impl Store {
         .await?)
     }
 
-    /// One page of cards per board column, and every column's count.
+    /// One page of cards per board column, and every column's count: each card one row of
+    /// the spec, its execution's summary and its live row (what runs now, forecast, ceiling),
+    /// so the cost does not grow with any journal's length.
     ///
     /// `stage_sql` is an SQL expression over `s` (specs) and `e` (its execution's summary row)
     /// naming a card's column; the caller builds it from its own rules (trusted text, never
@@ -433,8 +444,13 @@ impl Store {
              s.task_id, s.status_reason, s.updated_at, e.status as execution_status, e.current_phase, \
              e.steps_done, e.steps_total, e.spend_usd, ({stage_sql}) as stage, \
              exists (select 1 from settings p where p.key = 'paused:' || s.task_id) as paused, \
-             (select p.value from settings p where p.key = 'paused:' || s.task_id and p.value != '1') as park_reason \
+             (select p.value from settings p where p.key = 'paused:' || s.task_id and p.value != '1') as park_reason, \
+             e.updated_at as execution_updated_at, l.forecast_usd as execution_forecast_usd, l.ceiling_usd, \
+             (select group_concat(r.step_id || ' ' || r.agent_name, char(10)) from \
+               (select step_id, agent_name from execution_running where task_id = s.task_id and running = 1 \
+                order by step_id) r) as running \
              from specs s left join executions e on e.task_id = s.task_id \
+             left join execution_live l on l.task_id = s.task_id \
              where (?1 is null or s.project = ?1) \
                and ((?2 = 1) = (s.status = 'cancelled' or coalesce(e.status, '') = 'cancelled'))"
         );
