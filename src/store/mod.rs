@@ -33,7 +33,7 @@ mod writer;
 pub use auth::{TokenRow, UserRow};
 pub use forge::MergeRow;
 pub use metrics::MetricTotals;
-pub use pmo::{CardRow, NewSpec, ProjectRow, SpecChange, SpecEventRow, SpecFilter, SpecInsert, SpecRow};
+pub use pmo::{CardRow, NewSpec, ProjectRow, SpecChange, SpecEventRow, SpecFilter, SpecInsert, SpecRow, StatusRow};
 pub use portfolio::{
     ExecutionSpendRow, GateRunsRow, MergedSpecRow, PortfolioFilter, PortfolioRows, SpecTransitionRow, WeeklySpendRow,
 };

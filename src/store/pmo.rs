@@ -139,6 +139,22 @@ pub struct CardRow {
     pub running: Option<String>,
 }
 
+/// An execution in one of the statuses asked for, with its spec's title
+/// ([`Store::executions_in`]).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct StatusRow {
+    /// The execution.
+    pub task_id: String,
+    /// Its summary status.
+    pub status: String,
+    /// Its current phase (`"<id> <name>"`).
+    pub current_phase: String,
+    /// When it last changed (RFC 3339).
+    pub updated_at: String,
+    /// Its spec's title, when it was fired from one.
+    pub spec_title: Option<String>,
+}
+
 /// One transition of a spec.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
 pub struct SpecEventRow {
@@ -730,6 +746,28 @@ impl Store {
             .fetch_optional(&self.reader)
             .await?
             .filter(|v| v != "1"))
+    }
+
+    /// The executions whose summary status is one of `statuses`, with their spec's title, in
+    /// creation order: one query over the summary rows (the approvals queue).
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn executions_in(&self, statuses: &[&str]) -> Result<Vec<StatusRow>, StoreError> {
+        if statuses.is_empty() {
+            return Ok(Vec::new());
+        }
+        let marks = vec!["?"; statuses.len()].join(", ");
+        let sql = format!(
+            "select e.task_id, e.status, e.current_phase, e.updated_at, s.title as spec_title \
+             from executions e left join specs s on s.task_id = e.task_id \
+             where e.status in ({marks}) order by e.rowid"
+        );
+        let mut query = sqlx::query_as::<_, StatusRow>(&sql);
+        for s in statuses {
+            query = query.bind(*s);
+        }
+        Ok(query.fetch_all(&self.reader).await?)
     }
 
     /// Whether an execution is paused.

@@ -899,6 +899,12 @@ async fn approvals_page(State(app): State<AppState>, who: Who, headers: HeaderMa
     let (layout, set) = layout(&app, &who, &headers, true).await?;
     let mut rows = Vec::new();
     for row in app.execs.waiting().await? {
+        // Only an approval shows what is being approved: its state is read for the review;
+        // feedback and budget decisions are listed from their summary rows alone.
+        if row.status != "approval_pending" {
+            rows.push(WaitingView { row, approval: None, review: None });
+            continue;
+        }
         let state = crate::web::api::executions::load(&app, &row.task_id).await?;
         let (approval, review) = match engine::next_action(&state) {
             Action::Approval(a) => {
