@@ -1,6 +1,6 @@
 //! The PMO board: specs grouped into the columns of DESIGN.md §6, each column paginated, built
-//! from the summary rows only (specs joined with their executions' summaries; no plan or
-//! journal is read). Shared by `GET /api/v1/board` and the HTML board, which only render it.
+//! from the summary rows only (specs joined with their executions' summaries and live rows; no
+//! plan, state or journal is read, so a board costs the same at any journal length). Shared by `GET /api/v1/board` and the HTML board, which only render it.
 //! This module never serves HTTP and never writes.
 
 use serde::Serialize;
@@ -141,34 +141,18 @@ impl SpendBar {
     }
 }
 
-/// What an open execution is doing, from its state.
-pub fn card_live(state: &crate::model::state::ExecutionState) -> CardLive {
-    use crate::model::state::StepStatus;
-    let running = state
-        .step_results
-        .values()
-        .filter(|r| matches!(r.status, StepStatus::Dispatched | StepStatus::InteractDispatched))
-        .map(|r| format!("{} {}", r.step_id, r.agent_name))
-        .collect();
-    let forecast_usd = (state.budget.forecasts.values().map(|f| f.mid_usd).sum::<f64>() * 100.0).round() / 100.0;
-    let ceiling_usd = state.budget.ceiling_usd;
+/// What an open execution is doing, from its card row (the running attempts, forecast and
+/// ceiling the journal's triggers keep, migration 0011).
+pub fn card_live(row: &CardRow) -> CardLive {
+    let running = row.running.as_deref().unwrap_or("").lines().filter(|l| !l.is_empty()).map(String::from).collect();
+    let forecast_usd = (row.execution_forecast_usd.unwrap_or(0.0) * 100.0).round() / 100.0;
+    let ceiling_usd = row.ceiling_usd;
     CardLive {
         running,
         forecast_usd,
         ceiling_usd,
-        bar: SpendBar::new(state.counters.spend_usd, forecast_usd, ceiling_usd),
+        bar: SpendBar::new(row.spend_usd.unwrap_or(0.0), forecast_usd, ceiling_usd),
     }
-}
-
-/// When `state`'s execution last moved (RFC 3339): its approval request when one is pending,
-/// else the newest dispatch, record or gate run, else its start.
-pub fn last_activity(state: &crate::model::state::ExecutionState) -> String {
-    if let Some(p) = &state.pending_approval_request {
-        return p.requested_at.clone();
-    }
-    let steps = state.step_results.values().flat_map(|r| [r.dispatched_at.as_str(), r.completed_at.as_str()]);
-    let gates = state.gate_results.iter().map(|g| g.checked_at.as_str());
-    steps.chain(gates).chain([state.started_at.as_str()]).max().unwrap_or_default().to_string()
 }
 
 /// One column.
@@ -230,7 +214,8 @@ fn waits_for(stage: SpecStage, row: &CardRow) -> Option<String> {
     }
 }
 
-/// Turns a card row into a card.
+/// Turns a card row into a card: the one mapping from the store's row to what the board and
+/// its JSON show (stage, pips, what it waits for and since when, the live part).
 pub fn card(row: CardRow) -> Card {
     // The column the database paged it in ([`stage_sql`], generated from `SpecStage::of`).
     let stage = SpecStage::parse(&row.stage).unwrap_or(SpecStage::Queued);
@@ -240,9 +225,16 @@ pub fn card(row: CardRow) -> Card {
         row.agents.as_deref().unwrap_or("").split(',').filter(|a| !a.is_empty()).map(String::from).collect();
     agents.sort();
     let waits = waits_for(stage, &row);
+    let open = matches!(stage, SpecStage::Executing | SpecStage::Validating | SpecStage::AwaitingHuman);
+    let live = (open && row.task_id.is_some()).then(|| card_live(&row));
+    // An open execution waits since its newest event; anything else since the spec's change.
+    let since = match &row.execution_updated_at {
+        Some(at) if open => at.clone(),
+        _ => row.updated_at.clone(),
+    };
     Card {
-        waiting_since: if waits.is_some() { row.updated_at.clone() } else { String::new() },
-        live: None,
+        waiting_since: if waits.is_some() { since } else { String::new() },
+        live,
         waits_for: waits,
         spec_id: row.spec_id,
         title: row.title,
@@ -363,18 +355,7 @@ async fn build(execs: &Executions, query: &BoardQuery, page: usize) -> Result<Bo
     let count = |stage: SpecStage| {
         counts.iter().find(|(s, _)| s == stage.as_str()).map_or(0, |(_, n)| usize::try_from(*n).unwrap_or(0))
     };
-    let mut cards: Vec<Card> = rows.into_iter().map(card).collect();
-    for c in &mut cards {
-        let open = matches!(c.stage, SpecStage::Executing | SpecStage::Validating | SpecStage::AwaitingHuman);
-        let Some(task_id) = c.task_id.as_deref().filter(|_| open) else { continue };
-        // Open executions are few (one runs at a time per project): their state is read.
-        if let Some(state) = execs.load(task_id).await.map_err(SpecError::Internal)? {
-            if c.waits_for.is_some() {
-                c.waiting_since = last_activity(&state);
-            }
-            c.live = Some(card_live(&state));
-        }
-    }
+    let cards: Vec<Card> = rows.into_iter().map(card).collect();
     let stages: Vec<SpecStage> = if query.archived { vec![SpecStage::Cancelled] } else { BOARD_STAGES.to_vec() };
     let columns = stages
         .into_iter()

@@ -18,6 +18,7 @@ pub mod lease;
 pub mod merge;
 pub mod ops;
 pub mod pool;
+pub mod portfolio;
 pub mod report;
 pub mod review;
 pub mod runs;

@@ -16,6 +16,8 @@ pub struct Waiting {
     pub task_id: String,
     /// What it waits for (`approval of phase 1 Design`, a budget decision, …).
     pub waits_for: String,
+    /// Its summary status (one of [`WAITING`]).
+    pub status: String,
     /// Its spec's title, when it was fired from one (untrusted text: escape it).
     pub spec_title: Option<String>,
     /// When it last changed (RFC 3339).
@@ -101,17 +103,25 @@ impl Executions {
         }
     }
 
-    /// Executions waiting for a human ([`waits_for`]), newest first.
+    /// Executions waiting for a human ([`waits_for`]), in creation order: one query over the
+    /// summary rows (no state or journal is read).
     ///
     /// Errors: the database.
     pub async fn waiting(&self) -> anyhow::Result<Vec<Waiting>> {
-        let mut rows = Vec::new();
-        for r in self.store().list_executions().await? {
-            let Some(waits_for) = waits_for(&r.summary.status, &r.summary.current_phase) else { continue };
-            let spec_title = self.store().spec_of_execution(&r.task_id).await?.map(|s| s.title);
-            rows.push(Waiting { task_id: r.task_id, waits_for, spec_title, updated_at: r.updated_at });
-        }
-        Ok(rows)
+        let rows = self.store().executions_in(&WAITING).await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| {
+                let waits_for = waits_for(&r.status, &r.current_phase)?;
+                Some(Waiting {
+                    task_id: r.task_id,
+                    waits_for,
+                    status: r.status,
+                    spec_title: r.spec_title,
+                    updated_at: r.updated_at,
+                })
+            })
+            .collect())
     }
 
     /// How many executions wait for a human (the navigation's count).

@@ -26,13 +26,17 @@ mod journal;
 mod lease;
 mod metrics;
 mod pmo;
+mod portfolio;
 mod webhooks;
 mod writer;
 
 pub use auth::{TokenRow, UserRow};
 pub use forge::MergeRow;
 pub use metrics::MetricTotals;
-pub use pmo::{CardRow, NewSpec, ProjectRow, SpecChange, SpecEventRow, SpecFilter, SpecInsert, SpecRow};
+pub use pmo::{CardRow, NewSpec, ProjectRow, SpecChange, SpecEventRow, SpecFilter, SpecInsert, SpecRow, StatusRow};
+pub use portfolio::{
+    ExecutionSpendRow, GateRunsRow, MergedSpecRow, PortfolioFilter, PortfolioRows, SpecTransitionRow, WeeklySpendRow,
+};
 pub use webhooks::ForgeIdentity;
 #[cfg(test)]
 mod tests;

@@ -128,6 +128,31 @@ pub struct CardRow {
     pub paused: bool,
     /// Why its driver parked it ([`Store::park`]), when it did.
     pub park_reason: Option<String>,
+    /// When its execution last changed (RFC 3339): its newest event.
+    pub execution_updated_at: Option<String>,
+    /// The execution's own forecast (sum of its steps' mid forecasts), USD (migration 0011's
+    /// `execution_live`, kept by triggers on the journal).
+    pub execution_forecast_usd: Option<f64>,
+    /// The execution's ceiling, USD.
+    pub ceiling_usd: Option<f64>,
+    /// The attempts running now, one `"<step> <agent>"` a line, by step (empty when none).
+    pub running: Option<String>,
+}
+
+/// An execution in one of the statuses asked for, with its spec's title
+/// ([`Store::executions_in`]).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct StatusRow {
+    /// The execution.
+    pub task_id: String,
+    /// Its summary status.
+    pub status: String,
+    /// Its current phase (`"<id> <name>"`).
+    pub current_phase: String,
+    /// When it last changed (RFC 3339).
+    pub updated_at: String,
+    /// Its spec's title, when it was fired from one.
+    pub spec_title: Option<String>,
 }
 
 /// One transition of a spec.
@@ -409,7 +434,9 @@ impl Store {
         .await?)
     }
 
-    /// One page of cards per board column, and every column's count.
+    /// One page of cards per board column, and every column's count: each card one row of
+    /// the spec, its execution's summary and its live row (what runs now, forecast, ceiling),
+    /// so the cost does not grow with any journal's length.
     ///
     /// `stage_sql` is an SQL expression over `s` (specs) and `e` (its execution's summary row)
     /// naming a card's column; the caller builds it from its own rules (trusted text, never
@@ -433,8 +460,13 @@ impl Store {
              s.task_id, s.status_reason, s.updated_at, e.status as execution_status, e.current_phase, \
              e.steps_done, e.steps_total, e.spend_usd, ({stage_sql}) as stage, \
              exists (select 1 from settings p where p.key = 'paused:' || s.task_id) as paused, \
-             (select p.value from settings p where p.key = 'paused:' || s.task_id and p.value != '1') as park_reason \
+             (select p.value from settings p where p.key = 'paused:' || s.task_id and p.value != '1') as park_reason, \
+             e.updated_at as execution_updated_at, l.forecast_usd as execution_forecast_usd, l.ceiling_usd, \
+             (select group_concat(r.step_id || ' ' || r.agent_name, char(10)) from \
+               (select step_id, agent_name from execution_running where task_id = s.task_id and running = 1 \
+                order by step_id) r) as running \
              from specs s left join executions e on e.task_id = s.task_id \
+             left join execution_live l on l.task_id = s.task_id \
              where (?1 is null or s.project = ?1) \
                and ((?2 = 1) = (s.status = 'cancelled' or coalesce(e.status, '') = 'cancelled'))"
         );
@@ -714,6 +746,28 @@ impl Store {
             .fetch_optional(&self.reader)
             .await?
             .filter(|v| v != "1"))
+    }
+
+    /// The executions whose summary status is one of `statuses`, with their spec's title, in
+    /// creation order: one query over the summary rows (the approvals queue).
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn executions_in(&self, statuses: &[&str]) -> Result<Vec<StatusRow>, StoreError> {
+        if statuses.is_empty() {
+            return Ok(Vec::new());
+        }
+        let marks = vec!["?"; statuses.len()].join(", ");
+        let sql = format!(
+            "select e.task_id, e.status, e.current_phase, e.updated_at, s.title as spec_title \
+             from executions e left join specs s on s.task_id = e.task_id \
+             where e.status in ({marks}) order by e.rowid"
+        );
+        let mut query = sqlx::query_as::<_, StatusRow>(&sql);
+        for s in statuses {
+            query = query.bind(*s);
+        }
+        Ok(query.fetch_all(&self.reader).await?)
     }
 
     /// Whether an execution is paused.

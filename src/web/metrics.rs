@@ -4,7 +4,8 @@
 //! matched route and status) and the rendering of one scrape. Everything else is read at
 //! scrape time: executions by status, spend, dispatches, agent seconds and gate results from
 //! the database ([`Executions::metric_totals`](crate::runtime::executions::Executions::metric_totals)), and the worker
-//! pool's drivers and free agent slots. Each scrape builds a fresh [`Registry`], so there is
+//! pool's drivers and free agent slots, and the portfolio's all-time aggregates (specs per
+//! stage, cycle time, forecast error, gate runs per gate type: `runtime::portfolio`). Each scrape builds a fresh [`Registry`], so there is
 //! no global state and no family keeps a status that left the database.
 //!
 //! The route label is axum's [`MatchedPath`] (`/api/v1/specs/{id}`), never the request's URI,
@@ -41,6 +42,7 @@ use prometheus_client::registry::Registry;
 
 use crate::clock::Stopwatch;
 use crate::model::state::ExecutionStatus;
+use crate::runtime::portfolio::Aggregates;
 use crate::store::MetricTotals;
 use crate::web::error::AppError;
 use crate::web::health::{pool_report, PoolReport};
@@ -112,8 +114,14 @@ impl Metrics {
     /// pool's state.
     ///
     /// Errors: only a formatting failure of the encoder (writing to a `String` does not fail).
-    pub fn render(&self, totals: &MetricTotals, pool: &PoolReport) -> Result<String, std::fmt::Error> {
+    pub fn render(
+        &self,
+        totals: &MetricTotals,
+        pool: &PoolReport,
+        portfolio: &Aggregates,
+    ) -> Result<String, std::fmt::Error> {
         let mut registry = Registry::default();
+        register_portfolio(&mut registry, portfolio);
 
         let executions = Family::<Vec<(&'static str, String)>, Gauge>::default();
         for status in STATUSES {
@@ -195,6 +203,54 @@ impl Metrics {
     }
 }
 
+/// Upper bounds (seconds) of the cycle time buckets: 1 hour to 30 days.
+pub const CYCLE_TIME_BUCKETS: [f64; 8] = [3600.0, 14400.0, 43200.0, 86400.0, 172800.0, 604800.0, 1209600.0, 2592000.0];
+
+/// The portfolio's all-time aggregates (the metrics page's figures, `runtime::portfolio`):
+/// specs per stage, the cycle time histogram, forecast accuracy and gate runs per gate type.
+fn register_portfolio(registry: &mut Registry, p: &Aggregates) {
+    let specs = Family::<Vec<(&'static str, &'static str)>, Gauge>::default();
+    for (stage, n) in &p.specs_by_stage {
+        specs.get_or_create(&vec![("stage", stage.as_str())]).set(i64::try_from(*n).unwrap_or(i64::MAX));
+    }
+    registry.register("baton_specs", "Specs per board stage now (cancelled included)", specs);
+
+    let cycle = Histogram::new(CYCLE_TIME_BUCKETS);
+    for seconds in &p.cycle_seconds {
+        cycle.observe(*seconds);
+    }
+    registry.register("baton_cycle_time_seconds", "Time from a spec's fire to its merge, merged specs", cycle);
+
+    let error = Gauge::<f64, AtomicU64>::default();
+    error.set(p.forecast_mean_abs_error_pct.unwrap_or(0.0));
+    registry.register(
+        "baton_forecast_mean_abs_error_percent",
+        "Mean absolute error of ended executions' forecasts against their spend, percent (0 without any)",
+        error,
+    );
+    let forecasted = Gauge::<i64>::default();
+    forecasted.set(i64::try_from(p.forecast_executions).unwrap_or(i64::MAX));
+    registry.register(
+        "baton_forecast_executions",
+        "Ended executions with a forecast, which the forecast error is the mean over",
+        forecasted,
+    );
+
+    let gates = Family::<Vec<(&'static str, &'static str)>, Counter>::default();
+    for (gate_type, runs, failed) in &p.gates {
+        let passed = u64::try_from(runs - failed).unwrap_or(0);
+        gates.get_or_create(&vec![("gate_type", *gate_type), ("result", "passed")]).inc_by(passed);
+        gates
+            .get_or_create(&vec![("gate_type", *gate_type), ("result", "failed")])
+            .inc_by(u64::try_from(*failed).unwrap_or(0));
+    }
+    registry.register(
+        "baton_gate_runs",
+        "Gate runs by the phase's gate type (build, ci, lint, review, spec, test, other) and result",
+        gates,
+    );
+}
+
 /// Converts this module's OpenMetrics text to the Prometheus text format 0.0.4: a counter
 /// family's `HELP` and `TYPE` lines name its `_total` sample (OpenMetrics names the family
 /// without the suffix), and the `# EOF` and `# UNIT` lines go.
@@ -250,7 +306,8 @@ pub(crate) fn router() -> Router<AppState> {
 /// `GET /metrics`: OpenMetrics when the `Accept` header asks for it, else Prometheus text 0.0.4.
 async fn scrape(State(app): State<AppState>, headers: HeaderMap) -> Result<Response, AppError> {
     let totals = app.execs.metric_totals().await?;
-    let text = app.metrics.render(&totals, &pool_report(app.pool())).map_err(anyhow::Error::from)?;
+    let portfolio = crate::runtime::portfolio::aggregates(&app.execs).await?;
+    let text = app.metrics.render(&totals, &pool_report(app.pool()), &portfolio).map_err(anyhow::Error::from)?;
     let openmetrics = headers
         .get_all(ACCEPT)
         .iter()
@@ -341,7 +398,7 @@ mod tests {
             journal_appends: 10,
         };
         let pool = PoolReport { open: true, drivers: Default::default(), free_agent_slots: 3 };
-        let text = to_prometheus_text(&metrics.render(&totals, &pool).unwrap());
+        let text = to_prometheus_text(&metrics.render(&totals, &pool, &Aggregates::default()).unwrap());
         for line in [
             "baton_executions{status=\"running\"} 2",
             "baton_executions{status=\"complete\"} 0",

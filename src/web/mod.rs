@@ -19,6 +19,7 @@ pub mod health;
 pub mod layout;
 pub mod metrics;
 pub mod pages;
+pub mod plots;
 pub mod webhooks;
 pub mod when;
 

@@ -34,6 +34,7 @@ use crate::store::{SpecEventRow, SpecRow};
 use crate::web::auth::{Identity, SESSION_COOKIE, SESSION_SECS};
 use crate::web::error::AppError;
 use crate::web::layout::{back_to, Layout, PageError};
+use crate::web::plots;
 use crate::web::AppState;
 
 /// The CSRF cookie's name.
@@ -48,6 +49,7 @@ pub(crate) fn router() -> Router<AppState> {
         .route("/", get(board_page))
         .route("/archive", get(archive_page))
         .route("/approvals", get(approvals_page))
+        .route("/portfolio", get(portfolio_page))
         .route("/specs/new", get(new_spec_page))
         .route("/specs", post(create_spec))
         .route("/specs/{id}", get(spec_page))
@@ -225,6 +227,59 @@ async fn archive_page(
     let (layout, set) = layout(&app, &who, &headers, false).await?;
     let board = board::load(&app.execs, &app.board_cache, &q).await?;
     render(&BoardTemplate { layout, board }, set)
+}
+
+/// The metrics page: the portfolio's figures, each as a server-drawn SVG plot and a table.
+#[derive(Template)]
+#[template(path = "metrics.html")]
+struct MetricsTemplate {
+    layout: Layout,
+    p: crate::runtime::portfolio::Portfolio,
+    /// The plots (SVG documents from `web::plots`, whose text plotters escapes).
+    flow_svg: String,
+    cycle_svg: String,
+    forecast_svg: String,
+    spend_svg: String,
+    gates_svg: String,
+}
+
+impl MetricsTemplate {
+    /// Whether the project filter names `name`.
+    fn selected(&self, name: &str) -> bool {
+        self.p.project.as_deref() == Some(name)
+    }
+
+    /// The page's filter as a query string (for the JSON link).
+    fn query(&self) -> String {
+        let mut q = url::form_urlencoded::Serializer::new(String::new());
+        if let Some(name) = &self.p.project {
+            q.append_pair("project", name);
+        }
+        q.append_pair("from", &self.p.from).append_pair("to", &self.p.to);
+        q.finish()
+    }
+}
+
+async fn portfolio_page(
+    State(app): State<AppState>,
+    who: Who,
+    headers: HeaderMap,
+    query: Result<Query<crate::runtime::portfolio::PortfolioQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Page, PageError> {
+    let Query(q) = query?;
+    let range = q.checked(app.ops.clock().now().date_naive()).map_err(AppError::BadRequest)?;
+    let (layout, set) = layout(&app, &who, &headers, false).await?;
+    let p = crate::runtime::portfolio::load(&app.execs, &range).await?;
+    let t = MetricsTemplate {
+        layout,
+        flow_svg: plots::cumulative_flow(&p.flow),
+        cycle_svg: plots::cycle_time(&p.cycle_time),
+        forecast_svg: plots::forecast_vs_actual(&p.forecasts),
+        spend_svg: plots::weekly_spend(&p.spend),
+        gates_svg: plots::gate_failures(&p.gates),
+        p,
+    };
+    render(&t, set)
 }
 
 #[derive(Template)]
@@ -844,6 +899,12 @@ async fn approvals_page(State(app): State<AppState>, who: Who, headers: HeaderMa
     let (layout, set) = layout(&app, &who, &headers, true).await?;
     let mut rows = Vec::new();
     for row in app.execs.waiting().await? {
+        // Only an approval shows what is being approved: its state is read for the review;
+        // feedback and budget decisions are listed from their summary rows alone.
+        if row.status != "approval_pending" {
+            rows.push(WaitingView { row, approval: None, review: None });
+            continue;
+        }
         let state = crate::web::api::executions::load(&app, &row.task_id).await?;
         let (approval, review) = match engine::next_action(&state) {
             Action::Approval(a) => {

@@ -108,11 +108,17 @@ struct Server {
 
 impl Server {
     fn start() -> Server {
-        let tmp = tempfile::tempdir().unwrap();
+        Server::start_in(tempfile::tempdir().unwrap(), &["--demo"])
+    }
+
+    /// `baton --data-dir <tmp>/data serve <args> --bind 127.0.0.1:0` over what `tmp` holds.
+    fn start_in(tmp: tempfile::TempDir, args: &[&str]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_baton"));
         cmd.arg("--data-dir")
             .arg(tmp.path().join("data"))
-            .args(["serve", "--demo", "--bind", "127.0.0.1:0"])
+            .arg("serve")
+            .args(args)
+            .args(["--bind", "127.0.0.1:0"])
             .env_remove("BATON_TASK_ID")
             .env_remove("BATON_CRASH_AT")
             .stdin(Stdio::null())
@@ -281,8 +287,12 @@ struct Harness {
 
 impl Harness {
     async fn start() -> Harness {
+        Harness::start_on(Server::start()).await
+    }
+
+    /// A harness over `server`.
+    async fn start_on(server: Server) -> Harness {
         require_browser();
-        let server = Server::start();
         let profile = tempfile::tempdir().unwrap();
         let driver = Driver::start(profile.path());
         let user_data = profile.path().join("chromium-profile");
@@ -885,6 +895,8 @@ async fn the_approval_box_shows_what_is_approved_and_pages_fit() {
     // Approve Design over the API; the card's bar and pips move by themselves (live update).
     h.goto("/").await;
     h.wait_until("the card", secs(10), Reload::No, async |h| Ok(h.card_progress(1).await)).await;
+    // A marker that a navigation or reload would lose: the bar must move by the live update.
+    h.js("window.batonMarker = 'still here';", vec![]).await.unwrap();
     // As in `live_update_moves_a_card_without_reload`: the change is made once the stream is open.
     h.js(
         "return new Promise((ok, fail) => { const s = new EventSource('/api/v1/stream'); \
@@ -903,11 +915,16 @@ async fn the_approval_box_shows_what_is_approved_and_pages_fit() {
         .await;
     assert!(r["status"].as_u64().is_some_and(|s| (200..300).contains(&s)), "{r:#}");
     let after = h
-        .wait_until("the card's progress to move", secs(60), Reload::Yes, async |h| {
+        .wait_until("the card's progress to move without a reload", secs(60), Reload::No, async |h| {
             Ok(h.card_progress(1).await.filter(|p| p.0 > before.0 && p.1 > before.1))
         })
         .await;
     assert!(after.1 >= 2, "{after:?}");
+    assert_eq!(
+        h.js("return window.batonMarker;", vec![]).await.unwrap(),
+        json!("still here"),
+        "the page was reloaded or navigated: the spend bar must move by a live update"
+    );
 
     // The Review approval shows the phase's steps, a diff per file and Build's gate output.
     h.goto(&format!("/executions/{task_id}")).await;
@@ -947,6 +964,65 @@ async fn the_approval_box_shows_what_is_approved_and_pages_fit() {
     assert!(h.exists(&format!("#waiting-{task_id} form.approvals-form")).await, "{}", h.describe().await);
     check_widths(&h, "/approvals", "approvals").await;
     check_widths(&h, "/specs/1", "spec").await;
+    h.assert_no_dialog().await;
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn the_metrics_page_plots_seeded_figures_and_fits() {
+    let tmp = tempfile::tempdir().unwrap();
+    {
+        let data = baton::runtime::config::DataDir::open(&tmp.path().join("data")).unwrap();
+        let execs = baton::runtime::executions::Executions::open(data).await.unwrap();
+        crate::portfolio::seed(execs.store()).await;
+    }
+    let h = Harness::start_on(Server::start_in(tmp, &[])).await;
+    h.goto("/").await;
+    h.click("header nav a[href='/portfolio']").await;
+    h.wait_until("the metrics page", secs(10), Reload::No, async |h| {
+        Ok(h.text("h1").await.filter(|t| t.contains("Portfolio metrics")))
+    })
+    .await;
+    let path = format!("/portfolio?project=web&{}", crate::portfolio::RANGE);
+    h.goto(&path).await;
+    h.wait_until("five plots", secs(10), Reload::No, async |h| {
+        Ok((h.count(".plot figure svg").await == 5).then_some(()))
+    })
+    .await;
+    // The plots' labels carry the seeded figures.
+    for (plot, expected) in [
+        ("#plot-flow", "Merged (2)"),
+        ("#plot-cycle", "30.0 h"),
+        ("#plot-cycle", "6.0 h"),
+        ("#plot-forecast", "$1.60"),
+        ("#plot-forecast", "$2.00"),
+        ("#plot-spend", "beta · opus ($1.25)"),
+        ("#plot-spend", "$1.65"),
+        ("#plot-gates", "1/3 (33%)"),
+    ] {
+        let labels = h
+            .js(
+                "return Array.from(document.querySelectorAll(arguments[0] + ' svg text')).map(t => t.textContent.trim());",
+                vec![json!(plot)],
+            )
+            .await
+            .unwrap();
+        assert!(
+            labels.as_array().unwrap().iter().any(|l| l.as_str() == Some(expected)),
+            "{plot} has no label {expected:?}: {labels}"
+        );
+    }
+    // The filter: the other project's figures.
+    h.goto(&format!("/portfolio?project=other&{}", crate::portfolio::RANGE)).await;
+    h.wait_until("project other", secs(10), Reload::No, async |h| {
+        Ok(h.text("#plot-cycle").await.filter(|t| t.contains("2.0 h")))
+    })
+    .await;
+    check_widths(&h, &path, "metrics").await;
+    // Every plot in one picture, for a person to look at.
+    h.viewport(1280, 3000).await;
+    h.goto(&path).await;
+    h.screenshot("metrics-all-1280").await;
     h.assert_no_dialog().await;
     h.finish().await;
 }

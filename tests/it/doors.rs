@@ -487,6 +487,37 @@ async fn a_link_is_refused_for_a_user_who_cannot_decide_and_at_use_once_its_revi
     d.assert_undecided(&f, "an expired link").await;
 }
 
+#[tokio::test]
+async fn the_link_page_shows_what_is_approved_without_signing_in() {
+    let d = Doors::new().await;
+    let f = d.fired().await;
+    // Without a sign-in, the board's approvals are closed to this caller…
+    let (status, page) = d.t.page("/approvals", Caller::Anonymous).await;
+    assert_ne!(status, StatusCode::OK, "{page}");
+    // …but the link opens the review of phase 1: its step with the agent's summary, the
+    // gates so far, the spend and the earlier decisions, and the form that decides it.
+    for door in [Door::CliLink, Door::FormLink] {
+        let token = d.mint(door, "rita", &f).await.unwrap();
+        let (status, page) = d.t.page(&format!("/approve/{token}"), Caller::Anonymous).await;
+        assert_eq!(status, StatusCode::OK, "{door:?}: {page}");
+        for expected in [
+            "Approval requested from rita",
+            "id=\"review-1\"",
+            "class=\"review-spend\"",
+            "Step 1.1 · agent-1",
+            "<blockquote class=\"agent-summary\">done</blockquote>",
+            "No gate has run on this execution yet.",
+            "Earlier decisions",
+            "id=\"link-approval-form\"",
+            "name=\"result\" value=\"approve\"",
+        ] {
+            assert!(page.contains(expected), "{door:?}: the link page lacks {expected:?}:\n{page}");
+        }
+        assert!(!page.contains("id=\"signed-in\""), "{door:?}: nobody is signed in");
+    }
+    d.assert_undecided(&f, "opening a link decides nothing").await;
+}
+
 /// The first decision of the idempotency rows: rita, through REST, with key `first`.
 async fn rita_approves_first(d: &Doors, f: &Fired) -> Value {
     let answer = d.approve(Door::Rest, "rita", f, Some("first")).await;

@@ -24,6 +24,7 @@ mod group_commit;
 mod layering;
 mod metrics;
 mod pause;
+mod portfolio;
 mod project_fields;
 mod report;
 mod run;

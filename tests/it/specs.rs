@@ -637,3 +637,59 @@ async fn a_fire_that_fails_after_its_execution_exists_cancels_it_with_the_reason
         assert!(last["payload"].to_string().contains("0.001"), "the journal says why: {last}");
     }
 }
+
+#[tokio::test]
+async fn a_card_shows_what_its_execution_runs_its_forecast_and_ceiling_from_summary_rows() {
+    // The board reads each open card's live part from rows the journal keeps (migration
+    // 0011), never the execution's state: the card follows every event that changes it.
+    let app = with_project().await;
+    let spec_id = spec(&app, "Live card").await;
+    let plan = json!({"task_id": "live-card", "task_summary": "live", "phases": [{"phase_id": 1, "name": "Build",
+        "steps": [{"step_id": "1.1", "agent_name": "alpha", "task_description": "a"},
+                  {"step_id": "1.2", "agent_name": "beta", "task_description": "b"}]}]});
+    let task_id = app.execution(&plan).await;
+    let fire = baton::store::SpecChange {
+        action: "fire".into(),
+        expected: "draft".into(),
+        to: "executing".into(),
+        actor: "tester".into(),
+        at: app.app.clock.now_rfc3339(),
+        task_id: Some(Some(task_id.clone())),
+        ..baton::store::SpecChange::default()
+    };
+    app.store().change_spec(spec_id, &fire).await.unwrap();
+    let record = async |event: Value| {
+        let (status, body) = app.post(&format!("/api/v1/executions/{task_id}/events"), event).await;
+        assert!(status.is_success(), "{body}");
+    };
+    let live = async || {
+        let (_, board) = app.get("/api/v1/board").await;
+        let card = board["columns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|c| c["cards"].as_array().unwrap().iter())
+            .find(|c| c["spec_id"].as_i64() == Some(spec_id))
+            .cloned()
+            .unwrap();
+        card["live"].clone()
+    };
+    let forecast = json!({"low_usd": 1.0, "mid_usd": 1.0, "high_usd": 2.0});
+    record(json!({"kind": "forecasted", "steps": {"1.1": forecast, "1.2": forecast}})).await;
+    record(json!({"kind": "budget_set", "ceiling_usd": 3.0, "source": "spec"})).await;
+    record(json!({"kind": "step_dispatched", "step_id": "1.1", "agent_name": "alpha"})).await;
+    record(json!({"kind": "step_dispatched", "step_id": "1.2", "agent_name": "beta"})).await;
+    let l = live().await;
+    assert_eq!(l["running"], json!(["1.1 alpha", "1.2 beta"]), "{l}");
+    assert_eq!((l["forecast_usd"].as_f64(), l["ceiling_usd"].as_f64()), (Some(2.0), Some(3.0)), "{l}");
+
+    record(json!({"kind": "step_recorded", "step_id": "1.1", "agent_name": "alpha", "status": "complete",
+                  "cost_usd": 1.5}))
+    .await;
+    record(json!({"kind": "budget_set", "ceiling_usd": 5.0, "source": "spec"})).await;
+    let l = live().await;
+    assert_eq!(l["running"], json!(["1.2 beta"]), "{l}");
+    assert_eq!(l["ceiling_usd"].as_f64(), Some(5.0), "{l}");
+    // $1.50 of a $5.00 bar (the ceiling is the widest), the forecast mark at 40%.
+    assert_eq!((l["bar"]["spent_pct"].as_u64(), l["bar"]["forecast_pct"].as_u64()), (Some(30), Some(40)), "{l}");
+}

@@ -4,6 +4,7 @@
 
 pub mod executions;
 pub mod openapi;
+pub mod portfolio;
 pub mod projects;
 pub mod specs;
 pub mod stream;
@@ -21,6 +22,7 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .nest("/api/v1/specs", specs::router())
         .merge(specs::board_router())
         .merge(stream::router())
+        .merge(portfolio::router())
         .merge(openapi::routes())
 }
 

@@ -48,6 +48,7 @@ use crate::web::AppState;
         (name = "projects", description = "Registered projects."),
         (name = "specs", description = "Specs through their lifecycle: write, enrich, review, fire."),
         (name = "board", description = "The PMO board."),
+        (name = "metrics", description = "Portfolio figures: what the metrics page plots."),
         (name = "stream", description = "Server-Sent Events."),
         (name = "meta", description = "This document.")
     )
