@@ -16,20 +16,24 @@ use super::{Driver, Finished, LiveAttempt};
 /// while launching it) before launching it again.
 const NOT_STARTED_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// The dispatched attempts of the current phase (team members included): (step id, attempt).
+fn dispatched(state: &ExecutionState) -> Vec<(String, u32)> {
+    let Some(phase) = state.current() else { return Vec::new() };
+    engine::team::dispatch_ids(phase)
+        .iter()
+        .filter_map(|id| state.result(id))
+        .filter(|r| r.status == StepStatus::Dispatched)
+        .map(|r| (r.step_id.clone(), r.attempt))
+        .collect()
+}
+
 impl Driver {
     /// Harvests the dispatched attempts of the current phase whose agent has finished, and
     /// only those (running, died and never-started attempts are left as they are); returns
     /// how many it recorded. What a cancel of a paused execution does first.
     pub(super) async fn harvest_finished(&mut self, state: &mut ExecutionState) -> anyhow::Result<usize> {
-        let Some(phase) = state.current() else { return Ok(0) };
-        let dispatched: Vec<(String, u32)> = engine::team::dispatch_ids(phase)
-            .iter()
-            .filter_map(|id| state.result(id))
-            .filter(|r| r.status == StepStatus::Dispatched)
-            .map(|r| (r.step_id.clone(), r.attempt))
-            .collect();
         let mut harvested = 0;
-        for (step_id, attempt) in dispatched {
+        for (step_id, attempt) in dispatched(state) {
             let base = self.data.run_dir(&state.task_id, &step_id, attempt);
             let Some((_, dir)) = latest_launch(&base) else { continue };
             if let AttemptState::Finished(exit) = shim::inspect(&dir)? {
@@ -52,14 +56,7 @@ impl Driver {
     /// Recovers every dispatched step of the current phase (see the module doc).
     pub(super) async fn recover(&mut self, state: &mut ExecutionState) -> anyhow::Result<()> {
         stop_orphan_gate(&self.data.runs(&state.task_id).join(GATE_PGID_FILE));
-        let Some(phase) = state.current() else { return Ok(()) };
-        let dispatched: Vec<(String, u32)> = engine::team::dispatch_ids(phase)
-            .iter()
-            .filter_map(|id| state.result(id))
-            .filter(|r| r.status == StepStatus::Dispatched)
-            .map(|r| (r.step_id.clone(), r.attempt))
-            .collect();
-        for (step_id, attempt) in dispatched {
+        for (step_id, attempt) in dispatched(state) {
             let base = self.data.run_dir(&state.task_id, &step_id, attempt);
             let Some((n, dir)) = latest_launch(&base) else {
                 errln!("recovering {step_id}: attempt {attempt} was journaled but never launched; launching it");
