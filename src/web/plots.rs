@@ -6,6 +6,7 @@
 //! the store or decides anything. Every plot labels its values (bar tops, legends) so a reader
 //! (and a test) finds the figures in the picture; the page repeats them in tables.
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -81,6 +82,55 @@ fn y_range(max: f64) -> std::ops::Range<f64> {
     0.0..if max > 0.0 { max * 1.2 } else { 1.0 }
 }
 
+/// A bar chart on `root`: `labels.len()` slots (slot `i` stands on `[i, i + 1)`, named by
+/// `labels[i]` under its centre; an empty label leaves it unnamed), values up to `max`, the y
+/// axis described by `y_desc`.
+fn bar_chart<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    labels: &[String],
+    max: f64,
+    y_desc: &str,
+) -> Result<BarChart<'a, 'b>, Box<dyn std::error::Error>> {
+    let mut chart = ChartBuilder::on(root)
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(52)
+        .build_cartesian_2d(bar_range(labels.len()), y_range(max))?;
+    let name = |x: &f64| {
+        let i = x.floor();
+        if (x - i - 0.5).abs() < 1e-6 {
+            labels.get(i as usize).cloned().unwrap_or_default()
+        } else {
+            String::new()
+        }
+    };
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(labels.len() * 2 + 1)
+        .x_label_formatter(&name)
+        .y_desc(y_desc)
+        .light_line_style(WHITE.mix(0.0))
+        .label_style((FONT, 13))
+        .draw()?;
+    Ok(chart)
+}
+
+/// A chart of two `f64` axes on an SVG canvas.
+type BarChart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// Draws the legend box of `chart`'s labelled series at `position`.
+fn legend<'a, 'b: 'a>(chart: &mut BarChart<'a, 'b>, position: SeriesLabelPosition) -> Drawn {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.4))
+        .label_font((FONT, 13))
+        .draw()?;
+    Ok(())
+}
+
 /// Cumulative flow: specs per stage at the end of each day, stacked (finished work at the
 /// bottom, new work on top).
 pub fn cumulative_flow(flow: &CumulativeFlow) -> String {
@@ -135,14 +185,7 @@ pub fn cumulative_flow(flow: &CumulativeFlow) -> String {
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
             lower = upper;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.4))
-            .label_font((FONT, 13))
-            .draw()?;
-        Ok(())
+        legend(&mut chart, SeriesLabelPosition::UpperLeft)
     })
 }
 
@@ -150,28 +193,7 @@ pub fn cumulative_flow(flow: &CumulativeFlow) -> String {
 fn bars(labels: &[String], values: &[f64], value_labels: &[String], y_desc: &str, c: RGBColor) -> String {
     let max = values.iter().copied().fold(0.0, f64::max);
     svg(|root| {
-        let mut chart = ChartBuilder::on(root)
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(52)
-            .build_cartesian_2d(bar_range(values.len()), y_range(max))?;
-        let name = |x: &f64| {
-            let i = x.floor();
-            if (x - i - 0.5).abs() < 1e-6 {
-                labels.get(i as usize).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
-        };
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_labels(values.len() * 2 + 1)
-            .x_label_formatter(&name)
-            .y_desc(y_desc)
-            .light_line_style(WHITE.mix(0.0))
-            .label_style((FONT, 13))
-            .draw()?;
+        let mut chart = bar_chart(root, labels, max, y_desc)?;
         chart.draw_series(
             values
                 .iter()
@@ -209,29 +231,9 @@ pub fn forecast_vs_actual(f: &ForecastAccuracy) -> String {
     }
     let shown = &f.executions[f.executions.len().saturating_sub(MAX_BARS)..];
     let max = shown.iter().map(|e| e.actual_usd.max(e.forecast_usd.unwrap_or(0.0))).fold(0.0, f64::max);
+    let labels: Vec<String> = shown.iter().map(|e| short_id(&e.task_id)).collect();
     svg(|root| {
-        let mut chart = ChartBuilder::on(root)
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(52)
-            .build_cartesian_2d(bar_range(shown.len()), y_range(max))?;
-        let name = |x: &f64| {
-            let i = x.floor();
-            if (x - i - 0.5).abs() < 1e-6 {
-                shown.get(i as usize).map(|e| short_id(&e.task_id)).unwrap_or_default()
-            } else {
-                String::new()
-            }
-        };
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_labels(shown.len() * 2 + 1)
-            .x_label_formatter(&name)
-            .y_desc("USD")
-            .light_line_style(WHITE.mix(0.0))
-            .label_style((FONT, 13))
-            .draw()?;
+        let mut chart = bar_chart(root, &labels, max, "USD")?;
         let (fc, ac) = (colour(7), colour(1));
         chart
             .draw_series(shown.iter().enumerate().filter_map(|(i, e)| {
@@ -259,14 +261,7 @@ pub fn forecast_vs_actual(f: &ForecastAccuracy) -> String {
             );
             f.into_iter().chain(std::iter::once(a))
         }))?;
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.4))
-            .label_font((FONT, 13))
-            .draw()?;
-        Ok(())
+        legend(&mut chart, SeriesLabelPosition::UpperRight)
     })
 }
 
@@ -279,29 +274,14 @@ pub fn weekly_spend(s: &WeeklySpend) -> String {
     let totals: Vec<f64> =
         (0..n).map(|w| s.series.iter().map(|x| x.usd.get(w).copied().unwrap_or(0.0)).sum()).collect();
     let max = totals.iter().copied().fold(0.0, f64::max);
+    // Weeks are named while there are few enough to read.
+    let labels: Vec<String> = s
+        .weeks
+        .iter()
+        .map(|w| if n <= 14 { format!("wk {}", w.get(5..).unwrap_or(w)) } else { String::new() })
+        .collect();
     svg(|root| {
-        let mut chart = ChartBuilder::on(root)
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(52)
-            .build_cartesian_2d(bar_range(n), y_range(max))?;
-        let name = |x: &f64| {
-            let i = x.floor();
-            if (x - i - 0.5).abs() < 1e-6 && n <= 14 {
-                s.weeks.get(i as usize).map(|w| format!("wk {}", &w[5..])).unwrap_or_default()
-            } else {
-                String::new()
-            }
-        };
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_labels(n * 2 + 1)
-            .x_label_formatter(&name)
-            .y_desc("USD")
-            .light_line_style(WHITE.mix(0.0))
-            .label_style((FONT, 13))
-            .draw()?;
+        let mut chart = bar_chart(root, &labels, max, "USD")?;
         let mut lower = vec![0f64; n];
         for (k, series) in s.series.iter().enumerate() {
             let c = colour(k);
@@ -327,14 +307,7 @@ pub fn weekly_spend(s: &WeeklySpend) -> String {
                 .filter(|(_, t)| **t > 0.0)
                 .map(|(w, t)| Text::new(format!("${t:.2}"), (w as f64 + 0.5, t + max * 0.02), value_style(12))),
         )?;
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.4))
-            .label_font((FONT, 13))
-            .draw()?;
-        Ok(())
+        legend(&mut chart, SeriesLabelPosition::UpperRight)
     })
 }
 
