@@ -1,4 +1,4 @@
-//! Test hooks that kill the process at a numbered point, so tests can prove that a run
+//! Test hooks that kill the process at a numbered or named point, so tests can prove that a run
 //! survives a crash anywhere (issue 15.9). Never used in production: the hooks are compiled
 //! only into debug builds (`cfg(debug_assertions)`, what `cargo test` builds); a release build
 //! ignores the variables entirely, and with them unset a hook costs one load of a
@@ -11,6 +11,9 @@
 //!   forge side effect (a worktree added or removed, an attempt commit, a ref set or deleted, a
 //!   cherry-pick, a branch created or pushed, a pull request opened, a comment posted; `git`
 //!   and `forge` call [`before_effect`](crate::crash::before_effect)).
+//!
+//! - `BATON_CRASH_AT=<point>`: the driver exits (status 137, as a kill would) at one of the
+//!   [`CRASH_POINTS`] it names ([`at_point`]); unlike the numbered hooks it works in every build.
 //!
 //! Counting is per process, from 1. The kill is `SIGKILL` on itself: no destructor, no flush,
 //! no lock release, exactly like `kill -9`. The attempt shims and agents a driver starts do
@@ -73,4 +76,19 @@ pub fn before_effect(what: &str) {
     hook::EFFECTS.hit(what);
     #[cfg(not(debug_assertions))]
     let _ = what;
+}
+
+/// Named crash points of the driver (`BATON_CRASH_AT`): after a dispatch is journaled but
+/// before the launch; after the launch; after an attempt's commit is on the feature branch
+/// but before its result is recorded; after a result is recorded; after a gate ran but before
+/// its result is recorded.
+pub const CRASH_POINTS: &[&str] =
+    &["after-dispatch", "after-launch", "after-consolidate", "after-record", "before-gate-record"];
+
+/// Exits the process (status 137, as a kill would) when `BATON_CRASH_AT` names `name`.
+pub fn at_point(name: &str) {
+    if std::env::var("BATON_CRASH_AT").is_ok_and(|v| v == name) {
+        tracing::warn!(crash.point = name, "crashing at {name} (BATON_CRASH_AT)");
+        std::process::exit(137);
+    }
 }

@@ -156,23 +156,8 @@ fn mutate_event(state: &mut ExecutionState, event: &Event, now: &str) {
             budget::ceiling_changed(state);
         }
         EventKind::GateRecorded { phase_id, passed, output, command, exit_code } => {
-            let phase_index = state.current_phase;
-            let (gate_type, planned) = state.plan.phases[phase_index]
-                .gate
-                .as_ref()
-                .map_or((String::new(), String::new()), |g| (g.gate_type.clone(), g.command.clone()));
-            let attempt = state.gate_runs(*phase_id) + 1;
-            state.gate_results.push(GateResult {
-                phase_id: *phase_id,
-                gate_type,
-                passed: *passed,
-                skipped: None,
-                output: output.clone(),
-                command: command.clone().unwrap_or(planned),
-                exit_code: *exit_code,
-                checked_at: now.to_string(),
-                attempt,
-            });
+            let run = GateRun { passed: *passed, skipped: None, output: output.clone(), command: command.clone() };
+            push_gate_result(state, *phase_id, run, *exit_code, now);
             if *passed {
                 state.status = ExecutionStatus::Running;
             } else {
@@ -184,22 +169,9 @@ fn mutate_event(state: &mut ExecutionState, event: &Event, now: &str) {
             // recorder that sent none journals the same outcome.
             let phase = &state.plan.phases[state.current_phase];
             let reason = gates::plan(state, phase).skip_reason.unwrap_or_else(|| gates::NO_COMMAND.to_string());
-            let (gate_type, planned) = phase
-                .gate
-                .as_ref()
-                .map_or((String::new(), String::new()), |g| (g.gate_type.clone(), g.command.clone()));
-            let attempt = state.gate_runs(*phase_id) + 1;
-            state.gate_results.push(GateResult {
-                phase_id: *phase_id,
-                gate_type,
-                passed: false,
-                output: format!("skipped: {reason}"),
-                skipped: Some(reason),
-                command: planned,
-                exit_code: None,
-                checked_at: now.to_string(),
-                attempt,
-            });
+            let run =
+                GateRun { passed: false, output: format!("skipped: {reason}"), skipped: Some(reason), command: None };
+            push_gate_result(state, *phase_id, run, None, now);
             state.status = ExecutionStatus::Running;
         }
         EventKind::ApprovalRecorded { phase_id, result, feedback } => {
@@ -327,6 +299,36 @@ fn strip_interact_complete(outcome: &str) -> (String, bool) {
 
 /// A failed gate: the first failure of a phase re-dispatches the phase's last step with the
 /// gate output; later failures re-run the gate until the cap, then fail the execution.
+/// What a gate run recorded: passed, or skipped with its reason; its output and the command
+/// run (`None`: the plan's).
+struct GateRun {
+    passed: bool,
+    skipped: Option<String>,
+    output: String,
+    command: Option<String>,
+}
+
+/// Appends the current phase's gate result for `run`: the gate's type and planned command from
+/// the plan, the next attempt number of `phase_id`'s gate.
+fn push_gate_result(state: &mut ExecutionState, phase_id: i64, run: GateRun, exit_code: Option<i32>, now: &str) {
+    let (gate_type, planned) = state.plan.phases[state.current_phase]
+        .gate
+        .as_ref()
+        .map_or((String::new(), String::new()), |g| (g.gate_type.clone(), g.command.clone()));
+    let attempt = state.gate_runs(phase_id) + 1;
+    state.gate_results.push(GateResult {
+        phase_id,
+        gate_type,
+        passed: run.passed,
+        skipped: run.skipped,
+        output: run.output,
+        command: run.command.unwrap_or(planned),
+        exit_code,
+        checked_at: now.to_string(),
+        attempt,
+    });
+}
+
 fn gate_failed(state: &mut ExecutionState, phase_id: i64, output: &str, now: &str) {
     let failures = state.gate_failures(phase_id);
     let phase = &state.plan.phases[state.current_phase];

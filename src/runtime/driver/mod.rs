@@ -12,8 +12,8 @@
 //! harvest its exit record; died → kill its process group and run it again in a fresh worktree;
 //! running or finished but its worktree gone → stop it and run it again the same way
 //! ([`crate::runtime::agent::interrupt`]). Completed steps never run again.
-//! `BATON_CRASH_AT=<point>` makes the process exit at a named point (see [`CRASH_POINTS`]) so
-//! tests can prove it.
+//! `BATON_CRASH_AT=<point>` makes the process exit at a named point (see [`CRASH_POINTS`],
+//! owned with the other test crash hooks by [`crate::crash`]) so tests can prove it.
 //!
 //! Output: the progress of a run (started or resumed, each dispatch, result, gate and
 //! recovery, budget notes) is for the user of `execute run` and goes to stderr a line each;
@@ -57,19 +57,8 @@ use crate::runtime::runs::RunMeta;
 pub use options::{branch_log, Interrupted, Parked, RunOptions, RunOutcome, PROFILES};
 pub use start::{check_new_run, harvest_finished, prepare, run};
 
-/// Named crash points (`BATON_CRASH_AT`): after a dispatch is journaled but before the launch;
-/// after the launch; after an attempt's commit is on the feature branch but before its result
-/// is recorded; after a result is recorded; after a gate ran but before its result is recorded.
-pub const CRASH_POINTS: &[&str] =
-    &["after-dispatch", "after-launch", "after-consolidate", "after-record", "before-gate-record"];
-
-/// Exits the process (status 137, as a kill would) when `BATON_CRASH_AT` names this point.
-fn crash_point(name: &str) {
-    if std::env::var("BATON_CRASH_AT").is_ok_and(|v| v == name) {
-        tracing::warn!(crash.point = name, "crashing at {name} (BATON_CRASH_AT)");
-        std::process::exit(137);
-    }
-}
+use crate::crash::at_point as crash_point;
+pub use crate::crash::CRASH_POINTS;
 
 /// How often a driver renews its lease while it waits (a third of its lifetime).
 const LEASE_RENEW_EVERY: Duration = Duration::from_secs(lease::LEASE_TTL_SECS as u64 / 3);
