@@ -66,15 +66,20 @@ impl PortfolioQuery {
     /// `to`, a range longer than [`MAX_RANGE_DAYS`].
     pub fn checked(&self, today: NaiveDate) -> Result<PortfolioRange, String> {
         let date = |name: &str, v: &Option<String>| -> Result<Option<NaiveDate>, String> {
-            match v.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+            match v.as_deref().filter(|s| !s.is_empty()) {
                 None => Ok(None),
-                Some(s) => NaiveDate::parse_from_str(s, "%Y-%m-%d")
+                Some(s) => parse_day(s)
                     .map(Some)
-                    .map_err(|_| format!("{name}: {s:?} is not a date (YYYY-MM-DD)")),
+                    .ok_or_else(|| format!("{name}: {:?} is not a date (YYYY-MM-DD)", crate::model::text::cut(s, 40))),
             }
         };
         let to = date("to", &self.to)?.unwrap_or(today);
-        let from = date("from", &self.from)?.unwrap_or(to - Duration::days(DEFAULT_RANGE_DAYS - 1));
+        let from = match date("from", &self.from)? {
+            Some(from) => from,
+            None => to
+                .checked_sub_signed(Duration::days(DEFAULT_RANGE_DAYS - 1))
+                .ok_or_else(|| format!("to: {to} leaves no room for the default range"))?,
+        };
         if from > to {
             return Err(format!("from: {from} is after to: {to}"));
         }
@@ -85,6 +90,17 @@ impl PortfolioQuery {
         let project = self.project.as_deref().map(str::trim).filter(|p| !p.is_empty()).map(String::from);
         Ok(PortfolioRange { project, from, to })
     }
+}
+
+/// A day written exactly `YYYY-MM-DD` (four-digit year, two-digit month and day), so every
+/// date a query names is one `from - 29 days` and `to + 1 day` can be computed for.
+fn parse_day(text: &str) -> Option<NaiveDate> {
+    let b = text.as_bytes();
+    let shaped = b.len() == 10
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && b.iter().enumerate().all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit());
+    shaped.then(|| NaiveDate::parse_from_str(text, "%Y-%m-%d").ok()).flatten()
 }
 
 /// Every figure of a portfolio.
@@ -242,7 +258,7 @@ pub async fn load(execs: &Executions, range: &PortfolioRange) -> Result<Portfoli
     let filter = PortfolioFilter {
         project: range.project.clone(),
         from: range.from.to_string(),
-        until: (range.to + Duration::days(1)).to_string(),
+        until: range.to.succ_opt().unwrap_or(range.to).to_string(),
     };
     let rows = store.portfolio_rows(&filter).await?;
     let projects = store.list_projects().await?.into_iter().map(|p| p.name).collect();
@@ -485,7 +501,8 @@ pub fn aggregate(rows: &PortfolioRows) -> Aggregates {
 /// `x` rounded to `places` decimals.
 fn round(x: f64, places: i32) -> f64 {
     let f = 10f64.powi(places);
-    (x * f).round() / f
+    // `+ 0.0` turns a negative zero (the sum of nothing is -0.0) into 0.0.
+    (x * f).round() / f + 0.0
 }
 
 /// The median of sorted `xs` (two decimals).
@@ -523,6 +540,31 @@ mod tests {
     fn a_query_without_dates_is_the_30_days_ending_today() {
         let r = query(None, None).checked(day("2026-12-01")).unwrap();
         assert_eq!((r.from, r.to, r.project), (day("2026-11-02"), day("2026-12-01"), None));
+    }
+
+    /// Dates at chrono's ends once panicked computing the default `from` or `to + 1 day`, and
+    /// loose spellings were accepted; a 10 KB value was echoed whole.
+    #[test]
+    fn dates_out_of_shape_or_at_the_ends_of_time_are_refused_not_a_panic() {
+        let today = day("2026-12-01");
+        for bad in ["-262143-01-05", "+262142-12-31", "2026-1-1", " 2026-01-01", "+2026-01-01", "20260101"] {
+            let err = query(None, Some(bad)).checked(today).unwrap_err();
+            assert!(err.starts_with("to: ") && err.contains("is not a date"), "{bad}: {err}");
+            let err = query(Some(bad), Some("2026-12-01")).checked(today).unwrap_err();
+            assert!(err.starts_with("from: ") && err.contains("is not a date"), "{bad}: {err}");
+        }
+        let long = "9".repeat(10_000);
+        let err = query(Some(&long), None).checked(today).unwrap_err();
+        assert!(err.len() < 120, "the value is cut in the message: {} chars", err.len());
+        // The ends of the four-digit years work, and `to + 1 day` of the last is computed.
+        let r = query(Some("9999-12-01"), Some("9999-12-31")).checked(today).unwrap();
+        assert_eq!(r.to.succ_opt().map(|d| d.to_string()).as_deref(), Some("+10000-01-01"));
+        query(None, Some("0000-01-05")).checked(today).unwrap();
+    }
+
+    #[test]
+    fn the_sum_of_no_spend_is_zero_not_negative_zero() {
+        assert!(round(std::iter::empty::<f64>().sum(), 2).is_sign_positive());
     }
 
     #[test]
