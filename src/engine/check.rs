@@ -80,10 +80,20 @@ pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), Engi
             }
             Ok(())
         }
-        EventKind::GateRecorded { phase_id, .. } => {
-            ensure_current_phase(state, *phase_id)?;
+        EventKind::GateRecorded { phase_id, passed, .. } => {
+            let phase = ensure_current_phase(state, *phase_id)?;
             if !matches!(status, ExecutionStatus::GatePending | ExecutionStatus::GateFailed) {
                 return Err(wrong("gate_recorded"));
+            }
+            // A gate with nothing to run checks nothing: it is skipped, never passed (a
+            // failure may still be recorded: a human may find the phase wanting).
+            if *passed {
+                if let Some(reason) = gates::plan(state, phase).skip_reason {
+                    return Err(EngineError::InvalidEvent(format!(
+                        "the gate of phase {phase_id} has nothing to run ({reason}): record it as skipped; a pass \
+                         would say something was checked"
+                    )));
+                }
             }
             Ok(())
         }

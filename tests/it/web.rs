@@ -485,6 +485,16 @@ async fn a_gate_with_nothing_to_run_is_recorded_and_shown_as_skipped() {
     let (status, body) =
         app.post("/api/v1/executions/web-skip/gate", json!({"phase_id": 1, "passed": true, "skipped": true})).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    // A plain pass on a gate with nothing to run (an external driver ignoring `Skip:`) was
+    // once recorded as a pass: it is refused, and nothing is journaled.
+    let (status, body) = app.post("/api/v1/executions/web-skip/gate", json!({"phase_id": 1, "passed": true})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("nothing to run (no files changed): record it as skipped"),
+        "{body}"
+    );
+    let (_, journal) = app.get("/api/v1/executions/web-skip/journal").await;
+    assert_eq!(journal.as_array().unwrap().len(), 1, "{journal}");
     let (status, body) =
         app.post("/api/v1/executions/web-skip/gate", json!({"phase_id": 1, "passed": false, "skipped": true})).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
