@@ -847,9 +847,8 @@ async fn execute(
         }
         ExecuteCommand::Next { task, all } => {
             let task_id = execs.resolve_task_id(task.task_id.as_deref()).await?;
-            let state = execs.get(&task_id).await?;
             if all {
-                let actions = engine::next_actions(&state);
+                let actions = ops.next_actions(&task_id).await?;
                 if json {
                     outln!("{}", serde_json::to_string_pretty(&actions)?);
                 } else {
@@ -857,12 +856,12 @@ async fn execute(
                         out!("{}", wire::render(a, &task_id));
                     }
                     if actions.is_empty() {
-                        return Ok(print_action(&engine::next_action(&state), &task_id, json));
+                        return Ok(print_action(&ops.next_action(&task_id).await?, &task_id, json));
                     }
                 }
                 Ok(ExitCode::SUCCESS)
             } else {
-                Ok(print_action(&engine::next_action(&state), &task_id, json))
+                Ok(print_action(&ops.next_action(&task_id).await?, &task_id, json))
             }
         }
         ExecuteCommand::Status { task } => {

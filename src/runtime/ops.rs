@@ -394,6 +394,12 @@ impl Ops {
             return Err(no_such(task_id));
         }
         Self::authorize(op, &event.kind)?;
+        if matches!(event.kind, EventKind::StepDispatched { .. }) && self.execs.store().is_paused(task_id).await? {
+            return Err(OpsError::Conflict {
+                message: format!("execution {task_id} is paused: no new dispatches until `baton execute resume`"),
+                reason: "paused",
+            });
+        }
         let lock = self.lock(task_id);
         let _serialised = lock.lock().await;
         if matches!(event.kind, EventKind::ApprovalRecorded { .. }) {
@@ -445,7 +451,7 @@ impl Ops {
         if done.stopped_attempts > 0 {
             tracing::info!(task.id = %task_id, "stopped {} running agent attempts", done.stopped_attempts);
         }
-        let next_action = engine::next_action(&done.state);
+        let next_action = self.held(task_id, engine::next_action(&done.state)).await?;
         Ok(Decided {
             state: done.state,
             recorded,
@@ -652,7 +658,7 @@ impl Ops {
         .await;
         lease.release().await.map_err(OpsError::from)?;
         let (state, requeued, key) = result?;
-        let next_action = engine::next_action(&state);
+        let next_action = self.held(task_id, engine::next_action(&state)).await?;
         Ok(Decided {
             recorded: key.is_some() || !requeued.is_empty(),
             idempotency_key: key.unwrap_or_default(),
@@ -661,6 +667,43 @@ impl Ops {
             stopped_attempts: 0,
             requeued,
         })
+    }
+
+    /// What `execute next` and `GET …/next` answer: the engine's next action, except that a
+    /// paused execution dispatches nothing (its DISPATCH becomes a WAIT naming the pause).
+    ///
+    /// Errors: [`OpsError::NotFound`]; the database.
+    pub async fn next_action(&self, task_id: &str) -> Result<Action, OpsError> {
+        let state = self.get(task_id).await?;
+        self.held(task_id, engine::next_action(&state)).await
+    }
+
+    /// Every dispatchable action (`execute next --all`, `GET …/next?all=true`): none while the
+    /// execution is paused.
+    ///
+    /// Errors: as [`Ops::next_action`].
+    pub async fn next_actions(&self, task_id: &str) -> Result<Vec<Action>, OpsError> {
+        let state = self.get(task_id).await?;
+        if self.execs.store().is_paused(task_id).await? {
+            return Ok(Vec::new());
+        }
+        Ok(engine::next_actions(&state))
+    }
+
+    /// `action`, held back when it is a DISPATCH of a paused execution: a pause means no new
+    /// dispatches through any door (the pool's driver stops; an external orchestrator is
+    /// told to wait).
+    async fn held(&self, task_id: &str, action: Action) -> Result<Action, OpsError> {
+        if matches!(action, Action::Dispatch(_)) && self.execs.store().is_paused(task_id).await? {
+            let why = match self.execs.store().park_reason(task_id).await? {
+                Some(reason) => format!("parked: {reason}"),
+                None => "paused by an operator".to_string(),
+            };
+            return Ok(Action::Wait {
+                message: format!("execution {task_id} is {why}: no new dispatches until `baton execute resume`"),
+            });
+        }
+        Ok(action)
     }
 
     /// The execution `task_id`.

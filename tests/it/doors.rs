@@ -899,3 +899,40 @@ async fn the_cli_loop_of_an_orchestrator_passes_a_checkpoint_with_resume_and_rea
     assert_eq!(seen.last().map(String::as_str), Some("COMPLETE"), "{seen:?}");
     assert_eq!(t.ws.status("loop-5")["status"], "complete");
 }
+
+/// A pause meant "no new dispatches" only for the server's own driver: an external
+/// orchestrator's `execute next` still printed DISPATCH and its `dispatched` was recorded.
+#[tokio::test]
+async fn a_pause_stops_an_orchestrators_dispatches_through_the_cli_and_the_api_until_resume() {
+    let t = TestApp::with_repo(&[("README.md", "hello\n")]).await;
+    let plan = t.ws.write("paused.json", &phases_plan("paused-1", 2, false).to_string());
+    t.cli_ok(&["execute", "start", "--plan", plan.to_str().unwrap()]);
+    assert_eq!(field(&t.cli_ok(&["execute", "next"]), "ACTION:"), "DISPATCH");
+    t.cli_ok(&["execute", "pause"]);
+
+    let next = t.cli_ok(&["execute", "next"]);
+    assert_eq!(field(&next, "ACTION:"), "WAIT", "{next}");
+    assert!(next.contains("paused by an operator") && next.contains("baton execute resume"), "{next}");
+    assert_eq!(field(&t.cli_ok(&["execute", "next", "--all"]), "ACTION:"), "WAIT");
+    let (status, body) = t.get("/api/v1/executions/paused-1/next").await;
+    assert_eq!((status, body["action_type"].as_str()), (StatusCode::OK, Some("wait")), "{body}");
+    let (_, all) = t.get("/api/v1/executions/paused-1/next?all=true").await;
+    assert_eq!(all, json!([]), "nothing to dispatch while paused");
+    let refused = t.cli(&["execute", "dispatched", "--step-id", "1.1", "--agent", "agent-1"]);
+    assert_eq!(code(&refused), 2, "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("is paused: no new dispatches"), "{}", stderr(&refused));
+    let (status, body) = t
+        .post(
+            "/api/v1/executions/paused-1/events",
+            json!({"kind": "step_dispatched", "step_id": "1.1", "agent_name": "agent-1"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(t.journal("paused-1").await.iter().all(|e| e["kind"] != "step_dispatched"), "nothing dispatched");
+
+    let resumed = t.cli(&["execute", "resume"]);
+    assert_eq!(code(&resumed), 0, "{}", stderr(&resumed));
+    let next = t.cli_ok(&["execute", "next"]);
+    assert_eq!((field(&next, "ACTION:"), field(&next, "Step:")), ("DISPATCH", "1.1"), "{next}");
+    t.cli_ok(&["execute", "dispatched", "--step-id", "1.1", "--agent", "agent-1"]);
+}

@@ -207,11 +207,10 @@ async fn next(
     query: Result<Query<NextQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<NextAnswer>, AppError> {
     let Query(query) = query?;
-    let state = load(&app, &task_id).await?;
     Ok(Json(if query.all {
-        NextAnswer::All(engine::next_actions(&state))
+        NextAnswer::All(app.ops.next_actions(&task_id).await?)
     } else {
-        NextAnswer::One(Box::new(engine::next_action(&state)))
+        NextAnswer::One(Box::new(app.ops.next_action(&task_id).await?))
     }))
 }
 
