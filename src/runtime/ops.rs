@@ -895,7 +895,21 @@ impl Ops {
         // A comment answers the approval that was pending when it was written: one written
         // before this approval was asked for (it decided, or came too late for, an earlier
         // one) never decides it.
-        if let Some((written, asked)) = written_at.and_then(parse_time).zip(parse_time(&pending.requested_at)) {
+        let written = match written_at {
+            None => None,
+            Some(text) => match parse_time(text) {
+                Some(t) => Some(t),
+                // A time the forge always sends well-formed: a payload that garbles it cannot
+                // say which approval it answers.
+                None => {
+                    return Ok(Err(format!(
+                        "the comment's time {:?} is not an RFC 3339 time: it decides nothing",
+                        crate::model::text::cut(text, 40)
+                    )))
+                }
+            },
+        };
+        if let Some((written, asked)) = written.zip(parse_time(&pending.requested_at)) {
             if written < asked {
                 return Ok(Err(format!(
                     "the comment was written at {} before phase {phase_id} of {task_id} asked for approval at {}: \

@@ -315,9 +315,20 @@ async fn comment(app: &AppState, delivery: &str, p: &Value) -> Result<Handled, A
         return Ok(ignored(format!("GitHub user {login} is not mapped to a Baton user")));
     };
     let url = intake::spec_url(&app.execs, "github", text(p, "/issue/html_url")).await?;
-    let written_at = Some(text(p, "/comment/created_at")).filter(|t| !t.is_empty());
-    let decided = Decided { source: "github", url: &url, who: login, delivery, written_at };
+    let written_at = comment_time(p.pointer("/comment/created_at"));
+    let decided = Decided { source: "github", url: &url, who: login, delivery, written_at: written_at.as_deref() };
     decide(app, &decided, &user, decision, feedback).await
+}
+
+/// A comment's time as the payload gives it: `None` when absent, null or empty; a value that
+/// is not a string is passed on as its JSON text (the operator service refuses it as no time).
+fn comment_time(value: Option<&Value>) -> Option<String> {
+    match value? {
+        Value::Null => None,
+        Value::String(s) if s.is_empty() => None,
+        Value::String(s) => Some(s.clone()),
+        other => Some(other.to_string()),
+    }
 }
 
 /// Where a comment command came from.
@@ -430,8 +441,8 @@ async fn ado_comment(app: &AppState, delivery: &str, resource: &Value) -> Result
         return Ok(ignored(format!("Azure DevOps user {email:?} is not mapped to a Baton user")));
     };
     let url = intake::spec_url(&app.execs, "ado", &ado_url(resource, false)).await?;
-    let written_at = Some(text(fields, "/System.ChangedDate")).filter(|t| !t.is_empty());
-    let decided = Decided { source: "ado", url: &url, who: email, delivery, written_at };
+    let written_at = comment_time(fields.get("System.ChangedDate"));
+    let decided = Decided { source: "ado", url: &url, who: email, delivery, written_at: written_at.as_deref() };
     decide(app, &decided, &user, decision, feedback).await
 }
 

@@ -401,6 +401,14 @@ async fn a_baton_approve_comment_decides_the_approval_and_a_merged_pull_request_
     let why = body["ignored"].as_str().unwrap();
     assert!(why.contains("written at 2026-05-11") && why.contains("before phase 1"), "{body}");
     assert!(app.execs.get(task_id).await.unwrap().pending_approval_request.is_some());
+    // A time that is no time (a number, garbage) once skipped the check and decided.
+    for (n, garbled) in [json!(12345), json!("yesterday"), json!("2026-13-40T00:00:00Z")].into_iter().enumerate() {
+        comment["comment"]["created_at"] = garbled.clone();
+        let (status, body) = app.deliver_variant("issue_comment.created", &comment, &format!("c-garbled-{n}")).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{garbled}: {body}");
+        assert!(body["ignored"].as_str().unwrap().contains("is not an RFC 3339 time"), "{garbled}: {body}");
+    }
+    assert!(app.execs.get(task_id).await.unwrap().pending_approval_request.is_some());
     comment["comment"]["created_at"] = json!(baton::clock::now_rfc3339());
     let (status, body) = app.deliver_variant("issue_comment.created", &comment, "c-approve").await;
     assert_eq!(status, StatusCode::OK, "{body}");
