@@ -195,11 +195,11 @@ enum ApprovalCommand {
         /// Who the link is for (recorded as the decider).
         #[arg(long)]
         reviewer: String,
-        /// Hours until it expires (at least 1).
+        /// Hours until it expires (1 to 720: 30 days).
         #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u32).range(1..))]
         hours: u32,
-        /// The server's address as reviewers reach it.
-        #[arg(long, default_value = "http://127.0.0.1:8741")]
+        /// The server's address as reviewers reach it (an http or https URL).
+        #[arg(long, default_value = "http://127.0.0.1:8741", value_parser = http_base_url)]
         base_url: String,
     },
 }
@@ -572,6 +572,16 @@ pub fn main() -> ExitCode {
             }
             ExitCode::from(code)
         }
+    }
+}
+
+/// `--base-url`: an absolute http(s) URL (a link printed with another scheme, such as
+/// `javascript:`, would be one a reviewer must never follow).
+fn http_base_url(text: &str) -> Result<String, String> {
+    match url::Url::parse(text) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Ok(text.to_string()),
+        Ok(u) => Err(format!("expected an http or https URL with a host, not a {} URL", u.scheme())),
+        Err(e) => Err(format!("not a URL ({e}); for example https://baton.example.com")),
     }
 }
 

@@ -737,9 +737,10 @@ impl Ops {
     }
 
     /// Mints a single-use approval link for `task_id`'s pending approval, decided by
-    /// `reviewer`, valid `secs` seconds; returns the token (the link is `/approve/<token>`).
+    /// `reviewer`, valid `secs` seconds (at most [`MAX_LINK_SECS`]); returns the token (the
+    /// link is `/approve/<token>`).
     ///
-    /// Errors: the reviewer is not a user who may decide, or is a requester of the execution
+    /// Errors: a lifetime out of range ([`OpsError::Invalid`], field `hours`); the reviewer is not a user who may decide, or is a requester of the execution
     /// under the separate-reviewer rule; the execution does not wait for an approval (409);
     /// the minting operator is below lead.
     pub async fn mint_link(&self, task_id: &str, reviewer: &str, secs: i64, op: &Operator) -> Result<String, OpsError> {
@@ -749,6 +750,17 @@ impl Ops {
                 op.name,
                 op.role.as_str()
             )));
+        }
+        if !(1..=MAX_LINK_SECS).contains(&secs) {
+            return Err(OpsError::Invalid {
+                field: "hours",
+                message: format!(
+                    "a link is valid for 1 to {} hours ({} days); {} hours were asked",
+                    MAX_LINK_SECS / 3600,
+                    MAX_LINK_SECS / (24 * 3600),
+                    secs / 3600
+                ),
+            });
         }
         let state = self.get(task_id).await?;
         let Action::Approval(a) = engine::next_action(&state) else {
@@ -929,6 +941,10 @@ impl Ops {
         Ok(Ok(CommentDecision { spec_id: spec.spec_id, task_id, phase_id, decided }))
     }
 }
+
+/// The longest an approval link is valid, seconds (30 days): a link is a bearer credential for
+/// one decision, and one that outlives its review is a risk, not a convenience.
+pub const MAX_LINK_SECS: i64 = 30 * 24 * 3600;
 
 /// What a forge comment decided.
 #[derive(Debug, Clone)]

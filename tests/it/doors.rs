@@ -936,3 +936,31 @@ async fn a_pause_stops_an_orchestrators_dispatches_through_the_cli_and_the_api_u
     assert_eq!((field(&next, "ACTION:"), field(&next, "Step:")), ("DISPATCH", "1.1"), "{next}");
     t.cli_ok(&["execute", "dispatched", "--step-id", "1.1", "--agent", "agent-1"]);
 }
+
+/// A tester minted a link valid for 490,000 years (`--hours 4294967295`) and one printed under
+/// `javascript:alert(1)`: both are refused, and no link is printed.
+#[tokio::test]
+async fn an_approval_link_is_refused_for_a_lifetime_over_30_days_or_a_base_url_that_is_not_http() {
+    let d = Doors::new().await;
+    let f = d.fired().await;
+    let link = |extra: &[&str]| {
+        let mut args = vec!["--as", "lee", "approval", "link", "--task-id", f.task_id.as_str(), "--reviewer", "rita"];
+        args.extend_from_slice(extra);
+        d.t.cli(&args)
+    };
+    for hours in ["721", "4294967295"] {
+        let out = link(&["--hours", hours]);
+        assert_eq!(code(&out), 2, "--hours {hours}: {}", stderr(&out));
+        assert!(stderr(&out).contains("1 to 720 hours"), "--hours {hours}: {}", stderr(&out));
+        assert!(!stdout(&out).contains("/approve/"), "{}", stdout(&out));
+    }
+    for base in ["javascript:alert(1)", "file:///etc", "not a url"] {
+        let out = link(&["--base-url", base]);
+        assert_eq!(code(&out), 2, "--base-url {base}: {}", stderr(&out));
+        assert!(stderr(&out).contains("--base-url"), "{}", stderr(&out));
+        assert!(!stdout(&out).contains("/approve/"), "{}", stdout(&out));
+    }
+    let out = link(&["--hours", "720", "--base-url", "https://baton.example.com/"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("https://baton.example.com/approve/"), "{}", stdout(&out));
+}
