@@ -74,7 +74,34 @@ pub fn openapi() -> &'static utoipa::openapi::OpenApi {
 /// The generated document as JSON text, as served.
 pub fn openapi_json() -> &'static str {
     static JSON: OnceLock<String> = OnceLock::new();
-    JSON.get_or_init(|| openapi().to_pretty_json().unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}")))
+    JSON.get_or_init(|| {
+        let json = openapi().to_pretty_json().unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+        plain_code_links(&json)
+    })
+}
+
+/// `text` with rustdoc's intra-doc links (`` [`Name`] ``, which the descriptions inherit from
+/// the doc comments) written as plain code (`` `Name` ``): outside rustdoc they are no links.
+/// A markdown link with an address (`` [`x`](url) ``) is kept.
+fn plain_code_links(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("[`") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        match after.find("`]") {
+            Some(end) if !after[..end + 1].contains(['[', ']', '\n']) && !after[end + 2..].starts_with('(') => {
+                out.push_str(&after[..end + 1]);
+                rest = &after[end + 2..];
+            }
+            _ => {
+                out.push('[');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The OpenAPI 3.1 document of every `/api/v1` route.
@@ -241,4 +268,23 @@ fn actor_header() -> Parameter {
         ))
         .schema(Some(ObjectBuilder::new().schema_type(Type::String).min_length(Some(1)).max_length(Some(200))))
         .build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plain_code_links;
+
+    #[test]
+    fn intra_doc_links_become_plain_code_and_real_links_stay() {
+        assert_eq!(
+            plain_code_links("see [`AppError`] and [`PlanStep::max_turns`]."),
+            "see `AppError` and `PlanStep::max_turns`."
+        );
+        assert_eq!(plain_code_links("[`x`](https://e.com) [a] [`"), "[`x`](https://e.com) [a] [`");
+    }
+
+    #[test]
+    fn the_served_document_has_no_intra_doc_link() {
+        assert!(!super::openapi_json().contains("[`"), "an intra-doc link reached the document");
+    }
 }
