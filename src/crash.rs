@@ -13,7 +13,8 @@
 //!   and `forge` call [`before_effect`](crate::crash::before_effect)).
 //!
 //! - `BATON_CRASH_AT=<point>`: the driver exits (status 137, as a kill would) at one of the
-//!   [`CRASH_POINTS`] it names ([`at_point`]); unlike the numbered hooks it works in every build.
+//!   [`CRASH_POINTS`](crate::crash::CRASH_POINTS) it names
+//!   ([`at_point`](crate::crash::at_point)); unlike the numbered hooks it works in every build.
 //!
 //! Counting is per process, from 1. The kill is `SIGKILL` on itself: no destructor, no flush,
 //! no lock release, exactly like `kill -9`. The attempt shims and agents a driver starts do
