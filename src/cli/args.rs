@@ -1,0 +1,405 @@
+//! The clap definitions of `baton`'s subcommands: the token, approval, audit, agent and
+//! `execute` families and the flags a driver run shares with `baton goal` (the root `Cli` and
+//! its `Command` tree live in the folder's `mod.rs`). Parsing and flag-shape checks only: this
+//! file never runs a command, prints or opens the data directory.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+use crate::runtime;
+use crate::runtime::BadInput;
+
+#[derive(Debug, Subcommand)]
+pub(super) enum TokenCommand {
+    /// Create a token for USER (created with ROLE if new) and print it once. The server stores
+    /// only its hash. A role belongs to the user, not the token: giving an existing user
+    /// another role needs --change-role (and changes every token of theirs).
+    Create {
+        /// User name (1-64 of A-Z a-z 0-9 . _ - @).
+        #[arg(long)]
+        user: String,
+        /// viewer, reviewer, lead or admin.
+        #[arg(long)]
+        role: String,
+        /// What the token is for.
+        #[arg(long, default_value = "")]
+        label: String,
+        /// The user's GitHub login: their `/baton approve` and `/baton reject` issue comments
+        /// decide approvals (webhooks).
+        #[arg(long)]
+        github_login: Option<String>,
+        /// The user's Azure DevOps e-mail (unique name): their `/baton approve` and `/baton
+        /// reject` work-item comments decide approvals (webhooks).
+        #[arg(long)]
+        ado_email: Option<String>,
+        /// Let an existing user's role become ROLE (all their tokens change with it).
+        #[arg(long)]
+        change_role: bool,
+    },
+    /// List tokens, tab-separated: id, user, role, created, state, label (never the tokens).
+    List,
+    /// Revoke a token by its id (from `token list`).
+    Revoke {
+        /// Token id.
+        id: i64,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum ApprovalCommand {
+    /// Print a signed single-use link that decides the pending approval of an execution
+    /// without signing in.
+    Link {
+        /// Execution id.
+        #[arg(long)]
+        task_id: String,
+        /// Who the link is for (recorded as the decider).
+        #[arg(long)]
+        reviewer: String,
+        /// Hours until it expires (1 to 720: 30 days).
+        #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u32).range(1..))]
+        hours: u32,
+        /// The server's address as reviewers reach it (an http or https URL).
+        #[arg(long, default_value = "http://127.0.0.1:8741", value_parser = http_base_url)]
+        base_url: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum AuditCommand {
+    /// Check the hash chain of an execution's journal and the signatures of its decisions.
+    Verify {
+        /// Execution id.
+        task_id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum AgentCommand {
+    /// The deterministic demo agent: prompt on stdin, claude-style stream-json on stdout.
+    Demo,
+}
+
+#[derive(Debug, Args, Clone)]
+pub(super) struct Task {
+    /// Execution id (default: BATON_TASK_ID, then the active execution).
+    #[arg(long, env = "BATON_TASK_ID")]
+    pub(super) task_id: Option<String>,
+}
+
+#[derive(Debug, Args, Clone)]
+pub(super) struct Key {
+    /// Idempotency key (default: derived from the event): the same key twice has one effect.
+    #[arg(long)]
+    pub(super) idempotency_key: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum ExecuteCommand {
+    /// Start an execution of a plan and print the first action.
+    Start {
+        /// Plan file (default: the plan saved by `baton plan --from`).
+        #[arg(long)]
+        plan: Option<PathBuf>,
+    },
+    /// Print the next action (`--all`: every dispatchable step).
+    Next {
+        #[command(flatten)]
+        task: Task,
+        /// Every step that may be dispatched now.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Mark a step dispatched.
+    Dispatched {
+        #[command(flatten)]
+        task: Task,
+        #[command(flatten)]
+        key: Key,
+        /// Step id.
+        #[arg(long)]
+        step_id: String,
+        /// Agent name.
+        #[arg(long)]
+        agent: String,
+    },
+    /// Record a step's result (also a team member's: its member id is the step id;
+    /// `team-record` is accepted as an alias, as agent-baton spells it).
+    #[command(alias = "team-record")]
+    Record {
+        #[command(flatten)]
+        task: Task,
+        #[command(flatten)]
+        key: Key,
+        /// Step id (a team member's id, e.g. 1.1.a, for a member).
+        #[arg(long)]
+        step_id: String,
+        /// A team member's id (agent-baton's `team-record --member-id`): recorded instead of
+        /// --step-id, which then names its team step.
+        #[arg(long)]
+        member_id: Option<String>,
+        /// Agent name.
+        #[arg(long)]
+        agent: String,
+        /// complete | failed | interacting | budget_stopped (a dispatched attempt stopped at
+        /// the budget ceiling).
+        #[arg(long, default_value = "complete")]
+        status: String,
+        /// The agent's outcome text.
+        #[arg(long, default_value = "")]
+        outcome: String,
+        /// Changed files, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        files: Vec<String>,
+        /// Commit hash.
+        #[arg(long, default_value = "")]
+        commit: String,
+        /// Tokens used.
+        #[arg(long, default_value_t = 0)]
+        tokens: u64,
+        /// Cost in USD.
+        #[arg(long, default_value_t = 0.0)]
+        cost: f64,
+        /// Duration in seconds.
+        #[arg(long, default_value_t = 0.0)]
+        duration: f64,
+        /// Error text (failed).
+        #[arg(long, default_value = "")]
+        error: String,
+    },
+    /// Record a gate result.
+    Gate {
+        #[command(flatten)]
+        task: Task,
+        #[command(flatten)]
+        key: Key,
+        /// Phase id.
+        #[arg(long, allow_negative_numbers = true)]
+        phase_id: i64,
+        /// pass | fail | skip (skip: only when the GATE action says it has nothing to run;
+        /// a skipped gate lets the phase go on but is not a pass).
+        #[arg(long)]
+        result: String,
+        /// Gate output (for skip: the reason seen, optional).
+        #[arg(long, default_value = "")]
+        output: String,
+    },
+    /// Record an approval decision.
+    Approve {
+        #[command(flatten)]
+        task: Task,
+        #[command(flatten)]
+        key: Key,
+        /// Phase id.
+        #[arg(long, allow_negative_numbers = true)]
+        phase_id: i64,
+        /// approve | reject | approve-with-feedback.
+        #[arg(long)]
+        result: String,
+        /// Feedback text.
+        #[arg(long, default_value = "")]
+        feedback: String,
+    },
+    /// Answer a feedback question.
+    Feedback {
+        #[command(flatten)]
+        task: Task,
+        #[command(flatten)]
+        key: Key,
+        /// Phase id.
+        #[arg(long, allow_negative_numbers = true)]
+        phase_id: i64,
+        /// Question id.
+        #[arg(long)]
+        question_id: String,
+        /// Chosen option (0-based).
+        #[arg(long)]
+        chosen_index: usize,
+    },
+    /// Reply to an interactive step, or end it.
+    Interact {
+        #[command(flatten)]
+        task: Task,
+        #[command(flatten)]
+        key: Key,
+        /// Step id.
+        #[arg(long)]
+        step_id: String,
+        /// Reply text.
+        #[arg(long, conflicts_with = "complete", required_unless_present = "complete")]
+        input: Option<String>,
+        /// End the interaction with the agent's last output.
+        #[arg(long)]
+        complete: bool,
+    },
+    /// Amend the plan: insert phases, add steps.
+    Amend {
+        #[command(flatten)]
+        task: Task,
+        #[command(flatten)]
+        key: Key,
+        /// Why.
+        #[arg(long)]
+        description: String,
+        /// `NAME:AGENT`: a new phase with one step for AGENT (task = the description).
+        #[arg(long)]
+        add_phase: Vec<String>,
+        /// Insert new phases after this phase id (default: after the current phase).
+        #[arg(long, allow_negative_numbers = true)]
+        after_phase: Option<i64>,
+        /// `PHASE:AGENT:DESC`: a step appended to phase PHASE.
+        #[arg(long)]
+        add_step: Vec<String>,
+    },
+    /// Go on: lift a pause, acknowledge a due CHECKPOINT, and (for an execution an external
+    /// orchestrator drives) offer again the steps it had dispatched; print the next action.
+    Resume {
+        #[command(flatten)]
+        task: Task,
+    },
+    /// Pause: no new dispatches (running agents finish) until `execute resume`.
+    Pause {
+        #[command(flatten)]
+        task: Task,
+    },
+    /// Show an execution's status.
+    Status {
+        #[command(flatten)]
+        task: Task,
+    },
+    /// Finalize an execution whose phases are all done.
+    Complete {
+        #[command(flatten)]
+        task: Task,
+    },
+    /// Cancel an execution.
+    Cancel {
+        #[command(flatten)]
+        task: Task,
+        /// Why.
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Decide an execution parked at its USD ceiling (BUDGET): raise the ceiling or stop.
+    #[command(group = clap::ArgGroup::new("decision").required(true).args(["raise", "stop"]))]
+    Budget {
+        #[command(flatten)]
+        task: Task,
+        #[command(flatten)]
+        key: Key,
+        /// Raise the ceiling by this many USD; the next `execute run` resumes where it stopped.
+        #[arg(long, value_name = "USD")]
+        raise: Option<String>,
+        /// Stop the execution (it is cancelled, with the reason).
+        #[arg(long)]
+        stop: bool,
+    },
+    /// Retry a failed step (reopens a failed execution).
+    RetryStep {
+        #[command(flatten)]
+        task: Task,
+        /// Step id.
+        #[arg(long)]
+        step_id: String,
+    },
+    /// Retry a failed gate (reopens a failed execution).
+    RetryGate {
+        #[command(flatten)]
+        task: Task,
+        /// Phase id.
+        #[arg(long, allow_negative_numbers = true)]
+        phase_id: i64,
+    },
+    /// Skip a step: it counts as done for its dependants.
+    Skip {
+        #[command(flatten)]
+        task: Task,
+        /// Step id.
+        #[arg(long)]
+        step_id: String,
+        /// Why.
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// List executions.
+    List,
+    /// Run a plan headlessly: real agents in worktrees, gates, consolidation on one branch.
+    Run(RunArgs),
+}
+
+/// `baton execute run` flags.
+#[derive(Debug, Args, Clone)]
+pub struct RunArgs {
+    /// Plan file; its task id resumes a live execution.
+    #[arg(long)]
+    pub plan: Option<PathBuf>,
+    /// Execution to resume (instead of --plan).
+    #[arg(long, env = "BATON_TASK_ID")]
+    pub task_id: Option<String>,
+    /// How the run works (shared with `baton goal`).
+    #[command(flatten)]
+    pub flags: RunFlags,
+}
+
+/// The flags of a driver run, shared by `execute run` and `baton goal`.
+#[derive(Debug, Args, Clone, Default)]
+pub struct RunFlags {
+    /// The git repository to work on (its checkout is never modified). Default: the current
+    /// directory for a new execution, the execution's own repository when resuming.
+    #[arg(long)]
+    pub repo: Option<PathBuf>,
+    /// Agent profile for agents that baton.toml maps nowhere: demo | claude | codex | command.
+    /// Default: `claude` for a new execution, the profile it started with when resuming.
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// Base of the feature branch (default: the repository's current branch tip).
+    #[arg(long)]
+    pub base: Option<String>,
+    /// Concurrent agents (default: baton.toml, 3; the plan's resource limits may lower it).
+    #[arg(long)]
+    pub max_parallel: Option<usize>,
+    /// USD ceiling of a new execution, evaluators included (default: BATON_RUN_BUDGET_USD).
+    /// Dispatch stops before a step whose forecast would cross it; the run then exits 3 (BUDGET).
+    #[arg(long, value_name = "USD")]
+    pub max_spend_usd: Option<String>,
+}
+
+impl RunFlags {
+    /// The driver's options for these flags (plan and task id left for the caller).
+    ///
+    /// Errors ([`BadInput`]): `--max-spend-usd` is not a USD amount from 0.01 to 1 000 000.
+    pub fn options(self) -> Result<runtime::driver::RunOptions, BadInput> {
+        let budget = max_spend_flag(self.max_spend_usd.as_deref())?;
+        Ok(runtime::driver::RunOptions {
+            repo: self.repo,
+            agent: self.agent,
+            base: self.base,
+            max_parallel: self.max_parallel,
+            budget,
+            ..runtime::driver::RunOptions::default()
+        })
+    }
+}
+
+/// `--max-spend-usd` (of `execute run` and `baton goal`) as the driver's ceiling and source.
+///
+/// Errors ([`BadInput`]): not a USD amount from 0.01 to 1 000 000.
+fn max_spend_flag(raw: Option<&str>) -> Result<Option<(f64, String)>, BadInput> {
+    raw.map(|raw| {
+        runtime::spend::parse_usd(raw)
+            .map(|usd| (usd, "--max-spend-usd".to_string()))
+            .ok_or_else(|| BadInput(format!("--max-spend-usd {raw:?}: {}", runtime::spend::USD_EXPECTED)))
+    })
+    .transpose()
+}
+
+/// `--base-url`: an absolute http(s) URL (a link printed with another scheme, such as
+/// `javascript:`, would be one a reviewer must never follow).
+fn http_base_url(text: &str) -> Result<String, String> {
+    match url::Url::parse(text) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Ok(text.to_string()),
+        Ok(u) => Err(format!("expected an http or https URL with a host, not a {} URL", u.scheme())),
+        Err(e) => Err(format!("not a URL ({e}); for example https://baton.example.com")),
+    }
+}

@@ -1,0 +1,150 @@
+//! The dispatch of a parsed command line: each `Command` to the file that runs it, with the
+//! small one-shot commands (plan, replay, audit, token, approval link, gc) written here. It
+//! prints results and maps nothing to exit codes itself beyond a command's own verdict; the
+//! work happens in `runtime`.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+
+use super::execute::{execute, operator_service};
+use super::output::EXIT_FAILED;
+use super::plan_file::{check_plan, read_plan};
+use super::serve::serve;
+use super::{daemon, demo, forge, goal};
+use super::{ApprovalCommand, AuditCommand, Cli, Command, TokenCommand};
+use crate::runtime;
+use crate::runtime::config::DataDir;
+use crate::runtime::executions::Executions;
+
+pub(super) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let json = cli.json;
+    match cli.command {
+        Command::Demo => demo::run_demo(&cli.data_dir).await,
+        Command::Goal(args) => goal::run_goal(&cli.data_dir, args, json).await,
+        Command::Plan { from, check } => {
+            let plan = read_plan(&from)?;
+            check_plan(&from, &plan)?;
+            if !check {
+                let data = DataDir::open(&cli.data_dir)?;
+                let dir = data.plans_dir();
+                std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+                let target = dir.join("current.json");
+                let text = serde_json::to_string_pretty(&plan)?;
+                runtime::write_atomic(&target, text.as_bytes())?;
+                outln!(
+                    "plan {} is valid: {} phases, {} steps; saved as {}",
+                    plan.task_id,
+                    plan.phases.len(),
+                    plan.step_count(),
+                    target.display()
+                );
+            } else {
+                outln!("plan {} is valid: {} phases, {} steps", plan.task_id, plan.phases.len(), plan.step_count());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Execute { command } => {
+            let data = DataDir::open(&cli.data_dir)?;
+            execute(data, command, json, cli.as_user.as_deref()).await
+        }
+        Command::Replay { task_id } => {
+            let execs = Executions::open(DataDir::open(&cli.data_dir)?).await?;
+            let rebuilt = execs.replay(&task_id).await?;
+            let stored = execs.get(&task_id).await?;
+            let summary = execs.summary(&task_id).await?;
+            let rebuilt_summary = runtime::executions::summary_of(&rebuilt);
+            let same_state = rebuilt == stored;
+            let same_summary = summary.as_ref() == Some(&rebuilt_summary);
+            outln!(
+                "replayed {} events of {task_id}: status {}, {}/{} steps done",
+                rebuilt.events_applied,
+                rebuilt.status,
+                rebuilt_summary.steps_done,
+                rebuilt_summary.steps_total
+            );
+            outln!("state matches the stored snapshot + journal: {}", if same_state { "yes" } else { "NO" });
+            outln!("summary matches the stored summary: {}", if same_summary { "yes" } else { "NO" });
+            Ok(if same_state && same_summary { ExitCode::SUCCESS } else { ExitCode::from(EXIT_FAILED) })
+        }
+        Command::Audit { command: AuditCommand::Verify { task_id } } => {
+            let data = DataDir::open(&cli.data_dir)?;
+            let execs = Executions::open(data.clone()).await?;
+            let report = execs.verify_chain(&task_id).await?;
+            let chain_ok = report.ok;
+            if report.ok {
+                outln!("journal of {task_id}: {} events, hash chain intact", report.events);
+            } else {
+                outln!(
+                    "journal of {task_id}: {} events, hash chain BROKEN at seq {}",
+                    report.events,
+                    report.first_bad_seq.map_or_else(|| "?".to_string(), |s| s.to_string())
+                );
+            }
+            let key = runtime::auth::ServerKey::load_or_create(&data)?;
+            let d = execs.verify_decisions(&key, &task_id).await?;
+            outln!(
+                "decisions: {} signed and verified, {} unsigned (recorded outside the server), {} with a BAD signature{}",
+                d.signed,
+                d.unsigned,
+                d.bad.len(),
+                if d.bad.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (seq {})", d.bad.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))
+                }
+            );
+            Ok(if chain_ok && d.bad.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_FAILED) })
+        }
+        Command::Token { command } => token_command(&cli.data_dir, command).await,
+        Command::Spec { command } => forge::spec_command(&cli.data_dir, command, cli.json).await,
+        Command::Merge { task_id } => forge::merge_command(&cli.data_dir, &task_id, cli.json).await,
+        Command::Approval { command: ApprovalCommand::Link { task_id, reviewer, hours, base_url } } => {
+            let ops = operator_service(DataDir::open(&cli.data_dir)?).await?;
+            let op = ops.cli_operator(cli.as_user.as_deref()).await?;
+            let token = ops.mint_link(&task_id, &reviewer, i64::from(hours) * 3600, &op).await?;
+            outln!("{}/approve/{token}", base_url.trim_end_matches('/'));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Gc { hours } => {
+            let data = DataDir::open(&cli.data_dir)?;
+            let hours = match hours {
+                Some(h) => h,
+                None => data.config()?.runtime.gc_hours,
+            };
+            let execs = Executions::open(data).await?;
+            let removed = runtime::gc::collect(&execs, hours).await?;
+            outln!("removed {removed} worktrees of final executions older than {hours} h");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Serve { bind, demo, max_agents } => serve(&cli.data_dir, bind, demo, max_agents).await,
+        Command::Daemon { command } => daemon::run(&cli.data_dir, command, json).await,
+        Command::Agent { .. } | Command::Attempt { .. } => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// `baton token create | list | revoke`.
+async fn token_command(data_dir: &Path, command: TokenCommand) -> anyhow::Result<ExitCode> {
+    let execs = Executions::open(DataDir::open(data_dir)?).await?;
+    match command {
+        TokenCommand::Create { user, role, label, github_login, ado_email, change_role } => {
+            let new = runtime::users::NewToken { user, role, label, github_login, ado_email, change_role };
+            let user = new.user.clone();
+            let created = runtime::users::create_token(&execs, new).await?;
+            errln!("token {} for {user} ({}); it is shown once, keep it safe:", created.id, created.role.as_str());
+            outln!("{}", created.token);
+        }
+        TokenCommand::List => {
+            for t in runtime::users::tokens(&execs).await? {
+                let state = t.revoked_at.map_or_else(|| "active".to_string(), |at| format!("revoked {at}"));
+                outln!("{}\t{}\t{}\t{}\t{}\t{}", t.token_id, t.user_name, t.role, t.created_at, state, t.label);
+            }
+        }
+        TokenCommand::Revoke { id } => {
+            runtime::users::revoke(&execs, id).await?;
+            outln!("token {id} revoked");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

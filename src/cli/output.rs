@@ -1,0 +1,82 @@
+//! Exit codes and the printing of actions: the `ACTION:` text form (or JSON) of an action, how
+//! a run ended, and the exit code an action or an error implies. It never decides anything
+//! and never opens the data directory.
+
+use std::process::ExitCode;
+
+use super::wire;
+use crate::engine::EngineError;
+use crate::model::action::{Action, ActionType};
+use crate::runtime;
+use crate::runtime::ops::OpsError;
+use crate::runtime::BadInput;
+use crate::store::StoreError;
+
+/// Exit code: waiting for a human decision.
+pub const EXIT_WAITING: u8 = 3;
+/// Exit code: the execution failed.
+pub const EXIT_FAILED: u8 = 4;
+/// Exit code: usage error or bad input.
+pub const EXIT_BAD_INPUT: u8 = 2;
+
+/// Prints an action (text or JSON) and returns the exit code it implies.
+pub fn print_action(action: &Action, task_id: &str, json: bool) -> ExitCode {
+    if json {
+        outln!("{}", serde_json::to_string_pretty(action).unwrap_or_default());
+    } else {
+        out!("{}", wire::render(action, task_id));
+    }
+    exit_for(action)
+}
+
+/// Prints how a run ended (the action, and the feature branch when complete).
+pub fn print_outcome(outcome: &runtime::driver::RunOutcome, json: bool) -> ExitCode {
+    let code = print_action(&outcome.action, &outcome.task_id, json);
+    if !json && outcome.action.action_type() == ActionType::Complete {
+        outln!("Feature branch: {}", outcome.branch);
+    }
+    code
+}
+
+/// Exit code implied by an action: 3 for a human decision, 4 for FAILED, else 0.
+pub fn exit_for(action: &Action) -> ExitCode {
+    match action.action_type() {
+        ActionType::Approval | ActionType::Feedback | ActionType::Interact | ActionType::Budget => {
+            ExitCode::from(EXIT_WAITING)
+        }
+        ActionType::Failed => ExitCode::from(EXIT_FAILED),
+        ActionType::Dispatch | ActionType::Gate | ActionType::Wait | ActionType::Complete | ActionType::Checkpoint => {
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+/// 2 for a client's mistake, 130 for an interrupted run, 1 for anything else.
+pub(super) fn exit_code_of(e: &anyhow::Error) -> u8 {
+    for cause in e.chain() {
+        if cause.is::<runtime::driver::Interrupted>() {
+            return 130;
+        }
+        if cause.is::<runtime::driver::Parked>() {
+            return EXIT_WAITING;
+        }
+        if let Some(refused) = cause.downcast_ref::<OpsError>() {
+            return match refused {
+                OpsError::Internal(inner) => exit_code_of(inner),
+                _ => EXIT_BAD_INPUT,
+            };
+        }
+        if cause.is::<BadInput>() || cause.is::<EngineError>() || cause.is::<crate::git::GitError>() {
+            return EXIT_BAD_INPUT;
+        }
+        if let Some(s) = cause.downcast_ref::<StoreError>() {
+            if matches!(
+                s,
+                StoreError::NotFound { .. } | StoreError::AlreadyExists { .. } | StoreError::LeaseHeld { .. }
+            ) {
+                return EXIT_BAD_INPUT;
+            }
+        }
+    }
+    1
+}
