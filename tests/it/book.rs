@@ -287,3 +287,103 @@ fn the_book_has_every_api_route() {
         assert!(book().join(chapter).exists(), "docs/src/{chapter} is missing");
     }
 }
+
+/// mdBook's anchor for a heading: lowercase, spaces to `-`, punctuation other than `-` and `_`
+/// dropped.
+fn heading_anchor(text: &str) -> String {
+    text.trim()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c.to_ascii_lowercase()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `(links, anchors)` of one Markdown file: every link destination, and the anchors of its
+/// headings.
+fn links_and_anchors(markdown: &str) -> (Vec<String>, Vec<String>) {
+    use pulldown_cmark::{Event, Parser, Tag, TagEnd};
+    let (mut links, mut anchors) = (Vec::new(), Vec::new());
+    let mut heading: Option<String> = None;
+    for event in Parser::new(markdown) {
+        match event {
+            Event::Start(Tag::Link { dest_url, .. }) | Event::Start(Tag::Image { dest_url, .. }) => {
+                links.push(dest_url.to_string())
+            }
+            Event::Start(Tag::Heading { .. }) => heading = Some(String::new()),
+            Event::Text(text) | Event::Code(text) => {
+                if let Some(h) = heading.as_mut() {
+                    h.push_str(&text)
+                }
+            }
+            Event::End(TagEnd::Heading(_)) => anchors.extend(heading.take().map(|h| heading_anchor(&h))),
+            _ => {}
+        }
+    }
+    (links, anchors)
+}
+
+/// Every relative link in the book lands on a file of the book (mdBook publishes `docs/src`
+/// only, so `../../README.md` is dead on the published site) and every `#anchor` on a heading of
+/// its target.
+#[test]
+fn every_link_in_the_book_lands() {
+    let root = book();
+    let mut pages = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            pages.insert(name, links_and_anchors(&std::fs::read_to_string(&path).unwrap()));
+        }
+    }
+    let mut dead = Vec::new();
+    for (page, (links, _)) in &pages {
+        for link in links {
+            if link.contains("://") || link.starts_with("mailto:") {
+                continue;
+            }
+            let (file, anchor) = link.split_once('#').unwrap_or((link, ""));
+            let target = if file.is_empty() { page.as_str() } else { file };
+            if target.contains('/') || !root.join(target).is_file() {
+                dead.push(format!("{page}: {link} (no such page in docs/src)"));
+                continue;
+            }
+            if !anchor.is_empty() {
+                let Some((_, anchors)) = pages.get(target) else {
+                    continue;
+                };
+                if !anchors.iter().any(|a| a == anchor) {
+                    dead.push(format!("{page}: {link} (no heading with that anchor)"));
+                }
+            }
+        }
+    }
+    assert!(dead.is_empty(), "dead links in the book:\n{}", dead.join("\n"));
+}
+
+#[test]
+fn the_link_check_reads_links_and_anchors_as_mdbook_does() {
+    let (links, anchors) = links_and_anchors("# How a run `stays` safe!\n\nSee [x](a.md#b) and ![p](p.png).\n");
+    assert_eq!(links, ["a.md#b", "p.png"]);
+    assert_eq!(anchors, ["how-a-run-stays-safe"]);
+}
+
+/// The README's relative links and pictures name files of the repository.
+#[test]
+fn every_link_in_the_readme_lands() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (links, anchors) = links_and_anchors(&std::fs::read_to_string(repo.join("README.md")).unwrap());
+    let dead: Vec<_> = links
+        .iter()
+        .filter(|l| !l.contains("://") && !l.starts_with("mailto:"))
+        .filter(|l| match l.split_once('#') {
+            Some(("", anchor)) => !anchors.iter().any(|a| a == anchor),
+            Some((file, _)) => !repo.join(file).exists(),
+            None => !repo.join(l.as_str()).exists(),
+        })
+        .collect();
+    assert!(dead.is_empty(), "dead links in README.md: {dead:?}");
+}
