@@ -12,10 +12,6 @@ use super::gate::{stop_orphan_gate, GATE_PGID_FILE};
 use super::launch::{LaunchMeta, META_FILE};
 use super::{Driver, Finished, LiveAttempt};
 
-/// How long recovery waits for an attempt whose shim has not taken its lock (a driver that died
-/// while launching it) before launching it again.
-const NOT_STARTED_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
-
 /// The dispatched attempts of the current phase (team members included): (step id, attempt).
 fn dispatched(state: &ExecutionState) -> Vec<(String, u32)> {
     let Some(phase) = state.current() else { return Vec::new() };
@@ -64,15 +60,12 @@ impl Driver {
                 continue;
             };
             let mut found = shim::inspect(&dir)?;
-            if matches!(found, AttemptState::NotStarted) {
-                // A driver that died inside `launch` may have left a shim that has not taken its
-                // lock yet: give it the time `launch` would have, before running the attempt
-                // again in the same worktree.
-                let waiting = crate::clock::Stopwatch::start();
-                while matches!(found, AttemptState::NotStarted) && waiting.elapsed() < NOT_STARTED_GRACE {
-                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                    found = shim::inspect(&dir)?;
-                }
+            // A driver that died inside `launch` may have left a shim that has not taken its
+            // lock yet (on a busy machine it can take seconds). No grace period is long enough
+            // for sure: abandon the run directory under the shim's own lock instead, so either
+            // the shim holds it now (running: re-adopt it) or it will never start the agent.
+            if matches!(found, AttemptState::NotStarted) && !shim::abandon(&dir)? {
+                found = shim::inspect(&dir)?;
             }
             // A worktree deleted while baton was down: stop the attempt and run it again.
             if let Some(why) = crate::runtime::agent::interrupt::interrupt_if_worktree_lost(&dir, &found).await? {

@@ -18,8 +18,8 @@ use nix::unistd::Pid;
 
 use super::records::{write_atomic, AttemptSpec, ExitRecord, StartedRecord};
 use super::{
-    ATTEMPT_FILE, EXIT_FILE, KILL_GRACE, LOCK_FILE, SHIM_EXIT_ALREADY_USED, SHIM_EXIT_FAILED, SHIM_EXIT_RECORDED,
-    STARTED_FILE, STDERR_FILE, STDOUT_FILE,
+    ABANDONED_FILE, ATTEMPT_FILE, EXIT_FILE, KILL_GRACE, LOCK_FILE, SHIM_EXIT_ALREADY_USED, SHIM_EXIT_FAILED,
+    SHIM_EXIT_RECORDED, STARTED_FILE, STDERR_FILE, STDOUT_FILE,
 };
 use crate::clock::{now_rfc3339, Stopwatch};
 use crate::runtime::agent::final_event::FinalWatcher;
@@ -31,7 +31,8 @@ const TICK: Duration = Duration::from_millis(100);
 /// Why [`supervise`] returned without an exit record.
 #[derive(Debug, thiserror::Error)]
 pub enum SuperviseError {
-    /// Another shim already ran (or is running) in this run directory; nothing was started.
+    /// Another shim already ran (or is running) in this run directory, or recovery abandoned it
+    /// (see [`abandon`](fn@super::abandon)); nothing was started.
     #[error("run directory {0} was already used by another shim")]
     AlreadyUsed(PathBuf),
     /// The lock or the exit record could not be handled.
@@ -68,6 +69,7 @@ pub fn run_shim(run_dir: &Path) -> ExitCode {
 /// the agent (unreadable `attempt.json`, missing binary or working directory, unreadable prompt)
 /// becomes an exit record with `spawn_error`, so the attempt is harvestable. Errors with
 /// [`SuperviseError::AlreadyUsed`] if the run directory already has `started.json` or `exit.json`,
+/// or was [`abandon`](fn@super::abandon)ed,
 /// and with [`SuperviseError::Other`] if the lock or the exit record cannot be written.
 ///
 /// In-process, it neither makes the caller a child subreaper nor moves it into a cgroup (both
@@ -89,7 +91,8 @@ fn supervise_as(run_dir: &Path, detached: bool) -> Result<ExitRecord, SuperviseE
     let _lock = Flock::lock(lock_file, FlockArg::LockExclusive)
         .map_err(|(_, errno)| anyhow!("locking {}: {errno}", run_dir.display()))?;
 
-    if run_dir.join(STARTED_FILE).exists() || run_dir.join(EXIT_FILE).exists() {
+    if run_dir.join(STARTED_FILE).exists() || run_dir.join(EXIT_FILE).exists() || run_dir.join(ABANDONED_FILE).exists()
+    {
         return Err(SuperviseError::AlreadyUsed(run_dir.to_path_buf()));
     }
 

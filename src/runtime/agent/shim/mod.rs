@@ -17,11 +17,13 @@
 //! and re-exports the pieces; it holds no logic. The children, one job each: [`records`] (the
 //! on-disk attempt records: spec, started, exit; atomic writes and reads), [`lifecycle`] (the
 //! `baton __attempt` process's entry and the agent's supervision), [`inspect`](mod@inspect)
-//! (reading an attempt's state, waiting for it), [`kill`] (killing an attempt's processes) and
+//! (reading an attempt's state, waiting for it), [`abandon`](mod@abandon) (giving up a run
+//! directory whose shim never started), [`kill`] (killing an attempt's processes) and
 //! [`launch`](mod@launch) (starting the detached shim).
 
 use std::time::Duration;
 
+pub mod abandon;
 pub mod inspect;
 pub mod kill;
 pub mod launch;
@@ -30,6 +32,7 @@ pub mod records;
 #[cfg(test)]
 mod tests;
 
+pub use abandon::abandon;
 pub use inspect::{inspect, wait_until_finished, AttemptState, WaitError};
 pub use kill::kill_attempt;
 pub use launch::{launch, LaunchedAttempt, SHIM_LOCK_WAIT};
@@ -45,6 +48,9 @@ pub const ATTEMPT_FILE: &str = "attempt.json";
 pub const STARTED_FILE: &str = "started.json";
 /// Name of the final record the shim writes when the attempt is over (JSON, [`ExitRecord`]).
 pub const EXIT_FILE: &str = "exit.json";
+/// Name of the mark [`abandon`](fn@abandon) leaves in a run directory whose shim never started: a shim
+/// that finds it once it holds the lock exits without starting the agent.
+pub const ABANDONED_FILE: &str = "abandoned.json";
 /// Name of the lock file the shim holds an exclusive `flock` on for its whole life.
 pub const LOCK_FILE: &str = "lock";
 /// Name of the file that receives the agent's stdout.

@@ -363,3 +363,31 @@ fn launch_requires_a_prepared_run_dir() {
     let tmp = tempfile::tempdir().unwrap();
     assert!(launch(Path::new("/bin/true"), tmp.path()).is_err());
 }
+
+/// Issue 15: a shim that reaches its lock after recovery gave up on it (a slow exec on a busy
+/// machine) must not run the agent a second time.
+#[test]
+fn a_shim_that_starts_after_its_run_dir_was_abandoned_runs_nothing() {
+    let (tmp, run) = prepared(&["touch", "ran"], 0);
+    assert!(abandon(&run).unwrap(), "a never-started run dir is abandoned");
+    assert!(abandon(&run).unwrap(), "abandoning twice is harmless (recovery may crash in between)");
+    assert!(matches!(supervise(&run), Err(SuperviseError::AlreadyUsed(_))));
+    assert!(!tmp.path().join("work/ran").exists(), "the agent never started");
+    assert!(read_started(&run).unwrap().is_none());
+    assert_eq!(inspect(&run).unwrap(), AttemptState::NotStarted);
+}
+
+#[test]
+fn a_running_or_finished_attempt_is_never_abandoned() {
+    let (_tmp, run) = prepared(&["sleep", "30"], 0);
+    let shim = {
+        let run = run.clone();
+        std::thread::spawn(move || supervise(&run))
+    };
+    wait_for_running(&run);
+    assert!(!abandon(&run).unwrap(), "a shim holds the lock: the attempt is running");
+    assert!(kill_attempt(&run).unwrap());
+    shim.join().unwrap().unwrap();
+    assert!(!abandon(&run).unwrap(), "a finished attempt is harvested, not abandoned");
+    assert!(!run.join(ABANDONED_FILE).exists());
+}
