@@ -1,8 +1,8 @@
 //! Specs: the spec lifecycle as a pure transition table, and where a spec stands on the board.
 //!
 //! The lifecycle is DESIGN.md §6: `draft | imported → enriched → in_review → approved | bounced
-//! → executing → awaiting_human ⇄ validating → changelist_review → merged`, plus `failed` and
-//! `cancelled`. The store keeps only the statuses a human moves a spec through
+//! → executing → awaiting_human ⇄ validating → changelist_review → merged`, plus `failed`,
+//! `cancelled` and `closed_unmerged` (its pull request was closed without merging). The store keeps only the statuses a human moves a spec through
 //! ([`SpecStatus`]); once a spec is fired, where it stands (executing, awaiting human,
 //! validating, changelist review, failed) is read from its execution's summary
 //! ([`SpecStage::of`]). This module never does IO.
@@ -33,10 +33,12 @@ pub enum SpecStatus {
     Merged,
     /// Cancelled by an operator (final).
     Cancelled,
+    /// Its pull request was closed on the forge without being merged (final; issue 19.5).
+    ClosedUnmerged,
 }
 
 /// Every stored status, in lifecycle order.
-pub const SPEC_STATUSES: [SpecStatus; 9] = [
+pub const SPEC_STATUSES: [SpecStatus; 10] = [
     SpecStatus::Draft,
     SpecStatus::Imported,
     SpecStatus::Enriched,
@@ -46,6 +48,7 @@ pub const SPEC_STATUSES: [SpecStatus; 9] = [
     SpecStatus::Executing,
     SpecStatus::Merged,
     SpecStatus::Cancelled,
+    SpecStatus::ClosedUnmerged,
 ];
 
 impl SpecStatus {
@@ -61,6 +64,7 @@ impl SpecStatus {
             SpecStatus::Executing => "executing",
             SpecStatus::Merged => "merged",
             SpecStatus::Cancelled => "cancelled",
+            SpecStatus::ClosedUnmerged => "closed_unmerged",
         }
     }
 
@@ -69,9 +73,9 @@ impl SpecStatus {
         SPEC_STATUSES.into_iter().find(|st| st.as_str() == s)
     }
 
-    /// Merged and cancelled specs accept no action.
+    /// Merged, cancelled and closed-unmerged specs accept no action.
     pub fn is_final(self) -> bool {
-        matches!(self, SpecStatus::Merged | SpecStatus::Cancelled)
+        matches!(self, SpecStatus::Merged | SpecStatus::Cancelled | SpecStatus::ClosedUnmerged)
     }
 }
 
@@ -109,6 +113,8 @@ pub enum SpecAction {
     Reimport,
     /// Its pull request was merged on the forge.
     Merged,
+    /// Its pull request was closed on the forge without being merged.
+    ClosedUnmerged,
 }
 
 impl SpecAction {
@@ -126,6 +132,7 @@ impl SpecAction {
             SpecAction::Cancel => "cancel",
             SpecAction::Reimport => "reimport",
             SpecAction::Merged => "merged",
+            SpecAction::ClosedUnmerged => "closed_unmerged",
         }
     }
 }
@@ -156,6 +163,7 @@ pub fn rule(action: SpecAction) -> (&'static [SpecStatus], SpecStatus) {
         SpecAction::Cancel => (&[Draft, Imported, Enriched, InReview, Approved, Bounced, Executing], Cancelled),
         SpecAction::Reimport => (&[Draft, Imported, Enriched, InReview, Bounced], Imported),
         SpecAction::Merged => (&[Executing], Merged),
+        SpecAction::ClosedUnmerged => (&[Executing], ClosedUnmerged),
     }
 }
 
@@ -190,6 +198,8 @@ pub enum SpecStage {
     ChangelistReview,
     /// Merged.
     Merged,
+    /// Its pull request was closed without merging.
+    ClosedUnmerged,
     /// Its execution failed.
     Failed,
     /// Cancelled (shown in the archive, not on the board).
@@ -197,7 +207,7 @@ pub enum SpecStage {
 }
 
 /// The board's columns in order (cancelled specs are archived, not a column).
-pub const BOARD_STAGES: [SpecStage; 8] = [
+pub const BOARD_STAGES: [SpecStage; 9] = [
     SpecStage::Queued,
     SpecStage::InReview,
     SpecStage::Executing,
@@ -205,6 +215,7 @@ pub const BOARD_STAGES: [SpecStage; 8] = [
     SpecStage::Validating,
     SpecStage::ChangelistReview,
     SpecStage::Merged,
+    SpecStage::ClosedUnmerged,
     SpecStage::Failed,
 ];
 
@@ -220,6 +231,7 @@ impl SpecStage {
             | SpecStatus::Bounced => SpecStage::Queued,
             SpecStatus::InReview => SpecStage::InReview,
             SpecStatus::Merged => SpecStage::Merged,
+            SpecStatus::ClosedUnmerged => SpecStage::ClosedUnmerged,
             SpecStatus::Cancelled => SpecStage::Cancelled,
             SpecStatus::Executing => match execution_status {
                 Some("approval_pending" | "feedback_pending" | "budget_exceeded") => SpecStage::AwaitingHuman,
@@ -242,6 +254,7 @@ impl SpecStage {
             SpecStage::Validating => "validating",
             SpecStage::ChangelistReview => "changelist_review",
             SpecStage::Merged => "merged",
+            SpecStage::ClosedUnmerged => "closed_unmerged",
             SpecStage::Failed => "failed",
             SpecStage::Cancelled => "cancelled",
         }
@@ -257,6 +270,7 @@ impl SpecStage {
             SpecStage::Validating => "Validating",
             SpecStage::ChangelistReview => "Changelist review",
             SpecStage::Merged => "Merged",
+            SpecStage::ClosedUnmerged => "Closed unmerged",
             SpecStage::Failed => "Failed",
             SpecStage::Cancelled => "Archive",
         }
@@ -265,6 +279,60 @@ impl SpecStage {
     /// Parses [`SpecStage::as_str`]'s strings.
     pub fn parse(s: &str) -> Option<SpecStage> {
         BOARD_STAGES.into_iter().chain([SpecStage::Cancelled]).find(|st| st.as_str() == s)
+    }
+}
+
+/// Where a spec's pull request stands on the forge, as Baton learns it from webhooks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PullState {
+    /// Opened and not closed yet.
+    Open,
+    /// Merged (the spec is `merged`).
+    Merged,
+    /// Closed without merging (the spec is `closed_unmerged`).
+    ClosedUnmerged,
+}
+
+/// An execution's pull request: what its card, its page and the API show (issue 19.5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PullRequest {
+    /// Its number (GitHub) or id (Azure DevOps).
+    pub number: i64,
+    /// Its web address.
+    pub url: String,
+    /// Where it stands.
+    pub state: PullState,
+}
+
+impl PullState {
+    /// The wire string (`open`, `merged`, `closed_unmerged`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PullState::Open => "open",
+            PullState::Merged => "merged",
+            PullState::ClosedUnmerged => "closed_unmerged",
+        }
+    }
+}
+
+impl PullRequest {
+    /// The pull request opened as `number` at `url` for a spec in `status` (its state follows
+    /// the spec: merged and closed-unmerged are recorded there by the forges' webhooks); `None`
+    /// before one was opened (no number or an empty address).
+    pub fn of(status: Option<SpecStatus>, number: Option<i64>, url: Option<&str>) -> Option<PullRequest> {
+        let (number, url) = (number?, url.filter(|u| !u.is_empty())?);
+        let state = match status {
+            Some(SpecStatus::Merged) => PullState::Merged,
+            Some(SpecStatus::ClosedUnmerged) => PullState::ClosedUnmerged,
+            _ => PullState::Open,
+        };
+        Some(PullRequest { number, url: url.to_string(), state })
+    }
+
+    /// `#12 open`, `#12 merged`, `#12 closed unmerged`: the card's and page's words.
+    pub fn label(&self) -> String {
+        format!("#{} {}", self.number, self.state.as_str().replace('_', " "))
     }
 }
 
@@ -292,7 +360,7 @@ mod tests {
 
     #[test]
     fn final_specs_refuse_every_action_and_name_their_status() {
-        for status in [SpecStatus::Merged, SpecStatus::Cancelled] {
+        for status in [SpecStatus::Merged, SpecStatus::Cancelled, SpecStatus::ClosedUnmerged] {
             for a in [SpecAction::Edit, SpecAction::Enrich, SpecAction::Approve, SpecAction::Fire, SpecAction::Cancel] {
                 let err = transition(status, a).expect_err("final");
                 assert_eq!(err.current, status);
@@ -343,5 +411,18 @@ mod tests {
         for s in SPEC_STATUSES {
             assert_eq!(SpecStatus::parse(s.as_str()), Some(s));
         }
+    }
+
+    #[test]
+    fn a_pull_request_stands_where_its_spec_does() {
+        let url = Some("https://github.com/o/r/pull/7");
+        assert_eq!(PullRequest::of(Some(SpecStatus::Executing), None, url), None);
+        assert_eq!(PullRequest::of(Some(SpecStatus::Executing), Some(7), Some("")), None);
+        let open = PullRequest::of(Some(SpecStatus::Executing), Some(7), url).expect("opened");
+        assert_eq!((open.state, open.label().as_str()), (PullState::Open, "#7 open"));
+        let merged = PullRequest::of(Some(SpecStatus::Merged), Some(7), url).expect("opened");
+        assert_eq!(merged.state, PullState::Merged);
+        let closed = PullRequest::of(Some(SpecStatus::ClosedUnmerged), Some(7), url).expect("opened");
+        assert_eq!(closed.label(), "#7 closed unmerged");
     }
 }

@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use crate::model::spec::{SpecStage, SpecStatus, BOARD_STAGES};
+use crate::model::spec::{PullRequest, SpecStage, SpecStatus, BOARD_STAGES};
 use crate::runtime::executions::Executions;
 use crate::runtime::specs::SpecError;
 use crate::store::CardRow;
@@ -97,6 +97,8 @@ pub struct Card {
     pub waiting_since: String,
     /// What its open execution is doing (executing, validating or awaiting a human).
     pub live: Option<CardLive>,
+    /// Its execution's pull request, once opened, and where it stands.
+    pub pull_request: Option<PullRequest>,
 }
 
 /// What an open execution is doing, for its card.
@@ -232,7 +234,9 @@ pub fn card(row: CardRow) -> Card {
         Some(at) if open => at.clone(),
         _ => row.updated_at.clone(),
     };
+    let pull_request = PullRequest::of(SpecStatus::parse(&row.status), row.pr_number, row.pr_url.as_deref());
     Card {
+        pull_request,
         waiting_since: if waits.is_some() { since } else { String::new() },
         live,
         waits_for: waits,

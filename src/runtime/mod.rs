@@ -19,6 +19,7 @@ pub mod merge;
 pub mod ops;
 pub mod pool;
 pub mod portfolio;
+pub mod pulls;
 pub mod report;
 pub mod review;
 pub mod runs;

@@ -541,14 +541,27 @@ impl Specs {
         Ok(ImportOutcome::Updated { spec, changed })
     }
 
-    /// Marks the spec fired as `task_id` merged (its pull request `pr_url` was merged); `None`
-    /// when no spec was fired as `task_id`.
+    /// Marks the spec fired as `task_id` `merged` (its pull request `pr_url` was merged) or
+    /// `closed_unmerged` (it was closed without merging); `None` when no spec was fired as
+    /// `task_id`. Callers go through [`crate::runtime::pulls::pull_request_ended`], which
+    /// checks the pull request belongs to the spec's project.
     ///
     /// Errors: the spec is not `executing` (conflict); the database.
-    pub async fn mark_merged(&self, task_id: &str, pr_url: &str, actor: &str) -> Result<Option<SpecRow>, SpecError> {
+    pub async fn mark_pull_ended(
+        &self,
+        task_id: &str,
+        pr_url: &str,
+        merged: bool,
+        actor: &str,
+    ) -> Result<Option<SpecRow>, SpecError> {
         let Some(row) = self.execs.store().spec_of_execution(task_id).await? else { return Ok(None) };
-        let change = SpecChange { reason: format!("merged: {pr_url}"), ..SpecChange::default() };
-        Ok(Some(self.change(&row, SpecAction::Merged, actor, change).await?))
+        let (action, reason) = if merged {
+            (SpecAction::Merged, format!("merged: {pr_url}"))
+        } else {
+            (SpecAction::ClosedUnmerged, format!("closed without merging: {pr_url}"))
+        };
+        let change = SpecChange { reason, ..SpecChange::default() };
+        Ok(Some(self.change(&row, action, actor, change).await?))
     }
 
     /// The spend ledger's history and the price table, for a forecast.

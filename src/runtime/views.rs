@@ -1,11 +1,12 @@
 //! What the doors show: the read side of executions (list, summary, journal, pause flag,
-//! merge), the approvals queue and its rule (which statuses wait for which human), the
+//! merge, pull request), the approvals queue and its rule (which statuses wait for which human), the
 //! board's change counter, `/metrics` totals and the readiness probe.
 //!
 //! These are [`Executions`] methods so a door reads through the execution service and never
 //! through the store. Nothing here writes; nothing here decides (decisions are
 //! `runtime::ops`).
 
+use crate::model::spec::{PullRequest, SpecStatus};
 use crate::runtime::executions::Executions;
 use crate::store::{ExecutionRow, MergeRow, MetricTotals, ProjectRow, SpecRow, StoredEvent, Summary};
 
@@ -84,6 +85,16 @@ impl Executions {
     /// Errors: the database.
     pub async fn merge_row(&self, task_id: &str) -> anyhow::Result<Option<MergeRow>> {
         Ok(self.store().merge(task_id).await?)
+    }
+
+    /// `task_id`'s pull request once opened, and where it stands (its spec's status says merged
+    /// or closed unmerged, see [`PullRequest::of`]); `None` before one was opened.
+    ///
+    /// Errors: the database.
+    pub async fn pull_request(&self, task_id: &str) -> anyhow::Result<Option<PullRequest>> {
+        let Some(row) = self.store().merge(task_id).await? else { return Ok(None) };
+        let status = self.store().spec_of_execution(task_id).await?.and_then(|s| SpecStatus::parse(&s.status));
+        Ok(PullRequest::of(status, row.pr_number, Some(&row.pr_url)))
     }
 
     /// The spec `task_id` was fired from, if any.

@@ -137,6 +137,10 @@ pub struct CardRow {
     pub ceiling_usd: Option<f64>,
     /// The attempts running now, one `"<step> <agent>"` a line, by step (empty when none).
     pub running: Option<String>,
+    /// Its pull request's number (GitHub) or id (Azure DevOps), once opened (`merges`).
+    pub pr_number: Option<i64>,
+    /// Its pull request's web address, once opened (`merges`; empty before).
+    pub pr_url: Option<String>,
 }
 
 /// An execution in one of the statuses asked for, with its spec's title
@@ -464,9 +468,10 @@ impl Store {
              e.updated_at as execution_updated_at, l.forecast_usd as execution_forecast_usd, l.ceiling_usd, \
              (select group_concat(r.step_id || ' ' || r.agent_name, char(10)) from \
                (select step_id, agent_name from execution_running where task_id = s.task_id and running = 1 \
-                order by step_id) r) as running \
+                order by step_id) r) as running, m.pr_number, m.pr_url \
              from specs s left join executions e on e.task_id = s.task_id \
              left join execution_live l on l.task_id = s.task_id \
+             left join merges m on m.task_id = s.task_id and m.pr_url != '' \
              where (?1 is null or s.project = ?1) \
                and ((?2 = 1) = (s.status = 'cancelled' or coalesce(e.status, '') = 'cancelled'))"
         );

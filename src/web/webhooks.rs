@@ -26,7 +26,8 @@ use crate::model::state::ApprovalDecision;
 use crate::runtime::forge::ForgeItem;
 use crate::runtime::intake::{self, DeliveryKind};
 use crate::runtime::ops::Operator;
-use crate::runtime::specs::{ImportOutcome, SpecError};
+use crate::runtime::pulls::{self, PullEnded, PullOutcome, PullRepo};
+use crate::runtime::specs::ImportOutcome;
 use crate::web::error::AppError;
 use crate::web::AppState;
 
@@ -387,43 +388,39 @@ fn ado_identity_email(v: Option<&Value>) -> &str {
     }
 }
 
-/// `git.pullrequest.merged` of a `baton/<task_id>` branch in the project's repository, merged
-/// (`mergeStatus: succeeded` or `status: completed`) → the spec is merged.
-async fn ado_pull_request_merged(app: &AppState, resource: &Value) -> Result<Handled, AppError> {
+/// `git.pullrequest.merged` (merged: `mergeStatus: succeeded` or `status: completed`) and
+/// `git.pullrequest.updated` with `status: abandoned` (closed without merging) → read into a
+/// [`PullEnded`] for [`pulls::pull_request_ended`], which decides; other updates are ignored.
+async fn ado_pull_request(app: &AppState, event: &str, resource: &Value) -> Result<Handled, AppError> {
     let id = resource.get("pullRequestId").and_then(Value::as_i64).unwrap_or_default();
-    let merged = text(resource, "/mergeStatus") == "succeeded" || text(resource, "/status") == "completed";
-    if !merged {
-        return Ok(ignored(format!("pull request {id} is not merged")));
-    }
-    let source = text(resource, "/sourceRefName");
-    let Some(task_id) = source.strip_prefix("refs/heads/baton/").filter(|t| !t.is_empty()) else {
-        return Ok(ignored(format!("pull request {id} ({source}) is not from a baton/<task_id> branch")));
+    let status = text(resource, "/status");
+    let merged = match event {
+        "git.pullrequest.merged" if text(resource, "/mergeStatus") == "succeeded" || status == "completed" => true,
+        "git.pullrequest.updated" if status == "abandoned" => false,
+        _ => return Ok(ignored(format!("pull request {id} is neither merged nor abandoned ({status})"))),
     };
-    let Some(spec) = app.execs.spec_of(task_id).await? else {
-        return Ok(ignored(format!("no spec was fired as {task_id}")));
-    };
-    let project = app.execs.project_of(task_id).await?;
-    let (repo_project, repo_name) = (text(resource, "/repository/project/name"), text(resource, "/repository/name"));
-    let linked = project.and_then(|p| crate::forge::RepoRef::parse(&p.forge_repo).ok()).is_some_and(|r| match r {
-        crate::forge::RepoRef::Ado { project, repository, .. } => {
-            project.eq_ignore_ascii_case(repo_project) && repository.eq_ignore_ascii_case(repo_name)
-        }
-        crate::forge::RepoRef::GitHub { .. } => false,
-    });
-    if !linked {
-        return Ok(ignored(format!(
-            "spec {} belongs to project {}, which is not {repo_project}/{repo_name}",
-            spec.spec_id, spec.project
-        )));
-    }
     let web = text(resource, "/repository/webUrl");
-    let pr_url = if web.is_empty() { format!("pull request {id}") } else { format!("{web}/pullrequest/{id}") };
-    match app.specs.mark_merged(task_id, &pr_url, "ado").await {
-        Ok(Some(row)) => Ok((StatusCode::OK, json!({ "spec_id": row.spec_id, "status": row.status }))),
-        Ok(None) => Ok(ignored(format!("no spec was fired as {task_id}"))),
-        Err(SpecError::Conflict { message, .. }) => Ok(ignored(message)),
-        Err(e) => Err(e.into()),
-    }
+    let url = if web.is_empty() { String::new() } else { format!("{web}/pullrequest/{id}") };
+    let ended = PullEnded {
+        repo: PullRepo::Ado {
+            project: text(resource, "/repository/project/name"),
+            repository: text(resource, "/repository/name"),
+        },
+        number: id,
+        head: text(resource, "/sourceRefName"),
+        merged,
+        url: &url,
+        actor: "ado",
+    };
+    pull_answer(pulls::pull_request_ended(&app.execs, &app.specs, &ended).await?)
+}
+
+/// The webhook's answer for what [`pulls::pull_request_ended`] did.
+fn pull_answer(outcome: PullOutcome) -> Result<Handled, AppError> {
+    Ok(match outcome {
+        PullOutcome::Changed(row) => (StatusCode::OK, json!({ "spec_id": row.spec_id, "status": row.status })),
+        PullOutcome::Ignored(why) => ignored(why),
+    })
 }
 
 /// `workitem.commented`: a `/baton approve` or `/baton reject <reason>` comment (the
@@ -446,31 +443,18 @@ async fn ado_comment(app: &AppState, delivery: &str, resource: &Value) -> Result
     decide(app, &decided, &user, decision, feedback).await
 }
 
+/// `pull_request` `closed`, merged or not → read into a [`PullEnded`] for
+/// [`pulls::pull_request_ended`], which decides.
 async fn pull_request_closed(app: &AppState, p: &Value, actor: &str) -> Result<Handled, AppError> {
-    let number = p.pointer("/pull_request/number").and_then(Value::as_i64).unwrap_or_default();
-    if p.pointer("/pull_request/merged").and_then(Value::as_bool) != Some(true) {
-        return Ok(ignored(format!("pull request #{number} was closed without merging")));
-    }
-    let head = text(p, "/pull_request/head/ref");
-    let Some(task_id) = head.strip_prefix("baton/").filter(|t| !t.is_empty()) else {
-        return Ok(ignored(format!("pull request #{number} ({head}) is not a baton/<task_id> branch")));
+    let ended = PullEnded {
+        repo: PullRepo::GitHub(text(p, "/repository/full_name")),
+        number: p.pointer("/pull_request/number").and_then(Value::as_i64).unwrap_or_default(),
+        head: text(p, "/pull_request/head/ref"),
+        merged: p.pointer("/pull_request/merged").and_then(Value::as_bool) == Some(true),
+        url: text(p, "/pull_request/html_url"),
+        actor,
     };
-    let Some(spec) = app.execs.spec_of(task_id).await? else {
-        return Ok(ignored(format!("no spec was fired as {task_id}")));
-    };
-    let repo = text(p, "/repository/full_name");
-    let project = app.execs.project_of(task_id).await?;
-    let linked = |forge_repo: &str| forge_repo.trim().trim_start_matches("github:").eq_ignore_ascii_case(repo);
-    if !project.is_some_and(|pr| linked(&pr.forge_repo)) {
-        return Ok(ignored(format!("spec {} belongs to project {}, which is not {repo}", spec.spec_id, spec.project)));
-    }
-    let pr_url = text(p, "/pull_request/html_url");
-    match app.specs.mark_merged(task_id, pr_url, actor).await {
-        Ok(Some(row)) => Ok((StatusCode::OK, json!({ "spec_id": row.spec_id, "status": row.status }))),
-        Ok(None) => Ok(ignored(format!("no spec was fired as {task_id}"))),
-        Err(SpecError::Conflict { message, .. }) => Ok(ignored(message)),
-        Err(e) => Err(e.into()),
-    }
+    pull_answer(pulls::pull_request_ended(&app.execs, &app.specs, &ended).await?)
 }
 
 /// Decodes standard base64 (with or without padding); `None` when malformed.
@@ -565,7 +549,7 @@ async fn ado_event(app: &AppState, p: &Value) -> Result<Handled, AppError> {
         "workitem.created" => false,
         "workitem.updated" => true,
         "workitem.commented" => return ado_comment(app, text(p, "/id"), resource).await,
-        "git.pullrequest.merged" => return ado_pull_request_merged(app, resource).await,
+        "git.pullrequest.merged" | "git.pullrequest.updated" => return ado_pull_request(app, event, resource).await,
         _ => return Ok(ignored(format!("event {event} is not handled"))),
     };
     let fields = if updated { resource.pointer("/revision/fields") } else { resource.get("fields") };

@@ -420,6 +420,41 @@ async fn a_webhook_imported_issue_ends_as_a_pull_request_and_a_redelivery_change
     assert!(pr["body"].as_str().unwrap().contains("https://github.com/lumen-labs/lantern/issues/7"), "{pr}");
     assert!(pr["body"].as_str().unwrap().contains("## Commits"), "{pr}");
     git_in(&bare, &["rev-parse", &format!("baton/{task_id}")]);
+
+    // Issue 19.5: where the pull request stands shows on the execution (API and page) and on
+    // its card: open, then merged once the forge says so.
+    let pr_url = merged["pr_url"].as_str().unwrap().to_string();
+    let number = merged["pr_number"].as_i64().unwrap();
+    let shown = |state: &str| {
+        let (status, exec) = server.request("GET", &format!("/api/v1/executions/{task_id}"), None);
+        assert_eq!(status, 200, "{exec}");
+        assert_eq!(exec["pull_request"], json!({"number": number, "url": pr_url, "state": state}));
+        let board = server.request("GET", "/api/v1/board", None).1;
+        let card = board["columns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|c| c["cards"].as_array().unwrap())
+            .find(|c| c["spec_id"] == id)
+            .unwrap()
+            .clone();
+        assert_eq!(card["pull_request"]["state"], state, "{card}");
+        let page = server.raw("GET", &format!("/executions/{task_id}"), "", "").2;
+        let words = format!("pull request #{number} {}", state.replace('_', " "));
+        assert!(page.contains(&words), "{words} not on the execution page");
+        let board_page = server.raw("GET", "/", "", "").2;
+        assert!(board_page.contains(&format!("Pull request #{number} {}", state.replace('_', " "))), "{board_page}");
+    };
+    shown("open");
+    let mut closed = fixture_json("github-webhooks/pull_request.closed.merged.json");
+    closed["pull_request"]["head"]["ref"] = json!(format!("baton/{task_id}"));
+    closed["pull_request"]["html_url"] = json!(pr_url);
+    closed["repository"]["full_name"] = json!("lumen-labs/lantern");
+    let headers = fixture_json("github-webhooks/pull_request.closed.merged.headers.json");
+    let (status, answer) = deliver(&server, closed.to_string().as_bytes(), &headers, "merged-1");
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["status"], "merged");
+    shown("merged");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -441,12 +441,12 @@ async fn a_baton_approve_comment_decides_the_approval_and_a_merged_pull_request_
     let spec_events = store.spec_events(spec_id).await.unwrap();
     assert_eq!(spec_events.last().unwrap().action, "import_update_ignored");
 
-    // Its pull request merged: the spec is merged. Closed without merging, or from another
-    // repository: nothing.
+    // Its pull request merged: the spec is merged. From another repository, merged or closed:
+    // nothing.
     let mut pr = app.payload("pull_request.closed.merged");
     pr["pull_request"]["head"]["ref"] = json!(format!("baton/{task_id}"));
     pr["pull_request"]["merged"] = json!(false);
-    pr["repository"]["full_name"] = json!(REPO);
+    pr["repository"]["full_name"] = json!("someone/else");
     let (status, body) = app.deliver_variant("pull_request.closed.merged", &pr, "m-0").await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     pr["pull_request"]["merged"] = json!(true);
@@ -906,4 +906,75 @@ async fn duplicates_already_in_a_database_keep_the_oldest_spec_as_the_items() {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!((body["spec_id"].as_i64(), body["outcome"].as_str()), (Some(1), Some("updated")), "{body}");
     assert_eq!(app.specs().await.len(), legacy.len());
+}
+
+/// Issue 19.5: a pull request closed without merging ends its spec in `closed_unmerged`, a
+/// final state shown in its own board column; a later event changes nothing.
+#[tokio::test]
+async fn a_pull_request_closed_without_merging_ends_the_spec_closed_unmerged() {
+    let app = App::new().await;
+    app.project("p", REPO, "bug").await;
+    let (status, body) = app.deliver("issues.opened").await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let spec_id = body["spec_id"].as_i64().unwrap();
+    let task_id = "hook-closed";
+    fire_by_hand(&app, spec_id, task_id).await;
+    let store = app.execs.store();
+
+    let mut pr = app.payload("pull_request.closed.merged");
+    pr["pull_request"]["head"]["ref"] = json!(format!("baton/{task_id}"));
+    pr["pull_request"]["merged"] = json!(false);
+    pr["repository"]["full_name"] = json!(REPO);
+    let (status, body) = app.deliver_variant("pull_request.closed.merged", &pr, "close-1").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "closed_unmerged");
+    let spec = store.spec(spec_id).await.unwrap().unwrap();
+    assert_eq!(spec.status, "closed_unmerged");
+    assert!(spec.status_reason.starts_with("closed without merging: "), "{}", spec.status_reason);
+    assert_eq!(store.spec_events(spec_id).await.unwrap().last().unwrap().action, "closed_unmerged");
+
+    // Final: a merge afterwards (reopened and merged by hand) is acknowledged and ignored.
+    pr["pull_request"]["merged"] = json!(true);
+    let (status, body) = app.deliver_variant("pull_request.closed.merged", &pr, "close-2").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(store.spec(spec_id).await.unwrap().unwrap().status, "closed_unmerged");
+
+    // The board shows it in its own column.
+    let req = Request::get("/api/v1/board");
+    let (status, board) = app.send(req.body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::OK, "{board}");
+    let column = board["columns"].as_array().unwrap().iter().find(|c| c["stage"] == "closed_unmerged").unwrap();
+    assert_eq!(column["title"], "Closed unmerged");
+    assert_eq!(column["cards"][0]["spec_id"], spec_id, "{column}");
+}
+
+/// Issue 19.5 on Azure DevOps: `git.pullrequest.updated` with `status: abandoned` ends the spec
+/// in `closed_unmerged`; an update that leaves the pull request active changes nothing.
+#[tokio::test]
+async fn an_abandoned_ado_pull_request_ends_the_spec_closed_unmerged() {
+    let app = App::new().await;
+    app.project("fab", "ado:lumenlabs/Lantern", "").await;
+    let (status, body) = app.post_ado(&app.ado_fixture("workitem.created.json"), Some(ADO_AUTH)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let spec_id = body["spec_id"].as_i64().unwrap();
+    let task_id = "ado-abandoned";
+    fire_by_hand(&app, spec_id, task_id).await;
+    let store = app.execs.store();
+
+    let mut updated = json!({"id": "pr-upd-1", "eventType": "git.pullrequest.updated", "resource": {
+        "pullRequestId": 12, "status": "active",
+        "sourceRefName": format!("refs/heads/baton/{task_id}"), "targetRefName": "refs/heads/main",
+        "repository": {"name": "Lantern", "webUrl": "https://dev.azure.com/lumenlabs/Lantern/_git/Lantern",
+                       "project": {"name": "Lantern"}}}});
+    let (status, body) = app.post_ado(updated.to_string().as_bytes(), Some(ADO_AUTH)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(store.spec(spec_id).await.unwrap().unwrap().status, "executing");
+
+    updated["id"] = json!("pr-upd-2");
+    updated["resource"]["status"] = json!("abandoned");
+    let (status, body) = app.post_ado(updated.to_string().as_bytes(), Some(ADO_AUTH)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let spec = store.spec(spec_id).await.unwrap().unwrap();
+    assert_eq!(spec.status, "closed_unmerged");
+    assert!(spec.status_reason.ends_with("/pullrequest/12"), "{}", spec.status_reason);
 }

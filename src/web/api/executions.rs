@@ -109,6 +109,10 @@ pub struct ExecutionView {
     /// checked out at PATH: switch away and resume`); absent when it is not parked.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parked: Option<String>,
+    /// Its pull request once opened (number, address, `open` / `merged` / `closed_unmerged`);
+    /// absent before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pull_request: Option<crate::model::spec::PullRequest>,
 }
 
 /// The execution `task_id`, or 404.
@@ -128,7 +132,8 @@ async fn show(State(app): State<AppState>, Path(task_id): Path<String>) -> Resul
     let next_action = engine::next_action(&state);
     let paused = app.execs.is_paused(&task_id).await?;
     let parked = app.execs.park_reason(&task_id).await?;
-    Ok(Json(ExecutionView { state, next_action, paused, parked }))
+    let pull_request = app.execs.pull_request(&task_id).await?;
+    Ok(Json(ExecutionView { state, next_action, paused, parked, pull_request }))
 }
 
 /// One journal entry; `payload` is the event's JSON.

@@ -98,6 +98,8 @@ struct ExecutionTemplate {
     paused: bool,
     /// Why the driver parked the execution (shown beside the tag; Resume picks it up again).
     parked: Option<String>,
+    /// Its pull request once opened, and where it stands.
+    pull_request: Option<crate::model::spec::PullRequest>,
     final_: bool,
     driver: Option<String>,
     steps_done: u64,
@@ -232,6 +234,7 @@ pub(super) async fn execution_page(
     let spec_id = app.execs.spec_of(&task_id).await?.map(|s| s.spec_id);
     let paused = app.execs.is_paused(&task_id).await?;
     let parked = app.execs.park_reason(&task_id).await?;
+    let pull_request = app.execs.pull_request(&task_id).await?;
     let events = app.execs.journal(&task_id, 0).await?.unwrap_or_default();
     let skip = events.len().saturating_sub(JOURNAL_LINES);
     let journal = events
@@ -275,6 +278,7 @@ pub(super) async fn execution_page(
         status: state.status.as_str().to_string(),
         paused,
         parked,
+        pull_request,
         final_: state.status.is_final(),
         driver,
         steps_done: done,
