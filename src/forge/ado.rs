@@ -243,6 +243,22 @@ impl AzureDevOps {
         Ok(v.get("id").and_then(Value::as_u64).unwrap_or_default())
     }
 
+    /// The texts of the newest 200 comments on work item `id`, newest first.
+    ///
+    /// Errors: any [`ForgeError`] of the call.
+    pub async fn comment_texts(&self, org: &str, project: &str, id: u64) -> Result<Vec<String>, ForgeError> {
+        let what = format!("reading the comments of work item {org}/{project}#{id}");
+        let url = format!(
+            "{}?$top=200&order=desc&api-version={COMMENTS_API_VERSION}",
+            self.url(org, project, &format!("wit/workItems/{id}/comments"))
+        );
+        let v = self.call(&what, Method::GET, &url, None).await?;
+        Ok(v.get("comments")
+            .and_then(Value::as_array)
+            .map(|list| list.iter().filter_map(|c| c.get("text").and_then(Value::as_str)).map(str::to_string).collect())
+            .unwrap_or_default())
+    }
+
     fn pull_of(&self, org: &str, project: &str, repository: &str, v: &Value) -> PullRequest {
         let id = v.get("pullRequestId").and_then(Value::as_u64).unwrap_or_default();
         let web = v.pointer("/repository/webUrl").and_then(Value::as_str).map(|w| format!("{w}/pullrequest/{id}"));

@@ -295,6 +295,32 @@ impl GitHub {
     }
 }
 
+impl GitHub {
+    /// The bodies of the comments on issue `number` of `owner/repo` updated at or after
+    /// `since` (RFC 3339), oldest first, at most 100 (one page: what Baton itself posted since
+    /// a moment it knows).
+    ///
+    /// Errors: any [`ForgeError`] of the call.
+    pub async fn comments_since(
+        &self,
+        owner: &str,
+        repo: &str,
+        number: u64,
+        since: &str,
+    ) -> Result<Vec<String>, ForgeError> {
+        let what = format!("reading the comments of {owner}/{repo}#{number}");
+        let uri = format!(
+            "/repos/{owner}/{repo}/issues/{number}/comments?per_page=100&{}",
+            serde_urlencoded_pair("since", since)
+        );
+        let answer = Self::json(&what, self.call(&what, "GET", &uri, None).await?).await?;
+        Ok(answer
+            .as_array()
+            .map(|list| list.iter().filter_map(|c| c.get("body").and_then(Value::as_str)).map(str::to_string).collect())
+            .unwrap_or_default())
+    }
+}
+
 fn item_of(what: &str, issue: &Value, full_name: &str) -> Result<ForgeItem, ForgeError> {
     let item = ForgeItem::from_github_issue(issue, full_name);
     if item.url.is_empty() {

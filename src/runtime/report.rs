@@ -94,6 +94,13 @@ pub fn reports_for(state: &ExecutionState, pr_url: Option<&str>, page: &str) -> 
     out
 }
 
+/// The hidden line that ends every report comment, naming its key (an HTML comment: neither
+/// forge shows it). A retry looks for it before posting again, so a post whose outcome was
+/// lost (a crash right after it, a timeout) is not posted twice.
+pub fn marker(key: &str) -> String {
+    format!("<!-- baton-report {} -->", key.replace("--", "-").replace('>', ""))
+}
+
 /// Posts the reports of fired forge specs.
 #[derive(Debug, Clone)]
 pub struct Reporter {
@@ -148,10 +155,29 @@ impl Reporter {
             let page = format!("{}/executions/{task_id}", self.base_url);
             for report in reports_for(&state, pr.as_deref(), &page) {
                 let at = self.clock.now_rfc3339();
-                if !store.claim_report(spec_id, &report.key, MAX_ATTEMPTS, &at).await? {
+                let Some(claim) = store.claim_report(spec_id, &report.key, MAX_ATTEMPTS, &at).await? else {
                     continue;
+                };
+                let text = format!("{}\n\n{}", report.text, marker(&report.key));
+                if let Some(since) = &claim.retry_of {
+                    // The earlier attempt may have posted before its outcome was recorded (a
+                    // crash, a timeout): look for its marker before posting again.
+                    match self.already_posted(&item, &report.key, since).await {
+                        Ok(true) => {
+                            store.finish_report(spec_id, &report.key, "", &self.clock.now_rfc3339()).await?;
+                            continue;
+                        }
+                        Ok(false) => {}
+                        Err(e) => {
+                            tracing::warn!("reporting {} on {item}: {e}", report.key);
+                            store
+                                .finish_report(spec_id, &report.key, &e.to_string(), &self.clock.now_rfc3339())
+                                .await?;
+                            continue;
+                        }
+                    }
                 }
-                let error = match self.post(&item, &report.text).await {
+                let error = match self.post(&item, &text).await {
                     Ok(()) => {
                         posted += 1;
                         String::new()
@@ -166,6 +192,22 @@ impl Reporter {
         }
         self.since = started;
         Ok(posted)
+    }
+
+    /// Whether a comment carrying report `key`'s [`marker`] is on `item`, posted at or after
+    /// `since` (RFC 3339; a minute earlier, for clocks that differ).
+    async fn already_posted(&self, item: &ItemRef, key: &str, since: &str) -> Result<bool, ForgeError> {
+        let mark = marker(key);
+        let since = chrono::DateTime::parse_from_rfc3339(since)
+            .map(|t| (t - chrono::Duration::minutes(1)).to_utc().to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+            .unwrap_or_else(|_| "1970-01-01T00:00:00Z".into());
+        let texts = match item {
+            ItemRef::GitHub { owner, repo, number } => {
+                self.forges.github().comments_since(owner, repo, *number, &since).await?
+            }
+            ItemRef::Ado { org, project, id } => self.forges.ado().comment_texts(org, project, *id).await?,
+        };
+        Ok(texts.iter().any(|t| t.contains(&mark)))
     }
 
     async fn post(&self, item: &ItemRef, text: &str) -> Result<(), ForgeError> {

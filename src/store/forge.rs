@@ -33,6 +33,14 @@ pub struct MergeRow {
     pub updated_at: String,
 }
 
+/// A report claimed by [`Store::claim_report`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportClaim {
+    /// When the previous attempt was last touched (RFC 3339), if this is a retry: whether that
+    /// attempt's post landed is not known.
+    pub retry_of: Option<String>,
+}
+
 impl Store {
     /// Sets the `source_meta` JSON of spec `spec_id` (no spec event: it is not the spec's text).
     ///
@@ -91,27 +99,57 @@ impl Store {
         Ok(())
     }
 
-    /// Claims report `key` of spec `spec_id`: `true` when this caller should post it (new, or
-    /// pending/failed with fewer than `max_attempts` attempts; the attempt is counted now),
-    /// `false` when it was posted or has used its attempts.
+    /// Claims report `key` of spec `spec_id` for this caller to post (new, or pending/failed
+    /// with fewer than `max_attempts` attempts; the attempt is counted now). `None` when it was
+    /// posted or has used its attempts. A claim of a report tried before carries when that
+    /// attempt was last touched ([`ReportClaim::retry_of`]): the earlier post may have landed
+    /// (a crash between the post and [`Store::finish_report`], a timeout), so the caller looks
+    /// for it on the forge before posting again.
     ///
     /// # Errors
     /// [`StoreError::Sqlx`].
-    pub async fn claim_report(&self, spec_id: i64, key: &str, max_attempts: i64, at: &str) -> Result<bool, StoreError> {
+    pub async fn claim_report(
+        &self,
+        spec_id: i64,
+        key: &str,
+        max_attempts: i64,
+        at: &str,
+    ) -> Result<Option<ReportClaim>, StoreError> {
         let mut tx = self.begin_write().await?;
-        let done = sqlx::query(
-            "insert into forge_reports (spec_id, key, state, attempts, updated_at) values (?, ?, 'pending', 1, ?) \
-             on conflict (spec_id, key) do update set attempts = attempts + 1, updated_at = excluded.updated_at \
-             where forge_reports.state != 'posted' and forge_reports.attempts < ?",
+        let before = sqlx::query_as::<_, (String, i64, String)>(
+            "select state, attempts, updated_at from forge_reports where spec_id = ? and key = ?",
         )
         .bind(spec_id)
         .bind(key)
-        .bind(at)
-        .bind(max_attempts)
-        .execute(&mut *tx)
+        .fetch_optional(&mut *tx)
         .await?;
+        let claim = match before {
+            None => {
+                sqlx::query(
+                    "insert into forge_reports (spec_id, key, state, attempts, updated_at) values (?, ?, 'pending', 1, ?)",
+                )
+                .bind(spec_id)
+                .bind(key)
+                .bind(at)
+                .execute(&mut *tx)
+                .await?;
+                Some(ReportClaim { retry_of: None })
+            }
+            Some((state, attempts, last)) if state != "posted" && attempts < max_attempts => {
+                sqlx::query(
+                    "update forge_reports set attempts = attempts + 1, updated_at = ? where spec_id = ? and key = ?",
+                )
+                .bind(at)
+                .bind(spec_id)
+                .bind(key)
+                .execute(&mut *tx)
+                .await?;
+                Some(ReportClaim { retry_of: Some(last) })
+            }
+            Some(_) => None,
+        };
         tx.commit().await?;
-        Ok(done.rows_affected() == 1)
+        Ok(claim)
     }
 
     /// Records how report `key` of spec `spec_id` went: posted (`error` empty) or failed.

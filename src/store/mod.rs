@@ -31,7 +31,7 @@ mod webhooks;
 mod writer;
 
 pub use auth::{TokenRow, UserRow};
-pub use forge::MergeRow;
+pub use forge::{MergeRow, ReportClaim};
 pub use metrics::MetricTotals;
 pub use pmo::{CardRow, NewSpec, ProjectRow, SpecChange, SpecEventRow, SpecFilter, SpecInsert, SpecRow, StatusRow};
 pub use portfolio::{
