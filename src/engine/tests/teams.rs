@@ -686,3 +686,14 @@ mod props {
         }
     }
 }
+
+#[test]
+fn members_and_the_synthesis_get_the_team_steps_mcp_servers() {
+    let mut team = team_step("1.1", vec![member("1.1.a", "alpha", &[])], "agent_synthesis", "auto_merge");
+    team.mcp_servers = vec!["github".into()];
+    let state = started(vec![phase(1, vec![team])]);
+    for id in ["1.1.a", "1.1.synthesis"] {
+        let step = team::work_step(&state, id).unwrap();
+        assert_eq!(step.mcp_servers, ["github"], "{id}");
+    }
+}
