@@ -39,6 +39,9 @@ pub fn render(action: &Action, task_id: &str) -> String {
             if d.timeout_seconds > 0 {
                 let _ = writeln!(out, "  Timeout: {}s", d.timeout_seconds);
             }
+            if !d.mcp_servers.is_empty() {
+                let _ = writeln!(out, "  MCP-Servers: {}", d.mcp_servers.join(", "));
+            }
             let _ = writeln!(out, "  Message: {}", d.message);
             if !d.expected_outcome.is_empty() {
                 let _ = writeln!(out, "  Expected: {}", d.expected_outcome);
@@ -164,5 +167,22 @@ fn ensure_newline(s: &str) -> String {
         s.to_string()
     } else {
         format!("{s}\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dispatch_names_its_mcp_servers_and_one_without_says_nothing() {
+        let plan = serde_json::json!({"task_id": "t", "task_summary": "s", "phases": [{"phase_id": 1, "name": "P",
+            "steps": [{"step_id": "1.1", "agent_name": "dev", "task_description": "x", "mcp_servers": ["github", "docs"]},
+                      {"step_id": "1.2", "agent_name": "dev", "task_description": "y"}]}]});
+        let plan = crate::model::plan::MachinePlan::from_value(plan).unwrap();
+        let state = crate::engine::start(plan, "2026-01-01T00:00:00Z").unwrap();
+        let texts: Vec<String> = crate::engine::next_actions(&state).iter().map(|a| render(a, "t")).collect();
+        assert!(texts[0].contains("\n  MCP-Servers: github, docs\n"), "{}", texts[0]);
+        assert!(!texts[1].contains("MCP-Servers"), "{}", texts[1]);
     }
 }

@@ -155,6 +155,7 @@ fn dispatch_action(state: &ExecutionState, phase: &PlanPhase, step: &PlanStep, i
         timeout_seconds: step.timeout_seconds,
         is_team_member: false,
         parent_step_id: String::new(),
+        mcp_servers: step.mcp_servers.clone(),
     }
 }
 

@@ -92,8 +92,9 @@ fn parent_of<'a>(state: &'a ExecutionState, id: &str) -> Option<&'a PlanStep> {
 
 /// The step a dispatch id runs: the plan's own step, a team member as a step of its own (its
 /// id, agent, model and task — the team's task when it has none —, the team step's
-/// dependencies, paths, context files and timeout, its `deliverables`), or the synthesis
-/// dispatch of an `agent_synthesis` team step. None for an unknown id.
+/// dependencies, paths, context files, timeout and MCP servers, its `deliverables`), or the
+/// synthesis dispatch of an `agent_synthesis` team step (with the team step's MCP servers).
+/// None for an unknown id.
 pub fn work_step<'a>(state: &'a ExecutionState, id: &str) -> Option<Cow<'a, PlanStep>> {
     if let Some(parent) = parent_of(state, id) {
         if id == parent.synthesis_id() && synthesises(parent) {
@@ -121,6 +122,7 @@ fn member_step(parent: &PlanStep, m: &TeamMember) -> PlanStep {
     s.timeout_seconds = parent.timeout_seconds;
     s.expect_changes = parent.expect_changes;
     s.allow_mass_deletion = parent.allow_mass_deletion;
+    s.mcp_servers = parent.mcp_servers.clone();
     s
 }
 
@@ -161,6 +163,7 @@ fn synthesis_step(state: &ExecutionState, parent: &PlanStep) -> PlanStep {
     s.timeout_seconds = parent.timeout_seconds;
     s.expect_changes = parent.expect_changes;
     s.allow_mass_deletion = parent.allow_mass_deletion;
+    s.mcp_servers = parent.mcp_servers.clone();
     s
 }
 

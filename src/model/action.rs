@@ -101,6 +101,10 @@ pub struct DispatchAction {
     /// The team step this member belongs to; empty (and omitted) for an ordinary step.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub parent_step_id: String,
+    /// Names of the MCP servers the step's agent gets (the step's `mcp_servers`, a team
+    /// member's from its team step; seed-spec §3.10); empty (and omitted) for none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<String>,
 }
 
 /// GATE: run a phase's QA gate.

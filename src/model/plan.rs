@@ -137,7 +137,7 @@ const PLAN_PASSTHROUGH: &[&str] = &[
     "goal_evaluator",
 ];
 const PHASE_PASSTHROUGH: &[&str] = &[];
-const STEP_PASSTHROUGH: &[&str] = &["knowledge", "mcp_servers", "parallel_safe", "max_estimated_minutes"];
+const STEP_PASSTHROUGH: &[&str] = &["knowledge", "parallel_safe", "max_estimated_minutes"];
 const GATE_PASSTHROUGH: &[&str] = &["description", "fail_on"];
 const MEMBER_PASSTHROUGH: &[&str] = &["deliverables"];
 
@@ -256,6 +256,11 @@ pub struct PlanStep {
     /// [`PlanStep::allows_mass_deletion`]; issue 15.8). Kept as written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_mass_deletion: Option<bool>,
+    /// Names of the MCP servers the step's agent gets, each defined in `baton.toml`'s
+    /// `[mcp_servers.<name>]` (seed-spec §3.10; an unknown name is refused when the execution
+    /// is created). Empty: Baton passes none (the agent CLI keeps its own configuration).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<String>,
     /// Other keys, verbatim.
     #[serde(flatten)]
     #[schema(ignore)]
@@ -285,6 +290,7 @@ impl PlanStep {
             timeout_seconds: 0,
             expect_changes: None,
             allow_mass_deletion: None,
+            mcp_servers: Vec::new(),
             extra: Extra::new(),
         }
     }

@@ -104,6 +104,8 @@ impl DataDir {
                 })?;
                 crate::pmo::pricing::PriceTable::check(&config.prices)
                     .map_err(|e| BadInput(format!("{} is not a valid baton.toml: {e}", path.display())))?;
+                crate::runtime::agent::mcp::check_servers(&config.mcp_servers)
+                    .map_err(|e| BadInput(format!("{} is not a valid baton.toml: {e}", path.display())))?;
                 Ok(config)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
@@ -132,6 +134,10 @@ pub struct Config {
     /// built-in rows (see [`PriceTable`](crate::pmo::pricing::PriceTable)).
     #[serde(default)]
     pub prices: BTreeMap<String, crate::pmo::pricing::ModelPrice>,
+    /// `[mcp_servers.<name>]`: the MCP servers a plan step may name in its `mcp_servers`
+    /// (see [`McpServer`](crate::runtime::agent::mcp::McpServer); secrets by `"${NAME}"` reference).
+    #[serde(default)]
+    pub mcp_servers: BTreeMap<String, crate::runtime::agent::mcp::McpServer>,
 }
 
 impl Config {
@@ -225,5 +231,21 @@ mod tests {
         assert_eq!(cfg.runtime.max_parallel, 2);
         assert_eq!(cfg.runtime.gate_timeout_secs, 600);
         assert_eq!(cfg.agents["architect"].command.as_ref().unwrap()[1], "{prompt_file}");
+    }
+
+    #[test]
+    fn mcp_servers_parse_and_a_malformed_one_names_the_file_and_server() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = DataDir::open(tmp.path()).unwrap();
+        std::fs::write(
+            dir.config_path(),
+            "[mcp_servers.github]\ncommand = 'npx'\nargs = ['-y', 'server-github']\nenv = { GITHUB_TOKEN = '${GITHUB_TOKEN}' }\n",
+        )
+        .unwrap();
+        let cfg = dir.config().unwrap();
+        assert_eq!(cfg.mcp_servers["github"].args, ["-y", "server-github"]);
+        std::fs::write(dir.config_path(), "[mcp_servers.github]\nargs = ['x']\n").unwrap();
+        let err = format!("{:#}", dir.config().unwrap_err());
+        assert!(err.contains("baton.toml is not a valid baton.toml: [mcp_servers.github]: needs `command`"), "{err}");
     }
 }

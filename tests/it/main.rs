@@ -22,6 +22,7 @@ mod goal;
 mod golden_plan;
 mod group_commit;
 mod layering;
+mod mcp;
 mod metrics;
 mod pause;
 mod portfolio;

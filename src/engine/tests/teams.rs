@@ -686,3 +686,28 @@ mod props {
         }
     }
 }
+
+#[test]
+fn members_and_the_synthesis_get_the_team_steps_mcp_servers() {
+    let mut team = team_step("1.1", vec![member("1.1.a", "alpha", &[])], "agent_synthesis", "auto_merge");
+    team.mcp_servers = vec!["github".into()];
+    let state = started(vec![phase(1, vec![team])]);
+    for id in ["1.1.a", "1.1.synthesis"] {
+        let step = team::work_step(&state, id).unwrap();
+        assert_eq!(step.mcp_servers, ["github"], "{id}");
+    }
+}
+
+#[test]
+fn a_dispatch_carries_the_steps_mcp_servers_and_a_members_carries_its_teams() {
+    let mut team = team_step("1.1", vec![member("1.1.a", "alpha", &[])], "concatenate", "auto_merge");
+    team.mcp_servers = vec!["github".into()];
+    let mut plain = step("1.2", &[]);
+    plain.mcp_servers = vec!["docs".into(), "github".into()];
+    let state = started(vec![phase(1, vec![team, plain, step("1.3", &[])])]);
+    let by_id: std::collections::BTreeMap<String, Vec<String>> =
+        dispatches(&state).into_iter().map(|d| (d.step_id, d.mcp_servers)).collect();
+    assert_eq!(by_id["1.1.a"], ["github"]);
+    assert_eq!(by_id["1.2"], ["docs", "github"]);
+    assert!(by_id["1.3"].is_empty());
+}

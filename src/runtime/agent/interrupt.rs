@@ -93,6 +93,7 @@ mod tests {
             argv: argv.iter().map(|s| (*s).to_owned()).collect(),
             cwd: cwd.to_path_buf(),
             env: vec![("PATH".to_owned(), std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".to_owned()))],
+            env_from: Vec::new(),
             prompt_file: None,
             timeout_secs: 0,
             final_event: None,

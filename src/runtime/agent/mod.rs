@@ -1,5 +1,5 @@
 //! The agent-process layer: run directories and the detached attempt shim, agent profiles,
-//! output parsers, the subagent roster and the bundled demo agent.
+//! output parsers, MCP servers per step, the subagent roster and the bundled demo agent.
 //!
 //! Invariant: an agent is always an argv with a whitelisted environment, never a shell command;
 //! prompts and agent output are data. Whether an attempt is alive is decided by the run
@@ -8,6 +8,7 @@
 pub mod demo;
 pub mod final_event;
 pub mod interrupt;
+pub mod mcp;
 pub mod output;
 pub mod procs;
 pub mod profile;

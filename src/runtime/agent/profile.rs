@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::final_event::{FinalEvent, FinalWatch};
+use super::mcp::StepServers;
 use super::output::{parse_claude_stream_json, parse_codex_jsonl, parse_command_output, AgentOutput};
 use super::shim::ExitRecord;
 
@@ -20,7 +21,8 @@ pub enum AgentProfile {
     Claude,
     /// OpenAI Codex CLI: `codex exec --json … -`, prompt on stdin.
     Codex,
-    /// Any program: an argv template with `{prompt_file}`, `{model}` and `{cwd}` placeholders.
+    /// Any program: an argv template with `{prompt_file}`, `{model}`, `{cwd}` and `{mcp_config}`
+    /// placeholders.
     Command {
         /// The argv, one element per entry; placeholders are substituted inside each element.
         argv_template: Vec<String>,
@@ -45,6 +47,11 @@ pub struct AgentInvocation {
     pub prompt_path: PathBuf,
     /// Working directory of the agent (the attempt's worktree).
     pub cwd: PathBuf,
+    /// The MCP servers the step names (empty: none passed, the CLI keeps its own).
+    pub mcp: StepServers,
+    /// The generated Claude-format MCP config file of the attempt (`mcp.json` in its run dir,
+    /// see [`StepServers::claude_config`]); `None` when the step names no server.
+    pub mcp_config: Option<PathBuf>,
 }
 
 /// A concrete command for one attempt.
@@ -105,13 +112,16 @@ fn codex_sandbox(mode: Option<&str>) -> &'static str {
 /// Builds the argv for `profile` and says whether the prompt goes on stdin.
 ///
 /// - claude: `claude --print --output-format stream-json --verbose [--model M]
-///   [--permission-mode X] [--allowedTools a,b]` (`--allowedTools` is variadic, so it comes last);
-///   prompt on stdin.
-/// - codex: `codex exec --json [--model M] --sandbox S -` (`-` makes codex read the prompt from
-///   stdin; `S` is `workspace-write` unless the permission mode is `read-only`/`plan` or
-///   `danger-full-access`/`bypassPermissions`).
-/// - command: each template element with `{prompt_file}`, `{model}` (empty if none) and `{cwd}`
-///   substituted; prompt on stdin unless some element uses `{prompt_file}`.
+///   [--permission-mode X] [--mcp-config F --strict-mcp-config] [--allowedTools a,b]`
+///   (`--allowedTools` is variadic, so it comes last; with MCP servers it also allows each
+///   server's tools, `mcp__<name>`); prompt on stdin.
+/// - codex: `codex exec --json [--model M] --sandbox S [-c mcp_servers.… ] -` (`-` makes codex
+///   read the prompt from stdin; `S` is `workspace-write` unless the permission mode is
+///   `read-only`/`plan` or `danger-full-access`/`bypassPermissions`; the `-c` overrides are
+///   [`StepServers::codex_overrides`]).
+/// - command: each template element with `{prompt_file}`, `{model}` (empty if none), `{cwd}`
+///   and `{mcp_config}` (the MCP config file, empty if none) substituted; prompt on stdin
+///   unless some element uses `{prompt_file}`.
 /// - demo: `<baton_exe> agent demo`, prompt on stdin.
 pub fn build_argv(profile: &AgentProfile, inv: &AgentInvocation) -> AgentCommand {
     match profile {
@@ -124,8 +134,14 @@ pub fn build_argv(profile: &AgentProfile, inv: &AgentInvocation) -> AgentCommand
             if let Some(mode) = &inv.permission_mode {
                 argv.extend(["--permission-mode".to_owned(), claude_permission_mode(mode).to_owned()]);
             }
-            if !inv.allowed_tools.is_empty() {
-                argv.extend(["--allowedTools".to_owned(), inv.allowed_tools.join(",")]);
+            let mut allowed = inv.allowed_tools.clone();
+            if let (Some(file), false) = (&inv.mcp_config, inv.mcp.is_empty()) {
+                argv.extend(["--mcp-config".to_owned(), file.to_string_lossy().into_owned()]);
+                argv.push("--strict-mcp-config".to_owned());
+                allowed.extend(inv.mcp.names().map(|name| format!("mcp__{name}")));
+            }
+            if !allowed.is_empty() {
+                argv.extend(["--allowedTools".to_owned(), allowed.join(",")]);
             }
             AgentCommand { argv, prompt_on_stdin: true }
         }
@@ -134,22 +150,19 @@ pub fn build_argv(profile: &AgentProfile, inv: &AgentInvocation) -> AgentCommand
             if let Some(model) = &inv.model {
                 argv.extend(["--model".to_owned(), model.clone()]);
             }
-            argv.extend([
-                "--sandbox".to_owned(),
-                codex_sandbox(inv.permission_mode.as_deref()).to_owned(),
-                "-".to_owned(),
-            ]);
+            argv.extend(["--sandbox".to_owned(), codex_sandbox(inv.permission_mode.as_deref()).to_owned()]);
+            argv.extend(inv.mcp.codex_overrides());
+            argv.push("-".to_owned());
             AgentCommand { argv, prompt_on_stdin: true }
         }
         AgentProfile::Command { argv_template } => {
             let prompt = inv.prompt_path.to_string_lossy();
             let cwd = inv.cwd.to_string_lossy();
             let model = inv.model.as_deref().unwrap_or("");
+            let mcp_config = inv.mcp_config.as_deref().map(|p| p.to_string_lossy()).unwrap_or_default();
             let names_prompt = argv_template.iter().any(|a| a.contains("{prompt_file}"));
-            let argv = argv_template
-                .iter()
-                .map(|arg| substitute(arg, &[("prompt_file", &prompt), ("model", model), ("cwd", &cwd)]))
-                .collect();
+            let vars = [("prompt_file", &*prompt), ("model", model), ("cwd", &*cwd), ("mcp_config", &*mcp_config)];
+            let argv = argv_template.iter().map(|arg| substitute(arg, &vars)).collect();
             AgentCommand { argv, prompt_on_stdin: !names_prompt }
         }
         AgentProfile::Demo => AgentCommand {
@@ -218,7 +231,93 @@ mod tests {
             baton_exe: PathBuf::from("/opt/baton"),
             prompt_path: PathBuf::from("/runs/1/prompt.md"),
             cwd: PathBuf::from("/wt/1"),
+            mcp: StepServers::default(),
+            mcp_config: None,
         }
+    }
+
+    /// [`inv`] with the step naming the MCP servers `github` (stdio, a token by reference)
+    /// and `docs` (HTTP, a bearer token by reference) out of three defined.
+    fn inv_with_mcp() -> AgentInvocation {
+        let defined: std::collections::BTreeMap<String, super::super::mcp::McpServer> = toml::from_str(
+            r#"
+[github]
+command = "npx"
+args = ["-y", "@modelcontextprotocol/server-github"]
+env = { GITHUB_PERSONAL_ACCESS_TOKEN = "${GITHUB_TOKEN}" }
+[docs]
+url = "https://docs.example.com/mcp"
+bearer_token_env = "DOCS_TOKEN"
+[other]
+command = "other-server"
+"#,
+        )
+        .unwrap();
+        let names = ["github".to_string(), "docs".to_string()];
+        AgentInvocation {
+            mcp: StepServers::select(&defined, &names, "1.1").unwrap(),
+            mcp_config: Some(PathBuf::from("/runs/1/mcp.json")),
+            ..inv()
+        }
+    }
+
+    #[test]
+    fn claude_argv_with_mcp_servers_is_strict_and_allows_their_tools() {
+        let cmd = build_argv(&AgentProfile::Claude, &inv_with_mcp());
+        assert_eq!(
+            strs(&cmd.argv[5..]),
+            [
+                "--model",
+                "sonnet",
+                "--permission-mode",
+                "acceptEdits",
+                "--mcp-config",
+                "/runs/1/mcp.json",
+                "--strict-mcp-config",
+                "--allowedTools",
+                "Read,Edit,mcp__github,mcp__docs"
+            ]
+        );
+        let no_tools = AgentInvocation { allowed_tools: Vec::new(), ..inv_with_mcp() };
+        let argv = build_argv(&AgentProfile::Claude, &no_tools).argv;
+        assert_eq!(strs(&argv[argv.len() - 2..]), ["--allowedTools", "mcp__github,mcp__docs"]);
+        assert!(!build_argv(&AgentProfile::Claude, &inv()).argv.iter().any(|a| a.contains("mcp")));
+    }
+
+    #[test]
+    fn codex_argv_with_mcp_servers_carries_config_overrides() {
+        let cmd = build_argv(&AgentProfile::Codex, &inv_with_mcp());
+        assert_eq!(
+            strs(&cmd.argv),
+            [
+                "codex",
+                "exec",
+                "--json",
+                "--model",
+                "sonnet",
+                "--sandbox",
+                "workspace-write",
+                "-c",
+                r#"mcp_servers.github.command="npx""#,
+                "-c",
+                r#"mcp_servers.github.args=["-y", "@modelcontextprotocol/server-github"]"#,
+                "-c",
+                r#"mcp_servers.github.env_vars=["GITHUB_PERSONAL_ACCESS_TOKEN"]"#,
+                "-c",
+                r#"mcp_servers.docs.url="https://docs.example.com/mcp""#,
+                "-c",
+                r#"mcp_servers.docs.bearer_token_env_var="DOCS_TOKEN""#,
+                "-"
+            ]
+        );
+        assert!(!cmd.argv.iter().any(|a| a.contains("other")), "only the servers the step names");
+    }
+
+    #[test]
+    fn command_template_gets_the_mcp_config_path() {
+        let profile = AgentProfile::Command { argv_template: vec!["my-agent".into(), "--mcp={mcp_config}".into()] };
+        assert_eq!(strs(&build_argv(&profile, &inv_with_mcp()).argv), ["my-agent", "--mcp=/runs/1/mcp.json"]);
+        assert_eq!(strs(&build_argv(&profile, &inv()).argv), ["my-agent", "--mcp="]);
     }
 
     fn strs(v: &[String]) -> Vec<&str> {

@@ -1,7 +1,10 @@
 //! How an agent name runs: its profile (`baton.toml`'s `[agents.<name>]`, else the run's
-//! default), model, permission mode, tools and timeout, from the configuration and the
-//! repository's roster. It only reads configuration.
+//! default), model, permission mode, tools, timeout and the MCP servers of the step, from the
+//! configuration and the repository's roster. It only reads configuration.
 
+use crate::engine;
+use crate::model::plan::PlanStep;
+use crate::runtime::agent::mcp::StepServers;
 use crate::runtime::agent::profile::AgentProfile;
 use crate::runtime::config::Config;
 use crate::runtime::BadInput;
@@ -43,6 +46,39 @@ pub(super) fn profile_of(config: &Config, default: &str, agent: &str) -> anyhow:
             .into())
         }
     })
+}
+
+/// The MCP servers `step` names, from `baton.toml`'s `[mcp_servers]`.
+///
+/// Errors ([`BadInput`], naming the step): an unknown server name, two servers setting one
+/// variable from different sources.
+pub(super) fn step_servers(config: &Config, step: &PlanStep) -> anyhow::Result<StepServers> {
+    StepServers::select(&config.mcp_servers, &step.mcp_servers, &step.step_id).map_err(|e| BadInput(e).into())
+}
+
+/// The plan check of a step's `mcp_servers` ([`step_servers`]), and that each agent that runs
+/// the step can be given them: a `command` profile needs `{mcp_config}` in its template.
+/// Automation steps run no agent and are not checked.
+///
+/// Errors ([`BadInput`]) name the step (and the agent).
+pub(super) fn check_step_servers(config: &Config, default: &str, step: &PlanStep) -> anyhow::Result<()> {
+    if step.mcp_servers.is_empty() || step.is_automation() {
+        return Ok(());
+    }
+    step_servers(config, step)?;
+    for agent in std::iter::once(step.agent_name.as_str()).chain(engine::team::agents(step)) {
+        if let AgentProfile::Command { argv_template } = profile_of(config, default, agent)? {
+            if !argv_template.iter().any(|a| a.contains("{mcp_config}")) {
+                return Err(BadInput(format!(
+                    "step {}: names MCP servers, but agent {agent} runs a `command` template without \
+                     `{{mcp_config}}` (add it to [agents.{agent}] command in baton.toml to pass the servers)",
+                    step.step_id
+                ))
+                .into());
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Driver {

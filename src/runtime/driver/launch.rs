@@ -1,8 +1,10 @@
 //! Dispatching and launching attempts: a dispatch is journaled first, then the attempt gets a
 //! fresh worktree at the feature branch tip, its ref (`refs/baton/<task>/<step>/<attempt>`),
-//! its prompt and `baton.json` ([`LaunchMeta`]) in its run dir, and is launched under the
-//! detached `baton __attempt` shim. An attempt that cannot even start fails its step with the
-//! reason. It never records an attempt's result: `harvest` does.
+//! its prompt, `baton.json` ([`LaunchMeta`]) and, when the step names MCP servers, `mcp.json`
+//! (their Claude-format config, variable names only) in its run dir, and is launched under the
+//! detached `baton __attempt` shim, which copies the servers' secrets from Baton's environment
+//! into the agent's. An attempt that cannot even start fails its step with the reason. It never
+//! records an attempt's result: `harvest` does.
 
 use std::path::PathBuf;
 
@@ -20,6 +22,7 @@ use crate::runtime::runs::{latest_launch, launch_dir};
 use crate::runtime::BadInput;
 use crate::runtime::{blocking, write_atomic};
 
+use super::agents::step_servers;
 use super::{crash_point, Driver, Finished, LiveAttempt};
 
 /// What a run directory remembers about its attempt (`baton.json` beside `attempt.json`).
@@ -38,13 +41,18 @@ pub(super) struct LaunchMeta {
 }
 
 pub(super) const META_FILE: &str = "baton.json";
+/// The generated MCP config of an attempt whose step names MCP servers (in its run dir).
+pub(super) const MCP_FILE: &str = "mcp.json";
 
 impl Driver {
     /// Journals the dispatch, prepares a fresh worktree and run dir, and launches the shim.
     pub(super) async fn dispatch(&mut self, state: &mut ExecutionState, d: &DispatchAction) -> anyhow::Result<()> {
         if d.command.is_empty() {
-            // A misconfigured agent is refused before anything is journaled.
+            // A misconfigured agent, an unknown MCP server are refused before anything is journaled.
             self.resolve_agent(&d.agent_name, &d.agent_model)?;
+            if let Some(step) = engine::team::work_step(state, &d.step_id) {
+                step_servers(&self.config, &step)?;
+            }
         }
         let kind = EventKind::StepDispatched { step_id: d.step_id.clone(), agent_name: d.agent_name.clone() };
         let key = format!("dispatch:{}:{}:{}", state.task_id, d.step_id, d.attempt);
@@ -129,6 +137,7 @@ impl Driver {
         write_atomic(&prompt_path, engine::prompt::delegation_prompt(state, step).as_bytes())?;
         let automation = step.is_automation();
         let mut model = String::new();
+        let mut env_from = Vec::new();
         let (profile, argv, prompt_on_stdin, timeout) = if automation {
             let argv = vec!["sh".to_string(), "-c".to_string(), step.command.clone()];
             (
@@ -140,6 +149,15 @@ impl Driver {
         } else {
             let (profile, parts, timeout) = self.resolve_agent(&step.agent_name, &step.model)?;
             model = parts.model.clone().unwrap_or_else(|| step.model.clone());
+            let mcp = step_servers(&self.config, step)?;
+            let mcp_config = if mcp.is_empty() {
+                None
+            } else {
+                env_from = self.mcp_env(step_id, &mcp)?;
+                let path = run_dir.join(MCP_FILE);
+                write_atomic(&path, serde_json::to_string_pretty(&mcp.claude_config())?.as_bytes())?;
+                Some(path)
+            };
             let inv = AgentInvocation {
                 model: parts.model,
                 permission_mode: parts.permission_mode,
@@ -147,6 +165,8 @@ impl Driver {
                 baton_exe: self.baton_exe.clone(),
                 prompt_path: prompt_path.clone(),
                 cwd: worktree.clone(),
+                mcp,
+                mcp_config,
             };
             let cmd = build_argv(&profile, &inv);
             (profile, cmd.argv, cmd.prompt_on_stdin, timeout)
@@ -159,6 +179,7 @@ impl Driver {
             argv,
             cwd: worktree.clone(),
             env,
+            env_from,
             prompt_file: prompt_on_stdin.then(|| prompt_path.clone()),
             timeout_secs: timeout,
             final_event: crate::runtime::agent::final_watch(&profile, self.config.runtime.result_grace_secs),
@@ -193,6 +214,34 @@ impl Driver {
         self.started_one();
         self.inflight.spawn(async move { Finished { step_id, attempt, run_dir: dir, result: launched.wait().await } });
         Ok(())
+    }
+
+    /// The variables the shim copies into the agent's environment for the step's MCP servers
+    /// ([`StepServers::env_from`](crate::runtime::agent::mcp::StepServers::env_from)).
+    ///
+    /// Errors (the attempt cannot start; names the step and the variable): a variable that is
+    /// not set in Baton's environment, or one that would replace a different variable the agent
+    /// already gets (`PATH`, `HOME`, …).
+    fn mcp_env(
+        &self,
+        step_id: &str,
+        mcp: &crate::runtime::agent::mcp::StepServers,
+    ) -> anyhow::Result<Vec<(String, String)>> {
+        let pairs = mcp.env_from();
+        for (name, source) in &pairs {
+            // Read at launch, as the shim reads it: only whether it is set, never its value.
+            if std::env::var_os(source).is_none() {
+                anyhow::bail!(
+                    "step {step_id}: an MCP server needs environment variable {source}, which is not set for baton"
+                );
+            }
+            if name != source && self.env.iter().any(|(k, _)| k == name) {
+                anyhow::bail!(
+                    "step {step_id}: an MCP server's {name} = \"${{{source}}}\" would replace the agent's own {name}"
+                );
+            }
+        }
+        Ok(pairs)
     }
 
     pub(super) async fn relaunch(

@@ -22,7 +22,7 @@ use crate::runtime::runs::{meta_path, read_meta, RunMeta};
 use crate::runtime::BadInput;
 use crate::runtime::{blocking, lease, write_atomic};
 
-use super::agents::profile_of;
+use super::agents::{check_step_servers, profile_of};
 use super::options::{Interrupted, Parked, RunOptions, RunOutcome, PROFILES};
 use super::{feature_branch, Driver};
 
@@ -324,6 +324,7 @@ async fn create(
         for agent in engine::team::agents(step) {
             profile_of(config, &profile, agent)?;
         }
+        check_step_servers(config, &profile, step)?;
     }
     if engine::goal::condition(&plan).is_some() {
         profile_of(config, &profile, &engine::goal::evaluator_agent(&plan))?;

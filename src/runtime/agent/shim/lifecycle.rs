@@ -157,6 +157,13 @@ fn run_agent(
         }
         None => Stdio::null(),
     };
+    let mut env = spec.env.clone();
+    for (name, source) in &spec.env_from {
+        let value = std::env::var(source).map_err(|_| {
+            format!("environment variable `{source}` (for the agent's `{name}`, an MCP server's) is not set for baton")
+        })?;
+        env.push((name.clone(), value));
+    }
     let stdout = create_output(run_dir, STDOUT_FILE)?;
     let stderr = create_output(run_dir, STDERR_FILE)?;
 
@@ -171,7 +178,7 @@ fn run_agent(
     let spawned = Command::new(program)
         .args(&spec.argv[1..])
         .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .current_dir(&spec.cwd)
         .stdin(stdin)
         .stdout(stdout)

@@ -19,8 +19,15 @@ pub struct AttemptSpec {
     pub argv: Vec<String>,
     /// Working directory of the agent (the attempt's worktree); must exist.
     pub cwd: PathBuf,
-    /// The complete environment of the agent: the shim clears its own and sets exactly these.
+    /// The complete environment of the agent: the shim clears its own and sets exactly these
+    /// (and [`AttemptSpec::env_from`]).
     pub env: Vec<(String, String)>,
+    /// Variables the shim copies from its own environment (which is Baton's) into the agent's
+    /// when it starts it: `(name in the agent's environment, name in the shim's)`. Secrets an
+    /// MCP server needs travel this way, so this file holds their names, never their values. A
+    /// variable that is not set is a spawn error naming it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_from: Vec<(String, String)>,
     /// File fed to the agent's stdin (relative paths are relative to the run directory);
     /// `None` gives the agent `/dev/null` as stdin.
     pub prompt_file: Option<PathBuf>,

@@ -16,6 +16,7 @@ fn spec(dir: &Path, argv: &[&str], timeout_secs: u64) -> AttemptSpec {
         argv: argv.iter().map(|s| (*s).to_owned()).collect(),
         cwd: dir.to_path_buf(),
         env: vec![("PATH".to_owned(), std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".to_owned()))],
+        env_from: Vec::new(),
         prompt_file: None,
         timeout_secs,
         final_event: None,
@@ -78,6 +79,30 @@ fn environment_is_exactly_the_spec() {
     prepare_run_dir(&run, &s).unwrap();
     supervise(&run).unwrap();
     assert_eq!(read_output(&run).unwrap().0, "ONLY=this\n");
+}
+
+#[test]
+fn env_from_copies_the_shims_variable_by_name_and_a_missing_one_is_a_spawn_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let mut s = spec(tmp.path(), &["/usr/bin/env"], 0);
+    s.env = vec![("ONLY".into(), "this".into())];
+    s.env_from = vec![("COPY_OF_PATH".into(), "PATH".into())];
+    prepare_run_dir(&run, &s).unwrap();
+    let path = std::env::var("PATH").unwrap();
+    let spec_text = fs::read_to_string(run.join(ATTEMPT_FILE)).unwrap();
+    assert!(spec_text.contains("COPY_OF_PATH") && !spec_text.contains(&path), "names only: {spec_text}");
+    supervise(&run).unwrap();
+    let mut lines: Vec<String> = read_output(&run).unwrap().0.lines().map(str::to_owned).collect();
+    lines.sort();
+    assert_eq!(lines, [format!("COPY_OF_PATH={path}"), "ONLY=this".to_owned()]);
+
+    let run = tmp.path().join("run2");
+    s.env_from = vec![("TOKEN".into(), "BATON_TEST_SURELY_UNSET_VARIABLE".into())];
+    prepare_run_dir(&run, &s).unwrap();
+    let record = supervise(&run).unwrap();
+    let err = record.spawn_error.unwrap();
+    assert!(err.contains("`BATON_TEST_SURELY_UNSET_VARIABLE`") && err.contains("not set"), "{err}");
 }
 
 #[test]
