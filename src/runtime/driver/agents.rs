@@ -26,6 +26,7 @@ pub(super) fn profile_of(config: &Config, default: &str, agent: &str) -> anyhow:
     Ok(match name {
         "claude" => AgentProfile::Claude,
         "codex" => AgentProfile::Codex,
+        "gemini" => AgentProfile::Gemini,
         "demo" => AgentProfile::Demo,
         "command" => {
             let template = cfg.and_then(|c| c.command.clone()).filter(|t| !t.is_empty()).ok_or_else(|| {
