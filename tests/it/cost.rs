@@ -227,3 +227,56 @@ async fn the_api_and_the_board_show_tokens_by_kind_and_mark_an_estimated_cost() 
     assert!(html.contains("in 4,710 · out 771 · cache 4,410"), "{html}");
     assert_eq!(html.matches("(est.)").count(), 1, "only gemini's step is estimated");
 }
+
+/// A journal written before migration 0014: its estimated spend is read into the card once,
+/// and the ledger's cache columns read 0 for events that predate them.
+#[tokio::test]
+async fn migration_0014_backfills_the_estimated_spend_of_older_executions() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("baton.db");
+    let url = format!("sqlite://{}?mode=rwc", path.display());
+    let mut db = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    let mut before = sqlx::migrate!("./migrations");
+    before.migrations = std::borrow::Cow::Owned(before.migrations.iter().filter(|m| m.version < 14).cloned().collect());
+    before.run_direct(&mut db).await.unwrap();
+    sqlx::query(
+        "insert into executions (task_id, status, current_phase, steps_done, steps_total, spend_usd, created_at, updated_at) \
+         values ('old-1', 'running', '1 P', 0, 2, 0.5, 't', 't')",
+    )
+    .execute(&mut db)
+    .await
+    .unwrap();
+    let events = [
+        r#"{"kind":"step_recorded","step_id":"1.1","agent_name":"a","status":"complete","cost_usd":0.4,"usage":{"attempt":1,"model":"sonnet","input_tokens":5,"output_tokens":1}}"#,
+        r#"{"kind":"step_recorded","step_id":"1.2","agent_name":"b","status":"complete","cost_usd":0.1,"usage":{"attempt":1,"model":"gpt-5","input_tokens":50,"output_tokens":10,"cost_estimated":true}}"#,
+    ];
+    for (seq, payload) in events.iter().enumerate() {
+        sqlx::query(
+            "insert into execution_events (task_id, seq, kind, payload, idempotency_key, at, prev_hash, hash) \
+             values ('old-1', ?, 'step_recorded', ?, ?, 't', 'p', 'h')",
+        )
+        .bind(seq as i64 + 1)
+        .bind(payload)
+        .bind(format!("k{seq}"))
+        .execute(&mut db)
+        .await
+        .unwrap();
+    }
+    db.close().await.unwrap();
+
+    let store = baton::store::Store::open(&path).await.unwrap();
+    store.close().await;
+    let mut db = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    let estimated: f64 = sqlx::query_scalar("select estimated_usd from execution_live where task_id = 'old-1'")
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+    assert!(close(estimated, 0.1), "only the estimated attempt: {estimated}");
+    let cache: Vec<(i64, i64)> = sqlx::query_as(
+        "select cache_creation_tokens, cache_read_tokens from spend_ledger where task_id = 'old-1' order by seq",
+    )
+    .fetch_all(&mut db)
+    .await
+    .unwrap();
+    assert_eq!(cache, [(0, 0), (0, 0)]);
+}
