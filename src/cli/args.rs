@@ -349,7 +349,7 @@ pub struct RunFlags {
     /// directory for a new execution, the execution's own repository when resuming.
     #[arg(long)]
     pub repo: Option<PathBuf>,
-    /// Agent profile for agents that baton.toml maps nowhere: demo | claude | codex | command.
+    /// Agent profile for agents that baton.toml maps nowhere: demo | claude | codex | gemini | command.
     /// Default: `claude` for a new execution, the profile it started with when resuming.
     #[arg(long)]
     pub agent: Option<String>,

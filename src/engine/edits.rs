@@ -26,6 +26,8 @@ pub(crate) fn result_entry<'a>(state: &'a mut ExecutionState, step_id: &str, age
         commit_hash: String::new(),
         estimated_tokens: 0,
         cost_usd: 0.0,
+        token_kinds: Default::default(),
+        cost_estimated: false,
         duration_seconds: 0.0,
         error: String::new(),
         dispatched_at: String::new(),

@@ -41,7 +41,7 @@ fn mutate_event(state: &mut ExecutionState, event: &Event, now: &str) {
             cost_usd,
             duration_seconds,
             error,
-            usage: _,
+            usage,
         } => {
             let max_turns = state.locate(step_id).map_or(10, |(pi, si)| state.plan.phases[pi].steps[si].max_turns());
             let r = result_entry(state, step_id, agent_name);
@@ -54,6 +54,10 @@ fn mutate_event(state: &mut ExecutionState, event: &Event, now: &str) {
             r.completed_at = now.to_string();
             r.estimated_tokens = r.estimated_tokens.saturating_add(*tokens);
             r.cost_usd += cost_usd;
+            if let Some(usage) = usage {
+                r.token_kinds = r.token_kinds.plus(&usage.tokens());
+                r.cost_estimated |= usage.cost_estimated && *cost_usd > 0.0;
+            }
             r.duration_seconds += duration_seconds;
             r.gate_feedback = None;
             let mut became_done = false;

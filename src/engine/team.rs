@@ -30,6 +30,7 @@ use crate::engine::edits::{push_approval_result, result_entry};
 use crate::engine::guards::{check_record_values, checkpoint_due, current_step};
 use crate::engine::EngineError;
 use crate::model::action::ApprovalAction;
+use crate::model::budget::TokenCounts;
 use crate::model::event::{Event, EventKind, RecordStatus};
 use crate::model::plan::{PlanPhase, PlanStep, TeamMember};
 use crate::model::state::{
@@ -517,6 +518,8 @@ pub(crate) fn refresh(state: &mut ExecutionState, step_id: &str, now: &str) {
     let attempt: u32 = units_all.iter().map(|r| r.attempt).sum();
     let tokens: u64 = units_all.iter().map(|r| r.estimated_tokens).sum();
     let cost: f64 = units_all.iter().map(|r| r.cost_usd).sum();
+    let token_kinds = units_all.iter().fold(TokenCounts::default(), |sum, r| sum.plus(&r.token_kinds));
+    let cost_estimated = units_all.iter().any(|r| r.cost_estimated);
     let duration: f64 = units_all.iter().map(|r| r.duration_seconds).sum();
     let dispatched_at =
         units_all.iter().map(|r| r.dispatched_at.as_str()).filter(|d| !d.is_empty()).min().unwrap_or("").to_string();
@@ -531,6 +534,8 @@ pub(crate) fn refresh(state: &mut ExecutionState, step_id: &str, now: &str) {
     r.commit_hash = commit.unwrap_or_default();
     r.estimated_tokens = tokens;
     r.cost_usd = cost;
+    r.token_kinds = token_kinds;
+    r.cost_estimated = cost_estimated;
     r.duration_seconds = duration;
     r.error = error;
     r.dispatched_at = dispatched_at;

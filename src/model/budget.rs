@@ -10,6 +10,53 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+/// An attempt's tokens by kind, each priced at its own rate (`pmo::pricing`): agent CLIs
+/// report cache writes and cache reads beside plain input, and those cost 1.25× and 0.1× of it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TokenCounts {
+    /// Input tokens read neither from nor into the prompt cache (claude `input_tokens`, codex
+    /// `input_tokens − cached_input_tokens`, gemini `prompt − cached + tool`).
+    #[serde(default)]
+    pub input: u64,
+    /// Input tokens written to the prompt cache (claude `cache_creation_input_tokens`).
+    #[serde(default)]
+    pub cache_write: u64,
+    /// Input tokens read from the prompt cache (claude `cache_read_input_tokens`, codex
+    /// `cached_input_tokens`, gemini `cached`).
+    #[serde(default)]
+    pub cache_read: u64,
+    /// Output tokens, thinking included (gemini `candidates + thoughts`): billed as output.
+    #[serde(default)]
+    pub output: u64,
+}
+
+impl TokenCounts {
+    /// No token of any kind.
+    pub fn is_zero(&self) -> bool {
+        self.total() == 0
+    }
+
+    /// Every token of every kind.
+    pub fn total(&self) -> u64 {
+        self.input.saturating_add(self.cache_write).saturating_add(self.cache_read).saturating_add(self.output)
+    }
+
+    /// Cache writes and reads together, as the board shows them.
+    pub fn cache(&self) -> u64 {
+        self.cache_write.saturating_add(self.cache_read)
+    }
+
+    /// The kind-by-kind sum of `self` and `other` (saturating).
+    pub fn plus(&self, other: &TokenCounts) -> TokenCounts {
+        TokenCounts {
+            input: self.input.saturating_add(other.input),
+            cache_write: self.cache_write.saturating_add(other.cache_write),
+            cache_read: self.cache_read.saturating_add(other.cache_read),
+            output: self.output.saturating_add(other.output),
+        }
+    }
+}
+
 /// The cost forecast of one step, USD (low ≤ mid ≤ high).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct StepForecast {

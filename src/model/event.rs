@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use std::collections::BTreeMap;
 
-use crate::model::budget::StepForecast;
+use crate::model::budget::{StepForecast, TokenCounts};
 use crate::model::plan::{PlanPhase, PlanStep};
 use crate::model::state::ApprovalDecision;
 
@@ -49,16 +49,36 @@ pub struct AttemptUsage {
     /// Model the agent reported, else the one it was asked for.
     #[serde(default)]
     pub model: String,
-    /// Input tokens.
+    /// Input tokens neither written to nor read from the prompt cache.
     #[serde(default)]
     pub input_tokens: u64,
-    /// Output tokens.
+    /// Output tokens (thinking included).
     #[serde(default)]
     pub output_tokens: u64,
-    /// True when the agent reported tokens but no cost and the cost is tokens × the model's
-    /// price from the price table.
+    /// Input tokens written to the prompt cache (claude's `cache_creation_input_tokens`);
+    /// absent in events journaled before token kinds were kept (0 then).
+    #[serde(default)]
+    pub cache_creation_tokens: u64,
+    /// Input tokens read from the prompt cache (claude's `cache_read_input_tokens`, codex's
+    /// `cached_input_tokens`, gemini's `cached`); absent before token kinds were kept.
+    #[serde(default)]
+    pub cache_read_tokens: u64,
+    /// True when the agent reported tokens but no cost (codex, gemini) and the cost is its
+    /// tokens, kind by kind, × the model's prices from the price table.
     #[serde(default)]
     pub cost_estimated: bool,
+}
+
+impl AttemptUsage {
+    /// Its tokens by kind.
+    pub fn tokens(&self) -> TokenCounts {
+        TokenCounts {
+            input: self.input_tokens,
+            cache_write: self.cache_creation_tokens,
+            cache_read: self.cache_read_tokens,
+            output: self.output_tokens,
+        }
+    }
 }
 
 /// A step added by an amendment to an existing (current or later) phase.

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::budget::Budget;
+use crate::model::budget::{Budget, TokenCounts};
 use crate::model::goal::GoalState;
 use crate::model::plan::{MachinePlan, PlanAmendment};
 
@@ -153,6 +153,14 @@ pub struct StepResult {
     /// Spend in USD reported by the agent.
     #[serde(default)]
     pub cost_usd: f64,
+    /// Its tokens by kind over its attempts (input, cache writes, cache reads, output), from
+    /// the records' usage; absent when none was reported (and in states saved before).
+    #[serde(default, skip_serializing_if = "TokenCounts::is_zero")]
+    pub token_kinds: TokenCounts,
+    /// Some of `cost_usd` is an estimate: an attempt reported tokens but no cost (codex,
+    /// gemini), priced from the price table.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cost_estimated: bool,
     /// Wall time of the attempt, seconds.
     #[serde(default)]
     pub duration_seconds: f64,

@@ -84,6 +84,9 @@ pub struct Card {
     pub current_phase: String,
     /// Spend so far, USD.
     pub spend_usd: f64,
+    /// How much of `spend_usd` is an estimate, USD: attempts of agents that report tokens but
+    /// no cost (codex, gemini), priced from the price table. 0 when all of it was reported.
+    pub spend_estimated_usd: f64,
     /// Expected cost, USD, once enriched.
     pub forecast_mid_usd: Option<f64>,
     /// What it waits for (a human decision, a gate, a review), when it waits.
@@ -253,6 +256,7 @@ pub fn card(row: CardRow) -> Card {
         pips: (0..total).map(|i| i < done).collect(),
         current_phase: row.current_phase.unwrap_or_default(),
         spend_usd: row.spend_usd.unwrap_or(0.0),
+        spend_estimated_usd: row.spend_estimated_usd,
         forecast_mid_usd: row.forecast_mid_usd,
         task_id: row.task_id,
         paused: row.paused,

@@ -100,7 +100,7 @@ pub struct NewProject {
     /// Branch feature branches start from (default: the repository's current branch).
     #[serde(default)]
     pub default_branch: Option<String>,
-    /// `demo`, `claude`, `codex` or `command` (default `claude`).
+    /// `demo`, `claude`, `codex`, `gemini` or `command` (default `claude`).
     #[serde(default)]
     pub agent_profile: Option<String>,
     /// Test gate command (default: detected from the repository at enrichment).

@@ -9,9 +9,10 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use crate::model::budget::TokenCounts;
 use crate::pmo::enrich::{SpendHistory, HISTORY_SAMPLES};
 use crate::pmo::pricing::PriceTable;
-use crate::runtime::agent::output::AgentOutput;
+use crate::runtime::agent::output::{claude_usage, codex_usage, AgentOutput};
 use crate::runtime::BadInput;
 use crate::store::Store;
 
@@ -22,7 +23,7 @@ pub const BUDGET_ENV_ALIAS: &str = "BATON_RUN_TOKEN_CEILING";
 
 /// What an attempt cost, USD, and whether that is an estimate: the agent's reported cost when
 /// it is a number (a report above the engine's per-step cap counts as the cap, never as 0: a
-/// broken report must not slip under the ceiling); else its tokens × the price of `model`
+/// broken report must not slip under the ceiling); else its tokens priced by [`tokens_cost`]
 /// (estimated); else 0. Never above [`MAX_STEP_COST_USD`](crate::engine::MAX_STEP_COST_USD).
 pub fn attempt_cost(out: &AgentOutput, model: &str, prices: &PriceTable) -> (f64, bool) {
     let cap = crate::engine::MAX_STEP_COST_USD;
@@ -30,23 +31,36 @@ pub fn attempt_cost(out: &AgentOutput, model: &str, prices: &PriceTable) -> (f64
         // `+ 0.0` turns a reported -0 into 0.
         Some(c) if c.is_finite() && c >= 0.0 => (c.min(cap) + 0.0, false),
         Some(c) if c == f64::INFINITY => (cap, false),
-        _ if out.input_tokens.saturating_add(out.output_tokens) > 0 => {
-            let priced = out.model.as_deref().filter(|m| prices.get(m).is_some()).unwrap_or(model);
-            match prices.cost(priced, out.input_tokens, out.output_tokens) {
-                Some(c) => (c.min(cap), true),
-                None => (0.0, false),
-            }
-        }
+        _ if out.tokens().total() > 0 => match tokens_cost(out, model, prices) {
+            Some(c) => (c.min(cap), true),
+            None => (0.0, false),
+        },
         _ => (0.0, false),
     }
 }
 
-/// Usage an agent has streamed so far: (input tokens, output tokens, model it reported).
+/// What an output's tokens cost at the price table, USD, every kind at its own rate (cache
+/// writes and reads are not input): per model when the agent reported them per model (gemini),
+/// each at its own row; a model without a row, or one total, at the row of the model the agent
+/// reported, else of `model` (the one asked for). `None` when no row prices some of them.
+pub fn tokens_cost(out: &AgentOutput, model: &str, prices: &PriceTable) -> Option<f64> {
+    let fallback = out.model.as_deref().filter(|m| prices.get(m).is_some()).unwrap_or(model);
+    if out.model_tokens.is_empty() {
+        return prices.cost_of(fallback, &out.tokens());
+    }
+    out.model_tokens
+        .iter()
+        .map(|(m, tokens)| prices.cost_of(m, tokens).or_else(|| prices.cost_of(fallback, tokens)))
+        .sum()
+}
+
+/// Usage an agent has streamed so far: its tokens by kind and the model it reported.
 ///
 /// Reads claude's stream-json (`assistant` events' `message.usage`, counted once per message
-/// id, the last report of a message winning) and codex's `turn.completed` usage. Lines that
-/// are not JSON (a partial last line) are skipped.
-pub fn streamed_usage(stdout: &str) -> (u64, u64, Option<String>) {
+/// id, the last report of a message winning, cache writes and reads apart) and codex's
+/// `turn.completed` usage (its cached input as cache reads). Lines that are not JSON (a
+/// partial last line) are skipped.
+pub fn streamed_usage(stdout: &str) -> (TokenCounts, Option<String>) {
     let mut stream = UsageStream::default();
     for line in stdout.lines() {
         stream.line(line);
@@ -61,8 +75,8 @@ pub fn streamed_usage(stdout: &str) -> (u64, u64, Option<String>) {
 pub struct UsageStream {
     /// Bytes of the file consumed (up to the last complete line).
     offset: u64,
-    by_message: BTreeMap<String, (u64, u64)>,
-    anonymous: (u64, u64),
+    by_message: BTreeMap<String, TokenCounts>,
+    anonymous: TokenCounts,
     model: Option<String>,
 }
 
@@ -89,38 +103,29 @@ impl UsageStream {
 
     fn line(&mut self, line: &str) {
         let Ok(v) = serde_json::from_str::<Value>(line.trim()) else { return };
-        let field = |u: Option<&Value>, k: &str| u.and_then(|u| u.get(k)).and_then(Value::as_u64).unwrap_or(0);
         match v.get("type").and_then(Value::as_str) {
             Some("assistant") => {
                 let message = v.get("message");
                 if self.model.is_none() {
                     self.model = message.and_then(|m| m.get("model")).and_then(Value::as_str).map(str::to_owned);
                 }
-                let usage = message.and_then(|m| m.get("usage"));
-                let counted = (field(usage, "input_tokens"), field(usage, "output_tokens"));
+                let counted = claude_usage(message.and_then(|m| m.get("usage")));
                 match message.and_then(|m| m.get("id")).and_then(Value::as_str) {
                     Some(id) => {
                         self.by_message.insert(id.to_owned(), counted);
                     }
-                    None => {
-                        self.anonymous.0 += counted.0;
-                        self.anonymous.1 += counted.1;
-                    }
+                    None => self.anonymous = self.anonymous.plus(&counted),
                 }
             }
-            Some("turn.completed") => {
-                let usage = v.get("usage");
-                self.anonymous.0 += field(usage, "input_tokens");
-                self.anonymous.1 += field(usage, "output_tokens");
-            }
+            Some("turn.completed") => self.anonymous = self.anonymous.plus(&codex_usage(v.get("usage"))),
             _ => {}
         }
     }
 
-    /// (input tokens, output tokens, model reported) so far.
-    pub fn totals(&self) -> (u64, u64, Option<String>) {
-        let (i, o) = self.by_message.values().fold(self.anonymous, |acc, (i, o)| (acc.0 + i, acc.1 + o));
-        (i, o, self.model.clone())
+    /// Tokens by kind and the model reported, so far.
+    pub fn totals(&self) -> (TokenCounts, Option<String>) {
+        let tokens = self.by_message.values().fold(self.anonymous, |sum, t| sum.plus(t));
+        (tokens, self.model.clone())
     }
 }
 
@@ -182,6 +187,90 @@ mod tests {
         assert_eq!(attempt_cost(&huge, "sonnet", &prices), (crate::engine::MAX_STEP_COST_USD, false));
     }
 
+    fn exited() -> crate::runtime::agent::shim::ExitRecord {
+        crate::runtime::agent::shim::ExitRecord {
+            exit_code: Some(0),
+            signal: None,
+            timed_out: false,
+            stopped_after_result: false,
+            spawn_error: None,
+            started_at: String::new(),
+            finished_at: String::new(),
+            duration_ms: 0,
+        }
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-12
+    }
+
+    #[test]
+    fn cached_tokens_are_priced_as_cached_not_as_input() {
+        let prices = PriceTable::default();
+        // codex's recorded run: 18342 input of which 11776 cached, 187 output, on gpt-5
+        // ($1.25 in, $0.125 cached, $10 out per Mtok).
+        let codex = crate::runtime::agent::output::parse_codex_jsonl(
+            &std::fs::read_to_string(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/agent-cli/codex/exec-json.jsonl"
+            ))
+            .unwrap(),
+            "",
+            &exited(),
+        );
+        let (cost, estimated) = attempt_cost(&codex, "gpt-5-codex", &prices);
+        assert!(estimated);
+        assert!(close(cost, (6566.0 * 1.25 + 11776.0 * 0.125 + 187.0 * 10.0) / 1e6), "{cost}");
+        // Priced as ordinary input it would have been $0.0248; priced by kind it is $0.0115.
+        assert!(close(cost, 0.0115495), "{cost}");
+        // claude without a reported cost: cache writes at 1.25 × input, reads at 0.1 ×.
+        let claude = AgentOutput {
+            input_tokens: 10,
+            cache_creation_tokens: 6346,
+            cache_read_tokens: 12640,
+            output_tokens: 159,
+            model: Some("claude-sonnet-4-5".into()),
+            ..AgentOutput::default()
+        };
+        let (cost, estimated) = attempt_cost(&claude, "opus", &prices);
+        assert!(estimated);
+        assert!(close(cost, (10.0 * 3.0 + 6346.0 * 3.75 + 12640.0 * 0.3 + 159.0 * 15.0) / 1e6), "{cost}");
+    }
+
+    #[test]
+    fn tokens_reported_per_model_are_priced_per_model() {
+        let prices = PriceTable::default();
+        let gemini = crate::runtime::agent::output::parse_gemini_json(
+            &std::fs::read_to_string(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/agent-cli/gemini/json-output.two-models.json"
+            ))
+            .unwrap(),
+            "",
+            &exited(),
+        );
+        let (cost, estimated) = attempt_cost(&gemini, "gemini-2.5-pro", &prices);
+        assert!(estimated, "gemini reports no cost");
+        // pro: 6110 in × $1.25 + 18200 cached × $0.125 + 1693 out × $10; flash: 1840 × $0.30 + 52 × $2.50.
+        assert!(close(cost, 0.0268425 + 0.000682), "{cost}");
+        // A model without a row is priced at the reported model's row.
+        let mut odd = gemini.clone();
+        odd.model_tokens[0].0 = "mystery".into();
+        let pro_rate = prices.cost_of("gemini-2.5-pro", &odd.model_tokens[0].1).unwrap();
+        assert!(close(tokens_cost(&odd, "x", &prices).unwrap(), 0.0268425 + pro_rate));
+        // Nothing prices them: no cost, not estimated.
+        let unknown = AgentOutput {
+            model_tokens: vec![("m".into(), TokenCounts { input: 5, ..TokenCounts::default() })],
+            input_tokens: 5,
+            ..AgentOutput::default()
+        };
+        assert_eq!(attempt_cost(&unknown, "llama", &prices), (0.0, false));
+    }
+
+    fn io(input: u64, output: u64) -> TokenCounts {
+        TokenCounts { input, output, ..TokenCounts::default() }
+    }
+
     #[test]
     fn streamed_usage_counts_each_message_once() {
         let stdout = concat!(
@@ -195,10 +284,13 @@ mod tests {
             "\n",
             r#"{"type":"assistant","message":{"id":"m3","usage":{"input_tok"#,
         );
-        assert_eq!(streamed_usage(stdout), (150, 10, Some("claude-sonnet-4-5".into())));
-        let codex = "{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":7,\"output_tokens\":2}}\n\
+        assert_eq!(streamed_usage(stdout), (io(150, 10), Some("claude-sonnet-4-5".into())));
+        let codex = "{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":7,\"cached_input_tokens\":4,\"output_tokens\":2}}\n\
                      {\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}\n";
-        assert_eq!(streamed_usage(codex), (8, 3, None));
+        assert_eq!(streamed_usage(codex), (TokenCounts { input: 4, cache_write: 0, cache_read: 4, output: 3 }, None));
+        // claude's cache writes and reads stream too, and count.
+        let cached = r#"{"type":"assistant","message":{"id":"m1","usage":{"input_tokens":6,"cache_creation_input_tokens":226,"cache_read_input_tokens":9380,"output_tokens":41}}}"#;
+        assert_eq!(streamed_usage(cached).0, TokenCounts { input: 6, cache_write: 226, cache_read: 9380, output: 41 });
     }
 
     #[test]
@@ -207,17 +299,17 @@ mod tests {
         let path = dir.path().join("stdout");
         let mut stream = UsageStream::default();
         stream.read_new(&path).unwrap();
-        assert_eq!(stream.totals(), (0, 0, None), "no file yet");
+        assert_eq!(stream.totals(), (io(0, 0), None), "no file yet");
         let first = r#"{"type":"assistant","message":{"id":"m1","model":"opus","usage":{"input_tokens":10,"output_tokens":1}}}"#;
         std::fs::write(&path, format!("{first}\n{{\"type\":\"assistant\",\"mess")).unwrap();
         stream.read_new(&path).unwrap();
-        assert_eq!(stream.totals(), (10, 1, Some("opus".into())));
+        assert_eq!(stream.totals(), (io(10, 1), Some("opus".into())));
         let rest = r#"age":{"id":"m2","usage":{"input_tokens":5,"output_tokens":2}}}"#;
         let mut text = std::fs::read_to_string(&path).unwrap();
         text.push_str(&format!("{rest}\n"));
         std::fs::write(&path, &text).unwrap();
         stream.read_new(&path).unwrap();
-        assert_eq!(stream.totals(), (15, 3, Some("opus".into())), "the partial line is read once complete");
+        assert_eq!(stream.totals(), (io(15, 3), Some("opus".into())), "the partial line is read once complete");
         assert_eq!(stream.totals(), streamed_usage(&text));
     }
 

@@ -135,6 +135,9 @@ pub struct CardRow {
     pub execution_forecast_usd: Option<f64>,
     /// The execution's ceiling, USD.
     pub ceiling_usd: Option<f64>,
+    /// How much of its spend is estimated (tokens × the price table, for agents that report
+    /// no cost), USD (migration 0014, kept by a trigger on the journal); 0 when none is.
+    pub spend_estimated_usd: f64,
     /// The attempts running now, one `"<step> <agent>"` a line, by step (empty when none).
     pub running: Option<String>,
     /// Its pull request's number (GitHub) or id (Azure DevOps), once opened (`merges`).
@@ -466,6 +469,7 @@ impl Store {
              exists (select 1 from settings p where p.key = 'paused:' || s.task_id) as paused, \
              (select p.value from settings p where p.key = 'paused:' || s.task_id and p.value != '1') as park_reason, \
              e.updated_at as execution_updated_at, l.forecast_usd as execution_forecast_usd, l.ceiling_usd, \
+             coalesce(l.estimated_usd, 0.0) as spend_estimated_usd, \
              (select group_concat(r.step_id || ' ' || r.agent_name, char(10)) from \
                (select step_id, agent_name from execution_running where task_id = s.task_id and running = 1 \
                 order by step_id) r) as running, m.pr_number, m.pr_url \

@@ -12,6 +12,7 @@ mod browser;
 mod budget;
 mod cli;
 mod common;
+mod cost;
 mod crash;
 mod crash_everywhere;
 mod daemon;

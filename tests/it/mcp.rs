@@ -178,3 +178,18 @@ fn a_server_secret_missing_from_the_environment_fails_the_step_naming_the_variab
     assert!(error.contains("DOCS_TOKEN") && error.contains("not set"), "{error}");
     assert!(!record.join("1.1.argv").exists(), "the agent never started");
 }
+
+/// gemini reads MCP servers only from its settings.json: a step on a gemini agent that names
+/// servers is refused at plan check rather than run without them.
+#[test]
+fn a_gemini_step_that_names_mcp_servers_is_refused_at_plan_check() {
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    std::fs::create_dir_all(ws.data()).unwrap();
+    let config = CONFIG.replace("[agents.dev]\nprofile = \"claude\"", "[agents.dev]\nprofile = \"gemini\"");
+    std::fs::write(ws.data().join("baton.toml"), config).unwrap();
+    let plan = plan(&ws, "mcp-gem", serde_json::json!([step("1.1", &["github"])]));
+    let out = ws.run_plan(&plan);
+    assert_eq!(code(&out), 2, "{}\n{}", stdout(&out), stderr(&out));
+    assert!(stderr(&out).contains("step 1.1: names MCP servers, but agent dev runs gemini"), "{}", stderr(&out));
+    assert!(!ws.data().join("runs/mcp-gem").exists(), "nothing ran");
+}

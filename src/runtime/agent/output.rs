@@ -1,10 +1,14 @@
 //! Parsers that turn an agent's captured stdout/stderr and exit record into an [`AgentOutput`].
 //!
 //! Pure functions over strings (no IO). Success is decided by what the agent says (claude's
-//! `is_error`, codex's event stream), not by the process exit code or claude's `subtype`; only
-//! the plain command profile falls back to the exit code. Malformed lines are skipped, never fatal.
+//! `is_error`, codex's event stream, gemini's `error` object), not by the process exit code or
+//! claude's `subtype`; only the plain command profile falls back to the exit code. Malformed
+//! lines are skipped, never fatal. Tokens are read by kind (input, cache write, cache read,
+//! output) so each is priced at its own rate; pricing itself is `runtime::spend`'s.
 
 use serde_json::Value;
+
+use crate::model::budget::TokenCounts;
 
 use super::shim::ExitRecord;
 
@@ -25,15 +29,51 @@ pub struct AgentOutput {
     pub error: Option<String>,
     /// Cost in USD if the CLI reports it (claude only).
     pub cost_usd: Option<f64>,
-    /// Uncached input tokens (claude `usage.input_tokens`, codex `input_tokens`, which counts
-    /// cached input too); claude's cache-creation and cache-read tokens are *not* included.
+    /// Input tokens neither written to nor read from the prompt cache (claude `input_tokens`,
+    /// codex `input_tokens − cached_input_tokens`, gemini `prompt − cached + tool`).
     pub input_tokens: u64,
-    /// Output tokens (`usage.output_tokens`).
+    /// Output tokens, thinking included (claude and codex `output_tokens`, gemini
+    /// `candidates + thoughts`).
     pub output_tokens: u64,
+    /// Input tokens written to the prompt cache (claude `cache_creation_input_tokens`).
+    pub cache_creation_tokens: u64,
+    /// Input tokens read from the prompt cache (claude `cache_read_input_tokens`, codex
+    /// `cached_input_tokens`, gemini `cached`).
+    pub cache_read_tokens: u64,
+    /// The same tokens per model, when the CLI reports them per model (claude's `modelUsage`,
+    /// gemini's `stats.models`), in the CLI's order: a run that used two models is priced at
+    /// each one's rate. Empty when the CLI gives one total.
+    pub model_tokens: Vec<(String, TokenCounts)>,
     /// The CLI's session / thread id, for resuming or correlating logs.
     pub session_id: Option<String>,
     /// The model the CLI reports (claude's `system` init event), for the spend ledger.
     pub model: Option<String>,
+}
+
+impl AgentOutput {
+    /// Its tokens by kind.
+    pub fn tokens(&self) -> TokenCounts {
+        TokenCounts {
+            input: self.input_tokens,
+            cache_write: self.cache_creation_tokens,
+            cache_read: self.cache_read_tokens,
+            output: self.output_tokens,
+        }
+    }
+
+    /// Sets its tokens by kind.
+    fn set_tokens(&mut self, tokens: TokenCounts) {
+        self.input_tokens = tokens.input;
+        self.cache_creation_tokens = tokens.cache_write;
+        self.cache_read_tokens = tokens.cache_read;
+        self.output_tokens = tokens.output;
+    }
+
+    /// Sets `model_tokens` and the totals, which are their sum.
+    fn set_model_tokens(&mut self, per_model: Vec<(String, TokenCounts)>) {
+        self.set_tokens(per_model.iter().fold(TokenCounts::default(), |sum, (_, t)| sum.plus(t)));
+        self.model_tokens = per_model;
+    }
 }
 
 /// Returns the last `max_chars` characters of `text` (on a char boundary).
@@ -75,6 +115,46 @@ fn u64_field(v: Option<&Value>, key: &str) -> u64 {
     v.and_then(|u| u.get(key)).and_then(Value::as_u64).unwrap_or(0)
 }
 
+/// claude's `usage` object (a result's or an assistant message's) by kind.
+pub fn claude_usage(usage: Option<&Value>) -> TokenCounts {
+    TokenCounts {
+        input: u64_field(usage, "input_tokens"),
+        cache_write: u64_field(usage, "cache_creation_input_tokens"),
+        cache_read: u64_field(usage, "cache_read_input_tokens"),
+        output: u64_field(usage, "output_tokens"),
+    }
+}
+
+/// codex's `turn.completed` `usage` by kind: its `input_tokens` counts the cached ones too.
+pub fn codex_usage(usage: Option<&Value>) -> TokenCounts {
+    let cached = u64_field(usage, "cached_input_tokens");
+    TokenCounts {
+        input: u64_field(usage, "input_tokens").saturating_sub(cached),
+        cache_write: 0,
+        cache_read: cached,
+        output: u64_field(usage, "output_tokens"),
+    }
+}
+
+/// claude's result `modelUsage` (`{"<model>": {inputTokens, outputTokens, cacheReadInputTokens,
+/// cacheCreationInputTokens, …}}`) per model; empty when absent.
+fn claude_model_usage(result: &Value) -> Vec<(String, TokenCounts)> {
+    let Some(models) = result.get("modelUsage").and_then(Value::as_object) else { return Vec::new() };
+    models
+        .iter()
+        .map(|(name, u)| {
+            let u = Some(u);
+            let tokens = TokenCounts {
+                input: u64_field(u, "inputTokens"),
+                cache_write: u64_field(u, "cacheCreationInputTokens"),
+                cache_read: u64_field(u, "cacheReadInputTokens"),
+                output: u64_field(u, "outputTokens"),
+            };
+            (name.clone(), tokens)
+        })
+        .collect()
+}
+
 fn is_result(v: &Value) -> bool {
     v.get("type").and_then(Value::as_str) == Some("result")
 }
@@ -85,8 +165,10 @@ fn is_result(v: &Value) -> bool {
 /// Uses the last `{"type":"result"}` event: `success = !is_error` (when `is_error` is absent,
 /// `subtype == "success"`); `outcome = result` (absent for e.g. `error_max_turns`); on failure
 /// `error` is the result text, else `"<subtype>: <errors joined by '; '>"`. Cost is
-/// `total_cost_usd`, or `cost_usd` from older versions. Tokens come from `usage` (see
-/// [`AgentOutput::input_tokens`]). Without a result event the run failed with
+/// `total_cost_usd`, or `cost_usd` from older versions. Tokens, by kind: the sum of
+/// `modelUsage` over its models when the result has it (`usage` counts the main model only,
+/// not e.g. the haiku calls claude makes on the side), else `usage`; cache writes and reads
+/// are counted apart from input (see [`AgentOutput`]). Without a result event the run failed with
 /// `"agent produced no result event"` plus how the process ended and the stderr tail.
 pub fn parse_claude_stream_json(stdout: &str, stderr: &str, exit: &ExitRecord) -> AgentOutput {
     let mut result = json_lines(stdout).filter(is_result).last();
@@ -142,23 +224,27 @@ pub fn parse_claude_stream_json(stdout: &str, stderr: &str, exit: &ExitRecord) -
             (None, true) => "agent reported an error".to_owned(),
         }
     });
-    let usage = result.get("usage");
-    AgentOutput {
+    let mut out = AgentOutput {
         success: !is_error,
         outcome,
         error,
         cost_usd: result.get("total_cost_usd").or_else(|| result.get("cost_usd")).and_then(Value::as_f64),
-        input_tokens: u64_field(usage, "input_tokens"),
-        output_tokens: u64_field(usage, "output_tokens"),
         session_id: str_field(&result, "session_id").or(init_session),
         model,
+        ..AgentOutput::default()
+    };
+    match claude_model_usage(&result) {
+        per_model if !per_model.is_empty() => out.set_model_tokens(per_model),
+        _ => out.set_tokens(claude_usage(result.get("usage"))),
     }
+    out
 }
 
 /// Parses `codex exec --json` event lines.
 ///
 /// `outcome` is the text of the last `item.completed` whose item is an `agent_message`; tokens
-/// are summed over `turn.completed.usage` (`input_tokens` includes `cached_input_tokens`);
+/// are summed over `turn.completed.usage`, its `cached_input_tokens` counted as cache reads
+/// and the rest of its `input_tokens` (which include them) as input;
 /// `session_id` is `thread.started.thread_id`; there is no cost. The run failed if any
 /// `turn.failed` or top-level `error` event occurs (its message is the error), or if no
 /// `turn.completed` event occurs at all.
@@ -179,9 +265,7 @@ pub fn parse_codex_jsonl(stdout: &str, stderr: &str, exit: &ExitRecord) -> Agent
             }
             Some("turn.completed") => {
                 completed = true;
-                let usage = event.get("usage");
-                out.input_tokens += u64_field(usage, "input_tokens");
-                out.output_tokens += u64_field(usage, "output_tokens");
+                out.set_tokens(out.tokens().plus(&codex_usage(event.get("usage"))));
             }
             Some("turn.failed") => errors.push(
                 event.get("error").and_then(|e| str_field(e, "message")).unwrap_or_else(|| "turn failed".to_owned()),
@@ -196,6 +280,77 @@ pub fn parse_codex_jsonl(stdout: &str, stderr: &str, exit: &ExitRecord) -> Agent
         out.error = Some(missing_result_error("agent produced no turn.completed event", stderr, exit));
     } else {
         out.success = true;
+    }
+    out
+}
+
+/// The JSON object gemini printed: the whole of stdout, else from the first line that opens
+/// an object to the end (anything gemini printed before it, such as a notice, is skipped).
+fn gemini_object(stdout: &str) -> Option<Value> {
+    let parse = |text: &str| serde_json::from_str::<Value>(text.trim()).ok().filter(Value::is_object);
+    parse(stdout).or_else(|| {
+        let start = stdout.match_indices('\n').map(|(i, _)| i + 1).find(|i| stdout[*i..].starts_with('{'))?;
+        parse(&stdout[start..])
+    })
+}
+
+/// Parses `gemini --output-format json`: one object, `{"response": …, "stats": {"models":
+/// {"<model>": {"tokens": {prompt, candidates, cached, thoughts, tool, total}}}, …}}`, or
+/// `{"error": {"type", "message", "code"}}` when the run failed.
+///
+/// Success ⇔ there is no `error` object; `outcome` is `response`; tokens are per model (see
+/// [`AgentOutput::model_tokens`]): `prompt` includes `cached`, so input = `prompt − cached +
+/// tool` (tool-use prompts are billed as input), cache reads = `cached`, output = `candidates +
+/// thoughts` (thinking is billed as output). `model` is the model with the most tokens.
+/// gemini reports no cost: it is priced from the price table (`runtime::spend`). Without a
+/// JSON object the run failed with `"agent produced no JSON result"`, how the process ended
+/// and the stderr tail.
+pub fn parse_gemini_json(stdout: &str, stderr: &str, exit: &ExitRecord) -> AgentOutput {
+    let Some(object) = gemini_object(stdout) else {
+        return AgentOutput {
+            error: Some(missing_result_error("agent produced no JSON result", stderr, exit)),
+            ..AgentOutput::default()
+        };
+    };
+    let mut out = AgentOutput {
+        outcome: str_field(&object, "response").unwrap_or_default(),
+        session_id: str_field(&object, "session_id"),
+        ..AgentOutput::default()
+    };
+    let per_model: Vec<(String, TokenCounts)> = object
+        .pointer("/stats/models")
+        .and_then(Value::as_object)
+        .map(|models| {
+            models
+                .iter()
+                .map(|(name, m)| {
+                    let t = m.get("tokens");
+                    let cached = u64_field(t, "cached");
+                    let tokens = TokenCounts {
+                        input: u64_field(t, "prompt").saturating_sub(cached).saturating_add(u64_field(t, "tool")),
+                        cache_write: 0,
+                        cache_read: cached,
+                        output: u64_field(t, "candidates").saturating_add(u64_field(t, "thoughts")),
+                    };
+                    (name.clone(), tokens)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.model = per_model.iter().max_by_key(|(_, t)| t.total()).map(|(name, _)| name.clone());
+    out.set_model_tokens(per_model);
+    match object.get("error").filter(|e| !e.is_null()) {
+        Some(error) => {
+            let message = match error {
+                Value::String(s) => s.clone(),
+                e => str_field(e, "message").unwrap_or_else(|| e.to_string()),
+            };
+            out.error = Some(match error.get("type").and_then(Value::as_str) {
+                Some(kind) => format!("{kind}: {message}"),
+                None => message,
+            });
+        }
+        None => out.success = true,
     }
     out
 }
@@ -253,7 +408,14 @@ mod tests {
         );
         assert_eq!(out.error, None);
         assert_cost(out.cost_usd, 0.0871235);
-        assert_eq!((out.input_tokens, out.output_tokens), (10, 159));
+        // Every kind, summed over `modelUsage` (sonnet's own and the haiku calls beside it).
+        let sonnet = TokenCounts { input: 10, cache_write: 6346, cache_read: 12640, output: 159 };
+        let haiku = TokenCounts { input: 2811, output: 220, ..TokenCounts::default() };
+        assert_eq!(
+            out.model_tokens,
+            [("claude-haiku-4-5-20251001".to_owned(), haiku), ("claude-sonnet-4-5-20250929".to_owned(), sonnet)]
+        );
+        assert_eq!(out.tokens(), TokenCounts { input: 2821, cache_write: 6346, cache_read: 12640, output: 379 });
         assert_eq!(out.session_id.as_deref(), Some("5f0c7d2e-9a41-4b8e-b3d6-2c8e71a40f19"));
         assert_eq!(out.model.as_deref(), Some("claude-sonnet-4-5-20250929"));
         // success is decided on is_error, not the exit code
@@ -280,6 +442,15 @@ mod tests {
         // and so does an array of messages
         let array = format!("[{{\"type\":\"system\",\"session_id\":\"s\"}},{stdout}]");
         assert_eq!(parse_claude_stream_json(&array, "", &exit(0)), out);
+    }
+
+    #[test]
+    fn claude_usage_without_model_usage_counts_cache_tokens_apart() {
+        let stdout = r#"{"type":"result","subtype":"success","is_error":false,"result":"ok","usage":{"input_tokens":3,"cache_creation_input_tokens":2000,"cache_read_input_tokens":40000,"output_tokens":120}}"#;
+        let out = parse_claude_stream_json(stdout, "", &exit(0));
+        assert_eq!(out.tokens(), TokenCounts { input: 3, cache_write: 2000, cache_read: 40000, output: 120 });
+        assert!(out.model_tokens.is_empty());
+        assert_eq!(out.tokens().total(), 42123);
     }
 
     #[test]
@@ -311,7 +482,8 @@ mod tests {
         let out = parse_codex_jsonl(&stdout, "", &exit(0));
         assert!(out.success);
         assert_eq!(out.outcome, "Yes: `CHANGELOG.md` sits in the repository root, next to `Cargo.toml`.");
-        assert_eq!((out.input_tokens, out.output_tokens), (18342, 187));
+        // `input_tokens` 18342 includes the 11776 `cached_input_tokens`: those are cache reads.
+        assert_eq!(out.tokens(), TokenCounts { input: 6566, cache_write: 0, cache_read: 11776, output: 187 });
         assert_eq!(out.cost_usd, None);
         assert_eq!(out.session_id.as_deref(), Some("01980c4e-7a2b-7c3d-9e4f-5a6b7c8d9e0f"));
     }
@@ -343,6 +515,80 @@ mod tests {
         assert!(!out.success);
         assert_eq!(out.outcome, "");
         assert!(out.error.unwrap().starts_with("agent produced no result event"));
+    }
+
+    #[test]
+    fn codex_usage_is_summed_over_turns_by_kind() {
+        let two = "{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":100,\"cached_input_tokens\":60,\"output_tokens\":5}}\n\
+                   {\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":50,\"output_tokens\":2}}\n";
+        let out = parse_codex_jsonl(two, "", &exit(0));
+        assert_eq!(out.tokens(), TokenCounts { input: 90, cache_write: 0, cache_read: 60, output: 7 });
+        // A report with more cached than input (a broken report) is no underflow.
+        let odd = "{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":1,\"cached_input_tokens\":9}}\n";
+        assert_eq!(parse_codex_jsonl(odd, "", &exit(0)).tokens().input, 0);
+    }
+
+    #[test]
+    fn gemini_fixture_tokens_by_kind_without_a_cost() {
+        let stdout = fixture("agent-cli/gemini/json-output.json");
+        let out = parse_gemini_json(&stdout, "", &exit(0));
+        assert!(out.success);
+        assert_eq!(out.error, None);
+        assert_eq!(
+            out.outcome,
+            "The status page polls every check once a minute and turns a tile red after two misses."
+        );
+        assert_eq!(out.cost_usd, None, "gemini reports no cost");
+        assert_eq!(out.model.as_deref(), Some("gemini-2.5-pro"));
+        // prompt 9120 of which 4410 cached; candidates 164 + thoughts 607 are output.
+        let tokens = TokenCounts { input: 4710, cache_write: 0, cache_read: 4410, output: 771 };
+        assert_eq!(out.tokens(), tokens);
+        assert_eq!(out.tokens().total(), 9891, "the `total` gemini reports");
+        assert_eq!(out.model_tokens, [("gemini-2.5-pro".to_owned(), tokens)]);
+        // Whatever gemini prints before its object is skipped.
+        let noisy = format!("Loaded cached credentials.\n{stdout}");
+        assert_eq!(parse_gemini_json(&noisy, "", &exit(0)), out);
+    }
+
+    #[test]
+    fn gemini_two_models_are_kept_apart() {
+        let out = parse_gemini_json(&fixture("agent-cli/gemini/json-output.two-models.json"), "", &exit(0));
+        assert!(out.success);
+        assert!(out.outcome.starts_with("Added `docs/STATUS.md`"), "{}", out.outcome);
+        assert_eq!(out.model.as_deref(), Some("gemini-2.5-pro"), "the model with the most tokens");
+        assert_eq!(
+            out.model_tokens,
+            [
+                ("gemini-2.5-flash".to_owned(), TokenCounts { input: 1840, output: 52, ..TokenCounts::default() }),
+                (
+                    "gemini-2.5-pro".to_owned(),
+                    TokenCounts { input: 6110, cache_write: 0, cache_read: 18200, output: 1693 }
+                ),
+            ]
+        );
+        assert_eq!(out.tokens(), TokenCounts { input: 7950, cache_write: 0, cache_read: 18200, output: 1745 });
+    }
+
+    #[test]
+    fn gemini_errors_and_missing_output() {
+        let out = parse_gemini_json(&fixture("agent-cli/gemini/json-output.error.json"), "", &exit(53));
+        assert!(!out.success);
+        assert_eq!(
+            out.error.as_deref(),
+            Some("FatalTurnLimitedError: Reached max session turns for this session. Increase the number of turns by specifying maxSessionTurns in settings.json.")
+        );
+        // What it used before failing still counts.
+        assert_eq!(out.tokens(), TokenCounts { input: 8200, cache_write: 0, cache_read: 0, output: 410 });
+
+        let out = parse_gemini_json("", "Error: GEMINI_API_KEY is not set\n", &exit(1));
+        assert!(!out.success);
+        assert_eq!(
+            out.error.as_deref(),
+            Some("agent produced no JSON result (exit code 1): Error: GEMINI_API_KEY is not set")
+        );
+        // claude's stream is no gemini result either.
+        let claude = fixture("agent-cli/claude/stream-json.write-file-run.ndjson");
+        assert!(!parse_gemini_json(&claude, "", &exit(0)).success);
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Agent profiles: how to invoke each agent CLI, how to read its output, which environment it gets.
+//! Agent profiles (claude, codex, gemini, a command, the demo): how to invoke each agent CLI,
+//! how to read its output, which environment it gets.
 //!
 //! Pure functions (no IO). An invocation is always an argv (never a shell command line): the
 //! prompt travels on stdin or as a file path, and text from specs, issues or agents is never
@@ -10,7 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use super::final_event::{FinalEvent, FinalWatch};
 use super::mcp::StepServers;
-use super::output::{parse_claude_stream_json, parse_codex_jsonl, parse_command_output, AgentOutput};
+use super::output::{
+    parse_claude_stream_json, parse_codex_jsonl, parse_command_output, parse_gemini_json, AgentOutput,
+};
 use super::shim::ExitRecord;
 
 /// Which agent CLI runs a step.
@@ -21,6 +24,8 @@ pub enum AgentProfile {
     Claude,
     /// OpenAI Codex CLI: `codex exec --json … -`, prompt on stdin.
     Codex,
+    /// Google Gemini CLI: `gemini --output-format json … --prompt <fixed text>`, prompt on stdin.
+    Gemini,
     /// Any program: an argv template with `{prompt_file}`, `{model}`, `{cwd}` and `{mcp_config}`
     /// placeholders.
     Command {
@@ -77,6 +82,12 @@ pub const AGENT_ENV_WHITELIST: &[&str] = &[
     "TMPDIR",
     "ANTHROPIC_API_KEY",
     "OPENAI_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "GOOGLE_CLOUD_PROJECT",
+    "GOOGLE_CLOUD_LOCATION",
+    "GOOGLE_GENAI_USE_VERTEXAI",
+    "GOOGLE_APPLICATION_CREDENTIALS",
     "CLAUDE_CODE_USE_BEDROCK",
     "CLAUDE_CODE_USE_VERTEX",
     "AWS_PROFILE",
@@ -109,6 +120,21 @@ fn codex_sandbox(mode: Option<&str>) -> &'static str {
     }
 }
 
+/// Maps a permission mode to a gemini `--approval-mode` value: without approvals to give in a
+/// headless run, `default` would refuse every edit, so edits are approved unless the mode is
+/// `read-only`/`plan`, and everything is with `danger-full-access`/`bypassPermissions`.
+fn gemini_approval_mode(mode: Option<&str>) -> &'static str {
+    match mode {
+        Some("read-only" | "plan") => "default",
+        Some("danger-full-access" | "bypassPermissions") => "yolo",
+        _ => "auto_edit",
+    }
+}
+
+/// The fixed `--prompt` of a gemini run: gemini appends it to what it reads on stdin (the
+/// delegation prompt), and `--prompt` is what makes it run headless.
+pub const GEMINI_PROMPT_ARG: &str = "Carry out the task described above.";
+
 /// Builds the argv for `profile` and says whether the prompt goes on stdin.
 ///
 /// - claude: `claude --print --output-format stream-json --verbose [--model M]
@@ -119,6 +145,10 @@ fn codex_sandbox(mode: Option<&str>) -> &'static str {
 ///   read the prompt from stdin; `S` is `workspace-write` unless the permission mode is
 ///   `read-only`/`plan` or `danger-full-access`/`bypassPermissions`; the `-c` overrides are
 ///   [`StepServers::codex_overrides`]).
+/// - gemini: `gemini --output-format json [--model M] --approval-mode A --prompt
+///   <`[`GEMINI_PROMPT_ARG`]`>`; the delegation prompt on stdin (gemini appends `--prompt` to
+///   its stdin); `A` is `auto_edit` unless the permission mode is `read-only`/`plan`
+///   (`default`) or `danger-full-access`/`bypassPermissions` (`yolo`).
 /// - command: each template element with `{prompt_file}`, `{model}` (empty if none), `{cwd}`
 ///   and `{mcp_config}` (the MCP config file, empty if none) substituted; prompt on stdin
 ///   unless some element uses `{prompt_file}`.
@@ -153,6 +183,19 @@ pub fn build_argv(profile: &AgentProfile, inv: &AgentInvocation) -> AgentCommand
             argv.extend(["--sandbox".to_owned(), codex_sandbox(inv.permission_mode.as_deref()).to_owned()]);
             argv.extend(inv.mcp.codex_overrides());
             argv.push("-".to_owned());
+            AgentCommand { argv, prompt_on_stdin: true }
+        }
+        AgentProfile::Gemini => {
+            let mut argv: Vec<String> = ["gemini", "--output-format", "json"].map(str::to_owned).to_vec();
+            if let Some(model) = &inv.model {
+                argv.extend(["--model".to_owned(), model.clone()]);
+            }
+            argv.extend([
+                "--approval-mode".to_owned(),
+                gemini_approval_mode(inv.permission_mode.as_deref()).to_owned(),
+                "--prompt".to_owned(),
+                GEMINI_PROMPT_ARG.to_owned(),
+            ]);
             AgentCommand { argv, prompt_on_stdin: true }
         }
         AgentProfile::Command { argv_template } => {
@@ -194,13 +237,13 @@ fn substitute(arg: &str, vars: &[(&str, &str)]) -> String {
 }
 
 /// The event that ends a run of `profile` (claude's `result`, codex's end of turn), which the shim
-/// watches for an agent that does not exit after it; `None` for a plain command, whose end is
-/// its exit.
+/// watches for an agent that does not exit after it; `None` for a plain command and for gemini
+/// (whose one JSON object is printed as it exits), whose end is its exit.
 pub fn final_event(profile: &AgentProfile) -> Option<FinalEvent> {
     match profile {
         AgentProfile::Claude | AgentProfile::Demo => Some(FinalEvent::ClaudeResult),
         AgentProfile::Codex => Some(FinalEvent::CodexTurnEnd),
-        AgentProfile::Command { .. } => None,
+        AgentProfile::Gemini | AgentProfile::Command { .. } => None,
     }
 }
 
@@ -215,6 +258,7 @@ pub fn parse_output(profile: &AgentProfile, stdout: &str, stderr: &str, exit: &E
     match profile {
         AgentProfile::Claude | AgentProfile::Demo => parse_claude_stream_json(stdout, stderr, exit),
         AgentProfile::Codex => parse_codex_jsonl(stdout, stderr, exit),
+        AgentProfile::Gemini => parse_gemini_json(stdout, stderr, exit),
         AgentProfile::Command { .. } => parse_command_output(stdout, stderr, exit),
     }
 }
@@ -364,6 +408,36 @@ command = "other-server"
     }
 
     #[test]
+    fn gemini_argv() {
+        let cmd = build_argv(&AgentProfile::Gemini, &inv());
+        assert_eq!(
+            strs(&cmd.argv),
+            [
+                "gemini",
+                "--output-format",
+                "json",
+                "--model",
+                "sonnet",
+                "--approval-mode",
+                "auto_edit",
+                "--prompt",
+                GEMINI_PROMPT_ARG
+            ]
+        );
+        assert!(cmd.prompt_on_stdin, "the delegation prompt never travels in the argv");
+        let plan = AgentInvocation { permission_mode: Some("plan".into()), ..AgentInvocation::default() };
+        assert_eq!(
+            strs(&build_argv(&AgentProfile::Gemini, &plan).argv),
+            ["gemini", "--output-format", "json", "--approval-mode", "default", "--prompt", GEMINI_PROMPT_ARG]
+        );
+        let bypass =
+            AgentInvocation { permission_mode: Some("bypassPermissions".into()), ..AgentInvocation::default() };
+        assert!(build_argv(&AgentProfile::Gemini, &bypass).argv.contains(&"yolo".to_owned()));
+        assert_eq!(serde_json::from_str::<AgentProfile>(r#"{"kind":"gemini"}"#).unwrap(), AgentProfile::Gemini);
+        assert_eq!(final_event(&AgentProfile::Gemini), None, "its end is its exit");
+    }
+
+    #[test]
     fn command_template_substitutes_per_element_without_a_shell() {
         let profile = AgentProfile::Command {
             argv_template: vec![
@@ -415,11 +489,12 @@ command = "other-server"
             ("AWS_SECRET_ACCESS_KEY", "a"),
             ("path", "lowercase is another variable"),
             ("OPENAI_API_KEY", "o"),
+            ("GEMINI_API_KEY", "g"),
         ]
         .map(|(k, v)| (k.to_owned(), v.to_owned()));
         let env = agent_env(parent.into_iter());
         let names: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(names, ["PATH", "HOME", "ANTHROPIC_API_KEY", "OPENAI_API_KEY"]);
+        assert_eq!(names, ["PATH", "HOME", "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY"]);
         assert!(AGENT_ENV_WHITELIST
             .iter()
             .all(|n| !n.starts_with("BATON_") && *n != "GITHUB_TOKEN" && *n != "ADO_PAT"));
@@ -446,5 +521,10 @@ command = "other-server"
         assert_eq!(final_event(&AgentProfile::Demo), Some(FinalEvent::ClaudeResult));
         assert_eq!(final_event(&AgentProfile::Command { argv_template: vec![] }), None);
         assert!(!parse_output(&AgentProfile::Codex, stdout, "", &exit).success);
+        let gemini =
+            r#"{"response":"ok","stats":{"models":{"gemini-2.5-pro":{"tokens":{"prompt":5,"candidates":1}}}}}"#;
+        let out = parse_output(&AgentProfile::Gemini, gemini, "", &exit);
+        assert!(out.success);
+        assert_eq!((out.input_tokens, out.output_tokens, out.cost_usd), (5, 1, None));
     }
 }

@@ -29,6 +29,7 @@ pub(super) fn profile_of(config: &Config, default: &str, agent: &str) -> anyhow:
     Ok(match name {
         "claude" => AgentProfile::Claude,
         "codex" => AgentProfile::Codex,
+        "gemini" => AgentProfile::Gemini,
         "demo" => AgentProfile::Demo,
         "command" => {
             let template = cfg.and_then(|c| c.command.clone()).filter(|t| !t.is_empty()).ok_or_else(|| {
@@ -57,7 +58,8 @@ pub(super) fn step_servers(config: &Config, step: &PlanStep) -> anyhow::Result<S
 }
 
 /// The plan check of a step's `mcp_servers` ([`step_servers`]), and that each agent that runs
-/// the step can be given them: a `command` profile needs `{mcp_config}` in its template.
+/// the step can be given them: a `command` profile needs `{mcp_config}` in its template, and
+/// a gemini agent cannot be given per-step servers (refused).
 /// Automation steps run no agent and are not checked.
 ///
 /// Errors ([`BadInput`]) name the step (and the agent).
@@ -67,7 +69,18 @@ pub(super) fn check_step_servers(config: &Config, default: &str, step: &PlanStep
     }
     step_servers(config, step)?;
     for agent in std::iter::once(step.agent_name.as_str()).chain(engine::team::agents(step)) {
-        if let AgentProfile::Command { argv_template } = profile_of(config, default, agent)? {
+        let profile = profile_of(config, default, agent)?;
+        if profile == AgentProfile::Gemini {
+            // gemini reads MCP servers from its settings.json only: no flag gives a run its own.
+            return Err(BadInput(format!(
+                "step {}: names MCP servers, but agent {agent} runs gemini, which Baton cannot give \
+                 per-step MCP servers (gemini reads them from its settings.json); run the step on \
+                 claude or codex, or configure the servers in gemini's settings",
+                step.step_id
+            ))
+            .into());
+        }
+        if let AgentProfile::Command { argv_template } = profile {
             if !argv_template.iter().any(|a| a.contains("{mcp_config}")) {
                 return Err(BadInput(format!(
                     "step {}: names MCP servers, but agent {agent} runs a `command` template without \

@@ -112,10 +112,10 @@ impl Driver {
             if live.usage.read_new(&live.run_dir.join(shim::STDOUT_FILE)).is_err() {
                 continue;
             }
-            let (i, o, reported) = live.usage.totals();
+            let (tokens, reported) = live.usage.totals();
             let priced = reported.filter(|m| self.prices.get(m).is_some()).unwrap_or_else(|| live.model.clone());
-            let Some(used) = self.prices.cost(&priced, i, o) else {
-                if !live.unpriced && i + o > 0 {
+            let Some(used) = self.prices.cost_of(&priced, &tokens) else {
+                if !live.unpriced && tokens.total() > 0 {
                     live.unpriced = true;
                     tracing::warn!(
                         task.id = %state.task_id,

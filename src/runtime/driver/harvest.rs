@@ -106,7 +106,7 @@ impl Driver {
         let step = engine::team::work_step(state, step_id)
             .ok_or_else(|| anyhow::anyhow!("step {step_id} vanished"))?
             .into_owned();
-        let mut tokens = out.input_tokens + out.output_tokens;
+        let mut kinds = out.tokens();
         if let Some(c) = out.cost_usd.filter(|c| !c.is_finite() || !(0.0..=engine::MAX_STEP_COST_USD).contains(c)) {
             tracing::warn!(
                 task.id = %state.task_id,
@@ -116,16 +116,17 @@ impl Driver {
         }
         let model = if meta.model.is_empty() { step.model.clone() } else { meta.model.clone() };
         let (mut cost, mut estimated) = crate::runtime::spend::attempt_cost(&out, &model, &self.prices);
-        let (mut input_tokens, mut output_tokens) = (out.input_tokens, out.output_tokens);
         let stopped = run_dir.join(BUDGET_STOP_FILE).exists();
         // What it streamed counts when it says more than its final report (killed before the
         // report, a command that only streams): the larger of the two is what it used.
-        let (i, o, reported) = crate::runtime::spend::streamed_usage(&stdout);
+        let (streamed, reported) = crate::runtime::spend::streamed_usage(&stdout);
         let priced = reported.filter(|m| self.prices.get(m).is_some()).unwrap_or_else(|| model.clone());
-        if let Some(c) = self.prices.cost(&priced, i, o).map(|c| c.min(engine::MAX_STEP_COST_USD)).filter(|c| *c > cost)
+        if let Some(c) =
+            self.prices.cost_of(&priced, &streamed).map(|c| c.min(engine::MAX_STEP_COST_USD)).filter(|c| *c > cost)
         {
-            (cost, estimated, input_tokens, output_tokens, tokens) = (c, true, i, o, i.saturating_add(o));
+            (cost, estimated, kinds) = (c, true, streamed);
         }
+        let tokens = kinds.total();
         // Launches of this attempt that died with their driver and were run again spent too.
         let lost = self.lost_launch_spend(run_dir, &model);
         if lost > 0.0 {
@@ -201,7 +202,15 @@ impl Driver {
             cost_usd: cost,
             duration_seconds: duration,
             error: error.clone(),
-            usage: Some(AttemptUsage { attempt, model, input_tokens, output_tokens, cost_estimated: estimated }),
+            usage: Some(AttemptUsage {
+                attempt,
+                model,
+                input_tokens: kinds.input,
+                output_tokens: kinds.output,
+                cache_creation_tokens: kinds.cache_write,
+                cache_read_tokens: kinds.cache_read,
+                cost_estimated: estimated,
+            }),
         };
         let key = format!("record:{}:{step_id}:{attempt}", state.task_id);
         self.record(state, kind, key).await?;
@@ -232,9 +241,9 @@ impl Driver {
         (1..n)
             .filter_map(|k| std::fs::read(launch_dir(&base, k).join(shim::STDOUT_FILE)).ok())
             .filter_map(|bytes| {
-                let (i, o, reported) = crate::runtime::spend::streamed_usage(&String::from_utf8_lossy(&bytes));
+                let (tokens, reported) = crate::runtime::spend::streamed_usage(&String::from_utf8_lossy(&bytes));
                 let priced = reported.filter(|m| self.prices.get(m).is_some()).unwrap_or_else(|| model.to_string());
-                self.prices.cost(&priced, i, o)
+                self.prices.cost_of(&priced, &tokens)
             })
             .sum::<f64>()
             + 0.0

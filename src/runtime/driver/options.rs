@@ -61,7 +61,7 @@ pub struct RunOutcome {
 }
 
 /// Agent profiles `--agent` and `baton.toml` accept.
-pub const PROFILES: &[&str] = &["demo", "claude", "codex", "command"];
+pub const PROFILES: &[&str] = &["demo", "claude", "codex", "gemini", "command"];
 
 /// `execute run` was interrupted (Ctrl-C); the CLI exits 130.
 #[derive(Debug, thiserror::Error)]

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use super::shared::{check_csrf, layout, render, see_other, Page, Who};
 use crate::engine;
 use crate::model::action::{Action, ApprovalAction, FeedbackAction, InteractAction};
+use crate::model::budget::TokenCounts;
 use crate::model::event::EventKind;
 use crate::model::state::{ApprovalDecision, ExecutionState, StepStatus};
 use crate::runtime::ops::{keyed, Ops};
@@ -33,6 +34,11 @@ struct StepView {
     /// When its running attempt was dispatched (RFC 3339); empty unless running.
     running_since: String,
     cost_usd: f64,
+    /// Some of `cost_usd` is priced from tokens (the agent reported no cost).
+    cost_estimated: bool,
+    /// Its tokens by kind (`in 10 · out 159 · cache 18,986`), empty when none were reported;
+    /// with the cache's writes and reads apart, for the cell's title.
+    tokens: (String, String),
     /// The step's forecast (mid, USD) and how it was made, when the execution has one.
     forecast: Option<(f64, String)>,
     files: usize,
@@ -105,6 +111,8 @@ struct ExecutionTemplate {
     steps_done: u64,
     steps_total: u64,
     spend_usd: f64,
+    /// The part of `spend_usd` spent by steps whose cost is (partly) estimated, USD.
+    estimated_usd: f64,
     summary: String,
     failure: String,
     next_message: String,
@@ -127,6 +135,39 @@ struct ExecutionTemplate {
     budget_warnings: Vec<String>,
     phases: Vec<PhaseView>,
     journal: Vec<JournalLine>,
+}
+
+/// `1234567` as `1,234,567`.
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(d);
+    }
+    out
+}
+
+/// A step's tokens by kind as the page shows them: (`in 10 · out 159 · cache 18,986`, the
+/// cache's writes and reads apart); both empty without tokens.
+fn token_kinds(t: &TokenCounts) -> (String, String) {
+    if t.is_zero() {
+        return (String::new(), String::new());
+    }
+    let mut line = format!("in {} · out {}", grouped(t.input), grouped(t.output));
+    if t.cache() > 0 {
+        line.push_str(&format!(" · cache {}", grouped(t.cache())));
+    }
+    let title = format!(
+        "{} input, {} output, {} written to the prompt cache, {} read from it",
+        grouped(t.input),
+        grouped(t.output),
+        grouped(t.cache_write),
+        grouped(t.cache_read)
+    );
+    (line, title)
 }
 
 /// Bytes of a running attempt's output shown.
@@ -177,6 +218,8 @@ fn phases_of(app: &AppState, state: &ExecutionState) -> Vec<PhaseView> {
                             _ => String::new(),
                         },
                         cost_usd: r.map_or(0.0, |r| r.cost_usd),
+                        cost_estimated: r.is_some_and(|r| r.cost_estimated),
+                        tokens: r.map(|r| token_kinds(&r.token_kinds)).unwrap_or_default(),
                         forecast: state.budget.forecasts.get(&step_id).map(|f| (f.mid_usd, f.basis.clone())),
                         files: r.map_or(0, |r| r.files_changed.len()),
                         error: r.map(|r| r.error.clone()).unwrap_or_default(),
@@ -284,6 +327,7 @@ pub(super) async fn execution_page(
         steps_done: done,
         steps_total: total,
         spend_usd: state.counters.spend_usd,
+        estimated_usd: state.step_results.values().filter(|r| r.cost_estimated).map(|r| r.cost_usd).sum(),
         summary: state.plan.task_summary.clone(),
         failure: state.failure.clone().unwrap_or_default(),
         next_message: action.message().to_string(),
@@ -432,4 +476,24 @@ async fn act(
     };
     app.ops.record(&task_id, keyed(kind, key), &op).await.map_err(|e| back(e.into()))?;
     Ok(see_other(&page))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_kinds_read_with_thousands_and_the_cache_apart() {
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1000), "1,000");
+        assert_eq!(grouped(1_234_567), "1,234,567");
+        assert_eq!(token_kinds(&TokenCounts::default()), (String::new(), String::new()));
+        let t = TokenCounts { input: 2821, cache_write: 6346, cache_read: 12640, output: 379 };
+        let (line, title) = token_kinds(&t);
+        assert_eq!(line, "in 2,821 · out 379 · cache 18,986");
+        assert_eq!(title, "2,821 input, 379 output, 6,346 written to the prompt cache, 12,640 read from it");
+        let plain = TokenCounts { input: 5, output: 1, ..TokenCounts::default() };
+        assert_eq!(token_kinds(&plain).0, "in 5 · out 1", "no cache part without cache tokens");
+    }
 }
