@@ -97,7 +97,12 @@ fn a_step_gets_exactly_its_mcp_servers_and_their_secret_only_through_the_environ
     let bin = fake_claude(&ws, &record);
     let plan = plan(&ws, "mcp-1", serde_json::json!([step("1.1", &["github"]), step("1.2", &[])]));
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
-    let out = ws.run_plan_with(&plan, &[], &[("PATH", &path), ("GH_MCP_TOKEN", SECRET), ("BATON_LOG", "debug")]);
+    let api_key = "sk-ant-api-key-never-on-disk-0815";
+    let out = ws.run_plan_with(
+        &plan,
+        &[],
+        &[("PATH", &path), ("GH_MCP_TOKEN", SECRET), ("BATON_LOG", "debug"), ("ANTHROPIC_API_KEY", api_key)],
+    );
     assert_eq!(code(&out), 0, "{}\n{}", stdout(&out), stderr(&out));
 
     // Step 1.1 named `github`: its claude got that server, and only that one, strictly.
@@ -133,6 +138,11 @@ fn a_step_gets_exactly_its_mcp_servers_and_their_secret_only_through_the_environ
     // The secret is nowhere Baton writes: journal (SQLite and its WAL), run dirs, logs, output.
     let leaks = files_containing(&ws.data(), SECRET);
     assert!(leaks.is_empty(), "the secret was written to {leaks:?}");
+    // The agent CLI's own API key reaches every agent the same way: by name, never on disk
+    // (attempt.json once held its value).
+    assert!(read(&record.join("1.2.env")).lines().any(|l| l == format!("ANTHROPIC_API_KEY={api_key}")));
+    let leaks = files_containing(&ws.data(), api_key);
+    assert!(leaks.is_empty(), "the API key was written to {leaks:?}");
     assert!(!stdout(&out).contains(SECRET) && !stderr(&out).contains(SECRET));
     let status = ws.status("mcp-1");
     assert!(!status.to_string().contains(SECRET));

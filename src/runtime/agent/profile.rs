@@ -94,6 +94,11 @@ pub const AGENT_ENV_WHITELIST: &[&str] = &[
     "AWS_REGION",
 ];
 
+/// The [`AGENT_ENV_WHITELIST`] variables that are credentials: an attempt's `attempt.json`
+/// names them and the shim copies their values from its own environment (Baton's) when it
+/// starts the agent, so no run directory holds a key.
+pub const AGENT_SECRET_VARS: &[&str] = &["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY"];
+
 /// Keeps only the [`AGENT_ENV_WHITELIST`] variables of `parent`, in their original order.
 ///
 /// Typical call: `agent_env(std::env::vars())` once at startup (the result is the complete

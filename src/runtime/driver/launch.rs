@@ -16,7 +16,7 @@ use crate::git;
 use crate::model::action::DispatchAction;
 use crate::model::event::{AttemptUsage, EventKind, RecordStatus};
 use crate::model::state::ExecutionState;
-use crate::runtime::agent::profile::{build_argv, AgentInvocation, AgentProfile};
+use crate::runtime::agent::profile::{build_argv, AgentInvocation, AgentProfile, AGENT_SECRET_VARS};
 use crate::runtime::agent::shim::{self, AttemptSpec};
 use crate::runtime::runs::{latest_launch, launch_dir};
 use crate::runtime::BadInput;
@@ -172,7 +172,11 @@ impl Driver {
             (profile, cmd.argv, cmd.prompt_on_stdin, timeout)
         };
         let timeout = if step.timeout_seconds > 0 { step.timeout_seconds } else { timeout };
-        let mut env = self.env.clone();
+        // Credentials travel by name (the shim copies them from Baton's environment), never
+        // by value into attempt.json.
+        let (secrets, mut env): (Vec<_>, Vec<_>) =
+            self.env.iter().cloned().partition(|(name, _)| AGENT_SECRET_VARS.contains(&name.as_str()));
+        env_from.extend(secrets.into_iter().map(|(name, _)| (name.clone(), name)));
         env.push(("BATON_TASK_ID".into(), state.task_id.clone()));
         env.push(("BATON_STEP_ID".into(), step_id.to_string()));
         let spec = AttemptSpec {

@@ -159,9 +159,8 @@ fn run_agent(
     };
     let mut env = spec.env.clone();
     for (name, source) in &spec.env_from {
-        let value = std::env::var(source).map_err(|_| {
-            format!("environment variable `{source}` (for the agent's `{name}`, an MCP server's) is not set for baton")
-        })?;
+        let value = std::env::var(source)
+            .map_err(|_| format!("environment variable `{source}` (the agent's `{name}`) is not set for baton"))?;
         env.push((name.clone(), value));
     }
     let stdout = create_output(run_dir, STDOUT_FILE)?;

@@ -23,8 +23,9 @@ pub struct AttemptSpec {
     /// (and [`AttemptSpec::env_from`]).
     pub env: Vec<(String, String)>,
     /// Variables the shim copies from its own environment (which is Baton's) into the agent's
-    /// when it starts it: `(name in the agent's environment, name in the shim's)`. Secrets an
-    /// MCP server needs travel this way, so this file holds their names, never their values. A
+    /// when it starts it: `(name in the agent's environment, name in the shim's)`. Secrets (an
+    /// MCP server's, the agent CLI's API key) travel this way, so this file holds their names,
+    /// never their values. A
     /// variable that is not set is a spawn error naming it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env_from: Vec<(String, String)>,
