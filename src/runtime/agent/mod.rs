@@ -12,6 +12,7 @@ pub mod mcp;
 pub mod output;
 pub mod procs;
 pub mod profile;
+pub mod quota;
 pub mod roster;
 pub mod shim;
 
