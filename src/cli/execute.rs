@@ -368,6 +368,9 @@ fn print_status(state: &ExecutionState, paused: bool, parked: Option<&str>, json
     if let Some(why) = parked {
         outln!("  parked: {why}");
     }
+    for w in &state.quota_waits {
+        outln!("  step {}: {} ({}: {})", w.step_id, w.note(), w.agent_name, w.reason);
+    }
     if let Some(ceiling) = state.budget.ceiling_usd {
         outln!(
             "  budget: ${:.2} spent + ${:.2} reserved of the ${ceiling:.2} ceiling ({})",

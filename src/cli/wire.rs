@@ -134,8 +134,11 @@ pub fn render(action: &Action, task_id: &str) -> String {
                 shell_quote(&i.interact_step_id)
             );
         }
-        Action::Wait { message } => {
+        Action::Wait { message, until } => {
             let _ = writeln!(out, "  Message: {message}");
+            if let Some(until) = until {
+                let _ = writeln!(out, "  Until: {until}");
+            }
         }
         Action::Complete { message, summary } | Action::Failed { message, summary } => {
             let _ = writeln!(out, "  Message: {message}");

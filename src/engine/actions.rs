@@ -60,7 +60,7 @@ fn dispatches(state: &ExecutionState, limit: usize) -> Vec<Action> {
     let mut ready: Vec<(std::borrow::Cow<'_, PlanStep>, &str)> = Vec::new();
     for s in &phase.steps {
         if s.team.is_empty() {
-            if is_ready(state, s) {
+            if is_ready(state, s) && !state.quota_waits.iter().any(|w| w.step_id == s.step_id) {
                 ready.push((std::borrow::Cow::Borrowed(s), ""));
             }
         } else {
@@ -116,6 +116,23 @@ fn running_action(state: &ExecutionState) -> Action {
             return interact_action(state, step);
         }
     }
+    // Steps waiting for their account's quota (issue 18.1): the wait names its end.
+    let quota: Vec<&crate::model::state::QuotaWait> = state
+        .quota_waits
+        .iter()
+        .filter(|w| phase.steps.iter().any(|s| s.step_id == w.step_id))
+        .filter(|w| state.step_status(&w.step_id) == StepStatus::Pending)
+        .collect();
+    let first_reset = quota.iter().min_by(|a, b| a.until.cmp(&b.until));
+    if failed.is_empty() {
+        if let Some(w) = first_reset {
+            let mut message = format!("Step {} is {}.", w.step_id, w.note());
+            if !in_flight.is_empty() {
+                message.push_str(&format!(" In flight: {}.", in_flight.join(", ")));
+            }
+            return Action::Wait { message, until: Some(w.until.clone()) };
+        }
+    }
     let message = if failed.is_empty() {
         format!("Waiting for in-flight steps: {}.", in_flight.join(", "))
     } else {
@@ -125,7 +142,7 @@ fn running_action(state: &ExecutionState) -> Action {
             in_flight.join(", ")
         )
     };
-    Action::Wait { message }
+    Action::Wait { message, until: None }
 }
 
 fn dispatch_action(state: &ExecutionState, phase: &PlanPhase, step: &PlanStep, isolation: &str) -> DispatchAction {
@@ -161,10 +178,10 @@ fn dispatch_action(state: &ExecutionState, phase: &PlanPhase, step: &PlanStep, i
 
 fn gate_action(state: &ExecutionState) -> Action {
     let Some(phase) = state.current() else {
-        return Action::Wait { message: "no current phase".into() };
+        return Action::Wait { message: "no current phase".into(), until: None };
     };
     let Some(gate) = &phase.gate else {
-        return Action::Wait { message: format!("phase {} has no gate", phase.phase_id) };
+        return Action::Wait { message: format!("phase {} has no gate", phase.phase_id), until: None };
     };
     let failures = state.gate_failures(phase.phase_id);
     let attempt = state.gate_runs(phase.phase_id) + 1;
@@ -282,7 +299,7 @@ fn phase_outcomes(state: &ExecutionState, phase: &PlanPhase) -> String {
 
 fn feedback_action(state: &ExecutionState) -> Action {
     let Some(phase) = state.current() else {
-        return Action::Wait { message: "no current phase".into() };
+        return Action::Wait { message: "no current phase".into(), until: None };
     };
     let questions =
         phase.feedback_questions.iter().filter(|q| !answered(state, phase.phase_id, &q.question_id)).cloned().collect();

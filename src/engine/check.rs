@@ -189,6 +189,40 @@ pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), Engi
             }
             Ok(())
         }
+        EventKind::QuotaWait { step_id, until, cost_usd, tokens, .. } => {
+            let step = current_step(state, step_id)?;
+            if status != ExecutionStatus::Running {
+                return Err(wrong("quota_wait"));
+            }
+            if until.trim().is_empty() {
+                return Err(EngineError::InvalidEvent(format!("step {step_id}: a quota wait needs its `until` time")));
+            }
+            if !cost_usd.is_finite() || *cost_usd < 0.0 || *cost_usd > crate::engine::MAX_STEP_COST_USD {
+                return Err(EngineError::InvalidEvent(format!(
+                    "step {step_id}: cost_usd {cost_usd} is not a number between 0 and {}",
+                    crate::engine::MAX_STEP_COST_USD
+                )));
+            }
+            if *tokens > crate::engine::MAX_STEP_TOKENS {
+                return Err(EngineError::InvalidEvent(format!("step {step_id}: tokens {tokens} is not a token count")));
+            }
+            let st = state.step_status(step_id);
+            if st != StepStatus::Dispatched && !is_ready(state, step) {
+                return Err(not_ready(state, step, "only a dispatched or ready step can wait for quota"));
+            }
+            Ok(())
+        }
+        EventKind::QuotaResumed { step_id } => {
+            current_step(state, step_id)?;
+            if !state.quota_waits.iter().any(|w| w.step_id == *step_id) {
+                return Err(EngineError::StepState {
+                    step_id: step_id.clone(),
+                    status: state.step_status(step_id).as_str().into(),
+                    reason: "it does not wait for quota".into(),
+                });
+            }
+            Ok(())
+        }
         EventKind::StepRequeued { step_id } => {
             current_step(state, step_id)?;
             if status != ExecutionStatus::Running {

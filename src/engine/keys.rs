@@ -60,7 +60,9 @@ fn default_round(state: &ExecutionState, kind: &EventKind) -> u64 {
         EventKind::StepDispatched { step_id, .. } | EventKind::StepRecorded { step_id, .. } => step_round(step_id),
         EventKind::StepRetried { step_id }
         | EventKind::InteractCompleted { step_id }
-        | EventKind::StepRequeued { step_id } => u64::from(state.result(step_id).map_or(0, |r| r.attempt)),
+        | EventKind::StepRequeued { step_id }
+        | EventKind::QuotaWait { step_id, .. }
+        | EventKind::QuotaResumed { step_id } => u64::from(state.result(step_id).map_or(0, |r| r.attempt)),
         EventKind::StepSkipped { step_id, .. } => {
             // A skipped step is pending again only after its phase's gate failed and re-dispatched it.
             let phase = state.locate(step_id).and_then(|(pi, _)| state.plan.phases.get(pi));

@@ -28,6 +28,7 @@ fn mutate_event(state: &mut ExecutionState, event: &Event, now: &str) {
             r.agent_name = agent_name.clone();
             r.dispatched_at = now.to_string();
             r.error.clear();
+            state.quota_waits.retain(|w| w.step_id != *step_id);
             budget::reserve(state, step_id);
         }
         EventKind::StepRecorded {
@@ -254,6 +255,31 @@ fn mutate_event(state: &mut ExecutionState, event: &Event, now: &str) {
                 r.error.clear();
             }
             reopen(state);
+        }
+        EventKind::QuotaWait { step_id, agent_name, account, until, reason, cost_usd, tokens } => {
+            let r = result_entry(state, step_id, agent_name);
+            if r.status == StepStatus::Dispatched {
+                // Not a failed attempt: the step is offered again once the wait is over.
+                r.status = StepStatus::Pending;
+                r.completed_at = now.to_string();
+                r.cost_usd += cost_usd;
+                r.estimated_tokens = r.estimated_tokens.saturating_add(*tokens);
+                state.counters.tokens = state.counters.tokens.saturating_add(*tokens);
+                state.counters.spend_usd += cost_usd;
+                budget::release(state, step_id);
+            }
+            let wait = crate::model::state::QuotaWait {
+                step_id: step_id.clone(),
+                agent_name: agent_name.clone(),
+                account: account.clone(),
+                until: until.clone(),
+                reason: reason.clone(),
+            };
+            state.quota_waits.retain(|w| w.step_id != *step_id);
+            state.quota_waits.push(wait);
+        }
+        EventKind::QuotaResumed { step_id } => {
+            state.quota_waits.retain(|w| w.step_id != *step_id);
         }
         EventKind::StepRequeued { step_id } => {
             if let Some(r) = state.step_results.get_mut(step_id) {

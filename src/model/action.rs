@@ -231,10 +231,14 @@ pub enum Action {
     Feedback(FeedbackAction),
     /// Wait for a human reply to an interactive step.
     Interact(InteractAction),
-    /// Wait for in-flight work.
+    /// Wait for in-flight work, or for an account's quota to reset.
     Wait {
         /// Why.
         message: String,
+        /// When the wait ends by itself (RFC 3339, UTC): the earliest quota reset of a waiting
+        /// step; absent when it waits for in-flight work or a human.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        until: Option<String>,
     },
     /// Every phase is done; finalize with the `complete` event.
     Complete {
@@ -283,7 +287,7 @@ impl Action {
             Action::Interact(a) => &a.message,
             Action::Checkpoint(a) => &a.message,
             Action::Budget(a) => &a.message,
-            Action::Wait { message } | Action::Complete { message, .. } | Action::Failed { message, .. } => message,
+            Action::Wait { message, .. } | Action::Complete { message, .. } | Action::Failed { message, .. } => message,
         }
     }
 }

@@ -257,6 +257,35 @@ pub enum EventKind {
         /// Step.
         step_id: String,
     },
+    /// The account behind a step's agent is out of quota (issue 18.1): an attempt stopped on
+    /// its usage limit (the step is dispatched: it becomes pending again, its spend counts, and
+    /// the stop is no failed attempt), or the step was about to be dispatched to an account
+    /// known to be exhausted (the step is pending). Either way the step waits until `until`.
+    QuotaWait {
+        /// Step.
+        step_id: String,
+        /// The agent that hit the limit (or would have run).
+        agent_name: String,
+        /// The account: the agent's profile (`claude`, `codex`, …).
+        account: String,
+        /// When the wait ends (RFC 3339, UTC): the reset the agent gave, or a backoff.
+        until: String,
+        /// What the agent said.
+        #[serde(default)]
+        reason: String,
+        /// USD the stopped attempt cost (0 when none ran).
+        #[serde(default)]
+        cost_usd: f64,
+        /// Tokens the stopped attempt used.
+        #[serde(default)]
+        tokens: u64,
+    },
+    /// A step's quota wait is over (its time came, or a fallback agent runs it): it may be
+    /// dispatched again.
+    QuotaResumed {
+        /// Step.
+        step_id: String,
+    },
     /// An operator skipped a step: it counts as done for its dependants.
     StepSkipped {
         /// Step.
@@ -291,6 +320,8 @@ impl EventKind {
             EventKind::GateRetried { .. } => "gate_retried",
             EventKind::StepRequeued { .. } => "step_requeued",
             EventKind::StepSkipped { .. } => "step_skipped",
+            EventKind::QuotaWait { .. } => "quota_wait",
+            EventKind::QuotaResumed { .. } => "quota_resumed",
             EventKind::Forecasted { .. } => "forecasted",
             EventKind::BudgetSet { .. } => "budget_set",
             EventKind::BudgetRaised { .. } => "budget_raised",

@@ -456,6 +456,41 @@ impl PartialEq for StepIndex {
     }
 }
 
+/// A step waiting for its agent's account to leave its usage limit (issue 18.1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct QuotaWait {
+    /// The waiting step.
+    pub step_id: String,
+    /// The agent whose account is exhausted.
+    pub agent_name: String,
+    /// The account: the agent's profile (`claude`, `codex`, …).
+    pub account: String,
+    /// When the wait ends (RFC 3339, UTC): the reset the agent gave, or a backoff.
+    pub until: String,
+    /// What the agent said.
+    #[serde(default)]
+    pub reason: String,
+}
+
+impl QuotaWait {
+    /// `waiting for claude quota until 16:00 UTC` (see [`quota_note`]).
+    pub fn note(&self) -> String {
+        quota_note(&self.account, &self.until)
+    }
+}
+
+/// `waiting for <account> quota until <HH:MM> UTC`, from an RFC 3339 UTC `until`
+/// (`2026-12-02T16:00:00+00:00`); the whole `until` when it is not in that form. What the
+/// engine's WAIT, `execute status`, the API and the board card say.
+pub fn quota_note(account: &str, until: &str) -> String {
+    let utc = until.ends_with("+00:00") || until.ends_with('Z');
+    let at = match until.get(11..16) {
+        Some(hm) if utc && until.as_bytes().get(10) == Some(&b'T') => format!("{hm} UTC"),
+        _ => until.to_string(),
+    };
+    format!("waiting for {account} quota until {at}")
+}
+
 /// One run of a plan (seed-spec §1.14), changed only by `engine::apply`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ExecutionState {
@@ -506,6 +541,10 @@ pub struct ExecutionState {
     /// Forecast, ceiling, reservations and the pending budget decision.
     #[serde(default)]
     pub budget: Budget,
+    /// Steps waiting for their agent's account to leave its quota (issue 18.1), one entry a
+    /// step, set by `quota_wait` and cleared by `quota_resumed` or the step's next dispatch.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quota_waits: Vec<QuotaWait>,
     /// Idempotency key of every applied event → fingerprint of its payload, so a key reused
     /// for a different event is caught.
     #[serde(default)]
@@ -546,6 +585,7 @@ impl ExecutionState {
             goal: GoalState::default(),
             counters: Counters::default(),
             budget: Budget::default(),
+            quota_waits: Vec::new(),
             applied_keys: BTreeMap::new(),
             events_applied: 0,
             started_at: started_at.to_string(),

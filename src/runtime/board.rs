@@ -192,6 +192,15 @@ pub struct Board {
     pub decisions_waiting: usize,
 }
 
+/// An RFC 3339 time as `2026-12-02T16:00:00+00:00` (UTC, whole seconds), as the journal
+/// writes it; unchanged when it is not one.
+fn normal_utc(t: &str) -> String {
+    chrono::DateTime::parse_from_rfc3339(t).map_or_else(
+        |_| t.to_string(),
+        |t| t.with_timezone(&chrono::Utc).to_rfc3339_opts(chrono::SecondsFormat::Secs, false),
+    )
+}
+
 /// What a card in `stage` waits for.
 fn waits_for(stage: SpecStage, row: &CardRow) -> Option<String> {
     let phase = row.current_phase.clone().unwrap_or_default();
@@ -201,6 +210,11 @@ fn waits_for(stage: SpecStage, row: &CardRow) -> Option<String> {
     }
     if row.paused && open {
         return Some("a resume (paused by an operator)".into());
+    }
+    if let Some((account, until)) = row.quota_wait.as_deref().filter(|_| open).and_then(|q| q.split_once(' ')) {
+        // `waiting for claude quota until 16:00 UTC` reads as what the card waits for.
+        let note = crate::model::state::quota_note(account, &normal_utc(until));
+        return Some(note.trim_start_matches("waiting for ").to_string());
     }
     match (stage, row.execution_status.as_deref()) {
         (SpecStage::AwaitingHuman, status) => crate::runtime::views::waits_for(status.unwrap_or_default(), &phase),

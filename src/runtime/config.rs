@@ -197,6 +197,9 @@ pub struct AgentConfig {
     pub command: Option<Vec<String>>,
     /// Timeout, seconds.
     pub timeout_secs: Option<u64>,
+    /// Another agent (a name under `[agents]`) that runs this agent's steps while this one's
+    /// account is out of quota (issue 18.1); the journal's `step_dispatched` names which ran.
+    pub fallback: Option<String>,
 }
 
 #[cfg(test)]

@@ -674,8 +674,43 @@ impl Ops {
     ///
     /// Errors: [`OpsError::NotFound`]; the database.
     pub async fn next_action(&self, task_id: &str) -> Result<Action, OpsError> {
-        let state = self.get(task_id).await?;
+        let state = self.with_due_quota_resumed(self.get(task_id).await?).await;
         self.held(task_id, engine::next_action(&state)).await
+    }
+
+    /// `state` after journaling `quota_resumed` for each quota wait whose time has come by the
+    /// service's clock (issue 18.1), so an external orchestrator's loop gets the step again
+    /// after the WAIT that named the time. A driver holding the execution resumes its waits
+    /// itself: when the lease cannot be had at once, `state` is returned as it is.
+    async fn with_due_quota_resumed(&self, state: ExecutionState) -> ExecutionState {
+        let now = self.clock.now();
+        let due = |s: &ExecutionState| -> Vec<crate::model::state::QuotaWait> {
+            s.quota_waits
+                .iter()
+                .filter(|w| chrono::DateTime::parse_from_rfc3339(&w.until).map_or(true, |t| t <= now))
+                .cloned()
+                .collect()
+        };
+        if due(&state).is_empty() {
+            return state;
+        }
+        let task_id = state.task_id.clone();
+        let lock = self.lock(&task_id);
+        let _serialised = lock.lock().await;
+        let Ok(lease) = lease::acquire_briefly(self.execs.store(), &task_id).await else { return state };
+        let resumed = async {
+            let mut fresh = self.get(&task_id).await?;
+            for w in due(&fresh) {
+                // The driver's key: whichever door resumes the wait, it is resumed once.
+                let key = format!("quota-resumed:{task_id}:{}:{}", w.step_id, w.until);
+                let event = Event::new(EventKind::QuotaResumed { step_id: w.step_id }).by("baton").with_key(key);
+                self.execs.record(&mut fresh, event).await?;
+            }
+            Ok::<_, OpsError>(fresh)
+        }
+        .await;
+        let _ = lease.release().await;
+        resumed.unwrap_or(state)
     }
 
     /// Every dispatchable action (`execute next --all`, `GET …/next?all=true`): none while the
@@ -683,7 +718,7 @@ impl Ops {
     ///
     /// Errors: as [`Ops::next_action`].
     pub async fn next_actions(&self, task_id: &str) -> Result<Vec<Action>, OpsError> {
-        let state = self.get(task_id).await?;
+        let state = self.with_due_quota_resumed(self.get(task_id).await?).await;
         if self.execs.store().is_paused(task_id).await? {
             return Ok(Vec::new());
         }
@@ -701,6 +736,7 @@ impl Ops {
             };
             return Ok(Action::Wait {
                 message: format!("execution {task_id} is {why}: no new dispatches until `baton execute resume`"),
+                until: None,
             });
         }
         Ok(action)

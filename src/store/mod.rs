@@ -27,6 +27,7 @@ mod lease;
 mod metrics;
 mod pmo;
 mod portfolio;
+mod quota;
 mod webhooks;
 mod writer;
 
@@ -37,6 +38,7 @@ pub use pmo::{CardRow, NewSpec, ProjectRow, SpecChange, SpecEventRow, SpecFilter
 pub use portfolio::{
     ExecutionSpendRow, GateRunsRow, MergedSpecRow, PortfolioFilter, PortfolioRows, SpecTransitionRow, WeeklySpendRow,
 };
+pub use quota::QuotaAccount;
 pub use webhooks::ForgeIdentity;
 #[cfg(test)]
 mod tests;

@@ -144,6 +144,10 @@ pub struct CardRow {
     pub pr_number: Option<i64>,
     /// Its pull request's web address, once opened (`merges`; empty before).
     pub pr_url: Option<String>,
+    /// The earliest quota wait of its steps as `"<account> <until>"` (migration 0013's
+    /// `execution_quota_waits`), when one waits.
+    #[sqlx(default)]
+    pub quota_wait: Option<String>,
 }
 
 /// An execution in one of the statuses asked for, with its spec's title
@@ -472,7 +476,9 @@ impl Store {
              coalesce(l.estimated_usd, 0.0) as spend_estimated_usd, \
              (select group_concat(r.step_id || ' ' || r.agent_name, char(10)) from \
                (select step_id, agent_name from execution_running where task_id = s.task_id and running = 1 \
-                order by step_id) r) as running, m.pr_number, m.pr_url \
+                order by step_id) r) as running, m.pr_number, m.pr_url, \
+             (select q.account || ' ' || q.until from execution_quota_waits q where q.task_id = s.task_id \
+              order by q.until limit 1) as quota_wait \
              from specs s left join executions e on e.task_id = s.task_id \
              left join execution_live l on l.task_id = s.task_id \
              left join merges m on m.task_id = s.task_id and m.pr_url != '' \

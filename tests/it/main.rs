@@ -28,6 +28,7 @@ mod metrics;
 mod pause;
 mod portfolio;
 mod project_fields;
+mod quota;
 mod report;
 mod run;
 mod serve;

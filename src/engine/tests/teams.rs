@@ -640,7 +640,7 @@ mod props {
         if parent == StepStatus::Complete {
             prop_assert!(units.iter().all(|u| state.step_status(u).is_done()), "complete before its members");
         }
-        if let (Action::Wait { message }, Some(phase)) = (next_action(state), state.current()) {
+        if let (Action::Wait { message, .. }, Some(phase)) = (next_action(state), state.current()) {
             let running = team::dispatch_ids(phase).iter().any(|id| state.step_status(id) == StepStatus::Dispatched);
             prop_assert!(running, "WAIT with nothing in flight (a driver would stop): {}", message);
         }

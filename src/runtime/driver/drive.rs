@@ -14,6 +14,7 @@ use crate::model::state::{ApprovalDecision, ExecutionState, ExecutionStatus};
 use crate::runtime::lease;
 
 use super::options::RunOutcome;
+use super::quota::Route;
 use super::{Driver, LEASE_RENEW_EVERY};
 
 /// How often a driver waiting for a shared agent slot looks again.
@@ -31,6 +32,10 @@ impl Driver {
             if last_renew.elapsed() > LEASE_RENEW_EVERY {
                 lease.renew().await?;
                 last_renew = clock::Stopwatch::start();
+            }
+            // Quota waits whose time came (or whose fallback agent is free) end first.
+            if !state.quota_waits.is_empty() && state.status == ExecutionStatus::Running {
+                self.resume_due_waits(&mut state).await?;
             }
             let action = engine::next_action(&state);
             match &action {
@@ -62,15 +67,43 @@ impl Driver {
                         // driver may have taken the last one since `free` was counted.
                         let Some(group) = self.reserve_slots() else { break };
                         self.reserved = Some(group);
-                        if let Action::Dispatch(d) = a {
+                        if let Action::Dispatch(mut d) = a {
+                            // An exhausted account: its fallback agent runs the step, or it waits.
+                            match self.route(&d).await? {
+                                Route::Agent(agent) => d.agent_name = agent,
+                                Route::Wait { account, until, reason } => {
+                                    self.reserved = None;
+                                    self.wait_before_dispatch(&mut state, &d, account, until, reason).await?;
+                                    continue;
+                                }
+                            }
                             let done = self.dispatch(&mut state, &d).await;
                             self.reserved = None;
                             done?;
                             dispatched += 1;
                         }
                     }
-                    if dispatched == 0 && self.running == 0 {
+                    if dispatched == 0 && self.running == 0 && state.quota_waits.is_empty() {
                         tokio::time::sleep(SLOT_POLL).await;
+                    }
+                }
+                Action::Wait { until: Some(until), message } => {
+                    let Ok(until) = chrono::DateTime::parse_from_rfc3339(until) else {
+                        anyhow::bail!("execution {}: a quota wait has no readable end ({until})", state.task_id);
+                    };
+                    let until = until.with_timezone(&chrono::Utc);
+                    if self.running > 0 {
+                        self.wait_one_until(&mut state, lease, Some(until)).await?;
+                        continue;
+                    }
+                    errln!("{message} Waiting; it resumes by itself then.");
+                    loop {
+                        let left = (until - self.clock.now()).to_std().unwrap_or_default();
+                        if left.is_zero() {
+                            break;
+                        }
+                        tokio::time::sleep(left.min(LEASE_RENEW_EVERY)).await;
+                        lease.renew().await?;
                     }
                 }
                 Action::Wait { .. } => {

@@ -31,16 +31,32 @@ use super::{crash_point, Driver, LEASE_RENEW_EVERY};
 impl Driver {
     /// Waits for one in-flight attempt (renewing the lease meanwhile) and records its result.
     pub(super) async fn wait_one(&mut self, state: &mut ExecutionState, lease: &lease::Lease) -> anyhow::Result<()> {
+        self.wait_one_until(state, lease, None).await
+    }
+
+    /// [`Driver::wait_one`], or until `deadline` (a quota wait's end) passes first, when it
+    /// returns with nothing harvested.
+    pub(super) async fn wait_one_until(
+        &mut self,
+        state: &mut ExecutionState,
+        lease: &lease::Lease,
+        deadline: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> anyhow::Result<()> {
         let watch = state.budget.ceiling_usd.is_some() && !self.live.is_empty();
         let mut renew = clock::Stopwatch::start();
         let joined = loop {
+            let left = deadline.map(|d| (d - self.clock.now()).to_std().unwrap_or_default());
+            if left == Some(std::time::Duration::ZERO) {
+                return Ok(());
+            }
+            let nap = if watch { BUDGET_POLL } else { LEASE_RENEW_EVERY };
             tokio::select! {
                 joined = self.inflight.join_next() => break joined,
-                () = tokio::time::sleep(if watch { BUDGET_POLL } else { LEASE_RENEW_EVERY }) => {
+                () = tokio::time::sleep(left.map_or(nap, |l| l.min(nap))) => {
                     if watch {
                         self.watch_budget(state);
                     }
-                    if !watch || renew.elapsed() > LEASE_RENEW_EVERY {
+                    if renew.elapsed() >= LEASE_RENEW_EVERY.saturating_sub(std::time::Duration::from_millis(50)) {
                         lease.renew().await?;
                         renew = clock::Stopwatch::start();
                     }
@@ -138,6 +154,17 @@ impl Driver {
             cost = (cost + lost).min(engine::MAX_STEP_COST_USD);
             estimated = true;
         }
+        // Stopped on its account's usage limit (not at the ceiling, not timed out): no failed
+        // attempt, the step waits for the account (issue 18.1). A team member's stop is an
+        // ordinary failure: its wait is not modelled.
+        if !out.success && !stopped && !exit.timed_out && state.locate(step_id).is_some() {
+            if let Some(hit) = crate::runtime::agent::quota::detect(&meta.profile, &stdout, &stderr, self.clock.now()) {
+                self.record_quota_stop(state, step_id, attempt, &meta.agent_name, &meta.profile, hit, cost, tokens)
+                    .await?;
+                self.drop_attempt(state, step_id, attempt, &meta).await;
+                return Ok(());
+            }
+        }
         let duration = exit.duration_ms as f64 / 1000.0;
         let mut files = Vec::new();
         let mut commit_hash = String::new();
@@ -219,19 +246,27 @@ impl Driver {
             let short = commit_hash.get(..10).unwrap_or("no commit");
             let done = state.step_status(step_id).as_str();
             errln!("{step_id} {done} ({short}, {} files, ${cost:.2})", files.len());
-            let (repo, wt) = (self.repo.clone(), meta.worktree.clone());
-            let attempt_ref = git::attempt_ref(&state.task_id, step_id, attempt);
-            let _ = blocking(move || {
-                let _ = repo.remove_worktree(&wt);
-                let _ = repo.delete_ref(&attempt_ref);
-            })
-            .await;
+            self.drop_attempt(state, step_id, attempt, &meta).await;
+            if !meta.automation {
+                self.quota_recovered(&meta.profile).await?;
+            }
         } else if stopped {
             errln!("{step_id}: {error}; it runs again once the ceiling is raised");
         } else {
             errln!("{step_id} failed: {error} (worktree kept at {})", meta.worktree.display());
         }
         Ok(())
+    }
+
+    /// Removes a finished attempt's worktree and ref (kept only for a failed attempt).
+    async fn drop_attempt(&self, state: &ExecutionState, step_id: &str, attempt: u32, meta: &LaunchMeta) {
+        let (repo, wt) = (self.repo.clone(), meta.worktree.clone());
+        let attempt_ref = git::attempt_ref(&state.task_id, step_id, attempt);
+        let _ = blocking(move || {
+            let _ = repo.remove_worktree(&wt);
+            let _ = repo.delete_ref(&attempt_ref);
+        })
+        .await;
     }
 
     /// USD streamed by the earlier launches of the attempt whose newest launch is `run_dir`

@@ -107,6 +107,13 @@ impl Driver {
             anyhow::bail!("step {step_id} is not in the plan");
         };
         let step = step.as_ref();
+        // The agent its dispatch names: the step's own, or a fallback while its account is out
+        // of quota (`driver::quota`).
+        let agent_name = state
+            .result(step_id)
+            .map(|r| r.agent_name.clone())
+            .filter(|a| !a.is_empty())
+            .unwrap_or_else(|| step.agent_name.clone());
         let run_dir = launch_dir(&self.data.run_dir(&state.task_id, step_id, attempt), launch);
         let worktree = self.data.attempt_worktree(&state.task_id, step_id, attempt);
         let tip = {
@@ -147,7 +154,7 @@ impl Driver {
                 self.config.runtime.default_timeout_secs,
             )
         } else {
-            let (profile, parts, timeout) = self.resolve_agent(&step.agent_name, &step.model)?;
+            let (profile, parts, timeout) = self.resolve_agent(&agent_name, &step.model)?;
             model = parts.model.clone().unwrap_or_else(|| step.model.clone());
             let mcp = step_servers(&self.config, step)?;
             let mcp_config = if mcp.is_empty() {
@@ -192,7 +199,7 @@ impl Driver {
         let meta = LaunchMeta {
             step_id: step_id.to_string(),
             attempt,
-            agent_name: step.agent_name.clone(),
+            agent_name,
             profile,
             worktree,
             base_sha: tip,

@@ -23,7 +23,8 @@
 //! The parts: `options` (what a run is asked, how it ended), `start` (creating or resuming an
 //! execution, then the loop), `drive` (the run loop), `agents` (how an agent name runs),
 //! `launch` (dispatch and launch of attempts), `harvest` (finished attempts become results),
-//! `gate`, `budget` (ceiling, forecast, the usage watch) and `recover` (after a crash). This
+//! `gate`, `budget` (ceiling, forecast, the usage watch), `quota` (waits for an agent
+//! account's usage limit, fallback agents) and `recover` (after a crash). This
 //! file holds the state they share: the `Driver`, its running attempts and shared slots,
 //! and the crash points. What a run keeps on disk for others to read is `runtime::runs`.
 
@@ -34,6 +35,7 @@ mod gate;
 mod harvest;
 mod launch;
 mod options;
+mod quota;
 mod recover;
 mod start;
 
@@ -92,6 +94,8 @@ struct Driver {
     live: Vec<LiveAttempt>,
     /// The price table (`baton.toml` over the built-in rows).
     prices: crate::pmo::pricing::PriceTable,
+    /// The clock quota waits are measured by.
+    clock: crate::clock::Clock,
 }
 
 /// A running attempt, as the budget watch sees it.

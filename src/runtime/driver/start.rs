@@ -131,6 +131,7 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
         reserved: None,
         live: Vec::new(),
         prices: crate::pmo::pricing::PriceTable::default(),
+        clock: crate::clock::Clock::system(),
     };
     driver.prices = driver.config.price_table();
     let state = driver.settle_budget(state, args.budget.clone(), env_ceiling).await?;
@@ -211,6 +212,7 @@ pub async fn harvest_finished(execs: &Executions, task_id: &str) -> anyhow::Resu
             permits: Vec::new(),
             reserved: None,
             live: Vec::new(),
+            clock: crate::clock::Clock::system(),
         };
         driver.harvest_finished(&mut state).await
     }

@@ -116,7 +116,7 @@ fn a_failed_step_with_siblings_in_flight_waits_then_fails() {
     ok(&mut state, &failed_record("1.1", "compile error"));
     assert_eq!(state.status, ExecutionStatus::Running);
     assert!(next_actions(&state).is_empty(), "1.3 must not start after a failure");
-    let Action::Wait { message } = next_action(&state) else { panic!("{:?}", next_action(&state)) };
+    let Action::Wait { message, .. } = next_action(&state) else { panic!("{:?}", next_action(&state)) };
     assert!(message.contains("1.1 failed") && message.contains("1.2"), "{message}");
     ok(&mut state, &record("1.2", RecordStatus::Complete));
     assert_eq!(state.status, ExecutionStatus::Failed);
@@ -128,7 +128,7 @@ fn a_failed_step_with_siblings_in_flight_waits_then_fails() {
 fn waiting_for_in_flight_steps_names_them() {
     let mut state = started(vec![phase(1, vec![step("1.1", &[]), step("1.2", &["1.1"])])]);
     ok(&mut state, &dispatched("1.1"));
-    let Action::Wait { message } = next_action(&state) else { panic!() };
+    let Action::Wait { message, .. } = next_action(&state) else { panic!() };
     assert_eq!(message, "Waiting for in-flight steps: 1.1.");
 }
 

@@ -14,6 +14,7 @@ mod checkpoints;
 mod dispatch;
 mod gates;
 mod interact;
+mod quota;
 
 fn dispatch_of(state: &ExecutionState, step_id: &str) -> crate::model::action::DispatchAction {
     next_actions(state)
