@@ -202,3 +202,47 @@ fn a_fallback_agent_runs_while_the_account_is_exhausted_and_the_journal_names_it
     assert_eq!(ws.git(&["show", "baton/quota-3:work.md"]), "the backup work\n");
     assert_eq!(std::fs::read_to_string(ws.tmp.path().join("count")).unwrap().trim(), "1", "claude ran once");
 }
+
+/// An orchestrator without a driver (`execute next` in its own loop): the WAIT names the
+/// reset, and once the service's clock passes it the next action is the step again (the
+/// service journals `quota_resumed`). A manual clock, so nothing sleeps.
+#[tokio::test]
+async fn the_cli_loop_gets_the_step_again_once_the_wait_is_over() {
+    use baton::model::action::Action;
+    use baton::model::event::{Event, EventKind};
+    use baton::runtime::app::{App, AppConfig};
+    use chrono::TimeZone as _;
+
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    let clock = baton::clock::Clock::manual(chrono::Utc.with_ymd_and_hms(2026, 12, 2, 15, 0, 0).unwrap());
+    let app = App::build(AppConfig::new(ws.data()).clock(clock.clone())).await.unwrap();
+    let plan = serde_json::json!({"task_id": "quota-4", "task_summary": "s",
+        "phases": [{"phase_id": 1, "name": "P", "steps": [
+            {"step_id": "1.1", "agent_name": "dev", "task_description": "do the work"}]}]});
+    let mut state = app.execs.create(serde_json::from_value(plan).unwrap()).await.unwrap();
+    let dispatched = EventKind::StepDispatched { step_id: "1.1".into(), agent_name: "dev".into() };
+    app.execs.record(&mut state, Event::new(dispatched).by("orchestrator")).await.unwrap();
+    let wait = EventKind::QuotaWait {
+        step_id: "1.1".into(),
+        agent_name: "dev".into(),
+        account: "claude".into(),
+        until: "2026-12-02T16:00:00+00:00".into(),
+        reason: "Claude AI usage limit reached|1796227200".into(),
+        cost_usd: 0.0,
+        tokens: 0,
+    };
+    app.execs.record(&mut state, Event::new(wait).by("orchestrator")).await.unwrap();
+
+    let Action::Wait { message, until } = app.ops.next_action("quota-4").await.unwrap() else { panic!() };
+    assert_eq!(message, "Step 1.1 is waiting for claude quota until 16:00 UTC.");
+    assert_eq!(until.as_deref(), Some("2026-12-02T16:00:00+00:00"));
+    clock.advance(chrono::Duration::minutes(59));
+    assert!(matches!(app.ops.next_action("quota-4").await.unwrap(), Action::Wait { until: Some(_), .. }));
+
+    clock.advance(chrono::Duration::minutes(1));
+    let Action::Dispatch(d) = app.ops.next_action("quota-4").await.unwrap() else { panic!("no dispatch") };
+    assert_eq!((d.step_id.as_str(), d.attempt), ("1.1", 2));
+    let kinds: Vec<String> =
+        app.execs.store().events("quota-4", 0).await.unwrap().into_iter().map(|e| e.kind).collect();
+    assert_eq!(kinds.iter().filter(|k| *k == "quota_resumed").count(), 1, "{kinds:?}");
+}
