@@ -37,3 +37,4 @@ mod teams;
 mod web;
 mod webhooks;
 mod wire;
+mod worktree_env;

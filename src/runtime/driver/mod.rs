@@ -92,6 +92,9 @@ struct Driver {
     live: Vec<LiveAttempt>,
     /// The price table (`baton.toml` over the built-in rows).
     prices: crate::pmo::pricing::PriceTable,
+    /// Worktree environment patterns from `baton.toml` (`[worktree]` and the projects
+    /// registered on this repository), beside the checkout's `.worktreeinclude`.
+    env_include: Vec<String>,
 }
 
 /// A running attempt, as the budget watch sees it.
