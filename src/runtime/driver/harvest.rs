@@ -146,7 +146,9 @@ impl Driver {
         let mut commit_hash = String::new();
         let mut error = String::new();
         let success = if stopped {
-            error = format!("stopped at the budget ceiling: its usage (${cost:.2}) crossed the remaining budget");
+            error = format!(
+                "stopped at the budget ceiling: the running agents' usage crossed the remaining budget (this attempt: ${cost:.2})"
+            );
             false
         } else if exit.timed_out {
             error = format!("timed out after {} s", exit.duration_ms / 1000);
