@@ -3,7 +3,10 @@
 //!
 //! Rules:
 //! * A dispatch reserves the step's forecast (`mid_usd`); recording any result of the attempt
-//!   releases it and adds the real cost.
+//!   releases it and adds the real cost. A retry (any dispatch of a step whose earlier attempts
+//!   spent something) is forecast at no less than what those attempts cost on average
+//!   ([`retry_forecast_usd`]): a step that cost $1.44 and failed is not run again on a $0.25
+//!   forecast.
 //! * A ready step is offered only when spend + every reservation + its forecast fits the
 //!   ceiling; `affordable` takes ready steps in plan order while they fit, so parallel
 //!   dispatches cannot overshoot together. `StepDispatched` is refused on the same test.
@@ -12,6 +15,9 @@
 //!   `BudgetRaised` (or a new, higher `BudgetSet`) resumes exactly there; `Cancelled` stops.
 //!   Parking never completes the execution and never skips a step. `budget_stopped` is
 //!   accepted only for a dispatched step (or member): it stops an attempt that was running.
+//! * While attempts run, what they stream is summed against the ceiling ([`attempts_to_stop`]):
+//!   once spend + the running agents' streamed usage crosses it, every running attempt is
+//!   stopped, newest first, and recorded `budget_stopped`.
 //! * The plan's token tier (`budget_tier`: lean 50 000, standard 500 000, full 2 000 000 tokens,
 //!   or the plan's `token_budget`; seed-spec §2.14) is advice: crossing it adds one warning.
 //!
@@ -29,6 +35,48 @@ const EPSILON_USD: f64 = 1e-9;
 pub const MAX_CEILING_USD: f64 = 1_000_000.0;
 /// Smallest ceiling or raise accepted, USD: a cent.
 pub const MIN_CEILING_USD: f64 = 0.01;
+
+/// What a dispatch of a step is forecast at, USD: its own forecast (`forecast_usd`), or, when
+/// its earlier attempts spent something, at least their mean (`earlier_attempts_usd`, one cost
+/// per recorded attempt; attempts that spent nothing, such as one that could not start, say
+/// nothing about the cost and are left out). Pure: the caller passes the costs in.
+pub fn retry_forecast_usd(forecast_usd: f64, earlier_attempts_usd: &[f64]) -> f64 {
+    let spent: Vec<f64> = earlier_attempts_usd.iter().copied().filter(|c| c.is_finite() && *c > 0.0).collect();
+    if spent.is_empty() {
+        return forecast_usd;
+    }
+    let mean = spent.iter().sum::<f64>() / spent.len() as f64;
+    forecast_usd.max(mean.min(MAX_CEILING_USD))
+}
+
+/// What each recorded attempt of `step_id` cost; for a state from before the list was kept
+/// (an older snapshot), the step result's total spread over its attempts.
+fn earlier_attempts(state: &ExecutionState, step_id: &str) -> Vec<f64> {
+    if let Some(costs) = state.budget.attempts_usd.get(step_id) {
+        return costs.clone();
+    }
+    match state.step_results.get(step_id) {
+        Some(r) if r.cost_usd > 0.0 && r.attempt > 0 => vec![r.cost_usd / f64::from(r.attempt)],
+        _ => Vec::new(),
+    }
+}
+
+/// The forecast a dispatch of `step_id` reserves and is checked on: [`retry_forecast_usd`] of
+/// its forecast and its earlier attempts' costs.
+pub(crate) fn dispatch_forecast(state: &ExecutionState, step_id: &str) -> f64 {
+    retry_forecast_usd(state.budget.forecast_usd(step_id), &earlier_attempts(state, step_id))
+}
+
+/// Adds `cost_usd` to the cost of `step_id`'s current attempt (a recorded result; an
+/// interactive step records several per attempt).
+pub(crate) fn attempt_spent(state: &mut ExecutionState, step_id: &str, cost_usd: f64) {
+    let attempt = state.step_results.get(step_id).map_or(1, |r| r.attempt.max(1)) as usize;
+    let costs = state.budget.attempts_usd.entry(step_id.to_string()).or_default();
+    if costs.len() < attempt {
+        costs.resize(attempt, 0.0);
+    }
+    costs[attempt - 1] += cost_usd;
+}
 
 /// True when a step forecast at `forecast_usd` fits on top of what is spent and reserved, plus
 /// `extra_usd` reserved by dispatches being planned alongside it.
@@ -49,7 +97,7 @@ pub(crate) fn affordable<'a>(state: &ExecutionState, ready: Vec<&'a PlanStep>) -
     let mut planned = 0.0;
     let mut out = Vec::with_capacity(ready.len());
     for step in ready {
-        let forecast = state.budget.forecast_usd(&step.step_id);
+        let forecast = dispatch_forecast(state, &step.step_id);
         if fits(state, forecast, planned) {
             planned += forecast;
             out.push(step);
@@ -60,7 +108,7 @@ pub(crate) fn affordable<'a>(state: &ExecutionState, ready: Vec<&'a PlanStep>) -
 
 /// Refuses a dispatch whose forecast does not fit (or while a decision is pending).
 pub(crate) fn check_dispatch(state: &ExecutionState, step_id: &str) -> Result<(), EngineError> {
-    let forecast = state.budget.forecast_usd(step_id);
+    let forecast = dispatch_forecast(state, step_id);
     if state.budget.shortfall.is_none() && fits(state, forecast, 0.0) {
         return Ok(());
     }
@@ -152,9 +200,10 @@ pub(crate) fn check_raise(state: &ExecutionState, by_usd: f64) -> Result<(), Eng
     Ok(())
 }
 
-/// A dispatch reserves the step's forecast.
+/// A dispatch reserves the step's forecast ([`dispatch_forecast`]: a retry's, from its earlier
+/// attempts).
 pub(crate) fn reserve(state: &mut ExecutionState, step_id: &str) {
-    let forecast = state.budget.forecast_usd(step_id);
+    let forecast = dispatch_forecast(state, step_id);
     state.budget.reserved.insert(step_id.to_string(), forecast);
 }
 
@@ -185,6 +234,21 @@ pub(crate) fn stopped(state: &mut ExecutionState, step_id: &str, cost_usd: f64) 
             "step {step_id} was stopped while running: its usage (${cost_usd:.2}) crossed the remaining budget"
         ),
     });
+}
+
+/// Which running attempts the driver's usage watch stops, newest first: every one of them once
+/// `spent_usd` (recorded) plus what they have all streamed so far crosses `ceiling_usd`, none
+/// while it fits. `streamed_usd` holds each running attempt's streamed usage, oldest launch
+/// first; the result holds their indices. One ceiling for the whole execution: the running
+/// agents' usage is summed, never each held to what the others' reservations leave it (two
+/// agents each stopped at $0.90 under a $1.00 ceiling spent $1.80). Watched after each message,
+/// the overshoot stays within one streamed message per running agent.
+pub fn attempts_to_stop(ceiling_usd: f64, spent_usd: f64, streamed_usd: &[f64]) -> Vec<usize> {
+    let streamed: f64 = streamed_usd.iter().copied().filter(|u| u.is_finite() && *u > 0.0).sum();
+    if spent_usd + streamed <= ceiling_usd + EPSILON_USD {
+        return Vec::new();
+    }
+    (0..streamed_usd.len()).rev().collect()
 }
 
 /// After a result, a warning when spend ended above the ceiling (an agent that reports its
@@ -221,7 +285,7 @@ pub(crate) fn reconsider(state: &mut ExecutionState) {
 /// spend + forecast − ceiling, at least a cent: the smallest raise that lets `step_id` run.
 fn shortfall_usd(state: &ExecutionState, step_id: &str) -> f64 {
     let ceiling = state.budget.ceiling_usd.unwrap_or(0.0);
-    let need = state.counters.spend_usd + state.budget.reserved_usd() + state.budget.forecast_usd(step_id) - ceiling;
+    let need = state.counters.spend_usd + state.budget.reserved_usd() + dispatch_forecast(state, step_id) - ceiling;
     // Rounded up to the cent, ignoring float noise below a millionth of a cent.
     ((need.max(0.01) * 100.0) - 1e-6).ceil() / 100.0
 }
@@ -237,13 +301,14 @@ pub(crate) fn park_if_blocked(state: &mut ExecutionState, ready: &[String], inte
     }
     let Some(first) = ready.first().cloned() else { return };
     if state.budget.shortfall.is_none() {
-        if ready.iter().any(|s| fits(state, state.budget.forecast_usd(s), 0.0)) {
+        if ready.iter().any(|s| fits(state, dispatch_forecast(state, s), 0.0)) {
             return;
         }
+        let forecast = dispatch_forecast(state, &first);
+        let retry = if forecast > state.budget.forecast_usd(&first) { ", what its earlier attempts cost" } else { "" };
         state.budget.shortfall = Some(BudgetShortfall {
             reason: format!(
-                "step {first}'s forecast (${:.2}) does not fit: ${:.2} of the ${:.2} ceiling is spent",
-                state.budget.forecast_usd(&first),
+                "step {first}'s forecast (${forecast:.2}{retry}) does not fit: ${:.2} of the ${:.2} ceiling is spent",
                 state.counters.spend_usd,
                 state.budget.ceiling_usd.unwrap_or(0.0)
             ),
@@ -292,7 +357,7 @@ pub(crate) fn action(state: &ExecutionState) -> Action {
         ),
         ceiling_usd: ceiling,
         spent_usd: state.counters.spend_usd,
-        forecast_usd: state.budget.forecast_usd(&shortfall.step_id),
+        forecast_usd: dispatch_forecast(state, &shortfall.step_id),
         step_id: shortfall.step_id,
         needed_usd: shortfall.needed_usd,
         reason: shortfall.reason,

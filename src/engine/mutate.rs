@@ -131,6 +131,7 @@ fn mutate_event(state: &mut ExecutionState, event: &Event, now: &str) {
             if became_done {
                 state.counters.steps_done += 1;
             }
+            budget::attempt_spent(state, step_id, *cost_usd);
             budget::release(state, step_id);
             if *status == RecordStatus::BudgetStopped {
                 budget::stopped(state, step_id, *cost_usd);

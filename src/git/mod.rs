@@ -3,7 +3,9 @@
 //! This module owns every interaction with git. It reads the object graph and refs with
 //! `git2`, builds attempt commits and cherry-picks in memory with `git2`, and adds, removes
 //! and stages linked worktrees through the `git` command line (argv, never a shell), because
-//! libgit2 working-tree mutations have lost users' files.
+//! libgit2 working-tree mutations have lost users' files. It copies the worktree environment
+//! (the checkout's `.worktreeinclude` files git ignores) into new worktrees and keeps it out
+//! of attempt commits.
 //!
 //! Invariant: it never modifies the user's own checkout. There is no checkout, no index write
 //! and no HEAD move in the main working tree; the only refs it moves are the ones a caller
@@ -14,6 +16,7 @@
 //! move into a blocking closure; each call opens the repository afresh.
 
 mod cli;
+mod include;
 mod paths;
 mod worktree;
 
@@ -25,6 +28,7 @@ use std::path::{Path, PathBuf};
 use git2::{Oid, Repository, Signature};
 use serde::{Deserialize, Serialize};
 
+pub use include::{check_include_patterns, EnvCopy, WORKTREE_INCLUDE_FILE};
 pub use paths::{check_paths, PathViolation, ViolationReason};
 
 /// Committer name on every commit Baton writes.

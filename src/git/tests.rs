@@ -479,3 +479,102 @@ fn a_worktree_add_waits_while_another_process_holds_the_worktree_lock() {
     });
     assert!(wt.join("a.txt").exists());
 }
+
+/// A fixture whose `.gitignore` also ignores `.env`, `secrets/` and `outside`, with a fresh
+/// worktree `wt` at the base.
+fn env_fixture() -> (Fixture, PathBuf) {
+    let f = Fixture::new();
+    write(&f.root.join(".gitignore"), "target/\n.env\nsecrets/\noutside\nlinked/\n");
+    git(&f.root, &["commit", "-q", "-am", "ignore env"]);
+    let base = f.repo.resolve("HEAD").unwrap();
+    let f = Fixture { base, ..f };
+    let wt = f.wt("env");
+    f.repo.add_worktree(&wt, &f.base).unwrap();
+    (f, wt)
+}
+
+#[test]
+fn worktree_env_copies_listed_ignored_files_only() {
+    let (f, wt) = env_fixture();
+    write(&f.root.join(".env"), "TOKEN=local\n");
+    std::fs::set_permissions(f.root.join(".env"), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    write(&f.root.join("secrets/db.toml"), "password = 'x'\n");
+    write(&f.root.join("notes.txt"), "untracked, not ignored\n");
+    write(&f.root.join("target/big.bin"), "not listed\n");
+    // a.txt is tracked: listed, never copied over the worktree's own.
+    write(&f.root.join(".worktreeinclude"), "# environment\n.env\nsecrets/\nnotes.txt\na.txt\n");
+    let copy = f.repo.copy_worktree_env(&wt, &[]).unwrap();
+    assert_eq!(copy.copied, strings(&[".env", "secrets/db.toml"]), "{copy:?}");
+    assert_eq!(fs::read_to_string(wt.join(".env")).unwrap(), "TOKEN=local\n");
+    let mode = std::os::unix::fs::PermissionsExt::mode(&fs::metadata(wt.join(".env")).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600, "the copy keeps the file's mode");
+    assert_eq!(fs::read_to_string(wt.join("a.txt")).unwrap(), "1\n2\n3\n4\n5\n");
+    assert!(!wt.join("notes.txt").exists(), "an untracked file git does not ignore is not copied");
+    assert!(!wt.join("target").exists());
+    assert!(copy.skipped.iter().any(|s| s.starts_with("a.txt: tracked by git")), "{copy:?}");
+    assert!(copy.skipped.iter().any(|s| s.starts_with("notes.txt: not ignored by git")), "{copy:?}");
+    // Patterns from baton.toml add to the file's; a second copy leaves what is there.
+    write(&f.root.join("target/dev.toml"), "dev\n");
+    let again = f.repo.copy_worktree_env(&wt, &strings(&["target/dev.toml"])).unwrap();
+    assert_eq!(again.copied, strings(&["target/dev.toml"]), "{again:?}");
+    assert!(again.skipped.iter().any(|s| s.starts_with(".env: already in the worktree")), "{again:?}");
+    assert_eq!(f.status(), "?? .worktreeinclude\n?? notes.txt", "the checkout is only read");
+}
+
+#[test]
+fn worktree_env_never_follows_a_symlink_nor_leaves_the_worktree() {
+    let (f, wt) = env_fixture();
+    let elsewhere = f.tmp.path().join("elsewhere");
+    write(&elsewhere.join("secret"), "not yours\n");
+    write(&elsewhere.join("db.toml"), "not yours either\n");
+    std::os::unix::fs::symlink(elsewhere.join("secret"), f.root.join(".env")).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, f.root.join("linked")).unwrap();
+    // `outside` next to the checkout, and one inside that `../` patterns must not reach.
+    write(&f.tmp.path().join("outside"), "beside the checkout\n");
+    write(&f.root.join(".worktreeinclude"), ".env\nlinked/\nlinked/db.toml\n../outside\n/../outside\n");
+    let copy = f.repo.copy_worktree_env(&wt, &strings(&["../../outside"])).unwrap();
+    assert!(copy.copied.is_empty(), "{copy:?}");
+    assert!(copy.skipped.iter().any(|s| s == ".env: a symbolic link (never followed)"), "{copy:?}");
+    assert!(fs::symlink_metadata(wt.join(".env")).is_err(), "nothing written for the symlinked .env");
+    assert!(fs::symlink_metadata(wt.join("linked")).is_err(), "a symlinked directory is never entered");
+    assert!(!wt.join("outside").exists() && !f.tmp.path().join("worktrees/outside").exists());
+    assert_eq!(fs::read_to_string(f.tmp.path().join("outside")).unwrap(), "beside the checkout\n");
+    // A .worktreeinclude that is itself a symlink is not read.
+    fs::remove_file(f.root.join(".worktreeinclude")).unwrap();
+    write(&elsewhere.join("include"), "outside\n");
+    write(&f.root.join("outside"), "inside, ignored\n");
+    std::os::unix::fs::symlink(elsewhere.join("include"), f.root.join(".worktreeinclude")).unwrap();
+    let copy = f.repo.copy_worktree_env(&wt, &[]).unwrap();
+    assert!(copy.copied.is_empty(), "{copy:?}");
+    assert!(copy.skipped.iter().any(|s| s.contains("a symbolic link (not read)")), "{copy:?}");
+    // The main checkout is never a destination.
+    assert!(matches!(f.repo.copy_worktree_env(&f.root, &[]), Err(GitError::NotAWorktree { .. })));
+}
+
+#[test]
+fn a_force_added_copied_file_is_kept_out_of_the_attempt_commit() {
+    let (f, wt) = env_fixture();
+    write(&f.root.join(".env"), "TOKEN=local\n");
+    write(&f.root.join(".worktreeinclude"), ".env\n");
+    let copy = f.repo.copy_worktree_env(&wt, &[]).unwrap();
+    assert_eq!(copy.copied, strings(&[".env"]));
+    // The agent's work, plus a `git add -f .env` and even a commit of it.
+    write(&wt.join("b.txt"), "work\n");
+    git(&wt, &["add", "-f", ".env", "b.txt"]);
+    git(&wt, &["commit", "-q", "-m", "agent commit"]);
+    let (commit, withheld) = f.repo.commit_worktree_without(&wt, &f.base, &agent(), "attempt\n", &copy.copied).unwrap();
+    let commit = commit.expect("b.txt is a change");
+    assert_eq!(withheld, strings(&[".env"]));
+    assert_eq!(commit.files_changed, strings(&["b.txt"]));
+    let tree = git(&f.root, &["ls-tree", "-r", "--name-only", &commit.sha]);
+    assert!(!tree.lines().any(|l| l == ".env"), "{tree}");
+    assert_eq!(fs::read_to_string(wt.join(".env")).unwrap(), "TOKEN=local\n", "the file itself stays");
+    // Only the force-added file: no commit at all.
+    let wt2 = f.wt("env2");
+    f.repo.add_worktree(&wt2, &f.base).unwrap();
+    f.repo.copy_worktree_env(&wt2, &[]).unwrap();
+    git(&wt2, &["add", "-f", ".env"]);
+    let (commit, withheld) =
+        f.repo.commit_worktree_without(&wt2, &f.base, &agent(), "attempt\n", &copy.copied).unwrap();
+    assert_eq!((commit, withheld), (None, strings(&[".env"])));
+}

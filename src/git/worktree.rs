@@ -124,16 +124,32 @@ impl GitRepo {
         identity: &CommitIdentity,
         message: &str,
     ) -> Result<Option<AttemptCommit>, GitError> {
+        self.commit_worktree_without(worktree, base_sha, identity, message, &[]).map(|(commit, _)| commit)
+    }
+
+    /// [`GitRepo::commit_worktree`], keeping `never` (repository-relative paths: the files
+    /// [`GitRepo::copy_worktree_env`] copied in) out of the commit: any of them staged after
+    /// `git add -A` (an agent's `git add -f`, or its own commit of it) is removed from the
+    /// worktree's index first, the file itself left alone. Also returns those it removed.
+    pub fn commit_worktree_without(
+        &self,
+        worktree: &Path,
+        base_sha: &str,
+        identity: &CommitIdentity,
+        message: &str,
+        never: &[String],
+    ) -> Result<(Option<AttemptCommit>, Vec<String>), GitError> {
         crate::crash::before_effect("git commit worktree");
         let (admin_dir, work_tree) = self.linked_worktree(worktree)?;
         let repo = self.repo()?;
         let base = repo.find_commit(resolve_oid(&repo, base_sha)?)?;
 
         run_git(&work_tree, Some(&admin_dir), Some(&work_tree), ["add", "-A"])?;
+        let withheld = self.unstage(&admin_dir, &work_tree, &base, never)?;
         let tree_hex = run_git(&work_tree, Some(&admin_dir), Some(&work_tree), ["write-tree"])?;
         let tree_oid = git2::Oid::from_str(tree_hex.trim())?;
         if tree_oid == base.tree_id() {
-            return Ok(None);
+            return Ok((None, withheld));
         }
         let tree = repo.find_tree(tree_oid)?;
         let author = git2::Signature::now(&identity.author_name, &identity.author_email)?;
@@ -143,7 +159,38 @@ impl GitRepo {
         let files_changed = diff_paths(&repo, &base_tree, &tree)?;
         let files_deleted = super::deleted_count(&repo, &base_tree, &tree)?;
         let base_files = super::file_count(&base_tree)?;
-        Ok(Some(AttemptCommit { sha: oid.to_string(), files_changed, files_deleted, base_files }))
+        Ok((Some(AttemptCommit { sha: oid.to_string(), files_changed, files_deleted, base_files }), withheld))
+    }
+
+    /// Removes from the worktree's index each of `paths` that is staged there and is not
+    /// tracked in `base` (a file the base tracks was never copied in); returns those removed.
+    fn unstage(
+        &self,
+        admin_dir: &Path,
+        work_tree: &Path,
+        base: &git2::Commit<'_>,
+        paths: &[String],
+    ) -> Result<Vec<String>, GitError> {
+        if paths.is_empty() {
+            return Ok(Vec::new());
+        }
+        let index = Repository::open(work_tree)?.index()?;
+        let base_tree = base.tree()?;
+        let staged: Vec<String> = paths
+            .iter()
+            .filter(|p| index.get_path(Path::new(p.as_str()), 0).is_some())
+            .filter(|p| base_tree.get_path(Path::new(p.as_str())).is_err())
+            .cloned()
+            .collect();
+        if staged.is_empty() {
+            return Ok(staged);
+        }
+        // `:(literal)`: a file name with `*` or `?` is that file, not a pattern.
+        let specs: Vec<String> = staged.iter().map(|p| format!(":(literal){p}")).collect();
+        let mut args = vec!["rm", "--cached", "-f", "--quiet", "--ignore-unmatch", "--"];
+        args.extend(specs.iter().map(String::as_str));
+        run_git(work_tree, Some(admin_dir), Some(work_tree), args)?;
+        Ok(staged)
     }
 
     /// Parses `git worktree list --porcelain -z`; the first entry is the main checkout.
@@ -230,7 +277,7 @@ impl GitRepo {
 
     /// Checks that `path` is the root of a linked worktree of this repository; returns its
     /// admin dir (`.git/worktrees/<name>`) and canonical root.
-    fn linked_worktree(&self, path: &Path) -> Result<(PathBuf, PathBuf), GitError> {
+    pub(super) fn linked_worktree(&self, path: &Path) -> Result<(PathBuf, PathBuf), GitError> {
         let not_wt = || GitError::NotAWorktree { path: path.to_path_buf(), repo: self.root.clone() };
         // `open` does not search upwards, so a worktree whose `.git` file is gone is refused
         // instead of resolving to an enclosing repository.

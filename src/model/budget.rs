@@ -135,6 +135,11 @@ pub struct Budget {
     /// The forecast was recorded (it is recorded once, when the execution starts).
     #[serde(default)]
     pub forecast_recorded: bool,
+    /// What each recorded attempt of a step cost, USD (step or member id → one entry per
+    /// attempt, attempt 1 first; the journal's `step_recorded` costs, as the spend ledger has
+    /// them): a retry is forecast from them (`engine::budget::retry_forecast_usd`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub attempts_usd: BTreeMap<String, Vec<f64>>,
 }
 
 impl Budget {

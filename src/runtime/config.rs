@@ -106,6 +106,9 @@ impl DataDir {
                     .map_err(|e| BadInput(format!("{} is not a valid baton.toml: {e}", path.display())))?;
                 crate::runtime::agent::mcp::check_servers(&config.mcp_servers)
                     .map_err(|e| BadInput(format!("{} is not a valid baton.toml: {e}", path.display())))?;
+                config
+                    .check_include()
+                    .map_err(|e| BadInput(format!("{} is not a valid baton.toml: {e}", path.display())))?;
                 Ok(config)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
@@ -138,9 +141,38 @@ pub struct Config {
     /// (see [`McpServer`](crate::runtime::agent::mcp::McpServer); secrets by `"${NAME}"` reference).
     #[serde(default)]
     pub mcp_servers: BTreeMap<String, crate::runtime::agent::mcp::McpServer>,
+    /// `[worktree]`: what every new worktree gets beside the checkout's `.worktreeinclude`.
+    #[serde(default)]
+    pub worktree: WorktreeConfig,
+    /// `[projects.<name>]`: settings of one registered project, by its name.
+    #[serde(default)]
+    pub projects: BTreeMap<String, ProjectConfig>,
 }
 
 impl Config {
+    /// The worktree environment patterns (gitignore syntax) of the project(s) registered at
+    /// `project_names`: `[worktree] include`, then each one's `[projects.<name>]
+    /// worktree_include`. The checkout's own `.worktreeinclude` is read by `git` beside them.
+    pub fn worktree_include<'a>(&self, project_names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+        let mut out = self.worktree.include.clone();
+        for name in project_names {
+            if let Some(p) = self.projects.get(name) {
+                out.extend(p.worktree_include.iter().cloned());
+            }
+        }
+        out
+    }
+
+    /// Checks every worktree include pattern: `Err` names the table and the bad pattern.
+    fn check_include(&self) -> Result<(), String> {
+        crate::git::check_include_patterns(&self.worktree.include).map_err(|e| format!("[worktree] include: {e}"))?;
+        for (name, p) in &self.projects {
+            crate::git::check_include_patterns(&p.worktree_include)
+                .map_err(|e| format!("[projects.{name}] worktree_include: {e}"))?;
+        }
+        Ok(())
+    }
+
     /// The price table: built-in rows with `[prices.*]` on top.
     pub fn price_table(&self) -> crate::pmo::pricing::PriceTable {
         crate::pmo::pricing::PriceTable::new(&self.prices)
@@ -185,6 +217,27 @@ impl Default for RuntimeConfig {
     }
 }
 
+/// `[worktree]` in `baton.toml`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorktreeConfig {
+    /// Files (gitignore syntax, relative to the checkout root) copied from the project
+    /// checkout into every new attempt and integration worktree, on top of the checkout's
+    /// `.worktreeinclude`: only files git ignores, never through a symbolic link, never
+    /// committed (`git::GitRepo::copy_worktree_env`).
+    #[serde(default)]
+    pub include: Vec<String>,
+}
+
+/// `[projects.<name>]` in `baton.toml`: one registered project's settings.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectConfig {
+    /// Files its worktrees get a copy of, as [`WorktreeConfig::include`], added to it.
+    #[serde(default)]
+    pub worktree_include: Vec<String>,
+}
+
 /// `[agents.<name>]` in `baton.toml`: how one roster name runs.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -223,6 +276,22 @@ mod tests {
         assert!(err.contains("baton.toml is not a valid baton.toml"), "{err}");
         assert!(err.contains("line 2"), "{err}");
         assert!(err.contains("profil"), "{err}");
+    }
+
+    #[test]
+    fn worktree_include_patterns_come_from_both_tables_and_a_bad_one_is_named() {
+        let cfg: Config = toml::from_str(
+            "[worktree]\ninclude = ['.env']\n[projects.board]\nworktree_include = ['config/local.toml']\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.worktree_include(["board"]), vec![".env".to_string(), "config/local.toml".to_string()]);
+        assert_eq!(cfg.worktree_include(["other"]), vec![".env".to_string()]);
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = DataDir::open(tmp.path()).unwrap();
+        std::fs::write(dir.config_path(), "[projects.board]\nworktree_include = ['config/{a,b']\n").unwrap();
+        let err = format!("{:#}", dir.config().unwrap_err());
+        assert!(err.contains("[projects.board] worktree_include"), "{err}");
+        assert!(err.contains("config/{a,b"), "{err}");
     }
 
     #[test]

@@ -153,3 +153,71 @@ fn a_bad_ceiling_is_refused_before_anything_runs() {
     assert_eq!(status["budget"]["ceiling_usd"], 7.0);
     assert_eq!(status["budget"]["source"], "BATON_RUN_TOKEN_CEILING");
 }
+
+/// One phase of `n` independent demo steps, each streaming `burn` output tokens of usage in 20
+/// messages over `secs` seconds.
+fn streaming_plan(task_id: &str, n: usize, burn: u64, secs: u32) -> String {
+    let steps: Vec<serde_json::Value> = (1..=n)
+        .map(|i| {
+            serde_json::json!({"step_id": format!("1.{i}"), "agent_name": format!("agent{i}"),
+                "task_description": format!("Write s{i}. [demo: burn={burn}] [demo: sleep={secs}]"),
+                "deliverables": [format!("s{i}.md")]})
+        })
+        .collect();
+    serde_json::json!({"task_id": task_id, "task_summary": "Agents streaming in parallel",
+        "phases": [{"phase_id": 1, "name": "Build", "steps": steps}]})
+    .to_string()
+}
+
+#[test]
+fn parallel_agents_streaming_usage_are_held_to_one_ceiling_together() {
+    let ws = Workspace::with_repo(&[("README.md", "hello\n")]);
+    // Forecast $0.05 a step, so the old rule (each agent against ceiling − spend − the others'
+    // reservations, $0.90) would let each of the three run to $1.20: $3.60 against $1.00.
+    std::fs::create_dir_all(ws.data()).unwrap();
+    std::fs::write(
+        ws.data().join("baton.toml"),
+        "[prices.sonnet]\ninput_per_mtok = 3.0\noutput_per_mtok = 15.0\ndefault_step_usd = 0.05\n",
+    )
+    .unwrap();
+    // 400 000 output tokens at $15/M in 20 messages: $0.30 a message, one a second, $6.00 each.
+    let plan = ws.write("plan.json", &streaming_plan("budget-par", 3, 400_000, 20));
+    let out = run_with_ceiling(&ws, &plan, "1.00");
+    assert_eq!(code(&out), 3, "{}\n{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("ACTION: BUDGET"), "{}", stdout(&out));
+    let err = stderr(&out);
+    assert_eq!(err.matches(": stopping it (").count(), 3, "every running agent stopped: {err}");
+    let status = ws.status("budget-par");
+    assert_eq!(status["status"], "budget_exceeded");
+    for step in ["1.1", "1.2", "1.3"] {
+        assert_eq!(ws.launches("budget-par", step), 1);
+        assert_eq!(status["step_results"][step]["status"], "pending", "{step} was stopped: {status}");
+    }
+    // The overshoot stays within one streamed message ($0.30) per running agent.
+    let spent = status["counters"]["spend_usd"].as_f64().unwrap();
+    assert!(spent > 1.0 && spent <= 1.0 + 3.0 * 0.30 + 1e-6, "spent ${spent} against a $1.00 ceiling\n{err}");
+}
+
+#[test]
+fn a_retry_is_forecast_from_its_earlier_attempts_and_refused_before_it_starts() {
+    let ws = Workspace::with_repo(&[("README.md", "hello\n")]);
+    let plan = serde_json::json!({"task_id": "budget-retry", "task_summary": "A costly failure",
+        "phases": [{"phase_id": 1, "name": "Build", "steps": [{"step_id": "1.1", "agent_name": "alpha",
+            "task_description": "Write a. [demo: fail] [demo: cost=1.44]", "deliverables": ["a.md"]}]}]});
+    let plan = ws.write("plan.json", &plan.to_string());
+    let failed = run_with_ceiling(&ws, &plan, "2.00");
+    assert_eq!(code(&failed), 4, "{}\n{}", stdout(&failed), stderr(&failed));
+    let retry = ws.run(&["execute", "retry-step", "--task-id", "budget-retry", "--step-id", "1.1"]);
+    assert_eq!(code(&retry), 3, "{}\n{}", stdout(&retry), stderr(&retry));
+    // On the price table's $0.25 forecast it would run ($1.44 + $0.25 fits) and end at $2.88.
+    let out = resume(&ws, "budget-retry");
+    assert_eq!(code(&out), 3, "{}\n{}", stdout(&out), stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("ACTION: BUDGET") && text.contains("Needed: $0.88"), "{text}");
+    assert!(text.contains("what its earlier attempts cost"), "{text}");
+    assert_eq!(ws.launches("budget-retry", "1.1"), 1, "the retry was launched");
+    let status = ws.status("budget-retry");
+    assert_eq!(status["status"], "budget_exceeded");
+    assert_eq!(status["counters"]["spend_usd"], 1.44);
+    assert_eq!(status["budget"]["attempts_usd"]["1.1"], serde_json::json!([1.44]));
+}

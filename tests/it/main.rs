@@ -38,3 +38,4 @@ mod teams;
 mod web;
 mod webhooks;
 mod wire;
+mod worktree_env;

@@ -61,6 +61,59 @@ fn a_step_whose_forecast_would_cross_the_ceiling_is_not_offered_nor_accepted() {
 }
 
 #[test]
+fn the_usage_watch_sums_every_running_agent_and_stops_them_all_newest_first() {
+    use crate::engine::budget::attempts_to_stop;
+    // The case: two agents at $0.60 each under $1.00. Each compared with what the
+    // ceiling left it ($0.75 after the other's $0.25 reservation) went on to $0.90.
+    assert_eq!(attempts_to_stop(1.0, 0.0, &[0.6, 0.6]), vec![1, 0]);
+    assert_eq!(attempts_to_stop(1.0, 0.0, &[0.3, 0.6]), Vec::<usize>::new(), "$0.90 fits");
+    assert_eq!(attempts_to_stop(1.0, 0.5, &[0.3, 0.3]), vec![1, 0], "recorded spend counts");
+    assert_eq!(attempts_to_stop(1.0, 1.0, &[]), Vec::<usize>::new(), "nothing running");
+    assert_eq!(attempts_to_stop(1.0, 0.0, &[0.9, f64::NAN, 0.05]), Vec::<usize>::new());
+    assert_eq!(attempts_to_stop(1.0, 0.0, &[0.2, 0.3, 0.6]), vec![2, 1, 0]);
+}
+
+#[test]
+fn a_retry_is_forecast_from_what_its_earlier_attempts_cost() {
+    use crate::engine::budget::retry_forecast_usd;
+    assert_eq!(retry_forecast_usd(0.25, &[]), 0.25, "a first attempt: its own forecast");
+    assert_eq!(retry_forecast_usd(0.25, &[1.44]), 1.44);
+    assert_eq!(retry_forecast_usd(0.25, &[1.0, 0.5, 0.0]), 0.75, "the mean of those that spent");
+    assert_eq!(retry_forecast_usd(2.0, &[1.0]), 2.0, "never below the step's own forecast");
+    assert_eq!(retry_forecast_usd(0.25, &[f64::NAN, -1.0]), 0.25);
+}
+
+#[test]
+fn a_retried_step_that_cost_more_than_its_forecast_is_refused_before_it_starts() {
+    // The case: a $0.25 forecast, a first attempt that cost $1.44 and failed, a $2.00
+    // ceiling. Retried on the forecast it would have been launched ($1.44 + $0.25 fits) and
+    // ended at $2.88.
+    let mut s = started(vec![phase(1, vec![step("1.1", &[])])]);
+    ok(&mut s, &forecasted(&[("1.1", 0.25)], 0.25));
+    ok(&mut s, &ceiling(2.0));
+    ok(&mut s, &dispatched("1.1"));
+    ok(&mut s, &costing("1.1", RecordStatus::Failed, 1.44));
+    assert_eq!(s.budget.attempts_usd["1.1"], vec![1.44]);
+    ok(&mut s, &ev(EventKind::StepRetried { step_id: "1.1".into() }));
+    assert!(dispatch_ids(&s).is_empty(), "the retry was offered");
+    let err = crate::engine::budget::check_dispatch(&s, "1.1").unwrap_err();
+    assert!(matches!(err, EngineError::OverBudget { forecast_usd, .. } if forecast_usd == 1.44), "{err}");
+    // Nothing in flight: it parks at once, and a dispatch is refused.
+    assert_eq!(s.status, ExecutionStatus::BudgetExceeded);
+    refused(&mut s, &dispatched("1.1"));
+    let Action::Budget(b) = next_action(&s) else { panic!("expected BUDGET, got {:?}", next_action(&s)) };
+    assert_eq!((b.step_id.as_str(), b.forecast_usd, b.needed_usd), ("1.1", 1.44, 0.88));
+    assert!(b.reason.contains("($1.44, what its earlier attempts cost)"), "{}", b.reason);
+    // Raised by what it needs: the retry runs, reserving what it is forecast at.
+    ok(&mut s, &raise(0.88));
+    assert_eq!(dispatch_ids(&s), vec!["1.1"]);
+    ok(&mut s, &dispatched("1.1"));
+    assert_eq!(s.budget.reserved_usd(), 1.44);
+    ok(&mut s, &costing("1.1", RecordStatus::Complete, 0.5));
+    assert_eq!(s.budget.attempts_usd["1.1"], vec![1.44, 0.5]);
+}
+
+#[test]
 fn reaching_the_ceiling_parks_the_execution_and_a_raise_resumes_exactly_there() {
     let mut s = three_parallel();
     ok(&mut s, &dispatched("1.1"));
@@ -388,7 +441,7 @@ proptest! {
                 if s.budget.reserved.len() >= 3 {
                     break;
                 }
-                let f = s.budget.forecast_usd(&id);
+                let f = crate::engine::budget::dispatch_forecast(&s, &id);
                 prop_assert!(s.counters.spend_usd + s.budget.reserved_usd() + f <= ceiling_usd + 1e-9);
                 ok(&mut s, &dispatched(&id));
                 launches += 1;

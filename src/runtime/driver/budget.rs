@@ -1,7 +1,7 @@
 //! The budget as the driver keeps it: the ceiling and the per-step forecast journaled before
-//! anything runs, and the watch that stops a running attempt whose streamed usage crosses what
-//! the ceiling leaves it (marking its run dir so the harvest records `budget_stopped`). The
-//! rules themselves are the engine's (`engine::budget`).
+//! anything runs, and the watch that sums what the running attempts stream and stops them,
+//! newest first, once spend + that sum crosses the ceiling (marking each run dir so the harvest
+//! records `budget_stopped`). The rules themselves are the engine's (`engine::budget`).
 
 use std::time::Duration;
 
@@ -100,21 +100,20 @@ impl Driver {
         }
     }
 
-    /// Stops every running attempt whose streamed usage (tokens × its model's price) crosses
-    /// what the ceiling leaves it: ceiling − spend − the other attempts' reservations. The
-    /// marker file makes its harvest record `budget_stopped`.
+    /// Reads what every running attempt has streamed (tokens × its model's price) and, once
+    /// spend + their sum crosses the ceiling, stops them all, newest first
+    /// ([`engine::budget::attempts_to_stop`](crate::engine::budget::attempts_to_stop)). The
+    /// marker file makes each one's harvest record `budget_stopped`; an attempt already stopped
+    /// still counts (its usage is spent) until it is harvested.
     pub(super) fn watch_budget(&mut self, state: &ExecutionState) {
         let Some(ceiling) = state.budget.ceiling_usd else { return };
+        let mut streamed = Vec::with_capacity(self.live.len());
         for live in &mut self.live {
-            if live.run_dir.join(BUDGET_STOP_FILE).exists() {
-                continue;
-            }
-            if live.usage.read_new(&live.run_dir.join(shim::STDOUT_FILE)).is_err() {
-                continue;
-            }
+            // A read that fails keeps what was read before.
+            let _ = live.usage.read_new(&live.run_dir.join(shim::STDOUT_FILE));
             let (tokens, reported) = live.usage.totals();
             let priced = reported.filter(|m| self.prices.get(m).is_some()).unwrap_or_else(|| live.model.clone());
-            let Some(used) = self.prices.cost_of(&priced, &tokens) else {
+            let used = self.prices.cost_of(&priced, &tokens).unwrap_or_else(|| {
                 if !live.unpriced && tokens.total() > 0 {
                     live.unpriced = true;
                     tracing::warn!(
@@ -125,18 +124,26 @@ impl Driver {
                         live.step_id
                     );
                 }
+                0.0
+            });
+            streamed.push(used);
+        }
+        let stop = crate::engine::budget::attempts_to_stop(ceiling, state.counters.spend_usd, &streamed);
+        let total: f64 = streamed.iter().sum();
+        let remaining = ceiling - state.counters.spend_usd;
+        for i in stop {
+            let live = &self.live[i];
+            if live.run_dir.join(BUDGET_STOP_FILE).exists() {
                 continue;
-            };
-            let others = state.budget.reserved_usd() - state.budget.reserved.get(&live.step_id).copied().unwrap_or(0.0);
-            let remaining = ceiling - state.counters.spend_usd - others;
-            if used > remaining {
-                errln!(
-                    "{}: stopping it: its usage (${used:.2}) crossed the remaining budget (${remaining:.2} of the ${ceiling:.2} ceiling)",
-                    live.step_id
-                );
-                let _ = write_atomic(&live.run_dir.join(BUDGET_STOP_FILE), format!("{used}\n").as_bytes());
-                let _ = shim::kill_attempt(&live.run_dir);
             }
+            errln!(
+                "{}: stopping it (${:.2} so far): the running agents' usage (${total:.2}) crossed the remaining budget \
+                 (${remaining:.2} of the ${ceiling:.2} ceiling)",
+                live.step_id,
+                streamed[i]
+            );
+            let _ = write_atomic(&live.run_dir.join(BUDGET_STOP_FILE), format!("{}\n", streamed[i]).as_bytes());
+            let _ = shim::kill_attempt(&live.run_dir);
         }
     }
 }

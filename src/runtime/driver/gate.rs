@@ -121,14 +121,11 @@ impl Driver {
             (false, format!("gate {} of phase {} has nothing to run", g.gate_type, g.phase_id), None)
         } else {
             let path = self.data.integration_worktree(&state.task_id);
-            let (repo, branch, wt) = (self.repo.clone(), self.meta.branch.clone(), path.clone());
-            blocking(move || -> Result<(), git::GitError> {
-                let tip = repo.branch_tip(&branch)?.ok_or(git::GitError::UnknownRevision { rev: branch })?;
-                repo.remove_worktree(&wt)?;
-                repo.add_worktree(&wt, &tip)
-            })
-            .await?
-            .context("preparing the integration worktree")?;
+            let (repo, branch) = (self.repo.clone(), self.meta.branch.clone());
+            let tip = blocking(move || repo.branch_tip(&branch)?.ok_or(git::GitError::UnknownRevision { rev: branch }))
+                .await?
+                .context("preparing the integration worktree")?;
+            self.integration_worktree(path.clone(), tip).await?;
             errln!("gate {} of phase {} (attempt {}): {command}", g.gate_type, g.phase_id, g.attempt);
             let marker = self.data.runs(&state.task_id).join(GATE_PGID_FILE);
             let timeout = self.config.runtime.gate_timeout_secs;

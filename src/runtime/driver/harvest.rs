@@ -2,10 +2,11 @@
 //! then turning its exit into a result: its cost (reported, streamed, and spent by launches
 //! that died), its commit, the path check and the cherry-pick onto the feature branch, and the
 //! `step_recorded` event; an attempt that did no work or deletes most of the repository fails
-//! (`engine::work`). A died attempt is launched again. When a working tree has the feature
-//! branch checked out, consolidation returns [`Parked`] instead of failing the step: nothing is
-//! recorded, the attempt's commit stays under its attempt ref, and the next run harvests it.
-//! It never dispatches a new step.
+//! (`engine::work`). Worktree environment files copied in at launch never reach the commit (an
+//! agent that staged one gets a note in its journaled outcome). A died attempt is launched
+//! again. When a working tree has the feature branch checked out, consolidation returns
+//! [`Parked`] instead of failing the step: nothing is recorded, the attempt's commit stays
+//! under its attempt ref, and the next run harvests it. It never dispatches a new step.
 
 use std::path::Path;
 
@@ -166,11 +167,15 @@ impl Driver {
             }
         }
         let duration = exit.duration_ms as f64 / 1000.0;
+        let mut outcome = out.outcome.clone();
+        let mut withheld = Vec::new();
         let mut files = Vec::new();
         let mut commit_hash = String::new();
         let mut error = String::new();
         let success = if stopped {
-            error = format!("stopped at the budget ceiling: its usage (${cost:.2}) crossed the remaining budget");
+            error = format!(
+                "stopped at the budget ceiling: the running agents' usage crossed the remaining budget (this attempt: ${cost:.2})"
+            );
             false
         } else if exit.timed_out {
             error = format!("timed out after {} s", exit.duration_ms / 1000);
@@ -179,7 +184,7 @@ impl Driver {
             error = out.error.clone().unwrap_or_else(|| exit.describe());
             false
         } else {
-            let consolidated = match self.consolidate(state, &meta, &step, &out.outcome).await {
+            let consolidated = match self.consolidate(state, &meta, &step, &out.outcome, &mut withheld).await {
                 // A checkout holds the feature branch: park, never fail paid-for work; the step
                 // stays dispatched and is harvested again on resume.
                 Err(e) if e.is::<Parked>() => return Err(e),
@@ -211,6 +216,16 @@ impl Driver {
                 }
             }
         };
+        if !withheld.is_empty() {
+            // Journaled with the result: the agent staged files that must never be committed.
+            let note = format!(
+                "[baton] kept out of the commit: {} (worktree environment files copied from the project checkout \
+                 by .worktreeinclude are never committed; the agent had staged them)",
+                withheld.join(", ")
+            );
+            errln!("{step_id}: {note}");
+            outcome = if outcome.trim().is_empty() { note } else { format!("{}\n\n{note}", outcome.trim_end()) };
+        }
         crash_point("after-consolidate");
         let status = match (success, step.interactive) {
             (false, _) if stopped => RecordStatus::BudgetStopped,
@@ -222,7 +237,7 @@ impl Driver {
             step_id: step_id.to_string(),
             agent_name: meta.agent_name.clone(),
             status,
-            outcome: out.outcome.clone(),
+            outcome,
             files_changed: files.clone(),
             commit_hash: commit_hash.clone(),
             tokens,
@@ -292,6 +307,7 @@ impl Driver {
         meta: &LaunchMeta,
         step: &crate::model::plan::PlanStep,
         outcome: &str,
+        withheld: &mut Vec<String>,
     ) -> anyhow::Result<Result<(String, Vec<String>), String>> {
         if engine::goal::is_evaluation(step) {
             // A goal evaluator only judges: nothing it writes is kept (engine::goal).
@@ -309,7 +325,10 @@ impl Driver {
         let author = if meta.automation { "automation".to_string() } else { meta.agent_name.clone() };
         let identity = CommitIdentity { author_email: format!("{author}@baton.invalid"), author_name: author };
         let (repo, wt, base) = (self.repo.clone(), meta.worktree.clone(), meta.base_sha.clone());
-        let commit = blocking(move || repo.commit_worktree(&wt, &base, &identity, &message)).await??;
+        let never = meta.env_files.clone();
+        let (commit, kept_out) =
+            blocking(move || repo.commit_worktree_without(&wt, &base, &identity, &message, &never)).await??;
+        *withheld = kept_out;
         let Some(commit) = commit else {
             return Ok(Ok((String::new(), Vec::new())));
         };

@@ -38,6 +38,10 @@ pub(super) struct LaunchMeta {
     /// Model asked for (the spend ledger's `model`); empty in run dirs written before it.
     #[serde(default)]
     pub(super) model: String,
+    /// Worktree environment files copied into its worktree (`.worktreeinclude`): kept out of
+    /// its commit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) env_files: Vec<String>,
 }
 
 pub(super) const META_FILE: &str = "baton.json";
@@ -122,11 +126,12 @@ impl Driver {
                 .await??
                 .ok_or_else(|| anyhow::anyhow!("branch {} is gone", self.meta.branch))?
         };
-        {
+        let env_copy = {
             // The attempt's ref names its starting point now and its commit after success; a
             // failed attempt keeps it (and its worktree) for inspection until `baton gc`.
             let (repo, wt, sha) = (self.repo.clone(), worktree.clone(), tip.clone());
             let attempt_ref = git::attempt_ref(&state.task_id, step_id, attempt);
+            let include = self.env_include.clone();
             blocking(move || {
                 // The attempt's own path: a checkout a driver killed inside `git worktree add`
                 // left there is not a worktree git knows, and the attempt starts clean anyway.
@@ -134,11 +139,13 @@ impl Driver {
                     tracing::info!(worktree.path = %wt.display(), "removed the leftover of an interrupted worktree creation");
                 }
                 repo.add_worktree(&wt, &sha)?;
-                repo.set_ref(&attempt_ref, &sha)
+                repo.set_ref(&attempt_ref, &sha)?;
+                repo.copy_worktree_env(&wt, &include)
             })
             .await?
-            .with_context(|| format!("creating worktree for {step_id}"))?;
-        }
+            .with_context(|| format!("creating worktree for {step_id}"))?
+        };
+        report_env_copy(step_id, &env_copy);
         std::fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
         let prompt_path = run_dir.join("prompt.md");
         write_atomic(&prompt_path, engine::prompt::delegation_prompt(state, step).as_bytes())?;
@@ -205,6 +212,7 @@ impl Driver {
             base_sha: tip,
             automation,
             model: model.clone(),
+            env_files: env_copy.copied,
         };
         write_atomic(&run_dir.join(META_FILE), serde_json::to_string_pretty(&meta)?.as_bytes())?;
         shim::prepare_run_dir(&run_dir, &spec)?;
@@ -255,6 +263,21 @@ impl Driver {
         Ok(pairs)
     }
 
+    /// Prepares the integration worktree at `tip` (gates run there), with the worktree
+    /// environment copied in like an attempt's.
+    pub(super) async fn integration_worktree(&self, wt: std::path::PathBuf, tip: String) -> anyhow::Result<()> {
+        let (repo, include) = (self.repo.clone(), self.env_include.clone());
+        let copy = blocking(move || {
+            repo.remove_worktree(&wt)?;
+            repo.add_worktree(&wt, &tip)?;
+            repo.copy_worktree_env(&wt, &include)
+        })
+        .await?
+        .context("preparing the integration worktree")?;
+        report_env_copy("the gate", &copy);
+        Ok(())
+    }
+
     pub(super) async fn relaunch(
         &mut self,
         state: &mut ExecutionState,
@@ -264,5 +287,15 @@ impl Driver {
         let base = self.data.run_dir(&state.task_id, step_id, attempt);
         let next = latest_launch(&base).map_or(1, |(n, _)| n + 1);
         self.launch_or_fail(state, step_id, attempt, next).await
+    }
+}
+
+/// Tells the user of a run what the worktree environment copy did for `whom`, on one line.
+fn report_env_copy(whom: &str, copy: &git::EnvCopy) {
+    if !copy.copied.is_empty() {
+        errln!("{whom}: copied {} from the project checkout (worktree environment)", copy.copied.join(", "));
+    }
+    if !copy.skipped.is_empty() {
+        errln!("{whom}: worktree environment not copied: {}", copy.skipped.join("; "));
     }
 }

@@ -96,6 +96,10 @@ struct Driver {
     prices: crate::pmo::pricing::PriceTable,
     /// The clock quota waits are measured by.
     clock: crate::clock::Clock,
+
+    /// Worktree environment patterns from `baton.toml` (`[worktree]` and the projects
+    /// registered on this repository), beside the checkout's `.worktreeinclude`.
+    env_include: Vec<String>,
 }
 
 /// A running attempt, as the budget watch sees it.

@@ -26,6 +26,21 @@ use super::agents::{check_step_servers, profile_of};
 use super::options::{Interrupted, Parked, RunOptions, RunOutcome, PROFILES};
 use super::{feature_branch, Driver};
 
+/// The worktree environment patterns of `baton.toml` for the driver's repository: `[worktree]`
+/// and `[projects.<name>]` of every project registered on it.
+async fn env_include(driver: &Driver) -> anyhow::Result<Vec<String>> {
+    if driver.config.projects.is_empty() {
+        return Ok(driver.config.worktree_include([]));
+    }
+    let root = driver.repo.root();
+    let projects = driver.execs.store().list_projects().await?;
+    let names = projects
+        .iter()
+        .filter(|p| std::path::Path::new(&p.repo_path).canonicalize().is_ok_and(|c| c == root))
+        .map(|p| p.name.as_str());
+    Ok(driver.config.worktree_include(names))
+}
+
 /// Runs (or resumes) an execution headlessly; returns the exit code of the final action.
 ///
 /// Errors: a bad plan, a missing repository, an execution that is complete or cancelled, or an
@@ -132,8 +147,11 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
         live: Vec::new(),
         prices: crate::pmo::pricing::PriceTable::default(),
         clock: crate::clock::Clock::system(),
+
+        env_include: Vec::new(),
     };
     driver.prices = driver.config.price_table();
+    driver.env_include = env_include(&driver).await?;
     let state = driver.settle_budget(state, args.budget.clone(), env_ceiling).await?;
     // Ctrl-C (or the stop signal) stops the driver at once: everything done so far is
     // journaled, and the detached agents keep running, to be re-adopted by the next `run`.
@@ -213,6 +231,9 @@ pub async fn harvest_finished(execs: &Executions, task_id: &str) -> anyhow::Resu
             reserved: None,
             live: Vec::new(),
             clock: crate::clock::Clock::system(),
+
+            // Harvesting launches nothing; commits keep out what each launch's `baton.json` lists.
+            env_include: Vec::new(),
         };
         driver.harvest_finished(&mut state).await
     }
