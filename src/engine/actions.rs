@@ -64,7 +64,12 @@ fn dispatches(state: &ExecutionState, limit: usize) -> Vec<Action> {
                 ready.push((std::borrow::Cow::Borrowed(s), ""));
             }
         } else {
-            ready.extend(team::ready(state, s).into_iter().map(|m| (std::borrow::Cow::Owned(m), s.step_id.as_str())));
+            ready.extend(
+                team::ready(state, s)
+                    .into_iter()
+                    .filter(|m| !state.quota_waits.iter().any(|w| w.step_id == m.step_id))
+                    .map(|m| (std::borrow::Cow::Owned(m), s.step_id.as_str())),
+            );
         }
     }
     let affordable: std::collections::HashSet<String> =
@@ -120,7 +125,10 @@ fn running_action(state: &ExecutionState) -> Action {
     let quota: Vec<&crate::model::state::QuotaWait> = state
         .quota_waits
         .iter()
-        .filter(|w| phase.steps.iter().any(|s| s.step_id == w.step_id))
+        .filter(|w| {
+            let owner = state.team_parent(&w.step_id).unwrap_or(&w.step_id);
+            phase.steps.iter().any(|s| s.step_id == owner)
+        })
         .filter(|w| state.step_status(&w.step_id) == StepStatus::Pending)
         .collect();
     let first_reset = quota.iter().min_by(|a, b| a.until.cmp(&b.until));

@@ -4,7 +4,8 @@
 //! the state untouched. This module never mutates the state and never does IO.
 
 use crate::engine::guards::{
-    answered, check_record_values, checkpoint_due, current_step, ensure_current_phase, is_ready, not_ready,
+    answered, check_quota_values, check_record_values, checkpoint_due, current_step, ensure_current_phase, is_ready,
+    not_ready,
 };
 use crate::engine::{amend, budget, gates, team, EngineError};
 use crate::model::event::{EventKind, RecordStatus};
@@ -189,23 +190,12 @@ pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), Engi
             }
             Ok(())
         }
-        EventKind::QuotaWait { step_id, until, cost_usd, tokens, .. } => {
+        EventKind::QuotaWait { step_id, .. } => {
             let step = current_step(state, step_id)?;
             if status != ExecutionStatus::Running {
                 return Err(wrong("quota_wait"));
             }
-            if until.trim().is_empty() {
-                return Err(EngineError::InvalidEvent(format!("step {step_id}: a quota wait needs its `until` time")));
-            }
-            if !cost_usd.is_finite() || *cost_usd < 0.0 || *cost_usd > crate::engine::MAX_STEP_COST_USD {
-                return Err(EngineError::InvalidEvent(format!(
-                    "step {step_id}: cost_usd {cost_usd} is not a number between 0 and {}",
-                    crate::engine::MAX_STEP_COST_USD
-                )));
-            }
-            if *tokens > crate::engine::MAX_STEP_TOKENS {
-                return Err(EngineError::InvalidEvent(format!("step {step_id}: tokens {tokens} is not a token count")));
-            }
+            check_quota_values(kind)?;
             let st = state.step_status(step_id);
             if st != StepStatus::Dispatched && !is_ready(state, step) {
                 return Err(not_ready(state, step, "only a dispatched or ready step can wait for quota"));

@@ -21,6 +21,26 @@ pub(crate) fn answered(state: &ExecutionState, phase_id: i64, question_id: &str)
     state.feedback_results.iter().any(|f| f.phase_id == phase_id && f.question_id == question_id)
 }
 
+/// The values of a `quota_wait` (any other kind passes): an `until` time, a cost between 0 and
+/// [`MAX_STEP_COST_USD`](crate::engine::MAX_STEP_COST_USD), a token count. Shared by plain steps
+/// and team members (`team::check_member`).
+pub(crate) fn check_quota_values(kind: &EventKind) -> Result<(), EngineError> {
+    let EventKind::QuotaWait { step_id, until, cost_usd, tokens, .. } = kind else { return Ok(()) };
+    if until.trim().is_empty() {
+        return Err(EngineError::InvalidEvent(format!("step {step_id}: a quota wait needs its `until` time")));
+    }
+    if !cost_usd.is_finite() || *cost_usd < 0.0 || *cost_usd > crate::engine::MAX_STEP_COST_USD {
+        return Err(EngineError::InvalidEvent(format!(
+            "step {step_id}: cost_usd {cost_usd} is not a number between 0 and {}",
+            crate::engine::MAX_STEP_COST_USD
+        )));
+    }
+    if *tokens > crate::engine::MAX_STEP_TOKENS {
+        return Err(EngineError::InvalidEvent(format!("step {step_id}: tokens {tokens} is not a token count")));
+    }
+    Ok(())
+}
+
 /// The values of a `step_recorded` (a step's or a team member's): a token count, a cost in
 /// `0..=MAX_STEP_COST_USD`, a non-negative duration, `budget_stopped` only under a ceiling.
 pub(crate) fn check_record_values(state: &ExecutionState, kind: &EventKind) -> Result<(), EngineError> {

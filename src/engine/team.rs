@@ -27,7 +27,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 
 use crate::engine::edits::{push_approval_result, result_entry};
-use crate::engine::guards::{check_record_values, checkpoint_due, current_step};
+use crate::engine::guards::{check_quota_values, check_record_values, checkpoint_due, current_step};
 use crate::engine::EngineError;
 use crate::model::action::ApprovalAction;
 use crate::model::budget::TokenCounts;
@@ -287,16 +287,17 @@ pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Option<Result<(
         return None;
     }
     match kind {
-        EventKind::StepDispatched { .. } | EventKind::StepRecorded { .. } | EventKind::StepRequeued { .. } => {
-            Some(Err(EngineError::StepState {
-                step_id: step_id.to_string(),
-                status: state.step_status(step_id).as_str().into(),
-                reason: format!(
-                    "it is a team step: its members ({}) are dispatched and recorded by their own ids",
-                    unit_ids(step).join(", ")
-                ),
-            }))
-        }
+        EventKind::StepDispatched { .. }
+        | EventKind::StepRecorded { .. }
+        | EventKind::StepRequeued { .. }
+        | EventKind::QuotaWait { .. } => Some(Err(EngineError::StepState {
+            step_id: step_id.to_string(),
+            status: state.step_status(step_id).as_str().into(),
+            reason: format!(
+                "it is a team step: its members ({}) are dispatched and recorded by their own ids",
+                unit_ids(step).join(", ")
+            ),
+        })),
         _ => None,
     }
 }
@@ -309,7 +310,9 @@ fn event_step(kind: &EventKind) -> Option<&str> {
         | EventKind::StepRequeued { step_id }
         | EventKind::StepSkipped { step_id, .. }
         | EventKind::InteractInput { step_id, .. }
-        | EventKind::InteractCompleted { step_id } => Some(step_id),
+        | EventKind::InteractCompleted { step_id }
+        | EventKind::QuotaWait { step_id, .. }
+        | EventKind::QuotaResumed { step_id } => Some(step_id),
         _ => None,
     }
 }
@@ -382,6 +385,19 @@ fn check_member(state: &ExecutionState, kind: &EventKind, id: &str) -> Result<()
         }
         EventKind::InteractInput { .. } | EventKind::InteractCompleted { .. } => {
             Err(state_error("it is not waiting for a human reply".into()))
+        }
+        EventKind::QuotaWait { .. } => {
+            if status != ExecutionStatus::Running {
+                return Err(EngineError::WrongStatus { event: "quota_wait", status });
+            }
+            check_quota_values(kind)?;
+            if st != StepStatus::Dispatched && !is_ready() {
+                return Err(not_ready("only a dispatched or ready member can wait for quota"));
+            }
+            Ok(())
+        }
+        EventKind::QuotaResumed { .. } if !state.quota_waits.iter().any(|w| w.step_id == id) => {
+            Err(state_error("it does not wait for quota".into()))
         }
         _ => Ok(()),
     }

@@ -246,3 +246,40 @@ async fn the_cli_loop_gets_the_step_again_once_the_wait_is_over() {
         app.execs.store().events("quota-4", 0).await.unwrap().into_iter().map(|e| e.kind).collect();
     assert_eq!(kinds.iter().filter(|k| *k == "quota_resumed").count(), 1, "{kinds:?}");
 }
+
+/// A team member stopped on its account's limit waits like a plain step (issue 18.1): its
+/// sibling on another agent runs meanwhile, nothing is recorded failed, and the member runs
+/// again by itself after the reset; the team step completes with both members' commits.
+#[test]
+fn a_team_member_stopped_on_its_quota_waits_while_its_sibling_runs() {
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    let claude = fake_claude(&ws, 4, false);
+    std::fs::create_dir_all(ws.data()).unwrap();
+    std::fs::write(ws.data().join("baton.toml"), "[agents.dev]\nprofile = 'claude'\n").unwrap();
+    let plan = serde_json::json!({"task_id": "quota-team", "task_summary": "s",
+    "phases": [{"phase_id": 1, "name": "P", "steps": [
+        {"step_id": "1.1", "agent_name": "team-lead", "task_description": "Write the work and b together.",
+         "team": [
+            {"member_id": "1.1.a", "agent_name": "dev", "task_description": "do the work", "deliverables": ["work.md"]},
+            {"member_id": "1.1.b", "agent_name": "writer", "task_description": "Write b.", "deliverables": ["b.md"]}
+         ]}
+    ]}]});
+    let plan = ws.write("quota-team.json", &plan.to_string());
+    let out = ws.run_plan_with(&plan, &[], &[("PATH", &path_with(&claude))]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stderr(&out).contains("1.1.a: dev stopped on its claude quota"), "{}", stderr(&out));
+    let reset = read_secs(&ws.tmp.path().join("reset"));
+    assert!(read_secs(&ws.tmp.path().join("second")) >= reset, "the member ran again before the reset");
+    let events = journal(&ws, "quota-team");
+    let waits: Vec<_> = events.iter().filter(|(k, _)| k == "quota_wait").map(|(_, p)| p["step_id"].clone()).collect();
+    assert_eq!(waits, ["1.1.a"], "{events:?}");
+    assert!(
+        events.iter().all(|(k, p)| k != "step_recorded" || p["status"] == "complete"),
+        "no failed attempt is recorded: {events:?}"
+    );
+    let status = ws.status("quota-team");
+    assert_eq!(status["status"], "complete", "{status}");
+    assert_eq!(status["step_results"]["1.1.a"]["attempt"], 2, "{status}");
+    assert_eq!(ws.git(&["show", "baton/quota-team:work.md"]), "the work\n");
+    assert!(!ws.git(&["show", "baton/quota-team:b.md"]).is_empty());
+}

@@ -711,3 +711,56 @@ fn a_dispatch_carries_the_steps_mcp_servers_and_a_members_carries_its_teams() {
     assert_eq!(by_id["1.2"], ["docs", "github"]);
     assert!(by_id["1.3"].is_empty());
 }
+
+fn member_quota_wait(id: &str, agent: &str) -> Event {
+    ev(EventKind::QuotaWait {
+        step_id: id.into(),
+        agent_name: agent.into(),
+        account: "claude".into(),
+        until: "2026-12-02T16:00:00+00:00".into(),
+        reason: "Claude AI usage limit reached".into(),
+        cost_usd: 0.1,
+        tokens: 5,
+    })
+}
+
+/// Issue 18.1 for teams: a member stopped on its account's limit waits like a plain step — no
+/// failed member, no failed team step, a WAIT naming the reset while its sibling goes on — and
+/// is offered again (a new attempt) once resumed.
+#[test]
+fn a_member_stopped_on_its_quota_waits_and_is_dispatched_again_once_resumed() {
+    let mut state = two_members("concatenate", "auto_merge");
+    ok(&mut state, &member_dispatched("1.1.a", "alpha"));
+    ok(&mut state, &member_dispatched("1.1.b", "beta"));
+    ok(&mut state, &member_quota_wait("1.1.a", "alpha"));
+    assert_eq!(state.step_status("1.1.a"), StepStatus::Pending);
+    assert_ne!(state.step_status("1.1"), StepStatus::Failed);
+    assert!(state.failure.is_none());
+    assert!((state.counters.spend_usd - 0.1).abs() < 1e-9, "the stopped attempt's spend counts");
+    assert!(dispatches(&state).is_empty(), "a waiting member is not offered");
+    ok(&mut state, &member_record("1.1.b", "beta", "b done", &["b.rs"], "bbb"));
+    let Action::Wait { message, until } = next_action(&state) else { panic!("{:?}", next_action(&state)) };
+    assert_eq!(until.as_deref(), Some("2026-12-02T16:00:00+00:00"));
+    assert!(message.contains("1.1.a") && message.contains("claude quota"), "{message}");
+    ok(&mut state, &ev(EventKind::QuotaResumed { step_id: "1.1.a".into() }));
+    let ds = dispatches(&state);
+    assert_eq!(ds.iter().map(|d| (d.step_id.as_str(), d.attempt)).collect::<Vec<_>>(), [("1.1.a", 2)]);
+    ok(&mut state, &member_dispatched("1.1.a", "alpha"));
+    ok(&mut state, &member_record("1.1.a", "alpha", "a done", &["a.rs"], "aaa"));
+    assert_eq!(state.step_status("1.1"), StepStatus::Complete);
+}
+
+#[test]
+fn member_quota_events_are_checked_like_a_steps() {
+    let mut state = two_members("concatenate", "auto_merge");
+    let err = refused(&mut state, &ev(EventKind::QuotaResumed { step_id: "1.1.a".into() }));
+    assert!(err.to_string().contains("does not wait for quota"), "{err}");
+    let mut blank = member_quota_wait("1.1.a", "alpha");
+    if let EventKind::QuotaWait { until, .. } = &mut blank.kind {
+        *until = " ".into();
+    }
+    let err = refused(&mut state, &blank);
+    assert!(err.to_string().contains("until"), "{err}");
+    let err = refused(&mut state, &member_quota_wait("1.1", "team-lead"));
+    assert!(err.to_string().contains("team step"), "{err}");
+}

@@ -156,9 +156,8 @@ impl Driver {
             estimated = true;
         }
         // Stopped on its account's usage limit (not at the ceiling, not timed out): no failed
-        // attempt, the step waits for the account (issue 18.1). A team member's stop is an
-        // ordinary failure: its wait is not modelled.
-        if !out.success && !stopped && !exit.timed_out && state.locate(step_id).is_some() {
+        // attempt, the step (or team member) waits for the account (issue 18.1).
+        if !out.success && !stopped && !exit.timed_out {
             if let Some(hit) = crate::runtime::agent::quota::detect(&meta.profile, &stdout, &stderr, self.clock.now()) {
                 self.record_quota_stop(state, step_id, attempt, &meta.agent_name, &meta.profile, hit, cost, tokens)
                     .await?;
