@@ -104,9 +104,12 @@ pub fn claude(stdout: &str, stderr: &str, now: DateTime<Utc>) -> Option<QuotaHit
             return None;
         }
     }
-    if let Some((_, rest)) = text.split_once("usage limit reached|") {
-        let at = epoch(&Value::String(rest.chars().take_while(char::is_ascii_digit).collect()));
-        return Some(QuotaHit { resets_at: at.or(stream_reset), message: one_line(text) });
+    if let Some((head, rest)) = text.split_once("usage limit reached|") {
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        let at = epoch(&Value::String(digits.clone()));
+        // The epoch is machine-readable only: the message a person reads ends at "reached".
+        let message = format!("{head}usage limit reached{}", &rest[digits.len()..]);
+        return Some(QuotaHit { resets_at: at.or(stream_reset), message: one_line(&message) });
     }
     let lower = text.to_lowercase();
     if lower.contains("hit your limit") || lower.contains("limit reached") || lower.contains("usage limit") {
@@ -293,7 +296,7 @@ mod tests {
     fn claude_usage_limit_with_an_epoch() {
         let hit = claude(&fixture("agents/quota/claude-usage-limit-epoch.jsonl"), "", now()).unwrap();
         assert_eq!(hit.resets_at, Some(at(16, 0)));
-        assert!(hit.message.starts_with("Claude AI usage limit reached"), "{}", hit.message);
+        assert_eq!(hit.message, "Claude AI usage limit reached", "the epoch is not part of what a person reads");
     }
 
     #[test]
