@@ -118,6 +118,14 @@ impl GitHub {
     /// until it succeeds (the answer, unread) or the policy says stop.
     async fn call(&self, what: &str, method: &str, uri: &str, body: Option<&Value>) -> Result<Response, ForgeError> {
         let full = if uri.starts_with("http://") || uri.starts_with("https://") {
+            // The token goes with every call: never to an address outside the API's origin.
+            if !same_origin(uri, &self.api_url) {
+                return Err(ForgeError::Malformed {
+                    forge: Forge::GitHub,
+                    what: what.into(),
+                    message: format!("refusing to send the token to {uri}: it is outside {}", self.api_url),
+                });
+            }
             uri.to_string()
         } else {
             format!("{}{uri}", self.api_url)
@@ -221,7 +229,13 @@ impl GitHub {
                 .ok()
                 .and_then(|u| u.query_pairs().find(|(k, _)| k == "page").and_then(|(_, v)| v.parse().ok()))
                 .unwrap_or(page.number + 1);
-            IssuesPageRef { number, uri }
+            // A `Link` to another host (a proxy's rewrite, a hostile answer) is not followed
+            // with the token: the next page is asked of the API address by its number.
+            if same_origin(&uri, &self.api_url) {
+                IssuesPageRef { number, uri }
+            } else {
+                self.labelled_page(owner, repo, label, number)
+            }
         });
         Ok(IssuesPage { items, next })
     }
@@ -361,5 +375,14 @@ mod tests {
     #[test]
     fn query_values_are_form_encoded() {
         assert_eq!(serde_urlencoded_pair("labels", "needs spec&x"), "labels=needs+spec%26x");
+    }
+}
+
+/// Whether absolute address `uri` has the scheme, host and port of `base` (the API address):
+/// the only addresses the token may go to.
+fn same_origin(uri: &str, base: &str) -> bool {
+    match (url::Url::parse(uri), url::Url::parse(base)) {
+        (Ok(a), Ok(b)) => a.origin() == b.origin(),
+        _ => false,
     }
 }

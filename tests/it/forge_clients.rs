@@ -892,6 +892,38 @@ async fn a_link_back_to_a_page_already_read_ends_the_listing() {
     assert!(requests(&server).await.len() <= 2, "{} requests", requests(&server).await.len());
 }
 
+/// A `Link: rel="next"` naming another host is not followed with the token: the next page is
+/// asked of the API address, by its number, and the other host never hears from Baton.
+#[tokio::test]
+async fn a_link_to_another_host_never_gets_the_token() {
+    let server = MockServer::start().await;
+    let elsewhere = MockServer::start().await;
+    Mock::given(wiremock::matchers::any())
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!([])))
+        .mount(&elsewhere)
+        .await;
+    let issue = |n: u64| json!({"number": n, "html_url": format!("https://github.com/o/r/issues/{n}"), "title": "t", "body": "", "labels": []});
+    let link =
+        format!("<{}/repos/o/r/issues?state=open&per_page=100&labels=bug&page=2>; rel=\"next\"", elsewhere.uri());
+    Mock::given(method("GET"))
+        .and(path("/repos/o/r/issues"))
+        .and(wiremock::matchers::query_param("page", "2"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!([issue(2)])))
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/repos/o/r/issues"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!([issue(1)])).append_header("link", link.as_str()))
+        .mount(&server)
+        .await;
+    let items = github(&server, fast()).issues_labelled("o", "r", "bug").await.unwrap();
+    assert_eq!(
+        items.iter().map(|i| i.url.as_str()).collect::<Vec<_>>(),
+        ["https://github.com/o/r/issues/1", "https://github.com/o/r/issues/2"]
+    );
+    assert!(requests(&elsewhere).await.is_empty(), "the other host was called: {:?}", requests(&elsewhere).await);
+}
+
 #[tokio::test]
 async fn a_forge_that_never_answers_fails_within_the_deadline() {
     // Found by a fresh-clone tester: an import against a hanging forge took minutes.
