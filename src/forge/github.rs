@@ -368,6 +368,15 @@ fn transport_message(e: &dyn std::error::Error) -> String {
     text
 }
 
+/// Whether absolute address `uri` has the scheme, host and port of `base` (the API address):
+/// the only addresses the token may go to.
+fn same_origin(uri: &str, base: &str) -> bool {
+    match (url::Url::parse(uri), url::Url::parse(base)) {
+        (Ok(a), Ok(b)) => a.origin() == b.origin(),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -375,14 +384,5 @@ mod tests {
     #[test]
     fn query_values_are_form_encoded() {
         assert_eq!(serde_urlencoded_pair("labels", "needs spec&x"), "labels=needs+spec%26x");
-    }
-}
-
-/// Whether absolute address `uri` has the scheme, host and port of `base` (the API address):
-/// the only addresses the token may go to.
-fn same_origin(uri: &str, base: &str) -> bool {
-    match (url::Url::parse(uri), url::Url::parse(base)) {
-        (Ok(a), Ok(b)) => a.origin() == b.origin(),
-        _ => false,
     }
 }
