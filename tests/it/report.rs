@@ -28,10 +28,17 @@ async fn comments(mock: &MockServer) -> Vec<String> {
 /// A test app with a project `p`, a spec imported from `o/r#7` and fired as an execution
 /// that completed; the forges talk to `mock`. Returns (app, forges, spec id, task id).
 async fn fired_github_spec(mock: &MockServer) -> (TestApp, Forges, i64, String) {
+    fired_spec(mock, "github", "https://github.com/o/r/issues/7", "github:o/r#7").await
+}
+
+/// [`fired_github_spec`] for any source: the spec comes from `source` at `url`, its item is
+/// `item_ref`, and both forges' API addresses are `mock`.
+async fn fired_spec(mock: &MockServer, source: &str, url: &str, item_ref: &str) -> (TestApp, Forges, i64, String) {
     let t = TestApp::new().await;
     let settings = ForgeSettings::default().with_env(|k| match k {
         "GITHUB_TOKEN" => Some("ghp_report_test".into()),
-        "BATON_GITHUB_API_URL" => Some(mock.uri()),
+        "BATON_GITHUB_API_URL" | "BATON_ADO_API_URL" => Some(mock.uri()),
+        "ADO_PAT" => Some("ado_report_test".into()),
         _ => None,
     });
     let forges = Forges::new(settings, RetryPolicy::default()).unwrap();
@@ -40,8 +47,8 @@ async fn fired_github_spec(mock: &MockServer) -> (TestApp, Forges, i64, String) 
         t.post("/api/v1/projects", json!({"name": "p", "repo_path": t.ws.repo(), "agent_profile": "demo"})).await;
     assert_eq!(status, axum::http::StatusCode::CREATED, "{body}");
     let input = SpecInput { project: "p".into(), title: "Report me".into(), body: "b".into(), priority: None };
-    let spec = t.app.specs.create(input, "github", "https://github.com/o/r/issues/7", "lee").await.unwrap();
-    store.set_source_meta(spec.spec_id, r#"{"item_ref":"github:o/r#7"}"#).await.unwrap();
+    let spec = t.app.specs.create(input, source, url, "lee").await.unwrap();
+    store.set_source_meta(spec.spec_id, &json!({ "item_ref": item_ref }).to_string()).await.unwrap();
     let task_id = t.execution(&phases_plan("report-2", 1, false)).await;
     let fire = SpecChange {
         action: "fire".into(),
@@ -126,6 +133,66 @@ async fn a_report_lost_before_it_reached_the_forge_is_posted_once_on_retry() {
     let looked = mock.received_requests().await.unwrap_or_default();
     let get = looked.iter().find(|r| r.method.as_str() == "GET").expect("the retry looked first");
     assert!(get.url.query().unwrap_or_default().contains("since="), "{}", get.url);
+}
+
+/// The same crash on an Azure DevOps work item: the retry reads the item's newest comments,
+/// finds the marker among them and records the report without posting it again; where the
+/// marker is missing it posts once.
+#[tokio::test]
+async fn an_azure_devops_report_that_landed_before_a_crash_is_not_posted_twice() {
+    const COMMENTS: &str = "/acme/web/_apis/wit/workItems/42/comments";
+    for landed in [true, false] {
+        let mock = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(path(COMMENTS))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": 9, "text": "posted"})))
+            .mount(&mock)
+            .await;
+        let mut on_item = vec![json!({"id": 1, "text": "A human's comment"})];
+        if landed {
+            let text = format!("Baton fired this …\n\n{}", baton::runtime::report::marker("fired"));
+            on_item.insert(0, json!({"id": 2, "text": text}));
+        }
+        Mock::given(method("GET"))
+            .and(path(COMMENTS))
+            .respond_with(
+                ResponseTemplate::new(200)
+                    .set_body_json(json!({"totalCount": on_item.len(), "count": on_item.len(), "comments": on_item})),
+            )
+            .mount(&mock)
+            .await;
+        let url = "https://dev.azure.com/acme/web/_workitems/edit/42";
+        let (t, forges, spec_id, _task_id) = fired_spec(&mock, "ado", url, "ado:acme/web#42").await;
+        let store = t.store();
+        let at = t.app.clock.now_rfc3339();
+        store.claim_report(spec_id, "fired", 5, &at).await.unwrap();
+
+        t.advance(chrono::Duration::minutes(1));
+        let mut reporter = Reporter::new(t.app.execs.clone(), forges, "http://baton.test", t.app.clock.clone());
+        reporter.pass().await.unwrap();
+        reporter.pass().await.unwrap();
+        let received = mock.received_requests().await.unwrap_or_default();
+        let posts: Vec<Value> = received
+            .iter()
+            .filter(|r| r.method.as_str() == "POST" && r.url.path() == COMMENTS)
+            .map(|r| serde_json::from_slice(&r.body).unwrap())
+            .collect();
+        assert!(
+            received.iter().any(|r| r.method.as_str() == "GET" && r.url.path() == COMMENTS),
+            "the retry looked first"
+        );
+        if landed {
+            assert!(posts.is_empty(), "posted again: {posts:?}");
+        } else {
+            assert_eq!(posts.len(), 1, "{posts:?}");
+            assert!(
+                posts[0]["text"].as_str().unwrap().ends_with(&baton::runtime::report::marker("fired")),
+                "{posts:?}"
+            );
+        }
+        let reports = store.reports(spec_id).await.unwrap();
+        assert_eq!(reports, vec![("fired".to_string(), "posted".to_string(), String::new())], "landed: {landed}");
+    }
 }
 
 #[tokio::test]
