@@ -46,6 +46,28 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     }
 }
 
+/// An optional JSON object body: no body at all (no `Content-Type`, nothing or only
+/// whitespace sent) is `T::default()`, as `curl -X POST …/cancel` expects; any body is read as
+/// [`ApiJson`] reads it. A body without a JSON content type is still 415.
+#[derive(Debug, Clone)]
+pub struct ApiJsonOrEmpty<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for ApiJsonOrEmpty<T> {
+    type Rejection = AppError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, AppError> {
+        if req.headers().contains_key(CONTENT_TYPE) {
+            let ApiJson(value) = ApiJson::<T>::from_request(req, state).await?;
+            return Ok(ApiJsonOrEmpty(value));
+        }
+        let bytes = Bytes::from_request(req, state).await.map_err(JsonRejection::from)?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(ApiJsonOrEmpty(T::default()));
+        }
+        Err(JsonRejection::from(axum::extract::rejection::MissingJsonContentType::default()).into())
+    }
+}
+
 /// Whether `Content-Type` is `application/json` or `application/<something>+json` (what
 /// axum's `Json` accepts).
 fn json_content_type(headers: &HeaderMap) -> bool {

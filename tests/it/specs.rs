@@ -693,3 +693,31 @@ async fn a_card_shows_what_its_execution_runs_its_forecast_and_ceiling_from_summ
     // $1.50 of a $5.00 bar (the ceiling is the widest), the forecast mark at 40%.
     assert_eq!((l["bar"]["spent_pct"].as_u64(), l["bar"]["forecast_pct"].as_u64()), (Some(30), Some(40)), "{l}");
 }
+
+/// `curl -X POST …/cancel` with no body cancels (it answered 415 "expected a JSON content
+/// type" until the reason became optional): for a spec and for an execution; a body without a
+/// JSON content type is still refused, and the OpenAPI document says the body is optional.
+#[tokio::test]
+async fn cancel_needs_no_body() {
+    let app = with_project().await;
+    let id = spec(&app, "Cancel me bare").await;
+    let bare = |uri: String| Request::post(uri).body(Body::empty()).unwrap();
+    let text = |uri: String| Request::post(uri).body(Body::from("because")).unwrap();
+    let (status, body) = app.send(text(format!("/api/v1/specs/{id}/cancel"))).await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{body}");
+    let (status, body) = app.send(bare(format!("/api/v1/specs/{id}/cancel"))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "cancelled", "{body}");
+
+    let task_id = app.execution(&crate::app::phases_plan("bare-cancel", 1, false)).await;
+    let (status, body) = app.send(bare(format!("/api/v1/executions/{task_id}/cancel"))).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (_, view) = app.get(&format!("/api/v1/executions/{task_id}")).await;
+    assert_eq!(view["status"], "cancelled", "{view}");
+
+    let doc: Value = serde_json::from_str(baton::web::api::openapi::openapi_json()).unwrap();
+    for path in ["/api/v1/specs/{id}/cancel", "/api/v1/executions/{task_id}/cancel"] {
+        let body = &doc["paths"][path]["post"]["requestBody"];
+        assert_eq!(body["required"], false, "{path}: {body}");
+    }
+}

@@ -19,7 +19,7 @@ use crate::model::state::{ApprovalDecision, ExecutionState};
 use crate::runtime::ops::{keyed, Decided, Operator, Ops, PauseState};
 use crate::web::api::openapi::{BadGateway, BadRequest, Conflict, NotFound};
 use crate::web::error::{AppError, Problem};
-use crate::web::extract::{Actor, ApiJson, Caller};
+use crate::web::extract::{Actor, ApiJson, ApiJsonOrEmpty, Caller};
 use crate::web::AppState;
 
 /// Routes under `/api/v1/executions`.
@@ -372,8 +372,8 @@ async fn feedback(
     record(&app, &task_id, keyed(kind, b.idempotency_key), &op).await
 }
 
-/// `POST …/cancel` body.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
+/// `POST …/cancel` body (optional: no body at all cancels without a reason).
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = ExecutionCancelBody)]
 pub struct CancelBody {
@@ -394,7 +394,7 @@ async fn cancel(
     State(app): State<AppState>,
     Path(task_id): Path<String>,
     Caller(op): Caller,
-    ApiJson(b): ApiJson<CancelBody>,
+    ApiJsonOrEmpty(b): ApiJsonOrEmpty<CancelBody>,
 ) -> Result<(StatusCode, Json<Recorded>), AppError> {
     record(&app, &task_id, keyed(EventKind::Cancelled { reason: b.reason }, None), &op).await
 }

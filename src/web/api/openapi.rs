@@ -254,7 +254,16 @@ fn add_common(op: &mut Operation, write: bool) {
     if write {
         op.parameters.get_or_insert_with(Vec::new).push(actor_header());
     }
+    // Bodies read with `ApiJsonOrEmpty`: sending none is the same as sending `{}`.
+    if OPTIONAL_BODIES.contains(&op.operation_id.as_deref().unwrap_or_default()) {
+        if let Some(body) = op.request_body.as_mut() {
+            body.required = Some(utoipa::openapi::Required::False);
+        }
+    }
 }
+
+/// The operations whose body may be left out ([`crate::web::extract::ApiJsonOrEmpty`]).
+const OPTIONAL_BODIES: [&str; 2] = ["cancel_spec", "cancel_execution"];
 
 /// `X-Baton-Actor` (see [`crate::web::extract::Actor`]).
 fn actor_header() -> Parameter {

@@ -18,7 +18,7 @@ use crate::runtime::specs::{SpecEdit, SpecInput};
 use crate::store::{SpecEventRow, SpecFilter, SpecRow};
 use crate::web::api::openapi::{BadGateway, BadRequest, Conflict, NotFound, Unprocessable};
 use crate::web::error::{AppError, Problem};
-use crate::web::extract::{Actor, ApiJson};
+use crate::web::extract::{Actor, ApiJson, ApiJsonOrEmpty};
 use crate::web::AppState;
 
 /// Routes under `/api/v1/specs`.
@@ -351,7 +351,7 @@ async fn fire(State(app): State<AppState>, Path(id): Path<String>, actor: Actor)
     Ok(Json(view(&app, row).await?))
 }
 
-/// `POST …/cancel` body.
+/// `POST …/cancel` body (optional: no body at all cancels without a reason).
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = SpecCancelBody)]
@@ -371,7 +371,7 @@ async fn cancel(
     State(app): State<AppState>,
     Path(id): Path<String>,
     actor: Actor,
-    ApiJson(b): ApiJson<CancelBody>,
+    ApiJsonOrEmpty(b): ApiJsonOrEmpty<CancelBody>,
 ) -> Result<Json<SpecView>, AppError> {
     let row = app.specs.cancel(spec_id(&id)?, &b.reason, &actor.0).await?;
     Ok(Json(view(&app, row).await?))
