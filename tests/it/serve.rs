@@ -674,3 +674,27 @@ fn a_spec_fired_with_a_reviewed_ceiling_parks_at_it_and_a_raise_finishes_it() {
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("2 signed and verified"), "{out}");
 }
+
+/// An execution waiting for an approval reads "driver idle" on its page, not "driver parked":
+/// "parked" is kept for an execution held until a human acts on its reason (a checked-out
+/// feature branch), shown beside its status (found in review: the two read the same).
+#[test]
+fn an_execution_waiting_for_its_approval_is_not_called_parked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(&tmp.path().join("data"));
+    let (status, body) = server.request("POST", "/api/v1/specs/3/fire", None);
+    assert_eq!(status, 200, "{body}");
+    let task_id = body["task_id"].as_str().unwrap().to_string();
+    server.wait_stage(3, "awaiting_human");
+    let start = Stopwatch::start();
+    let page = loop {
+        let (status, _, page) = server.raw("GET", &format!("/executions/{task_id}"), "", "");
+        assert_eq!(status, 200, "{page}");
+        if !page.contains("· driver running") || start.elapsed() > Duration::from_secs(30) {
+            break page;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(page.contains("· driver idle"), "{page}");
+    assert!(!page.contains("parked"), "{page}");
+}

@@ -312,7 +312,10 @@ pub(super) async fn execution_page(
     let (done, total) = state.progress();
     let driver = app.pool().driver_state(&task_id).map(|d| match d {
         crate::runtime::pool::DriverState::Running => "running".to_string(),
-        crate::runtime::pool::DriverState::Parked => "parked".to_string(),
+        // The pool's `parked` (waiting for a decision or an event, lease released) is not the
+        // execution's park above (held until a human acts): the page says `idle`, so a waiting
+        // approval does not read as "parked".
+        crate::runtime::pool::DriverState::Parked => "idle".to_string(),
         crate::runtime::pool::DriverState::Errored(e) => format!("errored: {e}"),
     });
     let t = ExecutionTemplate {
