@@ -41,7 +41,7 @@ pub mod engine;
 /// Spec-queue rules without IO: enrichment.
 pub mod pmo;
 
-/// SQLite persistence: the per-execution event journal, snapshots, summaries and leases.
+/// Persistence on SQLite or PostgreSQL: the per-execution event journal, snapshots, summaries and leases.
 pub mod store;
 
 /// Git: feature branches, per-attempt worktrees, attempt commits and in-memory cherry-picks.

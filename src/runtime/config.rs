@@ -147,6 +147,35 @@ pub struct Config {
     /// `[projects.<name>]`: settings of one registered project, by its name.
     #[serde(default)]
     pub projects: BTreeMap<String, ProjectConfig>,
+    /// `[database]`: which database holds the store (the data directory's SQLite file unless
+    /// a PostgreSQL URL is given).
+    #[serde(default)]
+    pub database: DatabaseConfig,
+}
+
+/// `[database]` in `baton.toml`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseConfig {
+    /// `postgres://user:password@host:port/database`: keep the store in that PostgreSQL
+    /// database instead of `baton.db`. `BATON_DATABASE_URL` overrides it; unset or empty: SQLite.
+    #[serde(default)]
+    pub url: Option<String>,
+}
+
+/// The database URL the store of `data` uses: `BATON_DATABASE_URL` from `env` when set and not
+/// empty, else `[database] url` of its `baton.toml`; `None`: the SQLite file `baton.db`.
+///
+/// Only the `[database]` table is read here (a `baton.toml` that does not parse is reported by
+/// [`DataDir::config`] where the rest of it is used).
+pub fn database_url(data: &DataDir, env: impl Fn(&str) -> Option<String>) -> Option<String> {
+    if let Some(url) = env("BATON_DATABASE_URL").filter(|u| !u.trim().is_empty()) {
+        return Some(url.trim().to_string());
+    }
+    let text = std::fs::read_to_string(data.config_path()).ok()?;
+    let table: toml::Table = toml::from_str(&text).ok()?;
+    let url = table.get("database")?.get("url")?.as_str()?.trim();
+    (!url.is_empty()).then(|| url.to_string())
 }
 
 impl Config {
@@ -258,6 +287,23 @@ pub struct AgentConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_database_url_comes_from_the_environment_then_baton_toml_else_sqlite() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = DataDir::open(&tmp.path().join("d")).unwrap();
+        let none = |_: &str| None;
+        assert_eq!(database_url(&dir, none), None, "no baton.toml: the SQLite file");
+        std::fs::write(dir.config_path(), "[database]\nurl = \"postgres://b@db/baton\"\n").unwrap();
+        assert_eq!(database_url(&dir, none).as_deref(), Some("postgres://b@db/baton"));
+        assert!(dir.config().unwrap().database.url.is_some(), "[database] is part of baton.toml");
+        let env = |name: &str| (name == "BATON_DATABASE_URL").then(|| "postgres://e@db/other".to_string());
+        assert_eq!(database_url(&dir, env).as_deref(), Some("postgres://e@db/other"), "the environment wins");
+        let empty = |_: &str| Some(String::new());
+        assert_eq!(database_url(&dir, empty).as_deref(), Some("postgres://b@db/baton"), "an empty variable is unset");
+        std::fs::write(dir.config_path(), "[database]\nurl = \"\"\n").unwrap();
+        assert_eq!(database_url(&dir, none), None, "an empty url is SQLite");
+    }
 
     #[test]
     fn data_dir_is_created_with_a_gitignore() {

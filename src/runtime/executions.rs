@@ -54,11 +54,16 @@ pub fn summary_of(state: &ExecutionState) -> Summary {
 }
 
 impl Executions {
-    /// Opens the store of `data`, and gives forge specs older than their item keys theirs
-    /// ([`backfill_source_keys`]).
+    /// Opens the store of `data` (its SQLite file, or the PostgreSQL database that
+    /// [`database_url`](crate::runtime::config::database_url) names), and gives forge specs
+    /// older than their item keys theirs ([`backfill_source_keys`]).
     pub async fn open(data: DataDir) -> anyhow::Result<Executions> {
-        let store =
-            Store::open(&data.db_path()).await.with_context(|| format!("opening {}", data.db_path().display()))?;
+        let store = match crate::runtime::config::database_url(&data, |name| std::env::var(name).ok()) {
+            Some(url) => Store::connect(&url).await.context("opening the PostgreSQL store")?,
+            None => {
+                Store::open(&data.db_path()).await.with_context(|| format!("opening {}", data.db_path().display()))?
+            }
+        };
         backfill_source_keys(&store).await.context("keying the specs of forge items")?;
         Ok(Executions { store, data })
     }

@@ -40,7 +40,8 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn has_users(&self) -> Result<bool, StoreError> {
-        Ok(sqlx::query_scalar::<_, i64>("select 1 from users limit 1").fetch_optional(&self.reader).await?.is_some())
+        let lite = on_backend!(self, pg => pg.has_users().await);
+        Ok(sqlx::query_scalar::<_, i64>("select 1 from users limit 1").fetch_optional(&lite.reader).await?.is_some())
     }
 
     /// Creates `name` with `role`, or sets the role of an existing user; then adds a token
@@ -56,7 +57,8 @@ impl Store {
         label: &str,
         at: &str,
     ) -> Result<i64, StoreError> {
-        let mut tx = self.begin_write().await?;
+        let lite = on_backend!(self, pg => pg.add_token(name, role, token_hash, label, at).await);
+        let mut tx = lite.begin_write().await?;
         sqlx::query(
             "insert into users (name, role, created_at) values (?, ?, ?) \
              on conflict (name) do update set role = excluded.role",
@@ -84,12 +86,13 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn user_of_token(&self, token_hash: &str) -> Result<Option<UserRow>, StoreError> {
+        let lite = on_backend!(self, pg => pg.user_of_token(token_hash).await);
         Ok(sqlx::query_as::<_, UserRow>(
             "select u.name, u.role, u.created_at from api_tokens t join users u on u.name = t.user_name \
              where t.token_hash = ? and t.revoked_at is null",
         )
         .bind(token_hash)
-        .fetch_optional(&self.reader)
+        .fetch_optional(&lite.reader)
         .await?)
     }
 
@@ -98,12 +101,13 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn token_login(&self, token_hash: &str) -> Result<Option<(UserRow, i64)>, StoreError> {
+        let lite = on_backend!(self, pg => pg.token_login(token_hash).await);
         let row = sqlx::query_as::<_, (String, String, String, i64)>(
             "select u.name, u.role, u.created_at, t.token_id from api_tokens t join users u on u.name = t.user_name \
              where t.token_hash = ? and t.revoked_at is null",
         )
         .bind(token_hash)
-        .fetch_optional(&self.reader)
+        .fetch_optional(&lite.reader)
         .await?;
         Ok(row.map(|(name, role, created_at, id)| (UserRow { name, role, created_at }, id)))
     }
@@ -114,13 +118,14 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn session_user(&self, name: &str, token_id: i64) -> Result<Option<UserRow>, StoreError> {
+        let lite = on_backend!(self, pg => pg.session_user(name, token_id).await);
         Ok(sqlx::query_as::<_, UserRow>(
             "select u.name, u.role, u.created_at from api_tokens t join users u on u.name = t.user_name \
              where t.token_id = ? and u.name = ? and t.revoked_at is null",
         )
         .bind(token_id)
         .bind(name)
-        .fetch_optional(&self.reader)
+        .fetch_optional(&lite.reader)
         .await?)
     }
 
@@ -129,9 +134,10 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn user(&self, name: &str) -> Result<Option<UserRow>, StoreError> {
+        let lite = on_backend!(self, pg => pg.user(name).await);
         Ok(sqlx::query_as::<_, UserRow>("select name, role, created_at from users where name = ?")
             .bind(name)
-            .fetch_optional(&self.reader)
+            .fetch_optional(&lite.reader)
             .await?)
     }
 
@@ -140,11 +146,12 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn list_tokens(&self) -> Result<Vec<TokenRow>, StoreError> {
+        let lite = on_backend!(self, pg => pg.list_tokens().await);
         Ok(sqlx::query_as::<_, TokenRow>(
             "select t.token_id, t.user_name, u.role, t.label, t.created_at, t.revoked_at \
              from api_tokens t join users u on u.name = t.user_name order by t.token_id desc",
         )
-        .fetch_all(&self.reader)
+        .fetch_all(&lite.reader)
         .await?)
     }
 
@@ -153,7 +160,8 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn revoke_token(&self, token_id: i64, at: &str) -> Result<bool, StoreError> {
-        let mut tx = self.begin_write().await?;
+        let lite = on_backend!(self, pg => pg.revoke_token(token_id, at).await);
+        let mut tx = lite.begin_write().await?;
         let done = sqlx::query("update api_tokens set revoked_at = ? where token_id = ? and revoked_at is null")
             .bind(at)
             .bind(token_id)
@@ -168,7 +176,8 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn use_approval_link(&self, link_id: &str, used_by: &str, at: &str) -> Result<bool, StoreError> {
-        let mut tx = self.begin_write().await?;
+        let lite = on_backend!(self, pg => pg.use_approval_link(link_id, used_by, at).await);
+        let mut tx = lite.begin_write().await?;
         let done = sqlx::query(
             "insert into used_approval_links (link_id, used_at, used_by) values (?, ?, ?) \
              on conflict (link_id) do nothing",
@@ -187,9 +196,10 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn approval_link_used(&self, link_id: &str) -> Result<bool, StoreError> {
+        let lite = on_backend!(self, pg => pg.approval_link_used(link_id).await);
         Ok(sqlx::query_scalar::<_, i64>("select 1 from used_approval_links where link_id = ?")
             .bind(link_id)
-            .fetch_optional(&self.reader)
+            .fetch_optional(&lite.reader)
             .await?
             .is_some())
     }
@@ -199,7 +209,8 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`] (the execution must exist).
     pub async fn put_decision_signature(&self, task_id: &str, seq: i64, signature: &str) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
+        let lite = on_backend!(self, pg => pg.put_decision_signature(task_id, seq, signature).await);
+        let mut tx = lite.begin_write().await?;
         sqlx::query(
             "insert into decision_signatures (task_id, seq, signature) values (?, ?, ?) \
              on conflict (task_id, seq) do update set signature = excluded.signature",
@@ -218,11 +229,12 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn decision_signatures(&self, task_id: &str) -> Result<Vec<(i64, String)>, StoreError> {
+        let lite = on_backend!(self, pg => pg.decision_signatures(task_id).await);
         Ok(sqlx::query_as::<_, (i64, String)>(
             "select seq, signature from decision_signatures where task_id = ? order by seq",
         )
         .bind(task_id)
-        .fetch_all(&self.reader)
+        .fetch_all(&lite.reader)
         .await?)
     }
 }

@@ -47,7 +47,8 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn set_source_meta(&self, spec_id: i64, meta_json: &str) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
+        let lite = on_backend!(self, pg => pg.set_source_meta(spec_id, meta_json).await);
+        let mut tx = lite.begin_write().await?;
         sqlx::query("update specs set source_meta = ? where spec_id = ?")
             .bind(meta_json)
             .bind(spec_id)
@@ -62,9 +63,10 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn merge(&self, task_id: &str) -> Result<Option<MergeRow>, StoreError> {
+        let lite = on_backend!(self, pg => pg.merge(task_id).await);
         Ok(sqlx::query_as::<_, MergeRow>("select * from merges where task_id = ?")
             .bind(task_id)
-            .fetch_optional(&self.reader)
+            .fetch_optional(&lite.reader)
             .await?)
     }
 
@@ -73,7 +75,8 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn put_merge(&self, row: &MergeRow) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
+        let lite = on_backend!(self, pg => pg.put_merge(row).await);
+        let mut tx = lite.begin_write().await?;
         sqlx::query(
             "insert into merges (task_id, spec_id, forge_repo, branch, base_branch, state, pushed_sha, pr_number, \
              pr_url, error, updated_at) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
@@ -115,7 +118,8 @@ impl Store {
         max_attempts: i64,
         at: &str,
     ) -> Result<Option<ReportClaim>, StoreError> {
-        let mut tx = self.begin_write().await?;
+        let lite = on_backend!(self, pg => pg.claim_report(spec_id, key, max_attempts, at).await);
+        let mut tx = lite.begin_write().await?;
         let before = sqlx::query_as::<_, (String, i64, String)>(
             "select state, attempts, updated_at from forge_reports where spec_id = ? and key = ?",
         )
@@ -157,7 +161,8 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn finish_report(&self, spec_id: i64, key: &str, error: &str, at: &str) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
+        let lite = on_backend!(self, pg => pg.finish_report(spec_id, key, error, at).await);
+        let mut tx = lite.begin_write().await?;
         sqlx::query("update forge_reports set state = ?, error = ?, updated_at = ? where spec_id = ? and key = ?")
             .bind(if error.is_empty() { "posted" } else { "failed" })
             .bind(error)
@@ -175,11 +180,12 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn reports(&self, spec_id: i64) -> Result<Vec<(String, String, String)>, StoreError> {
+        let lite = on_backend!(self, pg => pg.reports(spec_id).await);
         Ok(sqlx::query_as::<_, (String, String, String)>(
             "select key, state, error from forge_reports where spec_id = ? order by rowid",
         )
         .bind(spec_id)
-        .fetch_all(&self.reader)
+        .fetch_all(&lite.reader)
         .await?)
     }
 
@@ -192,6 +198,7 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn reportable_specs(&self, since: &str) -> Result<Vec<(i64, String)>, StoreError> {
+        let lite = on_backend!(self, pg => pg.reportable_specs(since).await);
         Ok(sqlx::query_as::<_, (i64, String)>(
             "select s.spec_id, s.task_id from specs s left join executions e on e.task_id = s.task_id \
              where s.task_id is not null and s.source in ('github', 'ado') and s.source_meta like '%\"item_ref\"%' \
@@ -200,7 +207,7 @@ impl Store {
              (select spec_id from forge_reports where state != 'posted' and attempts < 5)) order by s.spec_id",
         )
         .bind(since)
-        .fetch_all(&self.reader)
+        .fetch_all(&lite.reader)
         .await?)
     }
 }

@@ -8,6 +8,7 @@ use sqlx::SqliteConnection;
 
 use super::writer::Pending;
 
+use super::Lite;
 use super::{
     event_hash, parse_time, AppendOutcome, ChainReport, ExecutionRow, Loaded, NewEvent, Snapshot, Store, StoreError,
     StoredEvent, Summary, GENESIS_HASH, SNAPSHOTS_KEPT,
@@ -70,7 +71,7 @@ async fn events_after(
 }
 
 /// Rejects fields that would make the hashed text ambiguous, and unparsable timestamps.
-fn validate_event(task_id: &str, event: &NewEvent) -> Result<(), StoreError> {
+pub(super) fn validate_event(task_id: &str, event: &NewEvent) -> Result<(), StoreError> {
     for (name, value) in [("kind", &event.kind), ("idempotency_key", &event.idempotency_key), ("at", &event.at)] {
         if value.contains('\n') {
             return Err(StoreError::InvalidArgument(format!(
@@ -98,8 +99,9 @@ impl Store {
         summary: &Summary,
         at: &str,
     ) -> Result<(), StoreError> {
+        let lite = on_backend!(self, pg => pg.create_execution(task_id, plan_json, summary, at).await);
         parse_time(at)?;
-        let mut tx = self.begin_write().await?;
+        let mut tx = lite.begin_write().await?;
         let exists = sqlx::query_scalar::<_, i64>("select 1 from executions where task_id = ?")
             .bind(task_id)
             .fetch_optional(&mut *tx)
@@ -128,7 +130,7 @@ impl Store {
             .await?;
         tx.commit().await?;
         // Its first append takes the group-commit path too.
-        self.remember_head(task_id, 0, GENESIS_HASH);
+        lite.remember_head(task_id, 0, GENESIS_HASH);
         Ok(())
     }
 
@@ -158,12 +160,13 @@ impl Store {
         for event in events {
             validate_event(task_id, event)?;
         }
+        let lite = on_backend!(self, pg => pg.append(task_id, events, summary).await);
         if let [event] = events {
-            if let Some(outcome) = self.append_fast(task_id, event, summary).await? {
+            if let Some(outcome) = lite.append_fast(task_id, event, summary).await? {
                 return Ok(vec![outcome]);
             }
         }
-        let mut tx = self.begin_write().await?;
+        let mut tx = lite.begin_write().await?;
         let Head { mut last_seq, mut last_hash } = head(&mut tx, task_id).await?;
         let mut updated_at = None;
         let mut outcomes = Vec::with_capacity(events.len());
@@ -222,31 +225,8 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        self.remember_head(task_id, last_seq, &last_hash);
+        lite.remember_head(task_id, last_seq, &last_hash);
         Ok(outcomes)
-    }
-
-    fn remember_head(&self, task_id: &str, seq: i64, hash: &str) {
-        if let Ok(mut heads) = self.heads.lock() {
-            heads.insert(task_id.to_owned(), (seq, hash.to_owned()));
-        }
-    }
-
-    /// One event, when this process knows the chain head: an insert guarded by the expected
-    /// head and a summary update guarded by the inserted row, committed in one round trip
-    /// together with the other executions' appends queued meanwhile (group commit, see
-    /// `writer`). `Ok(None)` when the head was stale, the key a duplicate or the group
-    /// failed: nothing of this event was written and the caller takes the general path.
-    async fn append_fast(
-        &self,
-        task_id: &str,
-        event: &NewEvent,
-        summary: &Summary,
-    ) -> Result<Option<AppendOutcome>, StoreError> {
-        let known = self.heads.lock().ok().and_then(|h| h.get(task_id).cloned());
-        let Some((last_seq, last_hash)) = known else { return Ok(None) };
-        let pending = Pending::new(task_id, event, summary, last_seq, last_hash);
-        self.writer.append_grouped(&self.heads, pending).await
     }
 
     /// Loads what the caller needs to rebuild `task_id`: plan, newest snapshot, the events
@@ -258,7 +238,8 @@ impl Store {
     /// [`StoreError::Sqlx`] on database failure.
     #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id))]
     pub async fn load(&self, task_id: &str) -> Result<Option<Loaded>, StoreError> {
-        self.load_with(task_id, true).await
+        let lite = on_backend!(self, pg => pg.load_with(task_id, true).await);
+        lite.load_with(task_id, true).await
     }
 
     /// Like [`Store::load`], but the plan text is read only when there is no snapshot to start
@@ -269,49 +250,8 @@ impl Store {
     /// [`StoreError::Sqlx`] on database failure.
     #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id))]
     pub async fn load_latest(&self, task_id: &str) -> Result<Option<Loaded>, StoreError> {
-        self.load_with(task_id, false).await
-    }
-
-    async fn load_with(&self, task_id: &str, with_plan: bool) -> Result<Option<Loaded>, StoreError> {
-        let mut tx = self.begin_read().await?;
-        let row = sqlx::query_as::<_, HeadRow>(
-            "select created_at, status, current_phase, steps_done, steps_total, spend_usd, last_seq \
-             from executions where task_id = ?",
-        )
-        .bind(task_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let snapshot = sqlx::query_as::<_, (i64, String)>(
-            "select seq, state_json from snapshots where task_id = ? order by seq desc limit 1",
-        )
-        .bind(task_id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .map(|(seq, state_json)| Snapshot { seq, state_json });
-        let plan_json = if with_plan || snapshot.is_none() {
-            Some(
-                sqlx::query_scalar::<_, String>("select plan_json from execution_plans where task_id = ?")
-                    .bind(task_id)
-                    .fetch_one(&mut *tx)
-                    .await?,
-            )
-        } else {
-            None
-        };
-        let after = snapshot.as_ref().map_or(0, |s| s.seq);
-        let events_after_snapshot = events_after(&mut tx, task_id, after, -1).await?;
-        tx.commit().await?;
-        Ok(Some(Loaded {
-            plan_json,
-            created_at: row.created_at,
-            snapshot,
-            events_after_snapshot,
-            summary: row.summary,
-            last_seq: row.last_seq,
-        }))
+        let lite = on_backend!(self, pg => pg.load_with(task_id, false).await);
+        lite.load_with(task_id, false).await
     }
 
     /// Events of `task_id` with `seq > after_seq`, in seq order (`after_seq = 0` for all).
@@ -321,7 +261,8 @@ impl Store {
     /// database failure.
     #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id, after_seq))]
     pub async fn events(&self, task_id: &str, after_seq: i64) -> Result<Vec<StoredEvent>, StoreError> {
-        let mut tx = self.begin_read().await?;
+        let lite = on_backend!(self, pg => pg.events(task_id, after_seq).await);
+        let mut tx = lite.begin_read().await?;
         head(&mut tx, task_id).await?;
         let events = events_after(&mut tx, task_id, after_seq, -1).await?;
         tx.commit().await?;
@@ -334,11 +275,12 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`] on database failure.
     pub async fn event_by_key(&self, task_id: &str, idempotency_key: &str) -> Result<Option<StoredEvent>, StoreError> {
+        let lite = on_backend!(self, pg => pg.event_by_key(task_id, idempotency_key).await);
         let sql = format!("select {EVENT_COLUMNS} from execution_events where task_id = ? and idempotency_key = ?");
         Ok(sqlx::query_as::<_, StoredEvent>(&sql)
             .bind(task_id)
             .bind(idempotency_key)
-            .fetch_optional(&self.reader)
+            .fetch_optional(&lite.reader)
             .await?)
     }
 
@@ -355,11 +297,12 @@ impl Store {
     /// valid JSON or on database failure.
     #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id, seq))]
     pub async fn put_snapshot(&self, task_id: &str, seq: i64, state_json: &str, at: &str) -> Result<(), StoreError> {
+        let lite = on_backend!(self, pg => pg.put_snapshot(task_id, seq, state_json, at).await);
         if seq < 0 {
             return Err(StoreError::InvalidArgument(format!("snapshot seq {seq} for execution {task_id} is negative")));
         }
         parse_time(at)?;
-        let mut tx = self.begin_write().await?;
+        let mut tx = lite.begin_write().await?;
         let last_seq = head(&mut tx, task_id).await?.last_seq;
         if seq > last_seq {
             return Err(StoreError::SnapshotAhead { task_id: task_id.to_owned(), seq, last_seq });
@@ -394,12 +337,13 @@ impl Store {
     /// [`StoreError::Sqlx`] on database failure.
     #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id))]
     pub async fn summary(&self, task_id: &str) -> Result<Option<Summary>, StoreError> {
+        let lite = on_backend!(self, pg => pg.summary(task_id).await);
         Ok(sqlx::query_as::<_, Summary>(
             "select status, current_phase, steps_done, steps_total, spend_usd \
              from executions where task_id = ?",
         )
         .bind(task_id)
-        .fetch_optional(&self.reader)
+        .fetch_optional(&lite.reader)
         .await?)
     }
 
@@ -409,11 +353,12 @@ impl Store {
     /// [`StoreError::Sqlx`] on database failure.
     #[tracing::instrument(level = "debug", skip_all)]
     pub async fn list_executions(&self) -> Result<Vec<ExecutionRow>, StoreError> {
+        let lite = on_backend!(self, pg => pg.list_executions().await);
         let rows = sqlx::query_as::<_, BoardRow>(
             "select task_id, status, current_phase, steps_done, steps_total, spend_usd, \
              created_at, updated_at, last_seq from executions order by rowid",
         )
-        .fetch_all(&self.reader)
+        .fetch_all(&lite.reader)
         .await?;
         Ok(rows
             .into_iter()
@@ -439,7 +384,8 @@ impl Store {
     /// database failure.
     #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id))]
     pub async fn verify_chain(&self, task_id: &str) -> Result<ChainReport, StoreError> {
-        let mut tx = self.begin_read().await?;
+        let lite = on_backend!(self, pg => pg.verify_chain(task_id).await);
+        let mut tx = lite.begin_read().await?;
         let recorded = head(&mut tx, task_id).await?;
         let mut count: u64 = 0;
         let mut first_bad: Option<i64> = None;
@@ -485,5 +431,72 @@ impl Store {
             }
         }
         Ok(ChainReport { events: count, first_bad_seq: first_bad, ok: first_bad.is_none() })
+    }
+}
+
+impl Lite {
+    fn remember_head(&self, task_id: &str, seq: i64, hash: &str) {
+        if let Ok(mut heads) = self.heads.lock() {
+            heads.insert(task_id.to_owned(), (seq, hash.to_owned()));
+        }
+    }
+
+    /// One event, when this process knows the chain head: an insert guarded by the expected
+    /// head and a summary update guarded by the inserted row, committed in one round trip
+    /// together with the other executions' appends queued meanwhile (group commit, see
+    /// `writer`). `Ok(None)` when the head was stale, the key a duplicate or the group
+    /// failed: nothing of this event was written and the caller takes the general path.
+    async fn append_fast(
+        &self,
+        task_id: &str,
+        event: &NewEvent,
+        summary: &Summary,
+    ) -> Result<Option<AppendOutcome>, StoreError> {
+        let known = self.heads.lock().ok().and_then(|h| h.get(task_id).cloned());
+        let Some((last_seq, last_hash)) = known else { return Ok(None) };
+        let pending = Pending::new(task_id, event, summary, last_seq, last_hash);
+        self.writer.append_grouped(&self.heads, pending).await
+    }
+
+    async fn load_with(&self, task_id: &str, with_plan: bool) -> Result<Option<Loaded>, StoreError> {
+        let mut tx = self.begin_read().await?;
+        let row = sqlx::query_as::<_, HeadRow>(
+            "select created_at, status, current_phase, steps_done, steps_total, spend_usd, last_seq \
+             from executions where task_id = ?",
+        )
+        .bind(task_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let snapshot = sqlx::query_as::<_, (i64, String)>(
+            "select seq, state_json from snapshots where task_id = ? order by seq desc limit 1",
+        )
+        .bind(task_id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .map(|(seq, state_json)| Snapshot { seq, state_json });
+        let plan_json = if with_plan || snapshot.is_none() {
+            Some(
+                sqlx::query_scalar::<_, String>("select plan_json from execution_plans where task_id = ?")
+                    .bind(task_id)
+                    .fetch_one(&mut *tx)
+                    .await?,
+            )
+        } else {
+            None
+        };
+        let after = snapshot.as_ref().map_or(0, |s| s.seq);
+        let events_after_snapshot = events_after(&mut tx, task_id, after, -1).await?;
+        tx.commit().await?;
+        Ok(Some(Loaded {
+            plan_json,
+            created_at: row.created_at,
+            snapshot,
+            events_after_snapshot,
+            summary: row.summary,
+            last_seq: row.last_seq,
+        }))
     }
 }

@@ -9,7 +9,7 @@ use sqlx::SqliteConnection;
 use super::{parse_time, sortable_time, LeaseInfo, Store, StoreError};
 
 /// `settings` key of the active task pointer.
-const ACTIVE_TASK_KEY: &str = "active_task";
+pub(super) const ACTIVE_TASK_KEY: &str = "active_task";
 
 /// Fails with `NotFound` unless execution `task_id` exists.
 async fn require_execution(conn: &mut SqliteConnection, task_id: &str) -> Result<(), StoreError> {
@@ -34,7 +34,7 @@ async fn current_lease(conn: &mut SqliteConnection, task_id: &str) -> Result<Opt
 }
 
 /// Normalises `now` and computes `now + ttl_secs`, both in sortable form.
-fn lease_window(now: &str, ttl_secs: i64) -> Result<(String, String), StoreError> {
+pub(super) fn lease_window(now: &str, ttl_secs: i64) -> Result<(String, String), StoreError> {
     if ttl_secs <= 0 {
         return Err(StoreError::InvalidArgument(format!("lease ttl {ttl_secs} s is not positive")));
     }
@@ -67,8 +67,9 @@ impl Store {
         now: &str,
         ttl_secs: i64,
     ) -> Result<(), StoreError> {
+        let lite = on_backend!(self, pg => pg.acquire_lease(task_id, holder, now, ttl_secs).await);
         let (now, expires_at) = lease_window(now, ttl_secs)?;
-        let mut tx = self.begin_write().await?;
+        let mut tx = lite.begin_write().await?;
         require_execution(&mut tx, task_id).await?;
         let acquired_at = match current_lease(&mut tx, task_id).await? {
             Some(current) if current.expires_at > now => {
@@ -108,8 +109,9 @@ impl Store {
     /// [`StoreError::InvalidTimestamp`] as for [`Store::acquire_lease`].
     #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id, lease.holder = %holder))]
     pub async fn renew_lease(&self, task_id: &str, holder: &str, now: &str, ttl_secs: i64) -> Result<(), StoreError> {
+        let lite = on_backend!(self, pg => pg.renew_lease(task_id, holder, now, ttl_secs).await);
         let (now, expires_at) = lease_window(now, ttl_secs)?;
-        let mut tx = self.begin_write().await?;
+        let mut tx = lite.begin_write().await?;
         match current_lease(&mut tx, task_id).await? {
             Some(current) if current.holder == holder => {}
             Some(current) if current.expires_at > now => {
@@ -136,7 +138,8 @@ impl Store {
     /// [`StoreError::Sqlx`] on database failure.
     #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id, lease.holder = %holder))]
     pub async fn release_lease(&self, task_id: &str, holder: &str) -> Result<bool, StoreError> {
-        let mut tx = self.begin_write().await?;
+        let lite = on_backend!(self, pg => pg.release_lease(task_id, holder).await);
+        let mut tx = lite.begin_write().await?;
         let done = sqlx::query("delete from leases where task_id = ? and holder = ?")
             .bind(task_id)
             .bind(holder)
@@ -153,7 +156,8 @@ impl Store {
     /// [`StoreError::Sqlx`] on database failure.
     #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id))]
     pub async fn lease(&self, task_id: &str) -> Result<Option<LeaseInfo>, StoreError> {
-        let mut conn = self.reader.acquire().await?;
+        let lite = on_backend!(self, pg => pg.lease(task_id).await);
+        let mut conn = lite.reader.acquire().await?;
         current_lease(&mut conn, task_id).await
     }
 
@@ -164,7 +168,8 @@ impl Store {
     /// database failure.
     #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id))]
     pub async fn set_active_task(&self, task_id: &str) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
+        let lite = on_backend!(self, pg => pg.set_active_task(task_id).await);
+        let mut tx = lite.begin_write().await?;
         require_execution(&mut tx, task_id).await?;
         sqlx::query(
             "insert into settings (key, value) values (?, ?) \
@@ -184,7 +189,8 @@ impl Store {
     /// [`StoreError::Sqlx`] on database failure.
     #[tracing::instrument(level = "debug", skip_all)]
     pub async fn clear_active_task(&self) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
+        let lite = on_backend!(self, pg => pg.clear_active_task().await);
+        let mut tx = lite.begin_write().await?;
         sqlx::query("delete from settings where key = ?").bind(ACTIVE_TASK_KEY).execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(())
@@ -196,9 +202,10 @@ impl Store {
     /// [`StoreError::Sqlx`] on database failure.
     #[tracing::instrument(level = "debug", skip_all)]
     pub async fn active_task(&self) -> Result<Option<String>, StoreError> {
+        let lite = on_backend!(self, pg => pg.active_task().await);
         Ok(sqlx::query_scalar::<_, String>("select value from settings where key = ?")
             .bind(ACTIVE_TASK_KEY)
-            .fetch_optional(&self.reader)
+            .fetch_optional(&lite.reader)
             .await?)
     }
 }

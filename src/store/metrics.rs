@@ -65,7 +65,8 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn metric_totals(&self) -> Result<MetricTotals, StoreError> {
-        let mut tx = self.begin_read().await?;
+        let lite = on_backend!(self, pg => pg.metric_totals().await);
+        let mut tx = lite.begin_read().await?;
         let executions_by_status = sqlx::query_as::<_, (String, i64)>(
             "select status, count(*) from executions group by status order by status",
         )
@@ -75,7 +76,7 @@ impl Store {
             sqlx::query_scalar::<_, f64>("select total(spend_usd) from executions").fetch_one(&mut *tx).await?;
         let journal = sqlx::query_as::<_, JournalRow>(JOURNAL_TOTALS).fetch_one(&mut *tx).await?;
         tx.commit().await?;
-        let (journal_commits, journal_appends) = self.writer.group_stats();
+        let (journal_commits, journal_appends) = lite.writer.group_stats();
         Ok(MetricTotals {
             executions_by_status,
             spend_usd,

@@ -1,14 +1,19 @@
-//! SQLite persistence: the per-execution event journal, snapshots, board summaries, driver
-//! leases and the active task pointer.
+//! Persistence: the per-execution event journal, snapshots, board summaries, driver leases and
+//! the active task pointer, on SQLite (the default, one file) or PostgreSQL (`pg`, chosen by a
+//! `postgres://` database URL).
 //!
-//! The store owns the database file and the schema in `migrations/`. Plans, event payloads and
+//! The store owns the database and its schema: `migrations/` (SQLite) and
+//! `migrations/postgres/` (the same migrations, by number and name, in PostgreSQL's dialect).
+//! Every public method of [`Store`](crate::store::Store) has one contract and two implementations: the SQLite one in
+//! this module's aggregate files, the PostgreSQL one in `pg` (same SQL shapes, `$n`
+//! parameters, row locks where SQLite relies on its single writer). Plans, event payloads and
 //! snapshots are opaque JSON text: the store checks that they parse and never interprets them
 //! (save the `/metrics` aggregates of `metrics.rs`, which sum two payload fields by name in
 //! SQL), so it never imports `engine`, `runtime` or anything above it. Loading an execution (latest
 //! snapshot + replay of the events after it) is composed by the caller, which then calls
 //! `engine`.
 //!
-//! Invariants:
+//! Invariants (SQLite; `pg` states its PostgreSQL equivalents):
 //! - Every write is one `BEGIN IMMEDIATE` transaction on a single writer connection, so a crash
 //!   at any moment leaves either all of a batch or none of it. Single-event appends that queue
 //!   up while a commit is in flight share the next transaction (group commit, `writer.rs`):
@@ -20,11 +25,23 @@
 //!   rewrites the plan.
 //! - The store never reads the clock: every timestamp is an RFC 3339 argument from the caller.
 
+/// Runs the PostgreSQL implementation of the calling method and returns its result, or yields
+/// the SQLite handle for the method's own body.
+macro_rules! on_backend {
+    ($self:ident, $pg:ident => $e:expr) => {
+        match &$self.backend {
+            super::Backend::Sqlite(lite) => lite,
+            super::Backend::Postgres($pg) => return $e,
+        }
+    };
+}
+
 mod auth;
 mod forge;
 mod journal;
 mod lease;
 mod metrics;
+mod pg;
 mod pmo;
 mod portfolio;
 mod quota;
@@ -65,13 +82,29 @@ pub const SNAPSHOTS_KEPT: i64 = 3;
 /// Connections in the reader pool.
 const READERS: u32 = 4;
 
-/// Handle to one SQLite journal file: one writer connection and a small reader pool.
+/// Handle to the database: one SQLite journal file ([`Store::open`]) or a PostgreSQL database
+/// ([`Store::connect`]).
 ///
-/// Cheap to clone (both are reference-counted). Several `Store`s, in one process or in
-/// several, may open the same file; SQLite's locking and the 10 s busy timeout serialise their
-/// writes.
+/// Cheap to clone (reference-counted inside). Several `Store`s, in one process or in several,
+/// may open the same database; SQLite's locking and the 10 s busy timeout, or PostgreSQL's row
+/// locks, serialise their writes.
 #[derive(Debug, Clone)]
 pub struct Store {
+    backend: Backend,
+}
+
+/// Which database a [`Store`] runs on.
+#[derive(Debug, Clone)]
+enum Backend {
+    /// A SQLite file.
+    Sqlite(Lite),
+    /// A PostgreSQL database.
+    Postgres(pg::Pg),
+}
+
+/// One SQLite journal file: one writer connection and a small reader pool.
+#[derive(Debug, Clone)]
+struct Lite {
     /// The single writer connection; every write transaction begins `IMMEDIATE` here, and
     /// concurrent single-event appends share commits (group commit).
     writer: Writer,
@@ -186,6 +219,22 @@ pub enum StoreError {
     /// Applying `migrations/` failed.
     #[error("migrating store")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The PostgreSQL database could not be reached or configured.
+    #[error("connecting to {url}")]
+    Connect {
+        /// The database URL, without its password.
+        url: String,
+        /// The underlying error.
+        source: sqlx::Error,
+    },
+    /// The database URL names no database Baton can use.
+    #[error("database url {url:?}: {reason}")]
+    BadUrl {
+        /// The URL as given, without its password.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// Any other database error (I/O, busy beyond the timeout, constraint violations such as a
     /// payload that is not valid JSON); displays as sqlx's own message.
     #[error(transparent)]
@@ -376,16 +425,53 @@ impl Store {
         // open it now.
         let reader_pool = SqlitePoolOptions::new().max_connections(READERS).test_before_acquire(false);
         let reader = connect_retrying(reader_pool, options.read_only(true)).await.map_err(open_err)?;
-        Ok(Store { writer, reader, heads: Default::default() })
+        Ok(Store { backend: Backend::Sqlite(Lite { writer, reader, heads: Default::default() }) })
     }
 
-    /// Closes the reader pool (waiting for checked-out connections to come back) and the
-    /// writer connection (which checkpoints the WAL when it is the last one to the file).
+    /// Connects to the PostgreSQL database at `url` (`postgres://user:password@host:port/db`)
+    /// and applies pending migrations of `migrations/postgres/` (under PostgreSQL's migration
+    /// lock, so replicas starting together apply each once).
+    ///
+    /// # Errors
+    /// [`StoreError::BadUrl`] for a URL that is not a `postgres://` or `postgresql://` one or
+    /// does not parse, [`StoreError::Connect`] when the server cannot be reached or refuses the
+    /// login, [`StoreError::Migrate`] when the schema cannot be brought up to date.
+    pub async fn connect(url: &str) -> Result<Store, StoreError> {
+        Ok(Store { backend: Backend::Postgres(pg::Pg::connect(url).await?) })
+    }
+
+    /// The SQLite handle (tests of the SQLite internals only).
+    #[cfg(test)]
+    fn lite(&self) -> &Lite {
+        match &self.backend {
+            Backend::Sqlite(lite) => lite,
+            Backend::Postgres(_) => panic!("a SQLite internals test ran on PostgreSQL"),
+        }
+    }
+
+    /// `"sqlite"` or `"postgres"`: which database this store runs on.
+    pub fn backend_name(&self) -> &'static str {
+        match self.backend {
+            Backend::Sqlite(_) => "sqlite",
+            Backend::Postgres(_) => "postgres",
+        }
+    }
+
+    /// Closes the store: SQLite's reader pool (waiting for checked-out connections to come
+    /// back) and writer connection (which checkpoints the WAL when it is the last one to the
+    /// file), or PostgreSQL's pool.
     pub async fn close(&self) {
-        self.reader.close().await;
-        self.writer.close().await;
+        match &self.backend {
+            Backend::Sqlite(lite) => {
+                lite.reader.close().await;
+                lite.writer.close().await;
+            }
+            Backend::Postgres(pg) => pg.close().await,
+        }
     }
+}
 
+impl Lite {
     /// Begins a write transaction on the writer connection with `BEGIN IMMEDIATE`, so the
     /// write lock is taken up front (a deferred read-then-write can fail with
     /// `SQLITE_BUSY_SNAPSHOT` under WAL). Dropping it uncommitted rolls back.

@@ -278,7 +278,8 @@ impl Store {
     /// # Errors
     /// [`StoreError::ProjectExists`] when the name is taken; [`StoreError::Sqlx`] otherwise.
     pub async fn insert_project(&self, p: &ProjectRow) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
+        let lite = on_backend!(self, pg => pg.insert_project(p).await);
+        let mut tx = lite.begin_write().await?;
         let exists = sqlx::query_scalar::<_, i64>("select 1 from projects where name = ?")
             .bind(&p.name)
             .fetch_optional(&mut *tx)
@@ -314,7 +315,8 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn list_projects(&self) -> Result<Vec<ProjectRow>, StoreError> {
-        Ok(sqlx::query_as::<_, ProjectRow>("select * from projects order by name").fetch_all(&self.reader).await?)
+        let lite = on_backend!(self, pg => pg.list_projects().await);
+        Ok(sqlx::query_as::<_, ProjectRow>("select * from projects order by name").fetch_all(&lite.reader).await?)
     }
 
     /// One project.
@@ -322,9 +324,10 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn project(&self, name: &str) -> Result<Option<ProjectRow>, StoreError> {
+        let lite = on_backend!(self, pg => pg.project(name).await);
         Ok(sqlx::query_as::<_, ProjectRow>("select * from projects where name = ?")
             .bind(name)
-            .fetch_optional(&self.reader)
+            .fetch_optional(&lite.reader)
             .await?)
     }
 
@@ -333,7 +336,8 @@ impl Store {
     /// # Errors
     /// [`StoreError::NoSuchProject`]; [`StoreError::ProjectInUse`] with its spec count.
     pub async fn delete_project(&self, name: &str) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
+        let lite = on_backend!(self, pg => pg.delete_project(name).await);
+        let mut tx = lite.begin_write().await?;
         let specs = sqlx::query_scalar::<_, i64>("select count(*) from specs where project = ?")
             .bind(name)
             .fetch_one(&mut *tx)
@@ -357,7 +361,8 @@ impl Store {
     /// # Errors
     /// [`StoreError::NoSuchProject`]; [`StoreError::Sqlx`].
     pub async fn insert_spec(&self, s: &NewSpec) -> Result<SpecInsert, StoreError> {
-        let mut tx = self.begin_write().await?;
+        let lite = on_backend!(self, pg => pg.insert_spec(s).await);
+        let mut tx = lite.begin_write().await?;
         let exists = sqlx::query_scalar::<_, i64>("select 1 from projects where name = ?")
             .bind(&s.project)
             .fetch_optional(&mut *tx)
@@ -411,9 +416,10 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn spec(&self, spec_id: i64) -> Result<Option<SpecRow>, StoreError> {
+        let lite = on_backend!(self, pg => pg.spec(spec_id).await);
         Ok(sqlx::query_as::<_, SpecRow>(&format!("select {SPEC_COLUMNS} from specs where spec_id = ?"))
             .bind(spec_id)
-            .fetch_optional(&self.reader)
+            .fetch_optional(&lite.reader)
             .await?)
     }
 
@@ -422,9 +428,10 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn spec_of_execution(&self, task_id: &str) -> Result<Option<SpecRow>, StoreError> {
+        let lite = on_backend!(self, pg => pg.spec_of_execution(task_id).await);
         Ok(sqlx::query_as::<_, SpecRow>(&format!("select {SPEC_COLUMNS} from specs where task_id = ?"))
             .bind(task_id)
-            .fetch_optional(&self.reader)
+            .fetch_optional(&lite.reader)
             .await?)
     }
 
@@ -433,6 +440,7 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn list_specs(&self, f: &SpecFilter) -> Result<Vec<SpecRow>, StoreError> {
+        let lite = on_backend!(self, pg => pg.list_specs(f).await);
         Ok(sqlx::query_as::<_, SpecRow>(&format!(
             "select {SPEC_COLUMNS} from specs where (?1 is null or status = ?1) and (?2 is null or project = ?2) \
              order by updated_at desc, spec_id desc limit ?3 offset ?4"
@@ -441,7 +449,7 @@ impl Store {
         .bind(&f.project)
         .bind(f.limit)
         .bind(f.offset)
-        .fetch_all(&self.reader)
+        .fetch_all(&lite.reader)
         .await?)
     }
 
@@ -465,6 +473,7 @@ impl Store {
         offset: i64,
         limit: i64,
     ) -> Result<(Vec<CardRow>, Vec<(String, i64)>), StoreError> {
+        let lite = on_backend!(self, pg => pg.card_page(stage_sql, project, archived, offset, limit).await);
         let base = format!(
             "select s.spec_id, s.project, s.title, s.source, s.source_url, s.priority, s.status, s.risk, \
              json_extract(s.forecast_json, '$.mid_usd') as forecast_mid_usd, s.agents, \
@@ -485,7 +494,7 @@ impl Store {
              where (?1 is null or s.project = ?1) \
                and ((?2 = 1) = (s.status = 'cancelled' or coalesce(e.status, '') = 'cancelled'))"
         );
-        let mut tx = self.begin_read().await?;
+        let mut tx = lite.begin_read().await?;
         let cards = sqlx::query_as::<_, CardRow>(&format!(
             "select * from (select c.*, row_number() over (partition by stage order by updated_at desc, spec_id desc) \
              as rank from ({base}) c) where rank > ?3 and rank <= ?3 + ?4 order by updated_at desc, spec_id desc"
@@ -512,7 +521,8 @@ impl Store {
     /// [`StoreError::NoSuchSpec`]; [`StoreError::SpecChanged`] with the current status when it
     /// is not `expected` (nothing is written); [`StoreError::Sqlx`].
     pub async fn change_spec(&self, spec_id: i64, c: &SpecChange) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
+        let lite = on_backend!(self, pg => pg.change_spec(spec_id, c).await);
+        let mut tx = lite.begin_write().await?;
         let current = sqlx::query_scalar::<_, String>("select status from specs where spec_id = ?")
             .bind(spec_id)
             .fetch_optional(&mut *tx)
@@ -586,7 +596,8 @@ impl Store {
         reason: &str,
         at: &str,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
+        let lite = on_backend!(self, pg => pg.note_spec_event(spec_id, action, actor, reason, at).await);
+        let mut tx = lite.begin_write().await?;
         let current = sqlx::query_scalar::<_, String>("select status from specs where spec_id = ?")
             .bind(spec_id)
             .fetch_optional(&mut *tx)
@@ -613,12 +624,13 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn spec_events(&self, spec_id: i64) -> Result<Vec<SpecEventRow>, StoreError> {
+        let lite = on_backend!(self, pg => pg.spec_events(spec_id).await);
         Ok(sqlx::query_as::<_, SpecEventRow>(
             "select seq, action, from_status, to_status, actor, reason, at from spec_events where spec_id = ? \
              order by seq",
         )
         .bind(spec_id)
-        .fetch_all(&self.reader)
+        .fetch_all(&lite.reader)
         .await?)
     }
 
@@ -629,6 +641,7 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn spend_history(&self, per_key: usize) -> Result<Vec<(String, String, f64)>, StoreError> {
+        let lite = on_backend!(self, pg => pg.spend_history(per_key).await);
         Ok(sqlx::query_as::<_, (String, String, f64)>(
             "select agent_name, model, cost_usd from ( \
                select agent_name, model, cost_usd, at, seq, row_number() over \
@@ -637,7 +650,7 @@ impl Store {
              where n <= ? order by agent_name, model, at desc, seq desc",
         )
         .bind(i64::try_from(per_key).unwrap_or(i64::MAX))
-        .fetch_all(&self.reader)
+        .fetch_all(&lite.reader)
         .await?)
     }
 }
@@ -649,7 +662,8 @@ impl Store {
     /// [`StoreError::NoSuchSpec`] unless the spec exists and is `executing`; [`StoreError::Sqlx`]
     /// (the execution must exist).
     pub async fn attach_execution(&self, spec_id: i64, task_id: &str) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
+        let lite = on_backend!(self, pg => pg.attach_execution(spec_id, task_id).await);
+        let mut tx = lite.begin_write().await?;
         let done = sqlx::query("update specs set task_id = ? where spec_id = ? and status = 'executing'")
             .bind(task_id)
             .bind(spec_id)
@@ -668,9 +682,10 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn head_seq(&self, task_id: &str) -> Result<Option<i64>, StoreError> {
+        let lite = on_backend!(self, pg => pg.head_seq(task_id).await);
         Ok(sqlx::query_scalar::<_, i64>("select last_seq from executions where task_id = ?")
             .bind(task_id)
-            .fetch_optional(&self.reader)
+            .fetch_optional(&lite.reader)
             .await?)
     }
 
@@ -680,8 +695,9 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn set_paused(&self, task_id: &str, paused: bool) -> Result<(), StoreError> {
+        let lite = on_backend!(self, pg => pg.set_paused(task_id, paused).await);
         let key = format!("paused:{task_id}");
-        let mut tx = self.begin_write().await?;
+        let mut tx = lite.begin_write().await?;
         if paused {
             sqlx::query("insert into settings (key, value) values (?, '1') on conflict (key) do nothing")
                 .bind(&key)
@@ -704,11 +720,12 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn board_version(&self) -> Result<String, StoreError> {
+        let lite = on_backend!(self, pg => pg.board_version().await);
         Ok(sqlx::query_scalar::<_, String>(
             "select (select n from board_rev where id = 1) || '|' || \
              (select count(*) || ':' || coalesce(sum(last_seq), 0) from executions)",
         )
-        .fetch_one(&self.reader)
+        .fetch_one(&lite.reader)
         .await?)
     }
 
@@ -717,6 +734,7 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn count_executions_in(&self, statuses: &[&str]) -> Result<i64, StoreError> {
+        let lite = on_backend!(self, pg => pg.count_executions_in(statuses).await);
         if statuses.is_empty() {
             return Ok(0);
         }
@@ -726,7 +744,7 @@ impl Store {
         for s in statuses {
             query = query.bind(*s);
         }
-        Ok(query.fetch_one(&self.reader).await?)
+        Ok(query.fetch_one(&lite.reader).await?)
     }
 
     /// Parks an execution: paused, with `reason` (what a human must do before resuming, e.g.
@@ -736,8 +754,9 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn park(&self, task_id: &str, reason: &str) -> Result<(), StoreError> {
+        let lite = on_backend!(self, pg => pg.park(task_id, reason).await);
         let key = format!("paused:{task_id}");
-        let mut tx = self.begin_write().await?;
+        let mut tx = lite.begin_write().await?;
         sqlx::query(
             "insert into settings (key, value) values (?, ?) on conflict (key) do update set value = excluded.value",
         )
@@ -756,9 +775,10 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn park_reason(&self, task_id: &str) -> Result<Option<String>, StoreError> {
+        let lite = on_backend!(self, pg => pg.park_reason(task_id).await);
         Ok(sqlx::query_scalar::<_, String>("select value from settings where key = ?")
             .bind(format!("paused:{task_id}"))
-            .fetch_optional(&self.reader)
+            .fetch_optional(&lite.reader)
             .await?
             .filter(|v| v != "1"))
     }
@@ -769,6 +789,7 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn executions_in(&self, statuses: &[&str]) -> Result<Vec<StatusRow>, StoreError> {
+        let lite = on_backend!(self, pg => pg.executions_in(statuses).await);
         if statuses.is_empty() {
             return Ok(Vec::new());
         }
@@ -782,7 +803,7 @@ impl Store {
         for s in statuses {
             query = query.bind(*s);
         }
-        Ok(query.fetch_all(&self.reader).await?)
+        Ok(query.fetch_all(&lite.reader).await?)
     }
 
     /// Whether an execution is paused.
@@ -790,9 +811,10 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn is_paused(&self, task_id: &str) -> Result<bool, StoreError> {
+        let lite = on_backend!(self, pg => pg.is_paused(task_id).await);
         Ok(sqlx::query_scalar::<_, i64>("select 1 from settings where key = ?")
             .bind(format!("paused:{task_id}"))
-            .fetch_optional(&self.reader)
+            .fetch_optional(&lite.reader)
             .await?
             .is_some())
     }

@@ -124,7 +124,8 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn portfolio_rows(&self, f: &PortfolioFilter) -> Result<PortfolioRows, StoreError> {
-        let mut tx = self.begin_read().await?;
+        let lite = on_backend!(self, pg => pg.portfolio_rows(f).await);
+        let mut tx = lite.begin_read().await?;
         let transitions = sqlx::query_as::<_, SpecTransitionRow>(
             "select ev.spec_id, ev.to_status, ev.at, e.status as execution_status, \
              e.updated_at as execution_updated_at \

@@ -29,11 +29,12 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`]; [`StoreError::InvalidTimestamp`] for a stored time that is not one.
     pub async fn quota_account(&self, account: &str) -> Result<Option<QuotaAccount>, StoreError> {
+        let lite = on_backend!(self, pg => pg.quota_account(account).await);
         let row = sqlx::query_as::<_, (String, i64, String)>(
             "select until, backoff_secs, reason from quota_accounts where account = ?",
         )
         .bind(account)
-        .fetch_optional(&self.reader)
+        .fetch_optional(&lite.reader)
         .await?;
         row.map(|(until, backoff_secs, reason)| {
             Ok(QuotaAccount { account: account.to_string(), until: parse_time(&until)?, backoff_secs, reason })
@@ -54,7 +55,8 @@ impl Store {
         backoff_secs: i64,
         reason: &str,
     ) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
+        let lite = on_backend!(self, pg => pg.set_quota_account(account, until, backoff_secs, reason).await);
+        let mut tx = lite.begin_write().await?;
         sqlx::query(
             "insert into quota_accounts (account, until, backoff_secs, reason) values (?1, ?2, ?3, ?4) \
              on conflict (account) do update set until = max(until, excluded.until), \
@@ -76,7 +78,8 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn clear_quota_account(&self, account: &str) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
+        let lite = on_backend!(self, pg => pg.clear_quota_account(account).await);
+        let mut tx = lite.begin_write().await?;
         sqlx::query("delete from quota_accounts where account = ?").bind(account).execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(())

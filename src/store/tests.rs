@@ -1,5 +1,8 @@
-//! Store tests on real SQLite files in temporary directories. No clocks, no sleeps: every
-//! timestamp is a literal.
+//! Store tests on real SQLite files in temporary directories and, for the contract every
+//! backend keeps, on real PostgreSQL databases too (`on_both_backends!`: each test becomes
+//! `<name>::sqlite` and `<name>::postgres`, the latter on its own database of the cluster that
+//! `BATON_TEST_DATABASE_URL` names; see [`pg::testing`]). No clocks, no sleeps: every timestamp
+//! is a literal.
 
 use std::path::PathBuf;
 
@@ -13,6 +16,115 @@ const T1: &str = "2026-01-15T09:00:01Z";
 const T2: &str = "2026-01-15T09:00:02Z";
 
 const PLAN: &str = r#"{"phases":[{"name":"build","steps":["a","b"]}]}"#;
+
+/// A fresh, empty database of one backend, a store open on it, and how to reach it from
+/// outside the store.
+struct Fresh {
+    store: Store,
+    /// SQLite: the file's directory (kept alive for the test) and the file.
+    sqlite: Option<(TempDir, PathBuf)>,
+    /// PostgreSQL: the database's URL.
+    url: Option<String>,
+}
+
+impl Fresh {
+    async fn sqlite() -> Fresh {
+        let (dir, path, store) = fresh().await;
+        Fresh { store, sqlite: Some((dir, path)), url: None }
+    }
+
+    /// `None` when this run has no PostgreSQL (allowed only outside CI, with a loud message).
+    async fn postgres() -> Option<Fresh> {
+        let url = pg::testing::fresh_database().await?;
+        let store = Store::connect(&url).await.unwrap();
+        Some(Fresh { store, sqlite: None, url: Some(url) })
+    }
+
+    /// A second store on the same database (another process, as far as the database knows).
+    async fn open_again(&self) -> Store {
+        match (&self.sqlite, &self.url) {
+            (Some((_, path)), _) => Store::open(path).await.unwrap(),
+            (None, Some(url)) => Store::connect(url).await.unwrap(),
+            (None, None) => unreachable!("a fresh database is SQLite or PostgreSQL"),
+        }
+    }
+
+    /// Runs one statement on a connection of its own, outside the store.
+    async fn raw(&self, sql: &str) -> Result<u64, sqlx::Error> {
+        match (&self.sqlite, &self.url) {
+            (Some((_, path)), _) => {
+                let options = SqliteConnectOptions::new().filename(path).busy_timeout(BUSY_TIMEOUT);
+                let mut conn = sqlx::SqliteConnection::connect_with(&options).await?;
+                let done = sqlx::query(sql).execute(&mut conn).await.map(|d| d.rows_affected());
+                conn.close().await?;
+                done
+            }
+            (None, Some(url)) => {
+                let mut conn = sqlx::PgConnection::connect(url).await?;
+                let done = sqlx::query(sql).execute(&mut conn).await.map(|d| d.rows_affected());
+                conn.close().await?;
+                done
+            }
+            (None, None) => unreachable!("a fresh database is SQLite or PostgreSQL"),
+        }
+    }
+
+    /// The first column (an integer) of every row of `sql`, read outside the store.
+    async fn raw_i64s(&self, sql: &str) -> Vec<i64> {
+        match (&self.sqlite, &self.url) {
+            (Some((_, path)), _) => {
+                let mut conn =
+                    sqlx::SqliteConnection::connect_with(&SqliteConnectOptions::new().filename(path)).await.unwrap();
+                sqlx::query_scalar(sql).fetch_all(&mut conn).await.unwrap()
+            }
+            (None, Some(url)) => {
+                let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+                sqlx::query_scalar(sql).fetch_all(&mut conn).await.unwrap()
+            }
+            (None, None) => unreachable!("a fresh database is SQLite or PostgreSQL"),
+        }
+    }
+}
+
+/// Runs each named `async fn(Fresh)` as two tests, `<name>::sqlite` and `<name>::postgres`.
+macro_rules! on_both_backends {
+    ($($name:ident),+ $(,)?) => {$(
+        mod $name {
+            #[tokio::test]
+            async fn sqlite() {
+                super::$name(super::Fresh::sqlite().await).await;
+            }
+
+            #[tokio::test]
+            async fn postgres() {
+                if let Some(db) = super::Fresh::postgres().await {
+                    super::$name(db).await;
+                }
+            }
+        }
+    )+};
+}
+
+on_both_backends!(
+    reopening_an_existing_database_keeps_data_and_skips_applied_migrations,
+    create_twice_is_already_exists,
+    append_then_load_round_trips,
+    duplicate_idempotency_key_is_reported_and_journal_unchanged,
+    failing_event_rolls_back_the_whole_batch,
+    foreign_key_rejects_events_of_a_missing_execution,
+    append_to_unknown_task_is_not_found,
+    newline_in_kind_or_bad_timestamp_is_rejected_before_writing,
+    verify_chain_is_ok_then_detects_a_tampered_payload_at_its_seq,
+    verify_chain_detects_a_deleted_tail,
+    snapshot_then_events_after_snapshot_and_only_three_kept,
+    load_latest_reads_the_plan_only_without_a_snapshot,
+    lease_acquired_refused_with_holder_reacquired_after_expiry_and_released,
+    two_stores_on_one_database_see_each_others_writes,
+    active_task_pointer_set_read_and_cleared,
+    concurrent_writers_on_one_database_interleave_into_one_chain,
+    the_one_round_trip_append_falls_back_when_another_process_moved_the_head,
+    writes_after_close_fail_with_an_error,
+);
 
 async fn fresh() -> (TempDir, PathBuf, Store) {
     let dir = TempDir::new().unwrap();
@@ -67,8 +179,8 @@ async fn pragma(conn: &mut sqlx::SqliteConnection, name: &str) -> String {
 async fn open_sets_wal_foreign_keys_full_sync_and_busy_timeout_on_both_pools() {
     let (_dir, path, store) = fresh().await;
     assert!(path.exists());
-    let mut writer = store.writer.conn().await.unwrap();
-    let mut reader = store.reader.acquire().await.unwrap();
+    let mut writer = store.lite().writer.conn().await.unwrap();
+    let mut reader = store.lite().reader.acquire().await.unwrap();
     for conn in [&mut *writer, &mut *reader] {
         assert_eq!(pragma(&mut *conn, "journal_mode").await, "wal");
         assert_eq!(pragma(&mut *conn, "foreign_keys").await, "1");
@@ -78,12 +190,11 @@ async fn open_sets_wal_foreign_keys_full_sync_and_busy_timeout_on_both_pools() {
     }
 }
 
-#[tokio::test]
-async fn reopening_an_existing_file_keeps_data_and_skips_applied_migrations() {
-    let (_dir, path, store) = fresh().await;
+async fn reopening_an_existing_database_keeps_data_and_skips_applied_migrations(db: Fresh) {
+    let store = db.store.clone();
     created(&store, "t1").await;
     store.close().await;
-    let again = Store::open(&path).await.unwrap();
+    let again = db.open_again().await;
     assert_eq!(again.summary("t1").await.unwrap(), Some(summary("pending", 0)));
 }
 
@@ -96,18 +207,16 @@ async fn open_in_a_missing_directory_names_the_path() {
     assert!(err.to_string().contains("no/such/dir/baton.db"), "{err}");
 }
 
-#[tokio::test]
-async fn create_twice_is_already_exists() {
-    let (_dir, _path, store) = fresh().await;
+async fn create_twice_is_already_exists(db: Fresh) {
+    let store = db.store.clone();
     created(&store, "t1").await;
     let err = store.create_execution("t1", PLAN, &summary("pending", 0), T0).await.unwrap_err();
     assert!(matches!(&err, StoreError::AlreadyExists { task_id } if task_id == "t1"));
     assert_eq!(err.to_string(), "execution t1 already exists");
 }
 
-#[tokio::test]
-async fn append_then_load_round_trips() {
-    let (_dir, _path, store) = fresh().await;
+async fn append_then_load_round_trips(db: Fresh) {
+    let store = db.store.clone();
     created(&store, "t1").await;
     let outcomes = store
         .append("t1", &[ev("k1", r#"{"step":"a"}"#), ev("k2", "{\n  \"step\": \"b\"\n}")], &summary("running", 2))
@@ -176,9 +285,8 @@ async fn event_hash_matches_the_documented_formula() {
     );
 }
 
-#[tokio::test]
-async fn duplicate_idempotency_key_is_reported_and_journal_unchanged() {
-    let (_dir, _path, store) = fresh().await;
+async fn duplicate_idempotency_key_is_reported_and_journal_unchanged(db: Fresh) {
+    let store = db.store.clone();
     created(&store, "t1").await;
     store.append("t1", &[ev("k1", "{}")], &summary("running", 1)).await.unwrap();
     let before = store.events("t1", 0).await.unwrap();
@@ -203,9 +311,8 @@ async fn duplicate_idempotency_key_is_reported_and_journal_unchanged() {
     assert!(store.verify_chain("t1").await.unwrap().ok);
 }
 
-#[tokio::test]
-async fn failing_event_rolls_back_the_whole_batch() {
-    let (_dir, _path, store) = fresh().await;
+async fn failing_event_rolls_back_the_whole_batch(db: Fresh) {
+    let store = db.store.clone();
     created(&store, "t1").await;
     store.append("t1", &[ev("k1", "{}")], &summary("running", 1)).await.unwrap();
     // The second event violates the json_valid check after the first was inserted in the
@@ -226,35 +333,29 @@ async fn failing_event_rolls_back_the_whole_batch() {
     assert!(store.verify_chain("t1").await.unwrap().ok);
 }
 
-#[tokio::test]
-async fn foreign_key_rejects_events_of_a_missing_execution() {
+async fn foreign_key_rejects_events_of_a_missing_execution(db: Fresh) {
     // Below the API (which reports NotFound first), the schema itself refuses orphan events.
-    let (_dir, _path, store) = fresh().await;
-    let err = sqlx::query(
-        "insert into execution_events \
-         (task_id, seq, kind, payload, idempotency_key, at, prev_hash, hash) \
-         values ('ghost', 1, 'k', '{}', 'k', ?, ?, 'x')",
-    )
-    .bind(T0)
-    .bind(GENESIS_HASH)
-    .execute(&mut *store.writer.conn().await.unwrap())
-    .await
-    .unwrap_err();
-    assert!(err.to_string().contains("FOREIGN KEY"), "{err}");
+    let err = db
+        .raw(&format!(
+            "insert into execution_events \
+             (task_id, seq, kind, payload, idempotency_key, at, prev_hash, hash) \
+             values ('ghost', 1, 'k', '{{}}', 'k', '{T0}', '{GENESIS_HASH}', 'x')"
+        ))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().to_lowercase().contains("foreign key"), "{err}");
 }
 
-#[tokio::test]
-async fn append_to_unknown_task_is_not_found() {
-    let (_dir, _path, store) = fresh().await;
+async fn append_to_unknown_task_is_not_found(db: Fresh) {
+    let store = db.store.clone();
     let err = store.append("ghost", &[ev("k1", "{}")], &summary("running", 1)).await.unwrap_err();
     assert!(matches!(&err, StoreError::NotFound { task_id } if task_id == "ghost"));
     assert_eq!(err.to_string(), "execution ghost not found");
     assert!(matches!(store.events("ghost", 0).await.unwrap_err(), StoreError::NotFound { .. }));
 }
 
-#[tokio::test]
-async fn newline_in_kind_or_bad_timestamp_is_rejected_before_writing() {
-    let (_dir, _path, store) = fresh().await;
+async fn newline_in_kind_or_bad_timestamp_is_rejected_before_writing(db: Fresh) {
+    let store = db.store.clone();
     created(&store, "t1").await;
     let mut bad_kind = ev("k2", "{}");
     bad_kind.kind = "a\nb".to_owned();
@@ -267,49 +368,39 @@ async fn newline_in_kind_or_bad_timestamp_is_rejected_before_writing() {
     assert!(store.events("t1", 0).await.unwrap().is_empty());
 }
 
-#[tokio::test]
-async fn verify_chain_is_ok_then_detects_a_tampered_payload_at_its_seq() {
-    let (_dir, path, store) = fresh().await;
+async fn verify_chain_is_ok_then_detects_a_tampered_payload_at_its_seq(db: Fresh) {
+    let store = db.store.clone();
     created(&store, "t1").await;
     let batch: Vec<NewEvent> = (1..=5).map(|i| ev(&format!("k{i}"), &format!(r#"{{"i":{i}}}"#))).collect();
     store.append("t1", &batch, &summary("running", 2)).await.unwrap();
     assert_eq!(store.verify_chain("t1").await.unwrap(), ChainReport { events: 5, first_bad_seq: None, ok: true });
 
-    // Tamper from outside, as another process with the sqlite shell would.
-    let mut raw =
-        sqlx::SqliteConnection::connect_with(&SqliteConnectOptions::new().filename(&path).busy_timeout(BUSY_TIMEOUT))
-            .await
-            .unwrap();
-    let refused = sqlx::query("update execution_events set payload = '{\"i\":33}' where seq = 3")
-        .execute(&mut raw)
-        .await
-        .unwrap_err();
+    // Tamper from outside, as another process with the database's shell would.
+    let refused = db.raw("update execution_events set payload = '{\"i\":33}' where seq = 3").await.unwrap_err();
     assert!(refused.to_string().contains("append-only"), "{refused}");
-    sqlx::query("drop trigger execution_events_append_only").execute(&mut raw).await.unwrap();
-    sqlx::query("update execution_events set payload = '{\"i\":33}' where seq = 3").execute(&mut raw).await.unwrap();
-    raw.close().await.unwrap();
+    let drop_trigger = match db.url {
+        None => "drop trigger execution_events_append_only",
+        Some(_) => "drop trigger execution_events_append_only on execution_events",
+    };
+    db.raw(drop_trigger).await.unwrap();
+    db.raw("update execution_events set payload = '{\"i\":33}' where seq = 3").await.unwrap();
 
     assert_eq!(store.verify_chain("t1").await.unwrap(), ChainReport { events: 5, first_bad_seq: Some(3), ok: false });
 }
 
-#[tokio::test]
-async fn verify_chain_detects_a_deleted_tail() {
-    let (_dir, _path, store) = fresh().await;
+async fn verify_chain_detects_a_deleted_tail(db: Fresh) {
+    let store = db.store.clone();
     created(&store, "t1").await;
     store.append("t1", &[ev("k1", "{}"), ev("k2", "{}"), ev("k3", "{}")], &summary("running", 2)).await.unwrap();
-    sqlx::query("delete from execution_events where seq = 3")
-        .execute(&mut *store.writer.conn().await.unwrap())
-        .await
-        .unwrap();
+    db.raw("delete from execution_events where seq = 3").await.unwrap();
     let report = store.verify_chain("t1").await.unwrap();
     assert_eq!(report.events, 2);
     assert_eq!(report.first_bad_seq, Some(3));
     assert!(!report.ok);
 }
 
-#[tokio::test]
-async fn snapshot_then_events_after_snapshot_and_only_three_kept() {
-    let (_dir, _path, store) = fresh().await;
+async fn snapshot_then_events_after_snapshot_and_only_three_kept(db: Fresh) {
+    let store = db.store.clone();
     created(&store, "t1").await;
     let batch: Vec<NewEvent> = (1..=6).map(|i| ev(&format!("k{i}"), "{}")).collect();
     store.append("t1", &batch, &summary("running", 1)).await.unwrap();
@@ -322,10 +413,7 @@ async fn snapshot_then_events_after_snapshot_and_only_three_kept() {
     assert_eq!(seqs, vec![5, 6]);
     assert_eq!(loaded.last_seq, 6);
 
-    let kept: Vec<i64> = sqlx::query_scalar("select seq from snapshots where task_id = 't1' order by seq")
-        .fetch_all(&store.reader)
-        .await
-        .unwrap();
+    let kept = db.raw_i64s("select seq from snapshots where task_id = 't1' order by seq").await;
     assert_eq!(kept, vec![2, 3, 4]);
 
     let err = store.put_snapshot("t1", 7, "{}", T2).await.unwrap_err();
@@ -335,9 +423,8 @@ async fn snapshot_then_events_after_snapshot_and_only_three_kept() {
 
 /// Issue 14.8: every CLI call loaded the plan as created (a megabyte at 5,000 steps) besides
 /// the snapshot that already holds it.
-#[tokio::test]
-async fn load_latest_reads_the_plan_only_without_a_snapshot() {
-    let (_dir, _path, store) = fresh().await;
+async fn load_latest_reads_the_plan_only_without_a_snapshot(db: Fresh) {
+    let store = db.store.clone();
     created(&store, "t1").await;
     store.append("t1", &[ev("k1", "{}"), ev("k2", "{}")], &summary("running", 1)).await.unwrap();
     let bare = store.load_latest("t1").await.unwrap().unwrap();
@@ -354,9 +441,8 @@ async fn load_latest_reads_the_plan_only_without_a_snapshot() {
     assert_eq!(store.load_latest("ghost").await.unwrap(), None);
 }
 
-#[tokio::test]
-async fn lease_acquired_refused_with_holder_reacquired_after_expiry_and_released() {
-    let (_dir, _path, store) = fresh().await;
+async fn lease_acquired_refused_with_holder_reacquired_after_expiry_and_released(db: Fresh) {
+    let store = db.store.clone();
     created(&store, "t1").await;
     let a = holder("driver-a", 100);
     let b = holder("driver-b", 200);
@@ -423,10 +509,9 @@ async fn lease_acquired_refused_with_holder_reacquired_after_expiry_and_released
     assert!(matches!(store.acquire_lease("t1", &a, "soon", 30).await, Err(StoreError::InvalidTimestamp { .. })));
 }
 
-#[tokio::test]
-async fn two_stores_on_one_file_see_each_others_writes() {
-    let (_dir, path, first) = fresh().await;
-    let second = Store::open(&path).await.unwrap();
+async fn two_stores_on_one_database_see_each_others_writes(db: Fresh) {
+    let first = db.store.clone();
+    let second = db.open_again().await;
 
     created(&first, "t1").await;
     second.append("t1", &[ev("k1", "{}")], &summary("running", 1)).await.unwrap();
@@ -447,9 +532,8 @@ async fn two_stores_on_one_file_see_each_others_writes() {
     assert_eq!(first.active_task().await.unwrap().as_deref(), Some("t1"));
 }
 
-#[tokio::test]
-async fn active_task_pointer_set_read_and_cleared() {
-    let (_dir, _path, store) = fresh().await;
+async fn active_task_pointer_set_read_and_cleared(db: Fresh) {
+    let store = db.store.clone();
     assert_eq!(store.active_task().await.unwrap(), None);
     created(&store, "t1").await;
     created(&store, "t2").await;
@@ -461,10 +545,9 @@ async fn active_task_pointer_set_read_and_cleared() {
     assert_eq!(store.active_task().await.unwrap(), None);
 }
 
-#[tokio::test]
-async fn concurrent_writers_on_one_file_interleave_into_one_chain() {
-    let (_dir, path, first) = fresh().await;
-    let second = Store::open(&path).await.unwrap();
+async fn concurrent_writers_on_one_database_interleave_into_one_chain(db: Fresh) {
+    let first = db.store.clone();
+    let second = db.open_again().await;
     created(&first, "t1").await;
     let run = |store: Store, who: &'static str| async move {
         for i in 0..20 {
@@ -490,11 +573,10 @@ async fn concurrent_opens_of_a_new_file_both_succeed() {
     assert!(b.summary("t1").await.unwrap().is_some());
 }
 
-#[tokio::test]
-async fn the_one_round_trip_append_falls_back_when_another_process_moved_the_head() {
-    let (_dir, path, a) = fresh().await;
+async fn the_one_round_trip_append_falls_back_when_another_process_moved_the_head(db: Fresh) {
+    let a = db.store.clone();
     created(&a, "t1").await;
-    let b = Store::open(&path).await.unwrap();
+    let b = db.open_again().await;
     a.append("t1", &[ev("k1", "{}")], &summary("running", 1)).await.unwrap();
     let second = a.append("t1", &[ev("k2", "{}")], &summary("running", 2)).await.unwrap();
     assert!(matches!(second[0], AppendOutcome::Appended { seq: 2, .. }), "{second:?}");
@@ -522,12 +604,12 @@ async fn queue_appends(
         // One at a time, so the queue keeps this order.
         let want = handles.len();
         for _ in 0..10_000 {
-            if store.writer.queued() == want {
+            if store.lite().writer.queued() == want {
                 break;
             }
             tokio::task::yield_now().await;
         }
-        assert_eq!(store.writer.queued(), want, "append {key} never queued");
+        assert_eq!(store.lite().writer.queued(), want, "append {key} never queued");
     }
     handles
 }
@@ -546,8 +628,8 @@ async fn appends_queued_behind_a_commit_share_the_next_one_and_keep_their_chains
     for t in tasks {
         started(&store, t).await;
     }
-    let before = store.writer.group_stats();
-    let held = store.writer.conn().await.unwrap();
+    let before = store.lite().writer.group_stats();
+    let held = store.lite().writer.conn().await.unwrap();
     let keys: Vec<String> = tasks.iter().map(|t| format!("{t}-second")).collect();
     let appends: Vec<_> = tasks.iter().zip(&keys).map(|(t, k)| (*t, k.as_str(), r#"{"n":2}"#)).collect();
     let handles = queue_appends(&store, &appends).await;
@@ -556,7 +638,7 @@ async fn appends_queued_behind_a_commit_share_the_next_one_and_keep_their_chains
         let outcome = h.await.unwrap().unwrap();
         assert!(matches!(outcome.as_slice(), [AppendOutcome::Appended { seq: 2, .. }]), "{outcome:?}");
     }
-    let after = store.writer.group_stats();
+    let after = store.lite().writer.group_stats();
     assert_eq!((after.0 - before.0, after.1 - before.1), (1, 5), "one commit carried all five appends");
     for t in tasks {
         let report = store.verify_chain(t).await.unwrap();
@@ -571,7 +653,7 @@ async fn a_bad_append_in_a_group_fails_alone() {
     for t in ["good1", "bad", "good2"] {
         started(&store, t).await;
     }
-    let held = store.writer.conn().await.unwrap();
+    let held = store.lite().writer.conn().await.unwrap();
     let handles = queue_appends(
         &store,
         &[("good1", "g1", r#"{"ok":1}"#), ("bad", "b", "not json"), ("good2", "g2", r#"{"ok":2}"#)],
@@ -591,7 +673,7 @@ async fn a_bad_append_in_a_group_fails_alone() {
 async fn two_appends_to_one_execution_in_one_queue_land_in_order() {
     let (_dir, _path, store) = fresh().await;
     started(&store, "t1").await;
-    let held = store.writer.conn().await.unwrap();
+    let held = store.lite().writer.conn().await.unwrap();
     let handles = queue_appends(&store, &[("t1", "a", r#"{"n":"a"}"#), ("t1", "b", r#"{"n":"b"}"#)]).await;
     drop(held);
     for h in handles {
@@ -607,7 +689,7 @@ async fn two_appends_to_one_execution_in_one_queue_land_in_order() {
 async fn an_append_whose_caller_gave_up_while_queued_is_not_written() {
     let (_dir, _path, store) = fresh().await;
     started(&store, "t1").await;
-    let held = store.writer.conn().await.unwrap();
+    let held = store.lite().writer.conn().await.unwrap();
     let handles = queue_appends(&store, &[("t1", "abandoned", "{}")]).await;
     for h in &handles {
         h.abort();
@@ -621,13 +703,425 @@ async fn an_append_whose_caller_gave_up_while_queued_is_not_written() {
     assert_eq!(keys, ["t1-first", "later"]);
 }
 
-#[tokio::test]
-async fn writes_after_close_fail_with_an_error() {
-    let (_dir, _path, store) = fresh().await;
+async fn writes_after_close_fail_with_an_error(db: Fresh) {
+    let store = db.store.clone();
     started(&store, "t1").await;
     store.close().await;
     let err = store.append("t1", &[ev("late", "{}")], &summary("running", 1)).await.unwrap_err();
     assert!(err.to_string().contains("closed"), "{err}");
     let err = store.create_execution("t2", PLAN, &summary("pending", 0), T0).await.unwrap_err();
     assert!(err.to_string().contains("closed"), "{err}");
+}
+
+// The PMO, webhook, auth, forge and quota contracts, and their races: decided by the database
+// on both backends (SQLite's single writer, PostgreSQL's row locks and `on conflict`).
+
+on_both_backends!(
+    webhook_deliveries_racing_for_one_id_are_claimed_once,
+    imports_racing_for_one_forge_item_make_one_spec,
+    racing_changes_of_one_spec_let_one_through_and_number_events_in_order,
+    racing_report_claims_claim_each_attempt_once,
+    racing_drivers_get_one_lease,
+    board_metrics_and_portfolio_read_the_journal_alike,
+    users_tokens_links_and_signatures_round_trip,
+    quota_accounts_keep_the_later_reset,
+    projects_specs_and_forge_rows_round_trip,
+);
+
+fn project(name: &str) -> ProjectRow {
+    ProjectRow {
+        name: name.to_owned(),
+        repo_path: "/srv/repo".to_owned(),
+        default_branch: "main".to_owned(),
+        agent_profile: "demo".to_owned(),
+        test_command: String::new(),
+        forge_url: String::new(),
+        max_agents: 0,
+        created_at: T0.to_owned(),
+        require_separate_reviewer: true,
+        trigger_label: "baton".to_owned(),
+        forge_repo: "Acme/Widgets".to_owned(),
+        budget_usd: Some(12.5),
+    }
+}
+
+fn new_spec(project: &str, source_key: &str) -> NewSpec {
+    NewSpec {
+        project: project.to_owned(),
+        title: "Add a widget".to_owned(),
+        body: "body".to_owned(),
+        source: "github".to_owned(),
+        source_url: "https://github.example/acme/widgets/issues/7".to_owned(),
+        source_meta: r#"{"item_ref":"github:acme/widgets#7"}"#.to_owned(),
+        source_key: source_key.to_owned(),
+        priority: 1,
+        status: "imported".to_owned(),
+        actor: "webhook".to_owned(),
+        at: T0.to_owned(),
+    }
+}
+
+/// Runs `n` copies of `f` at once, each on its own clone of `store`.
+async fn race<T, F, Fut>(store: &Store, n: usize, f: F) -> Vec<T>
+where
+    F: Fn(Store, usize) -> Fut,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let handles: Vec<_> = (0..n).map(|i| tokio::spawn(f(store.clone(), i))).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}
+
+async fn webhook_deliveries_racing_for_one_id_are_claimed_once(db: Fresh) {
+    let claims = race(&db.store, 8, |s, _| async move { s.claim_delivery("github", "d-1", T0).await.unwrap() }).await;
+    assert_eq!(claims.iter().filter(|c| **c).count(), 1, "{claims:?}");
+    db.store.set_delivery_outcome("github", "d-1", "imported spec 1").await.unwrap();
+    assert_eq!(db.store.deliveries("github").await.unwrap(), vec![("d-1".to_owned(), "imported spec 1".to_owned())]);
+    db.store.release_delivery("github", "d-1").await.unwrap();
+    assert!(db.store.claim_delivery("github", "d-1", T1).await.unwrap(), "a released delivery is claimed again");
+    db.store.set_item_rev("ado", "u", 5).await.unwrap();
+    db.store.set_item_rev("ado", "u", 3).await.unwrap();
+    assert_eq!(db.store.item_rev("ado", "u").await.unwrap(), Some(5), "an older revision never wins");
+}
+
+async fn imports_racing_for_one_forge_item_make_one_spec(db: Fresh) {
+    db.store.insert_project(&project("widgets")).await.unwrap();
+    let inserts = race(&db.store, 8, |s, _| async move {
+        s.insert_spec(&new_spec("widgets", "github:acme/widgets#7")).await.unwrap()
+    })
+    .await;
+    let created: Vec<i64> =
+        inserts.iter().filter_map(|i| if let SpecInsert::Created(id) = i { Some(*id) } else { None }).collect();
+    assert_eq!(created.len(), 1, "{inserts:?}");
+    assert!(inserts
+        .iter()
+        .all(|i| matches!(i, SpecInsert::Created(id) | SpecInsert::Existing(id) if *id == created[0])));
+    let found = db.store.spec_by_source_key("github:acme/widgets#7").await.unwrap().unwrap();
+    assert_eq!(found.spec_id, created[0]);
+    assert_eq!(db.store.spec_events(created[0]).await.unwrap().len(), 1, "one create event");
+    // Board specs (no key) are always new.
+    let a = db.store.insert_spec(&new_spec("widgets", "")).await.unwrap();
+    let b = db.store.insert_spec(&new_spec("widgets", "")).await.unwrap();
+    assert!(matches!((a, b), (SpecInsert::Created(x), SpecInsert::Created(y)) if x != y));
+    assert!(matches!(db.store.insert_spec(&new_spec("nope", "k")).await, Err(StoreError::NoSuchProject { .. })));
+}
+
+async fn racing_changes_of_one_spec_let_one_through_and_number_events_in_order(db: Fresh) {
+    db.store.insert_project(&project("widgets")).await.unwrap();
+    let SpecInsert::Created(id) = db.store.insert_spec(&new_spec("widgets", "")).await.unwrap() else {
+        panic!("a board spec is created")
+    };
+    let results = race(&db.store, 6, move |s, i| async move {
+        let change = SpecChange {
+            action: "enrich".to_owned(),
+            expected: "imported".to_owned(),
+            to: "enriched".to_owned(),
+            actor: format!("reviewer-{i}"),
+            reason: String::new(),
+            at: T1.to_owned(),
+            risk: Some("LOW".to_owned()),
+            plan_json: Some(Some(
+                r#"{"phases":[{"steps":[{"agent_name":"coder"},{"agent_name":"tester"},{"agent_name":"coder"}]}]}"#
+                    .to_owned(),
+            )),
+            ..SpecChange::default()
+        };
+        s.change_spec(id, &change).await
+    })
+    .await;
+    assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1, "{results:?}");
+    assert!(results
+        .iter()
+        .filter_map(|r| r.as_ref().err())
+        .all(|e| matches!(e, StoreError::SpecChanged { current, .. } if current == "enriched")));
+    db.store.note_spec_event(id, "forge_update", "webhook", "title changed", T2).await.unwrap();
+    let events = db.store.spec_events(id).await.unwrap();
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, vec![1, 2, 3]);
+    assert_eq!((events[2].from_status.as_str(), events[2].to_status.as_str()), ("enriched", "enriched"));
+    let spec = db.store.spec(id).await.unwrap().unwrap();
+    assert_eq!((spec.status.as_str(), spec.risk.as_str()), ("enriched", "LOW"));
+    let (cards, _) = db.store.card_page("'queued'", None, false, 0, 10).await.unwrap();
+    assert_eq!(cards[0].agents.as_deref(), Some("coder,tester"), "the plan's agents, in order, once each");
+    assert!(matches!(db.store.change_spec(999, &SpecChange::default()).await, Err(StoreError::NoSuchSpec { .. })));
+}
+
+async fn racing_report_claims_claim_each_attempt_once(db: Fresh) {
+    let claims = race(&db.store, 6, |s, _| async move { s.claim_report(1, "fired", 3, T0).await.unwrap() }).await;
+    let granted: Vec<_> = claims.iter().flatten().collect();
+    assert_eq!(granted.len(), 3, "three attempts, each claimed once: {claims:?}");
+    assert_eq!(granted.iter().filter(|c| c.retry_of.is_none()).count(), 1, "{claims:?}");
+    db.store.finish_report(1, "fired", "", T1).await.unwrap();
+    assert_eq!(db.store.claim_report(1, "fired", 9, T2).await.unwrap(), None, "a posted report is never claimed");
+    db.store.claim_report(1, "failed", 3, T2).await.unwrap();
+    let reports = db.store.reports(1).await.unwrap();
+    let keys: Vec<&str> = reports.iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(keys, ["fired", "failed"], "in the order they were first claimed");
+}
+
+async fn racing_drivers_get_one_lease(db: Fresh) {
+    created(&db.store, "t1").await;
+    let results = race(&db.store, 6, |s, i| async move {
+        s.acquire_lease("t1", &holder(&format!("driver-{i}"), 10 + i as u32), T0, 30).await
+    })
+    .await;
+    assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1, "{results:?}");
+    assert!(results.iter().filter_map(|r| r.as_ref().err()).all(|e| matches!(e, StoreError::LeaseHeld { .. })));
+}
+
+async fn board_metrics_and_portfolio_read_the_journal_alike(db: Fresh) {
+    let store = &db.store;
+    store.insert_project(&project("widgets")).await.unwrap();
+    let SpecInsert::Created(id) = store.insert_spec(&new_spec("widgets", "github:acme/widgets#7")).await.unwrap()
+    else {
+        panic!("created")
+    };
+    let plan = concat!(
+        r#"{"phases":[{"phase_id":1,"name":"build","gate":{"gate_type":"test"},"#,
+        r#""steps":[{"step_id":"1.1","agent_name":"coder"}]}]}"#
+    );
+    store.create_execution("t1", plan, &summary("running", 0), T0).await.unwrap();
+    store
+        .change_spec(
+            id,
+            &SpecChange {
+                action: "fire".to_owned(),
+                expected: "imported".to_owned(),
+                to: "executing".to_owned(),
+                actor: "lead".to_owned(),
+                at: T1.to_owned(),
+                task_id: Some(Some("t1".to_owned())),
+                forecast_json: Some(Some(r#"{"mid_usd":2.5}"#.to_owned())),
+                ..SpecChange::default()
+            },
+        )
+        .await
+        .unwrap();
+    let event = |key: &str, kind: &str, payload: &str| NewEvent {
+        kind: kind.to_owned(),
+        payload: payload.to_owned(),
+        idempotency_key: key.to_owned(),
+        at: T1.to_owned(),
+    };
+    let version_before = store.board_version().await.unwrap();
+    store
+        .append(
+            "t1",
+            &[
+                event("f", "forecasted", r#"{"steps":{"1.1":{"mid_usd":1.5},"1.2":{"mid_usd":0.5}}}"#),
+                event("b", "budget_set", r#"{"ceiling_usd":10.0}"#),
+                event("d1", "step_dispatched", r#"{"step_id":"1.1","agent_name":"coder"}"#),
+                event("d2", "step_dispatched", r#"{"step_id":"1.2","agent_name":"tester"}"#),
+            ],
+            &summary("running", 0),
+        )
+        .await
+        .unwrap();
+    let (cards, counts) = store.card_page("'executing'", Some("widgets"), false, 0, 10).await.unwrap();
+    assert_eq!(counts, vec![("executing".to_owned(), 1)]);
+    let card = &cards[0];
+    assert_eq!(card.forecast_mid_usd, Some(2.5));
+    assert_eq!(card.execution_forecast_usd, Some(2.0));
+    assert_eq!(card.ceiling_usd, Some(10.0));
+    assert_eq!(card.running.as_deref(), Some("1.1 coder\n1.2 tester"));
+    assert!(!card.paused);
+    assert_ne!(store.board_version().await.unwrap(), version_before, "an append moves the board");
+
+    store
+        .append(
+            "t1",
+            &[
+                event(
+                    "r1",
+                    "step_recorded",
+                    concat!(
+                        r#"{"step_id":"1.1","agent_name":"coder","status":"complete","cost_usd":0.75,"#,
+                        r#""duration_seconds":12.0,"usage":{"model":"opus","cost_estimated":true}}"#
+                    ),
+                ),
+                event("g1", "gate_recorded", r#"{"phase_id":1,"passed":false}"#),
+                event("g2", "gate_recorded", r#"{"phase_id":1,"passed":true}"#),
+            ],
+            &summary("running", 1),
+        )
+        .await
+        .unwrap();
+    store.park("t1", "switch the checkout away").await.unwrap();
+    let (cards, _) = store.card_page("'executing'", None, false, 0, 10).await.unwrap();
+    let card = &cards[0];
+    assert_eq!(card.running.as_deref(), Some("1.2 tester"));
+    assert_eq!(card.spend_estimated_usd, 0.75);
+    assert!(card.paused);
+    assert_eq!(card.park_reason.as_deref(), Some("switch the checkout away"));
+    assert_eq!(store.park_reason("t1").await.unwrap().as_deref(), Some("switch the checkout away"));
+    store.set_paused("t1", false).await.unwrap();
+    assert!(!store.is_paused("t1").await.unwrap());
+    let (archived, _) = store.card_page("'executing'", None, true, 0, 10).await.unwrap();
+    assert!(archived.is_empty());
+
+    let totals = store.metric_totals().await.unwrap();
+    assert_eq!(totals.executions_by_status, vec![("running".to_owned(), 1)]);
+    assert_eq!((totals.dispatches, totals.gates_passed, totals.gates_failed), (2, 1, 1));
+    assert_eq!(totals.agent_seconds, 12.0);
+    assert_eq!(store.spend_history(5).await.unwrap(), vec![("coder".to_owned(), "opus".to_owned(), 0.75)]);
+    assert_eq!(store.count_executions_in(&["running", "failed"]).await.unwrap(), 1);
+    let queue = store.executions_in(&["running"]).await.unwrap();
+    assert_eq!(queue[0].spec_title.as_deref(), Some("Add a widget"));
+    assert_eq!(store.reportable_specs(T0).await.unwrap(), vec![(id, "t1".to_owned())]);
+
+    let rows = store
+        .portfolio_rows(&PortfolioFilter {
+            project: Some("widgets".to_owned()),
+            from: "2026-01-01".to_owned(),
+            until: "2026-02-01".to_owned(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(rows.transitions.len(), 2);
+    assert_eq!(rows.executions[0].forecast_usd, Some(2.0));
+    assert_eq!(rows.weekly_spend.len(), 1);
+    assert_eq!(rows.weekly_spend[0].week, "2026-01-12", "the Monday of the week of the 15th");
+    assert_eq!((rows.weekly_spend[0].attempts, rows.weekly_spend[0].usd), (1, 0.75));
+    assert_eq!(
+        rows.gates,
+        vec![GateRunsRow { gate_type: "test".to_owned(), runs: 2, failed: 1 }],
+        "gate runs by the plan's gate type"
+    );
+}
+
+async fn users_tokens_links_and_signatures_round_trip(db: Fresh) {
+    let store = &db.store;
+    assert!(!store.has_users().await.unwrap());
+    let id = store.add_token("ana", "lead", "hash-1", "laptop", T0).await.unwrap();
+    assert!(store.has_users().await.unwrap());
+    assert_eq!(store.user_of_token("hash-1").await.unwrap().map(|u| u.role), Some("lead".to_owned()));
+    assert_eq!(store.token_login("hash-1").await.unwrap().map(|(_, t)| t), Some(id));
+    assert!(store.session_user("ana", id).await.unwrap().is_some());
+    assert_eq!(store.list_tokens().await.unwrap().len(), 1);
+    assert!(store.revoke_token(id, T1).await.unwrap());
+    assert!(!store.revoke_token(id, T1).await.unwrap());
+    assert_eq!(store.user_of_token("hash-1").await.unwrap(), None);
+    assert!(store.set_identity("ana", ForgeIdentity::GitHubLogin, "AnaDev").await.unwrap());
+    assert_eq!(
+        store.user_by_identity(ForgeIdentity::GitHubLogin, "anadev").await.unwrap().map(|u| u.name),
+        Some("ana".to_owned())
+    );
+    assert!(store.use_approval_link("link-1", "ana", T1).await.unwrap());
+    assert!(!store.use_approval_link("link-1", "ana", T2).await.unwrap(), "a link is single-use");
+    assert!(store.approval_link_used("link-1").await.unwrap());
+    created(store, "t1").await;
+    store.put_decision_signature("t1", 3, "sig-a").await.unwrap();
+    store.put_decision_signature("t1", 3, "sig-b").await.unwrap();
+    assert_eq!(store.decision_signatures("t1").await.unwrap(), vec![(3, "sig-b".to_owned())]);
+    assert!(store.add_token("bob", "emperor", "hash-2", "", T0).await.is_err(), "roles are the four");
+}
+
+async fn quota_accounts_keep_the_later_reset(db: Fresh) {
+    let store = &db.store;
+    let at = |s: &str| parse_time(s).unwrap();
+    store.set_quota_account("claude", at("2026-01-15T10:00:00Z"), 60, "limit").await.unwrap();
+    store.set_quota_account("claude", at("2026-01-15T09:30:00Z"), 120, "again").await.unwrap();
+    let account = store.quota_account("claude").await.unwrap().unwrap();
+    assert_eq!((account.until, account.backoff_secs), (at("2026-01-15T10:00:00Z"), 120));
+    store.clear_quota_account("claude").await.unwrap();
+    assert_eq!(store.quota_account("claude").await.unwrap(), None);
+}
+
+async fn projects_specs_and_forge_rows_round_trip(db: Fresh) {
+    let store = &db.store;
+    store.insert_project(&project("widgets")).await.unwrap();
+    assert!(matches!(store.insert_project(&project("widgets")).await, Err(StoreError::ProjectExists { .. })));
+    assert_eq!(store.project("widgets").await.unwrap(), Some(project("widgets")));
+    assert_eq!(store.projects_by_forge_repo(&["acme/widgets"]).await.unwrap().len(), 1);
+    let SpecInsert::Created(id) = store.insert_spec(&new_spec("widgets", "")).await.unwrap() else { panic!() };
+    assert!(matches!(store.delete_project("widgets").await, Err(StoreError::ProjectInUse { specs: 1, .. })));
+    assert!(matches!(store.delete_project("nope").await, Err(StoreError::NoSuchProject { .. })));
+    assert_eq!(store.specs_without_source_key().await.unwrap().len(), 1);
+    assert_eq!(
+        store.claim_source_key(id, "github:acme/widgets#7", |h| format!("dup of {h}"), "baton", T1).await.unwrap(),
+        None
+    );
+    let SpecInsert::Created(dup) = store.insert_spec(&new_spec("widgets", "")).await.unwrap() else { panic!() };
+    assert_eq!(
+        store.claim_source_key(dup, "github:acme/widgets#7", |h| format!("dup of {h}"), "baton", T1).await.unwrap(),
+        Some(id)
+    );
+    assert_eq!(store.spec(dup).await.unwrap().unwrap().status, "imported");
+    assert_eq!(store.spec_events(dup).await.unwrap().last().unwrap().reason, format!("dup of {id}"));
+    let listed = store
+        .list_specs(&SpecFilter { status: Some("imported".to_owned()), project: None, limit: 10, offset: 0 })
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 2);
+    assert_eq!(
+        store.spec_by_source_url("github", &new_spec("widgets", "").source_url).await.unwrap().unwrap().spec_id,
+        id
+    );
+    store.set_source_meta(id, r#"{"labels":["x"]}"#).await.unwrap();
+    created(store, "t1").await;
+    let merge = MergeRow {
+        task_id: "t1".to_owned(),
+        spec_id: Some(id),
+        forge_repo: "acme/widgets".to_owned(),
+        branch: "baton/t1".to_owned(),
+        base_branch: "main".to_owned(),
+        state: "opened".to_owned(),
+        pushed_sha: "abc".to_owned(),
+        pr_number: Some(12),
+        pr_url: "https://github.example/acme/widgets/pull/12".to_owned(),
+        error: String::new(),
+        updated_at: T2.to_owned(),
+    };
+    store.put_merge(&merge).await.unwrap();
+    assert_eq!(store.merge("t1").await.unwrap(), Some(merge));
+    assert_eq!(store.head_seq("t1").await.unwrap(), Some(0));
+    assert_eq!(store.spec_of_execution("t1").await.unwrap(), None);
+}
+
+/// Issue 17: the two dialects' migrations stay in step, by number and name.
+#[test]
+fn every_migration_has_a_postgresql_dialect_and_back() {
+    let names = |dir: &std::path::Path| -> std::collections::BTreeSet<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .filter(|e| e.file_type().unwrap().is_file())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".sql"))
+            .collect()
+    };
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    let sqlite = names(&root);
+    let postgres = names(&root.join("postgres"));
+    assert!(sqlite.len() >= 14, "{sqlite:?}");
+    let only_sqlite: Vec<_> = sqlite.difference(&postgres).collect();
+    let only_postgres: Vec<_> = postgres.difference(&sqlite).collect();
+    assert!(
+        only_sqlite.is_empty() && only_postgres.is_empty(),
+        "migrations/ and migrations/postgres/ must hold the same migrations (number and name): only in \
+         migrations/: {only_sqlite:?}; only in migrations/postgres/: {only_postgres:?}"
+    );
+}
+
+/// Replicas opening one new PostgreSQL database together apply each migration once.
+#[tokio::test]
+async fn concurrent_connects_to_a_new_postgres_database_both_succeed() {
+    let Some(url) = pg::testing::fresh_database().await else { return };
+    let (a, b) = tokio::join!(Store::connect(&url), Store::connect(&url));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    created(&a, "t1").await;
+    assert!(b.summary("t1").await.unwrap().is_some());
+    assert_eq!(a.backend_name(), "postgres");
+}
+
+#[tokio::test]
+async fn a_database_url_that_is_not_postgres_is_refused_naming_it_without_its_password() {
+    let err = Store::connect("mysql://root:hunter2@db/baton").await.unwrap_err();
+    assert!(matches!(err, StoreError::BadUrl { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("mysql://root:***@db/baton") && !text.contains("hunter2"), "{text}");
 }

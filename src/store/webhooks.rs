@@ -15,7 +15,8 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn claim_delivery(&self, source: &str, delivery_id: &str, at: &str) -> Result<bool, StoreError> {
-        let mut tx = self.begin_write().await?;
+        let lite = on_backend!(self, pg => pg.claim_delivery(source, delivery_id, at).await);
+        let mut tx = lite.begin_write().await?;
         let done = sqlx::query(
             "insert into webhook_deliveries (source, delivery_id, received_at, outcome) values (?, ?, ?, 'received') \
              on conflict (source, delivery_id) do nothing",
@@ -34,7 +35,8 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn set_delivery_outcome(&self, source: &str, delivery_id: &str, outcome: &str) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
+        let lite = on_backend!(self, pg => pg.set_delivery_outcome(source, delivery_id, outcome).await);
+        let mut tx = lite.begin_write().await?;
         sqlx::query("update webhook_deliveries set outcome = ? where source = ? and delivery_id = ?")
             .bind(outcome)
             .bind(source)
@@ -50,7 +52,8 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn release_delivery(&self, source: &str, delivery_id: &str) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
+        let lite = on_backend!(self, pg => pg.release_delivery(source, delivery_id).await);
+        let mut tx = lite.begin_write().await?;
         sqlx::query("delete from webhook_deliveries where source = ? and delivery_id = ?")
             .bind(source)
             .bind(delivery_id)
@@ -65,11 +68,12 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn deliveries(&self, source: &str) -> Result<Vec<(String, String)>, StoreError> {
+        let lite = on_backend!(self, pg => pg.deliveries(source).await);
         Ok(sqlx::query_as::<_, (String, String)>(
             "select delivery_id, outcome from webhook_deliveries where source = ? order by received_at, delivery_id",
         )
         .bind(source)
-        .fetch_all(&self.reader)
+        .fetch_all(&lite.reader)
         .await?)
     }
 
@@ -78,10 +82,11 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn item_rev(&self, source: &str, url: &str) -> Result<Option<i64>, StoreError> {
+        let lite = on_backend!(self, pg => pg.item_rev(source, url).await);
         Ok(sqlx::query_scalar::<_, i64>("select rev from forge_item_revs where source = ? and url = ?")
             .bind(source)
             .bind(url)
-            .fetch_optional(&self.reader)
+            .fetch_optional(&lite.reader)
             .await?)
     }
 
@@ -90,7 +95,8 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn set_item_rev(&self, source: &str, url: &str, rev: i64) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await?;
+        let lite = on_backend!(self, pg => pg.set_item_rev(source, url, rev).await);
+        let mut tx = lite.begin_write().await?;
         sqlx::query(
             "insert into forge_item_revs (source, url, rev) values (?, ?, ?) \
              on conflict (source, url) do update set rev = max(rev, excluded.rev)",
@@ -109,13 +115,14 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn projects_by_forge_repo(&self, names: &[&str]) -> Result<Vec<ProjectRow>, StoreError> {
+        let lite = on_backend!(self, pg => pg.projects_by_forge_repo(names).await);
         let mut out = Vec::new();
         for name in names.iter().filter(|n| !n.is_empty()) {
             let rows = sqlx::query_as::<_, ProjectRow>(
                 "select * from projects where forge_repo != '' and lower(forge_repo) = lower(?) order by name",
             )
             .bind(name)
-            .fetch_all(&self.reader)
+            .fetch_all(&lite.reader)
             .await?;
             for r in rows {
                 if !out.iter().any(|p: &ProjectRow| p.name == r.name) {
@@ -131,13 +138,14 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn spec_by_source_url(&self, source: &str, source_url: &str) -> Result<Option<SpecRow>, StoreError> {
+        let lite = on_backend!(self, pg => pg.spec_by_source_url(source, source_url).await);
         Ok(sqlx::query_as::<_, SpecRow>(&format!(
             "select {} from specs where source = ? and source_url = ? and source_url != '' order by spec_id limit 1",
             super::pmo::SPEC_COLUMNS
         ))
         .bind(source)
         .bind(source_url)
-        .fetch_optional(&self.reader)
+        .fetch_optional(&lite.reader)
         .await?)
     }
 
@@ -146,6 +154,7 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn spec_by_source_key(&self, source_key: &str) -> Result<Option<SpecRow>, StoreError> {
+        let lite = on_backend!(self, pg => pg.spec_by_source_key(source_key).await);
         if source_key.is_empty() {
             return Ok(None);
         }
@@ -154,7 +163,7 @@ impl Store {
             super::pmo::SPEC_COLUMNS
         ))
         .bind(source_key)
-        .fetch_optional(&self.reader)
+        .fetch_optional(&lite.reader)
         .await?)
     }
 
@@ -164,11 +173,12 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn specs_without_source_key(&self) -> Result<Vec<(i64, String, String)>, StoreError> {
+        let lite = on_backend!(self, pg => pg.specs_without_source_key().await);
         Ok(sqlx::query_as::<_, (i64, String, String)>(
             "select spec_id, source, source_url from specs \
              where source_key = '' and source != 'board' and source_url != '' order by spec_id",
         )
-        .fetch_all(&self.reader)
+        .fetch_all(&lite.reader)
         .await?)
     }
 
@@ -188,7 +198,8 @@ impl Store {
         actor: &str,
         at: &str,
     ) -> Result<Option<i64>, StoreError> {
-        let mut tx = self.begin_write().await?;
+        let lite = on_backend!(self, pg => pg.claim_source_key(spec_id, source_key, reason, actor, at).await);
+        let mut tx = lite.begin_write().await?;
         let holder = sqlx::query_scalar::<_, i64>("select spec_id from specs where source_key = ? and spec_id != ?")
             .bind(source_key)
             .bind(spec_id)
@@ -230,12 +241,13 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`].
     pub async fn user_by_identity(&self, kind: ForgeIdentity, value: &str) -> Result<Option<UserRow>, StoreError> {
+        let lite = on_backend!(self, pg => pg.user_by_identity(kind, value).await);
         let column = kind.column();
         Ok(sqlx::query_as::<_, UserRow>(&format!(
             "select name, role, created_at from users where {column} != '' and lower({column}) = lower(?)"
         ))
         .bind(value)
-        .fetch_optional(&self.reader)
+        .fetch_optional(&lite.reader)
         .await?)
     }
 
@@ -245,7 +257,8 @@ impl Store {
     /// # Errors
     /// [`StoreError::Sqlx`] (the identity is another user's: a unique index).
     pub async fn set_identity(&self, name: &str, kind: ForgeIdentity, value: &str) -> Result<bool, StoreError> {
-        let mut tx = self.begin_write().await?;
+        let lite = on_backend!(self, pg => pg.set_identity(name, kind, value).await);
+        let mut tx = lite.begin_write().await?;
         let done = sqlx::query(&format!("update users set {} = ? where name = ?", kind.column()))
             .bind(value)
             .bind(name)
@@ -267,7 +280,7 @@ pub enum ForgeIdentity {
 
 impl ForgeIdentity {
     /// The `users` column (a fixed name, never user input).
-    fn column(self) -> &'static str {
+    pub(super) fn column(self) -> &'static str {
         match self {
             ForgeIdentity::GitHubLogin => "github_login",
             ForgeIdentity::AdoEmail => "ado_email",

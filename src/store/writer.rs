@@ -425,19 +425,21 @@ mod tests {
         let store = Store::open(&dir.path().join("baton.db")).await.unwrap();
         store.create_execution("t1", "{}", &summary(), "2026-01-15T09:00:00Z").await.unwrap();
         store.append("t1", &[event("first")], &summary()).await.unwrap();
-        let (seq, hash) = store.heads.lock().unwrap().get("t1").cloned().unwrap();
+        let (seq, hash) = store.lite().heads.lock().unwrap().get("t1").cloned().unwrap();
 
         let (reply, mut ahead_answer) = tokio::sync::oneshot::channel();
         let mut ahead = Pending::new("t1", &event("ahead"), &summary(), seq, hash.clone());
         ahead.reply = Some(reply);
-        lock_queue(&store.writer.queue).push(ahead);
+        lock_queue(&store.lite().writer.queue).push(ahead);
 
         let own = Pending::new("t1", &event("own"), &summary(), seq, hash);
-        let outcome =
-            tokio::time::timeout(std::time::Duration::from_secs(30), store.writer.append_grouped(&store.heads, own))
-                .await
-                .expect("the committer waited for an append it had left out of its own group")
-                .unwrap();
+        let outcome = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            store.lite().writer.append_grouped(&store.lite().heads, own),
+        )
+        .await
+        .expect("the committer waited for an append it had left out of its own group")
+        .unwrap();
         assert_eq!(outcome, None, "its head went stale behind the one ahead: the caller's ordinary path takes it");
         assert!(matches!(ahead_answer.try_recv(), Ok(Some(AppendOutcome::Appended { seq: 2, .. }))));
     }
@@ -448,11 +450,11 @@ mod tests {
         let store = Store::open(&dir.path().join("baton.db")).await.unwrap();
         {
             // What a committer dropped between its BEGIN and its COMMIT leaves behind.
-            let mut slot = store.writer.slot().await;
+            let mut slot = store.lite().writer.slot().await;
             sqlx::query("begin immediate").execute(&mut slot.conn).await.unwrap();
             slot.dirty = true;
         }
-        let mut tx = store.writer.begin().await.unwrap();
+        let mut tx = store.lite().writer.begin().await.unwrap();
         sqlx::query("insert into settings (key, value) values ('k', 'v')").execute(&mut *tx).await.unwrap();
         tx.commit().await.unwrap();
     }

@@ -27,6 +27,7 @@ mod mcp;
 mod metrics;
 mod pause;
 mod portfolio;
+mod postgres;
 mod project_fields;
 mod quota;
 mod report;

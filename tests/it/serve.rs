@@ -155,8 +155,20 @@ fn approve_spec(server: &Server, id: i64) {
 
 #[test]
 fn a_fired_spec_runs_parks_on_its_approval_and_wakes_when_decided() {
+    fired_spec_parks_and_wakes(&[]);
+}
+
+/// The same on a PostgreSQL store (issue 17): board, API, driver, approval and journal.
+#[test]
+fn a_fired_spec_runs_parks_on_its_approval_and_wakes_when_decided_on_postgres() {
+    if let Some(url) = crate::common::postgres_database() {
+        fired_spec_parks_and_wakes(&[("BATON_DATABASE_URL", &url)]);
+    }
+}
+
+fn fired_spec_parks_and_wakes(env: &[(&str, &str)]) {
     let tmp = tempfile::tempdir().unwrap();
-    let server = Server::start(&tmp.path().join("data"));
+    let server = Server::start_env(&tmp.path().join("data"), &[], env);
     approve_spec(&server, 2);
     let (status, body) = server.request("POST", "/api/v1/specs/2/fire", None);
     assert_eq!(status, 200, "{body}");
@@ -179,6 +191,7 @@ fn a_fired_spec_runs_parks_on_its_approval_and_wakes_when_decided() {
 
     let (_, exec) = server.request("GET", &format!("/api/v1/executions/{task_id}"), None);
     assert_eq!(exec["status"], "complete");
+    assert_eq!(server.data.join("baton.db").exists(), env.is_empty(), "the store is the one asked for");
     let gates = exec["gate_results"].as_array().unwrap();
     assert!(gates.iter().any(|g| g["passed"] == true && g["command"] == "sh scripts/check.sh"), "{gates:?}");
     let (_, journal) = server.request("GET", &format!("/api/v1/executions/{task_id}/journal"), None);
@@ -210,9 +223,21 @@ fn a_fired_spec_runs_parks_on_its_approval_and_wakes_when_decided() {
 
 #[test]
 fn a_killed_server_resumes_its_executions_on_restart() {
+    killed_server_resumes(&[]);
+}
+
+/// The same on a PostgreSQL store (issue 17): the journal in the database is all a restart needs.
+#[test]
+fn a_killed_server_resumes_its_executions_on_restart_on_postgres() {
+    if let Some(url) = crate::common::postgres_database() {
+        killed_server_resumes(&[("BATON_DATABASE_URL", &url)]);
+    }
+}
+
+fn killed_server_resumes(env: &[(&str, &str)]) {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
-    let mut server = Server::start(&data);
+    let mut server = Server::start_env(&data, &[], env);
     // Spec 3 (docs) is approved and has no approval phase before its agents run.
     let (status, body) = server.request("POST", "/api/v1/specs/3/fire", None);
     assert_eq!(status, 200, "{body}");
@@ -220,7 +245,7 @@ fn a_killed_server_resumes_its_executions_on_restart() {
     server.wait_stage(3, "awaiting_human");
     server.kill9();
 
-    let server = Server::start(&data);
+    let server = Server::start_env(&data, &[], env);
     let (status, body) = server.request(
         "POST",
         &format!("/api/v1/executions/{task_id}/approve"),
@@ -230,6 +255,7 @@ fn a_killed_server_resumes_its_executions_on_restart() {
     server.wait_stage(3, "changelist_review");
     let (_, specs) = server.request("GET", "/api/v1/specs", None);
     assert_eq!(specs.as_array().unwrap().len(), 3, "--demo seeds only once: {specs}");
+    assert_eq!(data.join("baton.db").exists(), env.is_empty(), "the store is the one asked for");
 }
 
 #[test]

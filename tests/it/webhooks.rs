@@ -50,8 +50,23 @@ impl App {
     }
 
     async fn with_config(config: WebhookConfig) -> App {
+        App::on(config, None).await
+    }
+
+    /// An app whose store is a fresh PostgreSQL database (`[database] url` in the data
+    /// directory's `baton.toml`); `None` outside CI when there is no test cluster.
+    async fn on_postgres() -> Option<App> {
+        let url = std::thread::spawn(crate::common::postgres_database).join().unwrap()?;
+        Some(App::on(config(), Some(url)).await)
+    }
+
+    async fn on(config: WebhookConfig, database_url: Option<String>) -> App {
         let ws = Workspace::with_repo(&[("README.md", "hello\n")]);
-        let execs = Executions::open(DataDir::open(&ws.data()).unwrap()).await.unwrap();
+        let data = DataDir::open(&ws.data()).unwrap();
+        if let Some(url) = database_url {
+            std::fs::write(data.config_path(), format!("[database]\nurl = \"{url}\"\n")).unwrap();
+        }
+        let execs = Executions::open(data).await.unwrap();
         let state = AppState::new(execs.clone()).unwrap().with_webhooks(config);
         App { ws, execs, state }
     }
@@ -152,7 +167,47 @@ fn sign(body: &[u8]) -> String {
 
 #[tokio::test]
 async fn github_delivery_fixtures_import_once_and_the_rest_is_acknowledged() {
-    let app = App::new().await;
+    github_fixtures_import_once(App::new().await).await;
+}
+
+#[tokio::test]
+async fn github_delivery_fixtures_import_once_and_the_rest_is_acknowledged_on_postgres() {
+    if let Some(app) = App::on_postgres().await {
+        assert_eq!(app.execs.store().backend_name(), "postgres");
+        github_fixtures_import_once(app).await;
+    }
+}
+
+/// Deliveries of one issue under different delivery ids, all at once (as a forge's retries or
+/// several replicas receive them), make one spec; each delivery is recorded once.
+#[tokio::test]
+async fn deliveries_of_one_issue_at_once_make_one_spec() {
+    deliveries_at_once_make_one_spec(App::new().await).await;
+}
+
+#[tokio::test]
+async fn deliveries_of_one_issue_at_once_make_one_spec_on_postgres() {
+    if let Some(app) = App::on_postgres().await {
+        deliveries_at_once_make_one_spec(app).await;
+    }
+}
+
+async fn deliveries_at_once_make_one_spec(app: App) {
+    app.project("p", REPO, "bug").await;
+    let payload = app.payload("issues.opened");
+    let sends = (0..6).map(|i| {
+        let (app, payload) = (&app, &payload);
+        async move { app.deliver_variant("issues.opened", payload, &format!("d-{i}")).await }
+    });
+    let answers = futures_util::future::join_all(sends).await;
+    let created = answers.iter().filter(|(status, _)| *status == StatusCode::CREATED).count();
+    assert_eq!(created, 1, "{answers:?}");
+    assert!(answers.iter().all(|(status, _)| status.is_success()), "{answers:?}");
+    assert_eq!(app.specs().await.len(), 1);
+    assert_eq!(app.execs.store().deliveries("github").await.unwrap().len(), 6);
+}
+
+async fn github_fixtures_import_once(app: App) {
     app.project("p", REPO, "bug").await;
 
     let (status, body) = app.deliver("ping").await;
