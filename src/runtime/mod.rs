@@ -8,6 +8,7 @@ pub mod app;
 pub mod auth;
 pub mod board;
 pub mod changelist;
+pub mod ci;
 pub mod config;
 pub mod driver;
 pub mod executions;

@@ -21,6 +21,7 @@
 //! - The store never reads the clock: every timestamp is an RFC 3339 argument from the caller.
 
 mod auth;
+mod ci;
 mod forge;
 mod journal;
 mod lease;
@@ -32,6 +33,7 @@ mod webhooks;
 mod writer;
 
 pub use auth::{TokenRow, UserRow};
+pub use ci::CiWaitRow;
 pub use forge::{MergeRow, ReportClaim};
 pub use metrics::MetricTotals;
 pub use pmo::{CardRow, NewSpec, ProjectRow, SpecChange, SpecEventRow, SpecFilter, SpecInsert, SpecRow, StatusRow};
