@@ -37,7 +37,7 @@ pub mod gates;
 pub mod goal;
 mod guards;
 mod keys;
-pub(crate) mod mutate;
+mod mutate;
 pub mod prompt;
 pub mod review;
 mod settle;

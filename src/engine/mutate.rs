@@ -143,7 +143,9 @@ fn mutate_event(state: &mut ExecutionState, event: &Event, now: &str) {
             }
             budget::tier_warning(state);
             goal::take_verdict(state, step_id, now);
-            review::take_verdict(state, step_id, now);
+            if let Some(v) = review::take_verdict(state, step_id) {
+                record_gate(state, v.phase_id, v.passed, v.output, Some(v.command), now);
+            }
         }
         EventKind::Forecasted { steps, default_usd } => {
             state.budget.forecasts.clone_from(steps);
@@ -386,7 +388,7 @@ fn strip_interact_complete(outcome: &str) -> (String, bool) {
 
 /// Records a gate verdict reached inside another event (a reviewer step's result, a human's
 /// decision on a review gate): passed moves on, failed follows the failed-gate rules.
-pub(crate) fn record_gate(
+fn record_gate(
     state: &mut ExecutionState,
     phase_id: i64,
     passed: bool,

@@ -189,17 +189,30 @@ pub fn review_prompt(state: &ExecutionState, step: &PlanStep) -> String {
     out
 }
 
+/// The gate result a reviewer's verdict gives (recorded by `mutate`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GateVerdict {
+    /// The phase whose gate it decides.
+    pub(crate) phase_id: i64,
+    /// Pass or fail.
+    pub(crate) passed: bool,
+    /// The gate output ([`ReviewVerdict::output`]).
+    pub(crate) output: String,
+    /// What checked (`reviewer agent <name> (<step>)`).
+    pub(crate) command: String,
+}
+
 /// After a result of `step_id` was applied: when it is a complete reviewer step, reads its
-/// verdict and records the gate result (see the module doc). An invalid verdict turns the step
-/// into a failed one (settling then fails the execution with the reason).
-pub(crate) fn take_verdict(state: &mut ExecutionState, step_id: &str, now: &str) {
-    let Some((pi, si)) = state.locate(step_id) else { return };
+/// verdict and returns the gate result it gives (see the module doc). An invalid verdict turns
+/// the step into a failed one (settling then fails the execution with the reason).
+pub(crate) fn take_verdict(state: &mut ExecutionState, step_id: &str) -> Option<GateVerdict> {
+    let (pi, si) = state.locate(step_id)?;
     if !is_review(&state.plan.phases[pi].steps[si]) || state.step_status(step_id) != StepStatus::Complete {
-        return;
+        return None;
     }
     let phase_id = state.plan.phases[pi].phase_id;
     let task_id = state.task_id.clone();
-    let Some(result) = state.step_results.get_mut(step_id) else { return };
+    let result = state.step_results.get_mut(step_id)?;
     // The reviewer speaks through its verdict only.
     result.gate_additions.clear();
     result.rejected_gate_additions.clear();
@@ -215,10 +228,13 @@ pub(crate) fn take_verdict(state: &mut ExecutionState, step_id: &str, now: &str)
                  asks the reviewer again"
             );
             state.counters.steps_done = state.counters.steps_done.saturating_sub(1);
-            return;
+            return None;
         }
     };
-    let output = verdict.output(&agent);
-    let command = format!("reviewer agent {agent} ({step_id})");
-    crate::engine::mutate::record_gate(state, phase_id, verdict.pass, output, Some(command), now);
+    Some(GateVerdict {
+        phase_id,
+        passed: verdict.pass,
+        output: verdict.output(&agent),
+        command: format!("reviewer agent {agent} ({step_id})"),
+    })
 }

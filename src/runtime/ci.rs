@@ -1,23 +1,20 @@
 //! The forge's CI behind a `ci` gate without a command (issue 19.2): what the checks of the
-//! pushed head commit say ([`verdict`]), where they are read ([`read_checks`]: the project's
-//! forge), and which waiting execution a forge webhook concerns ([`CiService::notice`]: its
-//! driver looks again at once instead of at its next poll).
+//! pushed head commit say ([`verdict`]) and where they are read ([`read_checks`]: the
+//! project's forge, through the `forge` clients).
 //!
 //! The driver (`runtime::driver::ci`) pushes the feature branch, journals `ci_started`, polls
 //! with backoff and journals every change (`ci_checked`) and the verdict (`gate_recorded`);
-//! everything it needs after a restart is in the journal. Webhook doors (`web::webhooks`)
-//! only parse a `check_run`, `check_suite`, `status` or `build.complete` delivery and call
-//! [`CiService::notice`]; this module decides what it means. It never touches HTTP or SQL
-//! itself.
+//! everything it needs after a restart is in the journal. Which waiting gate a webhook
+//! concerns is `runtime::ci_events`'. This module never touches HTTP, SQL or the journal, and
+//! imports no other runtime service (the driver uses it).
 
 use std::time::Duration;
 
-use crate::forge::{ForgeError, RepoRef};
+use crate::forge::ado::AzureDevOps;
+use crate::forge::github::GitHub;
+use crate::forge::{ForgeError, ForgeSettings, RepoRef, RetryPolicy};
 use crate::model::state::{CiCheck, CiCheckState};
 use crate::model::text::cut;
-use crate::runtime::executions::Executions;
-use crate::runtime::forge::Forges;
-use crate::runtime::pool::Pool;
 
 /// What the checks say now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,15 +26,6 @@ pub enum CiVerdict {
     /// A required check failed, none were reported within the grace period, or the wait
     /// timed out: the gate output, naming what failed.
     Failed(String),
-}
-
-/// What a webhook delivery says about CI (parsed by the door, decided here).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CiNotice {
-    /// The commit the delivery is about, when it names one.
-    pub sha: Option<String>,
-    /// The branches it names (`baton/<task_id>`, without `refs/heads/`).
-    pub branches: Vec<String>,
 }
 
 /// Minutes (or seconds when under two minutes) of a duration, for messages.
@@ -136,51 +124,22 @@ pub fn verdict(
 }
 
 /// The checks of commit `sha` (pushed as `branch`) on the forge `forge_repo` names
-/// (`github:owner/repo`, `ado:org/project/repo`).
+/// (`github:owner/repo`, `ado:org/project/repo`), with the credentials and addresses of
+/// `settings`.
 ///
 /// Errors: a `forge_repo` that is no repository reference; any [`ForgeError`] of the calls.
 pub async fn read_checks(
-    forges: &Forges,
+    settings: &ForgeSettings,
     forge_repo: &str,
     branch: &str,
     sha: &str,
 ) -> Result<Vec<CiCheck>, ForgeError> {
+    let policy = RetryPolicy::default();
     match RepoRef::parse(forge_repo)? {
-        RepoRef::GitHub { owner, repo } => forges.github().commit_checks(&owner, &repo, sha).await,
+        RepoRef::GitHub { owner, repo } => GitHub::new(settings, policy)?.commit_checks(&owner, &repo, sha).await,
         RepoRef::Ado { org, project, repository } => {
-            forges.ado().commit_checks(&org, &project, &repository, branch, sha).await
+            AzureDevOps::new(settings, policy)?.commit_checks(&org, &project, &repository, branch, sha).await
         }
-    }
-}
-
-/// The CI side of webhook deliveries: wakes the drivers whose ci gate waits for what a
-/// delivery names. Cheap to clone.
-#[derive(Debug, Clone)]
-pub struct CiService {
-    execs: Executions,
-    pool: Pool,
-}
-
-impl CiService {
-    /// A service over `execs` waking `pool`'s drivers.
-    pub fn new(execs: Executions, pool: Pool) -> CiService {
-        CiService { execs, pool }
-    }
-
-    /// A forge said something about CI: every execution whose ci gate waits for the commit
-    /// (or the `baton/<task_id>` branch) the notice names has its driver woken, so it reads
-    /// the checks now. Returns the executions woken (none: the delivery concerned no wait).
-    ///
-    /// Errors: the database.
-    pub async fn notice(&self, notice: &CiNotice) -> anyhow::Result<Vec<String>> {
-        let rows = self.execs.store().ci_waits_for(notice.sha.as_deref(), &notice.branches).await?;
-        let mut woken = Vec::new();
-        for row in rows {
-            // Its driver reads the checks now (one driven by another process polls on).
-            self.pool.wake(&row.task_id);
-            woken.push(row.task_id);
-        }
-        Ok(woken)
     }
 }
 

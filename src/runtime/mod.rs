@@ -9,6 +9,7 @@ pub mod auth;
 pub mod board;
 pub mod changelist;
 pub mod ci;
+pub mod ci_events;
 pub mod config;
 pub mod driver;
 pub mod executions;

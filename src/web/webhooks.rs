@@ -6,7 +6,7 @@
 //! delivery counts as seen is [`DeliveryKind`]'s rule), and turning its event into a spec
 //! import, an approval, a merge, or a CI notice for a waiting `ci` gate (GitHub `check_run`,
 //! `check_suite`, `status`; Azure DevOps `build.complete`: read into a
-//! [`CiNotice`](crate::runtime::ci::CiNotice), decided by [`crate::runtime::ci::CiService`]). The routes are public to the auth
+//! [`CiNotice`](crate::runtime::ci_events::CiNotice), decided by [`crate::runtime::ci_events::CiService`]). The routes are public to the auth
 //! middleware because they authenticate themselves. The secrets live in [`WebhookConfig`],
 //! read once at server start; this module never logs or echoes them, and never calls a forge
 //! back (no outbound HTTP).
@@ -462,7 +462,7 @@ async fn pull_request_closed(app: &AppState, p: &Value, actor: &str) -> Result<H
 
 /// What a GitHub `check_run`, `check_suite` or `status` delivery names: its head commit and
 /// branches.
-fn github_ci_notice(event: &str, p: &Value) -> crate::runtime::ci::CiNotice {
+fn github_ci_notice(event: &str, p: &Value) -> crate::runtime::ci_events::CiNotice {
     let (sha, branches) = match event {
         "check_run" => {
             (text(p, "/check_run/head_sha"), vec![text(p, "/check_run/check_suite/head_branch").to_string()])
@@ -476,7 +476,7 @@ fn github_ci_notice(event: &str, p: &Value) -> crate::runtime::ci::CiNotice {
                 .unwrap_or_default(),
         ),
     };
-    crate::runtime::ci::CiNotice {
+    crate::runtime::ci_events::CiNotice {
         sha: Some(sha.to_string()).filter(|s| !s.is_empty()),
         branches: branches.into_iter().filter(|b| !b.is_empty()).collect(),
     }
@@ -484,7 +484,7 @@ fn github_ci_notice(event: &str, p: &Value) -> crate::runtime::ci::CiNotice {
 
 /// What an Azure DevOps `build.complete` resource names: `sourceVersion` and `sourceBranch`
 /// (resource version 2.0), else the `LG:<ref>:<sha>` of `sourceGetVersion` (the older shape).
-fn ado_build_notice(resource: &Value) -> crate::runtime::ci::CiNotice {
+fn ado_build_notice(resource: &Value) -> crate::runtime::ci_events::CiNotice {
     let (mut branch, mut sha) =
         (text(resource, "/sourceBranch").to_string(), text(resource, "/sourceVersion").to_string());
     if let Some(rest) = text(resource, "/sourceGetVersion").strip_prefix("LG:") {
@@ -498,16 +498,16 @@ fn ado_build_notice(resource: &Value) -> crate::runtime::ci::CiNotice {
         }
     }
     let branch = branch.strip_prefix("refs/heads/").unwrap_or(&branch).to_string();
-    crate::runtime::ci::CiNotice {
+    crate::runtime::ci_events::CiNotice {
         sha: Some(sha).filter(|s| !s.is_empty()),
         branches: Some(branch).filter(|b| !b.is_empty()).into_iter().collect(),
     }
 }
 
-/// A CI notice → [`crate::runtime::ci::CiService::notice`], which decides which waiting gate
+/// A CI notice → [`crate::runtime::ci_events::CiService::notice`], which decides which waiting gate
 /// (if any) it concerns and wakes its driver.
-async fn ci_notice(app: &AppState, notice: crate::runtime::ci::CiNotice) -> Result<Handled, AppError> {
-    let service = crate::runtime::ci::CiService::new(app.execs.clone(), app.specs.pool().clone());
+async fn ci_notice(app: &AppState, notice: crate::runtime::ci_events::CiNotice) -> Result<Handled, AppError> {
+    let service = crate::runtime::ci_events::CiService::new(app.execs.clone(), app.specs.pool().clone());
     let woken = service.notice(&notice).await?;
     if woken.is_empty() {
         let what = notice.sha.clone().or_else(|| notice.branches.first().cloned()).unwrap_or_default();

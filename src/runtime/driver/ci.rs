@@ -100,7 +100,7 @@ impl Driver {
                     return self.gate_failed(state, g.phase_id, output, "forge CI".into()).await;
                 };
                 let branch = self.meta.branch.clone();
-                let remote = crate::runtime::merge::REMOTE.to_string();
+                let remote = super::REMOTE.to_string();
                 errln!("gate ci of phase {}: pushing {branch} to {remote} ({forge_repo})", g.phase_id);
                 let (repo, b, r) = (self.repo.clone(), branch.clone(), remote.clone());
                 let sha = match blocking(move || repo.push_branch(&r, &b)).await? {
@@ -140,7 +140,6 @@ impl Driver {
         };
         let ci = self.config.ci_for(Some(&project));
         let settings = self.config.forge_settings(|k| std::env::var(k).ok());
-        let forges = crate::runtime::forge::Forges::new(settings, crate::forge::RetryPolicy::default())?;
         let until = parse_time(&wait.until).unwrap_or_else(|| self.clock.now());
         let started = parse_time(&wait.started_at).unwrap_or_else(|| self.clock.now());
         let base = Duration::from_secs(ci.poll_secs.max(1));
@@ -156,7 +155,7 @@ impl Driver {
             let timed_out = now >= until;
             let elapsed = (now - started).to_std().unwrap_or_default();
             let known = state.ci_wait.as_ref().map(|w| w.checks.clone()).unwrap_or_default();
-            let checks = match ci::read_checks(&forges, &forge_repo, &self.meta.branch, &wait.sha).await {
+            let checks = match ci::read_checks(&settings, &forge_repo, &self.meta.branch, &wait.sha).await {
                 Ok(checks) => Some(checks),
                 Err(e) => {
                     errln!("reading the CI checks of {} failed: {e}; trying again", wait.sha);

@@ -67,6 +67,9 @@ pub use crate::crash::CRASH_POINTS;
 /// How often a driver renews its lease while it waits (a third of its lifetime).
 const LEASE_RENEW_EVERY: Duration = Duration::from_secs(lease::LEASE_TTL_SECS as u64 / 3);
 
+/// The remote feature branches are pushed to (by a `ci` gate and by a merge).
+pub const REMOTE: &str = "origin";
+
 /// The feature branch of an execution.
 pub fn feature_branch(task_id: &str) -> String {
     format!("baton/{task_id}")
