@@ -371,6 +371,9 @@ fn print_status(state: &ExecutionState, paused: bool, parked: Option<&str>, json
     for w in &state.quota_waits {
         outln!("  step {}: {} ({}: {})", w.step_id, w.note(), w.agent_name, w.reason);
     }
+    if let Some(w) = &state.ci_wait {
+        outln!("  gate ci of phase {}: {} on {} (times out at {})", w.phase_id, w.note(), w.sha, w.until);
+    }
     if let Some(ceiling) = state.budget.ceiling_usd {
         outln!(
             "  budget: ${:.2} spent + ${:.2} reserved of the ${ceiling:.2} ceiling ({})",

@@ -72,7 +72,18 @@ pub fn render(action: &Action, task_id: &str) -> String {
                 let _ = writeln!(out, "  Addition: {a}");
             }
             let _ = writeln!(out, "  Message: {}", g.message);
-            if let Some(reason) = &g.skip_reason {
+            if let Some(check) = g.check {
+                let by = match check {
+                    crate::model::action::GateCheck::ForgeCi => "forge_ci",
+                    crate::model::action::GateCheck::Reviewer => "reviewer",
+                };
+                let _ = writeln!(out, "  Check: {by}");
+                let _ = writeln!(
+                    out,
+                    "Record with: baton execute run --task-id {task} (the driver pushes and reads the forge's checks, \
+                     or asks the reviewer)"
+                );
+            } else if let Some(reason) = &g.skip_reason {
                 let _ = writeln!(out, "  Skip: {reason}");
                 let _ = writeln!(
                     out,

@@ -33,7 +33,10 @@ pub fn next_action(state: &ExecutionState) -> Action {
         },
         ExecutionStatus::ApprovalPending => approval_action(state),
         ExecutionStatus::FeedbackPending => feedback_action(state),
-        ExecutionStatus::GatePending | ExecutionStatus::GateFailed => gate_action(state),
+        ExecutionStatus::GatePending | ExecutionStatus::GateFailed => match ci_wait_action(state) {
+            Some(wait) => wait,
+            None => gate_action(state),
+        },
         ExecutionStatus::BudgetExceeded => budget::action(state),
         ExecutionStatus::Running => running_action(state),
     }
@@ -184,6 +187,28 @@ fn dispatch_action(state: &ExecutionState, phase: &PlanPhase, step: &PlanStep, i
     }
 }
 
+/// WAIT while the current phase's `ci` gate waits for the forge's checks (issue 19.2): the
+/// message says how far they are; `until` is when the wait times out.
+fn ci_wait_action(state: &ExecutionState) -> Option<Action> {
+    let w = state.ci_wait.as_ref()?;
+    if state.current().is_none_or(|p| p.phase_id != w.phase_id) {
+        return None;
+    }
+    let sha = w.sha.get(..10).unwrap_or(&w.sha);
+    let pending: Vec<&str> = w
+        .checks
+        .iter()
+        .filter(|c| c.state == crate::model::state::CiCheckState::Pending)
+        .map(|c| c.name.as_str())
+        .take(5)
+        .collect();
+    let running = if pending.is_empty() { String::new() } else { format!("; running: {}", pending.join(", ")) };
+    Some(Action::Wait {
+        message: format!("Phase {} gate 'ci' is {} on {sha}{running}.", w.phase_id, w.note()),
+        until: Some(w.until.clone()),
+    })
+}
+
 fn gate_action(state: &ExecutionState) -> Action {
     let Some(phase) = state.current() else {
         return Action::Wait { message: "no current phase".into(), until: None };
@@ -195,7 +220,19 @@ fn gate_action(state: &ExecutionState) -> Action {
     let attempt = state.gate_runs(phase.phase_id) + 1;
     // A retry carries the additions too (the original dropped them: seed-spec §5 #64).
     let run = gates::plan(state, phase);
-    let message = if let Some(reason) = &run.skip_reason {
+    let message = if let Some(check) = run.check {
+        match check {
+            crate::model::action::GateCheck::ForgeCi => format!(
+                "Gate 'ci' for phase {}: push baton/{} to the forge (never forced) and wait for the checks of its head commit.",
+                phase.phase_id, state.task_id
+            ),
+            crate::model::action::GateCheck::Reviewer => format!(
+                "Gate 'review' for phase {}: ask the project's reviewer agent (review_requested), or a human when none \
+                 is configured (gate_approval_requested).",
+                phase.phase_id
+            ),
+        }
+    } else if let Some(reason) = &run.skip_reason {
         format!(
             "Gate '{}' for phase {} has nothing to run ({reason}): record it as skipped; a skipped gate is not a pass.",
             gate.gate_type, phase.phase_id
@@ -223,6 +260,7 @@ fn gate_action(state: &ExecutionState) -> Action {
         max_failures: MAX_GATE_FAILURES,
         additions: run.additions,
         skip_reason: run.skip_reason,
+        check: run.check,
     })
 }
 
@@ -231,6 +269,9 @@ fn approval_action(state: &ExecutionState) -> Action {
         return Action::Approval(action);
     }
     let request = state.pending_approval_request.as_ref();
+    if let Some(r) = request.filter(|r| r.gate) {
+        return gate_approval_action(state, r.phase_id);
+    }
     let preflight = request.is_some_and(|r| r.preflight);
     let phase_id = request.map_or_else(|| state.current().map_or(0, |p| p.phase_id), |r| r.phase_id);
     let phase = state.plan.phase_index(phase_id).and_then(|i| state.plan.phases.get(i));
@@ -263,6 +304,24 @@ fn approval_action(state: &ExecutionState) -> Action {
         approval_context: context,
         approval_options: vec!["approve".into(), "reject".into(), "approve-with-feedback".into()],
         preflight,
+    })
+}
+
+/// APPROVAL of a `review` gate that has no reviewer agent: a human reviews the phase's changes.
+fn gate_approval_action(state: &ExecutionState, phase_id: i64) -> Action {
+    let phase = state.plan.phase_index(phase_id).and_then(|i| state.plan.phases.get(i));
+    let name = phase.map_or("", |p| p.name.as_str());
+    let mut context = format!(
+        "The review gate of phase {phase_id} ({name}) has no command and no reviewer agent is configured, so a \
+         human reviews it: approve to pass the gate, reject (with what must change) to fail it.\n\n"
+    );
+    context.push_str(&phase.map(|p| phase_outcomes(state, p)).unwrap_or_default());
+    Action::Approval(ApprovalAction {
+        message: format!("Review the changes of phase {phase_id} ({name}): its review gate waits for a human."),
+        phase_id,
+        approval_context: context,
+        approval_options: vec!["approve".into(), "reject".into(), "approve-with-feedback".into()],
+        preflight: false,
     })
 }
 

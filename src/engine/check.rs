@@ -8,7 +8,12 @@ use crate::engine::guards::{
     not_ready,
 };
 use crate::engine::{amend, budget, gates, team, EngineError};
+use crate::model::action::GateCheck;
 use crate::model::event::{EventKind, RecordStatus};
+use crate::model::text::cut;
+
+/// Checks one `ci_checked` event may report, at most.
+pub(crate) const MAX_CI_CHECKS: usize = 500;
 use crate::model::state::{ApprovalDecision, ExecutionState, ExecutionStatus, StepStatus};
 
 /// Validation of every event kind against the state: no mutation.
@@ -89,6 +94,21 @@ pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), Engi
             // A gate with nothing to run checks nothing: it is skipped, never passed (a
             // failure may still be recorded: a human may find the phase wanting).
             if *passed {
+                match gates::plan(state, phase).check {
+                    Some(GateCheck::ForgeCi) if state.ci_wait.as_ref().is_none_or(|w| w.phase_id != *phase_id) => {
+                        return Err(EngineError::InvalidEvent(format!(
+                            "the ci gate of phase {phase_id} is decided by the forge's checks: record `ci_started` \
+                             for the pushed commit first; a pass without them would check nothing"
+                        )));
+                    }
+                    Some(GateCheck::Reviewer) => {
+                        return Err(EngineError::InvalidEvent(format!(
+                            "the review gate of phase {phase_id} is decided by the reviewer: record \
+                             `review_requested` (a reviewer agent) or `gate_approval_requested` (a human)"
+                        )));
+                    }
+                    _ => {}
+                }
                 if let Some(reason) = gates::plan(state, phase).skip_reason {
                     return Err(EngineError::InvalidEvent(format!(
                         "the gate of phase {phase_id} has nothing to run ({reason}): record it as skipped; a pass \
@@ -104,6 +124,15 @@ pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), Engi
                 return Err(wrong("gate_skipped"));
             }
             let run = gates::plan(state, phase);
+            if let Some(check) = run.check {
+                let who = match check {
+                    GateCheck::ForgeCi => "the forge's CI checks (record `ci_started`)",
+                    GateCheck::Reviewer => "the reviewer (record `review_requested` or `gate_approval_requested`)",
+                };
+                return Err(EngineError::InvalidEvent(format!(
+                    "the gate of phase {phase_id} has no command but is checked by {who}; it is never skipped"
+                )));
+            }
             if run.skip_reason.is_none() {
                 let what = if run.command.is_empty() { run.additions.join("; ") } else { run.command };
                 return Err(EngineError::InvalidEvent(format!(
@@ -242,6 +271,72 @@ pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), Engi
                     status: st.as_str().into(),
                     reason: "only a pending or failed step can be skipped".into(),
                 });
+            }
+            Ok(())
+        }
+        EventKind::CiStarted { phase_id, sha, until } => {
+            let phase = ensure_current_phase(state, *phase_id)?;
+            if !matches!(status, ExecutionStatus::GatePending | ExecutionStatus::GateFailed) {
+                return Err(wrong("ci_started"));
+            }
+            if gates::plan(state, phase).check != Some(GateCheck::ForgeCi) {
+                return Err(EngineError::InvalidEvent(format!(
+                    "the gate of phase {phase_id} is not a ci gate without a command: nothing waits for the forge's checks"
+                )));
+            }
+            if let Some(w) = &state.ci_wait {
+                return Err(EngineError::InvalidEvent(format!(
+                    "the ci gate of phase {} already waits for the checks of {}",
+                    w.phase_id, w.sha
+                )));
+            }
+            if sha.len() < 7 || sha.len() > 64 || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
+                return Err(EngineError::InvalidEvent(format!(
+                    "ci_started: sha {:?} is not a commit id",
+                    cut(sha, 80)
+                )));
+            }
+            if until.trim().is_empty() {
+                return Err(EngineError::InvalidEvent("ci_started needs its `until` time".into()));
+            }
+            Ok(())
+        }
+        EventKind::CiChecked { phase_id, sha, checks } => {
+            ensure_current_phase(state, *phase_id)?;
+            let Some(w) = state.ci_wait.as_ref().filter(|w| w.phase_id == *phase_id) else {
+                return Err(EngineError::InvalidEvent(format!(
+                    "ci_checked: the gate of phase {phase_id} does not wait for CI"
+                )));
+            };
+            if w.sha != *sha {
+                return Err(EngineError::InvalidEvent(format!(
+                    "ci_checked: the ci gate of phase {phase_id} waits for {}, not {}",
+                    w.sha,
+                    cut(sha, 80)
+                )));
+            }
+            if checks.len() > MAX_CI_CHECKS || checks.iter().any(|c| c.name.trim().is_empty()) {
+                return Err(EngineError::InvalidEvent(format!(
+                    "ci_checked: expected at most {MAX_CI_CHECKS} checks, each with a name"
+                )));
+            }
+            Ok(())
+        }
+        EventKind::ReviewRequested { phase_id, .. } | EventKind::GateApprovalRequested { phase_id } => {
+            let name = kind.name();
+            let phase = ensure_current_phase(state, *phase_id)?;
+            if !matches!(status, ExecutionStatus::GatePending | ExecutionStatus::GateFailed) {
+                return Err(wrong(name));
+            }
+            if gates::plan(state, phase).check != Some(GateCheck::Reviewer) {
+                return Err(EngineError::InvalidEvent(format!(
+                    "{name}: the gate of phase {phase_id} is not a review gate without a command"
+                )));
+            }
+            if let EventKind::ReviewRequested { agent_name, .. } = kind {
+                if let Some(why) = crate::engine::unsafe_id_reason(agent_name) {
+                    return Err(EngineError::InvalidEvent(format!("review_requested: agent_name {why}")));
+                }
             }
             Ok(())
         }

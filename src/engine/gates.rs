@@ -3,10 +3,15 @@
 //! `{files}` is dropped when the phase changed no file (it would otherwise run with no file and
 //! check nothing); a gate left with nothing to run is *skipped* with a reason, never passed.
 //!
+//! A `ci` or `review` gate with nothing to run is not skipped (issue 19.2): [`GatePlan::check`]
+//! says who checks it instead, the forge's CI ([`GateCheck::ForgeCi`]) or the reviewer
+//! ([`GateCheck::Reviewer`]).
+//!
 //! Pure: `actions` builds the GATE action from [`plan`], `check` accepts a `gate_skipped` event
 //! only when [`plan`] says there is nothing to run. This module never runs a command.
 
 use crate::engine::gate_additions;
+use crate::model::action::GateCheck;
 use crate::model::plan::PlanPhase;
 use crate::model::state::ExecutionState;
 use crate::model::text::shell_quote;
@@ -27,6 +32,18 @@ pub struct GatePlan {
     pub additions: Vec<String>,
     /// `Some(reason)` ([`NO_FILES_CHANGED`] or [`NO_COMMAND`]) when nothing is left to run.
     pub skip_reason: Option<String>,
+    /// `Some` for a `ci` or `review` gate with no command and no addition: who checks it.
+    pub check: Option<GateCheck>,
+}
+
+/// Who checks a gate of `gate_type` that has nothing to run: `ci` the forge's CI, `review` the
+/// reviewer; any other type is skipped.
+pub fn external_check(gate_type: &str) -> Option<GateCheck> {
+    match gate_type.trim() {
+        "ci" => Some(GateCheck::ForgeCi),
+        "review" => Some(GateCheck::Reviewer),
+        _ => None,
+    }
 }
 
 /// The files the steps of `phase` changed, sorted, each once.
@@ -82,7 +99,13 @@ pub fn plan(state: &ExecutionState, phase: &PlanPhase) -> GatePlan {
         additions.retain(|a| !addition_names_files(a));
         dropped_for_files |= additions.len() != before;
     }
-    let skip_reason = (command.is_empty() && additions.is_empty())
-        .then(|| if dropped_for_files { NO_FILES_CHANGED } else { NO_COMMAND }.to_string());
-    GatePlan { command, additions, skip_reason }
+    let nothing = command.is_empty() && additions.is_empty();
+    // A `ci` or `review` gate with no command at all is checked by the forge or the reviewer;
+    // one whose command names `{files}` with no file changed is still skipped.
+    let check = (nothing && planned.is_empty())
+        .then(|| phase.gate.as_ref().and_then(|g| external_check(&g.gate_type)))
+        .flatten();
+    let skip_reason =
+        (nothing && check.is_none()).then(|| if dropped_for_files { NO_FILES_CHANGED } else { NO_COMMAND }.to_string());
+    GatePlan { command, additions, skip_reason, check }
 }

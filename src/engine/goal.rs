@@ -217,6 +217,14 @@ pub fn parse_verdict(outcome: &str) -> Result<Verdict, String> {
 }
 
 fn find_object(outcome: &str) -> Result<Map<String, Value>, String> {
+    find_object_with(outcome, "met")
+}
+
+/// The first fenced ```` ```json ```` (or unlabelled) block holding a JSON object with `key`,
+/// else the first bare top-level JSON object with `key` (shared by the goal and review verdicts).
+///
+/// Errors: no such object; a ```` ```json ```` block that is not valid JSON.
+pub(crate) fn find_object_with(outcome: &str, key: &str) -> Result<Map<String, Value>, String> {
     // Fenced blocks first: the shape the prompt asks for.
     let mut lines = outcome.lines();
     while let Some(line) = lines.next() {
@@ -227,7 +235,7 @@ fn find_object(outcome: &str) -> Result<Map<String, Value>, String> {
             continue;
         }
         match serde_json::from_str::<Value>(&body.join("\n")) {
-            Ok(Value::Object(map)) if map.contains_key("met") => return Ok(map),
+            Ok(Value::Object(map)) if map.contains_key(key) => return Ok(map),
             Ok(_) => {}
             Err(e) if tag == "json" => return Err(format!("the ```json block is not valid JSON ({e})")),
             Err(_) => {}
@@ -244,12 +252,13 @@ fn find_object(outcome: &str) -> Result<Map<String, Value>, String> {
         let start = pos + offset;
         let mut stream = serde_json::Deserializer::from_str(&text[start..]).into_iter::<Value>();
         match stream.next() {
-            Some(Ok(Value::Object(map))) if map.contains_key("met") => return Ok(map),
+            Some(Ok(Value::Object(map))) if map.contains_key(key) => return Ok(map),
             Some(Ok(_)) => pos = start + stream.byte_offset().max(1),
             _ => pos = start + 1,
         }
     }
-    Err("no JSON verdict found: expected a ```json block (or a bare JSON object) with a boolean `met`".into())
+    let what = if key == "met" { "a boolean `met`".to_string() } else { format!("`{key}`") };
+    Err(format!("no JSON verdict found: expected a ```json block (or a bare JSON object) with {what}"))
 }
 
 fn shown(value: &Value) -> String {

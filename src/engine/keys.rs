@@ -75,6 +75,10 @@ fn default_round(state: &ExecutionState, kind: &EventKind) -> u64 {
             u64::from(state.gate_runs(*phase_id)) + u64::from(open)
         }
         EventKind::GateRetried { phase_id } => u64::from(state.gate_runs(*phase_id)),
+        EventKind::CiStarted { phase_id, .. }
+        | EventKind::ReviewRequested { phase_id, .. }
+        | EventKind::GateApprovalRequested { phase_id } => u64::from(state.gate_runs(*phase_id)),
+        EventKind::CiChecked { .. } => u64::from(state.ci_wait.as_ref().map_or(0, |w| w.polls)),
         EventKind::ApprovalRecorded { phase_id, .. } => {
             let n = state.approval_results.iter().filter(|a| a.phase_id == *phase_id).count() as u64;
             n + u64::from(state.pending_approval_request.as_ref().is_some_and(|r| r.phase_id == *phase_id))

@@ -4,10 +4,13 @@
 
 use crate::engine::edits::{fail, push_approval_result, reopen, result_entry};
 use crate::engine::guards::answered;
-use crate::engine::{amend, budget, gate_additions, gates, goal, signals, team, INTERACT_COMPLETE, MAX_GATE_FAILURES};
+use crate::engine::{
+    amend, budget, gate_additions, gates, goal, review, signals, team, INTERACT_COMPLETE, MAX_GATE_FAILURES,
+};
 use crate::model::event::{Event, EventKind, RecordStatus};
 use crate::model::state::{
-    ApprovalDecision, CheckpointMarks, ExecutionState, ExecutionStatus, GateResult, InteractionTurn, StepStatus,
+    ApprovalDecision, CheckpointMarks, CiWait, ExecutionState, ExecutionStatus, GateResult, InteractionTurn,
+    PendingApprovalRequest, StepStatus,
 };
 
 /// Applies a checked event. Must not fail: everything that can go wrong was checked.
@@ -140,6 +143,9 @@ fn mutate_event(state: &mut ExecutionState, event: &Event, now: &str) {
             }
             budget::tier_warning(state);
             goal::take_verdict(state, step_id, now);
+            if let Some(v) = review::take_verdict(state, step_id) {
+                record_gate(state, v.phase_id, v.passed, v.output, Some(v.command), now);
+            }
         }
         EventKind::Forecasted { steps, default_usd } => {
             state.budget.forecasts.clone_from(steps);
@@ -162,6 +168,7 @@ fn mutate_event(state: &mut ExecutionState, event: &Event, now: &str) {
             budget::ceiling_changed(state);
         }
         EventKind::GateRecorded { phase_id, passed, output, command, exit_code } => {
+            state.ci_wait = None;
             let run = GateRun { passed: *passed, skipped: None, output: output.clone(), command: command.clone() };
             push_gate_result(state, *phase_id, run, *exit_code, now);
             if *passed {
@@ -169,6 +176,36 @@ fn mutate_event(state: &mut ExecutionState, event: &Event, now: &str) {
             } else {
                 gate_failed(state, *phase_id, output, now);
             }
+        }
+        EventKind::CiStarted { phase_id, sha, until } => {
+            state.ci_wait = Some(CiWait {
+                phase_id: *phase_id,
+                sha: sha.clone(),
+                until: until.clone(),
+                started_at: now.to_string(),
+                checks: Vec::new(),
+                polls: 0,
+            });
+        }
+        EventKind::CiChecked { checks, .. } => {
+            if let Some(w) = state.ci_wait.as_mut() {
+                w.checks.clone_from(checks);
+                w.polls += 1;
+            }
+        }
+        EventKind::ReviewRequested { agent_name, .. } => {
+            review::request(state, agent_name);
+            state.status = ExecutionStatus::Running;
+        }
+        EventKind::GateApprovalRequested { phase_id } => {
+            state.status = ExecutionStatus::ApprovalPending;
+            state.pending_approval_request = Some(PendingApprovalRequest {
+                phase_id: *phase_id,
+                requested_at: now.to_string(),
+                preflight: false,
+                team_step: String::new(),
+                gate: true,
+            });
         }
         EventKind::GateSkipped { phase_id, .. } => {
             // The engine's own reason (`check` made sure there is one), so a replay or a
@@ -181,8 +218,27 @@ fn mutate_event(state: &mut ExecutionState, event: &Event, now: &str) {
             state.status = ExecutionStatus::Running;
         }
         EventKind::ApprovalRecorded { phase_id, result, feedback } => {
-            let preflight = state.pending_approval_request.take().is_some_and(|r| r.preflight);
+            let request = state.pending_approval_request.take();
+            let preflight = request.as_ref().is_some_and(|r| r.preflight);
             push_approval_result(state, event, now, preflight, String::new());
+            if request.is_some_and(|r| r.gate) {
+                // The review gate's human reviewer: the decision is the gate's result.
+                let by = if event.actor.is_empty() { "a human".to_string() } else { event.actor.clone() };
+                let pass = !matches!(result, ApprovalDecision::Reject);
+                let verb = match result {
+                    ApprovalDecision::Approve => "approved",
+                    ApprovalDecision::ApproveWithFeedback => "approved with feedback",
+                    ApprovalDecision::Reject => "rejected",
+                };
+                let mut output = format!("review by {by}: {verb}\n");
+                if !feedback.trim().is_empty() {
+                    output.push_str(feedback.trim());
+                    output.push('\n');
+                }
+                state.status = ExecutionStatus::GatePending;
+                record_gate(state, *phase_id, pass, output, Some(format!("human review by {by}")), now);
+                return;
+            }
             match result {
                 ApprovalDecision::Approve => state.status = ExecutionStatus::Running,
                 ApprovalDecision::Reject => {
@@ -244,6 +300,7 @@ fn mutate_event(state: &mut ExecutionState, event: &Event, now: &str) {
         }
         EventKind::Cancelled { reason } => {
             state.status = ExecutionStatus::Cancelled;
+            state.ci_wait = None;
             state.pending_approval_request = None;
             let by = if event.actor.is_empty() { String::new() } else { format!(" by {}", event.actor) };
             let why = if reason.is_empty() { String::new() } else { format!(": {reason}") };
@@ -300,6 +357,7 @@ fn mutate_event(state: &mut ExecutionState, event: &Event, now: &str) {
         EventKind::GateRetried { phase_id } => {
             let failures = state.gate_failures(*phase_id);
             *state.gate_failures_forgiven.entry(*phase_id).or_insert(0) += failures;
+            state.ci_wait = None;
             state.failure = None;
             state.completed_at.clear();
             state.status = ExecutionStatus::GatePending;
@@ -328,8 +386,26 @@ fn strip_interact_complete(outcome: &str) -> (String, bool) {
     (text.trim().to_string(), finished)
 }
 
-/// A failed gate: the first failure of a phase re-dispatches the phase's last step with the
-/// gate output; later failures re-run the gate until the cap, then fail the execution.
+/// Records a gate verdict reached inside another event (a reviewer step's result, a human's
+/// decision on a review gate): passed moves on, failed follows the failed-gate rules.
+fn record_gate(
+    state: &mut ExecutionState,
+    phase_id: i64,
+    passed: bool,
+    output: String,
+    command: Option<String>,
+    now: &str,
+) {
+    state.ci_wait = None;
+    let run = GateRun { passed, skipped: None, output: output.clone(), command };
+    push_gate_result(state, phase_id, run, None, now);
+    if passed {
+        state.status = ExecutionStatus::Running;
+    } else {
+        gate_failed(state, phase_id, &output, now);
+    }
+}
+
 /// What a gate run recorded: passed, or skipped with its reason; its output and the command
 /// run (`None`: the plan's).
 struct GateRun {
@@ -360,10 +436,14 @@ fn push_gate_result(state: &mut ExecutionState, phase_id: i64, run: GateRun, exi
     });
 }
 
+/// A failed gate: the first failure of a phase re-dispatches the phase's last working step
+/// (not a reviewer or goal evaluator step) with the gate output; later failures re-run the
+/// gate until the cap, then fail the execution.
 fn gate_failed(state: &mut ExecutionState, phase_id: i64, output: &str, now: &str) {
     let failures = state.gate_failures(phase_id);
     let phase = &state.plan.phases[state.current_phase];
-    let last = phase.steps.last().map(|s| s.step_id.clone());
+    let last =
+        phase.steps.iter().rev().find(|s| !review::is_review(s) && !goal::is_evaluation(s)).map(|s| s.step_id.clone());
     if failures >= MAX_GATE_FAILURES {
         let gate_type = phase.gate.as_ref().map_or("", |g| g.gate_type.as_str()).to_string();
         fail(
@@ -376,13 +456,20 @@ fn gate_failed(state: &mut ExecutionState, phase_id: i64, output: &str, now: &st
     match last {
         Some(step_id) if !state.gate_redispatched.contains(&phase_id) => {
             state.gate_redispatched.insert(phase_id);
-            let command = phase.gate.as_ref().map_or("", |g| g.command.as_str()).to_string();
+            let (gate_type, command) = phase
+                .gate
+                .as_ref()
+                .map_or((String::new(), String::new()), |g| (g.gate_type.clone(), g.command.clone()));
             if let Some(r) = state.step_results.get_mut(&step_id) {
                 if r.status.is_done() {
                     state.counters.steps_done = state.counters.steps_done.saturating_sub(1);
                 }
                 r.status = StepStatus::Pending;
-                r.gate_feedback = Some(format!("$ {command}\n{output}"));
+                r.gate_feedback = Some(if command.trim().is_empty() {
+                    format!("{gate_type} gate:\n{output}")
+                } else {
+                    format!("$ {command}\n{output}")
+                });
             }
             team::gate_redispatch(state, &step_id, now);
             state.status = ExecutionStatus::Running;

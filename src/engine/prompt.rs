@@ -41,6 +41,9 @@ pub fn delegation_prompt(state: &ExecutionState, step: &PlanStep) -> String {
     if goal::is_evaluation(step) && goal::condition(&state.plan).is_some() {
         return goal_prompt(state, step);
     }
+    if crate::engine::review::is_review(step) {
+        return crate::engine::review::review_prompt(state, step);
+    }
     let plan: &MachinePlan = &state.plan;
     let mut out = String::with_capacity(2048);
     let _ = writeln!(out, "# Baton delegation: step {} of {}\n", step.step_id, state.task_id);

@@ -83,6 +83,7 @@ pub(crate) fn settle(state: &mut ExecutionState, now: &str) {
                 requested_at: now.to_string(),
                 preflight: false,
                 team_step: String::new(),
+                gate: false,
             });
             return;
         }
@@ -157,7 +158,10 @@ fn tally(state: &mut ExecutionState) -> Option<PhaseTally> {
     if let Some(t) = state.index.2.filter(|t| t.phase == index && t.steps == phase.steps.len()) {
         return Some(t);
     }
-    if goal::condition(&state.plan).is_some() || phase.steps.iter().any(|s| !s.team.is_empty()) {
+    // A reviewer step's verdict may send another step back (a failed review gate).
+    if goal::condition(&state.plan).is_some()
+        || phase.steps.iter().any(|s| !s.team.is_empty() || crate::engine::review::is_review(s))
+    {
         state.index.2 = None;
         return None;
     }

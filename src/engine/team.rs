@@ -592,6 +592,7 @@ pub(crate) fn escalate(state: &mut ExecutionState, now: &str) -> bool {
             requested_at: now.to_string(),
             preflight: false,
             team_step: step_id,
+            gate: false,
         });
     }
     true

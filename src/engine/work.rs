@@ -23,7 +23,11 @@ pub fn no_work_reason(
     files: &[String],
     agent_text: &str,
 ) -> Option<String> {
-    if !step.expects_changes() || step.is_automation() || crate::engine::goal::is_evaluation(step) {
+    if !step.expects_changes()
+        || step.is_automation()
+        || crate::engine::goal::is_evaluation(step)
+        || crate::engine::review::is_review(step)
+    {
         return None;
     }
     if tokens > 0 || cost_usd > 0.0 || !commit.is_empty() || !files.is_empty() {

@@ -70,6 +70,18 @@ impl AzureDevOps {
         format!("{}/{}/{}/_apis/{path}", self.base, enc(org), enc(project))
     }
 
+    /// The address of `path` under `org`/`project`'s `_apis`.
+    pub(super) fn api_url(&self, org: &str, project: &str, path: &str) -> String {
+        self.url(org, project, path)
+    }
+
+    /// GETs `url` and reads its JSON body.
+    ///
+    /// Errors: any [`ForgeError`] of the call; a body that is not JSON.
+    pub(super) async fn get_json(&self, what: &str, url: &str) -> Result<Value, ForgeError> {
+        self.call(what, Method::GET, url, None).await
+    }
+
     /// Sends the request until it succeeds (its JSON body) or the policy says stop.
     async fn call(&self, what: &str, method: Method, url: &str, body: Option<&Value>) -> Result<Value, ForgeError> {
         let Some(pat) = &self.pat else {

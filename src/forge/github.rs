@@ -154,6 +154,14 @@ impl GitHub {
         .await
     }
 
+    /// GETs `uri` (a path under the API address) and reads its JSON body.
+    ///
+    /// Errors: any [`ForgeError`] of the call; a body that is not JSON.
+    pub(super) async fn get_json(&self, what: &str, uri: &str) -> Result<Value, ForgeError> {
+        let answer = self.call(what, "GET", uri, None).await?;
+        Self::json(what, answer).await
+    }
+
     /// The JSON body of a successful answer.
     async fn json(what: &str, response: Response) -> Result<Value, ForgeError> {
         let malformed = |message: String| ForgeError::Malformed { forge: Forge::GitHub, what: what.into(), message };

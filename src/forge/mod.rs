@@ -15,10 +15,11 @@
 //! each: `settings` (credentials and API addresses), `refs` (the repository and item references
 //! users type), `error` (what a failed call says), `policy` (how long and how often to retry),
 //! `answer` (what an answer means), `retry` (the one retry loop of both clients), `item` (the
-//! items read), `github` and `ado` (the two clients).
+//! items read), `github` and `ado` (the two clients), `checks` (a commit's CI checks on either).
 
 pub mod ado;
 pub mod answer;
+pub mod checks;
 pub mod error;
 pub mod github;
 pub mod item;

@@ -135,6 +135,23 @@ pub struct GateAction {
     /// pass (issue 14.4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skip_reason: Option<String>,
+    /// Set for a `ci` or `review` gate with nothing to run: it is checked by the forge's CI or
+    /// the reviewer instead of being skipped (issue 19.2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<GateCheck>,
+}
+
+/// Who checks a `ci` or `review` gate that has no command (issue 19.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GateCheck {
+    /// A `ci` gate: push `baton/<task_id>` to the forge and wait for the checks of its head
+    /// commit (record `ci_started`, `ci_checked`, then `gate_recorded`).
+    ForgeCi,
+    /// A `review` gate: the project's reviewer agent judges the phase (record
+    /// `review_requested`), or a human does when none is configured (record
+    /// `gate_approval_requested`).
+    Reviewer,
 }
 
 /// APPROVAL: a human decision.

@@ -286,6 +286,41 @@ pub enum EventKind {
         /// Step.
         step_id: String,
     },
+    /// A `ci` gate without a command pushed `baton/<task_id>` (never forced) and waits for the
+    /// forge's checks of `sha` until `until` (issue 19.2). Accepted only when the engine's GATE
+    /// action says `check: forge_ci`.
+    CiStarted {
+        /// Phase (must be the current one, its gate pending).
+        phase_id: i64,
+        /// The pushed head commit.
+        sha: String,
+        /// When the wait times out (RFC 3339, UTC).
+        until: String,
+    },
+    /// The checks of a waiting `ci` gate changed (a poll or a webhook saw another outcome).
+    CiChecked {
+        /// Phase (must be the one waiting).
+        phase_id: i64,
+        /// The commit checked (must be the one waiting).
+        sha: String,
+        /// Every check reported now.
+        #[serde(default)]
+        checks: Vec<crate::model::state::CiCheck>,
+    },
+    /// A `review` gate without a command is judged by the reviewer agent `agent_name`: the
+    /// engine appends a `review.<n>` step to the phase; its verdict decides the gate.
+    ReviewRequested {
+        /// Phase (must be the current one, its gate pending).
+        phase_id: i64,
+        /// The reviewer agent.
+        agent_name: String,
+    },
+    /// A `review` gate without a command and without a reviewer agent asks a human: the
+    /// execution waits for an approval whose decision passes or fails the gate.
+    GateApprovalRequested {
+        /// Phase (must be the current one, its gate pending).
+        phase_id: i64,
+    },
     /// An operator skipped a step: it counts as done for its dependants.
     StepSkipped {
         /// Step.
@@ -322,6 +357,10 @@ impl EventKind {
             EventKind::StepSkipped { .. } => "step_skipped",
             EventKind::QuotaWait { .. } => "quota_wait",
             EventKind::QuotaResumed { .. } => "quota_resumed",
+            EventKind::CiStarted { .. } => "ci_started",
+            EventKind::CiChecked { .. } => "ci_checked",
+            EventKind::ReviewRequested { .. } => "review_requested",
+            EventKind::GateApprovalRequested { .. } => "gate_approval_requested",
             EventKind::Forecasted { .. } => "forecasted",
             EventKind::BudgetSet { .. } => "budget_set",
             EventKind::BudgetRaised { .. } => "budget_raised",

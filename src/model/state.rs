@@ -349,6 +349,10 @@ pub struct PendingApprovalRequest {
     /// (the approval decides the conflict, not the phase); empty otherwise.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub team_step: String,
+    /// The phase's `review` gate, which has no command and no reviewer agent, asks a human
+    /// (issue 19.2): approving passes the gate, rejecting fails it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gate: bool,
 }
 
 /// An answered feedback question.
@@ -491,6 +495,74 @@ pub fn quota_note(account: &str, until: &str) -> String {
     format!("waiting for {account} quota until {at}")
 }
 
+/// How one reported CI check stands (issue 19.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CiCheckState {
+    /// Queued or running.
+    Pending,
+    /// Finished and passed (GitHub `success`, `neutral`, `skipped`; Azure DevOps `succeeded`).
+    Passed,
+    /// Finished and did not pass (failure, error, cancelled, timed out, …).
+    Failed,
+}
+
+/// One CI check of the head commit, as the forge reported it (names and summaries are
+/// untrusted forge text: trimmed here, escaped wherever they are shown).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct CiCheck {
+    /// The check run's name, the status's context, or the build's definition name.
+    pub name: String,
+    /// How it stands.
+    pub state: CiCheckState,
+    /// Its summary (check run output title/summary, status description, build result), trimmed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub summary: String,
+}
+
+/// A `ci` gate without a command waiting for the forge's checks of the pushed head commit
+/// (issue 19.2): set by `ci_started`, updated by `ci_checked`, cleared by the verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct CiWait {
+    /// The phase whose gate waits.
+    pub phase_id: i64,
+    /// The pushed head commit of `baton/<task_id>` whose checks decide.
+    pub sha: String,
+    /// When the wait times out (RFC 3339, UTC).
+    pub until: String,
+    /// When it began (RFC 3339).
+    pub started_at: String,
+    /// The checks reported so far (the latest poll or webhook that changed them).
+    #[serde(default)]
+    pub checks: Vec<CiCheck>,
+    /// `ci_checked` events applied to this wait (the round of their derived keys).
+    #[serde(default)]
+    pub polls: u32,
+}
+
+impl CiWait {
+    /// Checks finished (passed or failed).
+    pub fn done(&self) -> usize {
+        self.checks.iter().filter(|c| c.state != CiCheckState::Pending).count()
+    }
+
+    /// `waiting for CI: 3 of 5 checks done` (or `waiting for CI: no checks reported yet`):
+    /// what the WAIT, `execute status`, the API and the board card say.
+    pub fn note(&self) -> String {
+        ci_note(self.done(), self.checks.len())
+    }
+}
+
+/// `waiting for CI: <done> of <total> checks done`, or `waiting for CI: no checks reported
+/// yet` when `total` is 0.
+pub fn ci_note(done: usize, total: usize) -> String {
+    if total == 0 {
+        "waiting for CI: no checks reported yet".to_string()
+    } else {
+        format!("waiting for CI: {done} of {total} checks done")
+    }
+}
+
 /// One run of a plan (seed-spec §1.14), changed only by `engine::apply`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ExecutionState {
@@ -545,6 +617,9 @@ pub struct ExecutionState {
     /// step, set by `quota_wait` and cleared by `quota_resumed` or the step's next dispatch.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub quota_waits: Vec<QuotaWait>,
+    /// The current phase's `ci` gate waiting for the forge's checks (issue 19.2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci_wait: Option<CiWait>,
     /// Idempotency key of every applied event → fingerprint of its payload, so a key reused
     /// for a different event is caught.
     #[serde(default)]
@@ -586,6 +661,7 @@ impl ExecutionState {
             counters: Counters::default(),
             budget: Budget::default(),
             quota_waits: Vec::new(),
+            ci_wait: None,
             applied_keys: BTreeMap::new(),
             events_applied: 0,
             started_at: started_at.to_string(),

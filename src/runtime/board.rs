@@ -216,6 +216,11 @@ fn waits_for(stage: SpecStage, row: &CardRow) -> Option<String> {
         let note = crate::model::state::quota_note(account, &normal_utc(until));
         return Some(note.trim_start_matches("waiting for ").to_string());
     }
+    if let Some((done, total)) = row.ci_wait.as_deref().filter(|_| open).and_then(|c| c.split_once(' ')) {
+        // `waiting for CI: 3 of 5 checks done` reads as what the card waits for.
+        let note = crate::model::state::ci_note(done.parse().unwrap_or(0), total.parse().unwrap_or(0));
+        return Some(note.trim_start_matches("waiting for ").to_string());
+    }
     match (stage, row.execution_status.as_deref()) {
         (SpecStage::AwaitingHuman, status) => crate::runtime::views::waits_for(status.unwrap_or_default(), &phase),
         (SpecStage::Validating, Some("gate_failed")) => Some(format!("gate retry of phase {phase}")),

@@ -151,6 +151,12 @@ pub struct Config {
     /// a PostgreSQL URL is given).
     #[serde(default)]
     pub database: DatabaseConfig,
+    /// `[ci]`: how a `ci` gate without a command waits for the forge's checks (issue 19.2).
+    #[serde(default)]
+    pub ci: CiConfig,
+    /// `[review]`: who judges a `review` gate without a command (issue 19.2).
+    #[serde(default)]
+    pub review: ReviewConfig,
 }
 
 /// `[database]` in `baton.toml`.
@@ -202,6 +208,32 @@ impl Config {
         Ok(())
     }
 
+    /// The CI settings of project `project` (`None`: an execution of no project): `[ci]` with
+    /// the project's `ci_*` keys on top.
+    pub fn ci_for(&self, project: Option<&str>) -> CiConfig {
+        let mut ci = self.ci.clone();
+        if let Some(p) = project.and_then(|p| self.projects.get(p)) {
+            if let Some(t) = p.ci_timeout_secs {
+                ci.timeout_secs = t;
+            }
+            if let Some(r) = &p.ci_required {
+                ci.required.clone_from(r);
+            }
+        }
+        ci
+    }
+
+    /// The reviewer agent of project `project`: its `review_agent`, else `[review] agent`;
+    /// `None` when neither names one (a human then reviews).
+    pub fn reviewer_for(&self, project: Option<&str>) -> Option<String> {
+        project
+            .and_then(|p| self.projects.get(p))
+            .and_then(|p| p.review_agent.clone())
+            .or_else(|| self.review.agent.clone())
+            .map(|a| a.trim().to_string())
+            .filter(|a| !a.is_empty())
+    }
+
     /// The price table: built-in rows with `[prices.*]` on top.
     pub fn price_table(&self) -> crate::pmo::pricing::PriceTable {
         crate::pmo::pricing::PriceTable::new(&self.prices)
@@ -246,6 +278,40 @@ impl Default for RuntimeConfig {
     }
 }
 
+/// `[ci]` in `baton.toml`: how a `ci` gate without a command waits for the forge's checks of
+/// the pushed head commit (issue 19.2).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CiConfig {
+    /// The gate fails when the checks have not all finished this long after the push,
+    /// seconds (default 3600: 60 minutes).
+    pub timeout_secs: u64,
+    /// Zero checks reported this long after the push fail the gate (`no CI checks reported
+    /// for <sha>`), seconds (default 300).
+    pub grace_secs: u64,
+    /// First poll interval while no webhook says anything, seconds (default 15); it doubles
+    /// while nothing changes, up to `max_poll_secs`.
+    pub poll_secs: u64,
+    /// Longest poll interval, seconds (default 300).
+    pub max_poll_secs: u64,
+    /// The check names that must pass; empty (the default) means every reported check.
+    pub required: Vec<String>,
+}
+
+impl Default for CiConfig {
+    fn default() -> Self {
+        CiConfig { timeout_secs: 3600, grace_secs: 300, poll_secs: 15, max_poll_secs: 300, required: Vec::new() }
+    }
+}
+
+/// `[review]` in `baton.toml`: the reviewer of `review` gates without a command (issue 19.2).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewConfig {
+    /// The reviewer agent (a roster or `[agents]` name); none: a human reviews (an approval).
+    pub agent: Option<String>,
+}
+
 /// `[worktree]` in `baton.toml`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -265,6 +331,15 @@ pub struct ProjectConfig {
     /// Files its worktrees get a copy of, as [`WorktreeConfig::include`], added to it.
     #[serde(default)]
     pub worktree_include: Vec<String>,
+    /// Its reviewer agent, over `[review] agent`.
+    #[serde(default)]
+    pub review_agent: Option<String>,
+    /// Its CI timeout, seconds, over `[ci] timeout_secs`.
+    #[serde(default)]
+    pub ci_timeout_secs: Option<u64>,
+    /// Its required check names, over `[ci] required`.
+    #[serde(default)]
+    pub ci_required: Option<Vec<String>>,
 }
 
 /// `[agents.<name>]` in `baton.toml`: how one roster name runs.

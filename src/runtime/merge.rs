@@ -22,8 +22,8 @@ use crate::runtime::forge::Forges;
 use crate::runtime::{blocking, BadInput};
 use crate::store::{MergeRow, ProjectRow, SpecRow};
 
-/// The remote feature branches are pushed to.
-pub const REMOTE: &str = "origin";
+/// The remote feature branches are pushed to ([`crate::runtime::driver::REMOTE`]).
+pub const REMOTE: &str = crate::runtime::driver::REMOTE;
 
 /// Longest pull request body, characters (GitHub's limit is 65,536).
 pub const MAX_BODY_CHARS: usize = 60_000;

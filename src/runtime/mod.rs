@@ -8,6 +8,8 @@ pub mod app;
 pub mod auth;
 pub mod board;
 pub mod changelist;
+pub mod ci;
+pub mod ci_events;
 pub mod config;
 pub mod driver;
 pub mod executions;

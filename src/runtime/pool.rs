@@ -259,6 +259,7 @@ impl DriverLoop {
                 slots: self.slots.clone(),
                 stop: Some(self.stop.clone()),
                 execs: Some(self.pool.inner.execs.clone()),
+                wake: Some(self.wake.clone()),
                 ..RunOptions::default()
             };
             // One span per execution: its log lines and tracing events carry task.id.

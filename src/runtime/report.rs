@@ -243,6 +243,7 @@ mod tests {
             requested_at: "2026-01-01T00:05:00+00:00".into(),
             preflight: false,
             team_step: String::new(),
+            gate: false,
         });
         let reports = reports_for(&s, None, "http://b/executions/t-1");
         assert_eq!(reports.len(), 2);

@@ -717,6 +717,7 @@ impl Specs {
             repo: Some(PathBuf::from(&project.repo_path)),
             agent: Some(project.agent_profile.clone()),
             base: Some(project.default_branch.clone()),
+            forge_repo: Some(project.forge_repo.clone()),
             ..RunOptions::default()
         };
         let task_id = driver::prepare(self.execs.data(), plan, &options).await?.task_id;

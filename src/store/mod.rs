@@ -37,6 +37,7 @@ macro_rules! on_backend {
 }
 
 mod auth;
+mod ci;
 mod forge;
 mod journal;
 mod lease;
@@ -49,6 +50,7 @@ mod webhooks;
 mod writer;
 
 pub use auth::{TokenRow, UserRow};
+pub use ci::CiWaitRow;
 pub use forge::{MergeRow, ReportClaim};
 pub use metrics::MetricTotals;
 pub use pmo::{CardRow, NewSpec, ProjectRow, SpecChange, SpecEventRow, SpecFilter, SpecInsert, SpecRow, StatusRow};

@@ -148,6 +148,10 @@ pub struct CardRow {
     /// `execution_quota_waits`), when one waits.
     #[sqlx(default)]
     pub quota_wait: Option<String>,
+    /// Its ci gate's wait as `"<done> <total>"` (migration 0015's `execution_ci_waits`), when
+    /// it waits for the forge's checks.
+    #[sqlx(default)]
+    pub ci_wait: Option<String>,
 }
 
 /// An execution in one of the statuses asked for, with its spec's title
@@ -487,7 +491,8 @@ impl Store {
                (select step_id, agent_name from execution_running where task_id = s.task_id and running = 1 \
                 order by step_id) r) as running, m.pr_number, m.pr_url, \
              (select q.account || ' ' || q.until from execution_quota_waits q where q.task_id = s.task_id \
-              order by q.until limit 1) as quota_wait \
+              order by q.until limit 1) as quota_wait, \
+             (select ci.done || ' ' || ci.total from execution_ci_waits ci where ci.task_id = s.task_id) as ci_wait \
              from specs s left join executions e on e.task_id = s.task_id \
              left join execution_live l on l.task_id = s.task_id \
              left join merges m on m.task_id = s.task_id and m.pr_url != '' \

@@ -4,7 +4,9 @@
 //! Azure DevOps's Basic credentials, both compared in constant time before the body is
 //! parsed — de-duplicating it (`X-GitHub-Delivery`, the ADO notification `id`; when a
 //! delivery counts as seen is [`DeliveryKind`]'s rule), and turning its event into a spec
-//! import, an approval or a merge. The routes are public to the auth
+//! import, an approval, a merge, or a CI notice for a waiting `ci` gate (GitHub `check_run`,
+//! `check_suite`, `status`; Azure DevOps `build.complete`: read into a
+//! [`CiNotice`](crate::runtime::ci_events::CiNotice), decided by [`crate::runtime::ci_events::CiService`]). The routes are public to the auth
 //! middleware because they authenticate themselves. The secrets live in [`WebhookConfig`],
 //! read once at server start; this module never logs or echoes them, and never calls a forge
 //! back (no outbound HTTP).
@@ -227,6 +229,7 @@ async fn github_event(app: &AppState, event: &str, delivery: &str, p: &Value) ->
         ("issues", "opened" | "labeled" | "edited") => issue(app, action, p, &actor).await,
         ("issue_comment", "created") => comment(app, delivery, p).await,
         ("pull_request", "closed") => pull_request_closed(app, p, &actor).await,
+        ("check_run" | "check_suite" | "status", _) => ci_notice(app, github_ci_notice(event, p)).await,
         ("issues" | "issue_comment" | "pull_request", _) => Ok(ignored(format!("{event} {action} is not handled"))),
         _ => Ok(ignored(format!("event {event} is not handled"))),
     }
@@ -457,6 +460,62 @@ async fn pull_request_closed(app: &AppState, p: &Value, actor: &str) -> Result<H
     pull_answer(pulls::pull_request_ended(&app.execs, &app.specs, &ended).await?)
 }
 
+/// What a GitHub `check_run`, `check_suite` or `status` delivery names: its head commit and
+/// branches.
+fn github_ci_notice(event: &str, p: &Value) -> crate::runtime::ci_events::CiNotice {
+    let (sha, branches) = match event {
+        "check_run" => {
+            (text(p, "/check_run/head_sha"), vec![text(p, "/check_run/check_suite/head_branch").to_string()])
+        }
+        "check_suite" => (text(p, "/check_suite/head_sha"), vec![text(p, "/check_suite/head_branch").to_string()]),
+        _ => (
+            text(p, "/sha"),
+            p.get("branches")
+                .and_then(Value::as_array)
+                .map(|bs| bs.iter().map(|b| text(b, "/name").to_string()).collect())
+                .unwrap_or_default(),
+        ),
+    };
+    crate::runtime::ci_events::CiNotice {
+        sha: Some(sha.to_string()).filter(|s| !s.is_empty()),
+        branches: branches.into_iter().filter(|b| !b.is_empty()).collect(),
+    }
+}
+
+/// What an Azure DevOps `build.complete` resource names: `sourceVersion` and `sourceBranch`
+/// (resource version 2.0), else the `LG:<ref>:<sha>` of `sourceGetVersion` (the older shape).
+fn ado_build_notice(resource: &Value) -> crate::runtime::ci_events::CiNotice {
+    let (mut branch, mut sha) =
+        (text(resource, "/sourceBranch").to_string(), text(resource, "/sourceVersion").to_string());
+    if let Some(rest) = text(resource, "/sourceGetVersion").strip_prefix("LG:") {
+        if let Some((r, s)) = rest.rsplit_once(':') {
+            if branch.is_empty() {
+                branch = r.to_string();
+            }
+            if sha.is_empty() {
+                sha = s.to_string();
+            }
+        }
+    }
+    let branch = branch.strip_prefix("refs/heads/").unwrap_or(&branch).to_string();
+    crate::runtime::ci_events::CiNotice {
+        sha: Some(sha).filter(|s| !s.is_empty()),
+        branches: Some(branch).filter(|b| !b.is_empty()).into_iter().collect(),
+    }
+}
+
+/// A CI notice → [`crate::runtime::ci_events::CiService::notice`], which decides which waiting gate
+/// (if any) it concerns and wakes its driver.
+async fn ci_notice(app: &AppState, notice: crate::runtime::ci_events::CiNotice) -> Result<Handled, AppError> {
+    let service = crate::runtime::ci_events::CiService::new(app.execs.clone(), app.specs.pool().clone());
+    let woken = service.notice(&notice).await?;
+    if woken.is_empty() {
+        let what = notice.sha.clone().or_else(|| notice.branches.first().cloned()).unwrap_or_default();
+        return Ok(ignored(format!("no ci gate waits for {}", crate::model::text::cut(&what, 80))));
+    }
+    Ok((StatusCode::OK, json!({ "ci": "checking", "task_ids": woken })))
+}
+
 /// Decodes standard base64 (with or without padding); `None` when malformed.
 fn base64_decode(s: &str) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(s.len() * 3 / 4);
@@ -550,6 +609,7 @@ async fn ado_event(app: &AppState, p: &Value) -> Result<Handled, AppError> {
         "workitem.updated" => true,
         "workitem.commented" => return ado_comment(app, text(p, "/id"), resource).await,
         "git.pullrequest.merged" | "git.pullrequest.updated" => return ado_pull_request(app, event, resource).await,
+        "build.complete" => return ci_notice(app, ado_build_notice(resource)).await,
         _ => return Ok(ignored(format!("event {event} is not handled"))),
     };
     let fields = if updated { resource.pointer("/revision/fields") } else { resource.get("fields") };

@@ -10,6 +10,7 @@ mod bad_input;
 mod book;
 mod browser;
 mod budget;
+mod ci_gates;
 mod cli;
 mod common;
 mod cost;

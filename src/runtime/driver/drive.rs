@@ -87,6 +87,10 @@ impl Driver {
                         tokio::time::sleep(SLOT_POLL).await;
                     }
                 }
+                Action::Wait { .. } if state.ci_wait.is_some() && self.running == 0 => {
+                    // A ci gate waits for the forge's checks: poll, or wake on a webhook.
+                    self.watch_ci(&mut state, lease).await?;
+                }
                 Action::Wait { until: Some(until), message } => {
                     let Ok(until) = chrono::DateTime::parse_from_rfc3339(until) else {
                         anyhow::bail!("execution {}: a quota wait has no readable end ({until})", state.task_id);

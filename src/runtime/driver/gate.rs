@@ -2,8 +2,8 @@
 //! through a shell) in the integration worktree at the feature branch tip, in their own
 //! process group with a timeout, and the `gate_recorded` event. A gate a crashed driver left
 //! running is stopped before the next one. A gate the engine says has nothing to run is
-//! recorded as `gate_skipped` without running anything (issue 14.4). It never changes the
-//! feature branch.
+//! recorded as `gate_skipped` without running anything (issue 14.4); a `ci` or `review` gate
+//! with no command goes to `ci` instead (issue 19.2). It never changes the feature branch.
 
 use std::path::Path;
 use std::time::Duration;
@@ -108,6 +108,9 @@ impl Driver {
     /// A gate the engine says has nothing to run (`skip_reason`) is recorded as skipped without
     /// running anything.
     pub(super) async fn gate(&mut self, state: &mut ExecutionState, g: &GateAction) -> anyhow::Result<()> {
+        if let Some(check) = g.check {
+            return self.external_gate(state, g, check).await;
+        }
         let key = format!("gate:{}:{}:{}", state.task_id, g.phase_id, g.attempt);
         if let Some(reason) = &g.skip_reason {
             errln!("gate {} of phase {} skipped: {reason} (nothing was checked)", g.gate_type, g.phase_id);

@@ -308,8 +308,8 @@ impl Driver {
         outcome: &str,
         withheld: &mut Vec<String>,
     ) -> anyhow::Result<Result<(String, Vec<String>), String>> {
-        if engine::goal::is_evaluation(step) {
-            // A goal evaluator only judges: nothing it writes is kept (engine::goal).
+        if engine::goal::is_evaluation(step) || engine::review::is_review(step) {
+            // A goal evaluator or a reviewer only judges: nothing it writes is kept.
             return Ok(Ok((String::new(), Vec::new())));
         }
         let task_id = state.task_id.clone();

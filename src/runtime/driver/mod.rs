@@ -23,13 +23,15 @@
 //! The parts: `options` (what a run is asked, how it ended), `start` (creating or resuming an
 //! execution, then the loop), `drive` (the run loop), `agents` (how an agent name runs),
 //! `launch` (dispatch and launch of attempts), `harvest` (finished attempts become results),
-//! `gate`, `budget` (ceiling, forecast, the usage watch), `quota` (waits for an agent
+//! `gate`, `ci` (the `ci` and `review` gates without a command: forge checks, the reviewer),
+//! `budget` (ceiling, forecast, the usage watch), `quota` (waits for an agent
 //! account's usage limit, fallback agents) and `recover` (after a crash). This
 //! file holds the state they share: the `Driver`, its running attempts and shared slots,
 //! and the crash points. What a run keeps on disk for others to read is `runtime::runs`.
 
 mod agents;
 mod budget;
+mod ci;
 mod drive;
 mod gate;
 mod harvest;
@@ -65,6 +67,9 @@ pub use crate::crash::CRASH_POINTS;
 /// How often a driver renews its lease while it waits (a third of its lifetime).
 const LEASE_RENEW_EVERY: Duration = Duration::from_secs(lease::LEASE_TTL_SECS as u64 / 3);
 
+/// The remote feature branches are pushed to (by a `ci` gate and by a merge).
+pub const REMOTE: &str = "origin";
+
 /// The feature branch of an execution.
 pub fn feature_branch(task_id: &str) -> String {
     format!("baton/{task_id}")
@@ -96,6 +101,10 @@ struct Driver {
     prices: crate::pmo::pricing::PriceTable,
     /// The clock quota waits are measured by.
     clock: crate::clock::Clock,
+
+    /// Woken when a forge webhook concerns this execution's ci gate (`baton serve`'s pool);
+    /// without it, the ci wait polls only.
+    wake: Option<Arc<tokio::sync::Notify>>,
 
     /// Worktree environment patterns from `baton.toml` (`[worktree]` and the projects
     /// registered on this repository), beside the checkout's `.worktreeinclude`.

@@ -45,6 +45,13 @@ pub struct RunOptions {
     /// (`baton serve`: one store, so concurrent drivers' appends share group commits). Without
     /// it, the run opens its own.
     pub execs: Option<Executions>,
+    /// Notified when a forge webhook concerns the execution's ci gate (`baton serve`'s pool
+    /// passes its driver's wake): the ci wait reads the checks at once instead of at its next
+    /// poll.
+    pub wake: Option<Arc<tokio::sync::Notify>>,
+    /// The forge link (`forge_repo`) of the project a new execution is fired for; `None` (or
+    /// empty) for none. A `ci` gate without a command needs one (refused at plan check).
+    pub forge_repo: Option<String>,
 }
 
 /// How a run ended: the action it stopped on (COMPLETE, FAILED, or a human decision).

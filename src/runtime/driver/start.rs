@@ -147,6 +147,7 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
         live: Vec::new(),
         prices: crate::pmo::pricing::PriceTable::default(),
         clock: crate::clock::Clock::system(),
+        wake: args.wake.clone(),
 
         env_include: Vec::new(),
     };
@@ -231,6 +232,7 @@ pub async fn harvest_finished(execs: &Executions, task_id: &str) -> anyhow::Resu
             reserved: None,
             live: Vec::new(),
             clock: crate::clock::Clock::system(),
+            wake: None,
 
             // Harvesting launches nothing; commits keep out what each launch's `baton.json` lists.
             env_include: Vec::new(),
@@ -240,6 +242,40 @@ pub async fn harvest_finished(execs: &Executions, task_id: &str) -> anyhow::Resu
     .await;
     lease.release().await?;
     result
+}
+
+/// The plan check of `ci` and `review` gates without a command (issue 19.2): a `ci` gate needs
+/// the project's forge (`forge_repo`) to read checks from; a configured reviewer agent must
+/// have a profile that runs.
+///
+/// Errors ([`BadInput`]) name the phase and its gate: `no forge configured`.
+fn check_external_gates(
+    config: &Config,
+    plan: &MachinePlan,
+    profile: &str,
+    forge_repo: Option<&str>,
+) -> anyhow::Result<()> {
+    let has_forge = forge_repo.is_some_and(|f| !f.trim().is_empty());
+    for phase in &plan.phases {
+        let Some(gate) = phase.gate.as_ref().filter(|g| g.command.trim().is_empty()) else { continue };
+        match engine::gates::external_check(&gate.gate_type) {
+            Some(crate::model::action::GateCheck::ForgeCi) if !has_forge => {
+                return Err(BadInput(format!(
+                    "phase {} ({}): gate 'ci' has no command, so it reads the forge's checks of the pushed \
+                     branch, but no forge configured: set the project's forge_repo, or give the gate a command",
+                    phase.phase_id, phase.name
+                ))
+                .into());
+            }
+            Some(crate::model::action::GateCheck::Reviewer) => {
+                if let Some(agent) = config.reviewer_for(None) {
+                    profile_of(config, profile, &agent)?;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// `--agent` names a profile. Errors ([`BadInput`]): which ones exist.
@@ -352,6 +388,7 @@ async fn create(
     if engine::goal::condition(&plan).is_some() {
         profile_of(config, &profile, &engine::goal::evaluator_agent(&plan))?;
     }
+    check_external_gates(config, &plan, &profile, args.forge_repo.as_deref())?;
     let meta = prepare_meta(data, &plan.task_id, args).await?;
     let state = execs.create(plan).await?;
     Ok((state, meta))

@@ -1,10 +1,12 @@
-//! The board's cards and version, `/metrics` totals and the portfolio rows on PostgreSQL (see
-//! `pmo.rs`, `metrics.rs` and `portfolio.rs` of the store for the contracts).
+//! The board's cards and version, `/metrics` totals, the portfolio rows and the CI waits on
+//! PostgreSQL (see `pmo.rs`, `metrics.rs`, `portfolio.rs` and `ci.rs` of the store for the
+//! contracts).
 //!
 //! Owns only these read queries, each set in one `repeatable read` transaction. Payload fields
 //! are read by name with `jsonb` operators, the same fields SQLite's `json_extract` reads;
 //! truthiness is SQLite's (`baton_json_truthy`, migration 0009). It never writes.
 
+use super::super::ci::CiWaitRow;
 use super::super::metrics::MetricTotals;
 use super::super::pmo::CardRow;
 use super::super::portfolio::{
@@ -49,7 +51,8 @@ impl Pg {
                from execution_running r where r.task_id = s.task_id and r.running = 1) as running, \
              m.pr_number, m.pr_url, \
              (select q.account || ' ' || q.until from execution_quota_waits q where q.task_id = s.task_id \
-              order by q.until limit 1) as quota_wait \
+              order by q.until limit 1) as quota_wait, \
+             (select ci.done || ' ' || ci.total from execution_ci_waits ci where ci.task_id = s.task_id) as ci_wait \
              from specs s left join executions e on e.task_id = s.task_id \
              left join execution_live l on l.task_id = s.task_id \
              left join merges m on m.task_id = s.task_id and m.pr_url != '' \
@@ -75,6 +78,23 @@ impl Pg {
                 .await?;
         tx.commit().await?;
         Ok((cards, counts))
+    }
+
+    pub(in super::super) async fn ci_waits(&self) -> Result<Vec<CiWaitRow>, StoreError> {
+        Ok(sqlx::query_as::<_, CiWaitRow>(
+            "select task_id, phase_id, sha, until, done, total from execution_ci_waits order by task_id",
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    pub(in super::super) async fn ci_wait(&self, task_id: &str) -> Result<Option<CiWaitRow>, StoreError> {
+        Ok(sqlx::query_as::<_, CiWaitRow>(
+            "select task_id, phase_id, sha, until, done, total from execution_ci_waits where task_id = $1",
+        )
+        .bind(task_id)
+        .fetch_optional(&self.pool)
+        .await?)
     }
 
     pub(in super::super) async fn board_version(&self) -> Result<String, StoreError> {

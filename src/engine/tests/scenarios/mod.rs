@@ -1,7 +1,8 @@
 //! One scenario per action type and transition (seed-spec §2.2–§2.18, engine design decisions),
 //! grouped by engine topic, one file each: [`dispatch`] (start, dispatch waves, waits and step
 //! failures, skips, the phase tally), [`gates`], [`approvals`] (approvals, pre-flight approvals,
-//! feedback), [`interact`], [`checkpoints`] (complete, checkpoints, cancel) and [`amend`]. This
+//! feedback), [`interact`], [`checkpoints`] (complete, checkpoints, cancel), [`ci_review`] (`ci` and
+//! `review` gates without a command, issue 19.2) and [`amend`]. This
 //! file holds only the helpers the topics share (reading the offered action, the approval
 //! fixture); it asserts nothing itself. Budget and teams scenarios live in their own sibling
 //! files of `engine/tests`.
@@ -11,6 +12,7 @@ use super::*;
 mod amend;
 mod approvals;
 mod checkpoints;
+mod ci_review;
 mod dispatch;
 mod gates;
 mod interact;

@@ -1,0 +1,224 @@
+//! The CI result of one commit, as the forges report it (issue 19.2): GitHub check runs
+//! (`GET /repos/{o}/{r}/commits/{ref}/check-runs`) and the combined commit status
+//! (`GET /repos/{o}/{r}/commits/{ref}/status`); Azure DevOps builds of the branch at that
+//! commit (`GET {org}/{project}/_apis/build/builds?branchName=…`) and the commit's statuses
+//! (`GET …/_apis/git/repositories/{repo}/commits/{sha}/statuses`), REST 7.1.
+//!
+//! The readers ([`github_check_runs`], [`github_statuses`], [`ado_builds`], [`ado_statuses`])
+//! are pure: JSON in, [`CiCheck`]s out, one per check name (the newest run of a name wins).
+//! Names and summaries are forge text: trimmed and cut here, never interpreted; whoever shows
+//! them escapes them. This module never decides whether a gate passes.
+
+use serde_json::Value;
+
+use crate::model::state::{CiCheck, CiCheckState};
+use crate::model::text::cut;
+
+use super::ado::{AzureDevOps, API_VERSION};
+use super::github::GitHub;
+use super::ForgeError;
+
+/// Characters of a check's name kept.
+const MAX_NAME_CHARS: usize = 200;
+/// Characters of a check's summary kept.
+const MAX_SUMMARY_CHARS: usize = 500;
+
+fn text(v: &Value, key: &str) -> String {
+    v.get(key).and_then(Value::as_str).unwrap_or_default().trim().to_string()
+}
+
+/// One line of forge text: control characters dropped, trimmed, cut.
+fn clean(s: &str, max: usize) -> String {
+    let one: String = s.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    cut(one.split_whitespace().collect::<Vec<_>>().join(" ").trim(), max)
+}
+
+/// Adds `check` unless a newer one (`order` higher) of the same name is there.
+fn keep_newest(out: &mut Vec<(i64, CiCheck)>, order: i64, check: CiCheck) {
+    if check.name.is_empty() {
+        return;
+    }
+    match out.iter_mut().find(|(_, c)| c.name == check.name) {
+        Some(slot) if slot.0 < order => *slot = (order, check),
+        Some(_) => {}
+        None => out.push((order, check)),
+    }
+}
+
+/// The check runs of a GitHub `check-runs` answer (`{"total_count", "check_runs": [...]}`):
+/// `completed` with conclusion `success`, `neutral` or `skipped` passed, any other conclusion
+/// failed, any other status pending. Summary: the output's title and summary.
+pub fn github_check_runs(answer: &Value) -> Vec<CiCheck> {
+    let mut out = Vec::new();
+    for run in answer.get("check_runs").and_then(Value::as_array).into_iter().flatten() {
+        let state = if text(run, "status") == "completed" {
+            match text(run, "conclusion").as_str() {
+                "success" | "neutral" | "skipped" => CiCheckState::Passed,
+                _ => CiCheckState::Failed,
+            }
+        } else {
+            CiCheckState::Pending
+        };
+        let output = run.get("output").cloned().unwrap_or(Value::Null);
+        let mut summary = [text(&output, "title"), text(&output, "summary")]
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+            .join(": ");
+        if summary.is_empty() && state == CiCheckState::Failed {
+            summary = text(run, "conclusion");
+        }
+        let check = CiCheck {
+            name: clean(&text(run, "name"), MAX_NAME_CHARS),
+            state,
+            summary: clean(&summary, MAX_SUMMARY_CHARS),
+        };
+        keep_newest(&mut out, run.get("id").and_then(Value::as_i64).unwrap_or(0), check);
+    }
+    out.into_iter().map(|(_, c)| c).collect()
+}
+
+/// The statuses of a GitHub combined status answer (`{"state", "statuses": [...]}`, the newest
+/// per context): `success` passed, `pending` pending, `failure` and `error` failed.
+pub fn github_statuses(answer: &Value) -> Vec<CiCheck> {
+    let mut out = Vec::new();
+    for s in answer.get("statuses").and_then(Value::as_array).into_iter().flatten() {
+        let state = match text(s, "state").as_str() {
+            "success" => CiCheckState::Passed,
+            "pending" => CiCheckState::Pending,
+            _ => CiCheckState::Failed,
+        };
+        let check = CiCheck {
+            name: clean(&text(s, "context"), MAX_NAME_CHARS),
+            state,
+            summary: clean(&text(s, "description"), MAX_SUMMARY_CHARS),
+        };
+        keep_newest(&mut out, s.get("id").and_then(Value::as_i64).unwrap_or(0), check);
+    }
+    out.into_iter().map(|(_, c)| c).collect()
+}
+
+/// The builds of an Azure DevOps build list (`{"count", "value": [...]}`) whose
+/// `sourceVersion` is `sha`, one per definition (the newest): `completed` with result
+/// `succeeded` passed, any other result failed, any other status pending.
+pub fn ado_builds(answer: &Value, sha: &str) -> Vec<CiCheck> {
+    let mut out = Vec::new();
+    for b in answer.get("value").and_then(Value::as_array).into_iter().flatten() {
+        if !text(b, "sourceVersion").eq_ignore_ascii_case(sha) {
+            continue;
+        }
+        let result = text(b, "result");
+        let state = if text(b, "status") == "completed" {
+            if result == "succeeded" {
+                CiCheckState::Passed
+            } else {
+                CiCheckState::Failed
+            }
+        } else {
+            CiCheckState::Pending
+        };
+        let definition = b.get("definition").map(|d| text(d, "name")).unwrap_or_default();
+        let name = if definition.is_empty() { format!("build {}", text(b, "buildNumber")) } else { definition };
+        let number = text(b, "buildNumber");
+        let summary = match state {
+            CiCheckState::Pending => format!("build {number} {}", text(b, "status")),
+            _ => format!("build {number} {result}"),
+        };
+        let check = CiCheck { name: clean(&name, MAX_NAME_CHARS), state, summary: clean(&summary, MAX_SUMMARY_CHARS) };
+        keep_newest(&mut out, b.get("id").and_then(Value::as_i64).unwrap_or(0), check);
+    }
+    out.into_iter().map(|(_, c)| c).collect()
+}
+
+/// The statuses of an Azure DevOps commit status list (`{"count", "value": [...]}`): named
+/// `genre/name` of their context; `succeeded` passed, `pending` and `notSet` pending,
+/// `notApplicable` left out, `failed` and `error` failed.
+pub fn ado_statuses(answer: &Value) -> Vec<CiCheck> {
+    let mut out = Vec::new();
+    for s in answer.get("value").and_then(Value::as_array).into_iter().flatten() {
+        let state = match text(s, "state").as_str() {
+            "succeeded" => CiCheckState::Passed,
+            "pending" | "notSet" | "" => CiCheckState::Pending,
+            "notApplicable" => continue,
+            _ => CiCheckState::Failed,
+        };
+        let context = s.get("context").cloned().unwrap_or(Value::Null);
+        let (genre, name) = (text(&context, "genre"), text(&context, "name"));
+        let name = if genre.is_empty() { name } else { format!("{genre}/{name}") };
+        let check = CiCheck {
+            name: clean(&name, MAX_NAME_CHARS),
+            state,
+            summary: clean(&text(s, "description"), MAX_SUMMARY_CHARS),
+        };
+        keep_newest(&mut out, s.get("id").and_then(Value::as_i64).unwrap_or(0), check);
+    }
+    out.into_iter().map(|(_, c)| c).collect()
+}
+
+/// `more`, then each check of `extra` whose name `more` lacks.
+fn merge(mut more: Vec<CiCheck>, extra: Vec<CiCheck>) -> Vec<CiCheck> {
+    for c in extra {
+        if !more.iter().any(|m| m.name == c.name) {
+            more.push(c);
+        }
+    }
+    more
+}
+
+impl GitHub {
+    /// Every check of commit `sha` of `owner/repo`: its check runs (first 100) and its
+    /// combined status's statuses, one per name.
+    ///
+    /// Errors: any [`ForgeError`] of the calls.
+    pub async fn commit_checks(&self, owner: &str, repo: &str, sha: &str) -> Result<Vec<CiCheck>, ForgeError> {
+        let runs = self
+            .get_json(
+                &format!("check runs of {owner}/{repo}@{sha}"),
+                &format!("/repos/{owner}/{repo}/commits/{sha}/check-runs?per_page=100"),
+            )
+            .await?;
+        let status = self
+            .get_json(
+                &format!("the combined status of {owner}/{repo}@{sha}"),
+                &format!("/repos/{owner}/{repo}/commits/{sha}/status?per_page=100"),
+            )
+            .await?;
+        Ok(merge(github_check_runs(&runs), github_statuses(&status)))
+    }
+}
+
+impl AzureDevOps {
+    /// Every check of commit `sha` on branch `branch` of `repository` in `org`/`project`: the
+    /// builds of the branch at that commit and the commit's statuses, one per name.
+    ///
+    /// Errors: any [`ForgeError`] of the calls.
+    pub async fn commit_checks(
+        &self,
+        org: &str,
+        project: &str,
+        repository: &str,
+        branch: &str,
+        sha: &str,
+    ) -> Result<Vec<CiCheck>, ForgeError> {
+        let query = url::form_urlencoded::Serializer::new(String::new())
+            .append_pair("branchName", &format!("refs/heads/{branch}"))
+            .append_pair("queryOrder", "queueTimeDescending")
+            .append_pair("$top", "100")
+            .append_pair("api-version", API_VERSION)
+            .finish();
+        let builds = self
+            .get_json(
+                &format!("builds of {org}/{project} on {branch}"),
+                &format!("{}?{query}", self.api_url(org, project, "build/builds")),
+            )
+            .await?;
+        let path = format!("git/repositories/{repository}/commits/{sha}/statuses");
+        let statuses = self
+            .get_json(
+                &format!("statuses of {org}/{project}/{repository}@{sha}"),
+                &format!("{}?latestOnly=true&api-version={API_VERSION}", self.api_url(org, project, &path)),
+            )
+            .await?;
+        Ok(merge(ado_builds(&builds, sha), ado_statuses(&statuses)))
+    }
+}
