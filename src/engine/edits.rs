@@ -1,6 +1,7 @@
 //! The small changes of the state several event kinds share: a step's result entry (created on
-//! first use), reopening a failed execution, failing it, and keeping an approval decision. Used
-//! by `mutate`, `team`, `goal` and `settle`. This module never does IO.
+//! first use), reopening a failed execution, failing it, keeping an approval decision, and
+//! reading a judging step's verdict. Used by `mutate`, `team`, `goal`, `review` and `settle`.
+//! This module never does IO.
 
 use crate::model::event::{Event, EventKind};
 use crate::model::state::{ApprovalResult, ExecutionState, ExecutionStatus, StepResult, StepStatus};
@@ -70,4 +71,37 @@ pub(crate) fn fail(state: &mut ExecutionState, reason: String, now: &str) {
     state.status = ExecutionStatus::Failed;
     state.failure = Some(reason);
     state.completed_at = now.to_string();
+}
+
+/// The verdict of complete judging step `step_id` (a goal evaluator, a reviewer), read from
+/// its outcome by `parse`, together with its agent. A judge speaks through its verdict only:
+/// its gate additions, scope expansions and knowledge gaps are dropped. A verdict `parse`
+/// refuses (`Err(why)`) fails the step with `invalid <what> verdict: <why>` and how to ask
+/// `judge` again, takes back its count in `steps_done`, and gives `None`; so does a step with
+/// no result.
+pub(crate) fn take_judgement<T>(
+    state: &mut ExecutionState,
+    step_id: &str,
+    what: &str,
+    judge: &str,
+    parse: impl FnOnce(&str) -> Result<T, String>,
+) -> Option<(T, String)> {
+    let task_id = state.task_id.clone();
+    let result = state.step_results.get_mut(step_id)?;
+    result.gate_additions.clear();
+    result.rejected_gate_additions.clear();
+    result.scope_expansions.clear();
+    result.knowledge_gaps.clear();
+    match parse(&result.outcome) {
+        Ok(v) => Some((v, result.agent_name.clone())),
+        Err(why) => {
+            result.status = StepStatus::Failed;
+            result.error = format!(
+                "invalid {what} verdict: {why}; `baton execute retry-step --task-id {task_id} --step-id {step_id}` \
+                 asks the {judge} again"
+            );
+            state.counters.steps_done = state.counters.steps_done.saturating_sub(1);
+            None
+        }
+    }
 }

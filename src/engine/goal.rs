@@ -277,25 +277,10 @@ pub(crate) fn take_verdict(state: &mut ExecutionState, step_id: &str, now: &str)
     }
     let phase_id = state.plan.phases[pi].phase_id;
     let last_gate_passed = state.plan.phases[pi].gate.as_ref().map(|_| state.gate_passed(phase_id));
-    let task_id = state.task_id.clone();
-    let Some(result) = state.step_results.get_mut(step_id) else { return };
-    // The evaluator speaks through its verdict only: no gate additions, no scope expansions.
-    result.gate_additions.clear();
-    result.rejected_gate_additions.clear();
-    result.scope_expansions.clear();
-    result.knowledge_gaps.clear();
-    let evaluator = result.agent_name.clone();
-    let verdict = match parse_verdict(&result.outcome) {
-        Ok(v) => v,
-        Err(why) => {
-            result.status = StepStatus::Failed;
-            result.error = format!(
-                "invalid goal verdict: {why}; `baton execute retry-step --task-id {task_id} --step-id {step_id}` \
-                 asks the evaluator again"
-            );
-            state.counters.steps_done = state.counters.steps_done.saturating_sub(1);
-            return;
-        }
+    let Some((verdict, evaluator)) =
+        crate::engine::edits::take_judgement(state, step_id, "goal", "evaluator", parse_verdict)
+    else {
+        return;
     };
     let n = state.goal.checks.len() + 1;
     let mut check = GoalCheck {

@@ -211,26 +211,7 @@ pub(crate) fn take_verdict(state: &mut ExecutionState, step_id: &str) -> Option<
         return None;
     }
     let phase_id = state.plan.phases[pi].phase_id;
-    let task_id = state.task_id.clone();
-    let result = state.step_results.get_mut(step_id)?;
-    // The reviewer speaks through its verdict only.
-    result.gate_additions.clear();
-    result.rejected_gate_additions.clear();
-    result.scope_expansions.clear();
-    result.knowledge_gaps.clear();
-    let agent = result.agent_name.clone();
-    let verdict = match parse_verdict(&result.outcome) {
-        Ok(v) => v,
-        Err(why) => {
-            result.status = StepStatus::Failed;
-            result.error = format!(
-                "invalid review verdict: {why}; `baton execute retry-step --task-id {task_id} --step-id {step_id}` \
-                 asks the reviewer again"
-            );
-            state.counters.steps_done = state.counters.steps_done.saturating_sub(1);
-            return None;
-        }
-    };
+    let (verdict, agent) = crate::engine::edits::take_judgement(state, step_id, "review", "reviewer", parse_verdict)?;
     Some(GateVerdict {
         phase_id,
         passed: verdict.pass,
