@@ -718,6 +718,7 @@ impl Specs {
             agent: Some(project.agent_profile.clone()),
             base: Some(project.default_branch.clone()),
             forge_repo: Some(project.forge_repo.clone()),
+            project: Some(project.name.clone()),
             ..RunOptions::default()
         };
         let task_id = driver::prepare(self.execs.data(), plan, &options).await?.task_id;

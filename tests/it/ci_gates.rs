@@ -451,3 +451,23 @@ async fn a_review_gate_without_a_reviewer_asks_a_human_never_passes_by_itself() 
     assert_eq!(result["passed"], true, "{result}");
     assert!(result["output"].as_str().unwrap().starts_with("review by "), "{result}");
 }
+
+/// The plan check reads the project's own reviewer (`[projects.p] review_agent`), not only
+/// `[review] agent`: a project reviewer that cannot run (a `command` agent without its
+/// command) refuses the fire, naming it, before anything runs (it was checked only when the
+/// gate came, mid-execution).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_projects_reviewer_that_cannot_run_is_refused_at_fire() {
+    let github = MockServer::start().await;
+    let ws = Workspace::with_repo(&[("README.md", "hello\n")]);
+    std::fs::create_dir_all(ws.data()).unwrap();
+    let toml = "[projects.p]\nreview_agent = \"broken-reviewer\"\n[agents.broken-reviewer]\nprofile = \"command\"\n";
+    std::fs::write(ws.data().join("baton.toml"), toml).unwrap();
+    let server = Server::start_env(&ws.data(), &[], &[("BATON_GITHUB_API_URL", &github.uri())]);
+    let bare = ws.tmp.path().join("none.git");
+    let s = Setup { ws, bare, server };
+    s.register("");
+    let (status, answer) = s.fire("review");
+    assert_eq!(status, 422, "{answer}");
+    assert!(answer.to_string().contains("agent broken-reviewer: profile `command` needs"), "{answer}");
+}

@@ -52,6 +52,9 @@ pub struct RunOptions {
     /// The forge link (`forge_repo`) of the project a new execution is fired for; `None` (or
     /// empty) for none. A `ci` gate without a command needs one (refused at plan check).
     pub forge_repo: Option<String>,
+    /// The registered project a new execution is fired for (its `[projects.<name>]` settings,
+    /// e.g. `review_agent`, apply at plan check); `None` for a headless run.
+    pub project: Option<String>,
 }
 
 /// How a run ended: the action it stopped on (COMPLETE, FAILED, or a human decision).

@@ -246,14 +246,17 @@ pub async fn harvest_finished(execs: &Executions, task_id: &str) -> anyhow::Resu
 
 /// The plan check of `ci` and `review` gates without a command (issue 19.2): a `ci` gate needs
 /// the project's forge (`forge_repo`) to read checks from; a configured reviewer agent must
-/// have a profile that runs.
+/// have a profile that runs (the reviewer of `project`: its `review_agent`, else `[review]
+/// agent`).
 ///
-/// Errors ([`BadInput`]) name the phase and its gate: `no forge configured`.
+/// Errors ([`BadInput`]) name the phase and its gate: `no forge configured`; an unknown
+/// reviewer agent as [`profile_of`] names it.
 fn check_external_gates(
     config: &Config,
     plan: &MachinePlan,
     profile: &str,
     forge_repo: Option<&str>,
+    project: Option<&str>,
 ) -> anyhow::Result<()> {
     let has_forge = forge_repo.is_some_and(|f| !f.trim().is_empty());
     for phase in &plan.phases {
@@ -268,7 +271,7 @@ fn check_external_gates(
                 .into());
             }
             Some(crate::model::action::GateCheck::Reviewer) => {
-                if let Some(agent) = config.reviewer_for(None) {
+                if let Some(agent) = config.reviewer_for(project) {
                     profile_of(config, profile, &agent)?;
                 }
             }
@@ -388,7 +391,7 @@ async fn create(
     if engine::goal::condition(&plan).is_some() {
         profile_of(config, &profile, &engine::goal::evaluator_agent(&plan))?;
     }
-    check_external_gates(config, &plan, &profile, args.forge_repo.as_deref())?;
+    check_external_gates(config, &plan, &profile, args.forge_repo.as_deref(), args.project.as_deref())?;
     let meta = prepare_meta(data, &plan.task_id, args).await?;
     let state = execs.create(plan).await?;
     Ok((state, meta))
