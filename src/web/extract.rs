@@ -31,23 +31,28 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
             return Ok(ApiJson(value));
         }
         let bytes = Bytes::from_request(req, state).await.map_err(JsonRejection::from)?;
-        let starts_an_object = matches!(bytes.iter().find(|b| !b.is_ascii_whitespace()), Some(b'{') | None);
-        // Valid JSON of another kind is the wrong shape (422); text that is no JSON at all is
-        // left to the decoder's syntax error (400).
-        if let (false, Ok(other)) = (starts_an_object, serde_json::from_slice::<serde_json::Value>(&bytes)) {
-            return Err(AppError::Body {
-                status: StatusCode::UNPROCESSABLE_ENTITY,
-                message: format!("the body must be a JSON object, not {}", json_kind(&other)),
-                field: None,
-            });
-        }
-        let Json(value) = Json::<T>::from_bytes(&bytes)?;
-        Ok(ApiJson(value))
+        object_from_bytes(&bytes).map(ApiJson)
     }
 }
 
-/// An optional JSON object body: no body at all (no `Content-Type`, nothing or only
-/// whitespace sent) is `T::default()`, as `curl -X POST …/cancel` expects; any body is read as
+/// A JSON object body's bytes decoded as `T` (see [`ApiJson`]).
+fn object_from_bytes<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, AppError> {
+    let starts_an_object = matches!(bytes.iter().find(|b| !b.is_ascii_whitespace()), Some(b'{') | None);
+    // Valid JSON of another kind is the wrong shape (422); text that is no JSON at all is
+    // left to the decoder's syntax error (400).
+    if let (false, Ok(other)) = (starts_an_object, serde_json::from_slice::<serde_json::Value>(bytes)) {
+        return Err(AppError::Body {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            message: format!("the body must be a JSON object, not {}", json_kind(&other)),
+            field: None,
+        });
+    }
+    let Json(value) = Json::<T>::from_bytes(bytes)?;
+    Ok(value)
+}
+
+/// An optional JSON object body: nothing (or only whitespace) sent, with or without a
+/// `Content-Type`, is `T::default()`, as `curl -X POST …/cancel` expects; any body is read as
 /// [`ApiJson`] reads it. A body without a JSON content type is still 415.
 #[derive(Debug, Clone)]
 pub struct ApiJsonOrEmpty<T>(pub T);
@@ -56,15 +61,15 @@ impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for ApiJsonOr
     type Rejection = AppError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, AppError> {
-        if req.headers().contains_key(CONTENT_TYPE) {
-            let ApiJson(value) = ApiJson::<T>::from_request(req, state).await?;
-            return Ok(ApiJsonOrEmpty(value));
-        }
+        let json = json_content_type(req.headers());
         let bytes = Bytes::from_request(req, state).await.map_err(JsonRejection::from)?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(ApiJsonOrEmpty(T::default()));
         }
-        Err(JsonRejection::from(axum::extract::rejection::MissingJsonContentType::default()).into())
+        if !json {
+            return Err(JsonRejection::from(axum::extract::rejection::MissingJsonContentType::default()).into());
+        }
+        object_from_bytes(&bytes).map(ApiJsonOrEmpty)
     }
 }
 

@@ -721,3 +721,21 @@ async fn cancel_needs_no_body() {
         assert_eq!(body["required"], false, "{path}: {body}");
     }
 }
+
+/// Pause and resume take no body or `{}`; a field is refused with 422 naming it (they accepted
+/// any body and ignored it, so `{"reason": "…"}` looked recorded and was lost).
+#[tokio::test]
+async fn pause_and_resume_refuse_a_body_they_would_ignore() {
+    let app = with_project().await;
+    let task_id = app.execution(&crate::app::phases_plan("pause-body", 1, false)).await;
+    let (status, body) = app.post(&format!("/api/v1/executions/{task_id}/pause"), json!({"reason": "lunch"})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body.to_string().contains("reason"), "{body}");
+    let (_, view) = app.get(&format!("/api/v1/executions/{task_id}")).await;
+    assert_eq!(view["paused"], false, "a refused pause paused nothing: {view}");
+    let bare = Request::post(format!("/api/v1/executions/{task_id}/pause")).body(Body::empty()).unwrap();
+    let (status, body) = app.send(bare).await;
+    assert_eq!((status, &body["paused"]), (StatusCode::OK, &json!(true)), "{body}");
+    let (status, body) = app.post(&format!("/api/v1/executions/{task_id}/resume"), json!({})).await;
+    assert_eq!((status, &body["paused"]), (StatusCode::OK, &json!(false)), "{body}");
+}

@@ -453,8 +453,15 @@ async fn skip(
     record(&app, &task_id, keyed(kind, None), &op).await
 }
 
+/// `POST …/pause` and `…/resume` body: nothing, or an empty object (`{}`); any field is refused
+/// (422) rather than silently ignored.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PauseBody {}
+
 /// `POST …/pause`: no new dispatches until resumed.
 #[utoipa::path(post, path = "/{task_id}/pause", tag = "executions", operation_id = "pause", params(TaskIdParam),
+    request_body = PauseBody,
     responses(
         (status = 200, description = "Paused (or already paused).", body = PauseState),
         (status = 409, response = Conflict),
@@ -463,12 +470,14 @@ async fn pause(
     State(app): State<AppState>,
     Path(task_id): Path<String>,
     Caller(op): Caller,
+    ApiJsonOrEmpty(PauseBody {}): ApiJsonOrEmpty<PauseBody>,
 ) -> Result<Json<PauseState>, AppError> {
     Ok(Json(app.ops.set_paused(&task_id, true, &op).await?))
 }
 
 /// `POST …/resume`.
 #[utoipa::path(post, path = "/{task_id}/resume", tag = "executions", operation_id = "resume", params(TaskIdParam),
+    request_body = PauseBody,
     responses(
         (status = 200, description = "Resumed (or was not paused).", body = PauseState),
         (status = 409, response = Conflict),
@@ -477,6 +486,7 @@ async fn resume(
     State(app): State<AppState>,
     Path(task_id): Path<String>,
     Caller(op): Caller,
+    ApiJsonOrEmpty(PauseBody {}): ApiJsonOrEmpty<PauseBody>,
 ) -> Result<Json<PauseState>, AppError> {
     Ok(Json(app.ops.set_paused(&task_id, false, &op).await?))
 }

@@ -263,7 +263,7 @@ fn add_common(op: &mut Operation, write: bool) {
 }
 
 /// The operations whose body may be left out ([`crate::web::extract::ApiJsonOrEmpty`]).
-const OPTIONAL_BODIES: [&str; 2] = ["cancel_spec", "cancel_execution"];
+const OPTIONAL_BODIES: [&str; 4] = ["cancel_spec", "cancel_execution", "pause", "resume"];
 
 /// `X-Baton-Actor` (see [`crate::web::extract::Actor`]).
 fn actor_header() -> Parameter {
