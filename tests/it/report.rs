@@ -197,39 +197,15 @@ async fn an_azure_devops_report_that_landed_before_a_crash_is_not_posted_twice()
 
 #[tokio::test]
 async fn the_pull_request_comment_is_posted_when_it_opens_and_only_once() {
-    let t = TestApp::new().await;
     let mock = MockServer::start().await;
     Mock::given(method("POST"))
         .and(path("/repos/o/r/issues/7/comments"))
         .respond_with(ResponseTemplate::new(201).set_body_json(json!({"id": 1, "html_url": "https://github.com/c/1"})))
         .mount(&mock)
         .await;
-    let settings = ForgeSettings::default().with_env(|k| match k {
-        "GITHUB_TOKEN" => Some("ghp_report_test".into()),
-        "BATON_GITHUB_API_URL" => Some(mock.uri()),
-        _ => None,
-    });
-    let forges = Forges::new(settings, RetryPolicy::default()).unwrap();
-
     // A spec imported from issue o/r#7, fired as an execution that is complete.
+    let (t, forges, spec_id, task_id) = fired_github_spec(&mock).await;
     let store = t.store();
-    let (status, body) =
-        t.post("/api/v1/projects", json!({"name": "p", "repo_path": t.ws.repo(), "agent_profile": "demo"})).await;
-    assert_eq!(status, axum::http::StatusCode::CREATED, "{body}");
-    let input = SpecInput { project: "p".into(), title: "Report me".into(), body: "b".into(), priority: None };
-    let spec = t.app.specs.create(input, "github", "https://github.com/o/r/issues/7", "lee").await.unwrap();
-    store.set_source_meta(spec.spec_id, r#"{"item_ref":"github:o/r#7"}"#).await.unwrap();
-    let task_id = t.execution(&phases_plan("report-1", 1, false)).await;
-    let fire = SpecChange {
-        action: "fire".into(),
-        expected: "imported".into(),
-        to: "executing".into(),
-        actor: "lee".into(),
-        at: t.app.clock.now_rfc3339(),
-        ..SpecChange::default()
-    };
-    store.change_spec(spec.spec_id, &fire).await.unwrap();
-    store.attach_execution(spec.spec_id, &task_id).await.unwrap();
 
     let mut reporter = Reporter::new(t.app.execs.clone(), forges, "http://baton.test", t.app.clock.clone());
     reporter.pass().await.unwrap();
@@ -241,7 +217,7 @@ async fn the_pull_request_comment_is_posted_when_it_opens_and_only_once() {
     assert_eq!(comments(&mock).await.len(), 1, "nothing new: {:?}", comments(&mock).await);
     let row = MergeRow {
         task_id: task_id.clone(),
-        spec_id: Some(spec.spec_id),
+        spec_id: Some(spec_id),
         forge_repo: "github:o/r".into(),
         branch: format!("baton/{task_id}"),
         base_branch: "main".into(),
