@@ -7,11 +7,16 @@
 # Builds the release binary, then for each size drives a one-phase plan of that many steps
 # the way an external orchestrator does, one process per call: `execute next`, `execute
 # dispatched`, `execute record` for every step. It times every call (wall clock, process start
-# to exit) and prints, per command, the median of the first tenth and of the last tenth of the
-# run and their ratio. Targets (issue 14.8): every call ≤ 10 ms median, the last tenth within
-# 2× the first at every size.
+# to exit, read from bash's $EPOCHREALTIME so no clock process is timed with it) and prints,
+# per command, the median of the first tenth and of the last tenth of the run and their ratio.
+# Targets (issue 14.8): every call ≤ 10 ms median, the last tenth within 2× the first at every
+# size.
 #
-# Environment (defaults): SIZES ("10 500 5000"), CARGO_TARGET_DIR (target), CARGO_LOCK (unset;
+# Each size runs in each of MODES: `relay` with `baton serve` running on the data dir (the
+# calls are run by the server through the CLI relay, as when a team runs Baton as a service),
+# `alone` with no server (each call opens the store and loads the execution itself).
+#
+# Environment (defaults): SIZES ("10 500 5000"), MODES ("relay alone"), CARGO_TARGET_DIR (target), CARGO_LOCK (unset;
 # a lock file to run cargo under `flock`, for shared build machines), KEEP_DATA (unset; 1 keeps
 # the temp data dirs), BATON (unset; a baton binary to time instead of building this checkout,
 # e.g. another commit's, for a before/after in one sitting). Every call of every size is timed
@@ -30,12 +35,15 @@ else
 fi
 BATON=${BATON:-"$TARGET/release/baton"}
 WORK=$(mktemp -d)
-[ -n "${KEEP_DATA:-}" ] || trap 'rm -rf "$WORK"' EXIT
 
-ms_now() { date +%s%N; }
+MODES=${MODES:-"relay alone"}
+server=
+stop_server() { [ -z "$server" ] || { kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true; server=; }; }
+trap 'stop_server; [ -n "${KEEP_DATA:-}" ] || rm -rf "$WORK"' EXIT
 
+for mode in $MODES; do
 for n in $SIZES; do
-  dir="$WORK/$n"
+  dir="$WORK/$mode-$n"
   mkdir -p "$dir"
   python3 - "$n" "$dir/plan.json" <<'PY'
 import json, sys
@@ -45,6 +53,12 @@ json.dump({"task_id": f"bench-{n}", "task_summary": "CLI call cost", "phases": [
 PY
   export BATON_DATA_DIR="$dir/data"
   "$BATON" execute start --plan "$dir/plan.json" >/dev/null
+  if [ "$mode" = relay ]; then
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    "$BATON" serve --bind "127.0.0.1:$port" 2>"$dir/serve.log" &
+    server=$!
+    until [ -S "$BATON_DATA_DIR/cli.sock" ]; do sleep 0.05; done
+  fi
   : >"$dir/times"
   for i in $(seq 1 "$n"); do
     for cmd in next dispatched record; do
@@ -53,15 +67,16 @@ PY
         dispatched) args=(execute dispatched --task-id "bench-$n" --step-id "1.$i" --agent worker) ;;
         record) args=(execute record --task-id "bench-$n" --step-id "1.$i" --agent worker) ;;
       esac
-      t0=$(ms_now)
+      t0=${EPOCHREALTIME/./}
       "$BATON" "${args[@]}" >/dev/null 2>&1
-      t1=$(ms_now)
-      echo "$cmd $i $(( (t1 - t0) / 1000 ))" >>"$dir/times"
+      t1=${EPOCHREALTIME/./}
+      echo "$cmd $i $(( t1 - t0 ))" >>"$dir/times"
     done
   done
-  python3 - "$n" "$dir/times" <<'PY'
+  stop_server
+  python3 - "$n" "$dir/times" "$mode" <<'PY'
 import statistics, sys
-n, path = int(sys.argv[1]), sys.argv[2]
+n, path, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 rows = [l.split() for l in open(path)]
 tenth = max(1, n // 10)
 for cmd in ("next", "dispatched", "record"):
@@ -69,6 +84,7 @@ for cmd in ("next", "dispatched", "record"):
     first = statistics.median(t for i, t in us if i <= tenth) / 1000
     last = statistics.median(t for i, t in us if i > n - tenth) / 1000
     whole = statistics.median(t for _, t in us) / 1000
-    print(f"{n:>5} steps  {cmd:<10}  median {whole:6.1f} ms  first tenth {first:6.1f} ms  last tenth {last:6.1f} ms  last/first {last / first:4.2f}x")
+    print(f"{mode:<5} {n:>5} steps  {cmd:<10}  median {whole:6.1f} ms  first tenth {first:6.1f} ms  last tenth {last:6.1f} ms  last/first {last / first:4.2f}x")
 PY
+done
 done

@@ -5,17 +5,18 @@
 
 /// Prints a line to stdout; a closed pipe (`baton … | head`) is ignored rather than a panic.
 macro_rules! outln {
+    () => {{
+        $crate::runtime::console::stdout(format_args!("\n"));
+    }};
     ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+        $crate::runtime::console::stdout(format_args!("{}\n", format_args!($($arg)*)));
     }};
 }
 
 /// Prints to stdout without a newline; a closed pipe is ignored rather than a panic.
 macro_rules! out {
     ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = write!(std::io::stdout().lock(), $($arg)*);
+        $crate::runtime::console::stdout(format_args!($($arg)*));
     }};
 }
 

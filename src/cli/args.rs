@@ -328,6 +328,34 @@ pub(super) enum ExecuteCommand {
     Run(RunArgs),
 }
 
+impl ExecuteCommand {
+    /// The execution a command names, for the commands the CLI relay may run in `baton serve`
+    /// (every one that names an execution and reads no file: not `start`, `run` or `list`).
+    pub(super) fn relayed_task_mut(&mut self) -> Option<&mut Task> {
+        use ExecuteCommand as C;
+        match self {
+            C::Next { task, .. }
+            | C::Dispatched { task, .. }
+            | C::Record { task, .. }
+            | C::Gate { task, .. }
+            | C::Approve { task, .. }
+            | C::Feedback { task, .. }
+            | C::Interact { task, .. }
+            | C::Amend { task, .. }
+            | C::Resume { task }
+            | C::Pause { task }
+            | C::Status { task }
+            | C::Complete { task }
+            | C::Cancel { task, .. }
+            | C::Budget { task, .. }
+            | C::RetryStep { task, .. }
+            | C::RetryGate { task, .. }
+            | C::Skip { task, .. } => Some(task),
+            C::Start { .. } | C::List | C::Run(_) => None,
+        }
+    }
+}
+
 /// `baton execute run` flags.
 #[derive(Debug, Args, Clone)]
 pub struct RunArgs {

@@ -46,6 +46,17 @@ pub(super) async fn execute(
         return Ok(print_outcome(&outcome, json));
     }
     let ops = operator_service(data).await?;
+    execute_with(&ops, command, json, as_user).await
+}
+
+/// Runs one `baton execute` command other than `run` over `ops`: a fresh operator service in
+/// a one-shot process, or the server's when the call came through the CLI relay.
+pub(super) async fn execute_with(
+    ops: &Ops,
+    command: ExecuteCommand,
+    json: bool,
+    as_user: Option<&str>,
+) -> anyhow::Result<ExitCode> {
     let execs = ops.execs().clone();
     match command {
         ExecuteCommand::Start { plan } => {
@@ -155,7 +166,7 @@ pub(super) async fn execute(
             }
             Ok(ExitCode::SUCCESS)
         }
-        other => record_command(&ops, other, json, as_user).await,
+        other => record_command(ops, other, json, as_user).await,
     }
 }
 

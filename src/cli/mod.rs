@@ -12,7 +12,8 @@
 //! One job a file: `args` the clap definitions of the subcommands (this file keeps the root
 //! `Cli` and its `Command` tree), `commands` the dispatch of a parsed command line, `execute`
 //! the `baton execute` family, `serve` the `baton serve` start-up, `plan_file` reading and
-//! checking plan files, `output` exit codes and the printing of actions; `daemon`, `demo`,
+//! checking plan files, `output` exit codes and the printing of actions; `relay` running a call in the server
+//! that serves the same data directory; `daemon`, `demo`,
 //! `forge`, `goal`, `team_record` and `wire` as before.
 
 mod args;
@@ -24,6 +25,7 @@ mod forge;
 pub mod goal;
 mod output;
 mod plan_file;
+pub mod relay;
 mod serve;
 mod team_record;
 pub mod wire;
@@ -38,7 +40,7 @@ use args::{AgentCommand, ApprovalCommand, AuditCommand, ExecuteCommand, TokenCom
 
 pub use args::{RunArgs, RunFlags};
 use commands::run;
-use output::exit_code_of;
+use output::conclude;
 pub use output::{exit_for, print_action, print_outcome, EXIT_BAD_INPUT, EXIT_FAILED, EXIT_WAITING};
 use plan_file::check_plan;
 pub use plan_file::read_plan;
@@ -157,7 +159,7 @@ pub fn command() -> clap::Command {
 
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let mut cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
@@ -165,6 +167,9 @@ pub fn main() -> ExitCode {
         }
     };
     init_tracing();
+    if let Some(code) = relay::forward(&mut cli) {
+        return code;
+    }
     match cli.command {
         Command::Attempt { run_dir } => return runtime::agent::shim::run_shim(&run_dir),
         Command::Agent { command: AgentCommand::Demo } => return agent_demo(),
@@ -178,18 +183,7 @@ pub fn main() -> ExitCode {
         }
     };
     let json = cli.json;
-    match runtime.block_on(run(cli)) {
-        Ok(code) => code,
-        Err(e) => {
-            errln!("error: {e:#}");
-            let code = exit_code_of(&e);
-            if json {
-                // With --json, a script reads the failure from stdout too.
-                outln!("{}", serde_json::json!({ "error": format!("{e:#}"), "exit_code": code }));
-            }
-            ExitCode::from(code)
-        }
-    }
+    ExitCode::from(conclude(runtime.block_on(run(cli)), json))
 }
 
 fn init_tracing() {

@@ -51,6 +51,24 @@ pub fn exit_for(action: &Action) -> ExitCode {
     }
 }
 
+/// A command's exit code from its result: its own verdict (`ExitCode` from the command), or
+/// for an error, [`exit_code_of`] after printing it (`error: …` on stderr, and with `--json`
+/// also `{"error", "exit_code"}` on stdout, so a script reads the failure there too).
+pub(super) fn conclude(result: anyhow::Result<ExitCode>, json: bool) -> u8 {
+    match result {
+        // `ExitCode` hides its number; it is one of 256.
+        Ok(code) => (0..=u8::MAX).find(|&k| ExitCode::from(k) == code).unwrap_or(1),
+        Err(e) => {
+            errln!("error: {e:#}");
+            let code = exit_code_of(&e);
+            if json {
+                outln!("{}", serde_json::json!({ "error": format!("{e:#}"), "exit_code": code }));
+            }
+            code
+        }
+    }
+}
+
 /// 2 for a client's mistake, 130 for an interrupted run, 1 for anything else.
 pub(super) fn exit_code_of(e: &anyhow::Error) -> u8 {
     for cause in e.chain() {

@@ -58,6 +58,8 @@ pub(super) async fn serve(
         state.ops.clock().clone(),
     );
     tokio::spawn(reporter.run(state.closing()));
+    // `baton execute …` calls on this data dir are run here (see `relay`).
+    let _relay = super::relay::listen(&data, state.ops.clone()).await?;
     let recovered = pool.recover().await?;
     if recovered > 0 {
         errln!("resumed {recovered} executions");

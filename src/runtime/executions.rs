@@ -39,6 +39,45 @@ pub struct RecordedOnce {
 pub struct Executions {
     store: Store,
     data: DataDir,
+    cache: StateCache,
+}
+
+/// How many executions' states a process keeps in memory, to load them by catching up.
+pub const CACHED_EXECUTIONS: usize = 64;
+
+/// The newest states this process loaded, by task id, each with the seq (and, when known, the
+/// hash) of the last journal entry it includes, shared by every clone of [`Executions`].
+///
+/// A load that finds its execution here reads only the journal entries after that seq and
+/// applies them (the engine is deterministic, so the result is the state a full load would
+/// build), instead of reading and parsing the newest snapshot: a long-lived process (`baton
+/// serve`, and the CLI calls it runs through the relay) pays for what changed, not for the
+/// plan's size. Sound because the journal is append-only and executions are never deleted;
+/// entries whose chain does not continue from the cached hash make the load a full one.
+#[derive(Debug, Clone, Default)]
+struct StateCache(std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, Cached>>>);
+
+#[derive(Debug)]
+struct Cached {
+    seq: i64,
+    hash: Option<String>,
+    state: ExecutionState,
+}
+
+impl StateCache {
+    fn take(&self, task_id: &str) -> Option<Cached> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(task_id)
+    }
+
+    fn put(&self, task_id: &str, cached: Cached) {
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if map.len() >= CACHED_EXECUTIONS && !map.contains_key(task_id) {
+            if let Some(evicted) = map.keys().next().cloned() {
+                map.remove(&evicted);
+            }
+        }
+        map.insert(task_id.to_owned(), cached);
+    }
 }
 
 /// The store summary of a state.
@@ -65,7 +104,7 @@ impl Executions {
             }
         };
         backfill_source_keys(&store).await.context("keying the specs of forge items")?;
-        Ok(Executions { store, data })
+        Ok(Executions { store, data, cache: StateCache::default() })
     }
 
     /// The store.
@@ -100,6 +139,11 @@ impl Executions {
 
     /// Loads an execution: latest snapshot + replay of the later journal. `None` if unknown.
     pub async fn load(&self, task_id: &str) -> anyhow::Result<Option<ExecutionState>> {
+        if let Some(cached) = self.cache.take(task_id) {
+            if let Some(state) = self.catch_up(task_id, cached).await {
+                return Ok(Some(state));
+            }
+        }
         let Some(loaded) = self.store.load_latest(task_id).await.with_context(|| format!("loading {task_id}"))? else {
             return Ok(None);
         };
@@ -123,7 +167,30 @@ impl Executions {
             // snapshot): this load writes it, so replays stay bounded.
             self.snapshot(&state, &clock::now_rfc3339()).await;
         }
+        let hash = loaded.events_after_snapshot.last().map(|e| e.hash.clone());
+        self.cache.put(task_id, Cached { seq: loaded.last_seq, hash, state: state.clone() });
         Ok(Some(state))
+    }
+
+    /// `cached` brought up to the journal's head (see [`StateCache`]), and cached again; `None`
+    /// when that cannot be done soundly (the store failed, the chain does not continue from the
+    /// cached entry, an entry does not replay): the caller loads in full.
+    async fn catch_up(&self, task_id: &str, cached: Cached) -> Option<ExecutionState> {
+        let Cached { mut seq, mut hash, mut state } = cached;
+        let events = self.store.events(task_id, seq).await.ok()?;
+        if let (Some(first), Some(h)) = (events.first(), &hash) {
+            if &first.prev_hash != h {
+                return None;
+            }
+        }
+        for ev in &events {
+            let event: Event = serde_json::from_str(&ev.payload).ok()?;
+            engine::apply(&mut state, &event, &ev.at).ok()?;
+            seq = ev.seq;
+            hash = Some(ev.hash.clone());
+        }
+        self.cache.put(task_id, Cached { seq, hash, state: state.clone() });
+        Some(state)
     }
 
     /// Like [`Executions::load`], but an unknown task id is a [`BadInput`].

@@ -11,6 +11,7 @@ pub mod changelist;
 pub mod ci;
 pub mod ci_events;
 pub mod config;
+pub mod console;
 pub mod driver;
 pub mod executions;
 pub mod forge;
@@ -42,10 +43,14 @@ pub fn driving() -> Option<String> {
     DRIVING.try_with(Clone::clone).ok()
 }
 
-/// Where `errln!` lines go: a `tracing` event (target `baton::progress`, info, with the
+/// Where `errln!` lines go: the relay's capture while a command runs for a CLI client
+/// ([`console::capture`]), else a `tracing` event (target `baton::progress`, info, with the
 /// execution's `task.id`) inside a pool-driven task of `baton serve`, stderr otherwise; a
 /// closed stderr is ignored.
 pub fn progress(line: &str) {
+    if console::stderr_line(line) {
+        return;
+    }
     match driving() {
         Some(id) => tracing::event!(target: "baton::progress", tracing::Level::INFO, task.id = %id, "{line}"),
         None => {
