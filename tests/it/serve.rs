@@ -128,11 +128,6 @@ impl Server {
         nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap())
     }
 
-    /// What the server logged so far (its stderr).
-    pub(crate) fn logged(&self) -> String {
-        self.log()
-    }
-
     pub(crate) fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
