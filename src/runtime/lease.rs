@@ -83,15 +83,20 @@ pub fn this_holder() -> LeaseInfo {
 /// command that holds the lease for a moment; a driver's lease is refused at once.
 const BRIEF_HOLD_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// How long a one-shot command waits for a driver's lease before it is refused: a driver that
+/// just journaled the wait for a human lets its lease go a moment later (a decision racing that
+/// moment, typically from another replica, gets through instead of a 409).
+const DRIVER_HOLD_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Like [`acquire`] for one-shot commands: they hold the lease for milliseconds, so when
 /// another one-shot command holds it this waits (up to 10 s) instead of refusing. A lease held
-/// by a driver (`execute run`, which marks itself in `holder`) is refused at once.
+/// by a driver (`execute run`, which marks itself in `holder`) is refused after 2 s.
 pub async fn acquire_briefly(store: &Store, task_id: &str) -> anyhow::Result<Lease> {
     acquire_waiting(store, task_id, this_holder()).await
 }
 
 /// Takes the lease for `me`, waiting (up to [`BRIEF_HOLD_WAIT`]) while a one-shot command holds
-/// it; a driver's lease is refused at once.
+/// it, and up to [`DRIVER_HOLD_WAIT`] while a driver does.
 async fn acquire_waiting(store: &Store, task_id: &str, me: LeaseInfo) -> anyhow::Result<Lease> {
     let watch = crate::clock::Stopwatch::start();
     let mut delay = std::time::Duration::from_millis(5);
@@ -100,7 +105,8 @@ async fn acquire_waiting(store: &Store, task_id: &str, me: LeaseInfo) -> anyhow:
             Ok(lease) => return Ok(lease),
             Err(e) => {
                 let driver = store.lease(task_id).await.ok().flatten().is_some_and(|l| l.holder.ends_with(DRIVER_MARK));
-                if driver || watch.elapsed() > BRIEF_HOLD_WAIT {
+                let waited = watch.elapsed();
+                if (driver && waited > DRIVER_HOLD_WAIT) || waited > BRIEF_HOLD_WAIT {
                     return Err(e);
                 }
             }
@@ -115,7 +121,7 @@ const DRIVER_MARK: &str = ":run";
 
 /// Takes the lease of `task_id` for this process as its driver (`execute run`, the server's
 /// pool). A one-shot command holding it for a moment (a decision being recorded) is waited for,
-/// up to 10 s, as [`acquire_briefly`] does; another driver is refused at once.
+/// up to 10 s, as [`acquire_briefly`] does; another driver is refused after 2 s.
 /// `home` is the driver's data directory, recorded with the lease so that a holder that fences
 /// it out knows whether it re-adopts its agents (see [`adopts_agents_of`]).
 pub async fn acquire_as_driver(store: &Store, task_id: &str, home: &std::path::Path) -> anyhow::Result<Lease> {
