@@ -92,12 +92,17 @@ const DRIVER_HOLD_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// another one-shot command holds it this waits (up to 10 s) instead of refusing. A lease held
 /// by a driver (`execute run`, which marks itself in `holder`) is refused after 2 s.
 pub async fn acquire_briefly(store: &Store, task_id: &str) -> anyhow::Result<Lease> {
-    acquire_waiting(store, task_id, this_holder()).await
+    acquire_waiting(store, task_id, this_holder(), DRIVER_HOLD_WAIT).await
 }
 
 /// Takes the lease for `me`, waiting (up to [`BRIEF_HOLD_WAIT`]) while a one-shot command holds
-/// it, and up to [`DRIVER_HOLD_WAIT`] while a driver does.
-async fn acquire_waiting(store: &Store, task_id: &str, me: LeaseInfo) -> anyhow::Result<Lease> {
+/// it, and up to `driver_wait` while a driver does.
+async fn acquire_waiting(
+    store: &Store,
+    task_id: &str,
+    me: LeaseInfo,
+    driver_wait: std::time::Duration,
+) -> anyhow::Result<Lease> {
     let watch = crate::clock::Stopwatch::start();
     let mut delay = std::time::Duration::from_millis(5);
     loop {
@@ -106,7 +111,7 @@ async fn acquire_waiting(store: &Store, task_id: &str, me: LeaseInfo) -> anyhow:
             Err(e) => {
                 let driver = store.lease(task_id).await.ok().flatten().is_some_and(|l| l.holder.ends_with(DRIVER_MARK));
                 let waited = watch.elapsed();
-                if (driver && waited > DRIVER_HOLD_WAIT) || waited > BRIEF_HOLD_WAIT {
+                if (driver && waited >= driver_wait) || waited > BRIEF_HOLD_WAIT {
                     return Err(e);
                 }
             }
@@ -121,11 +126,11 @@ const DRIVER_MARK: &str = ":run";
 
 /// Takes the lease of `task_id` for this process as its driver (`execute run`, the server's
 /// pool). A one-shot command holding it for a moment (a decision being recorded) is waited for,
-/// up to 10 s, as [`acquire_briefly`] does; another driver is refused after 2 s.
+/// up to 10 s, as [`acquire_briefly`] does; another driver is refused at once.
 /// `home` is the driver's data directory, recorded with the lease so that a holder that fences
 /// it out knows whether it re-adopts its agents (see [`adopts_agents_of`]).
 pub async fn acquire_as_driver(store: &Store, task_id: &str, home: &std::path::Path) -> anyhow::Result<Lease> {
-    acquire_waiting(store, task_id, driver_holder(home)).await
+    acquire_waiting(store, task_id, driver_holder(home), std::time::Duration::ZERO).await
 }
 
 /// This process as a driver: `<host>:<pid>:run`, with its data directory.
