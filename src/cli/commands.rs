@@ -118,7 +118,7 @@ pub(super) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             outln!("removed {removed} worktrees of final executions older than {hours} h");
             Ok(ExitCode::SUCCESS)
         }
-        Command::Serve { bind, demo, max_agents } => serve(&cli.data_dir, bind, demo, max_agents).await,
+        Command::Serve { bind, demo, max_agents, role } => serve(&cli.data_dir, bind, demo, max_agents, role).await,
         Command::Daemon { command } => daemon::run(&cli.data_dir, command, json).await,
         Command::Agent { .. } | Command::Attempt { .. } => Ok(ExitCode::SUCCESS),
     }

@@ -116,6 +116,11 @@ enum Command {
         /// Agents running at once across every execution.
         #[arg(long, default_value_t = crate::runtime::pool::DEFAULT_MAX_AGENTS)]
         max_agents: usize,
+        /// What this replica does: `api` serves the API and the board and drives nothing (a
+        /// worker picks fired executions up), `worker` drives executions and runs the periodic
+        /// jobs and serves only /healthz, /readyz and /metrics, `all` does both.
+        #[arg(long, value_enum, default_value_t = serve::Role::All)]
+        role: serve::Role,
     },
     /// Run `baton serve` in the background: start, stop, status.
     Daemon {

@@ -12,6 +12,23 @@ use crate::runtime;
 use crate::runtime::app::{App, AppConfig};
 use crate::runtime::config::DataDir;
 
+/// What a replica of `baton serve` does (`--role`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Role {
+    /// The API and the board; no drivers, no periodic jobs.
+    Api,
+    /// Drivers and periodic jobs; over HTTP only /healthz, /readyz and /metrics.
+    Worker,
+    /// Both.
+    All,
+}
+
+impl Role {
+    fn drives(self) -> bool {
+        matches!(self, Role::Worker | Role::All)
+    }
+}
+
 /// How long `baton serve` waits for its drivers to stop on shutdown.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -23,8 +40,15 @@ pub(super) async fn serve(
     bind: std::net::SocketAddr,
     demo: bool,
     max_agents: usize,
+    role: Role,
 ) -> anyhow::Result<ExitCode> {
     let data = DataDir::open(data_dir)?;
+    if let Some(secs) = data.config()?.cluster.lease_secs {
+        if secs < 1 {
+            return Err(runtime::BadInput(format!("[cluster] lease_secs = {secs}: expected 1 or more seconds")).into());
+        }
+        runtime::lease::set_ttl_secs(secs);
+    }
     // A bad ceiling in the environment would fail every fired spec's driver: refuse it now.
     runtime::spend::ceiling_from_env(|k| std::env::var(k).ok())?;
     let _lock = crate::runtime::server_lock(&data)?;
@@ -32,12 +56,16 @@ pub(super) async fn serve(
     let has_users = runtime::users::any(&app.execs).await?;
     crate::web::check_bind(bind, has_users)?;
     let pool = app.pool.clone();
+    pool.set_drives(role.drives());
     let env = |k: &str| std::env::var(k).ok();
     let settings = data.config()?.forge_settings(env);
     let forges = crate::runtime::forge::Forges::new(settings.clone(), crate::forge::RetryPolicy::default())?;
     let state = crate::web::AppState::from_app(app)?
         .with_webhooks(crate::web::WebhookConfig::from_settings(&settings, env))
-        .with_forges(forges);
+        .with_forges(forges)
+        .with_health_only(role == Role::Worker);
+    let bell = runtime::changes::Bell::start(state.execs.store().clone(), state.closing());
+    let state = state.with_bell(bell);
     state.specs.load_project_caps().await?;
     if demo {
         demo::seed_board(&data, &state.specs).await?;
@@ -57,14 +85,23 @@ pub(super) async fn serve(
         &public_url,
         state.ops.clock().clone(),
     );
-    tokio::spawn(reporter.run(state.closing()));
     // `baton execute …` calls on this data dir are run here (see `relay`).
     let _relay = super::relay::listen(&data, state.ops.clone()).await?;
-    let recovered = pool.recover().await?;
-    if recovered > 0 {
-        errln!("resumed {recovered} executions");
+    if role.drives() {
+        tokio::spawn(reporter.run(state.closing()));
+        let recovered = pool.recover().await?;
+        if recovered > 0 {
+            errln!("resumed {recovered} executions");
+        }
+        tokio::spawn(pool.clone().claim_loop());
     }
-    errln!("baton serving http://{addr}/ (data dir {})", data_dir.display());
+    let what = match role {
+        Role::All => "serving",
+        Role::Api => "serving the API and board (role api: no drivers) at",
+        Role::Worker => "driving executions (role worker: only /healthz, /readyz and /metrics at",
+    };
+    let close = if role == Role::Worker { ")" } else { "" };
+    errln!("baton {what} http://{addr}/{close} (data dir {})", data_dir.display());
     if has_users {
         errln!("authentication on: API calls need a token (Authorization: Bearer …), browsers sign in at /login");
     } else {

@@ -157,6 +157,20 @@ pub struct Config {
     /// `[review]`: who judges a `review` gate without a command (issue 19.2).
     #[serde(default)]
     pub review: ReviewConfig,
+    /// `[cluster]`: how replicas sharing one PostgreSQL database share the work (issue 17.2).
+    #[serde(default)]
+    pub cluster: ClusterConfig,
+}
+
+/// `[cluster]` in `baton.toml`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Lease lifetime in seconds (default 30; `BATON_LEASE_SECS` overrides it): a driver renews
+    /// its lease every third of it, and a replica that was killed or paused loses its executions
+    /// to another replica within about two of it.
+    #[serde(default)]
+    pub lease_secs: Option<i64>,
 }
 
 /// `[database]` in `baton.toml`.

@@ -16,7 +16,7 @@ use crate::model::plan::MachinePlan;
 use crate::model::state::ExecutionState;
 use crate::runtime::config::DataDir;
 use crate::runtime::{lease, runs, BadInput};
-use crate::store::{NewEvent, Store, StoreError, Summary};
+use crate::store::{Fence, NewEvent, Store, StoreError, Summary};
 
 /// Events between two snapshots: a load replays at most this many journal entries after the
 /// latest snapshot, whatever the plan's size (a snapshot serializes the whole state, so its
@@ -228,6 +228,20 @@ impl Executions {
     /// CLI exits 2, the API answers 409 or 422; state unchanged, nothing written), or a store
     /// error — then the in-memory state is ahead of the journal and must be reloaded.
     pub async fn record(&self, state: &mut ExecutionState, event: Event) -> anyhow::Result<Applied> {
+        self.record_fenced(state, event, None).await
+    }
+
+    /// [`Executions::record`] by a lease holder: with `fence`, the append is refused
+    /// ([`StoreError::Fenced`], inside the error) when the lease was taken over since, and
+    /// nothing is written. Every driver journals this way; [`is_fenced`] tells the refusal.
+    ///
+    /// Errors: as [`Executions::record`], and the refusal.
+    pub async fn record_fenced(
+        &self,
+        state: &mut ExecutionState,
+        event: Event,
+        fence: Option<&Fence>,
+    ) -> anyhow::Result<Applied> {
         let now = clock::now_rfc3339();
         let applied = engine::apply(state, &event, &now)?;
         if applied.duplicate {
@@ -242,10 +256,11 @@ impl Executions {
             idempotency_key: applied.key.clone(),
             at: now.clone(),
         };
-        self.store
-            .append(&state.task_id, &[new], &summary_of(state))
-            .await
-            .with_context(|| format!("journaling {} for {}", stored.kind.name(), state.task_id))?;
+        let appended = match fence {
+            Some(fence) => self.store.append_fenced(&state.task_id, fence, &[new], &summary_of(state)).await,
+            None => self.store.append(&state.task_id, &[new], &summary_of(state)).await,
+        };
+        appended.with_context(|| format!("journaling {} for {}", stored.kind.name(), state.task_id))?;
         if state.events_applied.is_multiple_of(SNAPSHOT_EVERY) {
             // Written before the caller returns: a one-shot process (the CLI) ends right after,
             // and a snapshot left to a background task was usually never written.
@@ -284,7 +299,7 @@ impl Executions {
         let result = async {
             let mut state = self.get(task_id).await?;
             check(&state, &event)?;
-            let applied = self.record(&mut state, event).await?;
+            let applied = self.record_fenced(&mut state, event, Some(&lease.fence())).await?;
             Ok::<_, anyhow::Error>((state, applied))
         }
         .await;
@@ -329,6 +344,18 @@ impl Executions {
             }
         }
     }
+}
+
+/// Whether `error` is (or wraps) a lost lease: a fenced append refused
+/// ([`StoreError::Fenced`]), or a renewal that found the lease taken over or gone. A driver
+/// that gets one stops at once: the execution belongs to another holder now.
+pub fn is_fenced(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<StoreError>(),
+            Some(StoreError::Fenced { .. } | StoreError::LeaseHeld { .. } | StoreError::LeaseNotHeld { .. })
+        )
+    })
 }
 
 /// Parses the plan an execution was created with, as the store gave it.

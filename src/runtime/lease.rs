@@ -1,17 +1,58 @@
 //! One driver per execution: the lease in the database, held by a process.
 //!
-//! A holder is `<host>:<pid>`. A lease held by a process of this host that no longer exists
-//! (a driver killed with `kill -9`) is taken over at once rather than waiting for it to expire;
-//! any other live holder makes [`acquire`] fail with who holds it, since when.
+//! A holder is `<host>:<pid>` (`<host>:<pid>:run` for a driver). A lease held by a process of
+//! this host that no longer exists (a driver killed with `kill -9`) is taken over at once rather
+//! than waiting for it to expire; any other live holder makes [`acquire`] fail with who holds it,
+//! since when. Every lease carries the fencing epoch the store gave it ([`Lease::fence`]): a
+//! driver journals through it, so once another replica took the lease over, the driver's next
+//! append is refused ([`crate::store::StoreError::Fenced`]) and it stops.
+//!
+//! The lease lifetime is [`ttl_secs`]: `BATON_LEASE_SECS`, else `[cluster] lease_secs` of
+//! `baton.toml` (set by `baton serve` through [`set_ttl_secs`]), else [`LEASE_TTL_SECS`].
 
 use anyhow::Context as _;
 
 use crate::clock;
 use crate::runtime::BadInput;
-use crate::store::{LeaseInfo, Store, StoreError};
+use crate::store::{Fence, LeaseInfo, Store, StoreError};
 
-/// Lease lifetime, seconds; drivers renew it every third of that.
+/// Default lease lifetime, seconds; drivers renew it every third of it.
 pub const LEASE_TTL_SECS: i64 = 30;
+
+/// Environment variable that overrides the lease lifetime (whole seconds, at least 1).
+pub const LEASE_SECS_ENV: &str = "BATON_LEASE_SECS";
+
+/// The lifetime `baton.toml` asked for (0: not set).
+static CONFIGURED_TTL: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// Sets this process's lease lifetime from `[cluster] lease_secs` (`BATON_LEASE_SECS` still
+/// wins); values below 1 are ignored.
+pub fn set_ttl_secs(secs: i64) {
+    if secs >= 1 {
+        CONFIGURED_TTL.store(secs, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The lease lifetime in seconds: `BATON_LEASE_SECS` when it is a whole number of at least 1,
+/// else what [`set_ttl_secs`] set, else [`LEASE_TTL_SECS`]. A replica whose lease expired (it
+/// was killed or paused) is taken over by another within about two of these.
+pub fn ttl_secs() -> i64 {
+    if let Some(secs) = std::env::var(LEASE_SECS_ENV).ok().and_then(|v| v.trim().parse::<i64>().ok()) {
+        if secs >= 1 {
+            return secs;
+        }
+    }
+    match CONFIGURED_TTL.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => LEASE_TTL_SECS,
+        secs => secs,
+    }
+}
+
+/// How often a holder renews its lease: a third of [`ttl_secs`] (at least 200 ms).
+pub fn renew_every() -> std::time::Duration {
+    let ttl_ms = u64::try_from(ttl_secs()).unwrap_or(1) * 1000;
+    std::time::Duration::from_millis((ttl_ms / 3).max(200))
+}
 
 /// This host's name (from `/etc/hostname` or `HOSTNAME`, else `localhost`).
 pub fn host_name() -> String {
@@ -27,23 +68,41 @@ pub fn host_name() -> String {
 pub fn this_holder() -> LeaseInfo {
     let pid = std::process::id();
     let host = host_name();
-    LeaseInfo { holder: format!("{host}:{pid}"), pid, host, acquired_at: String::new(), expires_at: String::new() }
+    LeaseInfo {
+        holder: format!("{host}:{pid}"),
+        pid,
+        host,
+        acquired_at: String::new(),
+        expires_at: String::new(),
+        epoch: 0,
+        home: String::new(),
+    }
 }
 
 /// How long a one-shot command (`execute record`, `approve`, …) waits for another one-shot
 /// command that holds the lease for a moment; a driver's lease is refused at once.
 const BRIEF_HOLD_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// How long a one-shot command waits for a driver's lease before it is refused: a driver that
+/// just journaled the wait for a human lets its lease go a moment later (a decision racing that
+/// moment, typically from another replica, gets through instead of a 409).
+const DRIVER_HOLD_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Like [`acquire`] for one-shot commands: they hold the lease for milliseconds, so when
 /// another one-shot command holds it this waits (up to 10 s) instead of refusing. A lease held
-/// by a driver (`execute run`, which marks itself in `holder`) is refused at once.
+/// by a driver (`execute run`, which marks itself in `holder`) is refused after 2 s.
 pub async fn acquire_briefly(store: &Store, task_id: &str) -> anyhow::Result<Lease> {
-    acquire_waiting(store, task_id, this_holder()).await
+    acquire_waiting(store, task_id, this_holder(), DRIVER_HOLD_WAIT).await
 }
 
 /// Takes the lease for `me`, waiting (up to [`BRIEF_HOLD_WAIT`]) while a one-shot command holds
-/// it; a driver's lease is refused at once.
-async fn acquire_waiting(store: &Store, task_id: &str, me: LeaseInfo) -> anyhow::Result<Lease> {
+/// it, and up to `driver_wait` while a driver does.
+async fn acquire_waiting(
+    store: &Store,
+    task_id: &str,
+    me: LeaseInfo,
+    driver_wait: std::time::Duration,
+) -> anyhow::Result<Lease> {
     let watch = crate::clock::Stopwatch::start();
     let mut delay = std::time::Duration::from_millis(5);
     loop {
@@ -51,7 +110,8 @@ async fn acquire_waiting(store: &Store, task_id: &str, me: LeaseInfo) -> anyhow:
             Ok(lease) => return Ok(lease),
             Err(e) => {
                 let driver = store.lease(task_id).await.ok().flatten().is_some_and(|l| l.holder.ends_with(DRIVER_MARK));
-                if driver || watch.elapsed() > BRIEF_HOLD_WAIT {
+                let waited = watch.elapsed();
+                if (driver && waited >= driver_wait) || waited > BRIEF_HOLD_WAIT {
                     return Err(e);
                 }
             }
@@ -67,14 +127,26 @@ const DRIVER_MARK: &str = ":run";
 /// Takes the lease of `task_id` for this process as its driver (`execute run`, the server's
 /// pool). A one-shot command holding it for a moment (a decision being recorded) is waited for,
 /// up to 10 s, as [`acquire_briefly`] does; another driver is refused at once.
-pub async fn acquire_as_driver(store: &Store, task_id: &str) -> anyhow::Result<Lease> {
-    acquire_waiting(store, task_id, driver_holder()).await
+/// `home` is the driver's data directory, recorded with the lease so that a holder that fences
+/// it out knows whether it re-adopts its agents (see [`adopts_agents_of`]).
+pub async fn acquire_as_driver(store: &Store, task_id: &str, home: &std::path::Path) -> anyhow::Result<Lease> {
+    acquire_waiting(store, task_id, driver_holder(home), std::time::Duration::ZERO).await
 }
 
-fn driver_holder() -> LeaseInfo {
+/// This process as a driver: `<host>:<pid>:run`, with its data directory.
+pub fn driver_holder(home: &std::path::Path) -> LeaseInfo {
     let mut me = this_holder();
     me.holder.push_str(DRIVER_MARK);
+    me.home = home.canonicalize().unwrap_or_else(|_| home.to_path_buf()).display().to_string();
     me
+}
+
+/// Whether `current` (the lease now) re-adopts the agents that `me` (a holder it fenced out)
+/// launched: only a holder on the same host with the same data directory finds their run
+/// directories and waits on their locks. Otherwise the fenced-out holder must stop its agents
+/// itself, or they would keep working for nobody (and the new holder runs the steps again).
+pub fn adopts_agents_of(current: Option<&LeaseInfo>, me: &LeaseInfo) -> bool {
+    current.is_some_and(|c| c.host == me.host && !c.home.is_empty() && c.home == me.home)
 }
 
 /// Whether a process exists and is not a zombie (an exited driver its parent has not reaped
@@ -100,10 +172,24 @@ pub struct Lease {
 }
 
 impl Lease {
-    /// Extends the lease by [`LEASE_TTL_SECS`].
+    /// The fence a driver's appends carry ([`crate::store::Store::append_fenced`]).
+    pub fn fence(&self) -> Fence {
+        self.holder.fence()
+    }
+
+    /// The holder this lease was taken as (with its epoch).
+    pub fn holder(&self) -> &LeaseInfo {
+        &self.holder
+    }
+
+    /// Extends the lease by [`ttl_secs`].
+    ///
+    /// Errors: the lease was taken over by another holder, or it expired and was released (a
+    /// [`StoreError::LeaseHeld`] or [`StoreError::LeaseNotHeld`] inside): the holder has lost it
+    /// and must stop.
     pub async fn renew(&self) -> anyhow::Result<()> {
         self.store
-            .renew_lease(&self.task_id, &self.holder.holder, &clock::now_rfc3339(), LEASE_TTL_SECS)
+            .renew_lease(&self.task_id, &self.holder.holder, &clock::now_rfc3339(), ttl_secs())
             .await
             .context("renewing the lease")
     }
@@ -125,8 +211,11 @@ pub async fn acquire(store: &Store, task_id: &str) -> anyhow::Result<Lease> {
 
 async fn acquire_with(store: &Store, task_id: &str, me: LeaseInfo) -> anyhow::Result<Lease> {
     for _ in 0..2 {
-        match store.acquire_lease(task_id, &me, &clock::now_rfc3339(), LEASE_TTL_SECS).await {
-            Ok(()) => return Ok(Lease { store: store.clone(), task_id: task_id.to_string(), holder: me }),
+        match store.acquire_lease(task_id, &me, &clock::now_rfc3339(), ttl_secs()).await {
+            Ok(epoch) => {
+                let holder = LeaseInfo { epoch, ..me };
+                return Ok(Lease { store: store.clone(), task_id: task_id.to_string(), holder });
+            }
             Err(StoreError::LeaseHeld { holder, .. }) => {
                 if holder.host == me.host && !alive(holder.pid) {
                     store.release_lease(task_id, &holder.holder).await.context("taking over a dead driver's lease")?;

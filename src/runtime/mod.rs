@@ -8,6 +8,7 @@ pub mod app;
 pub mod auth;
 pub mod board;
 pub mod changelist;
+pub mod changes;
 pub mod ci;
 pub mod ci_events;
 pub mod config;

@@ -8,6 +8,14 @@
 //! every driver share the global agent cap and their project's cap ([`driver::RunOptions::slots`]).
 //! On shutdown every driver stops at once, as after a crash: agents keep running detached and
 //! are re-adopted by [`Pool::recover`] at the next start. This module never touches HTTP.
+//!
+//! Several replicas (issue 17.2): [`Pool::claim`], run every third of a lease lifetime by
+//! [`Pool::claim_loop`], leases the runnable executions that nobody holds (fired on an API-only
+//! replica, left by a replica that died or was paused past its lease) through
+//! [`Store::claim_leases`](crate::store::Store::claim_leases) and drives them; an execution
+//! first driven by another replica gets its `execution.json` here, from its project
+//! (`adopt`). A driver that lost its lease (fenced out, or the lease held by another holder)
+//! ends its loop instead of retrying: the execution is another replica's now.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -61,6 +69,10 @@ struct Inner {
     project_slots: Mutex<HashMap<String, Arc<Semaphore>>>,
     drivers: Mutex<HashMap<String, Handle>>,
     closed: watch::Sender<bool>,
+    /// This process as a driver (`<host>:<pid>:run`, with its data directory).
+    holder: crate::store::LeaseInfo,
+    /// False on an API-only replica (`baton serve --role api`): nothing is driven here.
+    drives: std::sync::atomic::AtomicBool,
 }
 
 /// The pool; cheap to clone (one shared inner).
@@ -73,6 +85,7 @@ impl Pool {
     /// A pool over `execs` whose attempts never exceed `max_agents` at once (at least 1).
     pub fn new(execs: Executions, max_agents: usize) -> Pool {
         let (closed, _) = watch::channel(false);
+        let execs_root = &execs.data().root().to_path_buf();
         Pool {
             inner: Arc::new(Inner {
                 data: execs.data().clone(),
@@ -81,6 +94,8 @@ impl Pool {
                 project_slots: Mutex::default(),
                 drivers: Mutex::default(),
                 closed,
+                holder: crate::runtime::lease::driver_holder(execs_root),
+                drives: std::sync::atomic::AtomicBool::new(true),
             }),
         }
     }
@@ -98,6 +113,17 @@ impl Pool {
     /// Whether the pool still accepts work (false once [`Pool::shutdown`] began).
     pub fn is_open(&self) -> bool {
         !*self.inner.closed.borrow()
+    }
+
+    /// Whether this pool drives executions (false: `baton serve --role api`; a fired execution or
+    /// a decision is picked up by a worker replica's claim loop).
+    pub fn drives(&self) -> bool {
+        self.inner.drives.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Turns driving on or off (set once at start by `baton serve --role`).
+    pub fn set_drives(&self, on: bool) {
+        self.inner.drives.store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Each driven execution and what its driver is doing.
@@ -127,7 +153,7 @@ impl Pool {
     /// Starts driving `task_id` (of `project`, whose cap applies), or wakes its driver when it
     /// has one. Does nothing after shutdown began.
     pub fn drive(&self, task_id: &str, project: Option<&str>) {
-        if !self.is_open() {
+        if !self.is_open() || !self.drives() {
             return;
         }
         let mut map = self.inner.drivers.lock().unwrap_or_else(PoisonError::into_inner);
@@ -186,6 +212,9 @@ impl Pool {
     ///
     /// Errors: the database cannot be read.
     pub async fn recover(&self) -> anyhow::Result<usize> {
+        if !self.is_open() || !self.drives() {
+            return Ok(0);
+        }
         let store = self.inner.execs.store();
         let mut n = 0;
         for row in store.list_executions().await? {
@@ -201,6 +230,55 @@ impl Pool {
             n += 1;
         }
         Ok(n)
+    }
+
+    /// Leases up to as many runnable executions as this pool has free agent slots (at least one),
+    /// among those nobody holds (see [`Store::claim_leases`](crate::store::Store::claim_leases)),
+    /// and drives them. Returns the task ids it claimed. Does nothing once shutdown began.
+    ///
+    /// Errors: the database.
+    pub async fn claim(&self) -> anyhow::Result<Vec<String>> {
+        if !self.is_open() || !self.drives() {
+            return Ok(Vec::new());
+        }
+        let exclude: Vec<String> = self.drivers().into_iter().map(|(task_id, _)| task_id).collect();
+        let limit = self.free_agent_slots().max(1);
+        let store = self.inner.execs.store();
+        let claimed = store
+            .claim_leases(
+                &self.inner.holder,
+                &exclude,
+                &crate::clock::now_rfc3339(),
+                crate::runtime::lease::ttl_secs(),
+                limit,
+            )
+            .await?;
+        let mut out = Vec::with_capacity(claimed.len());
+        for (task_id, epoch) in claimed {
+            tracing::info!(task.id = %task_id, lease.epoch = epoch, "claimed execution {task_id} (epoch {epoch})");
+            let project = store.spec_of_execution(&task_id).await?.map(|s| s.project);
+            self.drive(&task_id, project.as_deref());
+            out.push(task_id);
+        }
+        Ok(out)
+    }
+
+    /// Runs [`Pool::claim`] every third of a lease lifetime until shutdown, so an execution
+    /// whose replica died or was paused is taken over within about two lease lifetimes.
+    pub async fn claim_loop(self) {
+        let mut closed = self.inner.closed.subscribe();
+        loop {
+            tokio::select! {
+                _ = closed.changed() => {}
+                () = tokio::time::sleep(crate::runtime::lease::renew_every()) => {}
+            }
+            if !self.is_open() {
+                return;
+            }
+            if let Err(e) = self.claim().await {
+                tracing::warn!("claiming executions: {e:#}");
+            }
+        }
     }
 
     /// Stops every driver (they stop at once; agents keep running detached) and waits up to
@@ -232,6 +310,47 @@ impl Pool {
     }
 }
 
+/// Gives this data directory the `execution.json` of an execution another replica started
+/// (a takeover): the repository, base and agent profile come from the project of its spec,
+/// the feature branch is `baton/<task_id>`. Nothing to do when it has one.
+///
+/// Errors: no spec or project for the execution, or the project's repository cannot be opened.
+async fn adopt(execs: &Executions, task_id: &str) -> anyhow::Result<()> {
+    let data = execs.data();
+    if runs::meta_path(data, task_id).exists() {
+        return Ok(());
+    }
+    let store = execs.store();
+    let spec = store
+        .spec_of_execution(task_id)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("execution {task_id} has no execution.json here and no spec to take it from"))?;
+    let project = store
+        .project(&spec.project)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("execution {task_id}: project {} is gone", spec.project))?;
+    let (path, base) = (std::path::PathBuf::from(&project.repo_path), project.default_branch.clone());
+    let (root, base_sha) = crate::runtime::blocking(move || {
+        let repo = crate::git::GitRepo::open(&path)?;
+        let sha = repo.resolve(&base)?;
+        Ok::<_, crate::git::GitError>((repo.root().to_path_buf(), sha))
+    })
+    .await??;
+    let meta = runs::RunMeta {
+        repo: root,
+        base_sha,
+        branch: driver::feature_branch(task_id),
+        profile: project.agent_profile.clone(),
+    };
+    let path = runs::meta_path(data, task_id);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    crate::runtime::write_atomic(&path, serde_json::to_string_pretty(&meta)?.as_bytes())?;
+    tracing::info!(task.id = %task_id, "took over execution {task_id} started by another replica");
+    Ok(())
+}
+
 async fn join_all(joins: Vec<JoinHandle<()>>) {
     for j in joins {
         let _ = j.await;
@@ -254,6 +373,14 @@ impl DriverLoop {
                 break;
             }
             let _ = self.state.send(DriverState::Running);
+            if let Err(e) = adopt(&self.pool.inner.execs, &self.task_id).await {
+                tracing::warn!(task.id = %self.task_id, "driver cannot start: {e:#}");
+                let _ = self.state.send(DriverState::Errored(format!("{e:#}")));
+                if !self.park(Some(RETRY_AFTER_ERROR)).await {
+                    break;
+                }
+                continue;
+            }
             let options = RunOptions {
                 task_id: Some(self.task_id.clone()),
                 slots: self.slots.clone(),
@@ -272,6 +399,11 @@ impl DriverLoop {
                 },
                 // Parked (paused with its reason): a resume drives it again.
                 Err(e) if e.is::<Interrupted>() || e.is::<driver::Parked>() => break,
+                // Another replica drives it now: its claim loop, not this one, carries on.
+                Err(e) if crate::runtime::executions::is_fenced(&e) || self.held_elsewhere().await => {
+                    tracing::info!(task.id = %self.task_id, "driven by another holder now: {e:#}");
+                    break;
+                }
                 Err(e) => {
                     let status = self.pool.inner.execs.store().summary(&self.task_id).await.ok().flatten();
                     if status.as_ref().is_none_or(|s| matches!(s.status.as_str(), "complete" | "cancelled")) {
@@ -290,6 +422,14 @@ impl DriverLoop {
             }
         }
         self.pool.forget(&self.task_id, &self.wake);
+    }
+
+    /// Whether another holder has a live lease on the execution.
+    async fn held_elsewhere(&self) -> bool {
+        let lease = self.pool.inner.execs.store().lease(&self.task_id).await.ok().flatten();
+        lease.is_some_and(|l| {
+            l.holder != self.pool.inner.holder.holder && l.expires_at.as_str() > crate::clock::now_rfc3339().as_str()
+        })
     }
 
     /// Waits for a wake, a journal change or (with `limit`) that long; false when stopped or

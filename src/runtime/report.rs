@@ -123,11 +123,19 @@ impl Reporter {
     }
 
     /// Passes every [`INTERVAL`] until `closing` turns true. A failing pass is logged and the
-    /// next one tries again.
+    /// next one tries again. With several replicas on one PostgreSQL database, one replica's
+    /// pass runs at a time (the `report` cluster job's advisory lock): the others skip theirs.
     pub async fn run(mut self, mut closing: tokio::sync::watch::Receiver<bool>) {
         loop {
-            if let Err(e) = self.pass().await {
-                tracing::warn!("report-back pass failed: {e:#}");
+            match self.execs.store().cluster_job("report").await {
+                Ok(Some(job)) => {
+                    if let Err(e) = self.pass().await {
+                        tracing::warn!("report-back pass failed: {e:#}");
+                    }
+                    job.done().await;
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!("report-back pass not started: {e}"),
             }
             tokio::select! {
                 _ = tokio::time::sleep(INTERVAL) => {}

@@ -110,6 +110,27 @@ pub fn stop_attempts(data: &DataDir, state: &ExecutionState) -> usize {
     stopped
 }
 
+/// Kills the process groups of every attempt of `task_id` whose shim still runs in this data
+/// directory, whatever the journal says of it: what a driver that lost its lease to another
+/// replica does (that replica does not see these run directories, so it runs the steps again;
+/// left alone, these agents would keep working, and spending, for nobody). Returns how many it
+/// signalled.
+pub fn stop_running_attempts(data: &DataDir, task_id: &str) -> usize {
+    let mut stopped = 0;
+    let Ok(steps) = std::fs::read_dir(data.runs(task_id)) else { return 0 };
+    for step in steps.flatten().filter(|e| e.path().is_dir()) {
+        let Ok(launches) = std::fs::read_dir(step.path()) else { continue };
+        for launch in launches.flatten().map(|e| e.path()).filter(|p| p.is_dir()) {
+            if matches!(shim::inspect(&launch), Ok(shim::AttemptState::Running))
+                && matches!(shim::kill_attempt(&launch), Ok(true))
+            {
+                stopped += 1;
+            }
+        }
+    }
+    stopped
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

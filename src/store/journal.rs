@@ -6,12 +6,13 @@
 
 use sqlx::SqliteConnection;
 
+use super::lease::{check_fence, current_lease};
 use super::writer::Pending;
 
 use super::Lite;
 use super::{
-    event_hash, parse_time, AppendOutcome, ChainReport, ExecutionRow, Loaded, NewEvent, Snapshot, Store, StoreError,
-    StoredEvent, Summary, GENESIS_HASH, SNAPSHOTS_KEPT,
+    event_hash, parse_time, AppendOutcome, ChainReport, ExecutionRow, Fence, Loaded, NewEvent, Snapshot, Store,
+    StoreError, StoredEvent, Summary, GENESIS_HASH, SNAPSHOTS_KEPT,
 };
 
 /// Rows read per page by [`Store::verify_chain`], bounding its memory.
@@ -157,17 +158,50 @@ impl Store {
         events: &[NewEvent],
         summary: &Summary,
     ) -> Result<Vec<AppendOutcome>, StoreError> {
+        self.append_with(task_id, None, events, summary).await
+    }
+
+    /// [`Store::append`] by a lease holder (a driver): in the same transaction as the append,
+    /// the store checks that `fence` (holder and epoch) is still the execution's lease, so a
+    /// driver that was paused or cut off past its lease, and taken over, can never write again.
+    ///
+    /// # Errors
+    /// [`StoreError::Fenced`] when another holder took the lease over (a higher epoch) or it was
+    /// released: nothing of the batch was written (not even the summary). Otherwise as
+    /// [`Store::append`].
+    #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id, events = events.len(), lease.epoch = fence.epoch))]
+    pub async fn append_fenced(
+        &self,
+        task_id: &str,
+        fence: &Fence,
+        events: &[NewEvent],
+        summary: &Summary,
+    ) -> Result<Vec<AppendOutcome>, StoreError> {
+        self.append_with(task_id, Some(fence), events, summary).await
+    }
+
+    async fn append_with(
+        &self,
+        task_id: &str,
+        fence: Option<&Fence>,
+        events: &[NewEvent],
+        summary: &Summary,
+    ) -> Result<Vec<AppendOutcome>, StoreError> {
         for event in events {
             validate_event(task_id, event)?;
         }
-        let lite = on_backend!(self, pg => pg.append(task_id, events, summary).await);
+        let lite = on_backend!(self, pg => pg.append(task_id, fence, events, summary).await);
         if let [event] = events {
-            if let Some(outcome) = lite.append_fast(task_id, event, summary).await? {
+            if let Some(outcome) = lite.append_fast(task_id, fence, event, summary).await? {
                 return Ok(vec![outcome]);
             }
         }
         let mut tx = lite.begin_write().await?;
         let Head { mut last_seq, mut last_hash } = head(&mut tx, task_id).await?;
+        if let Some(fence) = fence {
+            let current = current_lease(&mut tx, task_id).await?.map(|l| (l.holder, l.epoch));
+            check_fence(task_id, fence, current)?;
+        }
         let mut updated_at = None;
         let mut outcomes = Vec::with_capacity(events.len());
         for event in events {
@@ -442,19 +476,22 @@ impl Lite {
     }
 
     /// One event, when this process knows the chain head: an insert guarded by the expected
-    /// head and a summary update guarded by the inserted row, committed in one round trip
+    /// head (and, for a fenced append, by its lease) and a summary update guarded by the
+    /// inserted row, committed in one round trip
     /// together with the other executions' appends queued meanwhile (group commit, see
     /// `writer`). `Ok(None)` when the head was stale, the key a duplicate or the group
     /// failed: nothing of this event was written and the caller takes the general path.
     async fn append_fast(
         &self,
         task_id: &str,
+        fence: Option<&Fence>,
         event: &NewEvent,
         summary: &Summary,
     ) -> Result<Option<AppendOutcome>, StoreError> {
         let known = self.heads.lock().ok().and_then(|h| h.get(task_id).cloned());
         let Some((last_seq, last_hash)) = known else { return Ok(None) };
-        let pending = Pending::new(task_id, event, summary, last_seq, last_hash);
+        let mut pending = Pending::new(task_id, event, summary, last_seq, last_hash);
+        pending.fence = fence.cloned();
         self.writer.append_grouped(&self.heads, pending).await
     }
 

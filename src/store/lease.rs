@@ -1,12 +1,20 @@
 //! Driver leases (one driver per execution) and the active task pointer.
 //!
-//! Owns the `leases` and `settings` tables. Lease timestamps are stored as fixed-width UTC
-//! RFC 3339 with microseconds, so comparing the text compares the times. The store only records
-//! pid and host; whether that process is alive is the runtime's question, never asked here.
+//! Owns the `leases` and `settings` tables, and the `lease_epoch` column of `executions` (the
+//! highest fencing epoch the execution ever leased out). Lease timestamps are stored as
+//! fixed-width UTC RFC 3339 with microseconds, so comparing the text compares the times. The
+//! store only records pid, host and home; whether that process is alive is the runtime's
+//! question, never asked here.
+//!
+//! Fencing: a takeover (no lease, an expired one, or another holder's expired one) takes epoch
+//! `lease_epoch + 1`; renewing or re-acquiring one's own live lease keeps it. A fenced append
+//! checks holder and epoch in its own transaction (`journal.rs`, `writer.rs`), and takeovers
+//! write in the same single writer's transactions, so an append never lands after a takeover
+//! it did not see.
 
 use sqlx::SqliteConnection;
 
-use super::{parse_time, sortable_time, LeaseInfo, Store, StoreError};
+use super::{parse_time, sortable_time, Fence, LeaseInfo, Store, StoreError};
 
 /// `settings` key of the active task pointer.
 pub(super) const ACTIVE_TASK_KEY: &str = "active_task";
@@ -24,13 +32,64 @@ async fn require_execution(conn: &mut SqliteConnection, task_id: &str) -> Result
 }
 
 /// The current lease row of `task_id`, if any.
-async fn current_lease(conn: &mut SqliteConnection, task_id: &str) -> Result<Option<LeaseInfo>, StoreError> {
+pub(super) async fn current_lease(conn: &mut SqliteConnection, task_id: &str) -> Result<Option<LeaseInfo>, StoreError> {
     Ok(sqlx::query_as::<_, LeaseInfo>(
-        "select holder, pid, host, acquired_at, expires_at from leases where task_id = ?",
+        "select holder, pid, host, acquired_at, expires_at, epoch, home from leases where task_id = ?",
     )
     .bind(task_id)
     .fetch_optional(conn)
     .await?)
+}
+
+/// The executions [`Store::claim_leases`] may take (SQLite; `?` is `now`): `(task_id,
+/// lease_epoch, the expired lease's epoch or 0)`, least recently updated first.
+const CLAIMABLE_SQL: &str = "select e.task_id, e.lease_epoch, coalesce(l.epoch, 0) from executions e \
+     left join leases l on l.task_id = e.task_id \
+     where e.status in ('running', 'gate_pending', 'gate_failed') \
+     and exists (select 1 from specs s where s.task_id = e.task_id) \
+     and not exists (select 1 from settings p where p.key = 'paused:' || e.task_id) \
+     and (l.task_id is null or l.expires_at <= ?) \
+     order by e.updated_at, e.task_id";
+
+/// What taking the lease does, given the `current` lease row and the execution's `highest`
+/// epoch: `(acquired_at, epoch)` to write, or [`StoreError::LeaseHeld`]. Shared by both
+/// backends, which call it with the rows locked.
+pub(super) fn decide_acquire(
+    task_id: &str,
+    current: Option<LeaseInfo>,
+    holder: &LeaseInfo,
+    now: &str,
+    highest: i64,
+) -> Result<(String, i64), StoreError> {
+    match current {
+        Some(current) if current.expires_at.as_str() > now => {
+            if current.holder != holder.holder {
+                return Err(StoreError::LeaseHeld { task_id: task_id.to_owned(), holder: Box::new(current) });
+            }
+            Ok((current.acquired_at, current.epoch))
+        }
+        Some(expired) => Ok((now.to_owned(), highest.max(expired.epoch) + 1)),
+        None => Ok((now.to_owned(), highest + 1)),
+    }
+}
+
+/// Whether `fence` is the current lease of `task_id` (`Ok`), else [`StoreError::Fenced`]
+/// naming the lease now. Backend-neutral: the caller read `current` inside its append's
+/// transaction.
+pub(super) fn check_fence(task_id: &str, fence: &Fence, current: Option<(String, i64)>) -> Result<(), StoreError> {
+    match current {
+        Some((holder, epoch)) if holder == fence.holder && epoch == fence.epoch => Ok(()),
+        other => {
+            let (current_holder, current) = other.unwrap_or_default();
+            Err(StoreError::Fenced {
+                task_id: task_id.to_owned(),
+                holder: fence.holder.clone(),
+                epoch: fence.epoch,
+                current_holder,
+                current,
+            })
+        }
+    }
 }
 
 /// Normalises `now` and computes `now + ttl_secs`, both in sortable form.
@@ -47,12 +106,14 @@ pub(super) fn lease_window(now: &str, ttl_secs: i64) -> Result<(String, String),
 
 impl Store {
     /// Takes the lease on `task_id` for `holder` from `now` (RFC 3339, any offset) for
-    /// `ttl_secs` seconds.
+    /// `ttl_secs` seconds, and returns its fencing epoch.
     ///
     /// Succeeds if there is no lease, the lease has expired (`expires_at <= now`), or it is
     /// already held by `holder.holder` (then it is extended and keeps its original
-    /// `acquired_at`). Only `holder.holder`, `pid` and `host` are read; the store sets
-    /// `acquired_at` and `expires_at`.
+    /// `acquired_at` and its epoch). Any other success is a takeover: the epoch becomes one more
+    /// than the highest this execution ever had, so every earlier holder's fenced appends are
+    /// refused from now on. Only `holder.holder`, `pid`, `host` and `home` are read; the store
+    /// sets `acquired_at`, `expires_at` and `epoch`.
     ///
     /// # Errors
     /// [`StoreError::LeaseHeld`] naming the current holder (id, pid, host, since, until) if
@@ -66,25 +127,23 @@ impl Store {
         holder: &LeaseInfo,
         now: &str,
         ttl_secs: i64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<i64, StoreError> {
         let lite = on_backend!(self, pg => pg.acquire_lease(task_id, holder, now, ttl_secs).await);
         let (now, expires_at) = lease_window(now, ttl_secs)?;
         let mut tx = lite.begin_write().await?;
-        require_execution(&mut tx, task_id).await?;
-        let acquired_at = match current_lease(&mut tx, task_id).await? {
-            Some(current) if current.expires_at > now => {
-                if current.holder != holder.holder {
-                    return Err(StoreError::LeaseHeld { task_id: task_id.to_owned(), holder: Box::new(current) });
-                }
-                current.acquired_at
-            }
-            Some(_) | None => now,
-        };
+        let highest = sqlx::query_scalar::<_, i64>("select lease_epoch from executions where task_id = ?")
+            .bind(task_id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or_else(|| StoreError::NotFound { task_id: task_id.to_owned() })?;
+        let current = current_lease(&mut tx, task_id).await?;
+        let (acquired_at, epoch) = decide_acquire(task_id, current, holder, &now, highest)?;
         sqlx::query(
-            "insert into leases (task_id, holder, pid, host, acquired_at, expires_at) \
-             values (?, ?, ?, ?, ?, ?) on conflict (task_id) do update set \
+            "insert into leases (task_id, holder, pid, host, acquired_at, expires_at, epoch, home) \
+             values (?, ?, ?, ?, ?, ?, ?, ?) on conflict (task_id) do update set \
              holder = excluded.holder, pid = excluded.pid, host = excluded.host, \
-             acquired_at = excluded.acquired_at, expires_at = excluded.expires_at",
+             acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, \
+             epoch = excluded.epoch, home = excluded.home",
         )
         .bind(task_id)
         .bind(&holder.holder)
@@ -92,10 +151,80 @@ impl Store {
         .bind(&holder.host)
         .bind(&acquired_at)
         .bind(&expires_at)
+        .bind(epoch)
+        .bind(&holder.home)
         .execute(&mut *tx)
         .await?;
+        sqlx::query("update executions set lease_epoch = ? where task_id = ?")
+            .bind(epoch)
+            .bind(task_id)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
-        Ok(())
+        Ok(epoch)
+    }
+
+    /// Claims up to `limit` executions for `holder`: each fired for a spec, with work a driver
+    /// can do without a human (status `running`, `gate_pending` or `gate_failed`), not paused,
+    /// not in `exclude` (what the caller drives already), and with no lease or an expired one
+    /// (its holder was killed, paused or cut off). Each is leased to `holder` from `now` for
+    /// `ttl_secs` as a takeover (a new epoch). Returns `(task_id, epoch)` pairs, least recently
+    /// updated first.
+    ///
+    /// SQLite: one writer's transaction. PostgreSQL: the candidates are locked
+    /// `for update skip locked`, so replicas claiming at once never get the same execution.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidArgument`] / [`StoreError::InvalidTimestamp`] as for
+    /// [`Store::acquire_lease`]; [`StoreError::Sqlx`] on database failure.
+    #[tracing::instrument(level = "debug", skip_all, fields(lease.holder = %holder.holder, limit))]
+    pub async fn claim_leases(
+        &self,
+        holder: &LeaseInfo,
+        exclude: &[String],
+        now: &str,
+        ttl_secs: i64,
+        limit: usize,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
+        let lite = on_backend!(self, pg => pg.claim_leases(holder, exclude, now, ttl_secs, limit).await);
+        let (now, expires_at) = lease_window(now, ttl_secs)?;
+        let mut tx = lite.begin_write().await?;
+        let candidates = sqlx::query_as::<_, (String, i64, i64)>(CLAIMABLE_SQL).bind(&now).fetch_all(&mut *tx).await?;
+        let mut claimed = Vec::new();
+        for (task_id, highest, current) in candidates {
+            if claimed.len() >= limit {
+                break;
+            }
+            if exclude.contains(&task_id) {
+                continue;
+            }
+            let epoch = highest.max(current) + 1;
+            sqlx::query(
+                "insert into leases (task_id, holder, pid, host, acquired_at, expires_at, epoch, home) \
+                 values (?, ?, ?, ?, ?, ?, ?, ?) on conflict (task_id) do update set \
+                 holder = excluded.holder, pid = excluded.pid, host = excluded.host, \
+                 acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, \
+                 epoch = excluded.epoch, home = excluded.home",
+            )
+            .bind(&task_id)
+            .bind(&holder.holder)
+            .bind(holder.pid)
+            .bind(&holder.host)
+            .bind(&now)
+            .bind(&expires_at)
+            .bind(epoch)
+            .bind(&holder.home)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("update executions set lease_epoch = ? where task_id = ?")
+                .bind(epoch)
+                .bind(&task_id)
+                .execute(&mut *tx)
+                .await?;
+            claimed.push((task_id, epoch));
+        }
+        tx.commit().await?;
+        Ok(claimed)
     }
 
     /// Extends `holder`'s lease on `task_id` to `now + ttl_secs`.

@@ -38,6 +38,7 @@ macro_rules! on_backend {
 
 mod auth;
 mod ci;
+mod cluster;
 mod forge;
 mod journal;
 mod lease;
@@ -51,6 +52,7 @@ mod writer;
 
 pub use auth::{TokenRow, UserRow};
 pub use ci::CiWaitRow;
+pub use cluster::{Change, ChangeListener, ClusterJob, CHANGE_CHANNELS};
 pub use forge::{MergeRow, ReportClaim};
 pub use metrics::MetricTotals;
 pub use pmo::{CardRow, NewSpec, ProjectRow, SpecChange, SpecEventRow, SpecFilter, SpecInsert, SpecRow, StatusRow};
@@ -151,6 +153,26 @@ pub enum StoreError {
         task_id: String,
         /// The holder id that asked.
         holder: String,
+    },
+    /// A fenced append ([`Store::append_fenced`]) by a lease that is no longer the execution's:
+    /// another holder took the lease over (a higher epoch), or it was released. Nothing was
+    /// written; the caller must stop driving the execution at once.
+    #[error(
+        "execution {task_id}: the lease of {holder} (epoch {epoch}) was taken over; the execution is \
+         leased to {} (epoch {current}) now, so nothing was written",
+        if current_holder.is_empty() { "nobody" } else { current_holder.as_str() }
+    )]
+    Fenced {
+        /// The execution.
+        task_id: String,
+        /// The holder that tried to append.
+        holder: String,
+        /// The epoch it held.
+        epoch: i64,
+        /// Who holds the lease now (empty: nobody).
+        current_holder: String,
+        /// The lease's epoch now (0: no lease).
+        current: i64,
     },
     /// A timestamp argument is not RFC 3339.
     #[error("invalid RFC 3339 timestamp {value:?}: {reason}")]
@@ -377,6 +399,30 @@ pub struct LeaseInfo {
     pub acquired_at: String,
     /// When the lease lapses unless renewed, same format. Ignored on input.
     pub expires_at: String,
+    /// The fencing epoch: grows by one on every takeover (a new holder, or the execution leased
+    /// again after its lease expired or was released), never on a renewal. Ignored on input;
+    /// [`Store::acquire_lease`] sets it and returns it.
+    pub epoch: i64,
+    /// The holder's data directory (its run directories live there), or empty. A holder on the
+    /// same host with the same home re-adopts the agents of a holder it fenced out.
+    pub home: String,
+}
+
+impl LeaseInfo {
+    /// The fence this lease gives its holder for [`Store::append_fenced`].
+    pub fn fence(&self) -> Fence {
+        Fence { holder: self.holder.clone(), epoch: self.epoch }
+    }
+}
+
+/// A driver's proof that it holds an execution's lease, checked by every fenced append in the
+/// append's own transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    /// The lease holder's id.
+    pub holder: String,
+    /// The epoch [`Store::acquire_lease`] returned.
+    pub epoch: i64,
 }
 
 /// Chain hash of one event: lowercase hex SHA-256 of

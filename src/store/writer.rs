@@ -18,7 +18,7 @@ use sqlx::sqlite::{SqliteConnection, SqliteTransactionManager};
 use sqlx::TransactionManager as _;
 use tokio::sync::{oneshot, Mutex, OwnedMutexGuard};
 
-use super::{AppendOutcome, NewEvent, StoreError, Summary};
+use super::{AppendOutcome, Fence, NewEvent, StoreError, Summary};
 
 /// At most this many appends share one commit (each is one guarded insert and one update in
 /// the batch's SQL, about 1 KiB of text).
@@ -54,6 +54,8 @@ pub(super) struct Pending {
     pub(super) last_hash: String,
     /// This event's hash, chained on `last_hash` at `last_seq + 1`.
     pub(super) hash: String,
+    /// The lease the append must still hold (a driver's); the SQL checks it.
+    pub(super) fence: Option<Fence>,
     /// `Some` once appended, `None` when the caller must take the ordinary path.
     reply: Option<oneshot::Sender<Option<AppendOutcome>>>,
 }
@@ -70,6 +72,7 @@ impl Pending {
             last_seq,
             last_hash,
             hash,
+            fence: None,
             reply: None,
         }
     }
@@ -290,13 +293,15 @@ fn take_batch(queue: &SyncMutex<Vec<Pending>>) -> Vec<Pending> {
 }
 
 /// The SQL of one append: insert the event only while the execution's head is the one the
-/// hash was chained on, then move the summary and head, returning the execution's new head
+/// hash was chained on and, for a fenced append, while its lease (holder and epoch) is still
+/// the execution's, then move the summary and head, returning the execution's new head
 /// exactly when the insert happened (SQLite's change counts are not reliable across
 /// BEGIN/COMMIT in one multi-statement batch).
 const APPEND_SQL: &str = "insert into execution_events \
      (task_id, seq, kind, payload, idempotency_key, at, prev_hash, hash) \
      select ?, ?, ?, ?, ?, ?, ?, ? where exists \
      (select 1 from executions where task_id = ? and last_seq = ? and last_hash = ?) \
+     and (? = 0 or exists (select 1 from leases where task_id = ? and holder = ? and epoch = ?)) \
      on conflict (task_id, idempotency_key) do nothing; \
      update executions set status = ?, current_phase = ?, steps_done = ?, \
      steps_total = ?, spend_usd = ?, last_seq = ?, last_hash = ?, updated_at = ? \
@@ -344,6 +349,10 @@ async fn commit_group(conn: &mut SqliteConnection, heads: &Heads, mut batch: Vec
             .bind(p.task_id.clone())
             .bind(p.last_seq)
             .bind(p.last_hash.clone())
+            .bind(i64::from(p.fence.is_some()))
+            .bind(p.task_id.clone())
+            .bind(p.fence.as_ref().map(|f| f.holder.clone()).unwrap_or_default())
+            .bind(p.fence.as_ref().map_or(0, |f| f.epoch))
             .bind(p.summary.status.clone())
             .bind(p.summary.current_phase.clone())
             .bind(p.summary.steps_done)

@@ -97,6 +97,11 @@ pub struct AppState {
     pub request_timeout: Duration,
     /// Longest a client may take to send a request's head (default [`HEADER_READ_TIMEOUT`]).
     pub header_read_timeout: Duration,
+    /// Rings when any replica commits a change (PostgreSQL); event streams wake on it and poll
+    /// as their fallback.
+    pub bell: crate::runtime::changes::Bell,
+    /// Serve only /healthz, /readyz and /metrics (`baton serve --role worker`).
+    pub health_only: bool,
 }
 
 impl AppState {
@@ -133,7 +138,24 @@ impl AppState {
             board_cache: Arc::default(),
             request_timeout: REQUEST_TIMEOUT,
             header_read_timeout: HEADER_READ_TIMEOUT,
+            bell: crate::runtime::changes::Bell::silent(),
+            health_only: false,
         })
+    }
+
+    /// The state with this change bell (the server starts one on its store).
+    #[must_use]
+    pub fn with_bell(mut self, bell: crate::runtime::changes::Bell) -> AppState {
+        self.bell = bell;
+        self
+    }
+
+    /// The state of a worker replica when `on`: [`serve`] answers only /healthz, /readyz and
+    /// /metrics ([`health_app`]).
+    #[must_use]
+    pub fn with_health_only(mut self, on: bool) -> AppState {
+        self.health_only = on;
+        self
     }
 
     /// The state with these forge clients (the server builds them from `baton.toml` and the
@@ -235,6 +257,23 @@ pub fn app(state: AppState) -> Router {
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
 }
 
+/// The router of a worker replica (`baton serve --role worker`): /healthz, /readyz and /metrics,
+/// nothing else (every other path is 404). Workers drive executions; people and forges talk to
+/// the API replicas.
+pub fn health_app(state: AppState) -> Router {
+    let http_metrics = state.metrics.clone();
+    Router::new()
+        .merge(health::router())
+        .merge(metrics::router())
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::authorize))
+        .route_layer(axum::middleware::from_fn(metrics::record_route))
+        .fallback(|| async { AppError::NotFound("no such route: this replica is a worker (role worker)".into()) })
+        .with_state(state)
+        .layer(axum::middleware::map_response_with_state((), error::problem_bodies))
+        .layer(axum::middleware::from_fn_with_state(http_metrics, metrics::track))
+        .layer(TraceLayer::new_for_http())
+}
+
 /// Answers a request that takes longer than `limit` with 503 in the JSON error shape (the
 /// handler is dropped; what it wrote before stays written). Streams are limited only until
 /// their response head, like every answer.
@@ -287,7 +326,8 @@ pub async fn serve(
     use hyper_util::rt::{TokioIo, TokioTimer};
     let closing = state.closing.clone();
     let header_read_timeout = state.header_read_timeout;
-    let service = hyper_util::service::TowerToHyperService::new(app(state));
+    let router = if state.health_only { health_app(state) } else { app(state) };
+    let service = hyper_util::service::TowerToHyperService::new(router);
     let connections = hyper_util::server::graceful::GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {

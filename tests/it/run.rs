@@ -113,7 +113,7 @@ fn a_missing_agent_binary_fails_the_step_with_that_message() {
 #[test]
 fn a_second_driver_is_refused_with_who_holds_the_lease() {
     let ws = Workspace::with_repo(&[("README.md", "hello\n")]);
-    let plan = ws.write("plan.json", &small_plan("lease-1", "[demo: sleep=4]"));
+    let plan = ws.write("plan.json", &small_plan("lease-1", "[demo: sleep=8]"));
     let mut first = ws
         .baton()
         .args(["execute", "run", "--agent", "demo", "--plan"])

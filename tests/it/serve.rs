@@ -123,6 +123,11 @@ impl Server {
         }
     }
 
+    /// The server's process id (to signal it).
+    pub(crate) fn pid(&self) -> nix::unistd::Pid {
+        nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap())
+    }
+
     pub(crate) fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

@@ -291,7 +291,9 @@ async fn two_concurrent_decisions_on_one_approval_record_exactly_one() {
 async fn a_record_while_a_driver_holds_the_lease_is_409() {
     let app = TestApp::new().await;
     with_approval_plan(&app, "web-leased").await;
-    let lease = baton::runtime::lease::acquire_as_driver(app.store(), "web-leased").await.unwrap();
+    let lease = baton::runtime::lease::acquire_as_driver(app.store(), "web-leased", std::path::Path::new("/srv/baton"))
+        .await
+        .unwrap();
     let (status, body) = app.post("/api/v1/executions/web-leased/events", record_step("1.1", "alpha")).await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert!(body["message"].as_str().unwrap().contains("driven by another process"), "{body}");

@@ -26,7 +26,7 @@ use crate::runtime::blocking;
 use crate::runtime::ci::{self, CiVerdict};
 use crate::runtime::lease;
 
-use super::{crash_point, Driver, LEASE_RENEW_EVERY};
+use super::{crash_point, renew_every, Driver};
 
 /// The project an execution belongs to: (name, forge_repo), when it was fired from a spec.
 type ProjectLink = Option<(String, String)>;
@@ -147,7 +147,7 @@ impl Driver {
         let mut renewed = crate::clock::Stopwatch::start();
         errln!("{} of {} (phase {})", wait_note(state), wait.sha, wait.phase_id);
         loop {
-            if renewed.elapsed() > LEASE_RENEW_EVERY {
+            if renewed.elapsed() > renew_every() {
                 lease.renew().await?;
                 renewed = crate::clock::Stopwatch::start();
             }
@@ -210,7 +210,7 @@ impl Driver {
             if current.is_empty() && elapsed < grace {
                 sleep = sleep.min((grace - elapsed).max(Duration::from_millis(200)));
             }
-            let sleep = sleep.min(LEASE_RENEW_EVERY);
+            let sleep = sleep.min(renew_every());
             match self.wake.clone() {
                 Some(wake) => {
                     tokio::select! {

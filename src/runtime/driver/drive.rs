@@ -15,7 +15,7 @@ use crate::runtime::lease;
 
 use super::options::RunOutcome;
 use super::quota::Route;
-use super::{Driver, LEASE_RENEW_EVERY};
+use super::{renew_every, Driver};
 
 /// How often a driver waiting for a shared agent slot looks again.
 const SLOT_POLL: Duration = Duration::from_millis(250);
@@ -29,7 +29,7 @@ impl Driver {
         self.recover(&mut state).await?;
         let mut last_renew = clock::Stopwatch::start();
         loop {
-            if last_renew.elapsed() > LEASE_RENEW_EVERY {
+            if last_renew.elapsed() > renew_every() {
                 lease.renew().await?;
                 last_renew = clock::Stopwatch::start();
             }
@@ -43,7 +43,7 @@ impl Driver {
                     errln!("checkpoint before phase {}: {}", c.phase_id, c.reason);
                     // The engine derives its key, one per checkpoint, as for every other door.
                     let event = Event::new(EventKind::CheckpointAcknowledged).by("baton");
-                    self.execs.record(&mut state, event).await?;
+                    self.journal(&mut state, event).await?;
                 }
                 Action::Dispatch(_) => {
                     let ready = engine::next_actions(&state);
@@ -106,7 +106,7 @@ impl Driver {
                         if left.is_zero() {
                             break;
                         }
-                        tokio::time::sleep(left.min(LEASE_RENEW_EVERY)).await;
+                        tokio::time::sleep(left.min(renew_every())).await;
                         lease.renew().await?;
                     }
                 }
@@ -126,7 +126,7 @@ impl Driver {
                     loop {
                         tokio::select! {
                             done = &mut gate => break done?,
-                            () = tokio::time::sleep(LEASE_RENEW_EVERY) => lease.renew().await?,
+                            () = tokio::time::sleep(renew_every()) => lease.renew().await?,
                         }
                     }
                 }
@@ -139,7 +139,7 @@ impl Driver {
                     };
                     let key = format!("approval:{}:{}:{}", state.task_id, a.phase_id, state.approval_results.len());
                     let event = Event::new(kind).by("baton demo (auto-approve)").with_key(key);
-                    self.execs.record(&mut state, event).await?;
+                    self.journal(&mut state, event).await?;
                 }
                 Action::Approval(_) | Action::Feedback(_) | Action::Interact(_) | Action::Budget(_) => {
                     if self.running > 0 {

@@ -27,7 +27,7 @@ use crate::runtime::{blocking, lease};
 use super::budget::{BUDGET_POLL, BUDGET_STOP_FILE};
 use super::launch::{LaunchMeta, META_FILE};
 use super::options::Parked;
-use super::{crash_point, Driver, LEASE_RENEW_EVERY};
+use super::{crash_point, renew_every, Driver};
 
 impl Driver {
     /// Waits for one in-flight attempt (renewing the lease meanwhile) and records its result.
@@ -50,14 +50,14 @@ impl Driver {
             if left == Some(std::time::Duration::ZERO) {
                 return Ok(());
             }
-            let nap = if watch { BUDGET_POLL } else { LEASE_RENEW_EVERY };
+            let nap = if watch { BUDGET_POLL } else { renew_every() };
             tokio::select! {
                 joined = self.inflight.join_next() => break joined,
                 () = tokio::time::sleep(left.map_or(nap, |l| l.min(nap))) => {
                     if watch {
                         self.watch_budget(state);
                     }
-                    if renew.elapsed() >= LEASE_RENEW_EVERY.saturating_sub(std::time::Duration::from_millis(50)) {
+                    if renew.elapsed() >= renew_every().saturating_sub(std::time::Duration::from_millis(50)) {
                         lease.renew().await?;
                         renew = clock::Stopwatch::start();
                     }

@@ -57,6 +57,7 @@ use crate::runtime::config::{Config, DataDir};
 use crate::runtime::executions::Executions;
 use crate::runtime::lease;
 use crate::runtime::runs::RunMeta;
+use crate::store::LeaseInfo;
 
 pub use options::{branch_log, Interrupted, Parked, RunOptions, RunOutcome, PROFILES};
 pub use start::{check_new_run, harvest_finished, prepare, run};
@@ -64,8 +65,11 @@ pub use start::{check_new_run, harvest_finished, prepare, run};
 use crate::crash::at_point as crash_point;
 pub use crate::crash::CRASH_POINTS;
 
-/// How often a driver renews its lease while it waits (a third of its lifetime).
-const LEASE_RENEW_EVERY: Duration = Duration::from_secs(lease::LEASE_TTL_SECS as u64 / 3);
+/// How often a driver renews its lease while it waits (a third of its lifetime, see
+/// [`lease::renew_every`]).
+fn renew_every() -> Duration {
+    lease::renew_every()
+}
 
 /// The remote feature branches are pushed to (by a `ci` gate and by a merge).
 pub const REMOTE: &str = "origin";
@@ -106,6 +110,10 @@ struct Driver {
     /// without it, the ci wait polls only.
     wake: Option<Arc<tokio::sync::Notify>>,
 
+    /// The lease this run holds (its epoch is the fence every append carries); `None` only
+    /// before it is taken.
+    lease: Option<LeaseInfo>,
+
     /// Worktree environment patterns from `baton.toml` (`[worktree]` and the projects
     /// registered on this repository), beside the checkout's `.worktreeinclude`.
     env_include: Vec<String>,
@@ -134,8 +142,16 @@ impl Driver {
     /// Journals `kind` as `baton`, under `key`.
     async fn record(&self, state: &mut ExecutionState, kind: EventKind, key: String) -> anyhow::Result<()> {
         let event = Event::new(kind).by("baton").with_key(key);
-        self.execs.record(state, event).await?;
+        self.journal(state, event).await?;
         Ok(())
+    }
+
+    /// Journals `event` fenced by the run's lease: once another replica took the lease over,
+    /// the append is refused (nothing written) and the run stops
+    /// ([`crate::runtime::executions::is_fenced`]).
+    async fn journal(&self, state: &mut ExecutionState, event: Event) -> anyhow::Result<crate::engine::Applied> {
+        let fence = self.lease.as_ref().map(LeaseInfo::fence);
+        self.execs.record_fenced(state, event, fence.as_ref()).await
     }
 
     /// Free permits of the scarcest shared slot semaphore (unbounded without any).

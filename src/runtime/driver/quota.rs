@@ -191,7 +191,7 @@ impl Driver {
             }
             let key = format!("quota-resumed:{}:{}:{}", state.task_id, w.step_id, w.until);
             let event = Event::new(EventKind::QuotaResumed { step_id: w.step_id.clone() }).by("baton").with_key(key);
-            self.execs.record(state, event).await?;
+            self.journal(state, event).await?;
             match fallback {
                 Some(f) => errln!("{}: {} quota exhausted; running it on the fallback agent {f}", w.step_id, w.account),
                 None => errln!("{}: the {} quota wait is over; dispatching it again", w.step_id, w.account),

@@ -126,7 +126,7 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
         cap = cap.min(limit);
     }
     let default_profile = args.agent.clone().unwrap_or_else(|| meta.profile.clone());
-    let lease = lease::acquire_as_driver(execs.store(), &task_id).await?;
+    let lease = lease::acquire_as_driver(execs.store(), &task_id, data.root()).await?;
     let mut driver = Driver {
         execs,
         data,
@@ -148,6 +148,7 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
         prices: crate::pmo::pricing::PriceTable::default(),
         clock: crate::clock::Clock::system(),
         wake: args.wake.clone(),
+        lease: Some(lease.holder().clone()),
 
         env_include: Vec::new(),
     };
@@ -180,12 +181,42 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
         outcome = driver.drive(state, &lease) => outcome,
         () = stopped => Err(Interrupted { task_id: task_id.clone() }.into()),
     };
+    if let Some(e) = outcome.as_ref().err().filter(|e| crate::runtime::executions::is_fenced(e)) {
+        fenced_out(&driver, &task_id, &lease, e).await;
+        return outcome;
+    }
     if let Some(p) = outcome.as_ref().err().and_then(|e| e.downcast_ref::<Parked>()) {
         driver.execs.store().park(&task_id, &p.reason).await?;
         errln!("execution {task_id} parked: {}", p.reason);
     }
     lease.release().await?;
     outcome
+}
+
+/// What a run does when it lost its lease (an append fenced out, a renewal refused): another
+/// holder drives the execution now. It writes nothing more and releases nothing (the lease is
+/// not its own); its agents are stopped unless the new holder re-adopts them (the same host and
+/// data directory, see [`lease::adopts_agents_of`]).
+async fn fenced_out(driver: &Driver, task_id: &str, lease: &lease::Lease, error: &anyhow::Error) {
+    let current = driver.execs.store().lease(task_id).await.ok().flatten();
+    tracing::warn!(task.id = %task_id, lease.epoch = lease.holder().epoch, "lost the lease, stopping: {error:#}");
+    if lease::adopts_agents_of(current.as_ref(), lease.holder()) {
+        errln!(
+            "execution {task_id}: lost the lease to {}; its agents are re-adopted there",
+            lease_name(current.as_ref())
+        );
+        return;
+    }
+    let (data, id) = (driver.data.clone(), task_id.to_string());
+    let stopped = blocking(move || crate::runtime::runs::stop_running_attempts(&data, &id)).await.unwrap_or(0);
+    errln!(
+        "execution {task_id}: lost the lease to {}; stopped {stopped} agent(s) of this replica",
+        lease_name(current.as_ref())
+    );
+}
+
+fn lease_name(lease: Option<&crate::store::LeaseInfo>) -> String {
+    lease.map_or_else(|| "nobody".to_string(), |l| format!("{} (epoch {})", l.holder, l.epoch))
 }
 
 /// Records the results of the attempts of `task_id` that finished while nobody drove it (it was
@@ -233,6 +264,7 @@ pub async fn harvest_finished(execs: &Executions, task_id: &str) -> anyhow::Resu
             live: Vec::new(),
             clock: crate::clock::Clock::system(),
             wake: None,
+            lease: Some(lease.holder().clone()),
 
             // Harvesting launches nothing; commits keep out what each launch's `baton.json` lists.
             env_include: Vec::new(),

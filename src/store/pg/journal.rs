@@ -8,8 +8,9 @@
 
 use sqlx::PgConnection;
 
+use super::super::lease::check_fence;
 use super::super::{
-    event_hash, parse_time, AppendOutcome, ChainReport, ExecutionRow, Loaded, NewEvent, Snapshot, StoreError,
+    event_hash, parse_time, AppendOutcome, ChainReport, ExecutionRow, Fence, Loaded, NewEvent, Snapshot, StoreError,
     StoredEvent, Summary, GENESIS_HASH, SNAPSHOTS_KEPT,
 };
 use super::Pg;
@@ -82,15 +83,27 @@ impl Pg {
         Ok(())
     }
 
-    /// See [`Store::append`](super::super::Store::append); the events are already validated.
+    /// See [`Store::append`](super::super::Store::append) and
+    /// [`Store::append_fenced`](super::super::Store::append_fenced); the events are already
+    /// validated. The execution's row lock serialises this append with every takeover (which
+    /// locks the same row to move `lease_epoch`), so the fence read here is the lease as of
+    /// the commit.
     pub(in super::super) async fn append(
         &self,
         task_id: &str,
+        fence: Option<&Fence>,
         events: &[NewEvent],
         summary: &Summary,
     ) -> Result<Vec<AppendOutcome>, StoreError> {
         let mut tx = self.begin_write().await?;
         let (mut last_seq, mut last_hash) = head(&mut tx, task_id, true).await?;
+        if let Some(fence) = fence {
+            let current = sqlx::query_as::<_, (String, i64)>("select holder, epoch from leases where task_id = $1")
+                .bind(task_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+            check_fence(task_id, fence, current)?;
+        }
         let mut updated_at = None;
         let mut outcomes = Vec::with_capacity(events.len());
         let mut written = 0;

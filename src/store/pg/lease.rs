@@ -1,34 +1,33 @@
 //! Driver leases and the active task pointer on PostgreSQL (see `lease.rs` of the store for the
 //! contract).
 //!
-//! Owns the PostgreSQL statements of the `leases` and `settings` tables. Taking a lease is one
-//! `insert … on conflict … do update … where` statement: the row's own lock decides between two
-//! takers, never a read followed by a write.
+//! Owns the PostgreSQL statements of the `leases` and `settings` tables. Taking a lease locks
+//! the execution's row first (`select … for update`): two takers, and a taker and an append
+//! (which locks the same row), run one after the other, so the epoch moves exactly once per
+//! takeover and a fenced append always sees the lease as of its commit.
 
 use sqlx::PgConnection;
 
-use super::super::lease::{lease_window, ACTIVE_TASK_KEY};
+use super::super::lease::{decide_acquire, lease_window, ACTIVE_TASK_KEY};
 use super::super::{LeaseInfo, StoreError};
 use super::{require_execution, Pg};
 
-/// Attempts of [`Pg::acquire_lease`] when the lease it was refused vanished before it could
-/// read it (released or taken over in between).
-const ACQUIRE_ATTEMPTS: u32 = 3;
-
 /// The current lease row of `task_id`, if any.
 async fn current_lease(conn: &mut PgConnection, task_id: &str) -> Result<Option<LeaseInfo>, StoreError> {
-    let row = sqlx::query_as::<_, (String, i64, String, String, String)>(
-        "select holder, pid, host, acquired_at, expires_at from leases where task_id = $1",
+    let row = sqlx::query_as::<_, (String, i64, String, String, String, i64, String)>(
+        "select holder, pid, host, acquired_at, expires_at, epoch, home from leases where task_id = $1",
     )
     .bind(task_id)
     .fetch_optional(conn)
     .await?;
-    Ok(row.map(|(holder, pid, host, acquired_at, expires_at)| LeaseInfo {
+    Ok(row.map(|(holder, pid, host, acquired_at, expires_at, epoch, home)| LeaseInfo {
         holder,
         pid: u32::try_from(pid).unwrap_or(0),
         host,
         acquired_at,
         expires_at,
+        epoch,
+        home,
     }))
 }
 
@@ -39,40 +38,100 @@ impl Pg {
         holder: &LeaseInfo,
         now: &str,
         ttl_secs: i64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<i64, StoreError> {
         let (now, expires_at) = lease_window(now, ttl_secs)?;
-        let mut conn = self.pool.acquire().await?;
-        require_execution(&mut conn, task_id).await?;
-        for _ in 0..ACQUIRE_ATTEMPTS {
-            // Taken when free, expired, or already ours (then it keeps its acquired_at).
-            let taken = sqlx::query(
-                "insert into leases (task_id, holder, pid, host, acquired_at, expires_at) \
-                 values ($1, $2, $3, $4, $5, $6) on conflict (task_id) do update set \
-                 acquired_at = case when leases.holder = excluded.holder and leases.expires_at > excluded.acquired_at \
-                   then leases.acquired_at else excluded.acquired_at end, \
-                 holder = excluded.holder, pid = excluded.pid, host = excluded.host, \
-                 expires_at = excluded.expires_at \
-                 where leases.holder = excluded.holder or leases.expires_at <= excluded.acquired_at",
-            )
+        let mut tx = self.begin_write().await?;
+        let highest = sqlx::query_scalar::<_, i64>("select lease_epoch from executions where task_id = $1 for update")
             .bind(task_id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or_else(|| StoreError::NotFound { task_id: task_id.to_owned() })?;
+        let current = current_lease(&mut tx, task_id).await?;
+        let (acquired_at, epoch) = decide_acquire(task_id, current, holder, &now, highest)?;
+        sqlx::query(
+            "insert into leases (task_id, holder, pid, host, acquired_at, expires_at, epoch, home) \
+             values ($1, $2, $3, $4, $5, $6, $7, $8) on conflict (task_id) do update set \
+             holder = excluded.holder, pid = excluded.pid, host = excluded.host, \
+             acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, \
+             epoch = excluded.epoch, home = excluded.home",
+        )
+        .bind(task_id)
+        .bind(&holder.holder)
+        .bind(i64::from(holder.pid))
+        .bind(&holder.host)
+        .bind(&acquired_at)
+        .bind(&expires_at)
+        .bind(epoch)
+        .bind(&holder.home)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("update executions set lease_epoch = $1 where task_id = $2")
+            .bind(epoch)
+            .bind(task_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(epoch)
+    }
+
+    /// See [`Store::claim_leases`](super::super::Store::claim_leases): the candidates' execution
+    /// rows are locked `for update … skip locked`, so a replica claiming at the same moment skips
+    /// what this one is taking (and an append in flight delays only its own execution's claim).
+    pub(in super::super) async fn claim_leases(
+        &self,
+        holder: &LeaseInfo,
+        exclude: &[String],
+        now: &str,
+        ttl_secs: i64,
+        limit: usize,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
+        let (now, expires_at) = lease_window(now, ttl_secs)?;
+        let mut tx = self.begin_write().await?;
+        let candidates = sqlx::query_as::<_, (String, i64, i64)>(
+            "select e.task_id, e.lease_epoch, coalesce(l.epoch, 0) from executions e \
+             left join leases l on l.task_id = e.task_id \
+             where e.status in ('running', 'gate_pending', 'gate_failed') \
+             and exists (select 1 from specs s where s.task_id = e.task_id) \
+             and not exists (select 1 from settings p where p.key = 'paused:' || e.task_id) \
+             and (l.task_id is null or l.expires_at <= $1) \
+             and not (e.task_id = any($2)) \
+             order by e.updated_at, e.task_id limit $3 \
+             for update of e skip locked",
+        )
+        .bind(&now)
+        .bind(exclude)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut claimed = Vec::new();
+        for (task_id, highest, current) in candidates {
+            let epoch = highest.max(current) + 1;
+            sqlx::query(
+                "insert into leases (task_id, holder, pid, host, acquired_at, expires_at, epoch, home) \
+                 values ($1, $2, $3, $4, $5, $6, $7, $8) on conflict (task_id) do update set \
+                 holder = excluded.holder, pid = excluded.pid, host = excluded.host, \
+                 acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, \
+                 epoch = excluded.epoch, home = excluded.home",
+            )
+            .bind(&task_id)
             .bind(&holder.holder)
             .bind(i64::from(holder.pid))
             .bind(&holder.host)
             .bind(&now)
             .bind(&expires_at)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
-            if taken == 1 {
-                return Ok(());
-            }
-            if let Some(current) = current_lease(&mut conn, task_id).await? {
-                if current.holder != holder.holder && current.expires_at > now {
-                    return Err(StoreError::LeaseHeld { task_id: task_id.to_owned(), holder: Box::new(current) });
-                }
-            }
+            .bind(epoch)
+            .bind(&holder.home)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("update executions set lease_epoch = $1 where task_id = $2")
+                .bind(epoch)
+                .bind(&task_id)
+                .execute(&mut *tx)
+                .await?;
+            claimed.push((task_id, epoch));
         }
-        Err(StoreError::InvalidArgument(format!("the lease on execution {task_id} changed hands while it was taken")))
+        tx.commit().await?;
+        Ok(claimed)
     }
 
     pub(in super::super) async fn renew_lease(

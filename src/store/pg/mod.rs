@@ -86,6 +86,11 @@ impl Pg {
         Ok(Pg { pool, commits: Arc::default(), appends: Arc::default() })
     }
 
+    /// The connection pool (for `cluster.rs`'s advisory locks and listener).
+    pub(in super::super) fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
     /// Closes the pool, waiting for checked-out connections to come back.
     pub(super) async fn close(&self) {
         self.pool.close().await;

@@ -119,6 +119,8 @@ on_both_backends!(
     snapshot_then_events_after_snapshot_and_only_three_kept,
     load_latest_reads_the_plan_only_without_a_snapshot,
     lease_acquired_refused_with_holder_reacquired_after_expiry_and_released,
+    every_takeover_moves_the_epoch_and_a_stale_epochs_append_writes_nothing,
+    a_cluster_job_runs_on_one_store_at_a_time_and_appends_reach_listeners,
     two_stores_on_one_database_see_each_others_writes,
     active_task_pointer_set_read_and_cleared,
     concurrent_writers_on_one_database_interleave_into_one_chain,
@@ -163,6 +165,8 @@ fn holder(id: &str, pid: u32) -> LeaseInfo {
         host: "box-1".to_owned(),
         acquired_at: String::new(),
         expires_at: String::new(),
+        epoch: 0,
+        home: String::new(),
     }
 }
 
@@ -507,6 +511,86 @@ async fn lease_acquired_refused_with_holder_reacquired_after_expiry_and_released
     assert!(matches!(store.acquire_lease("ghost", &a, T0, 30).await, Err(StoreError::NotFound { .. })));
     assert!(matches!(store.acquire_lease("t1", &a, T0, 0).await, Err(StoreError::InvalidArgument(_))));
     assert!(matches!(store.acquire_lease("t1", &a, "soon", 30).await, Err(StoreError::InvalidTimestamp { .. })));
+}
+
+async fn every_takeover_moves_the_epoch_and_a_stale_epochs_append_writes_nothing(db: Fresh) {
+    let store = db.store.clone();
+    created(&store, "t1").await;
+    let (a, b) = (holder("driver-a", 100), holder("driver-b", 200));
+    let fence = |who: &LeaseInfo, epoch| Fence { holder: who.holder.clone(), epoch };
+
+    assert_eq!(store.acquire_lease("t1", &a, "2026-01-15T09:00:00Z", 30).await.unwrap(), 1);
+    store.append_fenced("t1", &fence(&a, 1), &[ev("k1", "{}")], &summary("running", 1)).await.unwrap();
+    // Extending one's own live lease keeps the epoch, and so does a renewal.
+    assert_eq!(store.acquire_lease("t1", &a, "2026-01-15T09:00:10Z", 30).await.unwrap(), 1);
+    store.renew_lease("t1", "driver-a", "2026-01-15T09:00:20Z", 30).await.unwrap();
+    assert_eq!(store.lease("t1").await.unwrap().unwrap().epoch, 1);
+
+    // a is paused past its lease; b takes over with epoch 2.
+    assert_eq!(store.acquire_lease("t1", &b, "2026-01-15T09:00:50Z", 30).await.unwrap(), 2);
+    let before = store.load("t1").await.unwrap().unwrap();
+    for batch in [vec![ev("k2", "{}")], vec![ev("k2", "{}"), ev("k3", "{}")]] {
+        let err = store.append_fenced("t1", &fence(&a, 1), &batch, &summary("failed", 2)).await.unwrap_err();
+        match &err {
+            StoreError::Fenced { task_id, holder, epoch, current_holder, current } => {
+                assert_eq!((task_id.as_str(), holder.as_str(), *epoch), ("t1", "driver-a", 1));
+                assert_eq!((current_holder.as_str(), *current), ("driver-b", 2));
+            }
+            other => panic!("expected Fenced, got {other}"),
+        }
+        assert!(err.to_string().contains("leased to driver-b (epoch 2) now"), "{err}");
+    }
+    let after = store.load("t1").await.unwrap().unwrap();
+    assert_eq!((after.last_seq, &after.summary), (before.last_seq, &before.summary), "nothing written");
+    assert_eq!(store.event_by_key("t1", "k2").await.unwrap(), None);
+    // The right holder with the wrong epoch is refused too.
+    assert!(matches!(
+        store.append_fenced("t1", &fence(&b, 1), &[ev("k2", "{}")], &summary("running", 2)).await,
+        Err(StoreError::Fenced { .. })
+    ));
+    store.append_fenced("t1", &fence(&b, 2), &[ev("k2", "{}")], &summary("running", 2)).await.unwrap();
+
+    // Released and taken again: the epoch keeps growing, so b's old fence stays refused.
+    assert!(store.release_lease("t1", "driver-b").await.unwrap());
+    assert!(matches!(
+        store.append_fenced("t1", &fence(&b, 2), &[ev("k3", "{}")], &summary("running", 2)).await,
+        Err(StoreError::Fenced { current: 0, .. })
+    ));
+    assert_eq!(store.acquire_lease("t1", &a, "2026-01-15T09:01:00Z", 30).await.unwrap(), 3);
+    // The same holder leasing again after its lease expired is a takeover as well.
+    assert_eq!(store.acquire_lease("t1", &a, "2026-01-15T09:02:00Z", 30).await.unwrap(), 4);
+    assert!(matches!(
+        store.append_fenced("t1", &fence(&a, 3), &[ev("k3", "{}")], &summary("running", 2)).await,
+        Err(StoreError::Fenced { current: 4, .. })
+    ));
+    store.append_fenced("t1", &fence(&a, 4), &[ev("k3", "{}")], &summary("running", 2)).await.unwrap();
+    let end = store.load("t1").await.unwrap().unwrap();
+    assert_eq!(end.last_seq, 3);
+    assert!(store.verify_chain("t1").await.unwrap().ok);
+}
+
+async fn a_cluster_job_runs_on_one_store_at_a_time_and_appends_reach_listeners(db: Fresh) {
+    let first = db.store.clone();
+    let second = db.open_again().await;
+    let postgres = first.backend_name() == "postgres";
+
+    let job = first.cluster_job("report").await.unwrap().expect("free");
+    // Another replica's pass of the same job is skipped while this one runs (PostgreSQL); on
+    // SQLite there is one machine and every pass runs. Another job is independent.
+    assert_eq!(second.cluster_job("report").await.unwrap().is_none(), postgres);
+    let other = second.cluster_job("gc").await.unwrap().expect("another job");
+    other.done().await;
+    job.done().await;
+    second.cluster_job("report").await.unwrap().expect("free again once the pass ended").done().await;
+
+    let listener = second.listen_changes().await.unwrap();
+    assert_eq!(listener.is_some(), postgres, "notifications exist on PostgreSQL only");
+    if let Some(mut listener) = listener {
+        created(&first, "t1").await;
+        first.append("t1", &[ev("k1", "{}")], &summary("running", 1)).await.unwrap();
+        let change = tokio::time::timeout(std::time::Duration::from_secs(10), listener.recv()).await.unwrap().unwrap();
+        assert_eq!(change, Change { channel: "baton_events".to_owned(), payload: "t1".to_owned() });
+    }
 }
 
 async fn two_stores_on_one_database_see_each_others_writes(db: Fresh) {

@@ -10,6 +10,7 @@ on_both_backends!(
     racing_changes_of_one_spec_let_one_through_and_number_events_in_order,
     racing_report_claims_claim_each_attempt_once,
     racing_drivers_get_one_lease,
+    racing_claims_take_each_runnable_unleased_execution_once,
     board_metrics_and_portfolio_read_the_journal_alike,
     users_tokens_links_and_signatures_round_trip,
     quota_accounts_keep_the_later_reset,
@@ -159,6 +160,49 @@ async fn racing_drivers_get_one_lease(db: Fresh) {
     .await;
     assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1, "{results:?}");
     assert!(results.iter().filter_map(|r| r.as_ref().err()).all(|e| matches!(e, StoreError::LeaseHeld { .. })));
+}
+
+async fn racing_claims_take_each_runnable_unleased_execution_once(db: Fresh) {
+    let store = db.store.clone();
+    store.insert_project(&project("widgets")).await.unwrap();
+    for i in 0..8 {
+        let SpecInsert::Created(id) =
+            store.insert_spec(&new_spec("widgets", &format!("github:acme/widgets#{i}"))).await.unwrap()
+        else {
+            panic!("created")
+        };
+        let status = if i == 5 { "approval_pending" } else { "running" };
+        store.create_execution(&format!("t{i}"), PLAN, &summary(status, 0), T0).await.unwrap();
+        db.raw(&format!("update specs set task_id = 't{i}' where spec_id = {id}")).await.unwrap();
+    }
+    // Not a spec's (an `execute run` of the CLI): never claimed.
+    store.create_execution("cli", PLAN, &summary("running", 0), T0).await.unwrap();
+    store.set_paused("t6", true).await.unwrap();
+    store.acquire_lease("t7", &holder("driver-x", 9), "2026-01-15T09:00:00Z", 30).await.unwrap();
+
+    // Two replicas claim at once, on their own connections.
+    let (a, b) = (holder("replica-a", 1), holder("replica-b", 2));
+    let other = db.open_again().await;
+    let now = "2026-01-15T09:00:10Z";
+    let t0 = ["t0".to_owned()];
+    let (got_a, got_b) =
+        tokio::join!(store.claim_leases(&a, &[], now, 30, 10), other.claim_leases(&b, &t0, now, 30, 10));
+    let (got_a, got_b) = (got_a.unwrap(), got_b.unwrap());
+    let mut all: Vec<&str> = got_a.iter().chain(&got_b).map(|(t, _)| t.as_str()).collect();
+    all.sort_unstable();
+    assert_eq!(all, ["t0", "t1", "t2", "t3", "t4"], "a: {got_a:?}, b: {got_b:?}");
+    assert!(got_b.iter().all(|(t, _)| t != "t0"), "b excluded t0: {got_b:?}");
+    for (task_id, epoch) in got_a.iter().chain(&got_b) {
+        assert_eq!(*epoch, 1);
+        let lease = store.lease(task_id).await.unwrap().unwrap();
+        let mine = if got_a.iter().any(|(t, _)| t == task_id) { "replica-a" } else { "replica-b" };
+        assert_eq!((lease.holder.as_str(), lease.epoch), (mine, 1));
+    }
+    // Nothing left while the leases live; the limit caps a claim.
+    assert_eq!(store.claim_leases(&a, &[], "2026-01-15T09:00:20Z", 30, 10).await.unwrap(), vec![]);
+    // t7's holder stopped renewing: once its lease expired it is claimable, as a takeover.
+    let late = store.claim_leases(&b, &[], "2026-01-15T09:00:30Z", 30, 1).await.unwrap();
+    assert_eq!(late, vec![("t7".to_owned(), 2)]);
 }
 
 async fn board_metrics_and_portfolio_read_the_journal_alike(db: Fresh) {

@@ -5,7 +5,10 @@
 //! `Last-Event-ID` (or `?after=SEQ`), so a reconnecting client loses nothing; the stream ends
 //! once the execution is final and everything was sent. `GET /api/v1/stream`: an event
 //! `changed` whenever any spec or execution changed (the board re-renders on it). Both read
-//! the database every [`POLL`], so changes made by other processes show up too.
+//! the database every [`POLL`], so changes made by other processes show up too; on PostgreSQL
+//! they also wake as soon as any replica commits a change (the state's
+//! [`Bell`](crate::runtime::changes::Bell), LISTEN/NOTIFY), so clients of every replica see it at
+//! once.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -26,13 +29,14 @@ use crate::web::AppState;
 /// How often a stream looks at the database.
 pub const POLL: Duration = Duration::from_millis(500);
 
-/// Waits one [`POLL`]; false when the server began its shutdown (the stream ends).
-async fn pause(closing: &mut tokio::sync::watch::Receiver<bool>) -> bool {
+/// Waits one [`POLL`], or less when the bell rings; false when the server began its shutdown
+/// (the stream ends).
+async fn pause(closing: &mut tokio::sync::watch::Receiver<bool>, bell: &mut crate::runtime::changes::Bell) -> bool {
     if *closing.borrow() {
         return false;
     }
     tokio::select! {
-        () = tokio::time::sleep(POLL) => true,
+        () = bell.wait(POLL) => true,
         _ = closing.changed() => false,
     }
 }
@@ -108,9 +112,11 @@ async fn journal_stream(
         pending: std::collections::VecDeque<SseEvent>,
         done: bool,
         closing: tokio::sync::watch::Receiver<bool>,
+        bell: crate::runtime::changes::Bell,
     }
     let closing = app.closing();
-    let cursor = Cursor { app, task_id, after, pending: Default::default(), done: false, closing };
+    let bell = app.bell.clone();
+    let cursor = Cursor { app, task_id, after, pending: Default::default(), done: false, closing, bell };
     let s = stream::unfold(cursor, |mut c| async move {
         loop {
             if let Some(ev) = c.pending.pop_front() {
@@ -138,7 +144,7 @@ async fn journal_stream(
                     c.done = true;
                     continue;
                 }
-                if !pause(&mut c.closing).await {
+                if !pause(&mut c.closing, &mut c.bell).await {
                     return None;
                 }
             }
@@ -153,19 +159,21 @@ async fn journal_stream(
 async fn board_stream(State(app): State<AppState>) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let first = app.execs.board_version().await.unwrap_or_default();
     let closing = app.closing();
-    let s = stream::unfold((app, first, 0u64, closing), |(app, mut seen, mut n, mut closing)| async move {
-        loop {
-            if !pause(&mut closing).await {
-                return None;
+    let bell = app.bell.clone();
+    let s =
+        stream::unfold((app, first, 0u64, closing, bell), |(app, mut seen, mut n, mut closing, mut bell)| async move {
+            loop {
+                if !pause(&mut closing, &mut bell).await {
+                    return None;
+                }
+                let now = app.execs.board_version().await.unwrap_or_default();
+                if now != seen {
+                    seen = now;
+                    n += 1;
+                    let ev = SseEvent::default().id(n.to_string()).event("changed").data(seen.clone());
+                    return Some((Ok(ev), (app, seen, n, closing, bell)));
+                }
             }
-            let now = app.execs.board_version().await.unwrap_or_default();
-            if now != seen {
-                seen = now;
-                n += 1;
-                let ev = SseEvent::default().id(n.to_string()).event("changed").data(seen.clone());
-                return Some((Ok(ev), (app, seen, n, closing)));
-            }
-        }
-    });
+        });
     Sse::new(s).keep_alive(KeepAlive::default())
 }

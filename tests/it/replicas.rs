@@ -1,0 +1,168 @@
+//! Three `baton serve` replicas on one PostgreSQL database (issue 17.2), as real processes with
+//! their own data directories and a 2 s lease: they share fired executions of the demo agent,
+//! one is killed (SIGKILL) mid-run and another paused (SIGSTOP) past its lease and resumed.
+//! Every execution completes, every journal verifies, no step's work is committed twice, the
+//! paused replica writes nothing after it was fenced out, and one approval sent to two replicas
+//! at once is recorded once. The replicas share one local repository for the demo project (the
+//! first replica's). A replica of `--role api` drives nothing; one of `--role worker` picks its
+//! fired executions up.
+
+use std::process::Command;
+use std::time::Duration;
+
+use baton::clock::Stopwatch;
+use nix::sys::signal::{kill, Signal};
+use serde_json::{json, Value};
+
+use crate::common::postgres_database;
+use crate::serve::{fire_sleepy, Server};
+
+/// Executions fired.
+const EXECUTIONS: usize = 20;
+
+/// Lease lifetime of every replica, seconds.
+const LEASE_SECS: u64 = 2;
+
+fn journal(server: &Server, task_id: &str) -> Vec<Value> {
+    let (status, body) = server.request("GET", &format!("/api/v1/executions/{task_id}/journal"), None);
+    assert_eq!(status, 200, "{body}");
+    body.as_array().unwrap().clone()
+}
+
+#[test]
+fn three_replicas_share_the_work_through_a_kill_and_a_pause() {
+    let Some(url) = postgres_database() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let lease = LEASE_SECS.to_string();
+    let env = [
+        ("BATON_DATABASE_URL", url.as_str()),
+        ("BATON_LEASE_SECS", lease.as_str()),
+        ("BATON_LOG", "warn,baton::progress=info,baton::runtime::pool=info"),
+    ];
+    // One at a time: the first seeds the demo project (its repository is everyone's).
+    let a = Server::start_env(&tmp.path().join("a"), &[], &env);
+    let mut b = Server::start_env(&tmp.path().join("b"), &[], &env);
+    let c = Server::start_env(&tmp.path().join("c"), &[], &env);
+
+    let runs: Vec<(i64, String)> = (0..EXECUTIONS)
+        .map(|i| {
+            let replica = [&a, &b, &c][i % 3];
+            fire_sleepy(replica, &format!("Document part {i}"), 1)
+        })
+        .collect();
+
+    // Kill b once one of its executions has an agent running; pause c past its lease.
+    let on_b: Vec<&String> = runs.iter().skip(1).step_by(3).map(|(_, t)| t).collect();
+    let watch = Stopwatch::start();
+    while !on_b.iter().any(|t| journal(&a, t).iter().any(|e| e["kind"] == "step_dispatched")) {
+        assert!(watch.elapsed() < Duration::from_secs(30), "b dispatched nothing");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    b.kill9();
+    kill(c.pid(), Signal::SIGSTOP).unwrap();
+    std::thread::sleep(Duration::from_secs(2 * LEASE_SECS + 1));
+    kill(c.pid(), Signal::SIGCONT).unwrap();
+
+    for (id, _) in &runs {
+        a.wait_stage(*id, "awaiting_human");
+    }
+    // One approval sent to two replicas at once is recorded once.
+    let (_, first) = &runs[0];
+    let decide = |server: &Server| {
+        server.request(
+            "POST",
+            &format!("/api/v1/executions/{first}/approve"),
+            Some(json!({"phase_id": 1, "result": "approve"})),
+        )
+    };
+    let (on_a, on_c) = std::thread::scope(|s| {
+        let x = s.spawn(|| decide(&a));
+        let y = s.spawn(|| decide(&c));
+        (x.join().unwrap(), y.join().unwrap())
+    });
+    // The same decision twice is one decision: the first is recorded (201); the later one is
+    // answered as a replay (200, `recorded: false`), or refused (409) when a driver already
+    // carries the execution on; the journal holds one (checked below).
+    let (recorded, other) = if on_a.0 == 201 { (&on_a, &on_c) } else { (&on_c, &on_a) };
+    assert_eq!(recorded.0, 201, "a: {on_a:?}, c: {on_c:?}");
+    let replayed = other.0 == 200 && other.1["recorded"] == json!(false);
+    assert!(replayed || other.0 == 409, "a: {on_a:?}, c: {on_c:?}");
+    for (_, task_id) in runs.iter().skip(1) {
+        let (status, body) = a.request(
+            "POST",
+            &format!("/api/v1/executions/{task_id}/approve"),
+            Some(json!({"phase_id": 1, "result": "approve"})),
+        );
+        assert_eq!(status, 201, "{task_id}: {body}");
+    }
+    for (id, _) in &runs {
+        a.wait_stage(*id, "changelist_review");
+    }
+
+    let repo = tmp.path().join("a").join("demo").join("board-repo");
+    for (_, task_id) in &runs {
+        let events = journal(&a, task_id);
+        let approvals = events.iter().filter(|e| e["kind"] == "approval_recorded").count();
+        assert_eq!(approvals, 1, "{task_id}: one decision");
+        let audit = Command::new(env!("CARGO_BIN_EXE_baton"))
+            .arg("--data-dir")
+            .arg(tmp.path().join("a"))
+            .args(["audit", "verify", task_id])
+            .env("BATON_DATABASE_URL", &url)
+            .output()
+            .unwrap();
+        assert!(audit.status.success(), "{task_id}: {}", String::from_utf8_lossy(&audit.stdout));
+        // Each step's work is on the feature branch once.
+        let log = Command::new("git")
+            .arg("-C")
+            .arg(&repo)
+            .args(["log", "--format=%(trailers:key=Baton-Step,valueonly,separator=)", &format!("baton/{task_id}")])
+            .output()
+            .unwrap();
+        let log = String::from_utf8_lossy(&log.stdout);
+        let mut steps: Vec<&str> = log.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+        let all = steps.len();
+        steps.sort_unstable();
+        steps.dedup();
+        assert_eq!(steps.len(), all, "{task_id}: a step committed twice:\n{log}");
+        assert!(all >= 1, "{task_id}: no step commit:\n{log}");
+    }
+
+    // b's executions were taken over by the claim loops of the others; c, woken after its
+    // leases had been taken, was fenced out: it stopped those executions and said so.
+    let log = |name: &str| std::fs::read_to_string(tmp.path().join(name).with_extension("log")).unwrap_or_default();
+    let (a_log, c_log) = (log("a"), log("c"));
+    assert!(
+        on_b.iter()
+            .any(|t| a_log.contains(&format!("claimed execution {t}"))
+                || c_log.contains(&format!("claimed execution {t}"))),
+        "no execution of the killed replica was claimed:\n{a_log}\n{c_log}"
+    );
+    assert!(c_log.contains("lost the lease"), "the paused replica was not fenced out:\n{c_log}");
+}
+
+/// `--role api` drives nothing: a spec fired there is picked up by a `--role worker` replica's
+/// claim loop, which serves nothing but health and metrics.
+#[test]
+fn an_api_replica_fires_and_a_worker_replica_drives() {
+    let Some(url) = postgres_database() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let lease = LEASE_SECS.to_string();
+    let env = [("BATON_DATABASE_URL", url.as_str()), ("BATON_LEASE_SECS", lease.as_str())];
+    let api = Server::start_env(&tmp.path().join("api"), &["--role", "api"], &env);
+    let (id, task_id) = fire_sleepy(&api, "Document the roles", 0);
+    std::thread::sleep(Duration::from_secs(2 * LEASE_SECS));
+    assert!(journal(&api, &task_id).iter().all(|e| e["kind"] != "step_dispatched"), "the api replica drove it");
+
+    let worker = Server::start_env(&tmp.path().join("worker"), &["--role", "worker"], &env);
+    assert_eq!(worker.request("GET", "/api/v1/specs", None).0, 404, "a worker serves no API");
+    assert_eq!(worker.request("GET", "/readyz", None).0, 200);
+    api.wait_stage(id, "awaiting_human");
+    let (status, body) = api.request(
+        "POST",
+        &format!("/api/v1/executions/{task_id}/approve"),
+        Some(json!({"phase_id": 1, "result": "approve"})),
+    );
+    assert_eq!(status, 201, "{body}");
+    api.wait_stage(id, "changelist_review");
+}
