@@ -106,6 +106,11 @@ struct Driver {
     /// without it, the ci wait polls only.
     wake: Option<Arc<tokio::sync::Notify>>,
 
+    /// The feature branch is pushed to the project's remote after each consolidation, and a
+    /// step whose commit is already there is recorded from it (PostgreSQL, a project with
+    /// `repo_url`: [`crate::runtime::remote`]).
+    remote: bool,
+
     /// Worktree environment patterns from `baton.toml` (`[worktree]` and the projects
     /// registered on this repository), beside the checkout's `.worktreeinclude`.
     env_include: Vec<String>,
