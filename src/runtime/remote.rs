@@ -14,11 +14,14 @@ use anyhow::Context as _;
 
 use crate::git::GitRepo;
 use crate::runtime::config::DataDir;
-use crate::runtime::driver::{feature_branch, REMOTE};
 use crate::runtime::executions::Executions;
 use crate::runtime::runs::{meta_path, RunMeta};
 use crate::runtime::{blocking, write_atomic};
 use crate::store::{ProjectRow, Store};
+
+/// The name of the project's remote in a replica's clone (its `origin`, where `git clone`
+/// puts it); the driver pushes feature branches there.
+pub const REMOTE: &str = "origin";
 
 /// Whether executions of `project` work through its remote on this store: the store is
 /// PostgreSQL (replicas may run on other machines) and the project has a `repo_url`.
@@ -159,14 +162,14 @@ pub async fn publish(repo: &GitRepo, branch: &str) -> anyhow::Result<String> {
 }
 
 /// A replica that never drove `task_id` takes it over: its clone of the project's remote
-/// (fetched) gets the feature branch at the remote's tip, and `execution.json` is written for
+/// (fetched) gets the feature branch `branch` (`baton/<task_id>`) at the remote's tip, and `execution.json` is written for
 /// it: the clone, the branch's fork point from the project's default branch as its base, the
 /// project's agent profile.
 ///
 /// Errors: the remote has no feature branch (the execution was never pushed); git; the file.
-pub async fn adopt(data: &DataDir, project: &ProjectRow, task_id: &str) -> anyhow::Result<RunMeta> {
+pub async fn adopt(data: &DataDir, project: &ProjectRow, task_id: &str, branch: &str) -> anyhow::Result<RunMeta> {
     let repo = replica_clone(data, project).await?;
-    let branch = feature_branch(task_id);
+    let branch = branch.to_string();
     let (r, b) = (repo.clone(), branch.clone());
     let Some(tip) = blocking(move || r.remote_tip(REMOTE, &b)).await?? else {
         anyhow::bail!(

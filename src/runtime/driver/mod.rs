@@ -68,7 +68,7 @@ pub use crate::crash::CRASH_POINTS;
 const LEASE_RENEW_EVERY: Duration = Duration::from_secs(lease::LEASE_TTL_SECS as u64 / 3);
 
 /// The remote feature branches are pushed to (by a `ci` gate and by a merge).
-pub const REMOTE: &str = "origin";
+pub const REMOTE: &str = crate::runtime::remote::REMOTE;
 
 /// The feature branch of an execution.
 pub fn feature_branch(task_id: &str) -> String {

@@ -99,7 +99,7 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
                 meta
             } else if let Some(project) = &remote {
                 // Driven by another replica until now: take it over from the project's remote.
-                crate::runtime::remote::adopt(&data, project, &task_id).await?
+                crate::runtime::remote::adopt(&data, project, &task_id, &feature_branch(&task_id)).await?
             } else {
                 // Started by `execute start` (an orchestrator); `run` takes it over on --repo.
                 prepare_meta(&data, &task_id, &args).await?
