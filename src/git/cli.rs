@@ -67,6 +67,9 @@ where
         "maintenance.auto=false",
         "-c",
         "gc.auto=0",
+        // The `ext::` transport runs a command named in the URL: never, whatever the config.
+        "-c",
+        "protocol.ext.allow=never",
     ]);
     if let Some(g) = git_dir {
         cmd.arg(format!("--git-dir={}", g.display()));
@@ -104,7 +107,12 @@ where
     }
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        let stderr = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ");
+        // `push --porcelain` says which ref was rejected and why on stdout (`!\t<ref>\t[rejected]
+        // (non-fast-forward)`): keep those lines in front of git's stderr.
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let refused = stdout.lines().filter(|l| l.starts_with('!')).map(|l| l.trim_start_matches('!').trim());
+        let stderr =
+            refused.chain(stderr.lines().map(str::trim)).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ");
         return Err(GitError::Command {
             cmd: shown,
             stderr: if stderr.is_empty() { format!("exit status {}", output.status) } else { stderr },

@@ -18,6 +18,7 @@
 mod cli;
 mod include;
 mod paths;
+mod remote;
 mod worktree;
 
 #[cfg(test)]
@@ -30,6 +31,7 @@ use serde::{Deserialize, Serialize};
 
 pub use include::{check_include_patterns, EnvCopy, WORKTREE_INCLUDE_FILE};
 pub use paths::{check_paths, PathViolation, ViolationReason};
+pub use remote::{check_remote_url, MAX_REMOTE_URL_BYTES};
 
 /// Committer name on every commit Baton writes.
 pub const COMMITTER_NAME: &str = "Baton";

@@ -75,6 +75,12 @@ impl DataDir {
         self.worktrees(task_id).join("_integration")
     }
 
+    /// `repos/<project>`: this replica's clone of a project's remote (issue 17.3), the
+    /// repository its executions' worktrees are made from.
+    pub fn repo_clone(&self, project: &str) -> PathBuf {
+        self.root.join("repos").join(project)
+    }
+
     /// `runs/<task_id>/`.
     pub fn runs(&self, task_id: &str) -> PathBuf {
         self.root.join("runs").join(task_id)

@@ -24,6 +24,7 @@ pub mod ops;
 pub mod pool;
 pub mod portfolio;
 pub mod pulls;
+pub mod remote;
 pub mod report;
 pub mod review;
 pub mod runs;

@@ -25,6 +25,7 @@ use crate::runtime::agent::roster::load_roster;
 use crate::runtime::driver::{self, RunOptions, PROFILES};
 use crate::runtime::executions::Executions;
 use crate::runtime::pool::Pool;
+use crate::runtime::remote;
 use crate::runtime::{blocking, BadInput};
 use crate::store::{NewSpec, ProjectRow, SpecChange, SpecEventRow, SpecFilter, SpecInsert, SpecRow, StoreError};
 
@@ -126,6 +127,11 @@ pub struct NewProject {
     /// Default USD ceiling of its executions (a spec's reviewed ceiling wins; default: none).
     #[serde(default)]
     pub budget_usd: Option<f64>,
+    /// Its remote: a git URL (`https://…`, `ssh://…`, `git@host:path`) or the path of a bare
+    /// repository. On PostgreSQL every replica clones it under its data dir and pushes each
+    /// feature branch to it after every consolidation (default: none).
+    #[serde(default)]
+    pub repo_url: Option<String>,
 }
 
 /// A spec to create.
@@ -261,6 +267,10 @@ impl Specs {
         if !PROFILES.contains(&profile.as_str()) {
             return Err(invalid("agent_profile", format!("{profile:?} is not one of {}", PROFILES.join(", "))));
         }
+        let repo_url = p.repo_url.clone().unwrap_or_default();
+        if !repo_url.is_empty() {
+            crate::git::check_remote_url(&repo_url).map_err(|e| invalid("repo_url", e))?;
+        }
         let path = p.repo_path.clone();
         let shown = path.display().to_string();
         let repo =
@@ -296,6 +306,7 @@ impl Specs {
             trigger_label: p.trigger_label.unwrap_or_default().trim().to_string(),
             forge_repo: p.forge_repo.unwrap_or_default().trim().to_string(),
             budget_usd: p.budget_usd.map(|b| check_budget(b, "budget_usd")).transpose()?,
+            repo_url,
         };
         self.execs.store().insert_project(&row).await?;
         self.pool.set_project_cap(&row.name, usize::try_from(row.max_agents).unwrap_or(0));
@@ -713,15 +724,32 @@ impl Specs {
     async fn create_execution(&self, spec_id: i64, plan_json: &str, project: &ProjectRow) -> anyhow::Result<String> {
         let mut plan: MachinePlan = serde_json::from_str(plan_json)?;
         plan.task_id = format!("spec-{spec_id}-{}", clock::now().format("%Y%m%d%H%M%S"));
+        // On PostgreSQL with a remote: this replica's fetched clone, from the remote's branch.
+        let (repo, base) = if remote::active(self.execs.store(), project) {
+            let clone = remote::replica_clone(self.execs.data(), project).await?;
+            (clone.root().to_path_buf(), format!("refs/remotes/{}/{}", driver::REMOTE, project.default_branch))
+        } else {
+            (PathBuf::from(&project.repo_path), project.default_branch.clone())
+        };
         let options = RunOptions {
-            repo: Some(PathBuf::from(&project.repo_path)),
+            repo: Some(repo.clone()),
             agent: Some(project.agent_profile.clone()),
-            base: Some(project.default_branch.clone()),
+            base: Some(base),
             forge_repo: Some(project.forge_repo.clone()),
             project: Some(project.name.clone()),
             ..RunOptions::default()
         };
         let task_id = driver::prepare(self.execs.data(), plan, &options).await?.task_id;
+        if remote::active(self.execs.store(), project) {
+            // Published at once, so any replica can take the execution over from the remote.
+            let published = async {
+                let clone = blocking(move || GitRepo::open(&repo)).await??;
+                remote::publish(&clone, &driver::feature_branch(&task_id)).await
+            };
+            if let Err(e) = published.await {
+                return Err(self.cancel_unfired(&task_id, e).await);
+            }
+        }
         match self.set_ceiling(spec_id, project, &task_id).await {
             Ok(()) => Ok(task_id),
             Err(e) => Err(self.cancel_unfired(&task_id, e).await),

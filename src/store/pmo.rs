@@ -36,6 +36,10 @@ pub struct ProjectRow {
     pub forge_repo: String,
     /// Default USD ceiling of its executions (a spec's reviewed ceiling wins); `None`: none.
     pub budget_usd: Option<f64>,
+    /// Its remote: a git URL (or the path of a bare repository) every replica clones under
+    /// its data dir and, on PostgreSQL, pushes each feature branch to after every
+    /// consolidation; empty: none (issue 17.3).
+    pub repo_url: String,
 }
 
 /// A spec, whole.
@@ -293,8 +297,8 @@ impl Store {
         }
         sqlx::query(
             "insert into projects (name, repo_path, default_branch, agent_profile, test_command, forge_url, \
-             max_agents, created_at, require_separate_reviewer, trigger_label, forge_repo, budget_usd) \
-             values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             max_agents, created_at, require_separate_reviewer, trigger_label, forge_repo, budget_usd, repo_url) \
+             values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&p.name)
         .bind(&p.repo_path)
@@ -308,6 +312,7 @@ impl Store {
         .bind(&p.trigger_label)
         .bind(&p.forge_repo)
         .bind(p.budget_usd)
+        .bind(&p.repo_url)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;

@@ -141,6 +141,7 @@ fn link_to_forge(ws: &Workspace, owner: &str) {
                 trigger_label: String::new(),
                 forge_repo: format!("{owner}/lantern"),
                 budget_usd: None,
+                repo_url: String::new(),
             })
             .await
             .unwrap();

@@ -30,6 +30,7 @@ fn project(name: &str) -> ProjectRow {
         trigger_label: String::new(),
         forge_repo: String::new(),
         budget_usd: None,
+        repo_url: String::new(),
     }
 }
 

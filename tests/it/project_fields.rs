@@ -43,6 +43,36 @@ async fn an_invalid_default_branch_is_422_naming_the_field_and_gits_rules() {
     assert_eq!(status, StatusCode::CREATED, "a real branch is accepted");
 }
 
+#[tokio::test]
+async fn a_repo_url_git_would_read_as_an_option_or_that_runs_a_command_is_422_naming_the_field() {
+    let app = TestApp::with_repo(&[("a", "a")]).await;
+    for (i, url) in [
+        "-uhttps://example.com/x.git",
+        "--upload-pack=touch /tmp/pwned",
+        "https://example.com/x.git\n--upload-pack=x",
+        "https://example.com/\u{7}x.git",
+        "ext::sh -c touch% /tmp/pwned",
+        "FD::17",
+        " https://example.com/x.git",
+        "   ",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let body = json!({"name": format!("p{i}"), "repo_path": app.ws.repo(), "repo_url": url});
+        let (status, answer) = app.post("/api/v1/projects", body).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{url:?}: {answer}");
+        assert_eq!(answer["details"]["field"], "repo_url", "{url:?}: {answer}");
+    }
+    let remote = app.ws.tmp.path().join("remote.git");
+    let body = json!({"name": "ok", "repo_path": app.ws.repo(), "repo_url": remote});
+    let (status, answer) = app.post("/api/v1/projects", body).await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    assert_eq!(answer["repo_url"], remote.display().to_string(), "{answer}");
+    let (_, listed) = app.get("/api/v1/projects/ok").await;
+    assert_eq!(listed["repo_url"], remote.display().to_string(), "{listed}");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
@@ -50,11 +80,11 @@ proptest! {
     /// field's own check is reached.
     #[test]
     fn no_field_value_makes_project_registration_a_server_error(
-        field in 0usize..7,
+        field in 0usize..8,
         value in any::<String>(),
     ) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let key = ["name", "default_branch", "agent_profile", "forge_repo", "trigger_label", "test_command", "forge_url"][field];
+        let key = ["name", "default_branch", "agent_profile", "forge_repo", "trigger_label", "test_command", "forge_url", "repo_url"][field];
         let (status, answer) = rt.block_on(async {
             let app = TestApp::with_repo(&[("a", "a")]).await;
             let mut body = json!({"name": "p", "repo_path": app.ws.repo(), "agent_profile": "demo"});

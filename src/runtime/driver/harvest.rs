@@ -345,8 +345,12 @@ impl Driver {
         for _ in 0..3 {
             let (repo, branch, sha) = (self.repo.clone(), self.meta.branch.clone(), commit.sha.clone());
             match blocking(move || repo.cherry_pick_onto(&branch, &sha)).await? {
-                Ok(PickOutcome::Applied { new_tip }) => return Ok(Ok((new_tip, commit.files_changed))),
+                Ok(PickOutcome::Applied { new_tip }) => {
+                    self.publish(&task_id, &step.step_id, meta.attempt, &commit.sha).await?;
+                    return Ok(Ok((new_tip, commit.files_changed)));
+                }
                 Ok(PickOutcome::AlreadyApplied) => {
+                    self.publish(&task_id, &step.step_id, meta.attempt, &commit.sha).await?;
                     let found = self.find_on_branch(&task_id, &step.step_id, meta.attempt).await?;
                     return Ok(Ok((found, commit.files_changed)));
                 }
@@ -376,6 +380,27 @@ impl Driver {
             }
         }
         anyhow::bail!("feature branch {} keeps moving under consolidation", self.meta.branch)
+    }
+
+    /// With a remote ([`Driver::remote`]): pushes the feature branch after a consolidation,
+    /// before the step's result is journaled, so a recorded commit is always on the remote.
+    /// A push that fails parks the execution ([`Parked`]): the step stays dispatched, its
+    /// commit on the local branch and under its attempt ref, and a resume pushes again.
+    async fn publish(&self, task_id: &str, step_id: &str, attempt: u32, sha: &str) -> anyhow::Result<()> {
+        if !self.remote {
+            return Ok(());
+        }
+        match crate::runtime::remote::publish(&self.repo, &self.meta.branch).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(Parked {
+                task_id: task_id.to_string(),
+                reason: format!(
+                    "{e:#}; step {step_id} attempt {attempt} is kept as {}: resume to fetch and push again",
+                    sha.get(..10).unwrap_or(sha)
+                ),
+            }
+            .into()),
+        }
     }
 
     /// The feature-branch commit of an attempt whose patch is already there (a re-harvest).

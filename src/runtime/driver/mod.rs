@@ -72,7 +72,7 @@ fn renew_every() -> Duration {
 }
 
 /// The remote feature branches are pushed to (by a `ci` gate and by a merge).
-pub const REMOTE: &str = "origin";
+pub const REMOTE: &str = crate::runtime::remote::REMOTE;
 
 /// The feature branch of an execution.
 pub fn feature_branch(task_id: &str) -> String {
@@ -113,6 +113,10 @@ struct Driver {
     /// The lease this run holds (its epoch is the fence every append carries); `None` only
     /// before it is taken.
     lease: Option<LeaseInfo>,
+    /// The feature branch is pushed to the project's remote after each consolidation, and a
+    /// step whose commit is already there is recorded from it (PostgreSQL, a project with
+    /// `repo_url`: [`crate::runtime::remote`]).
+    remote: bool,
 
     /// Worktree environment patterns from `baton.toml` (`[worktree]` and the projects
     /// registered on this repository), beside the checkout's `.worktreeinclude`.

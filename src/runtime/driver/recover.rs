@@ -1,11 +1,15 @@
 //! Crash recovery, when a run starts: every dispatched attempt of the current phase is
 //! launched (never started), re-adopted (still running), harvested (finished while baton was
 //! down) or run again in a fresh worktree (died, or its worktree is gone: it is stopped first,
-//! see [`crate::runtime::agent::interrupt`]). Completed steps never run again.
+//! see [`crate::runtime::agent::interrupt`]). Completed steps never run again. With a remote
+//! (issue 17.3), an attempt that another replica launched and whose commit reached the remote
+//! is recorded from that commit instead of running again.
 
 use crate::engine;
+use crate::model::event::{EventKind, RecordStatus};
 use crate::model::state::{ExecutionState, StepStatus};
 use crate::runtime::agent::shim::{self, AttemptState};
+use crate::runtime::blocking;
 use crate::runtime::runs::latest_launch;
 
 use super::gate::{stop_orphan_gate, GATE_PGID_FILE};
@@ -24,6 +28,57 @@ fn dispatched(state: &ExecutionState) -> Vec<(String, u32)> {
 }
 
 impl Driver {
+    /// A step dispatched by another replica that died after pushing its commit and before
+    /// journaling its result (issue 17.3): when the feature branch (fetched from the remote)
+    /// holds the commit of this very attempt (its `Baton-Task`, `Baton-Step` and
+    /// `Baton-Attempt` trailers), the result is recorded from it and the step is not run again.
+    /// Its cost was spent on the other replica and is not known here (recorded as 0). False
+    /// when the branch has no such commit (the work never reached the remote: run it again).
+    async fn record_from_remote(
+        &mut self,
+        state: &mut ExecutionState,
+        step_id: &str,
+        attempt: u32,
+    ) -> anyhow::Result<bool> {
+        let (repo, branch) = (self.repo.clone(), self.meta.branch.clone());
+        let log = blocking(move || repo.log(&branch, 500)).await??;
+        let lines = [
+            format!("Baton-Task: {}\n", state.task_id),
+            format!("Baton-Step: {step_id}\n"),
+            format!("Baton-Attempt: {attempt}\n"),
+        ];
+        let Some(commit) = log.into_iter().find(|c| lines.iter().all(|l| c.message.contains(l.as_str()))) else {
+            return Ok(false);
+        };
+        let Some(step) = engine::team::work_step(state, step_id).map(|s| s.into_owned()) else { return Ok(false) };
+        let (repo, sha) = (self.repo.clone(), commit.sha.clone());
+        let files = blocking(move || repo.changed_files(&format!("{sha}~1"), &sha)).await??;
+        errln!(
+            "recovering {step_id}: attempt {attempt} ran on another replica and its commit {} is on the remote; recording it",
+            commit.sha.get(..10).unwrap_or(&commit.sha)
+        );
+        let kind = EventKind::StepRecorded {
+            step_id: step_id.to_string(),
+            agent_name: step.agent_name.clone(),
+            status: if step.interactive { RecordStatus::Interacting } else { RecordStatus::Complete },
+            outcome: format!(
+                "[baton] recorded from the project's remote: commit {} of attempt {attempt} (it ran on another \
+                 replica, which stopped before recording it; its cost is not known here)",
+                commit.sha
+            ),
+            files_changed: files,
+            commit_hash: commit.sha,
+            tokens: 0,
+            cost_usd: 0.0,
+            duration_seconds: 0.0,
+            error: String::new(),
+            usage: None,
+        };
+        let key = format!("record:{}:{step_id}:{attempt}", state.task_id);
+        self.record(state, kind, key).await?;
+        Ok(true)
+    }
+
     /// Harvests the dispatched attempts of the current phase whose agent has finished, and
     /// only those (running, died and never-started attempts are left as they are); returns
     /// how many it recorded. What a cancel of a paused execution does first.
@@ -55,6 +110,9 @@ impl Driver {
         for (step_id, attempt) in dispatched(state) {
             let base = self.data.run_dir(&state.task_id, &step_id, attempt);
             let Some((n, dir)) = latest_launch(&base) else {
+                if self.remote && self.record_from_remote(state, &step_id, attempt).await? {
+                    continue;
+                }
                 errln!("recovering {step_id}: attempt {attempt} was journaled but never launched; launching it");
                 self.launch_or_fail(state, &step_id, attempt, 1).await?;
                 continue;

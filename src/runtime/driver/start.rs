@@ -70,6 +70,8 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
             .into());
         }
     }
+    // On PostgreSQL, a project with a remote: this replica works in its own clone of it.
+    let mut remote = crate::runtime::remote::remote_project(&execs, &task_id).await?;
     let (state, meta) = match existing {
         Some(state) => {
             if let Some(plan) = &plan {
@@ -95,6 +97,9 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
                     }
                 }
                 meta
+            } else if let Some(project) = &remote {
+                // Driven by another replica until now: take it over from the project's remote.
+                crate::runtime::remote::adopt(&data, project, &task_id, &feature_branch(&task_id)).await?
             } else {
                 // Started by `execute start` (an orchestrator); `run` takes it over on --repo.
                 prepare_meta(&data, &task_id, &args).await?
@@ -113,6 +118,19 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
             (state, meta)
         }
     };
+    if let Some(project) = remote.clone() {
+        let clone = crate::runtime::remote::replica_clone(&data, &project).await?;
+        if meta.repo == clone.root() {
+            crate::runtime::remote::sync_branch(&clone, &meta.branch).await?;
+        } else {
+            errln!(
+                "note: execution {task_id} works on {}, not on this replica's clone of {}: its branch is not pushed",
+                meta.repo.display(),
+                project.repo_url
+            );
+            remote = None;
+        }
+    }
     let repo = {
         let path = meta.repo.clone();
         blocking(move || GitRepo::open(&path)).await?.map_err(|e| BadInput(format!("repository of {task_id}: {e}")))?
@@ -149,6 +167,7 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
         clock: crate::clock::Clock::system(),
         wake: args.wake.clone(),
         lease: Some(lease.holder().clone()),
+        remote: remote.is_some(),
 
         env_include: Vec::new(),
     };
@@ -265,6 +284,7 @@ pub async fn harvest_finished(execs: &Executions, task_id: &str) -> anyhow::Resu
             clock: crate::clock::Clock::system(),
             wake: None,
             lease: Some(lease.holder().clone()),
+            remote: crate::runtime::remote::remote_project(execs, task_id).await?.is_some(),
 
             // Harvesting launches nothing; commits keep out what each launch's `baton.json` lists.
             env_include: Vec::new(),

@@ -24,8 +24,8 @@ impl Pg {
     pub(in super::super) async fn insert_project(&self, p: &ProjectRow) -> Result<(), StoreError> {
         let inserted = sqlx::query(
             "insert into projects (name, repo_path, default_branch, agent_profile, test_command, forge_url, \
-             max_agents, created_at, require_separate_reviewer, trigger_label, forge_repo, budget_usd) \
-             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) on conflict (name) do nothing",
+             max_agents, created_at, require_separate_reviewer, trigger_label, forge_repo, budget_usd, repo_url) \
+             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) on conflict (name) do nothing",
         )
         .bind(&p.name)
         .bind(&p.repo_path)
@@ -39,6 +39,7 @@ impl Pg {
         .bind(&p.trigger_label)
         .bind(&p.forge_repo)
         .bind(p.budget_usd)
+        .bind(&p.repo_url)
         .execute(&self.pool)
         .await?
         .rows_affected();

@@ -31,6 +31,7 @@ fn project(name: &str) -> ProjectRow {
         trigger_label: "baton".to_owned(),
         forge_repo: "Acme/Widgets".to_owned(),
         budget_usd: Some(12.5),
+        repo_url: "/srv/git/widgets.git".to_owned(),
     }
 }
 

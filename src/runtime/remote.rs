@@ -1,0 +1,192 @@
+//! Git across machines (issue 17.3): when the store is PostgreSQL and an execution's project
+//! has a remote (`repo_url`), every replica works in its own clone of that remote under its
+//! data dir (`repos/<project>`, made on first use and fetched before an execution starts or
+//! resumes), and the feature branch `baton/<task_id>` is pushed to the remote after each
+//! consolidation, so another machine can take the execution over from the remote alone.
+//!
+//! The rules live here: when a remote applies ([`active`]), which clone ([`replica_clone`]),
+//! what a start does with the local and remote branch ([`sync_branch`]), how a replica that
+//! never drove an execution adopts it ([`adopt`]) and how a push fails ([`publish`], never
+//! forced). The driver and the spec queue call them; git itself is `crate::git`. With SQLite,
+//! or a project without `repo_url`, none of this applies and nothing changes.
+
+use anyhow::Context as _;
+
+use crate::git::GitRepo;
+use crate::runtime::config::DataDir;
+use crate::runtime::executions::Executions;
+use crate::runtime::runs::{meta_path, RunMeta};
+use crate::runtime::{blocking, write_atomic};
+use crate::store::{ProjectRow, Store};
+
+/// The name of the project's remote in a replica's clone (its `origin`, where `git clone`
+/// puts it); the driver pushes feature branches there.
+pub const REMOTE: &str = "origin";
+
+/// Whether executions of `project` work through its remote on this store: the store is
+/// PostgreSQL (replicas may run on other machines) and the project has a `repo_url`.
+pub fn active(store: &Store, project: &ProjectRow) -> bool {
+    store.backend_name() == "postgres" && !project.repo_url.trim().is_empty()
+}
+
+/// The project whose remote execution `task_id` works through ([`active`]), `None` when none
+/// does (SQLite, a headless run, a project without `repo_url`).
+///
+/// Errors: the database.
+pub async fn remote_project(execs: &Executions, task_id: &str) -> anyhow::Result<Option<ProjectRow>> {
+    let store = execs.store();
+    if store.backend_name() != "postgres" {
+        return Ok(None);
+    }
+    let Some(spec) = store.spec_of_execution(task_id).await? else { return Ok(None) };
+    Ok(store.project(&spec.project).await?.filter(|p| active(store, p)))
+}
+
+/// This replica's clone of `project`'s remote (`<data>/repos/<project>`), cloned when it is
+/// missing, else fetched (its `origin` pointed at `repo_url` first if the project's remote
+/// changed). Returns the opened clone.
+///
+/// Errors: git's message (unreachable remote, no access, not a repository), naming the remote.
+pub async fn replica_clone(data: &DataDir, project: &ProjectRow) -> anyhow::Result<GitRepo> {
+    let dir = data.repo_clone(&project.name);
+    let url = project.repo_url.trim().to_string();
+    let (shown, name) = (url.clone(), project.name.clone());
+    blocking(move || -> anyhow::Result<GitRepo> {
+        if !dir.join(".git").exists() {
+            // Cloned beside its place, then renamed: two executions starting at once never
+            // see a half-made clone, and the loser of the rename uses the winner's.
+            let tmp = dir.with_file_name(format!(".{name}.clone-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&tmp);
+            GitRepo::clone_from(&url, &tmp)?;
+            if std::fs::rename(&tmp, &dir).is_err() {
+                let _ = std::fs::remove_dir_all(&tmp);
+            }
+            return Ok(GitRepo::open(&dir)?);
+        }
+        let repo = GitRepo::open(&dir)?;
+        if repo.remote_url(REMOTE)?.as_deref() != Some(url.as_str()) {
+            repo.set_remote_url(REMOTE, &url)?;
+        }
+        repo.fetch(REMOTE)?;
+        Ok(repo)
+    })
+    .await?
+    .with_context(|| format!("the project's remote {shown}"))
+}
+
+/// Brings the clone's feature branch `branch` in line with the remote (fetched just before)
+/// when a run starts or resumes, and returns its tip:
+///
+/// - only the remote has it (another replica drove the execution): the local branch is made
+///   at the remote's tip;
+/// - only the local clone has it, or it is ahead of the remote (a push that failed): it is
+///   pushed, never forced;
+/// - the remote is ahead, or the two diverged: the local branch moves to the remote's tip.
+///   Local commits the remote lacks were never recorded (a step's commit is pushed before its
+///   result is journaled), and each is still under its attempt ref, so the run harvests or
+///   re-runs that step onto the remote's branch.
+///
+/// Errors: neither has the branch; a push refused ([`PushRefused`]); git.
+pub async fn sync_branch(repo: &GitRepo, branch: &str) -> anyhow::Result<String> {
+    let (r, b) = (repo.clone(), branch.to_string());
+    let (local, remote) =
+        blocking(move || -> anyhow::Result<_> { Ok((r.branch_tip(&b)?, r.remote_tip(REMOTE, &b)?)) }).await??;
+    match (local, remote) {
+        (None, None) => {
+            anyhow::bail!("feature branch {branch} is neither in {} nor on its remote", repo.root().display())
+        }
+        (Some(local), None) => {
+            publish(repo, branch).await?;
+            Ok(local)
+        }
+        (Some(local), Some(remote)) if local == remote => Ok(local),
+        (Some(local), Some(remote)) => {
+            let (r, l, rt) = (repo.clone(), local.clone(), remote.clone());
+            if blocking(move || r.is_ancestor(&rt, &l)).await?? {
+                publish(repo, branch).await?;
+                return Ok(local);
+            }
+            errln!(
+                "{branch}: the remote holds {} and this replica {}; taking the remote's (work it lacks was never recorded)",
+                short(&remote),
+                short(&local)
+            );
+            set_branch(repo, branch, &remote).await?;
+            Ok(remote)
+        }
+        (None, Some(remote)) => {
+            set_branch(repo, branch, &remote).await?;
+            Ok(remote)
+        }
+    }
+}
+
+async fn set_branch(repo: &GitRepo, branch: &str, sha: &str) -> anyhow::Result<()> {
+    let (r, full, s) = (repo.clone(), format!("refs/heads/{branch}"), sha.to_string());
+    blocking(move || r.set_ref(&full, &s)).await??;
+    Ok(())
+}
+
+fn short(sha: &str) -> &str {
+    sha.get(..10).unwrap_or(sha)
+}
+
+/// A push of the feature branch that the remote refused or that could not reach it. Nothing
+/// is lost: the commits stay on the local branch and under their attempt refs.
+#[derive(Debug, thiserror::Error)]
+#[error("pushing {branch} to the project's remote failed{}: {message}",
+    if *.rejected { " (rejected: the remote's branch moved elsewhere, and Baton never force-pushes)" } else { "" })]
+pub struct PushRefused {
+    /// The branch.
+    pub branch: String,
+    /// The remote refused a non-fast-forward update (another writer moved its branch).
+    pub rejected: bool,
+    /// Git's message.
+    pub message: String,
+}
+
+/// Pushes `branch` to the clone's `origin` (the project's remote), never forced; returns the
+/// commit pushed. Pushing what the remote has already succeeds.
+///
+/// Errors: [`PushRefused`] (rejected, or unreachable), inside `anyhow`.
+pub async fn publish(repo: &GitRepo, branch: &str) -> anyhow::Result<String> {
+    let (r, b) = (repo.clone(), branch.to_string());
+    match blocking(move || r.push_branch(REMOTE, &b)).await? {
+        Ok(sha) => Ok(sha),
+        Err(e) => {
+            let message = e.to_string();
+            let rejected = message.contains("[rejected]") || message.contains("non-fast-forward");
+            Err(PushRefused { branch: branch.to_string(), rejected, message }.into())
+        }
+    }
+}
+
+/// A replica that never drove `task_id` takes it over: its clone of the project's remote
+/// (fetched) gets the feature branch `branch` (`baton/<task_id>`) at the remote's tip, and `execution.json` is written for
+/// it: the clone, the branch's fork point from the project's default branch as its base, the
+/// project's agent profile.
+///
+/// Errors: the remote has no feature branch (the execution was never pushed); git; the file.
+pub async fn adopt(data: &DataDir, project: &ProjectRow, task_id: &str, branch: &str) -> anyhow::Result<RunMeta> {
+    let repo = replica_clone(data, project).await?;
+    let branch = branch.to_string();
+    let (r, b) = (repo.clone(), branch.clone());
+    let Some(tip) = blocking(move || r.remote_tip(REMOTE, &b)).await?? else {
+        anyhow::bail!(
+            "execution {task_id} cannot be taken over: its feature branch {branch} is not on the project's remote {}",
+            project.repo_url
+        );
+    };
+    set_branch(&repo, &branch, &tip).await?;
+    errln!("taking execution {task_id} over from the project's remote ({branch} at {})", short(&tip));
+    let (r, default, t) = (repo.clone(), format!("refs/remotes/{REMOTE}/{}", project.default_branch), tip.clone());
+    let base_sha = blocking(move || r.merge_base(&t, &default).ok().flatten()).await?.unwrap_or(tip);
+    let profile = if project.agent_profile.is_empty() { "claude".to_string() } else { project.agent_profile.clone() };
+    let meta = RunMeta { repo: repo.root().to_path_buf(), base_sha, branch, profile };
+    let path = meta_path(data, task_id);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    write_atomic(&path, serde_json::to_string_pretty(&meta)?.as_bytes())?;
+    Ok(meta)
+}
