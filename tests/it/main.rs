@@ -31,6 +31,7 @@ mod portfolio;
 mod postgres;
 mod project_fields;
 mod quota;
+mod remediation;
 mod report;
 mod run;
 mod serve;
