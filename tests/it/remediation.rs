@@ -7,7 +7,9 @@
 //! issue) → a check fails → a CI fix round (the fix pushed to the same branch, never forced)
 //! → checks pass → a reviewer's review comment starts a review round (Baton replies on the
 //! comment with the commit) → merged webhook → `merged`. A second scenario uses up its fix
-//! rounds and parks: it asks a human on the issue and the card says so. Every new event kind
+//! rounds and parks: it asks a human on the issue and the card says so. The same loop runs on
+//! Azure DevOps (builds and statuses, a `build.complete` hook, a pull request comment hook, the
+//! reply on its thread, `git.pullrequest.merged`). Every new event kind
 //! (`pull_request_review`, `pull_request_review_comment`, the Azure DevOps pull request comment
 //! event) is refused tampered or unsigned and answered `duplicate` when replayed.
 
@@ -72,7 +74,8 @@ async fn start(extra: &str) -> Loop {
     let toml = format!("[agents.dev]\nprofile = \"command\"\ncommand = [\"sh\", \"{}\"]\n{extra}", agent.display());
     std::fs::write(ws.data().join("baton.toml"), toml).unwrap();
     let admin = baton(&ws.data(), &["token", "create", "--user", "admin", "--role", "admin"]);
-    baton(&ws.data(), &["token", "create", "--user", "tessa", "--role", "reviewer", "--github-login", "tessa-lumen"]);
+    let tessa = ["--user", "tessa", "--role", "reviewer", "--github-login", "tessa-lumen"];
+    baton(&ws.data(), &[&["token", "create"][..], &tessa, &["--ado-email", "tessa@lumenlabs.example"]].concat());
     baton(&ws.data(), &["token", "create", "--user", "vic", "--role", "viewer", "--github-login", "vic-lumen"]);
     let github = MockServer::start().await;
     mount_pulls(&github).await;
@@ -414,7 +417,10 @@ async fn review_events_are_refused_tampered_or_unsigned_and_replays_are_duplicat
     assert_eq!(status, 202, "{answer}");
     assert!(answer["ignored"].as_str().unwrap().contains("no spec was fired as t-0000"), "{answer}");
     // Azure DevOps: wrong and missing credentials refused, a replay a duplicate.
-    let body = String::from_utf8(fixture_bytes("azure-devops/hooks/git.pullrequest.comment.json")).unwrap();
+    // By a user no Baton user maps.
+    let body = String::from_utf8(fixture_bytes("azure-devops/hooks/git.pullrequest.comment.json"))
+        .unwrap()
+        .replace("tessa@lumenlabs.example", "stranger@lumenlabs.example");
     let post = |auth: &str| {
         let extra = format!("{auth}Content-Type: application/json\r\n");
         let (status, _, text) = s.server.raw("POST", "/webhooks/ado", &extra, &body);
@@ -430,4 +436,137 @@ async fn review_events_are_refused_tampered_or_unsigned_and_replays_are_duplicat
     );
     let (status, again) = post(ADO_AUTH);
     assert_eq!((status, &again["duplicate"]), (200, &json!(true)), "{again}");
+}
+
+/// Azure DevOps answers for `lumenlabs/Lantern` (repository `Lantern`): no pull request for any
+/// branch yet, pull request 41 when opened, thread replies accepted.
+async fn mount_ado(mock: &MockServer) {
+    let prs = "/lumenlabs/Lantern/_apis/git/repositories/Lantern/pullrequests";
+    Mock::given(method("GET"))
+        .and(wiremock::matchers::path(prs))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"value": [], "count": 0})))
+        .mount(mock)
+        .await;
+    let pr = json!({"pullRequestId": 41, "status": "active",
+        "repository": {"webUrl": "https://dev.azure.com/lumenlabs/Lantern/_git/Lantern"}});
+    Mock::given(method("POST"))
+        .and(wiremock::matchers::path(prs))
+        .respond_with(ResponseTemplate::new(201).set_body_json(pr))
+        .mount(mock)
+        .await;
+    Mock::given(method("POST"))
+        .and(path_regex(r"^/lumenlabs/Lantern/_apis/git/repositories/Lantern/pullRequests/41/threads/\d+/comments$"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": 2, "content": "posted"})))
+        .mount(mock)
+        .await;
+}
+
+/// The builds of the branch: `Lantern-CI` at `sha`, failed or succeeded; the commit's statuses
+/// (one succeeded).
+async fn mount_builds(mock: &MockServer, branch: &str, sha: &str, failed: bool, priority: u8) {
+    let mut builds = fixture_json("azure-devops/rest/builds.list.json")["response"]["body"].clone();
+    builds["value"][0]["status"] = json!("completed");
+    builds["value"][0]["result"] = json!(if failed { "failed" } else { "succeeded" });
+    builds["value"][0]["sourceVersion"] = json!(sha);
+    builds["value"][0]["sourceBranch"] = json!(format!("refs/heads/{branch}"));
+    let statuses = fixture_json("azure-devops/rest/commit-statuses.list.json")["response"]["body"].clone();
+    Mock::given(method("GET"))
+        .and(wiremock::matchers::path("/lumenlabs/Lantern/_apis/build/builds"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(builds))
+        .with_priority(priority)
+        .mount(mock)
+        .await;
+    Mock::given(method("GET"))
+        .and(path_regex(r"^/lumenlabs/Lantern/_apis/git/repositories/Lantern/commits/[0-9a-f]{40}/statuses$"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(statuses))
+        .with_priority(priority)
+        .mount(mock)
+        .await;
+}
+
+fn ado_post(s: &Loop, payload: &Value) -> Value {
+    let extra = format!("{ADO_AUTH}Content-Type: application/json\r\n");
+    let (status, _, text) = s.server.raw("POST", "/webhooks/ado", &extra, &payload.to_string());
+    let answer: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    assert_eq!(status, 200, "{answer}");
+    answer
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_azure_devops_pull_request_goes_from_a_failed_build_and_a_comment_to_merged() {
+    let s = start("[ci]\nmax_fix_rounds = 2\n").await;
+    mount_ado(&s.github).await;
+    let body =
+        json!({"name": "p", "repo_path": s.ws.repo(), "agent_profile": "demo", "forge_repo": "ado:lumenlabs/Lantern"});
+    let (status, answer) = s.api("POST", "/api/v1/projects", Some(body));
+    assert_eq!(status, 201, "{answer}");
+    let (status, spec) =
+        s.api("POST", "/api/v1/specs", Some(json!({"project": "p", "title": "Fix the README", "body": "Fix it."})));
+    assert_eq!(status, 201, "{spec}");
+    let id = spec["spec_id"].as_i64().unwrap();
+    let (status, enriched) = s.api("POST", &format!("/api/v1/specs/{id}/enrich"), None);
+    assert_eq!(status, 200, "{enriched}");
+    let mut plan = enriched["plan"].clone();
+    let mut phase = plan["phases"][0].clone();
+    phase["steps"] = json!([{"step_id": "1.1", "agent_name": "dev", "task_description": "Fix the README."}]);
+    phase["gate"] = Value::Null;
+    phase["approval_required"] = json!(false);
+    plan["phases"] = json!([phase]);
+    plan["risk_level"] = json!("LOW");
+    assert_eq!(s.api("PUT", &format!("/api/v1/specs/{id}/plan"), Some(plan)).0, 200);
+    for (action, body) in [("review", Some(json!({"decision": "approve"}))), ("fire", None)] {
+        let (status, answer) = s.api("POST", &format!("/api/v1/specs/{id}/{action}"), body);
+        assert_eq!(status, 200, "{action}: {answer}");
+    }
+    let spec = |id: i64| s.api("GET", &format!("/api/v1/specs/{id}"), None).1;
+    let task = spec(id)["task_id"].as_str().unwrap().to_string();
+    s.wait("the changelist", || (spec(id)["stage"] == "changelist_review").then_some(()));
+    let (status, merged) = s.api("POST", &format!("/api/v1/executions/{task}/merge"), None);
+    assert_eq!(status, 200, "{merged}");
+    let head = merged["pushed_sha"].as_str().unwrap().to_string();
+    assert_eq!(spec(id)["stage"], "pr_open");
+    let branch = format!("baton/{task}");
+
+    // The build of the head fails: a CI fix round.
+    mount_builds(&s.github, &branch, &head, true, 3).await;
+    let mut build = fixture_json("azure-devops/hooks/build.complete.json");
+    build["id"] = json!("b-1");
+    build["resource"]["sourceGetVersion"] = json!(format!("LG:refs/heads/{branch}:{head}"));
+    let answer = ado_post(&s, &build);
+    assert_eq!(answer["pull_requests"][0]["outcome"], "started", "{answer}");
+    let fixed = s.round_pushed(&task, 1);
+    assert_eq!(s.remote_tip(&branch), fixed);
+    assert!(std::fs::read_to_string(&s.prompts).unwrap().contains("Check `Lantern-CI` failed"));
+
+    // The fix's build passes; the reviewer's comment starts a review round, answered on its thread.
+    mount_builds(&s.github, &branch, &fixed, false, 2).await;
+    build["id"] = json!("b-2");
+    build["resource"]["sourceGetVersion"] = json!(format!("LG:refs/heads/{branch}:{fixed}"));
+    let answer = ado_post(&s, &build);
+    assert_eq!(answer["pull_requests"][0]["outcome"], "ignored", "{answer}");
+    let mut comment = fixture_json("azure-devops/hooks/git.pullrequest.comment.json");
+    comment["id"] = json!("c-1");
+    comment["resource"]["pullRequest"]["sourceRefName"] = json!(format!("refs/heads/{branch}"));
+    comment["resource"]["pullRequest"]["lastMergeSourceCommit"]["commitId"] = json!(fixed);
+    let answer = ado_post(&s, &comment);
+    assert_eq!(answer["outcome"], "started", "{answer}");
+    let addressed = s.round_pushed(&task, 2);
+    let start = Stopwatch::start();
+    let reply = loop {
+        let received = s.github.received_requests().await.unwrap_or_default();
+        if let Some(r) = received.iter().find(|r| r.url.path().ends_with("/pullRequests/41/threads/5/comments")) {
+            break serde_json::from_slice::<Value>(&r.body).unwrap();
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "no reply on the thread");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(reply["content"].as_str().unwrap().contains(&addressed), "{reply}");
+
+    let done = json!({"id": "m-1", "eventType": "git.pullrequest.merged", "resource": {
+        "pullRequestId": 41, "status": "completed", "mergeStatus": "succeeded",
+        "sourceRefName": format!("refs/heads/{branch}"),
+        "repository": {"name": "Lantern", "project": {"name": "Lantern"},
+                       "webUrl": "https://dev.azure.com/lumenlabs/Lantern/_git/Lantern"}}});
+    let answer = ado_post(&s, &done);
+    assert_eq!(answer["status"], "merged", "{answer}");
 }
