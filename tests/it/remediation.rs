@@ -492,9 +492,9 @@ fn ado_post(s: &Loop, payload: &Value) -> Value {
     answer
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_azure_devops_pull_request_goes_from_a_failed_build_and_a_comment_to_merged() {
-    let s = start("[ci]\nmax_fix_rounds = 2\n").await;
+/// Registers an Azure DevOps project, fires a one-step spec for `dev` and opens its pull
+/// request (41): (spec id, task id, pushed head).
+async fn ado_pull_request(s: &Loop) -> (i64, String, String) {
     mount_ado(&s.github).await;
     let body =
         json!({"name": "p", "repo_path": s.ws.repo(), "agent_profile": "demo", "forge_repo": "ado:lumenlabs/Lantern"});
@@ -525,6 +525,40 @@ async fn an_azure_devops_pull_request_goes_from_a_failed_build_and_a_comment_to_
     assert_eq!(status, 200, "{merged}");
     let head = merged["pushed_sha"].as_str().unwrap().to_string();
     assert_eq!(spec(id)["stage"], "pr_open");
+    (id, task, head)
+}
+
+/// A `build.complete` hook for `sha` on `branch`, delivered as `id`: the answer.
+fn build_done(s: &Loop, branch: &str, sha: &str, id: &str) -> Value {
+    let mut build = fixture_json("azure-devops/hooks/build.complete.json");
+    build["id"] = json!(id);
+    build["resource"]["sourceGetVersion"] = json!(format!("LG:refs/heads/{branch}:{sha}"));
+    ado_post(s, &build)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_devops_fix_rounds_used_up_park_and_the_card_says_so() {
+    let s = start("[ci]\nmax_fix_rounds = 1\n").await;
+    let (id, task, head) = ado_pull_request(&s).await;
+    let branch = format!("baton/{task}");
+    mount_builds(&s.github, &branch, &head, true, 3).await;
+    let answer = build_done(&s, &branch, &head, "b-1");
+    assert_eq!(answer["pull_requests"][0]["outcome"], "started", "{answer}");
+    let fixed = s.round_pushed(&task, 1);
+    mount_builds(&s.github, &branch, &fixed, true, 2).await;
+    let answer = build_done(&s, &branch, &fixed, "b-2");
+    assert_eq!(answer["pull_requests"][0]["outcome"], "parked", "{answer}");
+    let card = s.wait("the parked card", || {
+        let card = s.card(id);
+        (card["remediation"]["parked"].as_str().is_some_and(|p| !p.is_empty())).then_some(card)
+    });
+    assert!(card["waits_for"].as_str().unwrap().starts_with("a human: 1 of 1 CI fix rounds"), "{card}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_azure_devops_pull_request_goes_from_a_failed_build_and_a_comment_to_merged() {
+    let s = start("[ci]\nmax_fix_rounds = 2\n").await;
+    let (_id, task, head) = ado_pull_request(&s).await;
     let branch = format!("baton/{task}");
 
     // The build of the head fails: a CI fix round.
