@@ -19,6 +19,14 @@ use crate::model::state::{ApprovalDecision, ExecutionState, ExecutionStatus, Ste
 /// Validation of every event kind against the state: no mutation.
 pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), EngineError> {
     let status = state.status;
+    if matches!(
+        kind,
+        EventKind::RemediationStarted { .. }
+            | EventKind::RemediationPushed { .. }
+            | EventKind::RemediationParked { .. }
+    ) {
+        return crate::engine::remediate::check(state, kind);
+    }
     if status.is_final() {
         return Err(EngineError::Final { status });
     }
@@ -322,6 +330,10 @@ pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), Engi
             }
             Ok(())
         }
+        // Checked before the status (a completed execution accepts them).
+        EventKind::RemediationStarted { .. }
+        | EventKind::RemediationPushed { .. }
+        | EventKind::RemediationParked { .. } => crate::engine::remediate::check(state, kind),
         EventKind::ReviewRequested { phase_id, .. } | EventKind::GateApprovalRequested { phase_id } => {
             let name = kind.name();
             let phase = ensure_current_phase(state, *phase_id)?;

@@ -98,7 +98,12 @@ fn default_round(state: &ExecutionState, kind: &EventKind) -> u64 {
         // small and the execution parked again.
         EventKind::BudgetRaised { .. } => state.counters.turn_count,
         EventKind::Forecasted { .. } => 0,
-        EventKind::FeedbackRecorded { .. } | EventKind::Completed | EventKind::Cancelled { .. } => 0,
+        // A completion after a remediation round is a new completion.
+        EventKind::Completed | EventKind::RemediationStarted { .. } | EventKind::RemediationParked { .. } => {
+            state.remediation.rounds.len() as u64
+        }
+        EventKind::RemediationPushed { round, .. } => u64::from(*round),
+        EventKind::FeedbackRecorded { .. } | EventKind::Cancelled { .. } => 0,
     }
 }
 

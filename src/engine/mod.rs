@@ -20,7 +20,7 @@
 //! (`next_action`, `next_actions`). `guards` holds the checks and `edits` the small state
 //! changes that several of those (and `team`, `goal`) share. The rules of particular features
 //! have their own modules: `amend`, `budget`, `gate_additions`, `gates` (what a gate runs, or why
-//! it is skipped), `goal`, `review` (the reviewer of a `review` gate), `prompt`, `signals`, `team`, `work` (what a finished attempt must
+//! it is skipped), `goal`, `review` (the reviewer of a `review` gate), `prompt`, `remediate` (fix rounds on an open pull request), `signals`, `team`, `work` (what a finished attempt must
 //! show to count), and `validate` for plans.
 //!
 //! This module never does IO, never reads the clock (time is the `now` argument, RFC 3339) and
@@ -39,6 +39,7 @@ mod guards;
 mod keys;
 mod mutate;
 pub mod prompt;
+pub mod remediate;
 pub mod review;
 mod settle;
 pub mod signals;

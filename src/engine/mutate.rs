@@ -362,6 +362,9 @@ fn mutate_event(state: &mut ExecutionState, event: &Event, now: &str) {
             state.completed_at.clear();
             state.status = ExecutionStatus::GatePending;
         }
+        EventKind::RemediationStarted { .. }
+        | EventKind::RemediationPushed { .. }
+        | EventKind::RemediationParked { .. } => crate::engine::remediate::apply(state, &event.kind, now),
     }
 }
 

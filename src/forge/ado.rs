@@ -255,6 +255,29 @@ impl AzureDevOps {
         Ok(v.get("id").and_then(Value::as_u64).unwrap_or_default())
     }
 
+    /// Replies on thread `thread_id` of pull request `pr_id` in `repository`
+    /// (`POST …/git/repositories/{repo}/pullRequests/{id}/threads/{thread}/comments`, REST 7.1):
+    /// the new comment's id.
+    ///
+    /// Errors: no PAT; any [`ForgeError`] of the call.
+    pub async fn reply_to_thread(
+        &self,
+        org: &str,
+        project: &str,
+        repository: &str,
+        pr_id: u64,
+        thread_id: u64,
+        text: &str,
+    ) -> Result<u64, ForgeError> {
+        crate::crash::before_effect("forge review reply");
+        let what = format!("replying on thread {thread_id} of pull request {pr_id} in {org}/{project}/{repository}");
+        let path = format!("git/repositories/{repository}/pullRequests/{pr_id}/threads/{thread_id}/comments");
+        let url = format!("{}?api-version={API_VERSION}", self.url(org, project, &path));
+        let body = json!({ "content": text, "parentCommentId": 1, "commentType": 1 });
+        let v = self.call(&what, Method::POST, &url, Some(&body)).await?;
+        Ok(v.get("id").and_then(Value::as_u64).unwrap_or_default())
+    }
+
     /// The texts of the newest 200 comments on work item `id`, newest first.
     ///
     /// Errors: any [`ForgeError`] of the call.

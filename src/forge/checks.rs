@@ -187,6 +187,88 @@ impl GitHub {
     }
 }
 
+/// What a failed check says beyond its summary: the output's text and its annotations
+/// (`path:line: message`), or a log tail — forge text, cut to [`MAX_DETAIL_CHARS`], never
+/// interpreted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckDetail {
+    /// The check's name.
+    pub name: String,
+    /// The details (may be empty).
+    pub text: String,
+}
+
+/// Characters of one failed check's details kept.
+pub const MAX_DETAIL_CHARS: usize = 4000;
+
+/// Characters of forge text kept per line of details.
+const MAX_LINE_CHARS: usize = 400;
+
+/// The `path:line: [level] message` lines of a GitHub annotations answer (an array).
+pub fn github_annotations(answer: &Value) -> Vec<String> {
+    answer
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|a| {
+            let line = a.get("start_line").and_then(Value::as_i64).map(|l| format!(":{l}")).unwrap_or_default();
+            let level = text(a, "annotation_level");
+            let message = [text(a, "title"), text(a, "message")]
+                .into_iter()
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>()
+                .join(": ");
+            clean(&format!("{}{line}: [{level}] {message}", text(a, "path")), MAX_LINE_CHARS)
+        })
+        .collect()
+}
+
+impl GitHub {
+    /// The details of the failed check runs of commit `sha` of `owner/repo`: each run's output
+    /// text and its first 50 annotations.
+    ///
+    /// Errors: any [`ForgeError`] of the calls.
+    pub async fn failed_check_details(
+        &self,
+        owner: &str,
+        repo: &str,
+        sha: &str,
+    ) -> Result<Vec<CheckDetail>, ForgeError> {
+        let runs = self
+            .get_json(
+                &format!("check runs of {owner}/{repo}@{sha}"),
+                &format!("/repos/{owner}/{repo}/commits/{sha}/check-runs?per_page=100"),
+            )
+            .await?;
+        let failed: Vec<CiCheck> =
+            github_check_runs(&runs).into_iter().filter(|c| c.state == CiCheckState::Failed).collect();
+        let mut out = Vec::new();
+        for run in runs.get("check_runs").and_then(Value::as_array).into_iter().flatten() {
+            let name = clean(&text(run, "name"), MAX_NAME_CHARS);
+            if !failed.iter().any(|c| c.name == name) || out.iter().any(|d: &CheckDetail| d.name == name) {
+                continue;
+            }
+            let mut lines = Vec::new();
+            let body = run.get("output").map(|o| text(o, "text")).unwrap_or_default();
+            if !body.is_empty() {
+                lines.push(cut(&body, MAX_DETAIL_CHARS / 2));
+            }
+            let count = run.pointer("/output/annotations_count").and_then(Value::as_i64).unwrap_or(0);
+            if let (Some(id), true) = (run.get("id").and_then(Value::as_i64), count > 0) {
+                let annotations = self
+                    .get_json(
+                        &format!("annotations of check run {id} of {owner}/{repo}"),
+                        &format!("/repos/{owner}/{repo}/check-runs/{id}/annotations?per_page=50"),
+                    )
+                    .await?;
+                lines.extend(github_annotations(&annotations));
+            }
+            out.push(CheckDetail { name, text: cut(&lines.join("\n"), MAX_DETAIL_CHARS) });
+        }
+        Ok(out)
+    }
+}
+
 impl AzureDevOps {
     /// Every check of commit `sha` on branch `branch` of `repository` in `org`/`project`: the
     /// builds of the branch at that commit and the commit's statuses, one per name.

@@ -318,6 +318,29 @@ impl GitHub {
 }
 
 impl GitHub {
+    /// Replies to review comment `comment_id` on pull request `number` of `owner/repo`
+    /// (`POST /repos/{o}/{r}/pulls/{n}/comments/{id}/replies`): the reply's address.
+    ///
+    /// Errors: no token; any [`ForgeError`] of the call.
+    pub async fn reply_to_review_comment(
+        &self,
+        owner: &str,
+        repo: &str,
+        number: u64,
+        comment_id: u64,
+        body: &str,
+    ) -> Result<String, ForgeError> {
+        crate::crash::before_effect("forge review reply");
+        let what = format!("replying to review comment {comment_id} of {owner}/{repo}#{number}");
+        self.needs_token(&what)?;
+        let payload = json!({ "body": body });
+        let uri = format!("/repos/{owner}/{repo}/pulls/{number}/comments/{comment_id}/replies");
+        let answer = self.call(&what, "POST", &uri, Some(&payload)).await?;
+        Ok(Self::json(&what, answer).await?.get("html_url").and_then(Value::as_str).unwrap_or_default().to_string())
+    }
+}
+
+impl GitHub {
     /// The bodies of the comments on issue `number` of `owner/repo` updated at or after
     /// `since` (RFC 3339), oldest first, at most 100 (one page: what Baton itself posted since
     /// a moment it knows).

@@ -56,6 +56,9 @@ pub struct GitHubSettings {
     /// without `retry-after`, seconds (default 60, as GitHub asks; fractions allowed, up to an
     /// hour). Meant for tests against a mock forge.
     pub secondary_rate_limit_wait_secs: Option<f64>,
+    /// `BATON_GITHUB_LOGIN`: the login of the account Baton's token belongs to. Its review
+    /// comments never start a remediation round (issue 19.4).
+    pub login: Option<String>,
 }
 
 impl GitHubSettings {
@@ -80,6 +83,9 @@ pub struct AdoSettings {
     pub webhook_user: Option<String>,
     /// `BATON_ADO_WEBHOOK_PASSWORD`: their Basic password.
     pub webhook_password: Option<Secret>,
+    /// `BATON_ADO_USER_EMAIL`: the e-mail of the account Baton's PAT belongs to. Its pull
+    /// request comments never start a remediation round (issue 19.4).
+    pub user_email: Option<String>,
 }
 
 /// Both forges' settings: `baton.toml`'s `[github]` and `[ado]` with the environment on top
@@ -98,7 +104,8 @@ impl ForgeSettings {
     /// These settings with every variable `lookup` answers (non-empty) taking precedence:
     /// `GITHUB_TOKEN`, `BATON_GITHUB_API_URL`, `BATON_GITHUB_WEBHOOK_SECRET`,
     /// `BATON_GITHUB_SECONDARY_RATE_LIMIT_WAIT_SECS`, `ADO_PAT`, `BATON_ADO_API_URL`,
-    /// `BATON_ADO_WEBHOOK_USER`, `BATON_ADO_WEBHOOK_PASSWORD`.
+    /// `BATON_ADO_WEBHOOK_USER`, `BATON_ADO_WEBHOOK_PASSWORD`, `BATON_GITHUB_LOGIN`,
+    /// `BATON_ADO_USER_EMAIL`.
     pub fn with_env(mut self, lookup: impl Fn(&str) -> Option<String>) -> ForgeSettings {
         let get = |k: &str| lookup(k).filter(|v| !v.trim().is_empty());
         let set = |slot: &mut Option<Secret>, k: &str| {
@@ -118,6 +125,12 @@ impl ForgeSettings {
         }
         if let Some(v) = get("BATON_ADO_WEBHOOK_USER") {
             self.ado.webhook_user = Some(v);
+        }
+        if let Some(v) = get("BATON_GITHUB_LOGIN") {
+            self.github.login = Some(v.trim().to_string());
+        }
+        if let Some(v) = get("BATON_ADO_USER_EMAIL") {
+            self.ado.user_email = Some(v.trim().to_string());
         }
         if let Some(v) = get("BATON_GITHUB_SECONDARY_RATE_LIMIT_WAIT_SECS") {
             match v.trim().parse::<f64>() {

@@ -321,6 +321,39 @@ pub enum EventKind {
         /// Phase (must be the current one, its gate pending).
         phase_id: i64,
     },
+    /// A remediation round starts on a completed execution whose pull request is open (issue
+    /// 19.3/4): a fix phase with one step (`agent_name`, `task_description`) is appended and the
+    /// execution runs again. Accepted only on a completed execution that is not parked, while
+    /// fewer than `max_rounds` rounds of `cause` ran.
+    RemediationStarted {
+        /// Why (a failed check, a review).
+        cause: crate::model::state::RemediationCause,
+        /// The pull request head it fixes.
+        sha: String,
+        /// The agent the fix step goes to.
+        agent_name: String,
+        /// The fix step's prompt (failing checks or review comments, trimmed).
+        task_description: String,
+        /// The bound on rounds of `cause` (the runtime's setting, journaled with the round).
+        max_rounds: u32,
+        /// The review comments the round answers.
+        #[serde(default)]
+        threads: Vec<crate::model::state::ReviewThread>,
+    },
+    /// The newest remediation round's fix was consolidated and pushed (never forced) as `sha`.
+    /// Accepted while the execution runs, every phase done.
+    RemediationPushed {
+        /// The round's position in the execution's rounds (1-based, all causes).
+        round: u32,
+        /// The pushed head.
+        sha: String,
+    },
+    /// Baton starts no more remediation rounds and asks a human (rounds exhausted, a reviewer's
+    /// `/baton stop`).
+    RemediationParked {
+        /// Why.
+        reason: String,
+    },
     /// An operator skipped a step: it counts as done for its dependants.
     StepSkipped {
         /// Step.
@@ -355,6 +388,9 @@ impl EventKind {
             EventKind::GateRetried { .. } => "gate_retried",
             EventKind::StepRequeued { .. } => "step_requeued",
             EventKind::StepSkipped { .. } => "step_skipped",
+            EventKind::RemediationStarted { .. } => "remediation_started",
+            EventKind::RemediationPushed { .. } => "remediation_pushed",
+            EventKind::RemediationParked { .. } => "remediation_parked",
             EventKind::QuotaWait { .. } => "quota_wait",
             EventKind::QuotaResumed { .. } => "quota_resumed",
             EventKind::CiStarted { .. } => "ci_started",

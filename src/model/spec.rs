@@ -1,7 +1,9 @@
 //! Specs: the spec lifecycle as a pure transition table, and where a spec stands on the board.
 //!
 //! The lifecycle is DESIGN.md §6: `draft | imported → enriched → in_review → approved | bounced
-//! → executing → awaiting_human ⇄ validating → changelist_review → merged`, plus `failed`,
+//! → executing → awaiting_human ⇄ validating → changelist_review → pr_open → merged` (while the
+//! pull request is open, a failing check or a requested change runs the execution again:
+//! `pr_open → executing → pr_open`, issue 19.3/4), plus `failed`,
 //! `cancelled` and `closed_unmerged` (its pull request was closed without merging). The store keeps only the statuses a human moves a spec through
 //! ([`SpecStatus`]); once a spec is fired, where it stands (executing, awaiting human,
 //! validating, changelist review, failed) is read from its execution's summary
@@ -196,6 +198,9 @@ pub enum SpecStage {
     Validating,
     /// Its execution completed: the changelist is ready for review.
     ChangelistReview,
+    /// Its execution completed and its pull request is open on the forge: CI and reviewers
+    /// have it; a failing check or a requested change starts a remediation round (issue 19.3).
+    PrOpen,
     /// Merged.
     Merged,
     /// Its pull request was closed without merging.
@@ -207,21 +212,33 @@ pub enum SpecStage {
 }
 
 /// The board's columns in order (cancelled specs are archived, not a column).
-pub const BOARD_STAGES: [SpecStage; 9] = [
+pub const BOARD_STAGES: [SpecStage; 10] = [
     SpecStage::Queued,
     SpecStage::InReview,
     SpecStage::Executing,
     SpecStage::AwaitingHuman,
     SpecStage::Validating,
     SpecStage::ChangelistReview,
+    SpecStage::PrOpen,
     SpecStage::Merged,
     SpecStage::ClosedUnmerged,
     SpecStage::Failed,
 ];
 
 impl SpecStage {
+    /// Where a spec with stored `status` stands, given its execution's summary status and
+    /// whether its pull request is open: a completed execution whose pull request was opened
+    /// is [`SpecStage::PrOpen`], otherwise as [`SpecStage::of`].
+    pub fn of_pull(status: SpecStatus, execution_status: Option<&str>, pr_opened: bool) -> SpecStage {
+        match SpecStage::of(status, execution_status) {
+            SpecStage::ChangelistReview if pr_opened => SpecStage::PrOpen,
+            stage => stage,
+        }
+    }
+
     /// Where a spec with stored `status` stands, given its execution's summary status
-    /// (`running`, `approval_pending`, …; `None` before it is fired).
+    /// (`running`, `approval_pending`, …; `None` before it is fired), before any pull request
+    /// is known (see [`SpecStage::of_pull`]).
     pub fn of(status: SpecStatus, execution_status: Option<&str>) -> SpecStage {
         match status {
             SpecStatus::Draft
@@ -253,6 +270,7 @@ impl SpecStage {
             SpecStage::AwaitingHuman => "awaiting_human",
             SpecStage::Validating => "validating",
             SpecStage::ChangelistReview => "changelist_review",
+            SpecStage::PrOpen => "pr_open",
             SpecStage::Merged => "merged",
             SpecStage::ClosedUnmerged => "closed_unmerged",
             SpecStage::Failed => "failed",
@@ -269,6 +287,7 @@ impl SpecStage {
             SpecStage::AwaitingHuman => "Awaiting human",
             SpecStage::Validating => "Validating",
             SpecStage::ChangelistReview => "Changelist review",
+            SpecStage::PrOpen => "Pull request open",
             SpecStage::Merged => "Merged",
             SpecStage::ClosedUnmerged => "Closed unmerged",
             SpecStage::Failed => "Failed",
@@ -406,6 +425,8 @@ mod tests {
         assert_eq!(st(Some("budget_exceeded")), SpecStage::AwaitingHuman);
         assert_eq!(st(Some("gate_failed")), SpecStage::Validating);
         assert_eq!(st(Some("complete")), SpecStage::ChangelistReview);
+        assert_eq!(SpecStage::of_pull(SpecStatus::Executing, Some("complete"), true), SpecStage::PrOpen);
+        assert_eq!(SpecStage::of_pull(SpecStatus::Executing, Some("running"), true), SpecStage::Executing);
         assert_eq!(st(Some("failed")), SpecStage::Failed);
         assert_eq!(SpecStage::of(SpecStatus::Approved, None), SpecStage::Queued);
         for s in SPEC_STATUSES {

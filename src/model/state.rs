@@ -563,6 +563,94 @@ pub fn ci_note(done: usize, total: usize) -> String {
     }
 }
 
+/// Why a remediation round was started on an execution's open pull request (issue 19.3/4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RemediationCause {
+    /// A required check of the pull request's head failed (a CI fix round).
+    Ci,
+    /// A reviewer asked for changes (a review remediation round).
+    Review,
+}
+
+impl RemediationCause {
+    /// The wire string (`ci`, `review`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RemediationCause::Ci => "ci",
+            RemediationCause::Review => "review",
+        }
+    }
+}
+
+/// A review comment (thread) a remediation round answers: after the fix is pushed, Baton
+/// replies on it with the commit that addressed it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ReviewThread {
+    /// The forge's id: a GitHub review comment id, an Azure DevOps pull request thread id; empty
+    /// for a review's body (nothing to reply to).
+    pub id: String,
+    /// The file the comment is on (empty for a review's body).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub path: String,
+    /// The line it is on, where the forge says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<i64>,
+}
+
+/// One remediation round: a fix phase appended to a completed execution whose pull request
+/// is open.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RemediationRound {
+    /// The round's number among the rounds of its cause (1-based).
+    pub round: u32,
+    /// Why it started.
+    pub cause: RemediationCause,
+    /// The pull request head it fixes.
+    pub sha: String,
+    /// The appended phase.
+    pub phase_id: i64,
+    /// The agent its one step went to.
+    pub agent_name: String,
+    /// When it started (RFC 3339).
+    pub started_at: String,
+    /// The head pushed once its fix was consolidated (empty until then).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub pushed_sha: String,
+    /// The review comments it answers (review rounds).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub threads: Vec<ReviewThread>,
+}
+
+/// Remediation of an execution's open pull request (issue 19.3/4): the rounds run, and why
+/// Baton stopped starting them (rounds exhausted, `/baton stop`), if it did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Remediation {
+    /// Every round, oldest first.
+    #[serde(default)]
+    pub rounds: Vec<RemediationRound>,
+    /// Why no more rounds start: a human is asked (set by `remediation_parked`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parked: Option<String>,
+}
+
+impl Remediation {
+    /// Nothing happened yet (kept out of snapshots then).
+    pub fn is_untouched(&self) -> bool {
+        self.rounds.is_empty() && self.parked.is_none()
+    }
+
+    /// Rounds of `cause` started.
+    pub fn used(&self, cause: RemediationCause) -> u32 {
+        u32::try_from(self.rounds.iter().filter(|r| r.cause == cause).count()).unwrap_or(u32::MAX)
+    }
+
+    /// The newest round, when its fix is not pushed yet.
+    pub fn unpushed(&self) -> Option<&RemediationRound> {
+        self.rounds.last().filter(|r| r.pushed_sha.is_empty())
+    }
+}
+
 /// One run of a plan (seed-spec §1.14), changed only by `engine::apply`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ExecutionState {
@@ -620,6 +708,9 @@ pub struct ExecutionState {
     /// The current phase's `ci` gate waiting for the forge's checks (issue 19.2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ci_wait: Option<CiWait>,
+    /// Remediation rounds on the open pull request (issue 19.3/4).
+    #[serde(default, skip_serializing_if = "Remediation::is_untouched")]
+    pub remediation: Remediation,
     /// Idempotency key of every applied event → fingerprint of its payload, so a key reused
     /// for a different event is caught.
     #[serde(default)]
@@ -662,6 +753,7 @@ impl ExecutionState {
             budget: Budget::default(),
             quota_waits: Vec::new(),
             ci_wait: None,
+            remediation: Remediation::default(),
             applied_keys: BTreeMap::new(),
             events_applied: 0,
             started_at: started_at.to_string(),

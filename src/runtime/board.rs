@@ -46,6 +46,12 @@ pub fn stage_of(status: &str, execution_status: Option<&str>) -> SpecStage {
     SpecStatus::parse(status).map_or(SpecStage::Queued, |s| SpecStage::of(s, execution_status))
 }
 
+/// Where a spec stands, knowing whether its execution's pull request was opened
+/// ([`SpecStage::of_pull`]).
+pub fn stage_of_pull(status: &str, execution_status: Option<&str>, pr_opened: bool) -> SpecStage {
+    SpecStatus::parse(status).map_or(SpecStage::Queued, |s| SpecStage::of_pull(s, execution_status, pr_opened))
+}
+
 /// The status a spec page shows: its stored status, except that a spec whose execution
 /// ended shows how the execution ended (`complete`, `failed`, `cancelled`), never `executing`.
 pub fn shown_status(status: &str, execution_status: Option<&str>) -> String {
@@ -102,6 +108,34 @@ pub struct Card {
     pub live: Option<CardLive>,
     /// Its execution's pull request, once opened, and where it stands.
     pub pull_request: Option<PullRequest>,
+    /// Remediation rounds on its pull request (issue 19.3/4), once one ran or Baton parked.
+    pub remediation: Option<CardRemediation>,
+}
+
+/// The remediation rounds a card shows.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, utoipa::ToSchema)]
+pub struct CardRemediation {
+    /// CI fix rounds used.
+    pub ci_rounds: u32,
+    /// Review remediation rounds used.
+    pub review_rounds: u32,
+    /// Why Baton starts no more rounds and asks a human (empty: it may start them).
+    pub parked: String,
+}
+
+impl CardRemediation {
+    /// Reads the card row's `"<ci> <review> <parked>"`.
+    fn parse(text: &str) -> CardRemediation {
+        let mut parts = text.splitn(3, ' ');
+        let mut n = || parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        let (ci_rounds, review_rounds) = (n(), n());
+        CardRemediation { ci_rounds, review_rounds, parked: parts.next().unwrap_or_default().trim().to_string() }
+    }
+
+    /// `fix rounds: 1 CI, 0 review`: what the card says.
+    pub fn label(&self) -> String {
+        format!("fix rounds: {} CI, {} review", self.ci_rounds, self.review_rounds)
+    }
 }
 
 /// What an open execution is doing, for its card.
@@ -227,6 +261,13 @@ fn waits_for(stage: SpecStage, row: &CardRow) -> Option<String> {
         (SpecStage::Validating, _) => Some(format!("gate of phase {phase}")),
         (SpecStage::InReview, _) => Some("a reviewer".into()),
         (SpecStage::ChangelistReview, _) => Some("changelist review".into()),
+        (SpecStage::PrOpen, _) => {
+            let parked = row.remediation.as_deref().map(CardRemediation::parse).map(|r| r.parked);
+            match parked.filter(|p| !p.is_empty()) {
+                Some(why) => Some(format!("a human: {why}")),
+                None => Some("CI and reviewers on the pull request".into()),
+            }
+        }
         (SpecStage::Queued, _) => match row.status.as_str() {
             "draft" | "imported" => Some("enrichment".into()),
             "enriched" => Some("review".into()),
@@ -257,7 +298,9 @@ pub fn card(row: CardRow) -> Card {
         _ => row.updated_at.clone(),
     };
     let pull_request = PullRequest::of(SpecStatus::parse(&row.status), row.pr_number, row.pr_url.as_deref());
+    let remediation = row.remediation.as_deref().map(CardRemediation::parse);
     Card {
+        remediation,
         pull_request,
         waiting_since: if waits.is_some() { since } else { String::new() },
         live,
@@ -304,7 +347,18 @@ pub fn stage_sql() -> String {
         let stage = if status == SpecStatus::Executing {
             let mut inner = String::from("case e.status");
             for exec in EXECUTION_STATUSES {
-                inner.push_str(&format!(" when '{exec}' then '{}'", SpecStage::of(status, Some(exec)).as_str()));
+                let (closed, opened) =
+                    (SpecStage::of_pull(status, Some(exec), false), SpecStage::of_pull(status, Some(exec), true));
+                if closed == opened {
+                    inner.push_str(&format!(" when '{exec}' then '{}'", closed.as_str()));
+                } else {
+                    // `m`: the merge row with a pull request (the card query's join).
+                    inner.push_str(&format!(
+                        " when '{exec}' then case when m.pr_url is null then '{}' else '{}' end",
+                        closed.as_str(),
+                        opened.as_str()
+                    ));
+                }
             }
             inner.push_str(&format!(" else '{}' end", SpecStage::of(status, None).as_str()));
             inner

@@ -239,6 +239,12 @@ impl Config {
             if let Some(r) = &p.ci_required {
                 ci.required.clone_from(r);
             }
+            if let Some(n) = p.max_fix_rounds {
+                ci.max_fix_rounds = n;
+            }
+            if let Some(f) = p.ci_fixer.as_ref().filter(|f| !f.trim().is_empty()) {
+                ci.fixer = Some(f.trim().to_string());
+            }
         }
         ci
     }
@@ -252,6 +258,12 @@ impl Config {
             .or_else(|| self.review.agent.clone())
             .map(|a| a.trim().to_string())
             .filter(|a| !a.is_empty())
+    }
+
+    /// Review remediation rounds per pull request for project `project`: its
+    /// `max_review_rounds`, else `[review] max_rounds`.
+    pub fn review_rounds_for(&self, project: Option<&str>) -> u32 {
+        project.and_then(|p| self.projects.get(p)).and_then(|p| p.max_review_rounds).unwrap_or(self.review.max_rounds)
     }
 
     /// The price table: built-in rows with `[prices.*]` on top.
@@ -316,20 +328,48 @@ pub struct CiConfig {
     pub max_poll_secs: u64,
     /// The check names that must pass; empty (the default) means every reported check.
     pub required: Vec<String>,
+    /// CI fix rounds per pull request (issue 19.3): a required check of the open pull
+    /// request's head fails, an agent fixes it, at most this many times (default 2); then
+    /// Baton asks a human. 0 turns fix rounds off.
+    pub max_fix_rounds: u32,
+    /// The agent that fixes a failing check (a roster or `[agents]` name); none (the default):
+    /// the agent that made the change.
+    pub fixer: Option<String>,
 }
 
 impl Default for CiConfig {
     fn default() -> Self {
-        CiConfig { timeout_secs: 3600, grace_secs: 300, poll_secs: 15, max_poll_secs: 300, required: Vec::new() }
+        CiConfig {
+            timeout_secs: 3600,
+            grace_secs: 300,
+            poll_secs: 15,
+            max_poll_secs: 300,
+            required: Vec::new(),
+            max_fix_rounds: DEFAULT_MAX_ROUNDS,
+            fixer: None,
+        }
     }
 }
 
-/// `[review]` in `baton.toml`: the reviewer of `review` gates without a command (issue 19.2).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// Remediation rounds per pull request and cause, unless configured (issue 19.3/4).
+pub const DEFAULT_MAX_ROUNDS: u32 = 2;
+
+/// `[review]` in `baton.toml`: the reviewer of `review` gates without a command (issue 19.2),
+/// and review remediation rounds on an open pull request (issue 19.4).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct ReviewConfig {
     /// The reviewer agent (a roster or `[agents]` name); none: a human reviews (an approval).
     pub agent: Option<String>,
+    /// Review remediation rounds per pull request (default 2), counted apart from CI fix
+    /// rounds; then Baton asks a human. 0 turns them off.
+    pub max_rounds: u32,
+}
+
+impl Default for ReviewConfig {
+    fn default() -> Self {
+        ReviewConfig { agent: None, max_rounds: DEFAULT_MAX_ROUNDS }
+    }
 }
 
 /// `[worktree]` in `baton.toml`.
@@ -360,6 +400,15 @@ pub struct ProjectConfig {
     /// Its required check names, over `[ci] required`.
     #[serde(default)]
     pub ci_required: Option<Vec<String>>,
+    /// Its CI fix rounds per pull request, over `[ci] max_fix_rounds`.
+    #[serde(default)]
+    pub max_fix_rounds: Option<u32>,
+    /// Its fixer agent, over `[ci] fixer`.
+    #[serde(default)]
+    pub ci_fixer: Option<String>,
+    /// Its review remediation rounds per pull request, over `[review] max_rounds`.
+    #[serde(default)]
+    pub max_review_rounds: Option<u32>,
 }
 
 /// `[agents.<name>]` in `baton.toml`: how one roster name runs.

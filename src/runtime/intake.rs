@@ -22,7 +22,9 @@ pub enum DeliveryKind {
     /// spec per item).
     ItemImport,
     /// A comment that may decide an approval (`issue_comment` `created`,
-    /// `workitem.commented`): seen whatever happened to it (decided, ignored or failed), so a
+    /// `workitem.commented`) or start a review round (`pull_request_review` `submitted`,
+    /// `pull_request_review_comment` `created`, `ms.vss-code.git-pullrequest-comment-event`):
+    /// seen whatever happened to it (decided, ignored or failed), so a
     /// delivered comment never decides a later approval.
     Decision,
     /// Anything else (merged pull requests, events Baton does not handle): seen once answered;
@@ -35,7 +37,9 @@ impl DeliveryKind {
     pub fn of_github(event: &str, action: &str) -> DeliveryKind {
         match (event, action) {
             ("issues", "opened" | "labeled" | "edited") => DeliveryKind::ItemImport,
-            ("issue_comment", "created") => DeliveryKind::Decision,
+            ("issue_comment", "created")
+            | ("pull_request_review", "submitted")
+            | ("pull_request_review_comment", "created") => DeliveryKind::Decision,
             _ => DeliveryKind::Other,
         }
     }
@@ -44,7 +48,7 @@ impl DeliveryKind {
     pub fn of_ado(event_type: &str) -> DeliveryKind {
         match event_type {
             "workitem.created" | "workitem.updated" => DeliveryKind::ItemImport,
-            "workitem.commented" => DeliveryKind::Decision,
+            "workitem.commented" | "ms.vss-code.git-pullrequest-comment-event" => DeliveryKind::Decision,
             _ => DeliveryKind::Other,
         }
     }

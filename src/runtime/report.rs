@@ -1,7 +1,8 @@
 //! Report back: comments on an imported spec's source item (a GitHub issue, an Azure DevOps
 //! work item through the `7.1-preview` comments API) when the spec is fired, when its
 //! execution waits for a human (with a link to the execution page, where the decision forms
-//! are), when it fails (which step or gate, and why), and when its pull request is open.
+//! are), when it fails (which step or gate, and why), when its pull request is open, and when
+//! Baton stops remediating the pull request (rounds used up, `/baton stop`) and asks a human.
 //!
 //! [`Reporter`] runs inside `baton serve`, looking at the fired forge specs that changed since
 //! its last pass ([`Reporter::pass`]). Each report has a key (`fired`, `waiting:<phase>:<since>`,
@@ -90,6 +91,16 @@ pub fn reports_for(state: &ExecutionState, pr_url: Option<&str>, page: &str) -> 
     }
     if let Some(url) = pr_url.filter(|u| !u.is_empty()) {
         out.push(Report { key: format!("pr:{url}"), text: format!("Baton opened the pull request {url}") });
+    }
+    if let Some(why) = &state.remediation.parked {
+        let why: String = why.chars().take(500).collect();
+        let pr = pr_url.filter(|u| !u.is_empty()).map(|u| format!(" {u}")).unwrap_or_default();
+        out.push(Report {
+            key: format!("remediation-parked:{}", state.remediation.rounds.len()),
+            text: format!(
+                "Baton stopped fixing the pull request{pr} and needs a human: {why}. Look at it here: {page}"
+            ),
+        });
     }
     out
 }

@@ -70,6 +70,19 @@ impl Store {
             .await?)
     }
 
+    /// Every merge whose pull request is open (`state` `opened`), by execution.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`].
+    pub async fn opened_merges(&self) -> Result<Vec<MergeRow>, StoreError> {
+        let lite = on_backend!(self, pg => pg.opened_merges().await);
+        Ok(sqlx::query_as::<_, MergeRow>(
+            "select * from merges where state = 'opened' and pr_url != '' order by task_id",
+        )
+        .fetch_all(&lite.reader)
+        .await?)
+    }
+
     /// Writes `row` (insert, or replace the execution's row).
     ///
     /// # Errors

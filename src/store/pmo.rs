@@ -156,6 +156,10 @@ pub struct CardRow {
     /// it waits for the forge's checks.
     #[sqlx(default)]
     pub ci_wait: Option<String>,
+    /// Its remediation rounds as `"<ci rounds> <review rounds> <why parked>"` (migration
+    /// 0016's `execution_remediation`), once one started or Baton parked.
+    #[sqlx(default)]
+    pub remediation: Option<String>,
 }
 
 /// An execution in one of the statuses asked for, with its spec's title
@@ -497,7 +501,9 @@ impl Store {
                 order by step_id) r) as running, m.pr_number, m.pr_url, \
              (select q.account || ' ' || q.until from execution_quota_waits q where q.task_id = s.task_id \
               order by q.until limit 1) as quota_wait, \
-             (select ci.done || ' ' || ci.total from execution_ci_waits ci where ci.task_id = s.task_id) as ci_wait \
+             (select ci.done || ' ' || ci.total from execution_ci_waits ci where ci.task_id = s.task_id) as ci_wait, \
+             (select rm.ci_rounds || ' ' || rm.review_rounds || ' ' || rm.parked from execution_remediation rm \
+              where rm.task_id = s.task_id) as remediation \
              from specs s left join executions e on e.task_id = s.task_id \
              left join execution_live l on l.task_id = s.task_id \
              left join merges m on m.task_id = s.task_id and m.pr_url != '' \

@@ -6,7 +6,11 @@
 //! delivery counts as seen is [`DeliveryKind`]'s rule), and turning its event into a spec
 //! import, an approval, a merge, or a CI notice for a waiting `ci` gate (GitHub `check_run`,
 //! `check_suite`, `status`; Azure DevOps `build.complete`: read into a
-//! [`CiNotice`](crate::runtime::ci_events::CiNotice), decided by [`crate::runtime::ci_events::CiService`]). The routes are public to the auth
+//! [`CiNotice`](crate::runtime::ci_events::CiNotice), decided by [`crate::runtime::ci_events::CiService`]
+//! and, for open pull requests, `runtime::remediation`), and a review on a Baton pull request
+//! (GitHub `pull_request_review`, `pull_request_review_comment`, Azure DevOps
+//! `ms.vss-code.git-pullrequest-comment-event`: read into a
+//! [`ReviewRequest`](crate::runtime::ops::ReviewRequest), decided by the operator service). The routes are public to the auth
 //! middleware because they authenticate themselves. The secrets live in [`WebhookConfig`],
 //! read once at server start; this module never logs or echoes them, and never calls a forge
 //! back (no outbound HTTP).
@@ -230,6 +234,15 @@ async fn github_event(app: &AppState, event: &str, delivery: &str, p: &Value) ->
         ("issue_comment", "created") => comment(app, delivery, p).await,
         ("pull_request", "closed") => pull_request_closed(app, p, &actor).await,
         ("check_run" | "check_suite" | "status", _) => ci_notice(app, github_ci_notice(event, p)).await,
+        ("pull_request_review", "submitted") | ("pull_request_review_comment", "created") => {
+            match github_review(app, event, p) {
+                Some(request) => review(app, request).await,
+                None => Ok(ignored("the review asks for no change (not changes_requested, no comment)")),
+            }
+        }
+        ("pull_request_review" | "pull_request_review_comment", _) => {
+            Ok(ignored(format!("{event} {action} is not handled")))
+        }
         ("issues" | "issue_comment" | "pull_request", _) => Ok(ignored(format!("{event} {action} is not handled"))),
         _ => Ok(ignored(format!("event {event} is not handled"))),
     }
@@ -460,6 +473,112 @@ async fn pull_request_closed(app: &AppState, p: &Value, actor: &str) -> Result<H
     pull_answer(pulls::pull_request_ended(&app.execs, &app.specs, &ended).await?)
 }
 
+/// Whether a comment is `/baton stop` (its first line).
+fn is_stop(body: &str) -> bool {
+    let line = body.trim().lines().next().unwrap_or_default().trim();
+    line.strip_prefix("/baton").is_some_and(|rest| rest.trim() == "stop")
+}
+
+/// Whether `body` is one Baton wrote (its reports and replies end with a hidden marker).
+fn written_by_baton(body: &str) -> bool {
+    body.contains("<!-- baton-")
+}
+
+/// A GitHub `pull_request_review` (`submitted` with state `changes_requested`, or any review
+/// whose body is `/baton stop`) or `pull_request_review_comment` (`created`) read into a
+/// [`ReviewRequest`](crate::runtime::ops::ReviewRequest); `None` for a review that asks for
+/// nothing.
+fn github_review(app: &AppState, event: &str, p: &Value) -> Option<crate::runtime::ops::ReviewRequest> {
+    use crate::runtime::fixes::ReviewComment;
+    let (login, body, comment) = if event == "pull_request_review" {
+        let body = text(p, "/review/body");
+        let changes = text(p, "/review/state").eq_ignore_ascii_case("changes_requested");
+        if !changes && !is_stop(body) {
+            return None;
+        }
+        let c = ReviewComment {
+            id: String::new(),
+            path: String::new(),
+            line: None,
+            diff_hunk: String::new(),
+            body: body.to_string(),
+            author: text(p, "/review/user/login").to_string(),
+        };
+        (text(p, "/review/user/login"), body, c)
+    } else {
+        let line = p.pointer("/comment/line").or_else(|| p.pointer("/comment/original_line")).and_then(Value::as_i64);
+        let id = p.pointer("/comment/id").and_then(Value::as_u64).map(|n| n.to_string()).unwrap_or_default();
+        let body = text(p, "/comment/body");
+        let c = ReviewComment {
+            id,
+            path: text(p, "/comment/path").to_string(),
+            line,
+            diff_hunk: text(p, "/comment/diff_hunk").to_string(),
+            body: body.to_string(),
+            author: text(p, "/comment/user/login").to_string(),
+        };
+        (text(p, "/comment/user/login"), body, c)
+    };
+    let own_login = app.forges.settings().github.login.as_deref().unwrap_or_default();
+    let own = (!own_login.is_empty() && own_login.eq_ignore_ascii_case(login)) || written_by_baton(body);
+    Some(crate::runtime::ops::ReviewRequest {
+        forge: "github",
+        identity: (crate::store::ForgeIdentity::GitHubLogin, login.to_string()),
+        branch: text(p, "/pull_request/head/ref").to_string(),
+        sha: text(p, "/pull_request/head/sha").to_string(),
+        stop: is_stop(body),
+        comments: vec![comment],
+        own,
+    })
+}
+
+/// An Azure DevOps `ms.vss-code.git-pullrequest-comment-event` read into a
+/// [`ReviewRequest`](crate::runtime::ops::ReviewRequest): the comment, its thread (from the
+/// comment's `threads` link or its own address), and the pull request's source branch and head.
+fn ado_review(app: &AppState, resource: &Value) -> crate::runtime::ops::ReviewRequest {
+    use crate::runtime::fixes::ReviewComment;
+    let comment = resource.get("comment").unwrap_or(&Value::Null);
+    let thread_of = |href: &str| -> Option<String> {
+        let rest = href.split("/threads/").nth(1)?;
+        let id: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        (!id.is_empty()).then_some(id)
+    };
+    let thread = thread_of(text(comment, "/_links/threads/href"))
+        .or_else(|| thread_of(text(comment, "/_links/self/href")))
+        .unwrap_or_default();
+    let email = ado_identity_email(comment.get("author")).to_string();
+    let body = text(comment, "/content");
+    let own_email = app.forges.settings().ado.user_email.as_deref().unwrap_or_default();
+    let own = (!own_email.is_empty() && own_email.eq_ignore_ascii_case(&email)) || written_by_baton(body);
+    let pr = resource.get("pullRequest").unwrap_or(&Value::Null);
+    crate::runtime::ops::ReviewRequest {
+        forge: "ado",
+        identity: (crate::store::ForgeIdentity::AdoEmail, email.clone()),
+        branch: text(pr, "/sourceRefName").to_string(),
+        sha: text(pr, "/lastMergeSourceCommit/commitId").to_string(),
+        stop: is_stop(body),
+        comments: vec![ReviewComment {
+            id: thread,
+            path: String::new(),
+            line: None,
+            diff_hunk: String::new(),
+            body: body.to_string(),
+            author: email,
+        }],
+        own,
+    }
+}
+
+/// A review on a Baton pull request → [`Operator::review_remediation`](crate::runtime::ops::Ops::review_remediation),
+/// which decides whether it may start a round (or stop the loop).
+async fn review(app: &AppState, request: crate::runtime::ops::ReviewRequest) -> Result<Handled, AppError> {
+    let who = request.identity.1.clone();
+    match app.ops.review_remediation(request).await? {
+        Ok((task_id, outcome)) => Ok((StatusCode::OK, round_json(&task_id, &outcome))),
+        Err(reason) => Ok(ignored(format!("{reason} ({who})"))),
+    }
+}
+
 /// What a GitHub `check_run`, `check_suite` or `status` delivery names: its head commit and
 /// branches.
 fn github_ci_notice(event: &str, p: &Value) -> crate::runtime::ci_events::CiNotice {
@@ -505,15 +624,37 @@ fn ado_build_notice(resource: &Value) -> crate::runtime::ci_events::CiNotice {
 }
 
 /// A CI notice → [`crate::runtime::ci_events::CiService::notice`], which decides which waiting gate
-/// (if any) it concerns and wakes its driver.
+/// (if any) it concerns and wakes its driver, and
+/// [`crate::runtime::remediation::Remediation::ci_notice`], which decides whether a failed check
+/// of an open pull request starts a CI fix round.
 async fn ci_notice(app: &AppState, notice: crate::runtime::ci_events::CiNotice) -> Result<Handled, AppError> {
+    let remediation =
+        crate::runtime::remediation::Remediation::new(app.execs.clone(), app.ops.clone(), app.forges.clone());
     let service = crate::runtime::ci_events::CiService::new(app.execs.clone(), app.specs.pool().clone());
     let woken = service.notice(&notice).await?;
-    if woken.is_empty() {
+    let rounds = remediation.ci_notice(&notice).await?;
+    let rounds: Vec<Value> = rounds.iter().map(|(task_id, o)| round_json(task_id, o)).collect();
+    if woken.is_empty() && rounds.is_empty() {
         let what = notice.sha.clone().or_else(|| notice.branches.first().cloned()).unwrap_or_default();
         return Ok(ignored(format!("no ci gate waits for {}", crate::model::text::cut(&what, 80))));
     }
-    Ok((StatusCode::OK, json!({ "ci": "checking", "task_ids": woken })))
+    let mut body = json!({ "ci": "checking", "task_ids": woken });
+    if !rounds.is_empty() {
+        body["pull_requests"] = json!(rounds);
+    }
+    Ok((StatusCode::OK, body))
+}
+
+/// The answer's part for one remediation outcome.
+fn round_json(task_id: &str, outcome: &crate::runtime::ops::RoundOutcome) -> Value {
+    use crate::runtime::ops::RoundOutcome;
+    match outcome {
+        RoundOutcome::Started { round, agent } => {
+            json!({ "task_id": task_id, "round": round, "agent": agent, "outcome": "started" })
+        }
+        RoundOutcome::Parked(why) => json!({ "task_id": task_id, "outcome": "parked", "reason": why }),
+        RoundOutcome::Ignored(why) => json!({ "task_id": task_id, "outcome": "ignored", "reason": why }),
+    }
 }
 
 /// Decodes standard base64 (with or without padding); `None` when malformed.
@@ -610,6 +751,7 @@ async fn ado_event(app: &AppState, p: &Value) -> Result<Handled, AppError> {
         "workitem.commented" => return ado_comment(app, text(p, "/id"), resource).await,
         "git.pullrequest.merged" | "git.pullrequest.updated" => return ado_pull_request(app, event, resource).await,
         "build.complete" => return ci_notice(app, ado_build_notice(resource)).await,
+        "ms.vss-code.git-pullrequest-comment-event" => return review(app, ado_review(app, resource)).await,
         _ => return Ok(ignored(format!("event {event} is not handled"))),
     };
     let fields = if updated { resource.pointer("/revision/fields") } else { resource.get("fields") };

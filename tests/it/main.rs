@@ -32,6 +32,7 @@ mod postgres;
 mod project_fields;
 mod quota;
 mod relay;
+mod remediation;
 mod remote;
 mod replicas;
 mod report;

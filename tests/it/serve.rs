@@ -73,7 +73,13 @@ impl Server {
     }
 
     /// [`Server::request`] with a bearer token.
-    fn request_as(&self, method: &str, path: &str, body: Option<Value>, token: Option<&str>) -> (u16, Value) {
+    pub(crate) fn request_as(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        token: Option<&str>,
+    ) -> (u16, Value) {
         let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
         let body = body.map(|b| b.to_string()).unwrap_or_default();
         let extra = format!("{auth}Content-Type: application/json\r\nX-Baton-Actor: serve-test\r\n");

@@ -493,8 +493,10 @@ async fn the_boards_sql_stage_is_the_models_stage_for_every_status() {
     use baton::model::spec::{SpecStage, SPEC_STATUSES};
     use sqlx::Connection as _;
     let mut db = sqlx::SqliteConnection::connect("sqlite::memory:").await.unwrap();
-    let sql =
-        format!("select {} from (select ?1 as status) s, (select ?2 as status) e", baton::runtime::board::stage_sql());
+    let sql = format!(
+        "select {} from (select ?1 as status) s, (select ?2 as status) e, (select ?3 as pr_url) m",
+        baton::runtime::board::stage_sql()
+    );
     let execution_statuses = [
         None,
         Some("running"),
@@ -509,11 +511,23 @@ async fn the_boards_sql_stage_is_the_models_stage_for_every_status() {
     ];
     for status in SPEC_STATUSES {
         for exec in execution_statuses {
-            let got: String =
-                sqlx::query_scalar(&sql).bind(status.as_str()).bind(exec).fetch_one(&mut db).await.unwrap();
-            assert_eq!(got, SpecStage::of(status, exec).as_str(), "{status} with execution {exec:?}");
+            for pr in [None, Some("https://github.com/o/r/pull/1")] {
+                let got: String = sqlx::query_scalar(&sql)
+                    .bind(status.as_str())
+                    .bind(exec)
+                    .bind(pr)
+                    .fetch_one(&mut db)
+                    .await
+                    .unwrap();
+                let want = SpecStage::of_pull(status, exec, pr.is_some());
+                assert_eq!(got, want.as_str(), "{status} with execution {exec:?}, pull request {pr:?}");
+            }
         }
     }
+    assert_eq!(
+        SpecStage::of_pull(baton::model::spec::SpecStatus::Executing, Some("complete"), true),
+        SpecStage::PrOpen
+    );
 }
 
 #[tokio::test]

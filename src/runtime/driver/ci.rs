@@ -224,6 +224,48 @@ impl Driver {
     }
 }
 
+impl Driver {
+    /// A remediation round's fix is consolidated (every phase done): pushes the feature branch
+    /// to the project's remote (never forced: the pull request's branch moves forward), journals
+    /// `remediation_pushed`, records the new head on the merge row (the head CI notices are
+    /// matched against), and replies on the review comments the round answers. A failed push
+    /// is an error: the driver tries again (its pushed commit is journaled only once pushed).
+    pub(super) async fn push_remediation(&mut self, state: &mut ExecutionState) -> anyhow::Result<()> {
+        let Some(round) = state.remediation.unpushed().cloned() else { return Ok(()) };
+        let n = u32::try_from(state.remediation.rounds.len()).unwrap_or(u32::MAX);
+        let branch = self.meta.branch.clone();
+        let remote = super::REMOTE.to_string();
+        let (repo, b, r) = (self.repo.clone(), branch.clone(), remote.clone());
+        let sha = blocking(move || repo.push_branch(&r, &b)).await?.map_err(|e| {
+            anyhow::anyhow!(
+                "pushing the {} round's fix on {branch} to {remote} (never forced): {e}",
+                round.cause.as_str()
+            )
+        })?;
+        errln!(
+            "{} round {} of {}: pushed {sha} to {remote}/{branch}",
+            round.cause.as_str(),
+            round.round,
+            state.task_id
+        );
+        crash_point("before-remediation-pushed");
+        let key = format!("remediation-pushed:{}:{n}", state.task_id);
+        self.record(state, EventKind::RemediationPushed { round: n, sha: sha.clone() }, key).await?;
+        let store = self.execs.store();
+        if let Some(mut merge) = store.merge(&state.task_id).await? {
+            merge.pushed_sha.clone_from(&sha);
+            merge.updated_at = self.clock.now_rfc3339();
+            store.put_merge(&merge).await?;
+        }
+        if !round.threads.is_empty() {
+            let settings = self.config.forge_settings(|k| std::env::var(k).ok());
+            let posted = crate::runtime::fixes::reply_threads(&self.execs, &settings, &state.task_id).await?;
+            errln!("replied on {posted} review comments with {sha}");
+        }
+        Ok(())
+    }
+}
+
 /// `waiting for CI: 3 of 5 checks done`, from the state's wait.
 fn wait_note(state: &ExecutionState) -> String {
     state.ci_wait.as_ref().map(crate::model::state::CiWait::note).unwrap_or_default()

@@ -158,7 +158,13 @@ impl Driver {
                         self.wait_one(&mut state, lease).await?;
                         continue;
                     }
-                    let key = format!("complete:{}", state.task_id);
+                    if state.remediation.unpushed().is_some() {
+                        self.push_remediation(&mut state).await?;
+                    }
+                    let key = match state.remediation.rounds.len() {
+                        0 => format!("complete:{}", state.task_id),
+                        n => format!("complete:{}:{n}", state.task_id),
+                    };
                     self.record(&mut state, EventKind::Completed, key).await?;
                     return Ok(self.outcome(&state, engine::next_action(&state)));
                 }

@@ -38,9 +38,11 @@ use crate::store::{ForgeIdentity, StoreError, UserRow};
 
 mod comments;
 mod links;
+mod remediation;
 
 pub use comments::CommentDecision;
 pub use links::MAX_LINK_SECS;
+pub use remediation::{ReviewRequest, RoundOutcome, RoundRequest};
 
 /// Which door a decision came through (journaled in the actor's name only for links).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

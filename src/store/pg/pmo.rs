@@ -535,6 +535,15 @@ impl Pg {
         .await?)
     }
 
+    pub(in super::super) async fn opened_merges(&self) -> Result<Vec<MergeRow>, StoreError> {
+        Ok(sqlx::query_as::<_, MergeRow>(
+            "select task_id, spec_id, forge_repo, branch, base_branch, state, pushed_sha, pr_number, pr_url, error, \
+             updated_at from merges where state = 'opened' and pr_url != '' order by task_id",
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     pub(in super::super) async fn put_merge(&self, row: &MergeRow) -> Result<(), StoreError> {
         sqlx::query(
             "insert into merges (task_id, spec_id, forge_repo, branch, base_branch, state, pushed_sha, pr_number, \

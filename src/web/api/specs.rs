@@ -219,11 +219,11 @@ pub struct SpecView {
 }
 
 async fn view(app: &AppState, mut spec: SpecRow) -> Result<SpecView, AppError> {
-    let exec_status = match &spec.task_id {
-        Some(t) => app.execs.summary(t).await?.map(|s| s.status),
-        None => None,
+    let (exec_status, pr_opened) = match &spec.task_id {
+        Some(t) => (app.execs.summary(t).await?.map(|s| s.status), app.execs.pull_request(t).await?.is_some()),
+        None => (None, false),
     };
-    let stage = board::stage_of(&spec.status, exec_status.as_deref());
+    let stage = board::stage_of_pull(&spec.status, exec_status.as_deref(), pr_opened);
     let parse = |t: Option<String>| t.and_then(|t| serde_json::from_str(&t).ok());
     let plan = parse(spec.plan_json.take());
     let forecast = parse(spec.forecast_json.take());

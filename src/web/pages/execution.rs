@@ -106,6 +106,8 @@ struct ExecutionTemplate {
     parked: Option<String>,
     /// Its pull request once opened, and where it stands.
     pull_request: Option<crate::model::spec::PullRequest>,
+    /// Remediation on the pull request (issue 19.3/4): rounds used, and why Baton parked.
+    remediation: Option<(String, Option<String>)>,
     final_: bool,
     driver: Option<String>,
     steps_done: u64,
@@ -325,6 +327,12 @@ pub(super) async fn execution_page(
         paused,
         parked,
         pull_request,
+        remediation: (!state.remediation.is_untouched()).then(|| {
+            let r = &state.remediation;
+            let ci = r.used(crate::model::state::RemediationCause::Ci);
+            let review = r.used(crate::model::state::RemediationCause::Review);
+            (format!("fix rounds: {ci} CI, {review} review"), r.parked.clone())
+        }),
         final_: state.status.is_final(),
         driver,
         steps_done: done,

@@ -99,11 +99,11 @@ pub(super) async fn spec_page(
     let id = crate::web::api::specs::spec_id(&id)?;
     let (layout, set) = layout(&app, &who, &headers, true).await?;
     let mut spec = app.specs.get(id).await?;
-    let exec_status = match &spec.task_id {
-        Some(t) => app.execs.summary(t).await?.map(|s| s.status),
-        None => None,
+    let (exec_status, pr_opened) = match &spec.task_id {
+        Some(t) => (app.execs.summary(t).await?.map(|s| s.status), app.execs.pull_request(t).await?.is_some()),
+        None => (None, false),
     };
-    let stage = board::stage_of(&spec.status, exec_status.as_deref()).title();
+    let stage = board::stage_of_pull(&spec.status, exec_status.as_deref(), pr_opened).title();
     let shown = board::shown_status(&spec.status, exec_status.as_deref());
     let plan = spec.plan_json.take().and_then(|t| serde_json::from_str(&t).ok());
     let forecast = spec.forecast_json.take().and_then(|t| serde_json::from_str(&t).ok());

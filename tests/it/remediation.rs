@@ -1,0 +1,606 @@
+//! From opened pull request to merged (issue 19.3/4), end to end: a real `baton serve`, a
+//! real git repository whose `origin` is a local bare repository, a fake agent (a shell
+//! script, run as a real subprocess) and a local mock GitHub serving check runs, annotations,
+//! the combined status and the pull request endpoints in the documented shapes.
+//!
+//! The loop: a webhook imports an issue → fired → pull request opened (reported once on the
+//! issue) → a check fails → a CI fix round (the fix pushed to the same branch, never forced)
+//! → checks pass → a reviewer's review comment starts a review round (Baton replies on the
+//! comment with the commit) → merged webhook → `merged`. A second scenario uses up its fix
+//! rounds and parks: it asks a human on the issue and the card says so. The same loop runs on
+//! Azure DevOps (builds and statuses, a `build.complete` hook, a pull request comment hook, the
+//! reply on its thread, `git.pullrequest.merged`). Every new event kind
+//! (`pull_request_review`, `pull_request_review_comment`, the Azure DevOps pull request comment
+//! event) is refused tampered or unsigned and answered `duplicate` when replayed.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use baton::clock::Stopwatch;
+use hmac::{Hmac, Mac};
+use serde_json::{json, Value};
+use wiremock::matchers::{method, path_regex};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+use crate::common::{fixture_bytes, fixture_json, Workspace};
+use crate::serve::Server;
+
+const SECRET: &str = "It's a Secret to Everybody";
+/// `Basic` of `hooks:hook-secret`.
+const ADO_AUTH: &str = "Authorization: Basic aG9va3M6aG9vay1zZWNyZXQ=\r\n";
+/// `Basic` of `hooks:wrong`.
+const ADO_WRONG: &str = "Authorization: Basic aG9va3M6d3Jvbmc=\r\n";
+
+struct Loop {
+    ws: Workspace,
+    bare: PathBuf,
+    server: Server,
+    admin: String,
+    github: MockServer,
+    /// Where the fake agent appends every prompt it gets.
+    prompts: PathBuf,
+}
+
+fn baton(data: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton")).arg("--data-dir").arg(data).args(args).output();
+    let out = out.unwrap();
+    assert!(out.status.success(), "baton {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A repository with a bare `origin`, a fake agent `dev` (a shell script that writes one new
+/// file per run and logs its prompt), `extra` in `baton.toml`, users `admin` and the reviewer
+/// `tessa` (GitHub `tessa-lumen`, Azure DevOps `tessa@lumenlabs.example`), and a server whose
+/// GitHub is a fresh mock.
+async fn start(extra: &str) -> Loop {
+    let ws = Workspace::with_repo(&[("README.md", "hello\n"), ("src/lib.rs", "pub fn f() {}\n")]);
+    let bare = ws.tmp.path().join("remote.git");
+    let out = std::process::Command::new("git").args(["init", "-q", "--bare"]).arg(&bare).output().unwrap();
+    assert!(out.status.success());
+    ws.git(&["remote", "add", "origin", bare.to_str().unwrap()]);
+    let prompts = ws.tmp.path().join("prompts.log");
+    let agent = ws.tmp.path().join("dev.sh");
+    std::fs::write(
+        &agent,
+        format!(
+            "#!/bin/sh\ncat >> '{}'\necho '--- end of prompt' >> '{}'\nn=$(ls fix-*.txt 2>/dev/null | wc -l)\n\
+             echo \"change $n\" > fix-$n.txt\necho 'Done.'\n",
+            prompts.display(),
+            prompts.display()
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir_all(ws.data()).unwrap();
+    let toml = format!("[agents.dev]\nprofile = \"command\"\ncommand = [\"sh\", \"{}\"]\n{extra}", agent.display());
+    std::fs::write(ws.data().join("baton.toml"), toml).unwrap();
+    let admin = baton(&ws.data(), &["token", "create", "--user", "admin", "--role", "admin"]);
+    let tessa = ["--user", "tessa", "--role", "reviewer", "--github-login", "tessa-lumen"];
+    baton(&ws.data(), &[&["token", "create"][..], &tessa, &["--ado-email", "tessa@lumenlabs.example"]].concat());
+    baton(&ws.data(), &["token", "create", "--user", "vic", "--role", "viewer", "--github-login", "vic-lumen"]);
+    let github = MockServer::start().await;
+    mount_pulls(&github).await;
+    let server = Server::start_env(
+        &ws.data(),
+        &[],
+        &[
+            ("BATON_GITHUB_API_URL", github.uri().as_str()),
+            ("GITHUB_TOKEN", "ghp_remediation_token"),
+            ("BATON_GITHUB_LOGIN", "lantern-baton"),
+            ("BATON_ADO_API_URL", github.uri().as_str()),
+            ("ADO_PAT", "ado_remediation_pat"),
+            ("BATON_GITHUB_WEBHOOK_SECRET", SECRET),
+            ("BATON_ADO_WEBHOOK_USER", "hooks"),
+            ("BATON_ADO_WEBHOOK_PASSWORD", "hook-secret"),
+        ],
+    );
+    Loop { ws, bare, server, admin, github, prompts }
+}
+
+/// Pull requests: none for any branch yet, #43 when opened; comments and replies accepted.
+async fn mount_pulls(mock: &MockServer) {
+    Mock::given(method("GET"))
+        .and(path_regex(r"^/repos/[^/]+/[^/]+/pulls$"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!([])))
+        .mount(mock)
+        .await;
+    let created = fixture_json("github-api/pulls.create.201.json");
+    Mock::given(method("POST"))
+        .and(path_regex(r"^/repos/[^/]+/[^/]+/pulls$"))
+        .respond_with(ResponseTemplate::new(201).set_body_json(&created["response"]["body"]))
+        .mount(mock)
+        .await;
+    Mock::given(method("POST"))
+        .and(path_regex(r"^/repos/[^/]+/[^/]+/issues/\d+/comments$"))
+        .respond_with(ResponseTemplate::new(201).set_body_json(json!({"id": 1, "html_url": "https://github.com/c/1"})))
+        .mount(mock)
+        .await;
+    Mock::given(method("POST"))
+        .and(path_regex(r"^/repos/[^/]+/[^/]+/pulls/\d+/comments/\d+/replies$"))
+        .respond_with(ResponseTemplate::new(201).set_body_json(json!({"id": 2, "html_url": "https://github.com/r/2"})))
+        .mount(mock)
+        .await;
+}
+
+/// The check runs of any commit: `build` passed, `lint` passed or failed (with its output
+/// and one annotation); the combined status passed.
+async fn mount_checks(mock: &MockServer, lint_fails: bool) {
+    let mut runs = fixture_json("github-api/check-runs.list.200.json")["response"]["body"].clone();
+    runs["check_runs"][1]["status"] = json!("completed");
+    if lint_fails {
+        runs["check_runs"][1]["conclusion"] = json!("failure");
+        runs["check_runs"][1]["output"] = json!({"title": "Lint", "summary": "1 error", "text": "error: missing docs",
+            "annotations_count": 1, "annotations_url": "https://api.github.com/repos/lumen-labs/lantern/check-runs/6/annotations"});
+    } else {
+        runs["check_runs"][1]["conclusion"] = json!("success");
+        runs["check_runs"][1]["output"] = json!({"title": "Lint", "summary": "clean", "annotations_count": 0});
+    }
+    let mut status = fixture_json("github-api/commit-status.combined.200.json")["response"]["body"].clone();
+    status["statuses"][0]["state"] = json!("success");
+    status["state"] = json!("success");
+    let annotations = fixture_json("github-api/check-run-annotations.200.json")["response"]["body"].clone();
+    for (pattern, body) in [
+        (r"^/repos/lumen-labs/lantern/commits/[0-9a-f]{40}/check-runs$", runs),
+        (r"^/repos/lumen-labs/lantern/commits/[0-9a-f]{40}/status$", status),
+        (r"^/repos/lumen-labs/lantern/check-runs/\d+/annotations$", annotations),
+    ] {
+        Mock::given(method("GET"))
+            .and(path_regex(pattern))
+            .respond_with(ResponseTemplate::new(200).set_body_json(body))
+            .with_priority(if lint_fails { 2 } else { 1 })
+            .mount(mock)
+            .await;
+    }
+}
+
+fn sign(body: &[u8]) -> String {
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+fn deliver(server: &Server, event: &str, body: &[u8], delivery: &str, signature: Option<String>) -> (u16, Value) {
+    let mut extra =
+        format!("X-GitHub-Event: {event}\r\nX-GitHub-Delivery: {delivery}\r\nContent-Type: application/json\r\n");
+    if let Some(sig) = signature {
+        extra.push_str(&format!("X-Hub-Signature-256: {sig}\r\n"));
+    }
+    let (status, _, text) = server.raw("POST", "/webhooks/github", &extra, std::str::from_utf8(body).unwrap());
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// A GitHub delivery: refused tampered and unsigned, applied once, a replay a duplicate; the
+/// applied one's (status, answer).
+fn deliver_checked(server: &Server, event: &str, payload: &Value, delivery: &str) -> (u16, Value) {
+    let body = payload.to_string().into_bytes();
+    let signature = sign(&body);
+    let mut tampered = body.clone();
+    let at = tampered.len() / 2;
+    tampered[at] = if tampered[at] == b' ' { b'\t' } else { b' ' };
+    let (status, answer) = deliver(server, event, &tampered, &format!("{delivery}-t"), Some(signature.clone()));
+    assert_eq!(status, 401, "a tampered {event} delivery is refused: {answer}");
+    let (status, answer) = deliver(server, event, &body, &format!("{delivery}-u"), None);
+    assert_eq!(status, 401, "an unsigned {event} delivery is refused: {answer}");
+    let applied = deliver(server, event, &body, delivery, Some(signature.clone()));
+    let (status, again) = deliver(server, event, &body, delivery, Some(signature));
+    assert_eq!((status, &again["duplicate"]), (200, &json!(true)), "a replayed {event} is a duplicate: {again}");
+    applied
+}
+
+impl Loop {
+    fn api(&self, verb: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        self.server.request_as(verb, path, body, Some(&self.admin))
+    }
+
+    fn execution(&self, task_id: &str) -> Value {
+        let (status, body) = self.api("GET", &format!("/api/v1/executions/{task_id}"), None);
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    fn wait<T>(&self, what: &str, until: impl Fn() -> Option<T>) -> T {
+        let start = Stopwatch::start();
+        loop {
+            if let Some(t) = until() {
+                return t;
+            }
+            assert!(start.elapsed() < Duration::from_secs(90), "{what} never happened");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn card(&self, spec_id: i64) -> Value {
+        let board = self.api("GET", "/api/v1/board", None).1;
+        board["columns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|c| c["cards"].as_array().unwrap())
+            .find(|c| c["spec_id"] == spec_id)
+            .cloned()
+            .unwrap_or(Value::Null)
+    }
+
+    fn remote_tip(&self, branch: &str) -> String {
+        let out =
+            std::process::Command::new("git").arg("-C").arg(&self.bare).args(["rev-parse", branch]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Imports issue #7 by webhook, gives it a one-step plan for `dev`, fires it, waits for its
+    /// changelist and opens its pull request: (spec id, task id, pushed head).
+    async fn to_pull_request(&self) -> (i64, String, String) {
+        let body = json!({"name": "p", "repo_path": self.ws.repo(), "agent_profile": "demo",
+                          "forge_repo": "lumen-labs/lantern", "trigger_label": "bug"});
+        let (status, answer) = self.api("POST", "/api/v1/projects", Some(body));
+        assert_eq!(status, 201, "{answer}");
+        let issue: Value = serde_json::from_slice(&fixture_bytes("github-webhooks/issues.opened.json")).unwrap();
+        let (status, answer) = deliver(&self.server, "issues", issue.to_string().as_bytes(), "import-1", {
+            Some(sign(issue.to_string().as_bytes()))
+        });
+        assert_eq!(status, 201, "{answer}");
+        let id = answer["spec_id"].as_i64().unwrap();
+        let (status, enriched) = self.api("POST", &format!("/api/v1/specs/{id}/enrich"), None);
+        assert_eq!(status, 200, "{enriched}");
+        let mut plan = enriched["plan"].clone();
+        let mut phase = plan["phases"][0].clone();
+        phase["steps"] =
+            json!([{"step_id": "1.1", "agent_name": "dev", "task_description": "Fix the install command."}]);
+        phase["gate"] = Value::Null;
+        phase["approval_required"] = json!(false);
+        plan["phases"] = json!([phase]);
+        plan["risk_level"] = json!("LOW");
+        let (status, answer) = self.api("PUT", &format!("/api/v1/specs/{id}/plan"), Some(plan));
+        assert_eq!(status, 200, "{answer}");
+        for (action, body) in [("review", Some(json!({"decision": "approve"}))), ("fire", None)] {
+            let (status, answer) = self.api("POST", &format!("/api/v1/specs/{id}/{action}"), body);
+            assert_eq!(status, 200, "{action}: {answer}");
+        }
+        let spec = |id: i64| self.api("GET", &format!("/api/v1/specs/{id}"), None).1;
+        let task_id = spec(id)["task_id"].as_str().unwrap().to_string();
+        self.wait("the changelist", || (spec(id)["stage"] == "changelist_review").then_some(()));
+        let (status, merged) = self.api("POST", &format!("/api/v1/executions/{task_id}/merge"), None);
+        assert_eq!(status, 200, "{merged}");
+        let head = merged["pushed_sha"].as_str().unwrap().to_string();
+        assert_eq!(spec(id)["stage"], "pr_open", "an open pull request is its own stage");
+        (id, task_id, head)
+    }
+
+    /// The comments posted on issue #7, once at least `n` with `containing` were.
+    async fn issue_comments(&self, containing: &str, n: usize) -> Vec<String> {
+        let start = Stopwatch::start();
+        loop {
+            let received = self.github.received_requests().await.unwrap_or_default();
+            let texts: Vec<String> = received
+                .iter()
+                .filter(|r| r.method.as_str() == "POST" && r.url.path().ends_with("/issues/7/comments"))
+                .map(|r| serde_json::from_slice::<Value>(&r.body).unwrap()["body"].as_str().unwrap_or("").to_string())
+                .collect();
+            if texts.iter().filter(|t| t.contains(containing)).count() >= n {
+                return texts;
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "no comment with {containing:?}: {texts:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// A `check_run` `completed` delivery for `sha` on the task's branch: its answer.
+    fn check_run(&self, task_id: &str, sha: &str, delivery: &str) -> Value {
+        let mut run: Value =
+            serde_json::from_slice(&fixture_bytes("github-webhooks/check_run.completed.json")).unwrap();
+        run["check_run"]["head_sha"] = json!(sha);
+        run["check_run"]["check_suite"]["head_branch"] = json!(format!("baton/{task_id}"));
+        let body = run.to_string();
+        let (status, answer) =
+            deliver(&self.server, "check_run", body.as_bytes(), delivery, Some(sign(body.as_bytes())));
+        assert_eq!(status, 200, "{answer}");
+        answer
+    }
+
+    /// Waits until the execution completed again with `rounds` rounds, the last one pushed:
+    /// the pushed head.
+    fn round_pushed(&self, task_id: &str, rounds: usize) -> String {
+        self.wait(&format!("round {rounds} pushed and completed"), || {
+            let v = self.execution(task_id);
+            let list = v["remediation"]["rounds"].as_array().cloned().unwrap_or_default();
+            let pushed = list.get(rounds - 1)?["pushed_sha"].as_str()?.to_string();
+            (list.len() == rounds && v["status"] == "complete").then_some(pushed)
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_request_goes_from_a_failed_check_and_a_review_to_merged_with_agent_fixes() {
+    let s = start("[ci]\nmax_fix_rounds = 2\n").await;
+    mount_checks(&s.github, true).await;
+    let (id, task, head) = s.to_pull_request().await;
+    let opened = s.issue_comments("Baton opened the pull request", 1).await;
+    assert_eq!(opened.iter().filter(|t| t.contains("Baton opened the pull request")).count(), 1, "{opened:?}");
+
+    // A check fails on the pull request's head: a CI fix round starts.
+    let answer = s.check_run(&task, &head, "run-1");
+    assert_eq!(answer["pull_requests"][0]["outcome"], "started", "{answer}");
+    assert_eq!(answer["pull_requests"][0]["agent"], "dev", "the agent that made the change fixes it: {answer}");
+    let fixed = s.round_pushed(&task, 1);
+    assert_ne!(fixed, head);
+    assert_eq!(s.remote_tip(&format!("baton/{task}")), fixed, "the fix is pushed to the same branch");
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(&s.bare)
+        .args(["merge-base", "--is-ancestor", &head, &fixed])
+        .status()
+        .unwrap();
+    assert!(out.success(), "the branch moved forward: never forced");
+    let prompts = std::fs::read_to_string(&s.prompts).unwrap();
+    assert!(prompts.contains("CI fix round 1 of 2") && prompts.contains("Check `lint` failed"), "{prompts}");
+    assert!(prompts.contains("missing documentation for a function"), "annotations reach the prompt: {prompts}");
+
+    // The checks pass on the new head: nothing to fix.
+    mount_checks(&s.github, false).await;
+    let answer = s.check_run(&task, &fixed, "run-2");
+    assert_eq!(answer["pull_requests"][0]["outcome"], "ignored", "{answer}");
+    assert!(answer["pull_requests"][0]["reason"].as_str().unwrap().contains("no required check"), "{answer}");
+
+    // A viewer's comment, and Baton's own, start nothing; the reviewer's starts a review round.
+    let mut comment = fixture_json("github-webhooks/pull_request_review_comment.created.json");
+    comment["pull_request"]["head"]["ref"] = json!(format!("baton/{task}"));
+    comment["pull_request"]["head"]["sha"] = json!(fixed);
+    for (login, delivery) in [("vic-lumen", "c-viewer"), ("lantern-baton", "c-own"), ("stranger", "c-unmapped")] {
+        let mut other = comment.clone();
+        other["comment"]["user"]["login"] = json!(login);
+        let (status, answer) = deliver_checked(&s.server, "pull_request_review_comment", &other, delivery);
+        assert_eq!((status, answer.get("ignored").is_some()), (202, true), "{login}: {answer}");
+    }
+    let (status, answer) = deliver_checked(&s.server, "pull_request_review_comment", &comment, "c-reviewer");
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["outcome"], "started", "{answer}");
+    let addressed = s.round_pushed(&task, 2);
+    let prompts = std::fs::read_to_string(&s.prompts).unwrap();
+    assert!(prompts.contains("Comment by tessa-lumen on `README.md` line 1"), "{prompts}");
+    assert!(prompts.contains("Say `cargo install lantern` here"), "{prompts}");
+    let start = Stopwatch::start();
+    let reply = loop {
+        let received = s.github.received_requests().await.unwrap_or_default();
+        if let Some(r) = received.iter().find(|r| r.url.path().ends_with("/pulls/43/comments/284312630/replies")) {
+            break serde_json::from_slice::<Value>(&r.body).unwrap();
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "no reply on the review comment");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(reply["body"].as_str().unwrap().contains(&addressed), "the reply names the commit: {reply}");
+
+    // The card shows the rounds; the pull request is merged; the spec is merged.
+    let card = s.card(id);
+    assert_eq!(card["remediation"], json!({"ci_rounds": 1, "review_rounds": 1, "parked": ""}), "{card}");
+    let mut closed = fixture_json("github-webhooks/pull_request.closed.merged.json");
+    closed["pull_request"]["head"]["ref"] = json!(format!("baton/{task}"));
+    closed["pull_request"]["html_url"] = json!("https://github.com/lumen-labs/lantern/pull/43");
+    closed["repository"]["full_name"] = json!("lumen-labs/lantern");
+    let body = closed.to_string();
+    let (status, answer) = deliver(&s.server, "pull_request", body.as_bytes(), "merged-1", Some(sign(body.as_bytes())));
+    assert_eq!((status, &answer["status"]), (200, &json!("merged")), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fix_rounds_used_up_park_and_ask_a_human_on_the_issue_and_the_card() {
+    let s = start("[ci]\nmax_fix_rounds = 1\n").await;
+    mount_checks(&s.github, true).await;
+    let (id, task, head) = s.to_pull_request().await;
+    let answer = s.check_run(&task, &head, "run-1");
+    assert_eq!(answer["pull_requests"][0]["outcome"], "started", "{answer}");
+    let fixed = s.round_pushed(&task, 1);
+    // The fix did not help: the only round is used, Baton parks.
+    let answer = s.check_run(&task, &fixed, "run-2");
+    assert_eq!(answer["pull_requests"][0]["outcome"], "parked", "{answer}");
+    let texts = s.issue_comments("needs a human", 1).await;
+    let asked = texts.iter().find(|t| t.contains("needs a human")).unwrap();
+    assert!(asked.contains("1 of 1 CI fix rounds are used"), "{asked}");
+    let card = s.wait("the parked card", || {
+        let card = s.card(id);
+        (card["remediation"]["parked"].as_str().is_some_and(|p| !p.is_empty())).then_some(card)
+    });
+    assert!(card["waits_for"].as_str().unwrap().starts_with("a human: 1 of 1 CI fix rounds"), "{card}");
+    let page = s.server.raw("GET", "/", &format!("Authorization: Bearer {}\r\n", s.admin), "").2;
+    assert!(page.contains("stopped, a human decides"), "the board says so");
+    // Nothing more starts: another failure is ignored, a reviewer's comment too.
+    let answer = s.check_run(&task, &fixed, "run-3");
+    assert_eq!(answer["pull_requests"][0]["outcome"], "ignored", "{answer}");
+    assert_eq!(s.execution(&task)["remediation"]["rounds"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_events_are_refused_tampered_or_unsigned_and_replays_are_duplicates() {
+    let s = start("").await;
+    // A changes-requested review on a branch that is no Baton execution's: authenticated,
+    // answered, and its replay a duplicate.
+    let review = fixture_json("github-webhooks/pull_request_review.submitted.json");
+    let (status, answer) = deliver_checked(&s.server, "pull_request_review", &review, "review-1");
+    assert_eq!(status, 202, "{answer}");
+    assert!(answer["ignored"].as_str().unwrap().contains("no spec was fired as t-0000"), "{answer}");
+    // Azure DevOps: wrong and missing credentials refused, a replay a duplicate.
+    // By a user no Baton user maps.
+    let body = String::from_utf8(fixture_bytes("azure-devops/hooks/git.pullrequest.comment.json"))
+        .unwrap()
+        .replace("tessa@lumenlabs.example", "stranger@lumenlabs.example");
+    let post = |auth: &str| {
+        let extra = format!("{auth}Content-Type: application/json\r\n");
+        let (status, _, text) = s.server.raw("POST", "/webhooks/ado", &extra, &body);
+        (status, serde_json::from_str::<Value>(&text).unwrap_or(Value::Null))
+    };
+    assert_eq!(post(ADO_WRONG).0, 401);
+    assert_eq!(post("").0, 401);
+    let (status, answer) = post(ADO_AUTH);
+    assert_eq!(status, 202, "{answer}");
+    assert!(
+        answer["ignored"].as_str().unwrap().contains("not mapped"),
+        "an unmapped ADO user starts nothing: {answer}"
+    );
+    let (status, again) = post(ADO_AUTH);
+    assert_eq!((status, &again["duplicate"]), (200, &json!(true)), "{again}");
+}
+
+/// Azure DevOps answers for `lumenlabs/Lantern` (repository `Lantern`): no pull request for any
+/// branch yet, pull request 41 when opened, thread replies accepted.
+async fn mount_ado(mock: &MockServer) {
+    let prs = "/lumenlabs/Lantern/_apis/git/repositories/Lantern/pullrequests";
+    Mock::given(method("GET"))
+        .and(wiremock::matchers::path(prs))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"value": [], "count": 0})))
+        .mount(mock)
+        .await;
+    let pr = json!({"pullRequestId": 41, "status": "active",
+        "repository": {"webUrl": "https://dev.azure.com/lumenlabs/Lantern/_git/Lantern"}});
+    Mock::given(method("POST"))
+        .and(wiremock::matchers::path(prs))
+        .respond_with(ResponseTemplate::new(201).set_body_json(pr))
+        .mount(mock)
+        .await;
+    Mock::given(method("POST"))
+        .and(path_regex(r"^/lumenlabs/Lantern/_apis/git/repositories/Lantern/pullRequests/41/threads/\d+/comments$"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": 2, "content": "posted"})))
+        .mount(mock)
+        .await;
+}
+
+/// The builds of the branch: `Lantern-CI` at `sha`, failed or succeeded; the commit's statuses
+/// (one succeeded).
+async fn mount_builds(mock: &MockServer, branch: &str, sha: &str, failed: bool, priority: u8) {
+    let mut builds = fixture_json("azure-devops/rest/builds.list.json")["response"]["body"].clone();
+    builds["value"][0]["status"] = json!("completed");
+    builds["value"][0]["result"] = json!(if failed { "failed" } else { "succeeded" });
+    builds["value"][0]["sourceVersion"] = json!(sha);
+    builds["value"][0]["sourceBranch"] = json!(format!("refs/heads/{branch}"));
+    let statuses = fixture_json("azure-devops/rest/commit-statuses.list.json")["response"]["body"].clone();
+    Mock::given(method("GET"))
+        .and(wiremock::matchers::path("/lumenlabs/Lantern/_apis/build/builds"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(builds))
+        .with_priority(priority)
+        .mount(mock)
+        .await;
+    Mock::given(method("GET"))
+        .and(path_regex(r"^/lumenlabs/Lantern/_apis/git/repositories/Lantern/commits/[0-9a-f]{40}/statuses$"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(statuses))
+        .with_priority(priority)
+        .mount(mock)
+        .await;
+}
+
+fn ado_post(s: &Loop, payload: &Value) -> Value {
+    let extra = format!("{ADO_AUTH}Content-Type: application/json\r\n");
+    let (status, _, text) = s.server.raw("POST", "/webhooks/ado", &extra, &payload.to_string());
+    let answer: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    assert_eq!(status, 200, "{answer}");
+    answer
+}
+
+/// Registers an Azure DevOps project, fires a one-step spec for `dev` and opens its pull
+/// request (41): (spec id, task id, pushed head).
+async fn ado_pull_request(s: &Loop) -> (i64, String, String) {
+    mount_ado(&s.github).await;
+    let body =
+        json!({"name": "p", "repo_path": s.ws.repo(), "agent_profile": "demo", "forge_repo": "ado:lumenlabs/Lantern"});
+    let (status, answer) = s.api("POST", "/api/v1/projects", Some(body));
+    assert_eq!(status, 201, "{answer}");
+    let (status, spec) =
+        s.api("POST", "/api/v1/specs", Some(json!({"project": "p", "title": "Fix the README", "body": "Fix it."})));
+    assert_eq!(status, 201, "{spec}");
+    let id = spec["spec_id"].as_i64().unwrap();
+    let (status, enriched) = s.api("POST", &format!("/api/v1/specs/{id}/enrich"), None);
+    assert_eq!(status, 200, "{enriched}");
+    let mut plan = enriched["plan"].clone();
+    let mut phase = plan["phases"][0].clone();
+    phase["steps"] = json!([{"step_id": "1.1", "agent_name": "dev", "task_description": "Fix the README."}]);
+    phase["gate"] = Value::Null;
+    phase["approval_required"] = json!(false);
+    plan["phases"] = json!([phase]);
+    plan["risk_level"] = json!("LOW");
+    assert_eq!(s.api("PUT", &format!("/api/v1/specs/{id}/plan"), Some(plan)).0, 200);
+    for (action, body) in [("review", Some(json!({"decision": "approve"}))), ("fire", None)] {
+        let (status, answer) = s.api("POST", &format!("/api/v1/specs/{id}/{action}"), body);
+        assert_eq!(status, 200, "{action}: {answer}");
+    }
+    let spec = |id: i64| s.api("GET", &format!("/api/v1/specs/{id}"), None).1;
+    let task = spec(id)["task_id"].as_str().unwrap().to_string();
+    s.wait("the changelist", || (spec(id)["stage"] == "changelist_review").then_some(()));
+    let (status, merged) = s.api("POST", &format!("/api/v1/executions/{task}/merge"), None);
+    assert_eq!(status, 200, "{merged}");
+    let head = merged["pushed_sha"].as_str().unwrap().to_string();
+    assert_eq!(spec(id)["stage"], "pr_open");
+    (id, task, head)
+}
+
+/// A `build.complete` hook for `sha` on `branch`, delivered as `id`: the answer.
+fn build_done(s: &Loop, branch: &str, sha: &str, id: &str) -> Value {
+    let mut build = fixture_json("azure-devops/hooks/build.complete.json");
+    build["id"] = json!(id);
+    build["resource"]["sourceGetVersion"] = json!(format!("LG:refs/heads/{branch}:{sha}"));
+    ado_post(s, &build)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_devops_fix_rounds_used_up_park_and_the_card_says_so() {
+    let s = start("[ci]\nmax_fix_rounds = 1\n").await;
+    let (id, task, head) = ado_pull_request(&s).await;
+    let branch = format!("baton/{task}");
+    mount_builds(&s.github, &branch, &head, true, 3).await;
+    let answer = build_done(&s, &branch, &head, "b-1");
+    assert_eq!(answer["pull_requests"][0]["outcome"], "started", "{answer}");
+    let fixed = s.round_pushed(&task, 1);
+    mount_builds(&s.github, &branch, &fixed, true, 2).await;
+    let answer = build_done(&s, &branch, &fixed, "b-2");
+    assert_eq!(answer["pull_requests"][0]["outcome"], "parked", "{answer}");
+    let card = s.wait("the parked card", || {
+        let card = s.card(id);
+        (card["remediation"]["parked"].as_str().is_some_and(|p| !p.is_empty())).then_some(card)
+    });
+    assert!(card["waits_for"].as_str().unwrap().starts_with("a human: 1 of 1 CI fix rounds"), "{card}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_azure_devops_pull_request_goes_from_a_failed_build_and_a_comment_to_merged() {
+    let s = start("[ci]\nmax_fix_rounds = 2\n").await;
+    let (_id, task, head) = ado_pull_request(&s).await;
+    let branch = format!("baton/{task}");
+
+    // The build of the head fails: a CI fix round.
+    mount_builds(&s.github, &branch, &head, true, 3).await;
+    let mut build = fixture_json("azure-devops/hooks/build.complete.json");
+    build["id"] = json!("b-1");
+    build["resource"]["sourceGetVersion"] = json!(format!("LG:refs/heads/{branch}:{head}"));
+    let answer = ado_post(&s, &build);
+    assert_eq!(answer["pull_requests"][0]["outcome"], "started", "{answer}");
+    let fixed = s.round_pushed(&task, 1);
+    assert_eq!(s.remote_tip(&branch), fixed);
+    assert!(std::fs::read_to_string(&s.prompts).unwrap().contains("Check `Lantern-CI` failed"));
+
+    // The fix's build passes; the reviewer's comment starts a review round, answered on its thread.
+    mount_builds(&s.github, &branch, &fixed, false, 2).await;
+    build["id"] = json!("b-2");
+    build["resource"]["sourceGetVersion"] = json!(format!("LG:refs/heads/{branch}:{fixed}"));
+    let answer = ado_post(&s, &build);
+    assert_eq!(answer["pull_requests"][0]["outcome"], "ignored", "{answer}");
+    let mut comment = fixture_json("azure-devops/hooks/git.pullrequest.comment.json");
+    comment["id"] = json!("c-1");
+    comment["resource"]["pullRequest"]["sourceRefName"] = json!(format!("refs/heads/{branch}"));
+    comment["resource"]["pullRequest"]["lastMergeSourceCommit"]["commitId"] = json!(fixed);
+    let answer = ado_post(&s, &comment);
+    assert_eq!(answer["outcome"], "started", "{answer}");
+    let addressed = s.round_pushed(&task, 2);
+    let start = Stopwatch::start();
+    let reply = loop {
+        let received = s.github.received_requests().await.unwrap_or_default();
+        if let Some(r) = received.iter().find(|r| r.url.path().ends_with("/pullRequests/41/threads/5/comments")) {
+            break serde_json::from_slice::<Value>(&r.body).unwrap();
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "no reply on the thread");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(reply["content"].as_str().unwrap().contains(&addressed), "{reply}");
+
+    let done = json!({"id": "m-1", "eventType": "git.pullrequest.merged", "resource": {
+        "pullRequestId": 41, "status": "completed", "mergeStatus": "succeeded",
+        "sourceRefName": format!("refs/heads/{branch}"),
+        "repository": {"name": "Lantern", "project": {"name": "Lantern"},
+                       "webUrl": "https://dev.azure.com/lumenlabs/Lantern/_git/Lantern"}}});
+    let answer = ado_post(&s, &done);
+    assert_eq!(answer["status"], "merged", "{answer}");
+}
