@@ -138,28 +138,7 @@ impl Store {
             .ok_or_else(|| StoreError::NotFound { task_id: task_id.to_owned() })?;
         let current = current_lease(&mut tx, task_id).await?;
         let (acquired_at, epoch) = decide_acquire(task_id, current, holder, &now, highest)?;
-        sqlx::query(
-            "insert into leases (task_id, holder, pid, host, acquired_at, expires_at, epoch, home) \
-             values (?, ?, ?, ?, ?, ?, ?, ?) on conflict (task_id) do update set \
-             holder = excluded.holder, pid = excluded.pid, host = excluded.host, \
-             acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, \
-             epoch = excluded.epoch, home = excluded.home",
-        )
-        .bind(task_id)
-        .bind(&holder.holder)
-        .bind(holder.pid)
-        .bind(&holder.host)
-        .bind(&acquired_at)
-        .bind(&expires_at)
-        .bind(epoch)
-        .bind(&holder.home)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query("update executions set lease_epoch = ? where task_id = ?")
-            .bind(epoch)
-            .bind(task_id)
-            .execute(&mut *tx)
-            .await?;
+        write_lease(&mut tx, task_id, holder, &acquired_at, &expires_at, epoch).await?;
         tx.commit().await?;
         Ok(epoch)
     }
@@ -199,28 +178,7 @@ impl Store {
                 continue;
             }
             let epoch = highest.max(current) + 1;
-            sqlx::query(
-                "insert into leases (task_id, holder, pid, host, acquired_at, expires_at, epoch, home) \
-                 values (?, ?, ?, ?, ?, ?, ?, ?) on conflict (task_id) do update set \
-                 holder = excluded.holder, pid = excluded.pid, host = excluded.host, \
-                 acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, \
-                 epoch = excluded.epoch, home = excluded.home",
-            )
-            .bind(&task_id)
-            .bind(&holder.holder)
-            .bind(holder.pid)
-            .bind(&holder.host)
-            .bind(&now)
-            .bind(&expires_at)
-            .bind(epoch)
-            .bind(&holder.home)
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query("update executions set lease_epoch = ? where task_id = ?")
-                .bind(epoch)
-                .bind(&task_id)
-                .execute(&mut *tx)
-                .await?;
+            write_lease(&mut tx, &task_id, holder, &now, &expires_at, epoch).await?;
             claimed.push((task_id, epoch));
         }
         tx.commit().await?;
@@ -337,4 +295,39 @@ impl Store {
             .fetch_optional(&lite.reader)
             .await?)
     }
+}
+
+/// Writes `holder`'s lease on `task_id` (`acquired_at` to `expires_at`, at `epoch`) over any
+/// previous one, and keeps `epoch` as the execution's highest, in the caller's transaction.
+async fn write_lease(
+    conn: &mut sqlx::SqliteConnection,
+    task_id: &str,
+    holder: &LeaseInfo,
+    acquired_at: &str,
+    expires_at: &str,
+    epoch: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "insert into leases (task_id, holder, pid, host, acquired_at, expires_at, epoch, home) \
+         values (?, ?, ?, ?, ?, ?, ?, ?) on conflict (task_id) do update set \
+         holder = excluded.holder, pid = excluded.pid, host = excluded.host, \
+         acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, \
+         epoch = excluded.epoch, home = excluded.home",
+    )
+    .bind(task_id)
+    .bind(&holder.holder)
+    .bind(holder.pid)
+    .bind(&holder.host)
+    .bind(acquired_at)
+    .bind(expires_at)
+    .bind(epoch)
+    .bind(&holder.home)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query("update executions set lease_epoch = ? where task_id = ?")
+        .bind(epoch)
+        .bind(task_id)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
 }

@@ -48,28 +48,7 @@ impl Pg {
             .ok_or_else(|| StoreError::NotFound { task_id: task_id.to_owned() })?;
         let current = current_lease(&mut tx, task_id).await?;
         let (acquired_at, epoch) = decide_acquire(task_id, current, holder, &now, highest)?;
-        sqlx::query(
-            "insert into leases (task_id, holder, pid, host, acquired_at, expires_at, epoch, home) \
-             values ($1, $2, $3, $4, $5, $6, $7, $8) on conflict (task_id) do update set \
-             holder = excluded.holder, pid = excluded.pid, host = excluded.host, \
-             acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, \
-             epoch = excluded.epoch, home = excluded.home",
-        )
-        .bind(task_id)
-        .bind(&holder.holder)
-        .bind(i64::from(holder.pid))
-        .bind(&holder.host)
-        .bind(&acquired_at)
-        .bind(&expires_at)
-        .bind(epoch)
-        .bind(&holder.home)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query("update executions set lease_epoch = $1 where task_id = $2")
-            .bind(epoch)
-            .bind(task_id)
-            .execute(&mut *tx)
-            .await?;
+        write_lease(&mut tx, task_id, holder, &acquired_at, &expires_at, epoch).await?;
         tx.commit().await?;
         Ok(epoch)
     }
@@ -106,28 +85,7 @@ impl Pg {
         let mut claimed = Vec::new();
         for (task_id, highest, current) in candidates {
             let epoch = highest.max(current) + 1;
-            sqlx::query(
-                "insert into leases (task_id, holder, pid, host, acquired_at, expires_at, epoch, home) \
-                 values ($1, $2, $3, $4, $5, $6, $7, $8) on conflict (task_id) do update set \
-                 holder = excluded.holder, pid = excluded.pid, host = excluded.host, \
-                 acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, \
-                 epoch = excluded.epoch, home = excluded.home",
-            )
-            .bind(&task_id)
-            .bind(&holder.holder)
-            .bind(i64::from(holder.pid))
-            .bind(&holder.host)
-            .bind(&now)
-            .bind(&expires_at)
-            .bind(epoch)
-            .bind(&holder.home)
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query("update executions set lease_epoch = $1 where task_id = $2")
-                .bind(epoch)
-                .bind(&task_id)
-                .execute(&mut *tx)
-                .await?;
+            write_lease(&mut tx, &task_id, holder, &now, &expires_at, epoch).await?;
             claimed.push((task_id, epoch));
         }
         tx.commit().await?;
@@ -200,4 +158,39 @@ impl Pg {
             .fetch_optional(&self.pool)
             .await?)
     }
+}
+
+/// Writes `holder`'s lease on `task_id` (`acquired_at` to `expires_at`, at `epoch`) over any
+/// previous one, and keeps `epoch` as the execution's highest, in the caller's transaction.
+async fn write_lease(
+    conn: &mut sqlx::PgConnection,
+    task_id: &str,
+    holder: &LeaseInfo,
+    acquired_at: &str,
+    expires_at: &str,
+    epoch: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "insert into leases (task_id, holder, pid, host, acquired_at, expires_at, epoch, home) \
+         values ($1, $2, $3, $4, $5, $6, $7, $8) on conflict (task_id) do update set \
+         holder = excluded.holder, pid = excluded.pid, host = excluded.host, \
+         acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, \
+         epoch = excluded.epoch, home = excluded.home",
+    )
+    .bind(task_id)
+    .bind(&holder.holder)
+    .bind(i64::from(holder.pid))
+    .bind(&holder.host)
+    .bind(acquired_at)
+    .bind(expires_at)
+    .bind(epoch)
+    .bind(&holder.home)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query("update executions set lease_epoch = $1 where task_id = $2")
+        .bind(epoch)
+        .bind(task_id)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
 }
