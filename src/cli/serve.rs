@@ -64,7 +64,7 @@ pub(super) async fn serve(
         .with_webhooks(crate::web::WebhookConfig::from_settings(&settings, env))
         .with_forges(forges)
         .with_health_only(role == Role::Worker);
-    let bell = runtime::changes::Bell::start(state.execs.store().clone(), state.closing());
+    let bell = runtime::changes::Bell::start(&state.execs, state.closing());
     let state = state.with_bell(bell);
     state.specs.load_project_caps().await?;
     if demo {

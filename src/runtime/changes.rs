@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::runtime::executions::Executions;
 use crate::store::Store;
 
 /// Pause before listening again after the listener failed.
@@ -33,9 +34,10 @@ impl Bell {
         Bell { rung, _ringer: std::sync::Arc::new(tx) }
     }
 
-    /// Starts listening on `store` (PostgreSQL; a silent bell on SQLite) until `closing` turns
-    /// true.
-    pub fn start(store: Store, mut closing: watch::Receiver<bool>) -> Bell {
+    /// Starts listening on the store of `execs` (PostgreSQL; a silent bell on SQLite) until
+    /// `closing` turns true.
+    pub fn start(execs: &Executions, mut closing: watch::Receiver<bool>) -> Bell {
+        let store: Store = execs.store().clone();
         if store.backend_name() != "postgres" {
             return Bell::silent();
         }
