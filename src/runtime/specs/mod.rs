@@ -6,15 +6,20 @@
 //! spec first, then creates the execution (`driver::prepare`), and hands it to the
 //! [`Pool`]; when creating fails the spec is approved again with the reason (and an execution
 //! already created is cancelled with it, so none is left live). A forge item becomes a spec
-//! through [`Specs::import`]: fitted to the spec limits ([`ForgeItem::fitted`]), created or
+//! through [`Specs::import`] (in `import`): fitted to the spec limits ([`crate::forge::ForgeItem::fitted`]), created or
 //! updated, as its [`ImportOutcome`] says. This module reads
 //! repositories (roster, test command) but never writes them, and never touches HTTP.
 
-use std::path::{Path, PathBuf};
+mod import;
+mod projects;
+
+pub use import::ImportOutcome;
+pub use projects::{detect_test_command, NewProject};
+
+use std::path::PathBuf;
 
 use crate::clock;
 use crate::engine;
-use crate::forge::ForgeItem;
 use crate::git::GitRepo;
 use crate::model::event::{Event, EventKind};
 use crate::model::plan::MachinePlan;
@@ -22,7 +27,7 @@ use crate::model::spec::{self, IllegalTransition, SpecAction, SpecStatus};
 use crate::pmo::enrich::{self, EnrichInput, Forecast, SpendHistory};
 use crate::pmo::pricing::PriceTable;
 use crate::runtime::agent::roster::load_roster;
-use crate::runtime::driver::{self, RunOptions, PROFILES};
+use crate::runtime::driver::{self, RunOptions};
 use crate::runtime::executions::Executions;
 use crate::runtime::pool::Pool;
 use crate::runtime::remote;
@@ -87,51 +92,6 @@ impl From<StoreError> for SpecError {
 
 fn invalid(field: &str, message: impl Into<String>) -> SpecError {
     SpecError::Invalid { field: field.into(), message: message.into() }
-}
-
-/// A project to register.
-#[derive(Debug, Clone, Default, serde::Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NewProject {
-    /// 1–64 of `A-Z a-z 0-9 . _ -`.
-    pub name: String,
-    /// Path of a local git repository.
-    #[schema(value_type = String)]
-    pub repo_path: PathBuf,
-    /// Branch feature branches start from (default: the repository's current branch).
-    #[serde(default)]
-    pub default_branch: Option<String>,
-    /// `demo`, `claude`, `codex`, `gemini` or `command` (default `claude`).
-    #[serde(default)]
-    pub agent_profile: Option<String>,
-    /// Test gate command (default: detected from the repository at enrichment).
-    #[serde(default)]
-    pub test_command: Option<String>,
-    /// Link to the repository on its forge.
-    #[serde(default)]
-    pub forge_url: Option<String>,
-    /// Concurrent agents across its executions (0 or absent: only the global cap).
-    #[serde(default)]
-    pub max_agents: Option<u32>,
-    /// Whoever fires an execution may not decide its approvals (default false).
-    #[serde(default)]
-    pub require_separate_reviewer: bool,
-    /// The label that makes a GitHub issue of `forge_repo` a spec (default: none, no issue is
-    /// imported).
-    #[serde(default)]
-    pub trigger_label: Option<String>,
-    /// The repository webhooks map to this project: `owner/name` on GitHub, `ado:<org>/<project>`
-    /// or the bare project name on Azure DevOps (default: none).
-    #[serde(default)]
-    pub forge_repo: Option<String>,
-    /// Default USD ceiling of its executions (a spec's reviewed ceiling wins; default: none).
-    #[serde(default)]
-    pub budget_usd: Option<f64>,
-    /// Its remote: a git URL (`https://…`, `ssh://…`, `git@host:path`) or the path of a bare
-    /// repository. On PostgreSQL every replica clones it under its data dir and pushes each
-    /// feature branch to it after every consolidation (default: none).
-    #[serde(default)]
-    pub repo_url: Option<String>,
 }
 
 /// A spec to create.
@@ -213,33 +173,6 @@ fn check_priority(p: i64) -> Result<i64, SpecError> {
     }
 }
 
-/// The test command a repository's files suggest: `cargo test` (Cargo.toml), `npm test`
-/// (package.json with a test script), `python -m pytest` (pyproject.toml, setup.py,
-/// pytest.ini), `go test ./...` (go.mod), `make test` (a Makefile with a `test:` target),
-/// `sh scripts/test.sh` or `sh scripts/check.sh` when present; `None` otherwise.
-pub fn detect_test_command(root: &Path) -> Option<String> {
-    let has = |f: &str| root.join(f).is_file();
-    if has("Cargo.toml") {
-        return Some("cargo test".into());
-    }
-    if let Ok(text) = std::fs::read_to_string(root.join("package.json")) {
-        let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
-        if v.pointer("/scripts/test").and_then(|t| t.as_str()).is_some() {
-            return Some("npm test".into());
-        }
-    }
-    if has("pyproject.toml") || has("setup.py") || has("pytest.ini") {
-        return Some("python -m pytest".into());
-    }
-    if has("go.mod") {
-        return Some("go test ./...".into());
-    }
-    if std::fs::read_to_string(root.join("Makefile")).is_ok_and(|m| m.lines().any(|l| l.starts_with("test:"))) {
-        return Some("make test".into());
-    }
-    ["scripts/test.sh", "scripts/check.sh"].into_iter().find(|s| has(s)).map(|s| format!("sh {s}"))
-}
-
 impl Specs {
     /// The service over `pool`'s executions.
     pub fn new(pool: Pool) -> Specs {
@@ -249,97 +182,6 @@ impl Specs {
     /// The pool specs are fired into.
     pub fn pool(&self) -> &Pool {
         &self.pool
-    }
-
-    /// Registers a project after checking its repository and branch.
-    ///
-    /// Errors: a bad name, a path that is not a git repository, an unknown branch or profile
-    /// ([`SpecError::Invalid`]); a taken name ([`SpecError::Conflict`]).
-    pub async fn register_project(&self, p: NewProject) -> Result<ProjectRow, SpecError> {
-        let name = p.name.trim().to_string();
-        if name.is_empty()
-            || name.len() > 64
-            || !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-        {
-            return Err(invalid("name", "1-64 characters of A-Z a-z 0-9 . _ -"));
-        }
-        let profile = p.agent_profile.clone().unwrap_or_else(|| "claude".into());
-        if !PROFILES.contains(&profile.as_str()) {
-            return Err(invalid("agent_profile", format!("{profile:?} is not one of {}", PROFILES.join(", "))));
-        }
-        let repo_url = p.repo_url.clone().unwrap_or_default();
-        if !repo_url.is_empty() {
-            crate::git::check_remote_url(&repo_url).map_err(|e| invalid("repo_url", e))?;
-        }
-        let path = p.repo_path.clone();
-        let shown = path.display().to_string();
-        let repo =
-            blocking(move || GitRepo::open(&path)).await?.map_err(|e| invalid("repo_path", format!("{shown}: {e}")))?;
-        let branch = match p.default_branch.clone().filter(|b| !b.trim().is_empty()) {
-            Some(b) => {
-                crate::git::check_branch_name(&b).map_err(|e| invalid("default_branch", e))?;
-                let (r, name) = (repo.clone(), b.clone());
-                let tip = blocking(move || r.branch_tip(&name)).await?.map_err(anyhow::Error::from)?;
-                if tip.is_none() {
-                    return Err(invalid("default_branch", format!("no branch {b} in {}", repo.root().display())));
-                }
-                b
-            }
-            None => {
-                let r = repo.clone();
-                let (b, _) = blocking(move || r.head_branch())
-                    .await?
-                    .map_err(|e| invalid("repo_path", format!("no current branch ({e}): commit something first")))?;
-                b.ok_or_else(|| invalid("default_branch", "HEAD is detached: name the default branch"))?
-            }
-        };
-        let row = ProjectRow {
-            name,
-            repo_path: repo.root().display().to_string(),
-            default_branch: branch,
-            agent_profile: profile,
-            test_command: p.test_command.unwrap_or_default().trim().to_string(),
-            forge_url: p.forge_url.unwrap_or_default().trim().to_string(),
-            max_agents: i64::from(p.max_agents.unwrap_or(0)),
-            created_at: clock::now_rfc3339(),
-            require_separate_reviewer: p.require_separate_reviewer,
-            trigger_label: p.trigger_label.unwrap_or_default().trim().to_string(),
-            forge_repo: p.forge_repo.unwrap_or_default().trim().to_string(),
-            budget_usd: p.budget_usd.map(|b| check_budget(b, "budget_usd")).transpose()?,
-            repo_url,
-        };
-        self.execs.store().insert_project(&row).await?;
-        self.pool.set_project_cap(&row.name, usize::try_from(row.max_agents).unwrap_or(0));
-        Ok(row)
-    }
-
-    /// Every project.
-    ///
-    /// Errors: the database.
-    pub async fn projects(&self) -> Result<Vec<ProjectRow>, SpecError> {
-        Ok(self.execs.store().list_projects().await?)
-    }
-
-    /// One project. Errors: [`SpecError::NotFound`].
-    pub async fn project(&self, name: &str) -> Result<ProjectRow, SpecError> {
-        self.execs.store().project(name).await?.ok_or_else(|| SpecError::NotFound(format!("no project named {name}")))
-    }
-
-    /// Removes a project without specs. Errors: not found; it has specs (conflict).
-    pub async fn remove_project(&self, name: &str) -> Result<(), SpecError> {
-        self.execs.store().delete_project(name).await?;
-        self.pool.set_project_cap(name, 0);
-        Ok(())
-    }
-
-    /// Applies every project's agent cap to the pool (at server start).
-    ///
-    /// Errors: the database.
-    pub async fn load_project_caps(&self) -> Result<(), SpecError> {
-        for p in self.projects().await? {
-            self.pool.set_project_cap(&p.name, usize::try_from(p.max_agents).unwrap_or(0));
-        }
-        Ok(())
     }
 
     /// Creates a draft spec (`imported` when `source` is a forge).
@@ -447,132 +289,6 @@ impl Specs {
             ..SpecChange::default()
         };
         self.change(&row, SpecAction::Edit, actor, change).await
-    }
-
-    /// Imports a forge item into `project`: creates its spec (source and url from the item,
-    /// status `imported`), or updates the spec of the same item as [`Specs::reimport`] does.
-    /// One item, one spec, decided by the database: the spec carries the item's key
-    /// ([`ForgeItem::key`], unique), inserted with insert-or-get, so deliveries and imports of
-    /// one item at the same moment make one spec (the others update or leave it).
-    ///
-    /// Errors: the database; an unknown project (not found).
-    pub async fn import(&self, project: &str, item: ForgeItem, actor: &str) -> Result<ImportOutcome, SpecError> {
-        let item = item.fitted();
-        // The address becomes a link on every page: a forge answering `javascript:…` (or
-        // anything but a web address) is refused, never linked.
-        let scheme_ok = item.url.starts_with("https://") || item.url.starts_with("http://");
-        if !scheme_ok || item.url.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(SpecError::Invalid {
-                field: "source_url".into(),
-                message: format!(
-                    "the {} item's address {:?} is not an http(s) address",
-                    item.source,
-                    item.url.chars().take(80).collect::<String>()
-                ),
-            });
-        }
-        let key = item.key();
-        if let Some(row) = self.execs.store().spec_by_source_key(&key).await? {
-            return self.reimport_row(row, item, actor).await;
-        }
-        let meta = meta_json(&item.meta);
-        let input =
-            SpecInput { project: project.into(), title: item.title.clone(), body: item.body.clone(), priority: None };
-        match self.insert(input, &item.source, &item.url, &meta, &key, actor).await? {
-            SpecInsert::Created(id) => Ok(ImportOutcome::Created(self.get(id).await?)),
-            // Another delivery or import of the item made its spec meanwhile.
-            SpecInsert::Existing(id) => {
-                let row = self.get(id).await?;
-                self.reimport_row(row, item, actor).await
-            }
-        }
-    }
-
-    /// Updates the spec imported from `item` (found by its key, [`ForgeItem::key`]) with its
-    /// title and body; `None` when no spec came from it. A spec not yet approved is imported again (its plan dropped); an
-    /// approved, fired or final one keeps its text and plan, and the update is noted as a spec
-    /// event `import_update_ignored` ([`ImportOutcome::Ignored`]).
-    ///
-    /// Errors: the database.
-    pub async fn reimport(&self, item: ForgeItem, actor: &str) -> Result<Option<ImportOutcome>, SpecError> {
-        let item = item.fitted();
-        match self.execs.store().spec_by_source_key(&item.key()).await? {
-            Some(row) => Ok(Some(self.reimport_row(row, item, actor).await?)),
-            None => Ok(None),
-        }
-    }
-
-    async fn reimport_row(&self, mut row: SpecRow, item: ForgeItem, actor: &str) -> Result<ImportOutcome, SpecError> {
-        // Labels, state and the like follow the item whatever the spec's status.
-        let meta = meta_json(&item.meta);
-        if meta != row.source_meta && !item.meta.item_ref.is_empty() {
-            self.execs.store().set_source_meta(row.spec_id, &meta).await?;
-            row.source_meta = meta;
-        }
-        if row.title == item.title && row.body == item.body {
-            return Ok(ImportOutcome::Unchanged(row));
-        }
-        if spec::transition(Self::status_of(&row)?, SpecAction::Reimport).is_err() {
-            use sha2::Digest as _;
-            let text_id = hex::encode(sha2::Sha256::digest(format!("{}\n{}", item.title, item.body)));
-            let reason = format!(
-                "the {} item's text changed after the spec was {} (new text {}): the spec's text and plan stay \
-                 as they are",
-                item.source,
-                row.status,
-                &text_id[..12]
-            );
-            let store = self.execs.store();
-            // Flagged once per change: the same text imported again adds nothing.
-            let events = store.spec_events(row.spec_id).await?;
-            if events.last().is_none_or(|l| l.action != "import_update_ignored" || l.reason != reason) {
-                store
-                    .note_spec_event(row.spec_id, "import_update_ignored", actor, &reason, &clock::now_rfc3339())
-                    .await?;
-            }
-            return Ok(ImportOutcome::Ignored { spec: row, reason });
-        }
-        let mut changed = Vec::new();
-        if row.title != item.title {
-            changed.push("title");
-        }
-        if row.body != item.body {
-            changed.push("body");
-        }
-        let change = SpecChange {
-            title: Some(item.title),
-            body: Some(item.body),
-            plan_json: Some(None),
-            forecast_json: Some(None),
-            risk: Some(String::new()),
-            reason: format!("updated from {}", item.url),
-            ..SpecChange::default()
-        };
-        let spec = self.change(&row, SpecAction::Reimport, actor, change).await?;
-        Ok(ImportOutcome::Updated { spec, changed })
-    }
-
-    /// Marks the spec fired as `task_id` `merged` (its pull request `pr_url` was merged) or
-    /// `closed_unmerged` (it was closed without merging); `None` when no spec was fired as
-    /// `task_id`. Callers go through [`crate::runtime::pulls::pull_request_ended`], which
-    /// checks the pull request belongs to the spec's project.
-    ///
-    /// Errors: the spec is not `executing` (conflict); the database.
-    pub async fn mark_pull_ended(
-        &self,
-        task_id: &str,
-        pr_url: &str,
-        merged: bool,
-        actor: &str,
-    ) -> Result<Option<SpecRow>, SpecError> {
-        let Some(row) = self.execs.store().spec_of_execution(task_id).await? else { return Ok(None) };
-        let (action, reason) = if merged {
-            (SpecAction::Merged, format!("merged: {pr_url}"))
-        } else {
-            (SpecAction::ClosedUnmerged, format!("closed without merging: {pr_url}"))
-        };
-        let change = SpecChange { reason, ..SpecChange::default() };
-        Ok(Some(self.change(&row, action, actor, change).await?))
     }
 
     /// The spend ledger's history and the price table, for a forecast.
@@ -859,103 +575,4 @@ async fn change_spec(
 /// Errors: the database.
 pub async fn project_of(execs: &Executions, task_id: &str) -> anyhow::Result<Option<String>> {
     Ok(execs.store().spec_of_execution(task_id).await?.map(|s| s.project))
-}
-
-/// An item's meta as the spec's `source_meta` JSON.
-fn meta_json(meta: &crate::forge::ItemMeta) -> String {
-    serde_json::to_string(meta).unwrap_or_else(|_| "{}".into())
-}
-
-impl ForgeItem {
-    /// The item with its title made one line of at most [`MAX_TITLE_CHARS`] characters
-    /// (`(untitled)` when empty) and its body cut to [`MAX_BODY_BYTES`] bytes at a character
-    /// boundary, with a note pointing at the item.
-    pub fn fitted(mut self) -> ForgeItem {
-        let one_line: String = self.title.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
-        let mut title = one_line.trim().to_string();
-        if title.is_empty() {
-            title = "(untitled)".into();
-        }
-        if title.chars().count() > MAX_TITLE_CHARS {
-            title = crate::model::text::cut(&title, MAX_TITLE_CHARS - 1);
-        }
-        self.title = title;
-        if self.body.len() > MAX_BODY_BYTES {
-            let note = format!("\n\n… (cut to fit; the whole text is at {})", self.url);
-            let mut end = MAX_BODY_BYTES.saturating_sub(note.len());
-            while !self.body.is_char_boundary(end) {
-                end -= 1;
-            }
-            self.body.truncate(end);
-            self.body.push_str(&note);
-        }
-        self
-    }
-}
-
-/// What an import did.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ImportOutcome {
-    /// A new spec (status `imported`).
-    Created(SpecRow),
-    /// The item's spec got the new title and body, and is `imported` again (its plan dropped).
-    Updated {
-        /// The spec, updated.
-        spec: SpecRow,
-        /// What changed: `title`, `body` or both.
-        changed: Vec<&'static str>,
-    },
-    /// The item's spec already has this title and body.
-    Unchanged(SpecRow),
-    /// The item's spec is approved, fired or final: its plan stays, the update is noted as a
-    /// spec event `import_update_ignored`.
-    Ignored {
-        /// The spec, unchanged.
-        spec: SpecRow,
-        /// Why.
-        reason: String,
-    },
-}
-
-impl ImportOutcome {
-    /// The spec concerned.
-    pub fn spec(&self) -> &SpecRow {
-        match self {
-            ImportOutcome::Created(s) | ImportOutcome::Unchanged(s) => s,
-            ImportOutcome::Updated { spec, .. } | ImportOutcome::Ignored { spec, .. } => spec,
-        }
-    }
-
-    /// `created`, `updated`, `unchanged` or `ignored`.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            ImportOutcome::Created(_) => "created",
-            ImportOutcome::Updated { .. } => "updated",
-            ImportOutcome::Unchanged(_) => "unchanged",
-            ImportOutcome::Ignored { .. } => "ignored",
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn titles_and_bodies_are_fitted_to_the_spec_limits() {
-        let item = ForgeItem {
-            source: "github".into(),
-            url: "https://example.invalid/1".into(),
-            title: format!("  {}\n", "é".repeat(300)),
-            body: "ü".repeat(MAX_BODY_BYTES),
-            ..ForgeItem::default()
-        }
-        .fitted();
-        assert_eq!(item.title.chars().count(), MAX_TITLE_CHARS);
-        assert!(item.title.ends_with('…'));
-        assert!(item.body.len() <= MAX_BODY_BYTES);
-        assert!(item.body.ends_with("https://example.invalid/1)"));
-        let empty = ForgeItem { source: "ado".into(), title: " ".into(), ..ForgeItem::default() };
-        assert_eq!(empty.fitted().title, "(untitled)");
-    }
 }
