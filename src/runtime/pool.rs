@@ -312,12 +312,17 @@ impl Pool {
 
 /// Gives this data directory the `execution.json` of an execution another replica started
 /// (a takeover): the repository, base and agent profile come from the project of its spec,
-/// the feature branch is `baton/<task_id>`. Nothing to do when it has one.
+/// the feature branch is `baton/<task_id>`. Nothing to do when it has one, or when the
+/// project has a remote on PostgreSQL (`repo_url`): then the driver takes the execution over
+/// from the remote, in this replica's own clone, with the steps already pushed
+/// ([`crate::runtime::remote::adopt`]), which a local `repo_path` would not have.
 ///
 /// Errors: no spec or project for the execution, or the project's repository cannot be opened.
 async fn adopt(execs: &Executions, task_id: &str) -> anyhow::Result<()> {
     let data = execs.data();
-    if runs::meta_path(data, task_id).exists() {
+    if runs::meta_path(data, task_id).exists()
+        || crate::runtime::remote::remote_project(execs, task_id).await?.is_some()
+    {
         return Ok(());
     }
     let store = execs.store();
@@ -342,11 +347,7 @@ async fn adopt(execs: &Executions, task_id: &str) -> anyhow::Result<()> {
         branch: driver::feature_branch(task_id),
         profile: project.agent_profile.clone(),
     };
-    let path = runs::meta_path(data, task_id);
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    crate::runtime::write_atomic(&path, serde_json::to_string_pretty(&meta)?.as_bytes())?;
+    crate::runtime::runs::write_meta(data, task_id, &meta)?;
     tracing::info!(task.id = %task_id, "took over execution {task_id} started by another replica");
     Ok(())
 }

@@ -13,10 +13,10 @@
 use anyhow::Context as _;
 
 use crate::git::GitRepo;
+use crate::runtime::blocking;
 use crate::runtime::config::DataDir;
 use crate::runtime::executions::Executions;
-use crate::runtime::runs::{meta_path, RunMeta};
-use crate::runtime::{blocking, write_atomic};
+use crate::runtime::runs::RunMeta;
 use crate::store::{ProjectRow, Store};
 
 /// The name of the project's remote in a replica's clone (its `origin`, where `git clone`
@@ -183,10 +183,6 @@ pub async fn adopt(data: &DataDir, project: &ProjectRow, task_id: &str, branch: 
     let base_sha = blocking(move || r.merge_base(&t, &default).ok().flatten()).await?.unwrap_or(tip);
     let profile = if project.agent_profile.is_empty() { "claude".to_string() } else { project.agent_profile.clone() };
     let meta = RunMeta { repo: repo.root().to_path_buf(), base_sha, branch, profile };
-    let path = meta_path(data, task_id);
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    write_atomic(&path, serde_json::to_string_pretty(&meta)?.as_bytes())?;
+    crate::runtime::runs::write_meta(data, task_id, &meta)?;
     Ok(meta)
 }

@@ -49,6 +49,19 @@ pub fn read_meta(data: &DataDir, task_id: &str) -> anyhow::Result<Option<RunMeta
     Ok(Some(serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?))
 }
 
+/// Writes the run's `execution.json` (atomically, creating `runs/<task_id>/`): the driver
+/// that starts an execution, a replica that claims one, and one that takes one over from the
+/// remote all write it here.
+///
+/// Errors: the run directory cannot be created or the file written (naming it).
+pub fn write_meta(data: &DataDir, task_id: &str, meta: &RunMeta) -> anyhow::Result<()> {
+    let path = meta_path(data, task_id);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    crate::runtime::write_atomic(&path, serde_json::to_string_pretty(meta)?.as_bytes())
+}
+
 /// The inverse of [`launch_dir`]: (the attempt's base run dir, launch number) of a launch dir.
 pub(crate) fn launch_of(run_dir: &Path) -> (PathBuf, u32) {
     let name = run_dir.file_name().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();

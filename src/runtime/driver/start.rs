@@ -18,9 +18,9 @@ use crate::runtime::agent::profile::agent_env;
 use crate::runtime::agent::roster::{load_roster, Roster};
 use crate::runtime::config::{Config, DataDir};
 use crate::runtime::executions::Executions;
-use crate::runtime::runs::{meta_path, read_meta, RunMeta};
+use crate::runtime::runs::{read_meta, RunMeta};
 use crate::runtime::BadInput;
-use crate::runtime::{blocking, lease, write_atomic};
+use crate::runtime::{blocking, lease};
 
 use super::agents::{check_step_servers, profile_of};
 use super::options::{Interrupted, Parked, RunOptions, RunOutcome, PROFILES};
@@ -398,11 +398,7 @@ async fn prepare_meta(data: &DataDir, task_id: &str, args: &RunOptions) -> anyho
     blocking(move || r.ensure_branch(&b, &s)).await?.map_err(|e| BadInput(format!("creating branch {branch}: {e}")))?;
     let profile = args.agent.clone().unwrap_or_else(|| "claude".into());
     let meta = RunMeta { repo: repo.root().to_path_buf(), base_sha, branch, profile };
-    let path = meta_path(data, task_id);
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    write_atomic(&path, serde_json::to_string_pretty(&meta)?.as_bytes())?;
+    crate::runtime::runs::write_meta(data, task_id, &meta)?;
     Ok(meta)
 }
 
