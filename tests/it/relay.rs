@@ -112,3 +112,21 @@ fn the_servers_cached_state_follows_events_another_process_journaled() {
     let action: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(action["step_id"], "1.2", "{action}");
 }
+
+#[test]
+fn a_malformed_request_on_the_socket_is_declined_and_the_server_goes_on() {
+    use std::io::{Read as _, Write as _};
+    let ws = Workspace::with_repo(&[("a.txt", "a\n")]);
+    assert!(ws.run(&["execute", "start", "--plan", plan(&ws, 2).to_str().unwrap()]).status.success());
+    let _server = Server::start_env(&ws.data(), &[], &[]);
+    for junk in [&b"not json"[..], br#"{"argv": ["baton", "execute", "start", "--plan", "/etc/passwd"]}"#, b""] {
+        let mut s = std::os::unix::net::UnixStream::connect(ws.data().join("cli.sock")).unwrap();
+        s.write_all(junk).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap();
+        assert!(reply.contains("Declined"), "{junk:?} → {reply}");
+    }
+    let (out, relayed) = call(&ws, &["execute", "next", "--task-id", "relay"], &[]);
+    assert!(relayed && out.status.success(), "{}", text(&out.stderr));
+}
