@@ -41,6 +41,12 @@ fn three_replicas_share_the_work_through_a_kill_and_a_pause() {
     ];
     // One at a time: the first seeds the demo project (its repository is everyone's).
     let a = Server::start_env(&tmp.path().join("a"), &[], &env);
+    // Replicas share one server key, as deployed (README, "Several replicas"): a decision signed
+    // by any of them verifies on every one.
+    for name in ["b", "c"] {
+        std::fs::create_dir_all(tmp.path().join(name)).unwrap();
+        std::fs::copy(tmp.path().join("a").join("server.key"), tmp.path().join(name).join("server.key")).unwrap();
+    }
     let mut b = Server::start_env(&tmp.path().join("b"), &[], &env);
     let c = Server::start_env(&tmp.path().join("c"), &[], &env);
 
