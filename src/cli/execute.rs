@@ -99,7 +99,7 @@ pub(super) async fn execute_with(
         }
         ExecuteCommand::Status { task } => {
             let task_id = execs.resolve_task_id(task.task_id.as_deref()).await?;
-            let state = execs.get(&task_id).await?;
+            let state = execs.get_shared(&task_id).await?;
             let paused = execs.is_paused(&task_id).await?;
             let parked = execs.park_reason(&task_id).await?;
             print_status(&state, paused, parked.as_deref(), json)?;
@@ -115,7 +115,7 @@ pub(super) async fn execute_with(
         ExecuteCommand::Resume { task } => {
             let task_id = execs.resolve_task_id(task.task_id.as_deref()).await?;
             let op = ops.cli_operator(as_user).await?;
-            execs.get(&task_id).await?;
+            execs.get_shared(&task_id).await?;
             if execs.is_paused(&task_id).await? {
                 ops.set_paused(&task_id, false, &op).await?;
                 errln!("execution {task_id} resumed from its pause");
@@ -326,7 +326,7 @@ async fn record_command(
     // surfaced as the lease's "acquiring the lease: execution … not found"): the operator
     // service checks it before the lease. Only a member's record loads the state here.
     if let Some((step_id, member_id)) = member {
-        let state = execs.get(&task_id).await?;
+        let state = execs.get_shared(&task_id).await?;
         team_record::check_member(&state, &step_id, &member_id)?;
     }
     let op = ops.cli_operator(as_user).await?;

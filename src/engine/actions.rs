@@ -49,40 +49,44 @@ pub fn next_actions(state: &ExecutionState) -> Vec<Action> {
     dispatches(state, usize::MAX)
 }
 
-/// The first `limit` DISPATCH actions of [`next_actions`]: which steps are ready and affordable
-/// is decided over the whole phase, but only those taken get their action (and its prompt)
-/// built, so `next_action` costs one prompt, not one per ready step.
+/// The first `limit` DISPATCH actions of [`next_actions`]: ready steps are taken in plan order
+/// while their forecasts fit ([`budget::Affordable`]), and the scan stops once it has `limit`
+/// of them and knows whether two or more are dispatchable (then each gets worktree isolation),
+/// so `next_action` at the head of a long phase costs a few steps, not the phase. Only the
+/// steps taken get their action (and its prompt) built.
 fn dispatches(state: &ExecutionState, limit: usize) -> Vec<Action> {
-    if state.status != ExecutionStatus::Running || state.checkpoint.due {
+    if state.status != ExecutionStatus::Running || state.checkpoint.due || limit == 0 {
         return Vec::new();
     }
     let Some(phase) = state.current() else { return Vec::new() };
     if state.any_failed_in_current_phase() {
         return Vec::new();
     }
-    let mut ready: Vec<(std::borrow::Cow<'_, PlanStep>, &str)> = Vec::new();
-    for s in &phase.steps {
+    let waiting = |step_id: &str| state.quota_waits.iter().any(|w| w.step_id == step_id);
+    let wanted = limit.max(2);
+    let mut affordable = budget::Affordable::new();
+    let mut taken: Vec<(std::borrow::Cow<'_, PlanStep>, &str)> = Vec::new();
+    'phase: for s in &phase.steps {
         if s.team.is_empty() {
-            if is_ready(state, s) && !state.quota_waits.iter().any(|w| w.step_id == s.step_id) {
-                ready.push((std::borrow::Cow::Borrowed(s), ""));
+            if is_ready(state, s) && !waiting(&s.step_id) && affordable.take(state, &s.step_id) {
+                taken.push((std::borrow::Cow::Borrowed(s), ""));
             }
         } else {
-            ready.extend(
-                team::ready(state, s)
-                    .into_iter()
-                    .filter(|m| !state.quota_waits.iter().any(|w| w.step_id == m.step_id))
-                    .map(|m| (std::borrow::Cow::Owned(m), s.step_id.as_str())),
-            );
+            for m in team::ready(state, s) {
+                if !waiting(&m.step_id) && affordable.take(state, &m.step_id) {
+                    taken.push((std::borrow::Cow::Owned(m), s.step_id.as_str()));
+                    if taken.len() >= wanted {
+                        break 'phase;
+                    }
+                }
+            }
+        }
+        if taken.len() >= wanted {
+            break;
         }
     }
-    let affordable: std::collections::HashSet<String> =
-        budget::affordable(state, ready.iter().map(|(s, _)| s.as_ref()).collect())
-            .into_iter()
-            .map(|s| s.step_id.clone())
-            .collect();
-    ready.retain(|(s, _)| affordable.contains(&s.step_id));
-    let isolation = if ready.len() >= 2 { "worktree" } else { "" };
-    ready
+    let isolation = if taken.len() >= 2 { "worktree" } else { "" };
+    taken
         .into_iter()
         .take(limit)
         .map(|(s, parent)| {

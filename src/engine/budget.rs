@@ -26,7 +26,6 @@
 use crate::engine::EngineError;
 use crate::model::action::{Action, BudgetAction};
 use crate::model::budget::{BudgetShortfall, StepForecast};
-use crate::model::plan::PlanStep;
 use crate::model::state::{ExecutionState, ExecutionStatus, StepStatus};
 
 /// Slack for float sums, USD: a forecast that fits to a millionth of a cent fits.
@@ -85,25 +84,38 @@ fn fits(state: &ExecutionState, forecast_usd: f64, extra_usd: f64) -> bool {
     state.counters.spend_usd + state.budget.reserved_usd() + extra_usd + forecast_usd <= ceiling + EPSILON_USD
 }
 
-/// The ready steps that may be dispatched now, in plan order: none while a shortfall waits for
-/// its decision, else each step whose forecast still fits after the ones taken before it.
-pub(crate) fn affordable<'a>(state: &ExecutionState, ready: Vec<&'a PlanStep>) -> Vec<&'a PlanStep> {
-    if state.budget.shortfall.is_some() {
-        return Vec::new();
+/// Which ready steps may be dispatched now, decided one step at a time in plan order: none
+/// while a shortfall waits for its decision, else each step whose forecast still fits after the
+/// ones taken before it. Taking steps one by one lets a caller that needs only the first few
+/// stop scanning there (the choice of a step never depends on the steps after it).
+#[derive(Debug)]
+pub(crate) struct Affordable {
+    /// USD the steps taken so far reserve.
+    planned_usd: f64,
+}
+
+impl Affordable {
+    /// A choice with nothing taken yet.
+    pub(crate) fn new() -> Affordable {
+        Affordable { planned_usd: 0.0 }
     }
-    if state.budget.ceiling_usd.is_none() {
-        return ready;
-    }
-    let mut planned = 0.0;
-    let mut out = Vec::with_capacity(ready.len());
-    for step in ready {
-        let forecast = dispatch_forecast(state, &step.step_id);
-        if fits(state, forecast, planned) {
-            planned += forecast;
-            out.push(step);
+
+    /// Whether `step_id`, the next ready step in plan order, may be dispatched along with those
+    /// taken before it; taking it reserves its forecast for the steps after it.
+    pub(crate) fn take(&mut self, state: &ExecutionState, step_id: &str) -> bool {
+        if state.budget.shortfall.is_some() {
+            return false;
         }
+        if state.budget.ceiling_usd.is_none() {
+            return true;
+        }
+        let forecast = dispatch_forecast(state, step_id);
+        if fits(state, forecast, self.planned_usd) {
+            self.planned_usd += forecast;
+            return true;
+        }
+        false
     }
-    out
 }
 
 /// Refuses a dispatch whose forecast does not fit (or while a decision is pending).

@@ -7,6 +7,8 @@
 //! [`SNAPSHOT_EVERY`] events, before the record that made it due returns (and by a load that
 //! found one missing), so a load replays at most that many events. This module never touches git or agents.
 
+use std::sync::Arc;
+
 use anyhow::Context as _;
 
 use crate::clock;
@@ -26,8 +28,9 @@ pub const SNAPSHOT_EVERY: u64 = 256;
 /// What [`Executions::record_once`] did.
 #[derive(Debug)]
 pub struct RecordedOnce {
-    /// The execution after the event.
-    pub state: ExecutionState,
+    /// The execution after the event (shared with this process's state cache: cloning it is
+    /// free, and the next load of the execution does not copy it while nobody else holds it).
+    pub state: Arc<ExecutionState>,
     /// The event's key, and whether it was a duplicate (nothing changed).
     pub applied: Applied,
     /// Agent attempts a cancel stopped.
@@ -54,6 +57,10 @@ pub const CACHED_EXECUTIONS: usize = 64;
 /// serve`, and the CLI calls it runs through the relay) pays for what changed, not for the
 /// plan's size. Sound because the journal is append-only and executions are never deleted;
 /// entries whose chain does not continue from the cached hash make the load a full one.
+///
+/// A state is held as an `Arc`: a load hands out a reference, not a copy, and a record
+/// mutates the cached state in place (copy-on-write: a copy is made only while a reader still
+/// holds the previous version), so no call copies a state whose size grows with the plan.
 #[derive(Debug, Clone, Default)]
 struct StateCache(std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, Cached>>>);
 
@@ -61,7 +68,7 @@ struct StateCache(std::sync::Arc<std::sync::Mutex<std::collections::HashMap<Stri
 struct Cached {
     seq: i64,
     hash: Option<String>,
-    state: ExecutionState,
+    state: Arc<ExecutionState>,
 }
 
 impl StateCache {
@@ -138,10 +145,28 @@ impl Executions {
     }
 
     /// Loads an execution: latest snapshot + replay of the later journal. `None` if unknown.
+    ///
+    /// An owned copy: a caller that only reads takes [`Executions::load_shared`], which does
+    /// not copy the state.
     pub async fn load(&self, task_id: &str) -> anyhow::Result<Option<ExecutionState>> {
+        Ok(self.load_shared(task_id).await?.map(Arc::unwrap_or_clone))
+    }
+
+    /// [`Executions::load`], shared with the state cache: no copy of the state is made.
+    pub async fn load_shared(&self, task_id: &str) -> anyhow::Result<Option<Arc<ExecutionState>>> {
+        let Some(cached) = self.checkout(task_id).await? else { return Ok(None) };
+        let state = Arc::clone(&cached.state);
+        self.cache.put(task_id, cached);
+        Ok(Some(state))
+    }
+
+    /// The execution taken out of the cache and brought up to the journal's head, or built by a
+    /// full load; `None` if unknown. The caller puts it back ([`StateCache::put`]) once the
+    /// state is known to match the journal again.
+    async fn checkout(&self, task_id: &str) -> anyhow::Result<Option<Cached>> {
         if let Some(cached) = self.cache.take(task_id) {
-            if let Some(state) = self.catch_up(task_id, cached).await {
-                return Ok(Some(state));
+            if let Some(caught_up) = self.catch_up(task_id, cached).await {
+                return Ok(Some(caught_up));
             }
         }
         let Some(loaded) = self.store.load_latest(task_id).await.with_context(|| format!("loading {task_id}"))? else {
@@ -168,14 +193,13 @@ impl Executions {
             self.snapshot(&state, &clock::now_rfc3339()).await;
         }
         let hash = loaded.events_after_snapshot.last().map(|e| e.hash.clone());
-        self.cache.put(task_id, Cached { seq: loaded.last_seq, hash, state: state.clone() });
-        Ok(Some(state))
+        Ok(Some(Cached { seq: loaded.last_seq, hash, state: Arc::new(state) }))
     }
 
-    /// `cached` brought up to the journal's head (see [`StateCache`]), and cached again; `None`
-    /// when that cannot be done soundly (the store failed, the chain does not continue from the
-    /// cached entry, an entry does not replay): the caller loads in full.
-    async fn catch_up(&self, task_id: &str, cached: Cached) -> Option<ExecutionState> {
+    /// `cached` brought up to the journal's head (see [`StateCache`]); `None` when that cannot
+    /// be done soundly (the store failed, the chain does not continue from the cached entry, an
+    /// entry does not replay): the caller loads in full.
+    async fn catch_up(&self, task_id: &str, cached: Cached) -> Option<Cached> {
         let Cached { mut seq, mut hash, mut state } = cached;
         let events = self.store.events(task_id, seq).await.ok()?;
         if let (Some(first), Some(h)) = (events.first(), &hash) {
@@ -183,19 +207,26 @@ impl Executions {
                 return None;
             }
         }
-        for ev in &events {
-            let event: Event = serde_json::from_str(&ev.payload).ok()?;
-            engine::apply(&mut state, &event, &ev.at).ok()?;
-            seq = ev.seq;
-            hash = Some(ev.hash.clone());
+        if !events.is_empty() {
+            let state = Arc::make_mut(&mut state);
+            for ev in &events {
+                let event: Event = serde_json::from_str(&ev.payload).ok()?;
+                engine::apply(state, &event, &ev.at).ok()?;
+                seq = ev.seq;
+                hash = Some(ev.hash.clone());
+            }
         }
-        self.cache.put(task_id, Cached { seq, hash, state: state.clone() });
-        Some(state)
+        Some(Cached { seq, hash, state })
     }
 
     /// Like [`Executions::load`], but an unknown task id is a [`BadInput`].
     pub async fn get(&self, task_id: &str) -> anyhow::Result<ExecutionState> {
         self.load(task_id).await?.ok_or_else(|| BadInput(format!("no execution with task id {task_id}")).into())
+    }
+
+    /// Like [`Executions::load_shared`], but an unknown task id is a [`BadInput`].
+    pub async fn get_shared(&self, task_id: &str) -> anyhow::Result<Arc<ExecutionState>> {
+        self.load_shared(task_id).await?.ok_or_else(|| BadInput(format!("no execution with task id {task_id}")).into())
     }
 
     /// The plan an execution was created with (before any amendment), if it exists.
@@ -244,8 +275,25 @@ impl Executions {
     ) -> anyhow::Result<Applied> {
         let now = clock::now_rfc3339();
         let applied = engine::apply(state, &event, &now)?;
+        self.append_applied(state, event, &applied, fence, &now).await?;
+        Ok(applied)
+    }
+
+    /// Journals `event`, just applied to `state` as `applied`, with the new summary (a
+    /// duplicate writes nothing), and writes the snapshot that became due. Returns where the
+    /// event was written (seq and chain hash), `None` for a duplicate.
+    ///
+    /// Errors: the store's (then `state` is ahead of the journal).
+    async fn append_applied(
+        &self,
+        state: &ExecutionState,
+        event: Event,
+        applied: &Applied,
+        fence: Option<&Fence>,
+        now: &str,
+    ) -> anyhow::Result<Option<(i64, String)>> {
         if applied.duplicate {
-            return Ok(applied);
+            return Ok(None);
         }
         let mut stored = event;
         stored.idempotency_key = Some(applied.key.clone());
@@ -254,19 +302,22 @@ impl Executions {
             kind: stored.kind.name().to_string(),
             payload,
             idempotency_key: applied.key.clone(),
-            at: now.clone(),
+            at: now.to_string(),
         };
         let appended = match fence {
             Some(fence) => self.store.append_fenced(&state.task_id, fence, &[new], &summary_of(state)).await,
             None => self.store.append(&state.task_id, &[new], &summary_of(state)).await,
         };
-        appended.with_context(|| format!("journaling {} for {}", stored.kind.name(), state.task_id))?;
+        let outcomes = appended.with_context(|| format!("journaling {} for {}", stored.kind.name(), state.task_id))?;
         if state.events_applied.is_multiple_of(SNAPSHOT_EVERY) {
             // Written before the caller returns: a one-shot process (the CLI) ends right after,
             // and a snapshot left to a background task was usually never written.
-            self.snapshot(state, &now).await;
+            self.snapshot(state, now).await;
         }
-        Ok(applied)
+        Ok(outcomes.into_iter().next().and_then(|o| match o {
+            crate::store::AppendOutcome::Appended { seq, hash } => Some((seq, hash)),
+            crate::store::AppendOutcome::Duplicate { .. } => None,
+        }))
     }
 
     /// Records one event the way every one-shot client (the CLI, the REST API) must: take the
@@ -297,16 +348,38 @@ impl Executions {
             lease::acquire_briefly(&self.store, task_id).await?
         };
         let result = async {
-            let mut state = self.get(task_id).await?;
-            check(&state, &event)?;
-            let applied = self.record_fenced(&mut state, event, Some(&lease.fence())).await?;
+            let Some(mut cached) = self.checkout(task_id).await? else {
+                return Err(BadInput(format!("no execution with task id {task_id}")).into());
+            };
+            if let Err(refused) = check(&cached.state, &event) {
+                self.cache.put(task_id, cached);
+                return Err(refused);
+            }
+            // In place when no reader holds the cached state (copy-on-write otherwise).
+            let state = Arc::make_mut(&mut cached.state);
+            let now = clock::now_rfc3339();
+            let applied = match engine::apply(state, &event, &now) {
+                Ok(applied) => applied,
+                Err(refused) => {
+                    // The engine changes nothing when it refuses: the state still matches.
+                    self.cache.put(task_id, cached);
+                    return Err(refused.into());
+                }
+            };
+            // A store error leaves the state ahead of the journal: it is not cached again, and
+            // the next load reads the journal.
+            if let Some((seq, hash)) = self.append_applied(state, event, &applied, Some(&lease.fence()), &now).await? {
+                (cached.seq, cached.hash) = (seq, Some(hash));
+            }
+            let state = Arc::clone(&cached.state);
+            self.cache.put(task_id, cached);
             Ok::<_, anyhow::Error>((state, applied))
         }
         .await;
         lease.release().await?;
         let (state, applied) = result?;
         let stopped_attempts = if cancel && !applied.duplicate {
-            let (data, snapshot) = (self.data.clone(), state.clone());
+            let (data, snapshot) = (self.data.clone(), Arc::clone(&state));
             crate::runtime::blocking(move || runs::stop_attempts(&data, &snapshot)).await?
         } else {
             0

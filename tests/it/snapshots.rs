@@ -42,3 +42,48 @@ fn one_shot_cli_records_leave_a_snapshot_so_replays_stay_bounded() {
     let replay = ws.run(&["replay", "flat"]);
     assert!(stdout(&replay).contains("state matches the stored snapshot + journal: yes"), "{}", stdout(&replay));
 }
+
+/// Issue 14.8: a call's cost must not grow with the plan, so no call copies the state. A load
+/// hands out the cached state itself, a record updates it in place, a reader holding an older
+/// version keeps it unchanged (copy-on-write), and a refused event leaves the cache matching
+/// the journal.
+#[test]
+fn loads_share_the_cached_state_and_a_record_updates_it_without_a_copy() {
+    use baton::model::event::{Event, EventKind};
+    use baton::model::state::StepStatus;
+    use std::sync::Arc;
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let plan = ws.write("plan.json", &small_plan("cache-1", ""));
+    assert!(ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()]).status.success());
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let data = baton::runtime::config::DataDir::open(&ws.data()).unwrap();
+        let execs = baton::runtime::executions::Executions::open(data).await.unwrap();
+        let dispatch = |step: &str| {
+            Event::new(EventKind::StepDispatched { step_id: step.into(), agent_name: "alpha".into() }).by("test")
+        };
+        let first = execs.load_shared("cache-1").await.unwrap().unwrap();
+        let again = execs.load_shared("cache-1").await.unwrap().unwrap();
+        assert!(Arc::ptr_eq(&first, &again), "a second load shares the state the first one cached");
+        drop((first, again));
+
+        let done = execs.record_once("cache-1", dispatch("1.1")).await.unwrap();
+        let after = execs.load_shared("cache-1").await.unwrap().unwrap();
+        assert!(Arc::ptr_eq(&done.state, &after), "the record updated the cached state in place");
+        assert_eq!(after.step_status("1.1"), StepStatus::Dispatched);
+        drop(done);
+
+        // A step the plan does not have: refused, nothing journaled, the cache still right.
+        let held = after;
+        let refused = execs.record_once("cache-1", dispatch("9.9")).await.unwrap_err();
+        assert!(format!("{refused:#}").contains("9.9"), "{refused:#}");
+        execs.record_once("cache-1", dispatch("1.2")).await.unwrap();
+        // The reader's version is as it was; the cache has the new event.
+        assert_eq!(held.step_status("1.2"), StepStatus::Pending);
+        let now = execs.load_shared("cache-1").await.unwrap().unwrap();
+        assert_eq!(now.step_status("1.2"), StepStatus::Dispatched);
+        assert_eq!(now.events_applied, held.events_applied + 1);
+        // And it is what a full rebuild from the journal gives.
+        let replayed = execs.replay("cache-1").await.unwrap();
+        assert_eq!(serde_json::to_value(&*now).unwrap(), serde_json::to_value(&replayed).unwrap());
+    });
+}

@@ -182,8 +182,8 @@ impl From<StoreError> for OpsError {
 /// What a recorded decision answers.
 #[derive(Debug, Clone)]
 pub struct Decided {
-    /// The execution after it.
-    pub state: ExecutionState,
+    /// The execution after it (shared with the state cache; see [`Executions::load_shared`]).
+    pub state: std::sync::Arc<ExecutionState>,
     /// False for a resend (nothing changed; the first outcome stands).
     pub recorded: bool,
     /// The event's idempotency key (explicit or derived).
@@ -670,7 +670,7 @@ impl Ops {
         Ok(Decided {
             recorded: key.is_some() || !requeued.is_empty(),
             idempotency_key: key.unwrap_or_default(),
-            state,
+            state: std::sync::Arc::new(state),
             next_action,
             stopped_attempts: 0,
             requeued,
@@ -682,7 +682,7 @@ impl Ops {
     ///
     /// Errors: [`OpsError::NotFound`]; the database.
     pub async fn next_action(&self, task_id: &str) -> Result<Action, OpsError> {
-        let state = self.with_due_quota_resumed(self.get(task_id).await?).await;
+        let state = self.with_due_quota_resumed(self.get_shared(task_id).await?).await;
         self.held(task_id, engine::next_action(&state)).await
     }
 
@@ -690,7 +690,7 @@ impl Ops {
     /// service's clock (issue 18.1), so an external orchestrator's loop gets the step again
     /// after the WAIT that named the time. A driver holding the execution resumes its waits
     /// itself: when the lease cannot be had at once, `state` is returned as it is.
-    async fn with_due_quota_resumed(&self, state: ExecutionState) -> ExecutionState {
+    async fn with_due_quota_resumed(&self, state: std::sync::Arc<ExecutionState>) -> std::sync::Arc<ExecutionState> {
         let now = self.clock.now();
         let due = |s: &ExecutionState| -> Vec<crate::model::state::QuotaWait> {
             s.quota_waits
@@ -714,7 +714,7 @@ impl Ops {
                 let event = Event::new(EventKind::QuotaResumed { step_id: w.step_id }).by("baton").with_key(key);
                 self.execs.record(&mut fresh, event).await?;
             }
-            Ok::<_, OpsError>(fresh)
+            Ok::<_, OpsError>(std::sync::Arc::new(fresh))
         }
         .await;
         let _ = lease.release().await;
@@ -726,7 +726,7 @@ impl Ops {
     ///
     /// Errors: as [`Ops::next_action`].
     pub async fn next_actions(&self, task_id: &str) -> Result<Vec<Action>, OpsError> {
-        let state = self.with_due_quota_resumed(self.get(task_id).await?).await;
+        let state = self.with_due_quota_resumed(self.get_shared(task_id).await?).await;
         if self.execs.store().is_paused(task_id).await? {
             return Ok(Vec::new());
         }
@@ -755,6 +755,14 @@ impl Ops {
     /// Errors: [`OpsError::NotFound`]; an unreadable journal.
     pub async fn get(&self, task_id: &str) -> Result<ExecutionState, OpsError> {
         self.execs.load(task_id).await?.ok_or_else(|| no_such(task_id))
+    }
+
+    /// [`Ops::get`] without a copy: the state this process's cache holds
+    /// ([`Executions::load_shared`]).
+    ///
+    /// Errors: as [`Ops::get`].
+    pub async fn get_shared(&self, task_id: &str) -> Result<std::sync::Arc<ExecutionState>, OpsError> {
+        self.execs.load_shared(task_id).await?.ok_or_else(|| no_such(task_id))
     }
 }
 

@@ -116,8 +116,8 @@ pub struct ExecutionView {
 }
 
 /// The execution `task_id`, or 404.
-pub(crate) async fn load(app: &AppState, task_id: &str) -> Result<ExecutionState, AppError> {
-    app.execs.load(task_id).await?.ok_or_else(|| no_such(task_id))
+pub(crate) async fn load(app: &AppState, task_id: &str) -> Result<std::sync::Arc<ExecutionState>, AppError> {
+    app.execs.load_shared(task_id).await?.ok_or_else(|| no_such(task_id))
 }
 
 fn no_such(task_id: &str) -> AppError {
@@ -133,7 +133,7 @@ async fn show(State(app): State<AppState>, Path(task_id): Path<String>) -> Resul
     let paused = app.execs.is_paused(&task_id).await?;
     let parked = app.execs.park_reason(&task_id).await?;
     let pull_request = app.execs.pull_request(&task_id).await?;
-    Ok(Json(ExecutionView { state, next_action, paused, parked, pull_request }))
+    Ok(Json(ExecutionView { state: std::sync::Arc::unwrap_or_clone(state), next_action, paused, parked, pull_request }))
 }
 
 /// One journal entry; `payload` is the event's JSON.
