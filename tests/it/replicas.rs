@@ -5,8 +5,9 @@
 //! paused replica writes nothing after it was fenced out, and one approval sent to two replicas
 //! at once is recorded once. The replicas share one local repository for the demo project (the
 //! first replica's). A replica of `--role api` drives nothing; one of `--role worker` picks its
-//! fired executions up.
+//! fired executions up. A replica with a server key other than the first one's refuses to start.
 
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -22,6 +23,13 @@ const EXECUTIONS: usize = 20;
 
 /// Lease lifetime of every replica, seconds.
 const LEASE_SECS: u64 = 2;
+
+/// Copies the server key of data dir `from` into data dir `to` (made when missing), as a
+/// deployment does for every replica.
+fn share_key(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    std::fs::copy(from.join("server.key"), to.join("server.key")).unwrap();
+}
 
 fn journal(server: &Server, task_id: &str) -> Vec<Value> {
     let (status, body) = server.request("GET", &format!("/api/v1/executions/{task_id}/journal"), None);
@@ -44,8 +52,7 @@ fn three_replicas_share_the_work_through_a_kill_and_a_pause() {
     // Replicas share one server key, as deployed (README, "Several replicas"): a decision signed
     // by any of them verifies on every one.
     for name in ["b", "c"] {
-        std::fs::create_dir_all(tmp.path().join(name)).unwrap();
-        std::fs::copy(tmp.path().join("a").join("server.key"), tmp.path().join(name).join("server.key")).unwrap();
+        share_key(&tmp.path().join("a"), &tmp.path().join(name));
     }
     let mut b = Server::start_env(&tmp.path().join("b"), &[], &env);
     let c = Server::start_env(&tmp.path().join("c"), &[], &env);
@@ -160,6 +167,7 @@ fn an_api_replica_fires_and_a_worker_replica_drives() {
     std::thread::sleep(Duration::from_secs(2 * LEASE_SECS));
     assert!(journal(&api, &task_id).iter().all(|e| e["kind"] != "step_dispatched"), "the api replica drove it");
 
+    share_key(&tmp.path().join("api"), &tmp.path().join("worker"));
     let worker = Server::start_env(&tmp.path().join("worker"), &["--role", "worker"], &env);
     assert_eq!(worker.request("GET", "/api/v1/specs", None).0, 404, "a worker serves no API");
     assert_eq!(worker.request("GET", "/readyz", None).0, 200);
@@ -171,4 +179,68 @@ fn an_api_replica_fires_and_a_worker_replica_drives() {
     );
     assert_eq!(status, 201, "{body}");
     api.wait_stage(id, "changelist_review");
+}
+
+/// A replica whose server key is not the one the database's first replica recorded refuses to
+/// start, naming both fingerprints and the fix; the first keeps serving. With the key copied
+/// over, it starts.
+#[test]
+fn a_replica_with_another_server_key_refuses_to_start() {
+    let Some(url) = postgres_database() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let env = [("BATON_DATABASE_URL", url.as_str())];
+    let a = Server::start_env(&tmp.path().join("a"), &[], &env);
+    let key = |name: &str| {
+        let text = std::fs::read_to_string(tmp.path().join(name).join("server.key")).unwrap();
+        let bytes: [u8; 32] = hex::decode(text.trim()).unwrap().try_into().unwrap();
+        bytes
+    };
+    let fingerprint = |bytes: [u8; 32]| {
+        use hmac::Mac as _;
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&bytes).unwrap();
+        mac.update(br#"["baton server key fingerprint"]"#);
+        hex::encode(&mac.finalize().into_bytes()[..16])
+    };
+
+    // b makes a key of its own (as a replica started without copying one does).
+    let b = tmp.path().join("b");
+    std::fs::create_dir_all(&b).unwrap();
+    std::fs::write(b.join("server.key"), hex::encode([0x5a_u8; 32])).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .arg("--data-dir")
+        .arg(&b)
+        .args(["serve", "--bind", "127.0.0.1:0"])
+        .envs(env)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let watch = Stopwatch::start();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if watch.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("the replica with another key kept running");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "{err}");
+    let (ours, theirs) = (fingerprint([0x5a; 32]), fingerprint(key("a")));
+    assert_ne!(ours, theirs);
+    assert!(err.contains(&ours) && err.contains(&theirs), "both fingerprints named: {err}");
+    assert!(err.contains("copy server.key from a running replica; see docs/src/replicas.md"), "{err}");
+    assert!(!err.contains(&hex::encode(key("a"))), "the key itself is never shown: {err}");
+
+    assert_eq!(a.request("GET", "/readyz", None).0, 200, "the first replica keeps serving");
+    let (id, _) = fire_sleepy(&a, "Document the key", 0);
+    a.wait_stage(id, "awaiting_human");
+
+    // With the key copied over, b starts and serves the same board.
+    share_key(&tmp.path().join("a"), &b);
+    let b = Server::start_env(&b, &[], &env);
+    assert_eq!(b.spec(id)["stage"], "awaiting_human");
 }
