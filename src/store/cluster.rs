@@ -148,6 +148,27 @@ impl Store {
         Ok(got.then_some(ClusterJob { tx: Some(tx) }))
     }
 
+    /// Takes the cluster-wide lock `name` (`merge:<task_id>`, …) for as long as the returned
+    /// guard lives, waiting while another replica holds it: a PostgreSQL advisory lock
+    /// (`pg_advisory_xact_lock`, released when the guard is dropped or its connection dies).
+    /// Returns at once on SQLite (one machine: the caller's own locks suffice).
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`] on database failure.
+    pub async fn cluster_lock(&self, name: &str) -> Result<ClusterJob, StoreError> {
+        let pg = match &self.backend {
+            Backend::Sqlite(_) => return Ok(ClusterJob { tx: None }),
+            Backend::Postgres(pg) => pg,
+        };
+        let mut tx = pg.pool().begin().await?;
+        sqlx::query("select pg_advisory_xact_lock($1, hashtext($2))")
+            .bind(ADVISORY_NAMESPACE)
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
+        Ok(ClusterJob { tx: Some(tx) })
+    }
+
     /// A listener for the changes every replica commits ([`CHANGE_CHANNELS`]), on a connection
     /// of its own; `None` on SQLite.
     ///
