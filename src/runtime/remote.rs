@@ -48,9 +48,17 @@ pub async fn remote_project(execs: &Executions, task_id: &str) -> anyhow::Result
 ///
 /// Errors: git's message (unreachable remote, no access, not a repository), naming the remote.
 pub async fn replica_clone(data: &DataDir, project: &ProjectRow) -> anyhow::Result<GitRepo> {
-    let dir = data.repo_clone(&project.name);
-    let url = project.repo_url.trim().to_string();
-    let (shown, name) = (url.clone(), project.name.clone());
+    clone_of(data, &project.name, &project.repo_url).await
+}
+
+/// [`replica_clone`] of the remote `repo_url` of project `name` (registered or being
+/// registered).
+///
+/// Errors: as [`replica_clone`].
+pub async fn clone_of(data: &DataDir, name: &str, repo_url: &str) -> anyhow::Result<GitRepo> {
+    let dir = data.repo_clone(name);
+    let url = repo_url.trim().to_string();
+    let (shown, name) = (url.clone(), name.to_string());
     blocking(move || -> anyhow::Result<GitRepo> {
         if !dir.join(".git").exists() {
             // Cloned beside its place, then renamed: two executions starting at once never

@@ -436,3 +436,39 @@ async fn takeover_through_claims_from_the_remote_and_one_pull_request_per_execut
     expected.sort();
     assert_eq!(heads, expected, "one pull request per execution's branch");
 }
+
+/// On PostgreSQL a project may be registered with its remote alone (no `repo_path`): the
+/// registering replica checks its own clone of the remote, and every replica drives its
+/// executions in its own clone under `<data>/repos/`.
+#[test]
+fn a_project_with_only_a_remote_runs_in_each_replicas_clone() {
+    let Some(url) = postgres_database() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = crate::common::Workspace::with_repo(&[("README.md", "x\n")]);
+    let bare = ws.tmp.path().join("remote.git");
+    let out = Command::new("git").args(["clone", "-q", "--bare"]).arg(ws.repo()).arg(&bare).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let env = [("BATON_DATABASE_URL", url.as_str())];
+    let a = Server::start_env(&tmp.path().join("a"), &[], &env);
+    let project = json!({"name": "solo", "repo_url": bare, "agent_profile": "demo"});
+    let (status, body) = a.request("POST", "/api/v1/projects", Some(project));
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["repo_path"], "", "no local path is recorded: {body}");
+    assert!(!body["default_branch"].as_str().unwrap_or_default().is_empty(), "the remote's branch: {body}");
+    let (id, task_id) = fire_sleepy_in(&a, "solo", "Document the remote", 0);
+    a.wait_stage(id, "awaiting_human");
+    let (status, body) = a.request(
+        "POST",
+        &format!("/api/v1/executions/{task_id}/approve"),
+        Some(json!({"phase_id": 1, "result": "approve"})),
+    );
+    assert_eq!(status, 201, "{body}");
+    a.wait_stage(id, "changelist_review");
+    assert!(tmp.path().join("a/repos/solo/.git").exists(), "the replica's own clone");
+    let tip = Command::new("git")
+        .arg(format!("--git-dir={}", bare.display()))
+        .args(["log", "--format=%B", &format!("baton/{task_id}")])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&tip.stdout).contains("Baton-Step:"), "the steps are on the remote");
+}
