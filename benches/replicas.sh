@@ -109,9 +109,15 @@ stop_servers() {
   PIDS=()
 }
 
-# Data dir $1 on database URL $2 (empty: SQLite), with extra baton.toml lines $3.
+# One server key for every data dir: replicas of one database must share it (one that does not
+# refuses to start).
+SERVER_KEY=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+
+# Data dir $1 on database URL $2 (empty: SQLite), with extra baton.toml lines $3 and the shared
+# server key.
 data_dir() {
   mkdir -p "$1"
+  (umask 077 && printf '%s' "$SERVER_KEY" >"$1/server.key")
   { [[ -n "$2" ]] && printf "[database]\nurl = '%s'\n" "$2"; printf '%b' "${3:-}"; } >"$1/baton.toml" || true
 }
 

@@ -1,4 +1,5 @@
-//! `baton serve` start-up: checks the address, locks the data directory, builds the app and
+//! `baton serve` start-up: checks the address, locks the data directory, builds the app, has
+//! its server key checked against the other replicas' (`runtime::auth::check_shared_key`), builds
 //! the web state, recovers executions, serves until a signal, then stops the drivers. It
 //! decides nothing about executions itself; requests are the web layer's.
 
@@ -53,6 +54,16 @@ pub(super) async fn serve(
     runtime::spend::ceiling_from_env(|k| std::env::var(k).ok())?;
     let _lock = crate::runtime::server_lock(&data)?;
     let app = App::build(AppConfig::new(data.root()).max_agents(max_agents)).await?;
+    // Every replica of one database signs with one key: a replica with another refuses to start.
+    let check = runtime::auth::check_shared_key(app.execs.store(), &app.key, &data, &app.clock.now_rfc3339()).await?;
+    if let runtime::auth::KeyCheck::Replaced { previous } = check {
+        errln!(
+            "warning: {} is not the key this data dir had (fingerprint {previous}, now {}): decisions signed \
+             before no longer verify (`baton audit verify`); restore the old key from a backup if this was not meant",
+            data.root().join(runtime::auth::KEY_FILE).display(),
+            app.key.fingerprint()
+        );
+    }
     let has_users = runtime::users::any(&app.execs).await?;
     crate::web::check_bind(bind, has_users)?;
     let pool = app.pool.clone();

@@ -6,6 +6,11 @@
 //! whatever the fields contain), compared in constant time. Tokens are `baton_` + 32 hex digits
 //! from the OS's random source and stored as their SHA-256 only. This module never touches
 //! HTTP; the web layer decides which role a route needs.
+//!
+//! Replicas on one database must share the key ([`check_shared_key`]): the first `baton serve`
+//! records the key's fingerprint in the database, and on PostgreSQL a replica whose key gives
+//! another fingerprint refuses to start (its sessions, links and decision signatures would not
+//! verify on the others).
 
 use std::path::Path;
 
@@ -170,6 +175,13 @@ impl ServerKey {
         mac
     }
 
+    /// The key's fingerprint: the first 16 bytes of [`ServerKey::sign`] of a fixed label, hex
+    /// (32 digits). It tells two keys apart and reveals nothing of the key.
+    pub fn fingerprint(&self) -> String {
+        let sig = self.mac(&["baton server key fingerprint"]).finalize().into_bytes();
+        hex::encode(&sig[..16])
+    }
+
     /// HMAC-SHA256 of `fields`, hex.
     pub fn sign(&self, fields: &[&str]) -> String {
         hex::encode(self.mac(fields).finalize().into_bytes())
@@ -259,6 +271,59 @@ pub struct DecisionReport {
     pub bad: Vec<i64>,
 }
 
+/// What [`check_shared_key`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyCheck {
+    /// No fingerprint was recorded: this key's is now (the first replica of the database).
+    Recorded,
+    /// The recorded fingerprint is this key's.
+    Matches,
+    /// SQLite only: the data directory's key was replaced since this fingerprint was recorded;
+    /// the new key's is recorded now (decisions signed with the old key no longer verify).
+    Replaced {
+        /// The fingerprint recorded before.
+        previous: String,
+    },
+}
+
+/// Checks that `key`, the key of the data directory `data`, is the one every replica of the
+/// store signs with, recording its fingerprint ([`ServerKey::fingerprint`], at `now`) when the
+/// store has none. On SQLite the database and the key live in one data directory, so a
+/// different fingerprint means the key file was replaced: the new one is recorded
+/// ([`KeyCheck::Replaced`], the caller warns).
+///
+/// Errors ([`BadInput`]): on PostgreSQL, a key whose fingerprint differs from the recorded
+/// one (another replica recorded its key first), naming both fingerprints and the fix; the
+/// database.
+pub async fn check_shared_key(
+    store: &crate::store::Store,
+    key: &ServerKey,
+    data: &DataDir,
+    now: &str,
+) -> anyhow::Result<KeyCheck> {
+    let ours = key.fingerprint();
+    let recorded = store.record_key_fingerprint(&ours, now).await?;
+    if recorded.fingerprint == ours {
+        return Ok(if recorded.recorded_at == now { KeyCheck::Recorded } else { KeyCheck::Matches });
+    }
+    if store.backend_name() != "postgres" {
+        store.replace_key_fingerprint(&ours, now).await?;
+        return Ok(KeyCheck::Replaced { previous: recorded.fingerprint });
+    }
+    let path = data.root().join(KEY_FILE);
+    Err(BadInput(format!(
+        "this replica's server key {} (fingerprint {ours}) differs from the key the replicas of this \
+         database sign with (fingerprint {}, recorded {}): sessions, approval links and decision \
+         signatures would not verify across replicas. To fix it, copy server.key from a running replica; \
+         see docs/src/replicas.md (it goes to {}; then start this replica again)",
+        path.display(),
+        recorded.fingerprint,
+        recorded.recorded_at,
+        path.display(),
+    ))
+    .into())
+}
+
 /// Checks every decision of `task_id`'s journal against its stored signature.
 ///
 /// Errors: the database; a journal payload that is not an event.
@@ -333,6 +398,16 @@ mod tests {
 
     fn key() -> ServerKey {
         ServerKey([7; 32])
+    }
+
+    #[test]
+    fn a_fingerprint_tells_keys_apart_and_is_not_the_key() {
+        let f = key().fingerprint();
+        assert_eq!(f.len(), 32, "{f}");
+        assert!(f.chars().all(|c| c.is_ascii_hexdigit()), "{f}");
+        assert_eq!(f, key().fingerprint(), "stable");
+        assert_ne!(f, ServerKey([8; 32]).fingerprint());
+        assert!(!hex::encode([7u8; 32]).contains(&f), "never the key itself");
     }
 
     #[test]

@@ -6,7 +6,10 @@
 //! Resumable and idempotent: a `merges` row is written before each outbound step, pushing a
 //! commit the remote has is a no-op, and an existing pull request for the branch is always
 //! looked for before one is opened, so re-running a merge after a crash between the push and
-//! the pull request finishes the job and never opens a second one. This module never
+//! the pull request finishes the job and never opens a second one. On PostgreSQL a merge holds
+//! a cluster-wide lock per execution, so merges sent to two replicas at once run one after the
+//! other, and a replica that never drove the execution merges from its clone of the project's
+//! remote (`repo_url`). This module never
 //! decides an approval and never changes the journal.
 
 use std::fmt::Write as _;
@@ -76,6 +79,16 @@ pub fn local_merge_commands(repo: &str, base: &str, branch: &str) -> Vec<String>
 pub async fn merge(execs: &Executions, forges: &Forges, task_id: &str, actor: &str) -> Result<MergeRow, MergeError> {
     let _one_at_a_time = forges.merging.lock().await;
     let store = execs.store();
+    // One merge of an execution at a time across replicas too (PostgreSQL): the second finds
+    // the first's `opened` row instead of opening a pull request again.
+    let cluster = store.cluster_lock(&format!("merge:{task_id}")).await.map_err(anyhow::Error::from)?;
+    let merged = merge_locked(execs, forges, task_id, actor).await;
+    cluster.done().await;
+    merged
+}
+
+async fn merge_locked(execs: &Executions, forges: &Forges, task_id: &str, actor: &str) -> Result<MergeRow, MergeError> {
+    let store = execs.store();
     let Some(state) = execs.load(task_id).await? else {
         return Err(MergeError::NotFound(format!("no execution {task_id}")));
     };
@@ -94,6 +107,11 @@ pub async fn merge(execs: &Executions, forges: &Forges, task_id: &str, actor: &s
         .await
         .map_err(anyhow::Error::from)?
         .ok_or_else(|| MergeError::NotFound(format!("no project {}", spec.project)))?;
+    if crate::runtime::remote::active(store, &project) {
+        // This replica's clone gets the branch as the remote holds it (another replica may
+        // have driven the execution, or finished it after this one was fenced out).
+        crate::runtime::remote::for_merge(execs.data(), &project, task_id).await?;
+    }
     let list = changelist(execs.data(), &state).await?;
     let base = base_branch(&project).await?;
     if project.forge_repo.trim().is_empty() {

@@ -6,8 +6,8 @@
 //!
 //! The rules live here: when a remote applies ([`active`]), which clone ([`replica_clone`]),
 //! what a start does with the local and remote branch ([`sync_branch`]), how a replica that
-//! never drove an execution adopts it ([`adopt`]) and how a push fails ([`publish`], never
-//! forced). The driver and the spec queue call them; git itself is `crate::git`. With SQLite,
+//! never drove an execution adopts it ([`adopt`]), what a merge starts from ([`for_merge`])
+//! and how a push fails ([`publish`], never forced). The driver and the spec queue call them; git itself is `crate::git`. With SQLite,
 //! or a project without `repo_url`, none of this applies and nothing changes.
 
 use anyhow::Context as _;
@@ -48,9 +48,17 @@ pub async fn remote_project(execs: &Executions, task_id: &str) -> anyhow::Result
 ///
 /// Errors: git's message (unreachable remote, no access, not a repository), naming the remote.
 pub async fn replica_clone(data: &DataDir, project: &ProjectRow) -> anyhow::Result<GitRepo> {
-    let dir = data.repo_clone(&project.name);
-    let url = project.repo_url.trim().to_string();
-    let (shown, name) = (url.clone(), project.name.clone());
+    clone_of(data, &project.name, &project.repo_url).await
+}
+
+/// [`replica_clone`] of the remote `repo_url` of project `name` (registered or being
+/// registered).
+///
+/// Errors: as [`replica_clone`].
+pub async fn clone_of(data: &DataDir, name: &str, repo_url: &str) -> anyhow::Result<GitRepo> {
+    let dir = data.repo_clone(name);
+    let url = repo_url.trim().to_string();
+    let (shown, name) = (url.clone(), name.to_string());
     blocking(move || -> anyhow::Result<GitRepo> {
         if !dir.join(".git").exists() {
             // Cloned beside its place, then renamed: two executions starting at once never
@@ -185,4 +193,29 @@ pub async fn adopt(data: &DataDir, project: &ProjectRow, task_id: &str, branch: 
     let meta = RunMeta { repo: repo.root().to_path_buf(), base_sha, branch, profile };
     crate::runtime::runs::write_meta(data, task_id, &meta)?;
     Ok(meta)
+}
+
+/// Before this replica merges `task_id` (complete) of `project` (with a remote): its clone is
+/// fetched and its feature branch set to the remote's, which holds every recorded step's
+/// commit (another replica may have finished the execution, or this one was fenced out
+/// before the end); a replica that never drove the execution adopts it first ([`adopt`]). An
+/// execution that works outside this replica's clone (a note said so when it started) is
+/// left as it is.
+///
+/// Errors: the remote has no feature branch; git; the file.
+pub async fn for_merge(data: &DataDir, project: &ProjectRow, task_id: &str) -> anyhow::Result<()> {
+    let branch = crate::runtime::driver::feature_branch(task_id);
+    let Some(meta) = crate::runtime::runs::read_meta(data, task_id)? else {
+        adopt(data, project, task_id, &branch).await?;
+        return Ok(());
+    };
+    let repo = replica_clone(data, project).await?;
+    if meta.repo != repo.root() {
+        return Ok(());
+    }
+    let (r, b) = (repo.clone(), meta.branch.clone());
+    if let Some(tip) = blocking(move || r.remote_tip(REMOTE, &b)).await?? {
+        set_branch(&repo, &meta.branch, &tip).await?;
+    }
+    Ok(())
 }

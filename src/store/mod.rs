@@ -52,7 +52,7 @@ mod writer;
 
 pub use auth::{TokenRow, UserRow};
 pub use ci::CiWaitRow;
-pub use cluster::{Change, ChangeListener, ClusterJob, CHANGE_CHANNELS};
+pub use cluster::{Change, ChangeListener, ClusterJob, KeyFingerprint, CHANGE_CHANNELS};
 pub use forge::{MergeRow, ReportClaim};
 pub use metrics::MetricTotals;
 pub use pmo::{CardRow, NewSpec, ProjectRow, SpecChange, SpecEventRow, SpecFilter, SpecInsert, SpecRow, StatusRow};

@@ -13,7 +13,8 @@ use super::{Store, StoreError};
 pub struct ProjectRow {
     /// Unique name (1–64 characters).
     pub name: String,
-    /// Absolute path of its git repository.
+    /// Absolute path of its git repository; empty for a project registered with its remote
+    /// (`repo_url`) alone on PostgreSQL, whose repository is each replica's clone.
     pub repo_path: String,
     /// Branch its feature branches start from.
     pub default_branch: String,

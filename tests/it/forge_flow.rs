@@ -44,7 +44,7 @@ fn git_in(dir: &Path, args: &[&str]) -> String {
 
 /// The mock GitHub: the fixture issue and pull request, no pull request for any branch yet,
 /// comments accepted.
-async fn github_mock() -> MockServer {
+pub(crate) async fn github_mock() -> MockServer {
     let mock = MockServer::start().await;
     let issue = fixture_json("github-api/issue.get.200.json");
     Mock::given(method("GET"))
@@ -170,7 +170,7 @@ async fn fire_to_changelist(server: &Server, id: i64, reported: Option<(&MockSer
 }
 
 /// The requests the mock received with `method` on a path matching `suffix`.
-async fn received(mock: &MockServer, verb: &str, suffix: &str) -> Vec<wiremock::Request> {
+pub(crate) async fn received(mock: &MockServer, verb: &str, suffix: &str) -> Vec<wiremock::Request> {
     mock.received_requests()
         .await
         .unwrap()

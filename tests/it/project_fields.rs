@@ -73,6 +73,20 @@ async fn a_repo_url_git_would_read_as_an_option_or_that_runs_a_command_is_422_na
     assert_eq!(listed["repo_url"], remote.display().to_string(), "{listed}");
 }
 
+/// `repo_path` may be left out only for a remote on PostgreSQL (each replica's clone is its
+/// repository, `replicas::a_project_with_only_a_remote_runs_in_each_replicas_clone`): on SQLite,
+/// or without `repo_url`, it is a 422 naming `repo_path`.
+#[tokio::test]
+async fn without_repo_path_a_project_on_sqlite_is_422_naming_the_field() {
+    let app = TestApp::with_repo(&[("a", "a")]).await;
+    let remote = app.ws.tmp.path().join("remote.git");
+    for body in [json!({"name": "p", "repo_url": remote}), json!({"name": "p", "agent_profile": "demo"})] {
+        let (status, answer) = app.post("/api/v1/projects", body.clone()).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {answer}");
+        assert_eq!(answer["details"]["field"], "repo_path", "{body}: {answer}");
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 

@@ -5,8 +5,13 @@
 //! paused replica writes nothing after it was fenced out, and one approval sent to two replicas
 //! at once is recorded once. The replicas share one local repository for the demo project (the
 //! first replica's). A replica of `--role api` drives nothing; one of `--role worker` picks its
-//! fired executions up.
+//! fired executions up. A replica with a server key other than the first one's refuses to start.
+//! Webhook deliveries of one issue sent to every replica at once make one spec. With a project
+//! whose remote is a local bare repository and whose forge is a mock GitHub, a replica that dies
+//! right after pushing a step is taken over from the remote, and merges sent to two replicas at
+//! once open one pull request per execution.
 
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -15,13 +20,21 @@ use nix::sys::signal::{kill, Signal};
 use serde_json::{json, Value};
 
 use crate::common::postgres_database;
-use crate::serve::{fire_sleepy, Server};
+use crate::serve::{fire_sleepy, fire_sleepy_in, Server};
+use crate::webhooks::{github_delivery, SECRET};
 
 /// Executions fired.
 const EXECUTIONS: usize = 20;
 
 /// Lease lifetime of every replica, seconds.
 const LEASE_SECS: u64 = 2;
+
+/// Copies the server key of data dir `from` into data dir `to` (made when missing), as a
+/// deployment does for every replica.
+fn share_key(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    std::fs::copy(from.join("server.key"), to.join("server.key")).unwrap();
+}
 
 fn journal(server: &Server, task_id: &str) -> Vec<Value> {
     let (status, body) = server.request("GET", &format!("/api/v1/executions/{task_id}/journal"), None);
@@ -44,8 +57,7 @@ fn three_replicas_share_the_work_through_a_kill_and_a_pause() {
     // Replicas share one server key, as deployed (README, "Several replicas"): a decision signed
     // by any of them verifies on every one.
     for name in ["b", "c"] {
-        std::fs::create_dir_all(tmp.path().join(name)).unwrap();
-        std::fs::copy(tmp.path().join("a").join("server.key"), tmp.path().join(name).join("server.key")).unwrap();
+        share_key(&tmp.path().join("a"), &tmp.path().join(name));
     }
     let mut b = Server::start_env(&tmp.path().join("b"), &[], &env);
     let c = Server::start_env(&tmp.path().join("c"), &[], &env);
@@ -160,6 +172,7 @@ fn an_api_replica_fires_and_a_worker_replica_drives() {
     std::thread::sleep(Duration::from_secs(2 * LEASE_SECS));
     assert!(journal(&api, &task_id).iter().all(|e| e["kind"] != "step_dispatched"), "the api replica drove it");
 
+    share_key(&tmp.path().join("api"), &tmp.path().join("worker"));
     let worker = Server::start_env(&tmp.path().join("worker"), &["--role", "worker"], &env);
     assert_eq!(worker.request("GET", "/api/v1/specs", None).0, 404, "a worker serves no API");
     assert_eq!(worker.request("GET", "/readyz", None).0, 200);
@@ -171,4 +184,291 @@ fn an_api_replica_fires_and_a_worker_replica_drives() {
     );
     assert_eq!(status, 201, "{body}");
     api.wait_stage(id, "changelist_review");
+}
+
+/// A replica whose server key is not the one the database's first replica recorded refuses to
+/// start, naming both fingerprints and the fix; the first keeps serving. With the key copied
+/// over, it starts.
+#[test]
+fn a_replica_with_another_server_key_refuses_to_start() {
+    let Some(url) = postgres_database() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let env = [("BATON_DATABASE_URL", url.as_str())];
+    let a = Server::start_env(&tmp.path().join("a"), &[], &env);
+    let key = |name: &str| {
+        let text = std::fs::read_to_string(tmp.path().join(name).join("server.key")).unwrap();
+        let bytes: [u8; 32] = hex::decode(text.trim()).unwrap().try_into().unwrap();
+        bytes
+    };
+    let fingerprint = |bytes: [u8; 32]| {
+        use hmac::Mac as _;
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&bytes).unwrap();
+        mac.update(br#"["baton server key fingerprint"]"#);
+        hex::encode(&mac.finalize().into_bytes()[..16])
+    };
+
+    // b makes a key of its own (as a replica started without copying one does).
+    let b = tmp.path().join("b");
+    std::fs::create_dir_all(&b).unwrap();
+    std::fs::write(b.join("server.key"), hex::encode([0x5a_u8; 32])).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .arg("--data-dir")
+        .arg(&b)
+        .args(["serve", "--bind", "127.0.0.1:0"])
+        .envs(env)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let watch = Stopwatch::start();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if watch.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("the replica with another key kept running");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "{err}");
+    let (ours, theirs) = (fingerprint([0x5a; 32]), fingerprint(key("a")));
+    assert_ne!(ours, theirs);
+    assert!(err.contains(&ours) && err.contains(&theirs), "both fingerprints named: {err}");
+    assert!(err.contains("copy server.key from a running replica; see docs/src/replicas.md"), "{err}");
+    assert!(!err.contains(&hex::encode(key("a"))), "the key itself is never shown: {err}");
+
+    assert_eq!(a.request("GET", "/readyz", None).0, 200, "the first replica keeps serving");
+    let (id, _) = fire_sleepy(&a, "Document the key", 0);
+    a.wait_stage(id, "awaiting_human");
+
+    // With the key copied over, b starts and serves the same board.
+    share_key(&tmp.path().join("a"), &b);
+    let b = Server::start_env(&b, &[], &env);
+    assert_eq!(b.spec(id)["stage"], "awaiting_human");
+}
+
+/// The same GitHub `issues` delivery (one delivery id, a valid signature) sent to three
+/// replicas at the same moment, and two other deliveries of the same issue with it, make one
+/// spec; every replica answers with a success.
+#[test]
+fn one_issue_delivered_to_three_replicas_at_once_makes_one_spec() {
+    let Some(url) = postgres_database() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let env = [("BATON_DATABASE_URL", url.as_str()), ("BATON_GITHUB_WEBHOOK_SECRET", SECRET)];
+    let a = Server::start_env(&tmp.path().join("a"), &[], &env);
+    for name in ["b", "c"] {
+        share_key(&tmp.path().join("a"), &tmp.path().join(name));
+    }
+    let (b, c) =
+        (Server::start_env(&tmp.path().join("b"), &[], &env), Server::start_env(&tmp.path().join("c"), &[], &env));
+    let repo = tmp.path().join("a").join("demo").join("board-repo");
+    let project = json!({"name": "lantern", "repo_path": repo, "agent_profile": "demo",
+                         "forge_repo": "lumen-labs/lantern", "trigger_label": "bug"});
+    let (status, body) = a.request("POST", "/api/v1/projects", Some(project));
+    assert_eq!(status, 201, "{body}");
+
+    let (body, headers) = github_delivery("issues.opened");
+    let body = String::from_utf8(body).unwrap();
+    let head = |delivery: Option<&str>| -> String {
+        headers
+            .iter()
+            .map(|(k, v)| {
+                let v = if k == "X-GitHub-Delivery" { delivery.unwrap_or(v) } else { v };
+                format!("{k}: {v}\r\n")
+            })
+            .collect()
+    };
+    let (same, other, third) = (head(None), head(Some("replica-test-2")), head(Some("replica-test-3")));
+    let sends = [(&a, &same), (&b, &same), (&c, &same), (&a, &other), (&c, &third)];
+    let answers: Vec<(u16, String)> = std::thread::scope(|s| {
+        let body = &body;
+        let running: Vec<_> = sends
+            .iter()
+            .map(|(server, head)| s.spawn(move || server.raw("POST", "/webhooks/github", head, body)))
+            .collect();
+        running.into_iter().map(|h| h.join().unwrap()).map(|(status, _, text)| (status, text)).collect()
+    });
+    assert!(answers.iter().all(|(status, _)| (200..300).contains(status)), "{answers:?}");
+    assert_eq!(answers.iter().filter(|(status, _)| *status == 201).count(), 1, "one created: {answers:?}");
+    for server in [&a, &b, &c] {
+        let (status, specs) = server.request("GET", "/api/v1/specs", None);
+        assert_eq!(status, 200, "{specs}");
+        let imported = specs
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["source_url"] == "https://github.com/lumen-labs/lantern/issues/7")
+            .count();
+        assert_eq!(imported, 1, "one spec for the issue on every replica: {specs}");
+    }
+}
+
+/// Executions of a project with a remote (a local bare repository) and a forge link (a mock
+/// GitHub), driven by three replicas, one of which dies mid-run right after it pushed a step's
+/// commit and before it journaled the step (`BATON_CRASH_AT=after-consolidate`: the process
+/// exits at once, as a SIGKILL would leave it). The survivors claim its executions through
+/// their claim loops and take them over from the remote: every execution completes, the remote
+/// branch holds each step's commit once, the pushed step is recorded from the remote instead
+/// of run again, and every journal verifies. Then each execution is merged on both survivors
+/// at once (one of which never drove it): one pull request is opened per branch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn takeover_through_claims_from_the_remote_and_one_pull_request_per_execution() {
+    let Some(url) = std::thread::spawn(postgres_database).join().unwrap() else { return };
+    let github = crate::forge_flow::github_mock().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = crate::common::Workspace::with_repo(&[("README.md", "x\n")]);
+    let bare = ws.tmp.path().join("remote.git");
+    let out = Command::new("git").args(["clone", "-q", "--bare"]).arg(ws.repo()).arg(&bare).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (lease, gh) = (LEASE_SECS.to_string(), github.uri());
+    let env = [
+        ("BATON_DATABASE_URL", url.as_str()),
+        ("BATON_LEASE_SECS", lease.as_str()),
+        ("BATON_LOG", "warn,baton::progress=info,baton::runtime::pool=info"),
+        ("BATON_GITHUB_API_URL", gh.as_str()),
+        ("GITHUB_TOKEN", "ghp_replica_test_token"),
+    ];
+    let a = Server::start_env(&tmp.path().join("a"), &[], &env);
+    for name in ["b", "c"] {
+        share_key(&tmp.path().join("a"), &tmp.path().join(name));
+    }
+    let crash = [&env[..], &[("BATON_CRASH_AT", "after-consolidate")]].concat();
+    let mut b = Server::start_env(&tmp.path().join("b"), &[], &crash);
+    let c = Server::start_env(&tmp.path().join("c"), &[], &env);
+    let project = json!({"name": "lantern", "repo_path": ws.repo(), "repo_url": bare, "agent_profile": "demo",
+                         "forge_repo": "lumen-labs/lantern"});
+    let (status, body) = a.request("POST", "/api/v1/projects", Some(project));
+    assert_eq!(status, 201, "{body}");
+
+    // b's first, before it dies at its first consolidation.
+    let runs: Vec<(i64, String)> = [&b, &b, &a, &c, &a, &c]
+        .iter()
+        .enumerate()
+        .map(|(i, server)| fire_sleepy_in(server, "lantern", &format!("Document part {i}"), 2))
+        .collect();
+    let watch = Stopwatch::start();
+    while !b.exited() {
+        assert!(watch.elapsed() < Duration::from_secs(90), "b never reached its crash point");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for (id, task_id) in &runs {
+        a.wait_stage(*id, "awaiting_human");
+        let (status, body) = a.request(
+            "POST",
+            &format!("/api/v1/executions/{task_id}/approve"),
+            Some(json!({"phase_id": 1, "result": "approve"})),
+        );
+        assert_eq!(status, 201, "{task_id}: {body}");
+    }
+    for (id, _) in &runs {
+        a.wait_stage(*id, "changelist_review");
+    }
+
+    let log = |name: &str| std::fs::read_to_string(tmp.path().join(name).with_extension("log")).unwrap_or_default();
+    let (a_log, c_log) = (log("a"), log("c"));
+    let survivors = format!("{a_log}\n{c_log}");
+    assert!(
+        runs[..2].iter().any(|(_, t)| survivors.contains(&format!("claimed execution {t}"))),
+        "no execution of the dead replica was claimed:\n{survivors}"
+    );
+    assert!(
+        survivors.contains("is on the remote; recording it"),
+        "the step b pushed was not recorded from the remote:\n{survivors}"
+    );
+    for (_, task_id) in &runs {
+        let events = journal(&a, task_id);
+        let audit = Command::new(env!("CARGO_BIN_EXE_baton"))
+            .arg("--data-dir")
+            .arg(tmp.path().join("a"))
+            .args(["audit", "verify", task_id])
+            .env("BATON_DATABASE_URL", &url)
+            .output()
+            .unwrap();
+        assert!(audit.status.success(), "{task_id}: {}", String::from_utf8_lossy(&audit.stdout));
+        // Each recorded step's commit is on the remote's branch, once.
+        let branch = format!("baton/{task_id}");
+        let remote_log = Command::new("git")
+            .arg(format!("--git-dir={}", bare.display()))
+            .args(["log", "--format=%(trailers:key=Baton-Step,valueonly,separator=)", &branch])
+            .output()
+            .unwrap();
+        let remote_log = String::from_utf8_lossy(&remote_log.stdout);
+        let mut steps: Vec<&str> = remote_log.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+        let all = steps.len();
+        steps.sort_unstable();
+        steps.dedup();
+        assert_eq!(steps.len(), all, "{task_id}: a step committed twice:\n{remote_log}");
+        let recorded: Vec<&Value> = events.iter().filter(|e| e["kind"] == "step_recorded").collect();
+        assert_eq!(recorded.len(), all, "{task_id}: every recorded step is on the remote once:\n{remote_log}");
+        for rec in &recorded {
+            let sha = rec["payload"]["commit_hash"].as_str().unwrap_or_default();
+            let on_remote = Command::new("git")
+                .arg(format!("--git-dir={}", bare.display()))
+                .args(["merge-base", "--is-ancestor", sha, &branch])
+                .status()
+                .unwrap();
+            assert!(on_remote.success(), "{task_id}: recorded commit {sha} is not on the remote: {rec}");
+        }
+    }
+
+    // Each execution merged on both survivors at once: one pull request per branch.
+    for (_, task_id) in &runs {
+        let merge = |server: &Server| server.request("POST", &format!("/api/v1/executions/{task_id}/merge"), None);
+        let (on_a, on_c) = std::thread::scope(|s| {
+            let x = s.spawn(|| merge(&a));
+            let y = s.spawn(|| merge(&c));
+            (x.join().unwrap(), y.join().unwrap())
+        });
+        assert_eq!(on_a.0, 200, "{task_id}: a: {on_a:?}, c: {on_c:?}");
+        assert_eq!(on_c.0, 200, "{task_id}: a: {on_a:?}, c: {on_c:?}");
+        assert_eq!(on_a.1["pr_url"], on_c.1["pr_url"]);
+    }
+    let posts = crate::forge_flow::received(&github, "POST", "/repos/lumen-labs/lantern/pulls").await;
+    let mut heads: Vec<String> = posts
+        .iter()
+        .map(|r| serde_json::from_slice::<Value>(&r.body).unwrap()["head"].as_str().unwrap().to_string())
+        .collect();
+    heads.sort();
+    let mut expected: Vec<String> = runs.iter().map(|(_, t)| format!("baton/{t}")).collect();
+    expected.sort();
+    assert_eq!(heads, expected, "one pull request per execution's branch");
+}
+
+/// On PostgreSQL a project may be registered with its remote alone (no `repo_path`): the
+/// registering replica checks its own clone of the remote, and every replica drives its
+/// executions in its own clone under `<data>/repos/`.
+#[test]
+fn a_project_with_only_a_remote_runs_in_each_replicas_clone() {
+    let Some(url) = postgres_database() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = crate::common::Workspace::with_repo(&[("README.md", "x\n")]);
+    let bare = ws.tmp.path().join("remote.git");
+    let out = Command::new("git").args(["clone", "-q", "--bare"]).arg(ws.repo()).arg(&bare).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let env = [("BATON_DATABASE_URL", url.as_str())];
+    let a = Server::start_env(&tmp.path().join("a"), &[], &env);
+    let project = json!({"name": "solo", "repo_url": bare, "agent_profile": "demo"});
+    let (status, body) = a.request("POST", "/api/v1/projects", Some(project));
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["repo_path"], "", "no local path is recorded: {body}");
+    assert!(!body["default_branch"].as_str().unwrap_or_default().is_empty(), "the remote's branch: {body}");
+    let (id, task_id) = fire_sleepy_in(&a, "solo", "Document the remote", 0);
+    a.wait_stage(id, "awaiting_human");
+    let (status, body) = a.request(
+        "POST",
+        &format!("/api/v1/executions/{task_id}/approve"),
+        Some(json!({"phase_id": 1, "result": "approve"})),
+    );
+    assert_eq!(status, 201, "{body}");
+    a.wait_stage(id, "changelist_review");
+    assert!(tmp.path().join("a/repos/solo/.git").exists(), "the replica's own clone");
+    let tip = Command::new("git")
+        .arg(format!("--git-dir={}", bare.display()))
+        .args(["log", "--format=%B", &format!("baton/{task_id}")])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&tip.stdout).contains("Baton-Step:"), "the steps are on the remote");
 }

@@ -32,7 +32,8 @@ impl Server {
         Server::start_env(data, extra, &[])
     }
 
-    /// `baton serve --demo` with `extra` flags and environment variables `env`.
+    /// `baton serve --demo` with `extra` flags and environment variables `env` (none inherited
+    /// from the test's own environment for `BATON_CRASH_AT`: only `env` sets it).
     pub(crate) fn start_env(data: &std::path::Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let port = free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_baton"))
@@ -40,8 +41,8 @@ impl Server {
             .arg(data)
             .args(["serve", "--demo", "--bind", &format!("127.0.0.1:{port}")])
             .args(extra)
-            .envs(env.iter().copied())
             .env_remove("BATON_CRASH_AT")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::OpenOptions::new().create(true).append(true).open(Server::log_path(data)).unwrap())
             .spawn()
@@ -132,6 +133,11 @@ impl Server {
     /// The server's process id (to signal it).
     pub(crate) fn pid(&self) -> nix::unistd::Pid {
         nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap())
+    }
+
+    /// Whether the server process has exited (by itself, e.g. at a `BATON_CRASH_AT` point).
+    pub(crate) fn exited(&mut self) -> bool {
+        self.child.try_wait().ok().flatten().is_some()
     }
 
     pub(crate) fn kill9(&mut self) {
@@ -267,6 +273,33 @@ fn killed_server_resumes(env: &[(&str, &str)]) {
     let (_, specs) = server.request("GET", "/api/v1/specs", None);
     assert_eq!(specs.as_array().unwrap().len(), 3, "--demo seeds only once: {specs}");
     assert_eq!(data.join("baton.db").exists(), env.is_empty(), "the store is the one asked for");
+}
+
+/// On SQLite the database and the key share one data dir: a restart with the same key starts
+/// quietly, and one whose `server.key` was replaced starts too, warning that decisions signed
+/// before no longer verify (the new key's fingerprint is recorded, so the next start is quiet).
+#[test]
+fn a_replaced_server_key_on_sqlite_starts_with_a_warning() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let warning = "decisions signed before no longer verify";
+    for replace in [false, true, false] {
+        if replace {
+            std::fs::write(data.join("server.key"), "ab".repeat(32)).unwrap();
+        }
+        let before = std::fs::read_to_string(Server::log_path(&data)).unwrap_or_default().len();
+        let server = Server::start_env(&data, &[], &[]);
+        assert_eq!(server.request("GET", "/readyz", None).0, 200);
+        drop(server);
+        let log = server_log_since(&data, before);
+        assert_eq!(log.contains(warning), replace, "{log}");
+    }
+}
+
+/// What the server of `data` logged after the first `from` bytes.
+fn server_log_since(data: &std::path::Path, from: usize) -> String {
+    let log = std::fs::read_to_string(Server::log_path(data)).unwrap_or_default();
+    log.get(from..).unwrap_or_default().to_string()
 }
 
 #[test]

@@ -17,7 +17,7 @@ use tower::ServiceExt as _;
 use crate::common::{fixture_bytes, fixture_json, Workspace};
 
 /// GitHub's documented test secret, which the delivery fixtures are signed with.
-const SECRET: &str = "It's a Secret to Everybody";
+pub(crate) const SECRET: &str = "It's a Secret to Everybody";
 /// `Basic` of `ado-hooks:pa55:word` (a password may hold a colon).
 const ADO_AUTH: &str = "Basic YWRvLWhvb2tzOnBhNTU6d29yZA==";
 /// `Basic` of `ado-hooks:wrong`.
@@ -90,16 +90,7 @@ impl App {
 
     /// The fixture `github-webhooks/<name>.json` and its headers.
     fn fixture(&self, name: &str) -> (Vec<u8>, Vec<(String, String)>) {
-        let body = fixture_bytes(&format!("github-webhooks/{name}.json"));
-        let headers = fixture_json(&format!("github-webhooks/{name}.headers.json"));
-        let headers = headers
-            .as_object()
-            .unwrap()
-            .iter()
-            .filter(|(k, _)| !matches!(k.as_str(), "Host" | "Content-Length"))
-            .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
-            .collect();
-        (body, headers)
+        github_delivery(name)
     }
 
     /// Posts the fixture `name` as written.
@@ -157,6 +148,21 @@ impl App {
     async fn deliveries(&self, source: &str) -> usize {
         self.execs.store().deliveries(source).await.unwrap().len()
     }
+}
+
+/// The GitHub delivery fixture `github-webhooks/<name>.json` (signed with [`SECRET`]) and its
+/// headers but `Host` and `Content-Length`.
+pub(crate) fn github_delivery(name: &str) -> (Vec<u8>, Vec<(String, String)>) {
+    let body = fixture_bytes(&format!("github-webhooks/{name}.json"));
+    let headers = fixture_json(&format!("github-webhooks/{name}.headers.json"));
+    let headers = headers
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "Host" | "Content-Length"))
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+        .collect();
+    (body, headers)
 }
 
 fn sign(body: &[u8]) -> String {

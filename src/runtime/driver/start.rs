@@ -36,7 +36,11 @@ async fn env_include(driver: &Driver) -> anyhow::Result<Vec<String>> {
     let projects = driver.execs.store().list_projects().await?;
     let names = projects
         .iter()
-        .filter(|p| std::path::Path::new(&p.repo_path).canonicalize().is_ok_and(|c| c == root))
+        .filter(|p| {
+            let on = |path: &std::path::Path| path.canonicalize().is_ok_and(|c| c == root);
+            // A project with a remote works in this replica's clone of it.
+            on(std::path::Path::new(&p.repo_path)) || (!p.repo_url.is_empty() && on(&driver.data.repo_clone(&p.name)))
+        })
         .map(|p| p.name.as_str());
     Ok(driver.config.worktree_include(names))
 }

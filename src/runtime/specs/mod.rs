@@ -307,7 +307,12 @@ impl Specs {
         let row = self.get(spec_id).await?;
         spec::transition(Self::status_of(&row)?, SpecAction::Enrich)?;
         let project = self.project(&row.project).await?;
-        let root = PathBuf::from(&project.repo_path);
+        let root = if project.repo_path.is_empty() && remote::active(self.execs.store(), &project) {
+            // Registered with its remote alone: this replica's clone.
+            remote::replica_clone(self.execs.data(), &project).await?.root().to_path_buf()
+        } else {
+            PathBuf::from(&project.repo_path)
+        };
         let configured = project.test_command.clone();
         let (roster, test_command) = blocking(move || {
             let roster = load_roster(&root).map(|r| r.iter().map(|d| d.name.clone()).collect::<Vec<_>>());

@@ -17,7 +17,9 @@ use crate::store::ProjectRow;
 pub struct NewProject {
     /// 1–64 of `A-Z a-z 0-9 . _ -`.
     pub name: String,
-    /// Path of a local git repository.
+    /// Path of a local git repository. May be left out on PostgreSQL when `repo_url` is given:
+    /// each replica then works in its own clone of the remote (`<data>/repos/<name>`).
+    #[serde(default)]
     #[schema(value_type = String)]
     pub repo_path: PathBuf,
     /// Branch feature branches start from (default: the repository's current branch).
@@ -104,10 +106,31 @@ impl Specs {
         if !repo_url.is_empty() {
             crate::git::check_remote_url(&repo_url).map_err(|e| invalid("repo_url", e))?;
         }
-        let path = p.repo_path.clone();
-        let shown = path.display().to_string();
-        let repo =
-            blocking(move || GitRepo::open(&path)).await?.map_err(|e| invalid("repo_path", format!("{shown}: {e}")))?;
+        let repo = if p.repo_path.as_os_str().is_empty() {
+            // No local path: on PostgreSQL with a remote, this replica's clone of it is the
+            // repository checked here (every replica makes its own on first use).
+            if repo_url.is_empty() {
+                return Err(invalid(
+                    "repo_path",
+                    "required: the path of a local git repository (or, on PostgreSQL, give repo_url alone)",
+                ));
+            }
+            if self.execs.store().backend_name() != "postgres" {
+                return Err(invalid(
+                    "repo_path",
+                    "required on SQLite: repo_url alone is for replicas on PostgreSQL, which work in their own clones",
+                ));
+            }
+            crate::runtime::remote::clone_of(self.execs.data(), &name, &repo_url)
+                .await
+                .map_err(|e| invalid("repo_url", format!("{e:#}")))?
+        } else {
+            let path = p.repo_path.clone();
+            let shown = path.display().to_string();
+            blocking(move || GitRepo::open(&path)).await?.map_err(|e| invalid("repo_path", format!("{shown}: {e}")))?
+        };
+        let repo_path =
+            if p.repo_path.as_os_str().is_empty() { String::new() } else { repo.root().display().to_string() };
         let branch = match p.default_branch.clone().filter(|b| !b.trim().is_empty()) {
             Some(b) => {
                 crate::git::check_branch_name(&b).map_err(|e| invalid("default_branch", e))?;
@@ -128,7 +151,7 @@ impl Specs {
         };
         let row = ProjectRow {
             name,
-            repo_path: repo.root().display().to_string(),
+            repo_path,
             default_branch: branch,
             agent_profile: profile,
             test_command: p.test_command.unwrap_or_default().trim().to_string(),
