@@ -492,7 +492,7 @@ impl Lite {
         let Some((last_seq, last_hash)) = known else { return Ok(None) };
         let mut pending = Pending::new(task_id, event, summary, last_seq, last_hash);
         pending.fence = fence.cloned();
-        self.writer.append_grouped(&self.heads, pending).await
+        self.writer.append_grouped(pending).await
     }
 
     async fn load_with(&self, task_id: &str, with_plan: bool) -> Result<Option<Loaded>, StoreError> {

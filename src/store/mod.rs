@@ -14,11 +14,13 @@
 //! `engine`.
 //!
 //! Invariants (SQLite; `pg` states its PostgreSQL equivalents):
-//! - Every write is one `BEGIN IMMEDIATE` transaction on a single writer connection, so a crash
-//!   at any moment leaves either all of a batch or none of it. Single-event appends that queue
-//!   up while a commit is in flight share the next transaction (group commit, `writer.rs`):
-//!   each event still commits with its summary or not at all, and each caller returns only
-//!   once its own event is durable.
+//! - Every write is one `BEGIN IMMEDIATE` transaction under this process's one write lock, so
+//!   a crash at any moment leaves either all of a batch or none of it. Single-event appends
+//!   whose chain head this process knows are committed by the journal thread on its own
+//!   connection, those queued while a commit is in flight sharing the next transaction (group
+//!   commit, `writer.rs`): each event still commits with its summary or not at all, and each
+//!   caller returns only once its own event is durable. Every other write runs on the sqlx
+//!   writer connection.
 //! - Each execution's events form a hash chain (`seq` 1, 2, 3 …, see
 //!   [`event_hash`](crate::store::event_hash)); the head (`last_seq`, `last_hash`) lives on the
 //!   `executions` row, so appending costs the same at event 10 and event 10 million and never
@@ -109,8 +111,8 @@ enum Backend {
 /// One SQLite journal file: one writer connection and a small reader pool.
 #[derive(Debug, Clone)]
 struct Lite {
-    /// The single writer connection; every write transaction begins `IMMEDIATE` here, and
-    /// concurrent single-event appends share commits (group commit).
+    /// The write lock with the sqlx writer connection, where every general write transaction
+    /// begins `IMMEDIATE`, and the journal thread that group-commits single-event appends.
     writer: Writer,
     /// Read-only connections for loads, listings and chain verification.
     reader: SqlitePool,
@@ -203,6 +205,24 @@ pub enum StoreError {
         /// The underlying error.
         source: sqlx::Error,
     },
+    /// The journal writer's own connection (see [`Store::open`]) could not be opened or
+    /// configured, or its thread not started.
+    #[error("opening the journal writer of store {}: {reason}", path.display())]
+    OpenJournalWriter {
+        /// The database file.
+        path: PathBuf,
+        /// What failed.
+        reason: String,
+    },
+    /// The store's journal writer thread stopped (it panicked; the log says why): appends to
+    /// executions whose head this process knows cannot be made durable until the store is
+    /// reopened. Nothing of the failed append was written unless a retry finds it a
+    /// duplicate.
+    #[error(
+        "the store's journal writer thread stopped unexpectedly (see the log): the append was not \
+         confirmed; reopen the store (restart the process) and retry"
+    )]
+    JournalWriterStopped,
     /// `insert_project` with a name that is taken.
     #[error("project {name} already exists")]
     ProjectExists {
@@ -450,12 +470,15 @@ impl Store {
     /// Opens (creating if missing) the journal at `db_path` and applies pending migrations.
     ///
     /// Every connection runs with WAL, `busy_timeout` 10 s, `foreign_keys` on and
-    /// `synchronous=FULL`. The one constructor for server, CLI and tests.
+    /// `synchronous=FULL`: the sqlx writer connection, the reader pool and the journal
+    /// thread's own connection (started here, see `writer`). The one constructor for server,
+    /// CLI and tests.
     ///
     /// # Errors
     /// [`StoreError::Open`] if the file cannot be created or opened (missing parent directory,
     /// permissions, not a database), [`StoreError::Migrate`] if the schema cannot be brought up
-    /// to date (e.g. the file was written by a newer Baton).
+    /// to date (e.g. the file was written by a newer Baton), [`StoreError::OpenJournalWriter`]
+    /// if the journal thread's connection cannot be opened.
     pub async fn open(db_path: &Path) -> Result<Store, StoreError> {
         let open_err = |source| StoreError::Open { path: db_path.to_path_buf(), source };
         let options = SqliteConnectOptions::new()
@@ -468,12 +491,13 @@ impl Store {
         // (see `writer`).
         let mut conn = connect_writer(&options.clone().create_if_missing(true)).await.map_err(open_err)?;
         migrate(&mut conn).await?;
-        let writer = Writer::new(conn);
+        let heads = writer::Heads::default();
+        let writer = Writer::open(conn, db_path, heads.clone()).await?;
         // The writer created the file and switched it to WAL, so read-only connections can
         // open it now.
         let reader_pool = SqlitePoolOptions::new().max_connections(READERS).test_before_acquire(false);
         let reader = connect_retrying(reader_pool, options.read_only(true)).await.map_err(open_err)?;
-        Ok(Store { backend: Backend::Sqlite(Lite { writer, reader, heads: Default::default() }) })
+        Ok(Store { backend: Backend::Sqlite(Lite { writer, reader, heads }) })
     }
 
     /// Connects to the PostgreSQL database at `url` (`postgres://user:password@host:port/db`)

@@ -1,45 +1,51 @@
-//! The store's one read-write connection: write transactions, and group commit of journal
-//! appends.
+//! The store's writing side: the write lock of this process, the sqlx writer connection that
+//! every general write transaction runs on, and the journal thread that group-commits
+//! single-event appends on a connection of its own.
 //!
-//! Owns the single writer connection, held for the store's whole life. It is not borrowed from
-//! a pool: sqlx pings a pooled connection on every release, on a spawned task that the next
-//! borrower waits for, which doubled the cost of a one-event commit. Owns the queue of
-//! single-event appends waiting for that connection, and commits every append queued while
-//! another commit was in flight in one transaction (one fsync). Never interprets payloads and
-//! never decides what an event means: an append that cannot take the group path is handed back
-//! to the caller's ordinary transaction.
+//! Owns three things. The *slot*: one sqlx connection held for the store's whole life (not
+//! borrowed from a pool: sqlx pings a pooled connection on every release, on a spawned task
+//! the next borrower waits for), behind an async mutex that is this process's write lock.
+//! The *queue* of single-event appends whose caller knows the chain head. And the *journal
+//! thread*, a thread of our own owning a rusqlite connection to the same file: it takes the
+//! write lock, takes every append queued by then (at most [`MAX_GROUP`], one per execution),
+//! commits them in one `BEGIN IMMEDIATE … COMMIT` (one fsync) and answers each caller. An
+//! append is so one hand-off to that thread and one reply, instead of a hop to sqlx's worker
+//! thread and back per statement (issue 14.9). Both connections write only while holding the
+//! slot, so in one process they never wait on each other's SQLite lock; other processes are
+//! serialised by SQLite's lock and the busy timeout, every write transaction beginning
+//! `IMMEDIATE` on either connection.
+//!
+//! Never interprets payloads and never decides what an event means: an append that cannot
+//! take the group path (stale head, duplicate key, a failed group) is handed back to the
+//! caller's ordinary transaction on the sqlx connection.
 
 use std::collections::{HashMap, HashSet};
 use std::ops::{Deref, DerefMut};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex as SyncMutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex as SyncMutex, MutexGuard as SyncGuard};
 
 use sqlx::sqlite::{SqliteConnection, SqliteTransactionManager};
 use sqlx::TransactionManager as _;
 use tokio::sync::{oneshot, Mutex, OwnedMutexGuard};
 
-use super::{AppendOutcome, Fence, NewEvent, StoreError, Summary};
+use super::{AppendOutcome, Fence, NewEvent, StoreError, Summary, BUSY_TIMEOUT};
 
-/// At most this many appends share one commit (each is one guarded insert and one update in
-/// the batch's SQL, about 1 KiB of text).
+/// At most this many appends share one commit.
 pub(super) const MAX_GROUP: usize = 64;
 
 /// Last known chain head (seq, hash) per execution, from this process's appends.
 pub(super) type Heads = Arc<SyncMutex<HashMap<String, (i64, String)>>>;
 
-/// The writer connection and whether an interrupted batch may have left it inside a
-/// transaction.
+/// The sqlx writer connection, and whether the store is closed.
 #[derive(Debug)]
 pub(super) struct Slot {
     conn: SqliteConnection,
     /// Set by [`Writer::close`]: later writes fail with `PoolClosed`.
     closed: bool,
-    /// Set while a group commit runs; still set when its future was dropped midway, in which
-    /// case the next holder rolls back whatever it left open.
-    dirty: bool,
 }
 
-/// One single-event append waiting for the writer.
+/// One single-event append waiting for the journal thread.
 #[derive(Debug)]
 pub(super) struct Pending {
     /// Execution it appends to.
@@ -56,7 +62,8 @@ pub(super) struct Pending {
     pub(super) hash: String,
     /// The lease the append must still hold (a driver's); the SQL checks it.
     pub(super) fence: Option<Fence>,
-    /// `Some` once appended, `None` when the caller must take the ordinary path.
+    /// `Some` once appended, `None` when the caller must take the ordinary path. Dropped
+    /// unanswered only when the journal thread stopped (or the caller gave up).
     reply: Option<oneshot::Sender<Option<AppendOutcome>>>,
 }
 
@@ -85,23 +92,116 @@ impl Pending {
     }
 }
 
-/// The writer: one connection behind an async mutex, plus the group-commit queue.
-#[derive(Debug, Clone)]
-pub(super) struct Writer {
-    slot: Arc<Mutex<Slot>>,
-    queue: Arc<SyncMutex<Vec<Pending>>>,
-    /// Group commits that appended at least one event, since the store was opened.
-    commits: Arc<AtomicU64>,
-    /// Events those commits appended.
-    appends: Arc<AtomicU64>,
+/// Why the journal thread takes no more appends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stopped {
+    /// The store was closed (or dropped).
+    Closed,
+    /// The thread ended on its own: it panicked.
+    Died,
 }
 
-/// A `BEGIN IMMEDIATE` transaction on the writer connection, holding it exclusively (or,
+impl Stopped {
+    fn error(self) -> StoreError {
+        match self {
+            Stopped::Closed => StoreError::Sqlx(sqlx::Error::PoolClosed),
+            Stopped::Died => StoreError::JournalWriterStopped,
+        }
+    }
+}
+
+/// Test hook: a closure the journal thread runs on its connection.
+#[cfg(test)]
+type Probe = Box<dyn FnOnce(&rusqlite::Connection) + Send>;
+
+/// The appends waiting for the journal thread, and whether it has stopped.
+#[derive(Default)]
+struct Queue {
+    pending: Vec<Pending>,
+    stopped: Option<Stopped>,
+    /// Test hook: closures to run on the journal thread's connection.
+    #[cfg(test)]
+    probes: Vec<Probe>,
+}
+
+impl Queue {
+    /// Whether the journal thread has something to do.
+    fn has_work(&self) -> bool {
+        #[cfg(test)]
+        if !self.probes.is_empty() {
+            return true;
+        }
+        !self.pending.is_empty() || self.stopped.is_some()
+    }
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue").field("pending", &self.pending).field("stopped", &self.stopped).finish_non_exhaustive()
+    }
+}
+
+/// What the writer's clones and its journal thread share.
+#[derive(Debug)]
+struct Shared {
+    /// The write lock of this process, with the sqlx connection.
+    slot: Arc<Mutex<Slot>>,
+    queue: SyncMutex<Queue>,
+    /// Wakes the journal thread when an append is queued or the writer stops.
+    wake: Condvar,
+    heads: Heads,
+    /// Group commits that appended at least one event, since the store was opened.
+    commits: AtomicU64,
+    /// Events those commits appended.
+    appends: AtomicU64,
+    /// Test hook: the journal thread panics before its next group.
+    #[cfg(test)]
+    panic_next: std::sync::atomic::AtomicBool,
+}
+
+impl Shared {
+    fn queue(&self) -> SyncGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Stops the journal thread (a first reason sticks) and drops every queued append: its
+    /// caller wakes up and reports why.
+    fn stop(&self, why: Stopped) {
+        let dropped = {
+            let mut queue = self.queue();
+            queue.stopped.get_or_insert(why);
+            std::mem::take(&mut queue.pending)
+        };
+        drop(dropped);
+        self.wake.notify_all();
+    }
+}
+
+/// The writer: the slot, the queue and the journal thread. Cheap to clone.
+#[derive(Debug, Clone)]
+pub(super) struct Writer {
+    shared: Arc<Shared>,
+    /// Stops the journal thread once the last clone is dropped.
+    _owner: Arc<Owner>,
+}
+
+/// Held by every [`Writer`] clone (never by the journal thread): the last one dropped stops it.
+#[derive(Debug)]
+struct Owner(Arc<Shared>);
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.0.stop(Stopped::Closed);
+    }
+}
+
+/// A `BEGIN IMMEDIATE` transaction on the sqlx writer connection, holding the write lock (or,
 /// from [`Writer::conn`], the bare connection outside any transaction).
 ///
 /// Derefs to the connection, so it is used as `&mut *tx` like sqlx's own transactions.
-/// Dropped without [`WriteTx::commit`], it rolls back (sqlx's deferred rollback, sent before
-/// the connection's next statement).
+/// Dropped without [`WriteTx::commit`], it rolls back (sqlx sends the rollback to its worker
+/// at once; should the journal thread begin before the worker ran it, SQLite's busy handler
+/// waits the few microseconds that takes).
 pub(super) struct WriteTx {
     slot: OwnedMutexGuard<Slot>,
     open: bool,
@@ -144,50 +244,90 @@ impl Drop for WriteTx {
 }
 
 impl Writer {
-    /// Wraps an open, migrated connection.
-    pub(super) fn new(conn: SqliteConnection) -> Writer {
-        Writer {
-            slot: Arc::new(Mutex::new(Slot { conn, closed: false, dirty: false })),
-            queue: Arc::new(SyncMutex::new(Vec::new())),
-            commits: Arc::default(),
-            appends: Arc::default(),
+    /// Wraps an open, migrated sqlx connection to `path` and starts the journal thread on a
+    /// rusqlite connection of its own to the same file (WAL, `synchronous=FULL`, the busy
+    /// timeout, foreign keys on, as every connection of the store).
+    ///
+    /// # Errors
+    /// [`StoreError::OpenJournalWriter`] when the thread cannot be started or its connection
+    /// cannot be opened or configured.
+    pub(super) async fn open(conn: SqliteConnection, path: &Path, heads: Heads) -> Result<Writer, StoreError> {
+        let shared = Arc::new(Shared {
+            slot: Arc::new(Mutex::new(Slot { conn, closed: false })),
+            queue: SyncMutex::default(),
+            wake: Condvar::new(),
+            heads,
+            commits: AtomicU64::default(),
+            appends: AtomicU64::default(),
+            #[cfg(test)]
+            panic_next: std::sync::atomic::AtomicBool::new(false),
+        });
+        let failed = |reason: String| StoreError::OpenJournalWriter { path: path.to_path_buf(), reason };
+        let (opened, is_open) = oneshot::channel();
+        let (thread_shared, thread_path) = (shared.clone(), path.to_path_buf());
+        std::thread::Builder::new()
+            .name("baton-journal".into())
+            .spawn(move || match open_journal_conn(&thread_path) {
+                Ok(conn) => {
+                    let _ = opened.send(Ok(()));
+                    journal_thread(&thread_shared, conn);
+                }
+                Err(e) => {
+                    let _ = opened.send(Err(e.to_string()));
+                }
+            })
+            .map_err(|e| failed(format!("starting its thread: {e}")))?;
+        match is_open.await {
+            Ok(Ok(())) => Ok(Writer { _owner: Arc::new(Owner(shared.clone())), shared }),
+            Ok(Err(reason)) => Err(failed(reason)),
+            Err(_) => Err(failed("its thread ended while opening it".into())),
         }
     }
 
     /// `(commits, appends)`: group commits that appended at least one event since the store
     /// was opened, and the events they appended (appends / commits = mean group size).
     pub(super) fn group_stats(&self) -> (u64, u64) {
-        (self.commits.load(Ordering::Relaxed), self.appends.load(Ordering::Relaxed))
+        (self.shared.commits.load(Ordering::Relaxed), self.shared.appends.load(Ordering::Relaxed))
     }
 
     /// Appends waiting in the queue (tests hold the connection to build a group).
     #[cfg(test)]
     pub(super) fn queued(&self) -> usize {
-        lock_queue(&self.queue).len()
+        self.shared.queue().pending.len()
     }
 
-    /// Takes the slot, first rolling back what an interrupted group commit left open.
-    async fn slot(&self) -> OwnedMutexGuard<Slot> {
-        let mut slot = self.slot.clone().lock_owned().await;
-        if slot.dirty {
-            // "no transaction is active" when the batch got as far as its commit.
-            let _ = sqlx::query("rollback").execute(&mut slot.conn).await;
-            slot.dirty = false;
-        }
-        slot
+    /// Makes the journal thread panic before its next group (tests of its death).
+    #[cfg(test)]
+    pub(super) fn panic_journal_thread(&self) {
+        self.shared.panic_next.store(true, Ordering::SeqCst);
+    }
+
+    /// Runs `probe` on the journal thread's connection and returns what it returns.
+    #[cfg(test)]
+    pub(super) async fn probe_journal_conn<T: Send + 'static>(
+        &self,
+        probe: impl FnOnce(&rusqlite::Connection) -> T + Send + 'static,
+    ) -> T {
+        let (tx, rx) = oneshot::channel();
+        self.shared.queue().probes.push(Box::new(move |conn| {
+            let _ = tx.send(probe(conn));
+        }));
+        self.shared.wake.notify_one();
+        rx.await.expect("the journal thread ran the probe")
     }
 
     /// The slot, unless the store is closed.
     async fn open_slot(&self) -> Result<OwnedMutexGuard<Slot>, StoreError> {
-        let slot = self.slot().await;
+        let slot = self.shared.slot.clone().lock_owned().await;
         if slot.closed {
             return Err(StoreError::Sqlx(sqlx::Error::PoolClosed));
         }
         Ok(slot)
     }
 
-    /// Takes the connection exclusively, outside any transaction: [`Writer::begin`] starts
-    /// from it, and tests hold it so that appends queue up into one group.
+    /// Takes the write lock and the sqlx connection exclusively, outside any transaction:
+    /// [`Writer::begin`] starts from it, and tests hold it so that appends queue up into one
+    /// group.
     ///
     /// # Errors
     /// [`StoreError::Sqlx`] (`PoolClosed`) once the store is closed.
@@ -195,8 +335,8 @@ impl Writer {
         Ok(WriteTx { slot: self.open_slot().await?, open: false })
     }
 
-    /// Begins a `BEGIN IMMEDIATE` transaction: the write lock is taken up front (a deferred
-    /// read-then-write can fail with `SQLITE_BUSY_SNAPSHOT` under WAL).
+    /// Begins a `BEGIN IMMEDIATE` transaction on the sqlx connection: the write lock is taken
+    /// up front (a deferred read-then-write can fail with `SQLITE_BUSY_SNAPSHOT` under WAL).
     ///
     /// # Errors
     /// [`StoreError::Sqlx`]: the store is closed (`PoolClosed`), or SQLite is busy beyond the
@@ -208,77 +348,131 @@ impl Writer {
         Ok(tx)
     }
 
-    /// Refuses later writes (`PoolClosed`) and checkpoints the WAL into the database file.
-    /// The connection itself closes when the last clone of the store is dropped.
+    /// Refuses later writes (`PoolClosed`; appends still queued are answered so), stops the
+    /// journal thread once its group in flight is committed, and checkpoints the WAL into the
+    /// database file. The sqlx connection itself closes when the last clone of the store is
+    /// dropped.
     pub(super) async fn close(&self) {
-        let mut slot = self.slot().await;
+        let mut slot = self.shared.slot.clone().lock_owned().await;
         slot.closed = true;
+        self.shared.stop(Stopped::Closed);
         if let Err(e) = sqlx::query("pragma wal_checkpoint(passive)").execute(&mut slot.conn).await {
             tracing::warn!("checkpointing on close: {e}");
         }
     }
 
-    /// Appends `pending` through group commit: queued, then committed by whichever caller
-    /// takes the connection next, together with every other append queued by then (at most
-    /// [`MAX_GROUP`], one per execution), in one `BEGIN IMMEDIATE … COMMIT` round trip.
+    /// Appends `pending` through group commit: queued for the journal thread, which commits it
+    /// with every other append queued by then in one transaction and answers. The caller
+    /// returns only once its event is durable.
     ///
     /// Returns `Some(outcome)` when the event was appended, `None` when the caller must use
-    /// the ordinary path: the head it expected is stale, the batch failed (it is rolled back
-    /// whole; each append then reports its own error on the ordinary path), or the batch's
-    /// committer was interrupted.
+    /// the ordinary path: the head it expected is stale, the key is a duplicate, or the group
+    /// failed (it is rolled back whole; each append then reports its own error on the ordinary
+    /// path). A caller that stops waiting while its append is still queued leaves nothing
+    /// written; once the thread has taken it, it is committed (a retry with the same key finds
+    /// it a duplicate).
     ///
     /// # Errors
-    /// [`StoreError::Sqlx`] when the store is closed.
-    pub(super) async fn append_grouped(
-        &self,
-        heads: &Heads,
-        mut pending: Pending,
-    ) -> Result<Option<AppendOutcome>, StoreError> {
-        let (reply, mut answer) = oneshot::channel();
+    /// [`StoreError::Sqlx`] (`PoolClosed`) when the store is closed;
+    /// [`StoreError::JournalWriterStopped`] when the journal thread died.
+    pub(super) async fn append_grouped(&self, mut pending: Pending) -> Result<Option<AppendOutcome>, StoreError> {
+        let (reply, answer) = oneshot::channel();
         pending.reply = Some(reply);
-        lock_queue(&self.queue).push(pending);
-        // Until answered: wait for the connection or for a committer that takes this append
-        // with its own group, whichever comes first (a waiter already answered must not take
-        // the connection in turn just to give it back); holding the connection, commit what is
-        // queued. A committer may leave its own append out of its group (another append for the
-        // same execution came first, or the group is full): it then goes round again rather
-        // than wait for a committer that may never come.
-        loop {
-            let mut slot = tokio::select! {
-                biased;
-                outcome = &mut answer => return Ok(outcome.unwrap_or(None)),
-                slot = self.open_slot() => slot?,
-            };
-            match answer.try_recv() {
-                Ok(outcome) => return Ok(outcome),
-                Err(oneshot::error::TryRecvError::Closed) => return Ok(None),
-                Err(oneshot::error::TryRecvError::Empty) => {}
+        {
+            let mut queue = self.shared.queue();
+            if let Some(stopped) = queue.stopped {
+                return Err(stopped.error());
             }
-            let batch = take_batch(&self.queue);
-            slot.dirty = true;
-            let appended = commit_group(&mut slot.conn, heads, batch).await;
-            if appended > 0 {
-                self.commits.fetch_add(1, Ordering::Relaxed);
-                self.appends.fetch_add(appended, Ordering::Relaxed);
-            }
-            slot.dirty = false;
+            queue.pending.push(pending);
+        }
+        self.shared.wake.notify_one();
+        match answer.await {
+            Ok(outcome) => Ok(outcome),
+            // Dropped unanswered: the thread stopped (it may still be unwinding from a panic,
+            // before it could record why).
+            Err(_) => Err(self.shared.queue().stopped.unwrap_or(Stopped::Died).error()),
         }
     }
 }
 
-fn lock_queue(queue: &SyncMutex<Vec<Pending>>) -> std::sync::MutexGuard<'_, Vec<Pending>> {
-    queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+/// Marks the journal thread stopped however it ends: a panic, or a return after the store
+/// was closed (whose reason then sticks).
+struct StopOnExit<'a>(&'a Shared);
+
+impl Drop for StopOnExit<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            tracing::error!("the journal writer thread panicked; appends fail until the store is reopened");
+        }
+        self.0.stop(Stopped::Died);
+    }
+}
+
+/// Opens the journal thread's connection to the migrated database at `path`.
+fn open_journal_conn(path: &Path) -> rusqlite::Result<rusqlite::Connection> {
+    use rusqlite::OpenFlags;
+    let conn = rusqlite::Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_PRIVATE_CACHE,
+    )?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    // The sqlx connection made the file WAL (persistent); a connection opening it joins it.
+    let mode: String = conn.query_row("pragma journal_mode", [], |row| row.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(rusqlite::Error::InvalidParameterName(format!("journal_mode is {mode}, not wal")));
+    }
+    conn.execute_batch("pragma synchronous = full; pragma foreign_keys = on;")?;
+    Ok(conn)
+}
+
+/// The journal thread: waits for queued appends, takes the write lock, commits a group,
+/// answers, until the writer stops.
+fn journal_thread(shared: &Shared, mut conn: rusqlite::Connection) {
+    let _stop = StopOnExit(shared);
+    loop {
+        {
+            let mut queue = shared.queue();
+            while !queue.has_work() {
+                queue = shared.wake.wait(queue).unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+            if queue.stopped.is_some() {
+                return;
+            }
+            #[cfg(test)]
+            {
+                for probe in std::mem::take(&mut queue.probes) {
+                    probe(&conn);
+                }
+                if queue.pending.is_empty() {
+                    continue;
+                }
+            }
+        }
+        // Appends queued while this waits for the lock (a general write transaction, or a test
+        // holding the connection) join this group.
+        let slot = shared.slot.blocking_lock();
+        if slot.closed {
+            return;
+        }
+        #[cfg(test)]
+        if shared.panic_next.swap(false, Ordering::SeqCst) {
+            panic!("journal writer thread: panicking as the test asked");
+        }
+        let batch = take_batch(shared);
+        commit_group(&mut conn, shared, batch);
+        drop(slot);
+    }
 }
 
 /// Takes up to [`MAX_GROUP`] appends from the queue, at most one per execution (a second one
-/// for the same execution expects the head the first one moves; it waits for the next batch),
+/// for the same execution expects the head the first one moves; it waits for the next group),
 /// dropping those whose caller stopped waiting.
-fn take_batch(queue: &SyncMutex<Vec<Pending>>) -> Vec<Pending> {
-    let mut queue = lock_queue(queue);
+fn take_batch(shared: &Shared) -> Vec<Pending> {
+    let mut queue = shared.queue();
     let mut seen = HashSet::new();
     let mut batch = Vec::new();
     let mut rest = Vec::new();
-    for pending in queue.drain(..) {
+    for pending in queue.pending.drain(..) {
         if pending.reply.as_ref().is_none_or(oneshot::Sender::is_closed) {
             continue;
         }
@@ -288,122 +482,125 @@ fn take_batch(queue: &SyncMutex<Vec<Pending>>) -> Vec<Pending> {
             rest.push(pending);
         }
     }
-    *queue = rest;
+    queue.pending = rest;
     batch
 }
 
-/// The SQL of one append: insert the event only while the execution's head is the one the
-/// hash was chained on and, for a fenced append, while its lease (holder and epoch) is still
-/// the execution's, then move the summary and head, returning the execution's new head
-/// exactly when the insert happened (SQLite's change counts are not reliable across
-/// BEGIN/COMMIT in one multi-statement batch).
-const APPEND_SQL: &str = "insert into execution_events \
+/// One append's insert: the event only while the execution's head is the one the hash was
+/// chained on and, for a fenced append, while its lease (holder and epoch) is still the
+/// execution's; a duplicate key inserts nothing.
+const INSERT_SQL: &str = "insert into execution_events \
      (task_id, seq, kind, payload, idempotency_key, at, prev_hash, hash) \
-     select ?, ?, ?, ?, ?, ?, ?, ? where exists \
-     (select 1 from executions where task_id = ? and last_seq = ? and last_hash = ?) \
-     and (? = 0 or exists (select 1 from leases where task_id = ? and holder = ? and epoch = ?)) \
-     on conflict (task_id, idempotency_key) do nothing; \
-     update executions set status = ?, current_phase = ?, steps_done = ?, \
-     steps_total = ?, spend_usd = ?, last_seq = ?, last_hash = ?, updated_at = ? \
-     where task_id = ? and last_seq = ? and exists (select 1 from execution_events \
-     where task_id = ? and seq = ? and idempotency_key = ?) returning task_id, last_seq; ";
+     select ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 where exists \
+     (select 1 from executions where task_id = ?1 and last_seq = ?9 and last_hash = ?7) \
+     and (?10 = 0 or exists (select 1 from leases where task_id = ?1 and holder = ?11 and epoch = ?12)) \
+     on conflict (task_id, idempotency_key) do nothing";
 
-/// The whole batch's SQL for `n` appends (1 ≤ n ≤ [`MAX_GROUP`]): one round trip from BEGIN
-/// to COMMIT. Built once per size, so sqlx's statement cache keys on the same text.
-fn batch_sql(n: usize) -> &'static str {
-    static SQL: OnceLock<Vec<String>> = OnceLock::new();
-    let all = SQL.get_or_init(|| {
-        (0..=MAX_GROUP)
-            .map(|n| {
-                let mut sql = String::with_capacity(32 + n * APPEND_SQL.len());
-                sql.push_str("begin immediate; ");
-                for _ in 0..n {
-                    sql.push_str(APPEND_SQL);
-                }
-                sql.push_str("commit;");
-                sql
-            })
-            .collect()
-    });
-    all.get(n).map_or("", String::as_str)
-}
+/// The summary and head moved by an inserted event.
+const UPDATE_SQL: &str = "update executions set status = ?2, current_phase = ?3, steps_done = ?4, \
+     steps_total = ?5, spend_usd = ?6, last_seq = ?7, last_hash = ?8, updated_at = ?9 \
+     where task_id = ?1 and last_seq = ?10";
 
-/// Commits `batch` in one transaction and answers every append in it. Returns how many
-/// events it appended.
-async fn commit_group(conn: &mut SqliteConnection, heads: &Heads, mut batch: Vec<Pending>) -> u64 {
+/// Commits `batch` in one transaction, counts it in the metrics and answers every append in
+/// it (counted before any caller is answered, so a caller sees its own commit counted).
+fn commit_group(conn: &mut rusqlite::Connection, shared: &Shared, mut batch: Vec<Pending>) {
     if batch.is_empty() {
-        return 0;
+        return;
     }
-    let mut query = sqlx::query_as::<_, (String, i64)>(batch_sql(batch.len()));
-    for p in &batch {
-        let seq = p.last_seq + 1;
-        query = query
-            .bind(p.task_id.clone())
-            .bind(seq)
-            .bind(p.event.kind.clone())
-            .bind(p.event.payload.clone())
-            .bind(p.event.idempotency_key.clone())
-            .bind(p.event.at.clone())
-            .bind(p.last_hash.clone())
-            .bind(p.hash.clone())
-            .bind(p.task_id.clone())
-            .bind(p.last_seq)
-            .bind(p.last_hash.clone())
-            .bind(i64::from(p.fence.is_some()))
-            .bind(p.task_id.clone())
-            .bind(p.fence.as_ref().map(|f| f.holder.clone()).unwrap_or_default())
-            .bind(p.fence.as_ref().map_or(0, |f| f.epoch))
-            .bind(p.summary.status.clone())
-            .bind(p.summary.current_phase.clone())
-            .bind(p.summary.steps_done)
-            .bind(p.summary.steps_total)
-            .bind(p.summary.spend_usd)
-            .bind(seq)
-            .bind(p.hash.clone())
-            .bind(p.event.at.clone())
-            .bind(p.task_id.clone())
-            .bind(p.last_seq)
-            .bind(p.task_id.clone())
-            .bind(seq)
-            .bind(p.event.idempotency_key.clone());
-    }
-    match query.fetch_all(&mut *conn).await {
-        Ok(rows) => {
+    match write_group(conn, &batch) {
+        Ok(appended) => {
             crate::crash::committed();
-            let appended: HashSet<(String, i64)> = rows.into_iter().collect();
-            let mut count = 0;
-            for p in &mut batch {
-                let seq = p.last_seq + 1;
-                if appended.contains(&(p.task_id.clone(), seq)) {
-                    if let Ok(mut heads) = heads.lock() {
+            let count = appended.iter().filter(|a| **a).count() as u64;
+            if count > 0 {
+                shared.commits.fetch_add(1, Ordering::Relaxed);
+                shared.appends.fetch_add(count, Ordering::Relaxed);
+            }
+            for (p, appended) in batch.iter_mut().zip(appended) {
+                if appended {
+                    let seq = p.last_seq + 1;
+                    if let Ok(mut heads) = shared.heads.lock() {
                         heads.insert(p.task_id.clone(), (seq, p.hash.clone()));
                     }
                     let hash = p.hash.clone();
                     p.answer(Some(AppendOutcome::Appended { seq, hash }));
-                    count += 1;
                 } else {
                     p.answer(None);
                 }
             }
-            count
         }
         Err(err) => {
-            // A statement failed mid-batch: end the transaction it opened, if any, and let
-            // every append in it retry alone and report its own error.
+            // A statement failed: end the transaction if SQLite has not, and let every append
+            // in it retry alone and report its own error.
             tracing::debug!(appends = batch.len(), "group commit failed, retrying alone: {err}");
-            let _ = sqlx::query("rollback").execute(&mut *conn).await;
+            if !conn.is_autocommit() {
+                if let Err(e) = conn.execute_batch("rollback") {
+                    tracing::warn!("rolling back a failed group commit: {e}");
+                }
+            }
             for p in &mut batch {
                 p.answer(None);
             }
-            0
         }
     }
+}
+
+/// `BEGIN IMMEDIATE`, each append's guarded insert and (when it inserted) its summary
+/// update, `COMMIT`, on cached statements. Returns, per append, whether it was inserted.
+fn write_group(conn: &rusqlite::Connection, batch: &[Pending]) -> rusqlite::Result<Vec<bool>> {
+    use rusqlite::params;
+    conn.prepare_cached("begin immediate")?.execute([])?;
+    let mut insert = conn.prepare_cached(INSERT_SQL)?;
+    let mut update = conn.prepare_cached(UPDATE_SQL)?;
+    let mut appended = Vec::with_capacity(batch.len());
+    for p in batch {
+        let seq = p.last_seq + 1;
+        let (fenced, holder, epoch) = match &p.fence {
+            Some(fence) => (1, fence.holder.as_str(), fence.epoch),
+            None => (0, "", 0),
+        };
+        let inserted = insert.execute(params![
+            p.task_id,
+            seq,
+            p.event.kind,
+            p.event.payload,
+            p.event.idempotency_key,
+            p.event.at,
+            p.last_hash,
+            p.hash,
+            p.last_seq,
+            fenced,
+            holder,
+            epoch,
+        ])? == 1;
+        if inserted {
+            let s = &p.summary;
+            let moved = update.execute(params![
+                p.task_id,
+                s.status,
+                s.current_phase,
+                s.steps_done,
+                s.steps_total,
+                s.spend_usd,
+                seq,
+                p.hash,
+                p.event.at,
+                p.last_seq,
+            ])?;
+            if moved != 1 {
+                // Cannot happen: the insert checked the head in this transaction.
+                return Err(rusqlite::Error::StatementChangedRows(moved));
+            }
+        }
+        appended.push(inserted);
+    }
+    conn.prepare_cached("commit")?.execute([])?;
+    Ok(appended)
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::{AppendOutcome, NewEvent, Store, Summary};
-    use super::{lock_queue, Pending};
+    use super::Pending;
 
     fn event(key: &str) -> NewEvent {
         NewEvent {
@@ -424,47 +621,31 @@ mod tests {
         }
     }
 
-    /// The input that hung: the caller that takes the connection finds another append for
-    /// the same execution ahead of its own in the queue, whose owner has queued it but not yet
-    /// asked for the connection. Its group leaves its own append out; it must commit that one
-    /// too instead of waiting for a committer that never comes.
+    /// The input that hung the committer-elected design: another append for the same
+    /// execution is ahead of the caller's in the queue, and its owner is not waiting for the
+    /// connection. The journal thread commits it in one group and the caller's (now stale) in
+    /// the next, instead of waiting for a committer that never comes.
     #[tokio::test]
-    async fn a_committer_whose_own_append_was_left_out_of_its_group_commits_it_next() {
+    async fn an_append_left_out_of_a_group_for_its_execution_is_answered_by_the_next() {
         let dir = tempfile::TempDir::new().unwrap();
         let store = Store::open(&dir.path().join("baton.db")).await.unwrap();
         store.create_execution("t1", "{}", &summary(), "2026-01-15T09:00:00Z").await.unwrap();
         store.append("t1", &[event("first")], &summary()).await.unwrap();
         let (seq, hash) = store.lite().heads.lock().unwrap().get("t1").cloned().unwrap();
 
+        let writer = &store.lite().writer;
         let (reply, mut ahead_answer) = tokio::sync::oneshot::channel();
         let mut ahead = Pending::new("t1", &event("ahead"), &summary(), seq, hash.clone());
         ahead.reply = Some(reply);
-        lock_queue(&store.lite().writer.queue).push(ahead);
+        // Queued without waking the thread: the caller's own append wakes it.
+        writer.shared.queue().pending.push(ahead);
 
         let own = Pending::new("t1", &event("own"), &summary(), seq, hash);
-        let outcome = tokio::time::timeout(
-            std::time::Duration::from_secs(30),
-            store.lite().writer.append_grouped(&store.lite().heads, own),
-        )
-        .await
-        .expect("the committer waited for an append it had left out of its own group")
-        .unwrap();
+        let outcome = tokio::time::timeout(std::time::Duration::from_secs(30), writer.append_grouped(own))
+            .await
+            .expect("the append left out of the first group was never answered")
+            .unwrap();
         assert_eq!(outcome, None, "its head went stale behind the one ahead: the caller's ordinary path takes it");
         assert!(matches!(ahead_answer.try_recv(), Ok(Some(AppendOutcome::Appended { seq: 2, .. }))));
-    }
-
-    #[tokio::test]
-    async fn a_group_commit_interrupted_midway_is_rolled_back_by_the_next_writer() {
-        let dir = tempfile::TempDir::new().unwrap();
-        let store = Store::open(&dir.path().join("baton.db")).await.unwrap();
-        {
-            // What a committer dropped between its BEGIN and its COMMIT leaves behind.
-            let mut slot = store.lite().writer.slot().await;
-            sqlx::query("begin immediate").execute(&mut slot.conn).await.unwrap();
-            slot.dirty = true;
-        }
-        let mut tx = store.lite().writer.begin().await.unwrap();
-        sqlx::query("insert into settings (key, value) values ('k', 'v')").execute(&mut *tx).await.unwrap();
-        tx.commit().await.unwrap();
     }
 }

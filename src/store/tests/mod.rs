@@ -192,6 +192,21 @@ async fn open_sets_wal_foreign_keys_full_sync_and_busy_timeout_on_both_pools() {
         assert_eq!(pragma(&mut *conn, "synchronous").await, "2");
         assert_eq!(pragma(&mut *conn, "busy_timeout").await, "10000");
     }
+    drop(writer);
+    let journal = store
+        .lite()
+        .writer
+        .probe_journal_conn(|conn| {
+            ["journal_mode", "foreign_keys", "synchronous", "busy_timeout"].map(|name| {
+                match conn.query_row(&format!("pragma {name}"), [], |row| row.get::<_, rusqlite::types::Value>(0)) {
+                    Ok(rusqlite::types::Value::Text(text)) => text,
+                    Ok(rusqlite::types::Value::Integer(n)) => n.to_string(),
+                    other => format!("{other:?}"),
+                }
+            })
+        })
+        .await;
+    assert_eq!(journal, ["wal", "1", "2", "10000"], "the journal thread's connection");
 }
 
 async fn reopening_an_existing_database_keeps_data_and_skips_applied_migrations(db: Fresh) {
@@ -785,6 +800,32 @@ async fn an_append_whose_caller_gave_up_while_queued_is_not_written() {
     store.append("t1", &[ev("later", "{}")], &summary("running", 1)).await.unwrap();
     let keys: Vec<_> = store.events("t1", 0).await.unwrap().into_iter().map(|e| e.idempotency_key).collect();
     assert_eq!(keys, ["t1-first", "later"]);
+}
+
+#[tokio::test]
+async fn a_journal_thread_that_died_fails_its_appends_with_a_clear_error_instead_of_a_hang() {
+    let (_dir, _path, store) = fresh().await;
+    started(&store, "t1").await;
+    started(&store, "t2").await;
+    let held = store.lite().writer.conn().await.unwrap();
+    let handles = queue_appends(&store, &[("t1", "a", "{}"), ("t2", "b", "{}")]).await;
+    store.lite().writer.panic_journal_thread();
+    drop(held);
+    for h in handles {
+        let answered = tokio::time::timeout(std::time::Duration::from_secs(60), h).await;
+        let err = answered.expect("a caller waited forever for a dead journal thread").unwrap().unwrap_err();
+        assert!(matches!(err, StoreError::JournalWriterStopped), "{err}");
+        assert!(err.to_string().contains("journal writer thread stopped"), "{err}");
+    }
+    let err = store.append("t1", &[ev("c", "{}")], &summary("running", 2)).await.unwrap_err();
+    assert!(matches!(err, StoreError::JournalWriterStopped), "a later append fails at once: {err}");
+    for t in ["t1", "t2"] {
+        let keys: Vec<_> = store.events(t, 0).await.unwrap().into_iter().map(|e| e.idempotency_key).collect();
+        assert_eq!(keys, [format!("{t}-first")], "nothing unconfirmed was written");
+        assert!(store.verify_chain(t).await.unwrap().ok);
+    }
+    // The general write path (its own connection) still works.
+    created(&store, "t3").await;
 }
 
 async fn writes_after_close_fail_with_an_error(db: Fresh) {
