@@ -326,7 +326,7 @@ pub fn ado_failed_tasks(timeline: &Value) -> Vec<(String, u64)> {
 
 /// The last [`LOG_TAIL_LINES`] lines of a build log (plain text, or the JSON shape
 /// `{"count", "value": [lines]}`): each line's leading timestamp dropped, control
-/// characters dropped, cut to [`MAX_LINE_CHARS`]; empty lines left out.
+/// characters dropped, cut to 400 characters; empty lines left out.
 pub fn log_tail(body: &str) -> Vec<String> {
     let lines: Vec<String> = match serde_json::from_str::<Value>(body) {
         Ok(v) if v.get("value").is_some_and(Value::is_array) => {

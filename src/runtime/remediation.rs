@@ -100,7 +100,7 @@ impl Remediation {
         self.polls.lock().unwrap_or_else(PoisonError::into_inner).insert(task_id.to_string(), due);
     }
 
-    /// Runs [`Remediation::pass`] every few seconds (at most [`MAX_TICK`] apart, sooner when
+    /// Runs [`Remediation::pass`] every few seconds (at most 5 s apart, sooner when
     /// `[ci] pr_poll_secs` is shorter) until `closing` turns true. With several replicas on one
     /// PostgreSQL database one replica's pass runs at a time (the `pr-checks` cluster job's
     /// advisory lock): the others skip theirs. A failing pass is logged and the next one tries
