@@ -100,6 +100,7 @@ pub(super) async fn serve(
     let _relay = super::relay::listen(&data, state.ops.clone()).await?;
     if role.drives() {
         tokio::spawn(reporter.run(state.closing()));
+        tokio::spawn(state.remediation.clone().run(state.closing()));
         let recovered = pool.recover().await?;
         if recovered > 0 {
             errln!("resumed {recovered} executions");

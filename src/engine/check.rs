@@ -24,6 +24,7 @@ pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), Engi
         EventKind::RemediationStarted { .. }
             | EventKind::RemediationPushed { .. }
             | EventKind::RemediationParked { .. }
+            | EventKind::ReviewQueued { .. }
     ) {
         return crate::engine::remediate::check(state, kind);
     }
@@ -333,7 +334,8 @@ pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), Engi
         // Checked before the status (a completed execution accepts them).
         EventKind::RemediationStarted { .. }
         | EventKind::RemediationPushed { .. }
-        | EventKind::RemediationParked { .. } => crate::engine::remediate::check(state, kind),
+        | EventKind::RemediationParked { .. }
+        | EventKind::ReviewQueued { .. } => crate::engine::remediate::check(state, kind),
         EventKind::ReviewRequested { phase_id, .. } | EventKind::GateApprovalRequested { phase_id } => {
             let name = kind.name();
             let phase = ensure_current_phase(state, *phase_id)?;

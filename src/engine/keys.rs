@@ -103,6 +103,8 @@ fn default_round(state: &ExecutionState, kind: &EventKind) -> u64 {
             state.remediation.rounds.len() as u64
         }
         EventKind::RemediationPushed { round, .. } => u64::from(*round),
+        // The same comments queued twice between two rounds are queued once.
+        EventKind::ReviewQueued { .. } => state.remediation.rounds.len() as u64,
         EventKind::FeedbackRecorded { .. } | EventKind::Cancelled { .. } => 0,
     }
 }

@@ -364,7 +364,8 @@ fn mutate_event(state: &mut ExecutionState, event: &Event, now: &str) {
         }
         EventKind::RemediationStarted { .. }
         | EventKind::RemediationPushed { .. }
-        | EventKind::RemediationParked { .. } => crate::engine::remediate::apply(state, &event.kind, now),
+        | EventKind::RemediationParked { .. }
+        | EventKind::ReviewQueued { .. } => crate::engine::remediate::apply(state, &event.kind, now),
     }
 }
 

@@ -20,6 +20,10 @@ use crate::model::text::cut;
 pub const MAX_PROMPT_CHARS: usize = 64_000;
 /// Most review threads one round may answer.
 pub const MAX_THREADS: usize = 200;
+/// Most review comments waiting for the next round.
+pub const MAX_QUEUED: usize = 100;
+/// Longest queued comment body, characters (the runtime trims to less).
+pub const MAX_QUEUED_CHARS: usize = 16_000;
 
 /// The fix phase's name.
 pub fn phase_name(cause: RemediationCause, round: u32) -> String {
@@ -39,7 +43,7 @@ pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), Engi
     let bad = |m: String| Err(EngineError::InvalidEvent(m));
     let status = state.status;
     match kind {
-        EventKind::RemediationStarted { cause, sha, agent_name, task_description, max_rounds, threads } => {
+        EventKind::RemediationStarted { cause, sha, agent_name, task_description, max_rounds, threads, queued } => {
             if status != ExecutionStatus::Complete {
                 return Err(EngineError::WrongStatus { event: "remediation_started", status });
             }
@@ -63,6 +67,31 @@ pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), Engi
             }
             if threads.len() > MAX_THREADS {
                 return bad(format!("remediation_started: at most {MAX_THREADS} threads"));
+            }
+            if *queued as usize > state.remediation.queued.len() {
+                return bad(format!(
+                    "remediation_started: {queued} queued comments answered, {} queued",
+                    state.remediation.queued.len()
+                ));
+            }
+            if *queued > 0 && *cause != RemediationCause::Review {
+                return bad("remediation_started: only a review round answers queued comments".into());
+            }
+            Ok(())
+        }
+        EventKind::ReviewQueued { comments } => {
+            // A round runs (in whatever state it stands), or one just completed.
+            if status.is_final() && status != ExecutionStatus::Complete {
+                return Err(EngineError::Final { status });
+            }
+            if let Some(why) = &state.remediation.parked {
+                return bad(format!("remediation is parked ({why}): a human decides what happens next"));
+            }
+            if comments.is_empty() || state.remediation.queued.len() + comments.len() > MAX_QUEUED {
+                return bad(format!("review_queued: 1 to {MAX_QUEUED} comments may wait"));
+            }
+            if comments.iter().any(|c| c.body.trim().is_empty() || c.body.chars().count() > MAX_QUEUED_CHARS) {
+                return bad(format!("review_queued: each comment needs a body of 1 to {MAX_QUEUED_CHARS} characters"));
             }
             Ok(())
         }
@@ -95,7 +124,7 @@ pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), Engi
 /// Applies a checked remediation event at `now`.
 pub(crate) fn apply(state: &mut ExecutionState, kind: &EventKind, now: &str) {
     match kind {
-        EventKind::RemediationStarted { cause, sha, agent_name, task_description, threads, .. } => {
+        EventKind::RemediationStarted { cause, sha, agent_name, task_description, threads, queued, .. } => {
             let round = state.remediation.used(*cause) + 1;
             let mut phase = PlanPhase::new(0, phase_name(*cause, round));
             phase.steps.push(PlanStep::new("", agent_name.clone(), task_description.clone()));
@@ -113,8 +142,17 @@ pub(crate) fn apply(state: &mut ExecutionState, kind: &EventKind, now: &str) {
                 pushed_sha: String::new(),
                 threads: threads.clone(),
             });
+            let taken = (*queued as usize).min(state.remediation.queued.len());
+            state.remediation.queued.drain(..taken);
             state.status = ExecutionStatus::Running;
             state.completed_at.clear();
+        }
+        EventKind::ReviewQueued { comments } => {
+            for c in comments {
+                if !state.remediation.knows_comment(&c.id) {
+                    state.remediation.queued.push(c.clone());
+                }
+            }
         }
         EventKind::RemediationPushed { sha, .. } => {
             if let Some(r) = state.remediation.rounds.last_mut() {
@@ -177,6 +215,7 @@ mod tests {
             task_description: "fix the lint failure".into(),
             max_rounds: max,
             threads: Vec::new(),
+            queued: 0,
         })
     }
 
@@ -221,6 +260,53 @@ mod tests {
         let err = apply_event(&mut s, &round(RemediationCause::Review, "abcdef2", 5), "2026-01-01T03:01:00+00:00")
             .expect_err("parked");
         assert!(err.to_string().contains("parked"), "{err}");
+    }
+
+    fn queued(id: &str, body: &str) -> crate::model::state::QueuedComment {
+        crate::model::state::QueuedComment {
+            id: id.into(),
+            path: "src/lib.rs".into(),
+            line: Some(3),
+            diff_hunk: String::new(),
+            body: body.into(),
+            author: "tessa".into(),
+        }
+    }
+
+    #[test]
+    fn comments_during_a_round_wait_once_each_and_the_next_review_round_takes_them() {
+        let mut s = completed();
+        apply_event(&mut s, &round(RemediationCause::Review, SHA, 2), "2026-01-01T01:00:00+00:00").unwrap();
+        let wait = |c: Vec<crate::model::state::QueuedComment>| Event::new(EventKind::ReviewQueued { comments: c });
+        apply_event(
+            &mut s,
+            &wait(vec![queued("7", "rename"), queued("", "and the docs")]),
+            "2026-01-01T01:01:00+00:00",
+        )
+        .unwrap();
+        apply_event(&mut s, &wait(vec![queued("7", "rename")]), "2026-01-01T01:02:00+00:00").unwrap();
+        assert_eq!(s.remediation.queued.len(), 2, "comment 7 waits once");
+        assert!(s.remediation.knows_comment("7") && !s.remediation.knows_comment(""));
+        let empty = apply_event(&mut s, &wait(Vec::new()), "2026-01-01T01:03:00+00:00");
+        assert!(empty.is_err(), "nothing to queue");
+        // A CI round cannot take them; the next review round takes them, oldest first.
+        s.status = ExecutionStatus::Complete;
+        let mut ci = round(RemediationCause::Ci, "abcdef1", 2);
+        if let EventKind::RemediationStarted { queued, .. } = &mut ci.kind {
+            *queued = 1;
+        }
+        assert!(apply_event(&mut s, &ci, "2026-01-01T02:00:00+00:00").is_err());
+        let mut next = round(RemediationCause::Review, "abcdef1", 2);
+        if let EventKind::RemediationStarted { queued, .. } = &mut next.kind {
+            *queued = 2;
+        }
+        apply_event(&mut s, &next, "2026-01-01T02:00:00+00:00").unwrap();
+        assert!(s.remediation.queued.is_empty());
+        // Parked: nothing waits any more.
+        s.status = ExecutionStatus::Complete;
+        let parked = EventKind::RemediationParked { reason: "2 of 2 review rounds used".into() };
+        apply_event(&mut s, &Event::new(parked), "2026-01-01T03:00:00+00:00").unwrap();
+        assert!(apply_event(&mut s, &wait(vec![queued("8", "x")]), "2026-01-01T03:01:00+00:00").is_err());
     }
 
     #[test]

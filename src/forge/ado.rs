@@ -82,8 +82,32 @@ impl AzureDevOps {
         self.call(what, Method::GET, url, None).await
     }
 
+    /// GETs `url` and reads its body as text (a build log).
+    ///
+    /// Errors: any [`ForgeError`] of the call.
+    pub(super) async fn get_text(&self, what: &str, url: &str) -> Result<String, ForgeError> {
+        let bytes = self.call_bytes(what, Method::GET, url, None).await?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
     /// Sends the request until it succeeds (its JSON body) or the policy says stop.
     async fn call(&self, what: &str, method: Method, url: &str, body: Option<&Value>) -> Result<Value, ForgeError> {
+        let bytes = self.call_bytes(what, method, url, body).await?;
+        serde_json::from_slice(&bytes).map_err(|e| ForgeError::Malformed {
+            forge: Forge::AzureDevOps,
+            what: what.into(),
+            message: format!("not JSON: {e}"),
+        })
+    }
+
+    /// Sends the request until it succeeds (its body) or the policy says stop.
+    async fn call_bytes(
+        &self,
+        what: &str,
+        method: Method,
+        url: &str,
+        body: Option<&Value>,
+    ) -> Result<bytes::Bytes, ForgeError> {
         let Some(pat) = &self.pat else {
             return Err(ForgeError::Unconfigured(format!(
                 "{what} needs an Azure DevOps personal access token: set ADO_PAT (or [ado] pat in baton.toml)"
@@ -109,11 +133,7 @@ impl AzureDevOps {
             }
         })
         .await?;
-        serde_json::from_slice(&bytes).map_err(|e| ForgeError::Malformed {
-            forge: Forge::AzureDevOps,
-            what: what.into(),
-            message: format!("not JSON: {e}"),
-        })
+        Ok(bytes)
     }
 
     /// Work item `id` of `org`/`project` as an item (`$expand=all`, so its web link comes

@@ -304,3 +304,160 @@ impl AzureDevOps {
         Ok(merge(ado_builds(&builds, sha), ado_statuses(&statuses)))
     }
 }
+
+/// Lines of a failed Azure DevOps task's log kept in its details: the last ones.
+pub const LOG_TAIL_LINES: usize = 50;
+
+/// The failed tasks of an Azure DevOps build timeline (`{"records": [...]}`): each record of
+/// type `Task` whose result is `failed` and that has a log, as (name, log id), in order.
+pub fn ado_failed_tasks(timeline: &Value) -> Vec<(String, u64)> {
+    timeline
+        .get("records")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|r| text(r, "type") == "Task" && text(r, "result") == "failed")
+        .filter_map(|r| {
+            let log = r.pointer("/log/id").and_then(Value::as_u64)?;
+            Some((clean(&text(r, "name"), MAX_NAME_CHARS), log))
+        })
+        .collect()
+}
+
+/// The last [`LOG_TAIL_LINES`] lines of a build log (plain text, or the JSON shape
+/// `{"count", "value": [lines]}`): each line's leading timestamp dropped, control
+/// characters dropped, cut to 400 characters; empty lines left out.
+pub fn log_tail(body: &str) -> Vec<String> {
+    let lines: Vec<String> = match serde_json::from_str::<Value>(body) {
+        Ok(v) if v.get("value").is_some_and(Value::is_array) => {
+            v["value"].as_array().into_iter().flatten().filter_map(Value::as_str).map(str::to_string).collect()
+        }
+        _ => body.lines().map(str::to_string).collect(),
+    };
+    let kept: Vec<String> = lines
+        .iter()
+        .map(|l| {
+            // `2026-11-30T10:40:12.1234567Z message`: the timestamp says nothing to a fixer.
+            let l = l.trim_start_matches('\u{feff}');
+            match l.split_once(' ') {
+                Some((stamp, rest)) if stamp.len() >= 20 && stamp.ends_with('Z') && stamp.as_bytes()[4] == b'-' => rest,
+                _ => l,
+            }
+        })
+        .map(|l| {
+            let one: String = l.chars().map(|c| if c.is_control() && c != '\t' { ' ' } else { c }).collect();
+            cut(one.trim_end(), MAX_LINE_CHARS)
+        })
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    kept[kept.len().saturating_sub(LOG_TAIL_LINES)..].to_vec()
+}
+
+impl AzureDevOps {
+    /// The details of the failed builds of commit `sha` on branch `branch` (the newest build
+    /// per definition): for each, the tail of every failed task's log (Timeline → the task's
+    /// log id → `GET …/_apis/build/builds/{id}/logs/{logId}`), named by the task.
+    ///
+    /// Errors: any [`ForgeError`] of the calls.
+    pub async fn failed_build_details(
+        &self,
+        org: &str,
+        project: &str,
+        branch: &str,
+        sha: &str,
+    ) -> Result<Vec<CheckDetail>, ForgeError> {
+        let query = url::form_urlencoded::Serializer::new(String::new())
+            .append_pair("branchName", &format!("refs/heads/{branch}"))
+            .append_pair("queryOrder", "queueTimeDescending")
+            .append_pair("$top", "100")
+            .append_pair("api-version", API_VERSION)
+            .finish();
+        let builds = self
+            .get_json(
+                &format!("builds of {org}/{project} on {branch}"),
+                &format!("{}?{query}", self.api_url(org, project, "build/builds")),
+            )
+            .await?;
+        let failed: Vec<String> =
+            ado_builds(&builds, sha).into_iter().filter(|c| c.state == CiCheckState::Failed).map(|c| c.name).collect();
+        // The newest build of each failed definition.
+        let mut newest: Vec<(String, i64)> = Vec::new();
+        for b in builds.get("value").and_then(Value::as_array).into_iter().flatten() {
+            if !text(b, "sourceVersion").eq_ignore_ascii_case(sha) || text(b, "status") != "completed" {
+                continue;
+            }
+            let definition = b.get("definition").map(|d| text(d, "name")).unwrap_or_default();
+            let name = if definition.is_empty() { format!("build {}", text(b, "buildNumber")) } else { definition };
+            let name = clean(&name, MAX_NAME_CHARS);
+            let Some(id) = b.get("id").and_then(Value::as_i64) else { continue };
+            if !failed.contains(&name) {
+                continue;
+            }
+            match newest.iter_mut().find(|(n, _)| *n == name) {
+                Some(slot) if slot.1 < id => slot.1 = id,
+                Some(_) => {}
+                None => newest.push((name, id)),
+            }
+        }
+        let mut out = Vec::new();
+        for (name, id) in newest {
+            let timeline = self
+                .get_json(
+                    &format!("the timeline of build {id} of {org}/{project}"),
+                    &format!(
+                        "{}?api-version={API_VERSION}",
+                        self.api_url(org, project, &format!("build/builds/{id}/timeline"))
+                    ),
+                )
+                .await?;
+            let mut parts = Vec::new();
+            for (task, log) in ado_failed_tasks(&timeline).into_iter().take(3) {
+                let body = self
+                    .get_text(
+                        &format!("log {log} of build {id} of {org}/{project}"),
+                        &format!(
+                            "{}?api-version={API_VERSION}",
+                            self.api_url(org, project, &format!("build/builds/{id}/logs/{log}"))
+                        ),
+                    )
+                    .await?;
+                parts.push(format!("task `{task}` failed; the end of its log:\n{}", log_tail(&body).join("\n")));
+            }
+            let joined = parts.join("\n\n");
+            // Keep the end: the error is at the bottom of a log.
+            let count = joined.chars().count();
+            let text =
+                if count > MAX_DETAIL_CHARS { joined.chars().skip(count - MAX_DETAIL_CHARS).collect() } else { joined };
+            out.push(CheckDetail { name, text });
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod log_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_log_tail_keeps_the_last_lines_without_their_timestamps() {
+        let body: String =
+            (0..80).map(|i| format!("2026-11-30T10:40:{:02}.1234567Z line {i}\r\n", i % 60)).collect::<String>();
+        let tail = log_tail(&body);
+        assert_eq!(tail.len(), LOG_TAIL_LINES);
+        assert_eq!((tail[0].as_str(), tail[49].as_str()), ("line 30", "line 79"));
+        let json = json!({"count": 2, "value": ["2026-11-30T10:40:00.0000000Z a", "b\u{1b}[31m"]}).to_string();
+        assert_eq!(log_tail(&json), ["a", "b [31m"]);
+    }
+
+    #[test]
+    fn failed_tasks_come_from_the_timeline_records() {
+        let t = json!({"records": [
+            {"type": "Stage", "name": "Build", "result": "failed", "log": {"id": 1}},
+            {"type": "Task", "name": "cargo test", "result": "failed", "log": {"id": 7}},
+            {"type": "Task", "name": "checkout", "result": "succeeded", "log": {"id": 3}},
+            {"type": "Task", "name": "no log", "result": "failed"},
+        ]});
+        assert_eq!(ado_failed_tasks(&t), [("cargo test".to_string(), 7)]);
+    }
+}

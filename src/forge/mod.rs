@@ -26,6 +26,7 @@ pub mod item;
 pub mod policy;
 pub mod refs;
 pub mod retry;
+pub mod review;
 pub mod settings;
 #[cfg(test)]
 mod tests;

@@ -114,6 +114,51 @@ impl GitRepo {
         }
     }
 
+    /// Replays the commits of `refs/heads/<branch>` after `base` (oldest first, first parents)
+    /// onto `onto`, in memory (no working tree is touched), and points the branch at the
+    /// result: what the branch now holds ([`super::PickOutcome::Applied`]; `AlreadyApplied`
+    /// when nothing was left to replay, the branch at `onto`), or the paths of the first
+    /// commit that conflicts ([`super::PickOutcome::Conflict`]: the branch is back where it
+    /// was). Used when a push was rejected because someone else pushed to the branch: the
+    /// result descends from `onto`, so the next push is a fast-forward, never forced.
+    ///
+    /// Errors: [`GitError::UnknownRevision`] for a missing branch or revision;
+    /// [`GitError::BranchCheckedOut`]; [`GitError::Git`] for a merge commit among those replayed.
+    pub fn replay_onto(&self, branch: &str, base: &str, onto: &str) -> Result<super::PickOutcome, GitError> {
+        crate::crash::before_effect("git replay onto");
+        let refname = super::branch_ref(branch)?;
+        let (tip, commits, onto_oid) = {
+            let repo = self.repo()?;
+            let tip = super::ref_target(&repo, &refname)?
+                .ok_or_else(|| GitError::UnknownRevision { rev: branch.to_string() })?;
+            let mut walk = repo.revwalk()?;
+            walk.push(tip)?;
+            walk.hide(super::resolve_oid(&repo, base)?)?;
+            walk.simplify_first_parent()?;
+            walk.set_sorting(git2::Sort::TOPOLOGICAL | git2::Sort::REVERSE)?;
+            let commits: Vec<String> = walk.map(|o| o.map(|o| o.to_string())).collect::<Result<_, _>>()?;
+            (tip.to_string(), commits, super::resolve_oid(&repo, onto)?.to_string())
+        };
+        self.refuse_checked_out(branch)?;
+        self.set_ref(&refname, &onto_oid)?;
+        let mut outcome = super::PickOutcome::AlreadyApplied;
+        for sha in &commits {
+            match self.cherry_pick_onto(branch, sha) {
+                Ok(super::PickOutcome::Conflict { paths }) => {
+                    self.set_ref(&refname, &tip)?;
+                    return Ok(super::PickOutcome::Conflict { paths });
+                }
+                Ok(super::PickOutcome::AlreadyApplied) => {}
+                Ok(applied) => outcome = applied,
+                Err(e) => {
+                    self.set_ref(&refname, &tip)?;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(outcome)
+    }
+
     /// Whether commit `ancestor` is `descendant` or one of its ancestors.
     pub fn is_ancestor(&self, ancestor: &str, descendant: &str) -> Result<bool, GitError> {
         let repo = self.repo()?;

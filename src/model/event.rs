@@ -339,6 +339,17 @@ pub enum EventKind {
         /// The review comments the round answers.
         #[serde(default)]
         threads: Vec<crate::model::state::ReviewThread>,
+        /// How many queued review comments (`review_queued`, oldest first) the round answers:
+        /// they leave the queue.
+        #[serde(default, skip_serializing_if = "is_zero_u32")]
+        queued: u32,
+    },
+    /// Review comments arrived on the open pull request while a remediation round ran (issue
+    /// 19.4): they wait, journaled, for the next review round. Accepted on a running or
+    /// completed execution that is not parked.
+    ReviewQueued {
+        /// The comments, in the order they came.
+        comments: Vec<crate::model::state::QueuedComment>,
     },
     /// The newest remediation round's fix was consolidated and pushed (never forced) as `sha`.
     /// Accepted while the execution runs, every phase done.
@@ -362,6 +373,10 @@ pub enum EventKind {
         #[serde(default)]
         reason: String,
     },
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
 }
 
 fn default_trigger() -> String {
@@ -391,6 +406,7 @@ impl EventKind {
             EventKind::RemediationStarted { .. } => "remediation_started",
             EventKind::RemediationPushed { .. } => "remediation_pushed",
             EventKind::RemediationParked { .. } => "remediation_parked",
+            EventKind::ReviewQueued { .. } => "review_queued",
             EventKind::QuotaWait { .. } => "quota_wait",
             EventKind::QuotaResumed { .. } => "quota_resumed",
             EventKind::CiStarted { .. } => "ci_started",

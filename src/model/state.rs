@@ -598,6 +598,29 @@ pub struct ReviewThread {
     pub line: Option<i64>,
 }
 
+/// A review comment that arrived while a round ran (issue 19.4): journaled with
+/// `review_queued`, answered by the next review round once the running one pushed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct QueuedComment {
+    /// The forge's id (GitHub review comment id, Azure DevOps thread id); empty for a review's
+    /// body.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub id: String,
+    /// The file it is on (empty: the pull request as a whole).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub path: String,
+    /// The line it is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<i64>,
+    /// The diff around it, where the forge gives it (trimmed).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub diff_hunk: String,
+    /// What the reviewer wrote.
+    pub body: String,
+    /// Who wrote it (their forge login or e-mail).
+    pub author: String,
+}
+
 /// One remediation round: a fix phase appended to a completed execution whose pull request
 /// is open.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -632,12 +655,24 @@ pub struct Remediation {
     /// Why no more rounds start: a human is asked (set by `remediation_parked`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parked: Option<String>,
+    /// Review comments that arrived while a round ran, oldest first: the next review round
+    /// answers them (`review_queued`; taken by `remediation_started`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queued: Vec<QueuedComment>,
 }
 
 impl Remediation {
     /// Nothing happened yet (kept out of snapshots then).
     pub fn is_untouched(&self) -> bool {
-        self.rounds.is_empty() && self.parked.is_none()
+        self.rounds.is_empty() && self.parked.is_none() && self.queued.is_empty()
+    }
+
+    /// Whether the review comment with forge id `id` was answered by a round or waits in the
+    /// queue (an empty id — a review's body — never is).
+    pub fn knows_comment(&self, id: &str) -> bool {
+        !id.is_empty()
+            && (self.queued.iter().any(|q| q.id == id)
+                || self.rounds.iter().any(|r| r.threads.iter().any(|t| t.id == id)))
     }
 
     /// Rounds of `cause` started.

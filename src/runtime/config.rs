@@ -335,6 +335,14 @@ pub struct CiConfig {
     /// The agent that fixes a failing check (a roster or `[agents]` name); none (the default):
     /// the agent that made the change.
     pub fixer: Option<String>,
+    /// The checks of an open pull request's head are also read without a webhook (a lost
+    /// delivery loses nothing): first this long after a new head is seen, seconds (default
+    /// 30); the interval doubles after each read, up to `pr_max_poll_secs`, and a CI webhook
+    /// about the pull request starts it over.
+    pub pr_poll_secs: u64,
+    /// Longest interval between two reads of an open pull request's checks, seconds (default
+    /// 600: 10 minutes).
+    pub pr_max_poll_secs: u64,
 }
 
 impl Default for CiConfig {
@@ -347,6 +355,8 @@ impl Default for CiConfig {
             required: Vec::new(),
             max_fix_rounds: DEFAULT_MAX_ROUNDS,
             fixer: None,
+            pr_poll_secs: 30,
+            pr_max_poll_secs: 600,
         }
     }
 }

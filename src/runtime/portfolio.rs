@@ -25,11 +25,12 @@ pub const MAX_RANGE_DAYS: i64 = 366;
 pub const DEFAULT_RANGE_DAYS: i64 = 30;
 
 /// The stages the cumulative flow draws, in order (cancelled specs leave the flow).
-pub const FLOW_STAGES: [SpecStage; 6] = [
+pub const FLOW_STAGES: [SpecStage; 7] = [
     SpecStage::Queued,
     SpecStage::InReview,
     SpecStage::Executing,
     SpecStage::ChangelistReview,
+    SpecStage::PrOpen,
     SpecStage::Merged,
     SpecStage::Failed,
 ];
@@ -291,7 +292,8 @@ pub fn compute(range: &PortfolioRange, projects: Vec<String>, rows: &PortfolioRo
 
 /// Where a spec stood just before `end` (RFC 3339 or a date), from its transitions in order:
 /// `None` before it existed or once cancelled. An executing spec whose execution ended before
-/// `end` stands where that ending puts it (changelist review, failed).
+/// `end` stands where that ending puts it (changelist review, failed), or in `pr_open` once
+/// its pull request was open before `end`.
 pub fn stage_at(transitions: &[&SpecTransitionRow], end: &str) -> Option<SpecStage> {
     let last = transitions.iter().rev().find(|t| t.at.as_str() < end)?;
     let status = SpecStatus::parse(&last.to_status)?;
@@ -301,7 +303,8 @@ pub fn stage_at(transitions: &[&SpecTransitionRow], end: &str) -> Option<SpecSta
         }
         _ => None,
     };
-    match SpecStage::of(status, ended) {
+    let pr_open = last.pr_opened_at.as_deref().is_some_and(|at| at < end);
+    match SpecStage::of_pull(status, ended, pr_open) {
         SpecStage::Cancelled => None,
         stage => Some(stage),
     }
@@ -470,7 +473,7 @@ pub fn aggregate(rows: &PortfolioRows) -> Aggregates {
         .filter(|(i, t)| rows.transitions.get(i + 1).is_none_or(|next| next.spec_id != t.spec_id));
     for (_, t) in newest {
         let Some(status) = SpecStatus::parse(&t.to_status) else { continue };
-        let stage = SpecStage::of(status, t.execution_status.as_deref());
+        let stage = SpecStage::of_pull(status, t.execution_status.as_deref(), t.pr_opened_at.is_some());
         if let Some(entry) = stages.iter_mut().find(|(s, _)| *s == stage) {
             entry.1 += 1;
         }
@@ -534,6 +537,31 @@ mod tests {
 
     fn query(from: Option<&str>, to: Option<&str>) -> PortfolioQuery {
         PortfolioQuery { project: Some(" ".into()), from: from.map(String::from), to: to.map(String::from) }
+    }
+
+    #[test]
+    fn a_spec_whose_pull_request_is_open_counts_as_pr_open_not_changelist_review() {
+        let row = |spec_id: i64, pr_opened_at: Option<&str>| SpecTransitionRow {
+            spec_id,
+            to_status: "executing".into(),
+            at: "2026-11-01T10:00:00+00:00".into(),
+            execution_status: Some("complete".into()),
+            execution_updated_at: Some("2026-11-01T11:00:00+00:00".into()),
+            pr_opened_at: pr_opened_at.map(String::from),
+        };
+        let rows = PortfolioRows {
+            transitions: vec![row(1, None), row(2, Some("2026-11-01T12:00:00+00:00"))],
+            ..PortfolioRows::default()
+        };
+        let counts = aggregate(&rows).specs_by_stage;
+        let count = |stage| counts.iter().find(|(s, _)| *s == stage).map(|(_, n)| *n);
+        assert_eq!(count(SpecStage::ChangelistReview), Some(1));
+        assert_eq!(count(SpecStage::PrOpen), Some(1));
+        // In the flow, the pull request counts from the moment it opened.
+        let spec2 = [&rows.transitions[1]];
+        assert_eq!(stage_at(&spec2, "2026-11-01T11:30:00+00:00"), Some(SpecStage::ChangelistReview));
+        assert_eq!(stage_at(&spec2, "2026-11-02"), Some(SpecStage::PrOpen));
+        assert!(FLOW_STAGES.contains(&SpecStage::PrOpen));
     }
 
     #[test]

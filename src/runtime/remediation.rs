@@ -16,32 +16,229 @@
 //!
 //! This module decides whether a CI notice starts a round ([`Remediation::ci_notice`]): the
 //! pull request must be Baton's, open, its spec executing and its execution complete; what
-//! failed is read from the forge's API (never taken from the delivery). Recording goes through
-//! the operator service; the prompt is `runtime::fixes`'. It never parses HTTP.
+//! failed is read from the forge's API (never taken from the delivery). A lost webhook loses
+//! nothing: the periodic pass ([`Remediation::run`], one replica at a time on PostgreSQL)
+//! reads the checks of every open pull request's head with backoff (`[ci] pr_poll_secs`
+//! doubling to `pr_max_poll_secs`, restarted by any CI webhook about it) and starts the same
+//! round through the same path, and starts the review round that queued review comments wait
+//! for. A review is read into its comments with their file and line context
+//! ([`Remediation::review`]: a GitHub review's line comments, an Azure DevOps thread's
+//! context) before the operator service decides. Recording goes through the operator service;
+//! the prompt is `runtime::fixes`'. It never parses HTTP.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use crate::clock::Clock;
 use crate::forge::checks::CheckDetail;
 use crate::forge::{ForgeError, RepoRef};
 use crate::model::state::{ExecutionStatus, RemediationCause};
 use crate::runtime::ci_events::CiNotice;
 use crate::runtime::executions::Executions;
-use crate::runtime::fixes::{ci_prompt, failed_required, FailedCheck};
+use crate::runtime::fixes::{ci_prompt, failed_required, FailedCheck, ReviewComment};
 use crate::runtime::forge::Forges;
-use crate::runtime::ops::{Ops, RoundOutcome, RoundRequest};
+use crate::runtime::ops::{Ops, ReviewRequest, RoundOutcome, RoundRequest};
 use crate::store::MergeRow;
 
-/// The CI side of remediation: which open pull request a CI notice concerns, and whether its
-/// failing checks start a round. Cheap to clone.
+/// When the checks of one open pull request's head are read next (the polling fallback).
+#[derive(Debug, Clone)]
+struct PollDue {
+    /// The head polled.
+    sha: String,
+    /// The interval after the next poll.
+    interval: Duration,
+    /// When the next poll is due.
+    next: chrono::DateTime<chrono::Utc>,
+}
+
+/// The CI side of remediation: which open pull request a CI notice concerns, whether its
+/// failing checks start a round, and the periodic pass that polls the checks a lost webhook
+/// would have announced. Cheap to clone (clones share the poll schedule).
 #[derive(Debug, Clone)]
 pub struct Remediation {
     execs: Executions,
     ops: Ops,
     forges: Forges,
+    /// Per execution with an open pull request: when its head's checks are read next.
+    polls: Arc<Mutex<HashMap<String, PollDue>>>,
 }
+
+/// Longest pause between two passes of [`Remediation::run`].
+const MAX_TICK: Duration = Duration::from_secs(5);
 
 impl Remediation {
     /// A service recording through `ops`, reading the forges through `forges`.
     pub fn new(execs: Executions, ops: Ops, forges: Forges) -> Remediation {
-        Remediation { execs, ops, forges }
+        Remediation { execs, ops, forges, polls: Arc::default() }
+    }
+
+    /// The same service (and poll schedule) reading the forges through `forges`.
+    #[must_use]
+    pub fn with_forges(mut self, forges: Forges) -> Remediation {
+        self.forges = forges;
+        self
+    }
+
+    fn clock(&self) -> &Clock {
+        self.ops.clock()
+    }
+
+    /// The poll intervals: `[ci] pr_poll_secs` and `pr_max_poll_secs` (at least 1 s each).
+    fn intervals(&self) -> (Duration, Duration) {
+        let ci = self.execs.data().config().map(|c| c.ci).unwrap_or_default();
+        let first = Duration::from_secs(ci.pr_poll_secs.max(1));
+        (first, Duration::from_secs(ci.pr_max_poll_secs.max(1)).max(first))
+    }
+
+    /// A webhook spoke about `task_id`'s pull request at `sha`: its next poll is one first
+    /// interval away again.
+    fn restart_poll(&self, task_id: &str, sha: &str) {
+        let (first, _) = self.intervals();
+        let next = self.clock().now() + chrono::Duration::from_std(first).unwrap_or_default();
+        let due = PollDue { sha: sha.to_string(), interval: first, next };
+        self.polls.lock().unwrap_or_else(PoisonError::into_inner).insert(task_id.to_string(), due);
+    }
+
+    /// Runs [`Remediation::pass`] every few seconds (at most 5 s apart, sooner when
+    /// `[ci] pr_poll_secs` is shorter) until `closing` turns true. With several replicas on one
+    /// PostgreSQL database one replica's pass runs at a time (the `pr-checks` cluster job's
+    /// advisory lock): the others skip theirs. A failing pass is logged and the next one tries
+    /// again.
+    pub async fn run(self, mut closing: tokio::sync::watch::Receiver<bool>) {
+        loop {
+            match self.execs.store().cluster_job("pr-checks").await {
+                Ok(Some(job)) => {
+                    if let Err(e) = self.pass().await {
+                        tracing::warn!("pull request checks pass failed: {e:#}");
+                    }
+                    job.done().await;
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!("pull request checks pass not started: {e}"),
+            }
+            let tick = self.intervals().0.min(MAX_TICK);
+            tokio::select! {
+                () = tokio::time::sleep(tick) => {}
+                _ = closing.wait_for(|c| *c) => return,
+            }
+        }
+    }
+
+    /// One pass over the open pull requests: a review round starts for the comments that
+    /// queued while the last round ran, once it completed; and the checks of each pull
+    /// request's head are read when its poll is due (a new head is first read one
+    /// `pr_poll_secs` after it is seen; each poll doubles the interval up to
+    /// `pr_max_poll_secs`), a failed required check starting a CI fix round through the same
+    /// path as the webhook (one round per head, whichever comes first). Returns what started
+    /// or parked, per execution.
+    ///
+    /// Errors: the database.
+    pub async fn pass(&self) -> anyhow::Result<Vec<(String, RoundOutcome)>> {
+        let (first, max) = self.intervals();
+        let rows = self.execs.store().opened_merges().await?;
+        {
+            let mut polls = self.polls.lock().unwrap_or_else(PoisonError::into_inner);
+            polls.retain(|task_id, _| rows.iter().any(|r| &r.task_id == task_id));
+        }
+        let mut out = Vec::new();
+        for row in rows {
+            if let Some(outcome) = self.ops.start_queued_review(&row.task_id).await? {
+                tracing::info!(task.id = %row.task_id, "queued review comments: {outcome:?}");
+                out.push((row.task_id.clone(), outcome));
+                continue;
+            }
+            let now = self.clock().now();
+            let due = {
+                let mut polls = self.polls.lock().unwrap_or_else(PoisonError::into_inner);
+                let entry = polls.entry(row.task_id.clone()).or_insert_with(|| PollDue {
+                    sha: String::new(),
+                    interval: first,
+                    next: now,
+                });
+                if entry.sha != row.pushed_sha {
+                    // A new head: CI needs a moment to report on it.
+                    entry.sha.clone_from(&row.pushed_sha);
+                    entry.interval = first;
+                    entry.next = now + chrono::Duration::from_std(first).unwrap_or_default();
+                }
+                let due = now >= entry.next;
+                if due {
+                    entry.next = now + chrono::Duration::from_std(entry.interval).unwrap_or_default();
+                    entry.interval = (entry.interval * 2).min(max);
+                }
+                due
+            };
+            if !due {
+                continue;
+            }
+            let outcome = self.check_pull(&row).await?;
+            match &outcome {
+                RoundOutcome::Ignored(why) => tracing::debug!(task.id = %row.task_id, "polled checks: {why}"),
+                other => {
+                    tracing::info!(task.id = %row.task_id, "polled checks of {}: {other:?}", row.pushed_sha);
+                    out.push((row.task_id.clone(), outcome));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// A review on (or comment in) a Baton pull request, as the webhook door read it: a GitHub
+    /// review's line comments (`GET /repos/{o}/{r}/pulls/{n}/reviews/{id}/comments`) and an
+    /// Azure DevOps thread's file and line (`threadContext`) are read from the forge's API
+    /// and added to it; then the operator service decides whether it starts a round, waits
+    /// for the next one, or stops the loop. A forge failure leaves the comments as the
+    /// delivery gave them.
+    ///
+    /// Errors: as [`Ops::review_remediation`].
+    pub async fn review(
+        &self,
+        mut request: ReviewRequest,
+    ) -> Result<Result<(String, RoundOutcome), String>, crate::runtime::ops::OpsError> {
+        if !request.own && !request.stop {
+            if let Err(e) = self.add_context(&mut request).await {
+                tracing::warn!("reading the review's comments from the forge: {e}");
+            }
+        }
+        self.ops.review_remediation(request).await
+    }
+
+    /// Adds what the forge's API knows of `request`'s comments (see [`Remediation::review`]).
+    async fn add_context(&self, request: &mut ReviewRequest) -> anyhow::Result<()> {
+        let branch = request.branch.strip_prefix("refs/heads/").unwrap_or(&request.branch);
+        let Some(task_id) = branch.strip_prefix("baton/").filter(|t| !t.is_empty()) else { return Ok(()) };
+        let Some(merge) = self.execs.store().merge(task_id).await? else { return Ok(()) };
+        let Some(number) = merge.pr_number.and_then(|n| u64::try_from(n).ok()) else { return Ok(()) };
+        match RepoRef::parse(&merge.forge_repo)? {
+            RepoRef::GitHub { owner, repo } => {
+                let Some(review_id) = request.review_id else { return Ok(()) };
+                let found = self.forges.github().review_comments(&owner, &repo, number, review_id).await?;
+                for c in found {
+                    let id = c.id.to_string();
+                    if !request.comments.iter().any(|k| k.id == id) {
+                        request.comments.push(ReviewComment {
+                            id,
+                            path: c.path,
+                            line: c.line,
+                            diff_hunk: c.diff_hunk,
+                            body: c.body,
+                            author: c.author,
+                        });
+                    }
+                }
+            }
+            RepoRef::Ado { org, project, repository } => {
+                for c in request.comments.iter_mut().filter(|c| !c.id.is_empty() && c.path.is_empty()) {
+                    let Ok(thread) = c.id.parse::<u64>() else { continue };
+                    let (path, line) =
+                        self.forges.ado().thread_context(&org, &project, &repository, number, thread).await?;
+                    c.path = path;
+                    c.line = line;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A forge said something about CI: every open Baton pull request whose head is the
@@ -57,6 +254,7 @@ impl Remediation {
             let named = sha.as_deref().is_some_and(|s| !s.is_empty() && row.pushed_sha.eq_ignore_ascii_case(s))
                 || notice.branches.contains(&row.branch);
             if named {
+                self.restart_poll(&row.task_id, &row.pushed_sha);
                 let outcome = self.check_pull(&row).await?;
                 out.push((row.task_id.clone(), outcome));
             }
@@ -90,6 +288,10 @@ impl Remediation {
             return Ok(RoundOutcome::Ignored(format!("remediation of {task_id} is parked: {why}")));
         }
         let head = row.pushed_sha.clone();
+        let key = format!("remediation:{task_id}:ci:{head}");
+        if state.applied_keys.contains_key(&key) {
+            return Ok(RoundOutcome::Ignored(format!("a ci round for {head} already started")));
+        }
         let config = self.execs.data().config()?;
         let ci = config.ci_for(Some(&spec.project));
         let checks =
@@ -101,7 +303,13 @@ impl Remediation {
         if failed.is_empty() {
             return Ok(RoundOutcome::Ignored(format!("no required check of {head} failed")));
         }
-        let details = self.details(&row.forge_repo, &head).await.unwrap_or_default();
+        let details = match self.details(&row.forge_repo, &row.branch, &head).await {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(task.id = %task_id, "reading what the failed checks of {head} say: {e}");
+                Vec::new()
+            }
+        };
         let failed: Vec<FailedCheck> = failed
             .iter()
             .map(|c| FailedCheck {
@@ -117,17 +325,20 @@ impl Remediation {
             sha: head.clone(),
             prompt,
             threads: Vec::new(),
-            key: format!("remediation:{task_id}:ci:{head}"),
+            key,
+            queued: 0,
         };
         Ok(self.ops.start_remediation(task_id, request).await?)
     }
 
     /// What the failed checks of `sha` say beyond their summaries (GitHub: output text and
-    /// annotations; Azure DevOps: the summaries only).
-    async fn details(&self, forge_repo: &str, sha: &str) -> Result<Vec<CheckDetail>, ForgeError> {
+    /// annotations; Azure DevOps: the tail of each failed task's build log).
+    async fn details(&self, forge_repo: &str, branch: &str, sha: &str) -> Result<Vec<CheckDetail>, ForgeError> {
         match RepoRef::parse(forge_repo)? {
             RepoRef::GitHub { owner, repo } => self.forges.github().failed_check_details(&owner, &repo, sha).await,
-            RepoRef::Ado { .. } => Ok(Vec::new()),
+            RepoRef::Ado { org, project, .. } => {
+                self.forges.ado().failed_build_details(&org, &project, branch, sha).await
+            }
         }
     }
 }

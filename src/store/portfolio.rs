@@ -36,6 +36,9 @@ pub struct SpecTransitionRow {
     pub execution_status: Option<String>,
     /// When that execution last changed (RFC 3339): when it ended, for an ended one.
     pub execution_updated_at: Option<String>,
+    /// When its execution's pull request was opened (RFC 3339; a remediation round's push
+    /// moves it later); `None` when none is open.
+    pub pr_opened_at: Option<String>,
 }
 
 /// A spec merged in the range, with the fire that led to it.
@@ -128,9 +131,10 @@ impl Store {
         let mut tx = lite.begin_read().await?;
         let transitions = sqlx::query_as::<_, SpecTransitionRow>(
             "select ev.spec_id, ev.to_status, ev.at, e.status as execution_status, \
-             e.updated_at as execution_updated_at \
+             e.updated_at as execution_updated_at, m.updated_at as pr_opened_at \
              from spec_events ev join specs s on s.spec_id = ev.spec_id \
              left join executions e on e.task_id = s.task_id \
+             left join merges m on m.task_id = s.task_id and m.state = 'opened' and m.pr_url != '' \
              where (?1 is null or s.project = ?1) and ev.at < ?2 order by ev.spec_id, ev.seq",
         )
         .bind(&f.project)

@@ -91,6 +91,9 @@ pub struct AppState {
     pub webhooks: Arc<WebhookConfig>,
     /// The forge clients (imports, pull requests, report-back comments).
     pub forges: Forges,
+    /// Remediation of open pull requests (CI notices, reviews, the polling pass), over
+    /// [`AppState::forges`].
+    pub remediation: crate::runtime::remediation::Remediation,
     /// Boards built, served again while nothing changed.
     pub board_cache: Arc<crate::runtime::board::BoardCache>,
     /// Longest a request may take before it is answered 503 (default [`REQUEST_TIMEOUT`]).
@@ -124,6 +127,9 @@ impl AppState {
     ///
     /// Errors: the default forge clients cannot be built.
     pub fn from_app(app: App) -> anyhow::Result<AppState> {
+        let forges = Forges::new(ForgeSettings::default(), RetryPolicy::default())?;
+        let remediation =
+            crate::runtime::remediation::Remediation::new(app.execs.clone(), app.ops.clone(), forges.clone());
         Ok(AppState {
             execs: app.execs,
             specs: app.specs,
@@ -134,7 +140,8 @@ impl AppState {
             no_users_checked: Arc::default(),
             closing: Arc::new(tokio::sync::watch::channel(false).0),
             webhooks: Arc::default(),
-            forges: Forges::new(ForgeSettings::default(), RetryPolicy::default())?,
+            forges,
+            remediation,
             board_cache: Arc::default(),
             request_timeout: REQUEST_TIMEOUT,
             header_read_timeout: HEADER_READ_TIMEOUT,
@@ -162,6 +169,7 @@ impl AppState {
     /// environment; tests point them at mock servers).
     #[must_use]
     pub fn with_forges(mut self, forges: Forges) -> AppState {
+        self.remediation = self.remediation.with_forges(forges.clone());
         self.forges = forges;
         self
     }

@@ -513,7 +513,7 @@ fn github_review(app: &AppState, event: &str, p: &Value) -> Option<crate::runtim
             id,
             path: text(p, "/comment/path").to_string(),
             line,
-            diff_hunk: text(p, "/comment/diff_hunk").to_string(),
+            diff_hunk: crate::forge::review::trim_hunk(text(p, "/comment/diff_hunk")),
             body: body.to_string(),
             author: text(p, "/comment/user/login").to_string(),
         };
@@ -528,6 +528,7 @@ fn github_review(app: &AppState, event: &str, p: &Value) -> Option<crate::runtim
         sha: text(p, "/pull_request/head/sha").to_string(),
         stop: is_stop(body),
         comments: vec![comment],
+        review_id: if event == "pull_request_review" { p.pointer("/review/id").and_then(Value::as_u64) } else { None },
         own,
     })
 }
@@ -565,15 +566,17 @@ fn ado_review(app: &AppState, resource: &Value) -> crate::runtime::ops::ReviewRe
             body: body.to_string(),
             author: email,
         }],
+        review_id: None,
         own,
     }
 }
 
-/// A review on a Baton pull request → [`Operator::review_remediation`](crate::runtime::ops::Ops::review_remediation),
-/// which decides whether it may start a round (or stop the loop).
+/// A review on a Baton pull request → [`Remediation::review`](crate::runtime::remediation::Remediation::review),
+/// which reads its comments' context and asks the operator service whether it may start a
+/// round (or wait for the next one, or stop the loop).
 async fn review(app: &AppState, request: crate::runtime::ops::ReviewRequest) -> Result<Handled, AppError> {
     let who = request.identity.1.clone();
-    match app.ops.review_remediation(request).await? {
+    match app.remediation.review(request).await? {
         Ok((task_id, outcome)) => Ok((StatusCode::OK, round_json(&task_id, &outcome))),
         Err(reason) => Ok(ignored(format!("{reason} ({who})"))),
     }
@@ -628,8 +631,7 @@ fn ado_build_notice(resource: &Value) -> crate::runtime::ci_events::CiNotice {
 /// [`crate::runtime::remediation::Remediation::ci_notice`], which decides whether a failed check
 /// of an open pull request starts a CI fix round.
 async fn ci_notice(app: &AppState, notice: crate::runtime::ci_events::CiNotice) -> Result<Handled, AppError> {
-    let remediation =
-        crate::runtime::remediation::Remediation::new(app.execs.clone(), app.ops.clone(), app.forges.clone());
+    let remediation = &app.remediation;
     let service = crate::runtime::ci_events::CiService::new(app.execs.clone(), app.specs.pool().clone());
     let woken = service.notice(&notice).await?;
     let rounds = remediation.ci_notice(&notice).await?;
@@ -653,6 +655,7 @@ fn round_json(task_id: &str, outcome: &crate::runtime::ops::RoundOutcome) -> Val
             json!({ "task_id": task_id, "round": round, "agent": agent, "outcome": "started" })
         }
         RoundOutcome::Parked(why) => json!({ "task_id": task_id, "outcome": "parked", "reason": why }),
+        RoundOutcome::Queued(waiting) => json!({ "task_id": task_id, "outcome": "queued", "waiting": waiting }),
         RoundOutcome::Ignored(why) => json!({ "task_id": task_id, "outcome": "ignored", "reason": why }),
     }
 }

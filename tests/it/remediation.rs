@@ -39,6 +39,8 @@ struct Loop {
     github: MockServer,
     /// Where the fake agent appends every prompt it gets.
     prompts: PathBuf,
+    /// While this file exists the fake agent waits before it finishes (a round that runs).
+    hold: PathBuf,
 }
 
 fn baton(data: &std::path::Path, args: &[&str]) -> String {
@@ -59,14 +61,16 @@ async fn start(extra: &str) -> Loop {
     assert!(out.status.success());
     ws.git(&["remote", "add", "origin", bare.to_str().unwrap()]);
     let prompts = ws.tmp.path().join("prompts.log");
+    let hold = ws.tmp.path().join("hold");
     let agent = ws.tmp.path().join("dev.sh");
     std::fs::write(
         &agent,
         format!(
-            "#!/bin/sh\ncat >> '{}'\necho '--- end of prompt' >> '{}'\nn=$(ls fix-*.txt 2>/dev/null | wc -l)\n\
-             echo \"change $n\" > fix-$n.txt\necho 'Done.'\n",
+            "#!/bin/sh\ncat >> '{}'\necho '--- end of prompt' >> '{}'\nwhile [ -f '{}' ]; do sleep 0.2; done\n\
+             n=$(ls fix-*.txt 2>/dev/null | wc -l)\necho \"change $n\" > fix-$n.txt\necho 'Done.'\n",
             prompts.display(),
-            prompts.display()
+            prompts.display(),
+            hold.display()
         ),
     )
     .unwrap();
@@ -93,7 +97,7 @@ async fn start(extra: &str) -> Loop {
             ("BATON_ADO_WEBHOOK_PASSWORD", "hook-secret"),
         ],
     );
-    Loop { ws, bare, server, admin, github, prompts }
+    Loop { ws, bare, server, admin, github, prompts, hold }
 }
 
 /// Pull requests: none for any branch yet, #43 when opened; comments and replies accepted.
@@ -492,17 +496,27 @@ fn ado_post(s: &Loop, payload: &Value) -> Value {
     answer
 }
 
-/// Registers an Azure DevOps project, fires a one-step spec for `dev` and opens its pull
-/// request (41): (spec id, task id, pushed head).
-async fn ado_pull_request(s: &Loop) -> (i64, String, String) {
+/// Registers an Azure DevOps project, fires a one-step spec for `dev` — written on the board, or
+/// imported from work item 301 by its `workitem.created` hook — and opens its pull request (41):
+/// (spec id, task id, pushed head).
+async fn ado_pull_request(s: &Loop, from_work_item: bool) -> (i64, String, String) {
     mount_ado(&s.github).await;
     let body =
         json!({"name": "p", "repo_path": s.ws.repo(), "agent_profile": "demo", "forge_repo": "ado:lumenlabs/Lantern"});
     let (status, answer) = s.api("POST", "/api/v1/projects", Some(body));
     assert_eq!(status, 201, "{answer}");
-    let (status, spec) =
-        s.api("POST", "/api/v1/specs", Some(json!({"project": "p", "title": "Fix the README", "body": "Fix it."})));
-    assert_eq!(status, 201, "{spec}");
+    let spec = if from_work_item {
+        let body = String::from_utf8(fixture_bytes("azure-devops/hooks/workitem.created.json")).unwrap();
+        let extra = format!("{ADO_AUTH}Content-Type: application/json\r\n");
+        let (status, _, text) = s.server.raw("POST", "/webhooks/ado", &extra, &body);
+        assert_eq!(status, 201, "{text}");
+        serde_json::from_str::<Value>(&text).unwrap()
+    } else {
+        let (status, spec) =
+            s.api("POST", "/api/v1/specs", Some(json!({"project": "p", "title": "Fix the README", "body": "Fix it."})));
+        assert_eq!(status, 201, "{spec}");
+        spec
+    };
     let id = spec["spec_id"].as_i64().unwrap();
     let (status, enriched) = s.api("POST", &format!("/api/v1/specs/{id}/enrich"), None);
     assert_eq!(status, 200, "{enriched}");
@@ -537,9 +551,20 @@ fn build_done(s: &Loop, branch: &str, sha: &str, id: &str) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn azure_devops_fix_rounds_used_up_park_and_the_card_says_so() {
+async fn azure_devops_fix_rounds_used_up_park_ask_a_human_on_the_work_item_and_the_card_says_so() {
     let s = start("[ci]\nmax_fix_rounds = 1\n").await;
-    let (id, task, head) = ado_pull_request(&s).await;
+    let comments = "/lumenlabs/Lantern/_apis/wit/workItems/301/comments";
+    Mock::given(method("POST"))
+        .and(wiremock::matchers::path(comments))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": 9, "text": "posted"})))
+        .mount(&s.github)
+        .await;
+    Mock::given(method("GET"))
+        .and(wiremock::matchers::path(comments))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"totalCount": 0, "count": 0, "comments": []})))
+        .mount(&s.github)
+        .await;
+    let (id, task, head) = ado_pull_request(&s, true).await;
     let branch = format!("baton/{task}");
     mount_builds(&s.github, &branch, &head, true, 3).await;
     let answer = build_done(&s, &branch, &head, "b-1");
@@ -553,16 +578,47 @@ async fn azure_devops_fix_rounds_used_up_park_and_the_card_says_so() {
         (card["remediation"]["parked"].as_str().is_some_and(|p| !p.is_empty())).then_some(card)
     });
     assert!(card["waits_for"].as_str().unwrap().starts_with("a human: 1 of 1 CI fix rounds"), "{card}");
+    // The source work item is asked, once.
+    let start = Stopwatch::start();
+    let asked = loop {
+        let received = s.github.received_requests().await.unwrap_or_default();
+        let texts: Vec<String> = received
+            .iter()
+            .filter(|r| r.method.as_str() == "POST" && r.url.path() == comments)
+            .map(|r| serde_json::from_slice::<Value>(&r.body).unwrap()["text"].as_str().unwrap_or("").to_string())
+            .filter(|t| t.contains("needs a human"))
+            .collect();
+        if !texts.is_empty() {
+            break texts;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "no comment on work item 301 asks a human");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(asked[0].contains("1 of 1 CI fix rounds are used"), "{}", asked[0]);
+    assert!(asked[0].contains("pullrequest/41"), "it names the pull request: {}", asked[0]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_azure_devops_pull_request_goes_from_a_failed_build_and_a_comment_to_merged() {
     let s = start("[ci]\nmax_fix_rounds = 2\n").await;
-    let (_id, task, head) = ado_pull_request(&s).await;
+    let (_id, task, head) = ado_pull_request(&s, false).await;
     let branch = format!("baton/{task}");
 
-    // The build of the head fails: a CI fix round.
+    // The build of the head fails: a CI fix round, with the tail of the failed task's log.
     mount_builds(&s.github, &branch, &head, true, 3).await;
+    let timeline = fixture_json("azure-devops/rest/build-timeline.get.json")["response"]["body"].clone();
+    Mock::given(method("GET"))
+        .and(wiremock::matchers::path("/lumenlabs/Lantern/_apis/build/builds/812/timeline"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(timeline))
+        .mount(&s.github)
+        .await;
+    let log = fixture_json("azure-devops/rest/build-log.get.json")["response"]["body"].as_str().unwrap().to_string();
+    Mock::given(method("GET"))
+        .and(wiremock::matchers::path("/lumenlabs/Lantern/_apis/build/builds/812/logs/9"))
+        .respond_with(ResponseTemplate::new(200).insert_header("content-type", "text/plain").set_body_string(log))
+        .mount(&s.github)
+        .await;
     let mut build = fixture_json("azure-devops/hooks/build.complete.json");
     build["id"] = json!("b-1");
     build["resource"]["sourceGetVersion"] = json!(format!("LG:refs/heads/{branch}:{head}"));
@@ -570,7 +626,12 @@ async fn an_azure_devops_pull_request_goes_from_a_failed_build_and_a_comment_to_
     assert_eq!(answer["pull_requests"][0]["outcome"], "started", "{answer}");
     let fixed = s.round_pushed(&task, 1);
     assert_eq!(s.remote_tip(&branch), fixed);
-    assert!(std::fs::read_to_string(&s.prompts).unwrap().contains("Check `Lantern-CI` failed"));
+    let prompts = std::fs::read_to_string(&s.prompts).unwrap();
+    assert!(prompts.contains("Check `Lantern-CI` failed"), "{prompts}");
+    assert!(prompts.contains("task `cargo test` failed; the end of its log:"), "{prompts}");
+    assert!(prompts.contains("assertion `left == right` failed: README must say cargo install lantern"), "{prompts}");
+    assert!(prompts.contains("##[error]Bash exited with code '101'."), "the log's last lines: {prompts}");
+    assert!(!prompts.contains("Starting: cargo test"), "only the tail: {prompts}");
 
     // The fix's build passes; the reviewer's comment starts a review round, answered on its thread.
     mount_builds(&s.github, &branch, &fixed, false, 2).await;
@@ -578,6 +639,12 @@ async fn an_azure_devops_pull_request_goes_from_a_failed_build_and_a_comment_to_
     build["resource"]["sourceGetVersion"] = json!(format!("LG:refs/heads/{branch}:{fixed}"));
     let answer = ado_post(&s, &build);
     assert_eq!(answer["pull_requests"][0]["outcome"], "ignored", "{answer}");
+    let thread = fixture_json("azure-devops/rest/pullrequest-thread.get.json")["response"]["body"].clone();
+    Mock::given(method("GET"))
+        .and(wiremock::matchers::path("/lumenlabs/Lantern/_apis/git/repositories/Lantern/pullRequests/41/threads/5"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(thread))
+        .mount(&s.github)
+        .await;
     let mut comment = fixture_json("azure-devops/hooks/git.pullrequest.comment.json");
     comment["id"] = json!("c-1");
     comment["resource"]["pullRequest"]["sourceRefName"] = json!(format!("refs/heads/{branch}"));
@@ -585,6 +652,11 @@ async fn an_azure_devops_pull_request_goes_from_a_failed_build_and_a_comment_to_
     let answer = ado_post(&s, &comment);
     assert_eq!(answer["outcome"], "started", "{answer}");
     let addressed = s.round_pushed(&task, 2);
+    let prompts = std::fs::read_to_string(&s.prompts).unwrap();
+    assert!(
+        prompts.contains("Comment by tessa@lumenlabs.example on `README.md` line 1"),
+        "the thread's file and line (threadContext) reach the prompt: {prompts}"
+    );
     let start = Stopwatch::start();
     let reply = loop {
         let received = s.github.received_requests().await.unwrap_or_default();
@@ -603,4 +675,194 @@ async fn an_azure_devops_pull_request_goes_from_a_failed_build_and_a_comment_to_
                        "webUrl": "https://dev.azure.com/lumenlabs/Lantern/_git/Lantern"}}});
     let answer = ado_post(&s, &done);
     assert_eq!(answer["status"], "merged", "{answer}");
+}
+
+/// The prompts the fake agent got, in order (the change's, then each round's).
+fn prompts_of(s: &Loop) -> Vec<String> {
+    let log = std::fs::read_to_string(&s.prompts).unwrap();
+    log.split("--- end of prompt\n").filter(|p| !p.trim().is_empty()).map(str::to_string).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_check_no_webhook_announced_is_polled_and_a_webhook_and_a_poll_start_one_round_per_head() {
+    let s = start("[ci]\nmax_fix_rounds = 3\npr_poll_secs = 1\npr_max_poll_secs = 2\n").await;
+    mount_checks(&s.github, true).await;
+    let (_id, task, head) = s.to_pull_request().await;
+    // No webhook at all: the poll reads the failed check of the head and starts a round.
+    let fixed = s.round_pushed(&task, 1);
+    assert_eq!(s.execution(&task)["remediation"]["rounds"][0]["sha"], head.as_str());
+    // The fix's head fails too; a webhook says so while the poll reads it as well.
+    let answer = s.check_run(&task, &fixed, "run-1");
+    let outcome = answer["pull_requests"][0]["outcome"].as_str().unwrap().to_string();
+    assert!(outcome == "started" || outcome == "ignored", "{answer}");
+    // The rounds go on by polling until the bound parks: one round per head, never two.
+    let v = s.wait("the parked loop", || {
+        let v = s.execution(&task);
+        v["remediation"]["parked"].as_str().is_some_and(|p| !p.is_empty()).then_some(v)
+    });
+    let shas: Vec<&str> =
+        v["remediation"]["rounds"].as_array().unwrap().iter().map(|r| r["sha"].as_str().unwrap()).collect();
+    assert_eq!(shas.len(), 3, "{v}");
+    assert_eq!(&shas[..2], [head.as_str(), fixed.as_str()], "{v}");
+    assert!(!shas[..2].contains(&shas[2]), "each round fixes a head of its own: {shas:?}");
+    assert!(v["remediation"]["parked"].as_str().unwrap().contains("3 of 3 CI fix rounds"), "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_review_brings_its_line_comments_and_comments_during_a_round_wait_for_the_next() {
+    let s = start("[ci]\npr_poll_secs = 1\n").await;
+    mount_checks(&s.github, false).await;
+    let listed = fixture_json("github-api/pull-review-comments.list.200.json");
+    Mock::given(method("GET"))
+        .and(wiremock::matchers::path("/repos/lumen-labs/lantern/pulls/43/reviews/237895671/comments"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(&listed["response"]["body"]))
+        .mount(&s.github)
+        .await;
+    let (_id, task, head) = s.to_pull_request().await;
+
+    // The reviewer requests changes with a review whose line comments come from the API.
+    std::fs::write(&s.hold, "").unwrap();
+    let mut review = fixture_json("github-webhooks/pull_request_review.submitted.json");
+    review["pull_request"]["head"]["ref"] = json!(format!("baton/{task}"));
+    review["pull_request"]["head"]["sha"] = json!(head);
+    let (status, answer) = deliver_checked(&s.server, "pull_request_review", &review, "review-1");
+    assert_eq!((status, &answer["outcome"]), (200, &json!("started")), "{answer}");
+
+    // While the round runs: GitHub's own delivery of one of the review's line comments asks
+    // nothing new; another comment waits, journaled, for the next round.
+    let mut comment = fixture_json("github-webhooks/pull_request_review_comment.created.json");
+    comment["pull_request"]["head"]["ref"] = json!(format!("baton/{task}"));
+    comment["pull_request"]["head"]["sha"] = json!(head);
+    comment["comment"]["id"] = json!(284312701);
+    let body = comment.to_string();
+    let (status, answer) =
+        deliver(&s.server, "pull_request_review_comment", body.as_bytes(), "c-1", Some(sign(body.as_bytes())));
+    assert_eq!(status, 202, "a line comment of the review is not asked twice: {answer}");
+    comment["comment"]["id"] = json!(284312999);
+    comment["comment"]["body"] = json!("Also mention `lantern --help` in the README.");
+    let body = comment.to_string();
+    let (status, answer) =
+        deliver(&s.server, "pull_request_review_comment", body.as_bytes(), "c-2", Some(sign(body.as_bytes())));
+    assert_eq!((status, &answer["outcome"], &answer["waiting"]), (200, &json!("queued"), &json!(1)), "{answer}");
+    let queued = s.execution(&task)["remediation"]["queued"].clone();
+    assert_eq!(queued[0]["id"], "284312999", "the waiting comment is in the journal: {queued}");
+
+    // The round finishes and pushes; the next round answers the waiting comment.
+    std::fs::remove_file(&s.hold).unwrap();
+    let second = s.round_pushed(&task, 2);
+    let v = s.execution(&task);
+    assert!(v["remediation"].get("queued").is_none(), "the queue is empty: {v}");
+    let rounds = v["remediation"]["rounds"].as_array().unwrap();
+    assert_eq!((rounds[0]["cause"].as_str(), rounds[1]["cause"].as_str()), (Some("review"), Some("review")));
+    let first = rounds[0]["pushed_sha"].as_str().unwrap().to_string();
+    let prompts = prompts_of(&s);
+    assert_eq!(prompts.len(), 3, "{prompts:?}");
+    let round1 = &prompts[1];
+    assert!(round1.contains("Please drop `--locked`"), "the review's body: {round1}");
+    assert!(round1.contains("Comment by tessa-lumen on `src/lib.rs` line 1"), "{round1}");
+    assert!(round1.contains("Document `f`: what does it return?") && round1.contains("+pub fn f() {}"), "{round1}");
+    assert!(round1.contains("Comment by tessa-lumen on `README.md` line 1") && round1.contains("+hello, lantern"));
+    assert!(!round1.contains("lantern --help"), "{round1}");
+    let round2 = &prompts[2];
+    assert!(round2.contains("Review round 2 of 2") && round2.contains("lantern --help"), "{round2}");
+    assert!(!round2.contains("Document `f`"), "{round2}");
+
+    // Each line comment is answered with the commit of its round.
+    let start = Stopwatch::start();
+    loop {
+        let received = s.github.received_requests().await.unwrap_or_default();
+        let reply = |id: &str| {
+            received
+                .iter()
+                .find(|r| r.url.path().ends_with(&format!("/pulls/43/comments/{id}/replies")))
+                .map(|r| serde_json::from_slice::<Value>(&r.body).unwrap()["body"].as_str().unwrap().to_string())
+        };
+        if let (Some(a), Some(b), Some(c)) = (reply("284312701"), reply("284312702"), reply("284312999")) {
+            assert!(a.contains(&first) && b.contains(&first), "{a} / {b}");
+            assert!(c.contains(&second), "{c}");
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "not every comment was answered");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+impl Loop {
+    /// Someone else pushes a commit adding `file` to `branch` of the bare remote (from a clone
+    /// of their own): the new remote tip.
+    fn push_from_elsewhere(&self, branch: &str, file: &str, text: &str) -> String {
+        let elsewhere = self.ws.tmp.path().join(format!("elsewhere-{file}"));
+        let git = |dir: &std::path::Path, args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .arg("-C")
+                .arg(dir)
+                .args(["-c", "user.name=Noor Lumen", "-c", "user.email=noor@lumenlabs.example"])
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        };
+        git(
+            self.ws.tmp.path(),
+            &["clone", "-q", "-b", branch, self.bare.to_str().unwrap(), elsewhere.to_str().unwrap()],
+        );
+        std::fs::write(elsewhere.join(file), text).unwrap();
+        git(&elsewhere, &["add", file]);
+        git(&elsewhere, &["commit", "-q", "-m", &format!("Add {file}")]);
+        git(&elsewhere, &["push", "-q", "origin", branch]);
+        git(&elsewhere, &["rev-parse", "HEAD"])
+    }
+
+    /// Waits until the execution's round `n` runs (its fix step dispatched).
+    fn round_running(&self, task_id: &str, n: usize) {
+        self.wait(&format!("round {n} running"), || {
+            let v = self.execution(task_id);
+            let rounds = v["remediation"]["rounds"].as_array().map_or(0, Vec::len);
+            (rounds == n && v["status"] == "running").then_some(())
+        });
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fix_whose_push_is_refused_is_replayed_onto_what_someone_pushed_and_parks_on_a_conflict() {
+    let s = start("[ci]\nmax_fix_rounds = 2\n").await;
+    mount_checks(&s.github, true).await;
+    let (_id, task, head) = s.to_pull_request().await;
+    let branch = format!("baton/{task}");
+
+    // Someone pushes to the pull request's branch while the round runs: Baton's push is
+    // refused, it fetches, replays its fix onto their commit and pushes again (never forced).
+    std::fs::write(&s.hold, "").unwrap();
+    let answer = s.check_run(&task, &head, "run-1");
+    assert_eq!(answer["pull_requests"][0]["outcome"], "started", "{answer}");
+    s.round_running(&task, 1);
+    let theirs = s.push_from_elsewhere(&branch, "NOTES.md", "a note\n");
+    std::fs::remove_file(&s.hold).unwrap();
+    let fixed = s.round_pushed(&task, 1);
+    assert_eq!(s.remote_tip(&branch), fixed);
+    assert_eq!(s.remote_tip(&format!("{fixed}^")), theirs, "the fix sits on their commit");
+    let show = std::process::Command::new("git")
+        .arg("-C")
+        .arg(&s.bare)
+        .args(["show", "--name-only", "--format=", &fixed])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&show.stdout).trim(), "fix-1.txt", "the fix's own change, replayed");
+
+    // The next round's fix conflicts with what someone pushed meanwhile: nothing is pushed,
+    // and Baton parks with the reason.
+    std::fs::write(&s.hold, "").unwrap();
+    let answer = s.check_run(&task, &fixed, "run-2");
+    assert_eq!(answer["pull_requests"][0]["outcome"], "started", "{answer}");
+    s.round_running(&task, 2);
+    let conflicting = s.push_from_elsewhere(&branch, "fix-2.txt", "their change\n");
+    std::fs::remove_file(&s.hold).unwrap();
+    let v = s.wait("the parked loop", || {
+        let v = s.execution(&task);
+        v["remediation"]["parked"].as_str().is_some_and(|p| !p.is_empty()).then_some(v)
+    });
+    let reason = v["remediation"]["parked"].as_str().unwrap();
+    assert!(reason.contains("conflicts with commits someone else pushed") && reason.contains("fix-2.txt"), "{reason}");
+    assert_eq!(s.remote_tip(&branch), conflicting, "their commit stays the branch's tip: never forced");
 }

@@ -236,12 +236,30 @@ impl Driver {
         let branch = self.meta.branch.clone();
         let remote = super::REMOTE.to_string();
         let (repo, b, r) = (self.repo.clone(), branch.clone(), remote.clone());
-        let sha = blocking(move || repo.push_branch(&r, &b)).await?.map_err(|e| {
+        let base = round.sha.clone();
+        let pushed = blocking(move || push_or_replay(&repo, &r, &b, &base)).await?.map_err(|e| {
             anyhow::anyhow!(
                 "pushing the {} round's fix on {branch} to {remote} (never forced): {e}",
                 round.cause.as_str()
             )
         })?;
+        let sha = match pushed {
+            Pushed::Pushed(sha) => sha,
+            Pushed::Conflict { theirs, paths } => {
+                // Someone pushed to the branch and the fix does not apply on their commits:
+                // nothing is pushed (never forced), and a human decides.
+                let reason = format!(
+                    "the fix of {} round {} conflicts with commits someone else pushed to {branch} ({}) in {}",
+                    round.cause.as_str(),
+                    round.round,
+                    crate::model::text::cut(&theirs, 12),
+                    crate::model::text::cut(&paths.join(", "), 300)
+                );
+                errln!("{reason}: parked, a human decides");
+                let key = format!("remediation-conflict:{}:{n}", state.task_id);
+                return self.record(state, EventKind::RemediationParked { reason }, key).await;
+            }
+        };
         errln!(
             "{} round {} of {}: pushed {sha} to {remote}/{branch}",
             round.cause.as_str(),
@@ -263,6 +281,51 @@ impl Driver {
             errln!("replied on {posted} review comments with {sha}");
         }
         Ok(())
+    }
+}
+
+/// What pushing a round's fix came to.
+#[derive(Debug)]
+enum Pushed {
+    /// The branch is on the remote at this commit.
+    Pushed(String),
+    /// Someone else's commits (`theirs`, the remote tip) are on the branch and the fix
+    /// conflicts with them (`paths`): nothing was pushed.
+    Conflict {
+        /// The remote branch's tip.
+        theirs: String,
+        /// The conflicting paths.
+        paths: Vec<String>,
+    },
+}
+
+/// Pushes `branch` to `remote` (never forced). When the push is refused because the remote
+/// branch moved past what Baton knows (someone pushed to the pull request's branch), fetches,
+/// replays the round's commits (those after `base`, the head the round fixed) onto the remote
+/// tip and pushes once more; a conflict pushes nothing.
+fn push_or_replay(
+    repo: &crate::git::GitRepo,
+    remote: &str,
+    branch: &str,
+    base: &str,
+) -> Result<Pushed, crate::git::GitError> {
+    let refused = match repo.push_branch(remote, branch) {
+        Ok(sha) => return Ok(Pushed::Pushed(sha)),
+        Err(e) => e,
+    };
+    repo.fetch(remote)?;
+    let Some(theirs) = repo.remote_tip(remote, branch)? else { return Err(refused) };
+    let ours = repo.branch_tip(branch)?.unwrap_or_default();
+    if ours.is_empty() || repo.is_ancestor(&theirs, &ours)? {
+        // The remote did not move past us: the refusal was something else.
+        return Err(refused);
+    }
+    errln!(
+        "the push of {branch} was refused: {remote} has {theirs}, which someone else pushed; replaying the fix onto it"
+    );
+    match repo.replay_onto(branch, base, &theirs)? {
+        crate::git::PickOutcome::Conflict { paths } => Ok(Pushed::Conflict { theirs, paths }),
+        _ => repo.push_branch(remote, branch).map(Pushed::Pushed),
     }
 }
 

@@ -7,7 +7,7 @@
 
 use super::*;
 
-use crate::model::state::{RemediationCause, ReviewThread};
+use crate::model::state::{QueuedComment, RemediationCause, ReviewThread};
 use crate::runtime::fixes::{agent_of_change, review_prompt, ReviewComment};
 
 /// A round to start.
@@ -23,6 +23,8 @@ pub struct RoundRequest {
     pub threads: Vec<ReviewThread>,
     /// Its idempotency key (one round per head and cause, whichever delivery asks first).
     pub key: String,
+    /// How many queued review comments (oldest first) its prompt answers: they leave the queue.
+    pub queued: u32,
 }
 
 /// What a request for a round did.
@@ -37,6 +39,8 @@ pub enum RoundOutcome {
     },
     /// The bound was reached (or a reviewer said stop): Baton parked and asks a human.
     Parked(String),
+    /// A round runs: the review comments wait, journaled, for the next round (how many wait).
+    Queued(usize),
     /// Nothing happened, and why (a round runs, already parked, the same head again, …).
     Ignored(String),
 }
@@ -54,6 +58,9 @@ pub struct ReviewRequest {
     pub sha: String,
     /// The comments (a review's body and its comments, or one comment).
     pub comments: Vec<ReviewComment>,
+    /// A GitHub review's id: its line comments are read from the API
+    /// ([`crate::runtime::remediation::Remediation::review`]).
+    pub review_id: Option<u64>,
     /// The comment is `/baton stop`: end the loop.
     pub stop: bool,
     /// Written by Baton's own account (the configured `BATON_GITHUB_LOGIN` /
@@ -119,6 +126,7 @@ impl Ops {
             task_description: request.prompt,
             max_rounds: max,
             threads: request.threads,
+            queued: request.queued,
         };
         let decided = self.record(task_id, Event::new(kind).with_key(request.key), &Operator::baton()).await?;
         if !decided.recorded {
@@ -176,30 +184,155 @@ impl Ops {
             self.record(task_id, Event::new(kind).with_key(key), &Operator::baton()).await?;
             return Ok(Ok((task_id.to_string(), RoundOutcome::Parked(reason))));
         }
-        let comments: Vec<ReviewComment> = request.comments.into_iter().filter(|c| !c.body.trim().is_empty()).collect();
-        if comments.is_empty() {
-            return Ok(Err("the review says nothing to change".into()));
-        }
-        // One review round per head: the pull request's head is what Baton pushed last.
-        let sha = if merge.pushed_sha.is_empty() { request.sha.clone() } else { merge.pushed_sha.clone() };
         let state = self.get(task_id).await?;
-        let project = Some(spec.project.as_str());
-        let config = self.execs.data().config().map_err(OpsError::Internal)?;
-        let round = state.remediation.used(RemediationCause::Review) + 1;
-        let prompt = review_prompt(&merge.pr_url, &sha, &comments, round, config.review_rounds_for(project));
-        let threads = comments
-            .iter()
-            .filter(|c| !c.id.is_empty())
-            .map(|c| ReviewThread { id: c.id.clone(), path: c.path.clone(), line: c.line })
+        // A comment already answered or waiting (GitHub sends a review's line comments as
+        // deliveries of their own too) is not asked twice.
+        let comments: Vec<ReviewComment> = request
+            .comments
+            .into_iter()
+            .filter(|c| !c.body.trim().is_empty() && !state.remediation.knows_comment(&c.id))
             .collect();
-        let request = RoundRequest {
-            cause: RemediationCause::Review,
-            sha: sha.clone(),
-            prompt,
-            threads,
-            key: format!("remediation:{task_id}:review:{sha}"),
-        };
-        let outcome = self.start_remediation(task_id, request).await?;
+        if comments.is_empty() {
+            return Ok(Err("the review says nothing new to change".into()));
+        }
+        if let Some(why) = &state.remediation.parked {
+            return Ok(Ok((task_id.to_string(), RoundOutcome::Ignored(format!("remediation is parked: {why}")))));
+        }
+        if state.status != ExecutionStatus::Complete {
+            return Ok(Ok((task_id.to_string(), self.queue_comments(task_id, &state, &comments).await?)));
+        }
+        let sha = if merge.pushed_sha.is_empty() { request.sha.clone() } else { merge.pushed_sha.clone() };
+        let outcome = self.review_round(task_id, &spec.project, &merge.pr_url, &sha, &state, comments.clone()).await?;
+        if matches!(outcome, RoundOutcome::Ignored(_)) {
+            // Another delivery's round started first: these comments wait for the next one.
+            let state = self.get(task_id).await?;
+            if state.status != ExecutionStatus::Complete && state.remediation.parked.is_none() {
+                return Ok(Ok((task_id.to_string(), self.queue_comments(task_id, &state, &comments).await?)));
+            }
+        }
         Ok(Ok((task_id.to_string(), outcome)))
     }
+
+    /// Journals `comments` as waiting for the next review round (`review_queued`).
+    async fn queue_comments(
+        &self,
+        task_id: &str,
+        state: &ExecutionState,
+        comments: &[ReviewComment],
+    ) -> Result<RoundOutcome, OpsError> {
+        let queued: Vec<QueuedComment> = comments
+            .iter()
+            .map(|c| QueuedComment {
+                id: c.id.clone(),
+                path: c.path.clone(),
+                line: c.line,
+                diff_hunk: c.diff_hunk.clone(),
+                body: crate::model::text::cut(&c.body, QUEUED_BODY_CHARS),
+                author: c.author.clone(),
+            })
+            .collect();
+        let room = crate::engine::remediate::MAX_QUEUED.saturating_sub(state.remediation.queued.len());
+        if room == 0 {
+            return Ok(RoundOutcome::Ignored(format!(
+                "{} review comments already wait for the next round",
+                state.remediation.queued.len()
+            )));
+        }
+        let queued: Vec<QueuedComment> = queued.into_iter().take(room).collect();
+        use sha2::Digest as _;
+        let mut hasher = sha2::Sha256::new();
+        for c in &queued {
+            hasher.update(format!("{}\u{0}{}\u{0}{}\u{0}", c.id, c.author, c.body).as_bytes());
+        }
+        let digest = hex::encode(&hasher.finalize()[..12]);
+        let n = queued.len();
+        let key = format!("review-queued:{task_id}:{digest}");
+        let kind = EventKind::ReviewQueued { comments: queued };
+        let decided = self.record(task_id, Event::new(kind).with_key(key), &Operator::baton()).await?;
+        let waiting = self.get(task_id).await?.remediation.queued.len();
+        if !decided.recorded {
+            return Ok(RoundOutcome::Ignored(format!("these comments already wait ({waiting} in all)")));
+        }
+        tracing::info!(task.id = %task_id, "{n} review comments wait for the next round ({waiting} in all)");
+        Ok(RoundOutcome::Queued(waiting))
+    }
+
+    /// Starts a review round on `task_id` (completed, its pull request at `sha`) answering the
+    /// queued comments and then `comments`.
+    async fn review_round(
+        &self,
+        task_id: &str,
+        project: &str,
+        pr_url: &str,
+        sha: &str,
+        state: &ExecutionState,
+        comments: Vec<ReviewComment>,
+    ) -> Result<RoundOutcome, OpsError> {
+        let queued = &state.remediation.queued;
+        let mut all: Vec<ReviewComment> = queued
+            .iter()
+            .map(|q| ReviewComment {
+                id: q.id.clone(),
+                path: q.path.clone(),
+                line: q.line,
+                diff_hunk: q.diff_hunk.clone(),
+                body: q.body.clone(),
+                author: q.author.clone(),
+            })
+            .collect();
+        all.extend(comments);
+        let config = self.execs.data().config().map_err(OpsError::Internal)?;
+        let round = state.remediation.used(RemediationCause::Review) + 1;
+        let prompt = review_prompt(pr_url, sha, &all, round, config.review_rounds_for(Some(project)));
+        let mut threads: Vec<ReviewThread> = Vec::new();
+        for c in all.iter().filter(|c| !c.id.is_empty()) {
+            if !threads.iter().any(|t| t.id == c.id) {
+                threads.push(ReviewThread { id: c.id.clone(), path: c.path.clone(), line: c.line });
+            }
+        }
+        threads.truncate(crate::engine::remediate::MAX_THREADS);
+        let n = state.remediation.rounds.len();
+        let request = RoundRequest {
+            cause: RemediationCause::Review,
+            sha: sha.to_string(),
+            prompt,
+            threads,
+            // One review round at a time: deliveries that read the same state ask for the same
+            // round, and the first one starts it.
+            key: format!("remediation:{task_id}:review:{sha}:{n}"),
+            queued: u32::try_from(queued.len()).unwrap_or(u32::MAX),
+        };
+        self.start_remediation(task_id, request).await
+    }
+
+    /// Starts the next review round with the comments that arrived while the last round ran,
+    /// once the execution completed again (its fix pushed) and its pull request is still open;
+    /// within the same bound (past it, Baton parks). `None`: nothing waits, or it is not time.
+    ///
+    /// Errors: the database, the configuration.
+    pub async fn start_queued_review(&self, task_id: &str) -> Result<Option<RoundOutcome>, OpsError> {
+        let state = self.get(task_id).await?;
+        if state.remediation.queued.is_empty()
+            || state.status != ExecutionStatus::Complete
+            || state.remediation.parked.is_some()
+        {
+            return Ok(None);
+        }
+        let store = self.execs.store();
+        let Some(spec) = store.spec_of_execution(task_id).await?.filter(|s| s.status == "executing") else {
+            return Ok(None);
+        };
+        let Some(merge) = store.merge(task_id).await?.filter(|m| m.state == "opened") else {
+            return Ok(None);
+        };
+        if merge.pushed_sha.is_empty() {
+            return Ok(None);
+        }
+        let outcome =
+            self.review_round(task_id, &spec.project, &merge.pr_url, &merge.pushed_sha, &state, Vec::new()).await?;
+        Ok(Some(outcome))
+    }
 }
+
+/// Characters of a queued comment's body kept.
+const QUEUED_BODY_CHARS: usize = 4_000;
