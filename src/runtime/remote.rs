@@ -204,7 +204,7 @@ pub async fn adopt(data: &DataDir, project: &ProjectRow, task_id: &str, branch: 
 ///
 /// Errors: the remote has no feature branch; git; the file.
 pub async fn for_merge(data: &DataDir, project: &ProjectRow, task_id: &str) -> anyhow::Result<()> {
-    let branch = crate::runtime::driver::feature_branch(task_id);
+    let branch = crate::runtime::runs::feature_branch(task_id);
     let Some(meta) = crate::runtime::runs::read_meta(data, task_id)? else {
         adopt(data, project, task_id, &branch).await?;
         return Ok(());

@@ -144,6 +144,12 @@ pub fn stop_running_attempts(data: &DataDir, task_id: &str) -> usize {
     stopped
 }
 
+/// The feature branch of an execution, `baton/<task_id>` (seed-spec §3): the one name the
+/// driver, the remote and a merge all use.
+pub fn feature_branch(task_id: &str) -> String {
+    format!("baton/{task_id}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

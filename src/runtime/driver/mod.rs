@@ -74,10 +74,7 @@ fn renew_every() -> Duration {
 /// The remote feature branches are pushed to (by a `ci` gate and by a merge).
 pub const REMOTE: &str = crate::runtime::remote::REMOTE;
 
-/// The feature branch of an execution.
-pub fn feature_branch(task_id: &str) -> String {
-    format!("baton/{task_id}")
-}
+pub use crate::runtime::runs::feature_branch;
 
 /// One run of one execution: what it drives with, and the attempts it has running.
 struct Driver {
