@@ -270,6 +270,24 @@ impl GitHub {
 }
 
 impl AzureDevOps {
+    /// The newest 100 builds of branch `branch` in `org`/`project`, newest first (REST 7.1
+    /// `GET …/_apis/build/builds?branchName=refs/heads/…`), as the forge sent them.
+    ///
+    /// Errors: any [`ForgeError`] of the call.
+    async fn branch_builds(&self, org: &str, project: &str, branch: &str) -> Result<Value, ForgeError> {
+        let query = url::form_urlencoded::Serializer::new(String::new())
+            .append_pair("branchName", &format!("refs/heads/{branch}"))
+            .append_pair("queryOrder", "queueTimeDescending")
+            .append_pair("$top", "100")
+            .append_pair("api-version", API_VERSION)
+            .finish();
+        self.get_json(
+            &format!("builds of {org}/{project} on {branch}"),
+            &format!("{}?{query}", self.api_url(org, project, "build/builds")),
+        )
+        .await
+    }
+
     /// Every check of commit `sha` on branch `branch` of `repository` in `org`/`project`: the
     /// builds of the branch at that commit and the commit's statuses, one per name.
     ///
@@ -282,18 +300,7 @@ impl AzureDevOps {
         branch: &str,
         sha: &str,
     ) -> Result<Vec<CiCheck>, ForgeError> {
-        let query = url::form_urlencoded::Serializer::new(String::new())
-            .append_pair("branchName", &format!("refs/heads/{branch}"))
-            .append_pair("queryOrder", "queueTimeDescending")
-            .append_pair("$top", "100")
-            .append_pair("api-version", API_VERSION)
-            .finish();
-        let builds = self
-            .get_json(
-                &format!("builds of {org}/{project} on {branch}"),
-                &format!("{}?{query}", self.api_url(org, project, "build/builds")),
-            )
-            .await?;
+        let builds = self.branch_builds(org, project, branch).await?;
         let path = format!("git/repositories/{repository}/commits/{sha}/statuses");
         let statuses = self
             .get_json(
@@ -366,18 +373,7 @@ impl AzureDevOps {
         branch: &str,
         sha: &str,
     ) -> Result<Vec<CheckDetail>, ForgeError> {
-        let query = url::form_urlencoded::Serializer::new(String::new())
-            .append_pair("branchName", &format!("refs/heads/{branch}"))
-            .append_pair("queryOrder", "queueTimeDescending")
-            .append_pair("$top", "100")
-            .append_pair("api-version", API_VERSION)
-            .finish();
-        let builds = self
-            .get_json(
-                &format!("builds of {org}/{project} on {branch}"),
-                &format!("{}?{query}", self.api_url(org, project, "build/builds")),
-            )
-            .await?;
+        let builds = self.branch_builds(org, project, branch).await?;
         let failed: Vec<String> =
             ado_builds(&builds, sha).into_iter().filter(|c| c.state == CiCheckState::Failed).map(|c| c.name).collect();
         // The newest build of each failed definition.
