@@ -55,7 +55,7 @@ pub(super) async fn serve(
     let _lock = crate::runtime::server_lock(&data)?;
     let app = App::build(AppConfig::new(data.root()).max_agents(max_agents)).await?;
     // Every replica of one database signs with one key: a replica with another refuses to start.
-    let check = runtime::auth::check_shared_key(app.execs.store(), &app.key, &data, &app.clock.now_rfc3339()).await?;
+    let check = runtime::auth::check_shared_key(&app.execs, &app.key, &app.clock.now_rfc3339()).await?;
     if let runtime::auth::KeyCheck::Replaced { previous } = check {
         errln!(
             "warning: {} is not the key this data dir had (fingerprint {previous}, now {}): decisions signed \

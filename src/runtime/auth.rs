@@ -286,8 +286,8 @@ pub enum KeyCheck {
     },
 }
 
-/// Checks that `key`, the key of the data directory `data`, is the one every replica of the
-/// store signs with, recording its fingerprint ([`ServerKey::fingerprint`], at `now`) when the
+/// Checks that `key`, the key of the data directory of `execs`, is the one every replica of
+/// its store signs with, recording its fingerprint ([`ServerKey::fingerprint`], at `now`) when the
 /// store has none. On SQLite the database and the key live in one data directory, so a
 /// different fingerprint means the key file was replaced: the new one is recorded
 /// ([`KeyCheck::Replaced`], the caller warns).
@@ -296,11 +296,11 @@ pub enum KeyCheck {
 /// one (another replica recorded its key first), naming both fingerprints and the fix; the
 /// database.
 pub async fn check_shared_key(
-    store: &crate::store::Store,
+    execs: &crate::runtime::executions::Executions,
     key: &ServerKey,
-    data: &DataDir,
     now: &str,
 ) -> anyhow::Result<KeyCheck> {
+    let (store, data) = (execs.store(), execs.data());
     let ours = key.fingerprint();
     let recorded = store.record_key_fingerprint(&ours, now).await?;
     if recorded.fingerprint == ours {
