@@ -192,8 +192,8 @@ impl Executions {
             // snapshot): this load writes it, so replays stay bounded.
             self.snapshot(&state, &clock::now_rfc3339()).await;
         }
-        let hash = loaded.events_after_snapshot.last().map(|e| e.hash.clone());
-        Ok(Some(Cached { seq: loaded.last_seq, hash, state: Arc::new(state) }))
+        // Read in the same transaction as the snapshot and the events: the state's own head.
+        Ok(Some(Cached { seq: loaded.last_seq, hash: Some(loaded.last_hash), state: Arc::new(state) }))
     }
 
     /// `cached` brought up to the journal's head (see [`StateCache`]); `None` when that cannot
@@ -295,34 +295,26 @@ impl Executions {
         if applied.duplicate {
             return Ok(None);
         }
-        let mut stored = event;
-        stored.idempotency_key = Some(applied.key.clone());
-        let payload = serde_json::to_string(&stored).context("serializing the event")?;
-        let new = NewEvent {
-            kind: stored.kind.name().to_string(),
-            payload,
-            idempotency_key: applied.key.clone(),
-            at: now.to_string(),
-        };
+        let kind = event.kind.name();
+        let new = journal_entry(event, applied, now)?;
         let appended = match fence {
             Some(fence) => self.store.append_fenced(&state.task_id, fence, &[new], &summary_of(state)).await,
             None => self.store.append(&state.task_id, &[new], &summary_of(state)).await,
         };
-        let outcomes = appended.with_context(|| format!("journaling {} for {}", stored.kind.name(), state.task_id))?;
-        if state.events_applied.is_multiple_of(SNAPSHOT_EVERY) {
-            // Written before the caller returns: a one-shot process (the CLI) ends right after,
-            // and a snapshot left to a background task was usually never written.
-            self.snapshot(state, now).await;
-        }
+        let outcomes = appended.with_context(|| format!("journaling {kind} for {}", state.task_id))?;
+        self.snapshot_if_due(state, now).await;
         Ok(outcomes.into_iter().next().and_then(|o| match o {
             crate::store::AppendOutcome::Appended { seq, hash } => Some((seq, hash)),
             crate::store::AppendOutcome::Duplicate { .. } => None,
         }))
     }
 
-    /// Records one event the way every one-shot client (the CLI, the REST API) must: take the
-    /// execution's lease briefly (a cancel first stops a live `execute run` driver), load,
-    /// apply and journal, release; after a cancel, kill the agents still running for it.
+    /// Records one event the way every one-shot client (the CLI, the REST API) must: when
+    /// nobody holds the execution's lease (SQLite), load, apply and journal in one write
+    /// transaction that checks there is still no lease and no newer event; otherwise (a lease
+    /// exists, the load was overtaken, PostgreSQL, a cancel) take the lease briefly (a cancel
+    /// first stops a live `execute run` driver), load, apply and journal, release. After a
+    /// cancel, kill the agents still running for it.
     ///
     /// Errors: unknown task ([`BadInput`]), the lease held by a driver ([`BadInput`]), an
     /// [`EngineError`](crate::engine::EngineError) refusal (state and journal unchanged).
@@ -339,9 +331,14 @@ impl Executions {
         &self,
         task_id: &str,
         event: Event,
-        check: impl FnOnce(&ExecutionState, &Event) -> anyhow::Result<()>,
+        check: impl Fn(&ExecutionState, &Event) -> anyhow::Result<()>,
     ) -> anyhow::Result<RecordedOnce> {
         let cancel = matches!(event.kind, EventKind::Cancelled { .. });
+        if !cancel {
+            if let Some(done) = self.record_unleased(task_id, &event, &check).await? {
+                return Ok(done);
+            }
+        }
         let lease = if cancel {
             lease::acquire_stopping_driver(&self.store, task_id).await?
         } else {
@@ -387,6 +384,85 @@ impl Executions {
         Ok(RecordedOnce { state, applied, stopped_attempts })
     }
 
+    /// Writes the snapshot due after `state`'s last event, if one is (every
+    /// `SNAPSHOT_EVERY` events), before the caller returns: a one-shot process (the CLI) ends
+    /// right after, and a snapshot left to a background task was usually never written.
+    async fn snapshot_if_due(&self, state: &ExecutionState, now: &str) {
+        if state.events_applied.is_multiple_of(SNAPSHOT_EVERY) {
+            self.snapshot(state, now).await;
+        }
+    }
+
+    /// [`Executions::record_once_checked`] without a lease, when nobody holds one (SQLite):
+    /// load (this process's cache, caught up), check, apply, and append guarded in its own
+    /// transaction by the head the state was at and by the absence of any lease
+    /// ([`Store::append_unleased`](crate::store::Store::append_unleased)). Recording so takes
+    /// one write transaction instead of three.
+    ///
+    /// `Ok(None)` when the guarded append did not land (a lease exists, another process
+    /// appended since the load, or the store is PostgreSQL): nothing was written, the cached
+    /// state (already ahead) is dropped, and the caller records under a lease.
+    ///
+    /// Errors: unknown task ([`BadInput`]), `check`'s refusal, the engine's refusal (nothing
+    /// written, the cache unchanged; with a lease held, `Ok(None)` instead), the store's.
+    async fn record_unleased(
+        &self,
+        task_id: &str,
+        event: &Event,
+        check: &impl Fn(&ExecutionState, &Event) -> anyhow::Result<()>,
+    ) -> anyhow::Result<Option<RecordedOnce>> {
+        let Some(mut cached) = self.checkout(task_id).await? else {
+            return Err(BadInput(format!("no execution with task id {task_id}")).into());
+        };
+        let Some(head_hash) = cached.hash.clone() else {
+            self.cache.put(task_id, cached);
+            return Ok(None);
+        };
+        if let Err(refused) = check(&cached.state, event) {
+            self.cache.put(task_id, cached);
+            return self.refused_unless_leased(task_id, refused).await;
+        }
+        let state = Arc::make_mut(&mut cached.state);
+        let now = clock::now_rfc3339();
+        let applied = match engine::apply(state, event, &now) {
+            Ok(applied) => applied,
+            Err(refused) => {
+                self.cache.put(task_id, cached);
+                return self.refused_unless_leased(task_id, refused.into()).await;
+            }
+        };
+        if !applied.duplicate {
+            let new = journal_entry(event.clone(), &applied, &now)?;
+            let appended = self
+                .store
+                .append_unleased(task_id, cached.seq, &head_hash, &new, &summary_of(state))
+                .await
+                .with_context(|| format!("journaling {} for {task_id}", event.kind.name()))?;
+            let Some(crate::store::AppendOutcome::Appended { seq, hash }) = appended else {
+                // `cached` is ahead of the journal: dropped, the lease path reloads.
+                return Ok(None);
+            };
+            (cached.seq, cached.hash) = (seq, Some(hash));
+            self.snapshot_if_due(state, &now).await;
+        }
+        let state = Arc::clone(&cached.state);
+        self.cache.put(task_id, cached);
+        Ok(Some(RecordedOnce { state, applied, stopped_attempts: 0 }))
+    }
+
+    /// A refusal of the unleased path stands only while nobody holds the lease: under a
+    /// driver the state is moving, and the lease path reports who holds it, as it always did.
+    async fn refused_unless_leased(
+        &self,
+        task_id: &str,
+        refused: anyhow::Error,
+    ) -> anyhow::Result<Option<RecordedOnce>> {
+        match self.store.lease(task_id).await? {
+            Some(_) => Ok(None),
+            None => Err(refused),
+        }
+    }
+
     /// Writes a snapshot of `state` as of its last event. A failure is logged, not returned:
     /// the events are durable in the journal, and the next load replays them (and tries again).
     async fn snapshot(&self, state: &ExecutionState, now: &str) {
@@ -417,6 +493,21 @@ impl Executions {
             }
         }
     }
+}
+
+/// The journal entry of `event`, applied at `now` as `applied`: the event with its
+/// idempotency key, serialized.
+///
+/// Errors: serialization (cannot happen for the engine's own types).
+fn journal_entry(mut event: Event, applied: &Applied, now: &str) -> anyhow::Result<NewEvent> {
+    event.idempotency_key = Some(applied.key.clone());
+    let payload = serde_json::to_string(&event).context("serializing the event")?;
+    Ok(NewEvent {
+        kind: event.kind.name().to_string(),
+        payload,
+        idempotency_key: applied.key.clone(),
+        at: now.to_string(),
+    })
 }
 
 /// Whether `error` is (or wraps) a lost lease: a fenced append refused

@@ -7,7 +7,7 @@
 use sqlx::SqliteConnection;
 
 use super::lease::{check_fence, current_lease};
-use super::writer::Pending;
+use super::writer::{LeaseGuard, Pending};
 
 use super::Lite;
 use super::{
@@ -35,6 +35,7 @@ struct HeadRow {
     #[sqlx(flatten)]
     summary: Summary,
     last_seq: i64,
+    last_hash: String,
 }
 
 /// One board row.
@@ -178,6 +179,35 @@ impl Store {
         summary: &Summary,
     ) -> Result<Vec<AppendOutcome>, StoreError> {
         self.append_with(task_id, Some(fence), events, summary).await
+    }
+
+    /// One event appended without a lease, for a one-shot command recording on an execution
+    /// nobody drives: in one transaction, only while the execution's head is still
+    /// `(last_seq, last_hash)` (the state the caller applied the event to) and no lease exists
+    /// (no driver holds it, no other command is recording under one). It saves a command the
+    /// two write transactions of taking and releasing a brief lease (issue 14.8).
+    ///
+    /// Returns `Ok(None)`, having written nothing, when either condition fails, when the key
+    /// is a duplicate, or on PostgreSQL (where the brief lease stays the one path, every
+    /// replica taking its claims through the lease table): the caller then records under a
+    /// lease as before.
+    ///
+    /// # Errors
+    /// As [`Store::append`] (an invalid event; the database).
+    #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id, last_seq))]
+    pub async fn append_unleased(
+        &self,
+        task_id: &str,
+        last_seq: i64,
+        last_hash: &str,
+        event: &NewEvent,
+        summary: &Summary,
+    ) -> Result<Option<AppendOutcome>, StoreError> {
+        validate_event(task_id, event)?;
+        let lite = on_backend!(self, _pg => Ok(None));
+        let mut pending = Pending::new(task_id, event, summary, last_seq, last_hash.to_owned());
+        pending.guard = LeaseGuard::Unleased;
+        lite.writer.append_grouped(pending).await
     }
 
     async fn append_with(
@@ -491,15 +521,15 @@ impl Lite {
         let known = self.heads.lock().ok().and_then(|h| h.get(task_id).cloned());
         let Some((last_seq, last_hash)) = known else { return Ok(None) };
         let mut pending = Pending::new(task_id, event, summary, last_seq, last_hash);
-        pending.fence = fence.cloned();
+        pending.guard = fence.map_or(LeaseGuard::Any, |f| LeaseGuard::Held(f.clone()));
         self.writer.append_grouped(pending).await
     }
 
     async fn load_with(&self, task_id: &str, with_plan: bool) -> Result<Option<Loaded>, StoreError> {
         let mut tx = self.begin_read().await?;
         let row = sqlx::query_as::<_, HeadRow>(
-            "select created_at, status, current_phase, steps_done, steps_total, spend_usd, last_seq \
-             from executions where task_id = ?",
+            "select created_at, status, current_phase, steps_done, steps_total, spend_usd, last_seq, \
+             last_hash from executions where task_id = ?",
         )
         .bind(task_id)
         .fetch_optional(&mut *tx)
@@ -534,6 +564,7 @@ impl Lite {
             events_after_snapshot,
             summary: row.summary,
             last_seq: row.last_seq,
+            last_hash: row.last_hash,
         }))
     }
 }

@@ -206,7 +206,8 @@ pub enum StoreError {
         source: sqlx::Error,
     },
     /// The journal writer's own connection (see [`Store::open`]) could not be opened or
-    /// configured, or its thread not started.
+    /// configured, or its thread not started, at the first grouped append (which is then
+    /// not written; the next one tries again).
     #[error("opening the journal writer of store {}: {reason}", path.display())]
     OpenJournalWriter {
         /// The database file.
@@ -376,6 +377,9 @@ pub struct Loaded {
     pub summary: Summary,
     /// Seq of the newest event (0 if none).
     pub last_seq: i64,
+    /// Chain hash of the newest event (the chain's genesis value if none): with `last_seq`,
+    /// the head an append guarded by it expects ([`Store::append_unleased`]).
+    pub last_hash: String,
 }
 
 /// One execution on the board.
@@ -471,14 +475,14 @@ impl Store {
     ///
     /// Every connection runs with WAL, `busy_timeout` 10 s, `foreign_keys` on and
     /// `synchronous=FULL`: the sqlx writer connection, the reader pool and the journal
-    /// thread's own connection (started here, see `writer`). The one constructor for server,
-    /// CLI and tests.
+    /// thread's own connection (see `writer`; the thread starts with the first grouped append,
+    /// so a one-shot CLI command that never groups does not pay for it). The one constructor
+    /// for server, CLI and tests.
     ///
     /// # Errors
     /// [`StoreError::Open`] if the file cannot be created or opened (missing parent directory,
     /// permissions, not a database), [`StoreError::Migrate`] if the schema cannot be brought up
-    /// to date (e.g. the file was written by a newer Baton), [`StoreError::OpenJournalWriter`]
-    /// if the journal thread's connection cannot be opened.
+    /// to date (e.g. the file was written by a newer Baton).
     pub async fn open(db_path: &Path) -> Result<Store, StoreError> {
         let open_err = |source| StoreError::Open { path: db_path.to_path_buf(), source };
         let options = SqliteConnectOptions::new()
@@ -492,7 +496,7 @@ impl Store {
         let mut conn = connect_writer(&options.clone().create_if_missing(true)).await.map_err(open_err)?;
         migrate(&mut conn).await?;
         let heads = writer::Heads::default();
-        let writer = Writer::open(conn, db_path, heads.clone()).await?;
+        let writer = Writer::new(conn, db_path, heads.clone());
         // The writer created the file and switched it to WAL, so read-only connections can
         // open it now.
         let reader_pool = SqlitePoolOptions::new().max_connections(READERS).test_before_acquire(false);

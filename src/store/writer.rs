@@ -21,13 +21,13 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ops::{Deref, DerefMut};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex as SyncMutex, MutexGuard as SyncGuard};
 
 use sqlx::sqlite::{SqliteConnection, SqliteTransactionManager};
 use sqlx::TransactionManager as _;
-use tokio::sync::{oneshot, Mutex, OwnedMutexGuard};
+use tokio::sync::{oneshot, Mutex, OnceCell, OwnedMutexGuard};
 
 use super::{AppendOutcome, Fence, NewEvent, StoreError, Summary, BUSY_TIMEOUT};
 
@@ -60,8 +60,8 @@ pub(super) struct Pending {
     pub(super) last_hash: String,
     /// This event's hash, chained on `last_hash` at `last_seq + 1`.
     pub(super) hash: String,
-    /// The lease the append must still hold (a driver's); the SQL checks it.
-    pub(super) fence: Option<Fence>,
+    /// What the execution's lease must be for the append to land; the SQL checks it.
+    pub(super) guard: LeaseGuard,
     /// `Some` once appended, `None` when the caller must take the ordinary path. Dropped
     /// unanswered only when the journal thread stopped (or the caller gave up).
     reply: Option<oneshot::Sender<Option<AppendOutcome>>>,
@@ -79,7 +79,7 @@ impl Pending {
             last_seq,
             last_hash,
             hash,
-            fence: None,
+            guard: LeaseGuard::Any,
             reply: None,
         }
     }
@@ -90,6 +90,18 @@ impl Pending {
             let _ = reply.send(outcome);
         }
     }
+}
+
+/// What a grouped append requires of the execution's lease, checked in its own insert.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum LeaseGuard {
+    /// Nothing: the caller already holds the lease through the store's own path, or needs none.
+    Any,
+    /// The lease is still this one (a driver's, or a one-shot command's brief lease).
+    Held(Fence),
+    /// No lease at all: nobody drives the execution, so a one-shot command may record without
+    /// taking one (its insert is guarded by the head it read, like every grouped append).
+    Unleased,
 }
 
 /// Why the journal thread takes no more appends.
@@ -150,6 +162,12 @@ struct Shared {
     /// Wakes the journal thread when an append is queued or the writer stops.
     wake: Condvar,
     heads: Heads,
+    /// The database file, for the journal thread's connection.
+    path: PathBuf,
+    /// Set once the journal thread runs: it is started by the first grouped append, so a
+    /// process that never takes that path (a one-shot CLI command, whose first append has no
+    /// known chain head) never pays for a thread and a second connection.
+    thread: OnceCell<()>,
     /// Group commits that appended at least one event, since the store was opened.
     commits: AtomicU64,
     /// Events those commits appended.
@@ -244,44 +262,62 @@ impl Drop for WriteTx {
 }
 
 impl Writer {
-    /// Wraps an open, migrated sqlx connection to `path` and starts the journal thread on a
-    /// rusqlite connection of its own to the same file (WAL, `synchronous=FULL`, the busy
-    /// timeout, foreign keys on, as every connection of the store).
-    ///
-    /// # Errors
-    /// [`StoreError::OpenJournalWriter`] when the thread cannot be started or its connection
-    /// cannot be opened or configured.
-    pub(super) async fn open(conn: SqliteConnection, path: &Path, heads: Heads) -> Result<Writer, StoreError> {
+    /// Wraps an open, migrated sqlx connection to `path`. The journal thread, on a rusqlite
+    /// connection of its own to the same file (WAL, `synchronous=FULL`, the busy timeout,
+    /// foreign keys on, as every connection of the store), is started by the first grouped
+    /// append ([`Writer::append_grouped`]).
+    pub(super) fn new(conn: SqliteConnection, path: &Path, heads: Heads) -> Writer {
         let shared = Arc::new(Shared {
             slot: Arc::new(Mutex::new(Slot { conn, closed: false })),
             queue: SyncMutex::default(),
             wake: Condvar::new(),
             heads,
+            path: path.to_path_buf(),
+            thread: OnceCell::new(),
             commits: AtomicU64::default(),
             appends: AtomicU64::default(),
             #[cfg(test)]
             panic_next: std::sync::atomic::AtomicBool::new(false),
         });
-        let failed = |reason: String| StoreError::OpenJournalWriter { path: path.to_path_buf(), reason };
-        let (opened, is_open) = oneshot::channel();
-        let (thread_shared, thread_path) = (shared.clone(), path.to_path_buf());
-        std::thread::Builder::new()
-            .name("baton-journal".into())
-            .spawn(move || match open_journal_conn(&thread_path) {
-                Ok(conn) => {
-                    let _ = opened.send(Ok(()));
-                    journal_thread(&thread_shared, conn);
-                }
-                Err(e) => {
-                    let _ = opened.send(Err(e.to_string()));
+        Writer { _owner: Arc::new(Owner(shared.clone())), shared }
+    }
+
+    /// Starts the journal thread unless it runs (or ran) already; waits until its connection
+    /// is open. A failed start leaves nothing behind, and the next grouped append tries again.
+    ///
+    /// # Errors
+    /// [`StoreError::OpenJournalWriter`] when the thread cannot be started or its connection
+    /// cannot be opened or configured.
+    async fn start_thread(&self) -> Result<(), StoreError> {
+        let shared = &self.shared;
+        let failed = |reason: String| StoreError::OpenJournalWriter { path: shared.path.clone(), reason };
+        shared
+            .thread
+            .get_or_try_init(|| async {
+                let (opened, is_open) = oneshot::channel();
+                // The thread holds the shared state, never an `Owner`: dropping the last
+                // writer still stops it.
+                let thread_shared = shared.clone();
+                std::thread::Builder::new()
+                    .name("baton-journal".into())
+                    .spawn(move || match open_journal_conn(&thread_shared.path) {
+                        Ok(conn) => {
+                            let _ = opened.send(Ok(()));
+                            journal_thread(&thread_shared, conn);
+                        }
+                        Err(e) => {
+                            let _ = opened.send(Err(e.to_string()));
+                        }
+                    })
+                    .map_err(|e| failed(format!("starting its thread: {e}")))?;
+                match is_open.await {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(reason)) => Err(failed(reason)),
+                    Err(_) => Err(failed("its thread ended while opening it".into())),
                 }
             })
-            .map_err(|e| failed(format!("starting its thread: {e}")))?;
-        match is_open.await {
-            Ok(Ok(())) => Ok(Writer { _owner: Arc::new(Owner(shared.clone())), shared }),
-            Ok(Err(reason)) => Err(failed(reason)),
-            Err(_) => Err(failed("its thread ended while opening it".into())),
-        }
+            .await
+            .map(|_| ())
     }
 
     /// `(commits, appends)`: group commits that appended at least one event since the store
@@ -308,6 +344,7 @@ impl Writer {
         &self,
         probe: impl FnOnce(&rusqlite::Connection) -> T + Send + 'static,
     ) -> T {
+        self.start_thread().await.expect("the journal thread started");
         let (tx, rx) = oneshot::channel();
         self.shared.queue().probes.push(Box::new(move |conn| {
             let _ = tx.send(probe(conn));
@@ -374,8 +411,13 @@ impl Writer {
     ///
     /// # Errors
     /// [`StoreError::Sqlx`] (`PoolClosed`) when the store is closed;
-    /// [`StoreError::JournalWriterStopped`] when the journal thread died.
+    /// [`StoreError::JournalWriterStopped`] when the journal thread died;
+    /// [`StoreError::OpenJournalWriter`] when it could not be started (the first grouped append).
     pub(super) async fn append_grouped(&self, mut pending: Pending) -> Result<Option<AppendOutcome>, StoreError> {
+        if let Some(stopped) = self.shared.queue().stopped {
+            return Err(stopped.error());
+        }
+        self.start_thread().await?;
         let (reply, answer) = oneshot::channel();
         pending.reply = Some(reply);
         {
@@ -487,13 +529,16 @@ fn take_batch(shared: &Shared) -> Vec<Pending> {
 }
 
 /// One append's insert: the event only while the execution's head is the one the hash was
-/// chained on and, for a fenced append, while its lease (holder and epoch) is still the
-/// execution's; a duplicate key inserts nothing.
+/// chained on and, as its [`LeaseGuard`] says (`?10`: 0 any, 1 held, 2 unleased), while its
+/// lease (holder and epoch) is still the execution's or while the execution has no lease; a
+/// duplicate key inserts nothing.
 const INSERT_SQL: &str = "insert into execution_events \
      (task_id, seq, kind, payload, idempotency_key, at, prev_hash, hash) \
      select ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 where exists \
      (select 1 from executions where task_id = ?1 and last_seq = ?9 and last_hash = ?7) \
-     and (?10 = 0 or exists (select 1 from leases where task_id = ?1 and holder = ?11 and epoch = ?12)) \
+     and (?10 = 0 \
+       or (?10 = 1 and exists (select 1 from leases where task_id = ?1 and holder = ?11 and epoch = ?12)) \
+       or (?10 = 2 and not exists (select 1 from leases where task_id = ?1))) \
      on conflict (task_id, idempotency_key) do nothing";
 
 /// The summary and head moved by an inserted event.
@@ -554,9 +599,10 @@ fn write_group(conn: &rusqlite::Connection, batch: &[Pending]) -> rusqlite::Resu
     let mut appended = Vec::with_capacity(batch.len());
     for p in batch {
         let seq = p.last_seq + 1;
-        let (fenced, holder, epoch) = match &p.fence {
-            Some(fence) => (1, fence.holder.as_str(), fence.epoch),
-            None => (0, "", 0),
+        let (fenced, holder, epoch) = match &p.guard {
+            LeaseGuard::Any => (0, "", 0),
+            LeaseGuard::Held(fence) => (1, fence.holder.as_str(), fence.epoch),
+            LeaseGuard::Unleased => (2, "", 0),
         };
         let inserted = insert.execute(params![
             p.task_id,

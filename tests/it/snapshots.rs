@@ -87,3 +87,51 @@ fn loads_share_the_cached_state_and_a_record_updates_it_without_a_copy() {
         assert_eq!(serde_json::to_value(&*now).unwrap(), serde_json::to_value(&replayed).unwrap());
     });
 }
+
+/// Issue 14.8: a record on an execution nobody leases is one write transaction, with no brief
+/// lease taken and released around it (the lease's epoch, which every lease taken moves, stays
+/// where it was), and the journal stays one chain. Once a driver elsewhere holds the lease, a
+/// record is refused as before and writes nothing.
+#[test]
+fn a_record_nobody_leases_takes_no_lease_and_a_driver_held_lease_still_refuses_it() {
+    use baton::model::event::{Event, EventKind};
+    use baton::store::LeaseInfo;
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let plan = ws.write("plan.json", &small_plan("unleased-1", ""));
+    assert!(ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()]).status.success());
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let data = baton::runtime::config::DataDir::open(&ws.data()).unwrap();
+        // Two processes' worth of services on one data directory, each with its own cache.
+        let first = baton::runtime::executions::Executions::open(data.clone()).await.unwrap();
+        let second = baton::runtime::executions::Executions::open(data).await.unwrap();
+        let dispatch = |step: &str| {
+            Event::new(EventKind::StepDispatched { step_id: step.into(), agent_name: "alpha".into() }).by("test")
+        };
+        first.record_once("unleased-1", dispatch("1.1")).await.unwrap();
+        second.record_once("unleased-1", dispatch("1.2")).await.unwrap();
+        // The first one's cache is behind the journal now: it catches up before it appends.
+        let budget = Event::new(EventKind::BudgetSet { ceiling_usd: Some(50.0), source: "test".into() }).by("test");
+        let done = first.record_once("unleased-1", budget).await.unwrap();
+        assert_eq!(done.state.events_applied, 3);
+        let store = first.store();
+        assert!(store.verify_chain("unleased-1").await.unwrap().ok);
+
+        let driver = |holder: &str| LeaseInfo {
+            holder: holder.into(),
+            pid: 1,
+            host: "another-machine".into(),
+            acquired_at: String::new(),
+            expires_at: String::new(),
+            epoch: 0,
+            home: String::new(),
+        };
+        let now = baton::clock::now_rfc3339();
+        let epoch = store.acquire_lease("unleased-1", &driver("another-machine:1:run"), &now, 600).await.unwrap();
+        assert_eq!(epoch, 1, "three records took no lease: the first lease ever taken has epoch 1");
+
+        let budget = Event::new(EventKind::BudgetSet { ceiling_usd: Some(80.0), source: "test".into() }).by("test");
+        let refused = second.record_once("unleased-1", budget).await.unwrap_err();
+        assert!(format!("{refused:#}").contains("another-machine:1:run"), "{refused:#}");
+        assert_eq!(store.load_latest("unleased-1").await.unwrap().unwrap().last_seq, 3, "the refusal wrote nothing");
+    });
+}

@@ -170,14 +170,15 @@ impl Pg {
         with_plan: bool,
     ) -> Result<Option<Loaded>, StoreError> {
         let mut tx = self.begin_read().await?;
-        let row = sqlx::query_as::<_, (String, String, String, i64, i64, f64, i64)>(
-            "select created_at, status, current_phase, steps_done, steps_total, spend_usd, last_seq \
-             from executions where task_id = $1",
+        let row = sqlx::query_as::<_, (String, String, String, i64, i64, f64, i64, String)>(
+            "select created_at, status, current_phase, steps_done, steps_total, spend_usd, last_seq, \
+             last_hash from executions where task_id = $1",
         )
         .bind(task_id)
         .fetch_optional(&mut *tx)
         .await?;
-        let Some((created_at, status, current_phase, steps_done, steps_total, spend_usd, last_seq)) = row else {
+        let Some((created_at, status, current_phase, steps_done, steps_total, spend_usd, last_seq, last_hash)) = row
+        else {
             return Ok(None);
         };
         let snapshot = sqlx::query_as::<_, (i64, String)>(
@@ -207,6 +208,7 @@ impl Pg {
             events_after_snapshot,
             summary: Summary { status, current_phase, steps_done, steps_total, spend_usd },
             last_seq,
+            last_hash,
         }))
     }
 

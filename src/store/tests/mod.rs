@@ -126,7 +126,51 @@ on_both_backends!(
     concurrent_writers_on_one_database_interleave_into_one_chain,
     the_one_round_trip_append_falls_back_when_another_process_moved_the_head,
     writes_after_close_fail_with_an_error,
+    an_unleased_append_lands_only_at_its_head_and_while_no_lease_exists,
 );
+
+/// Issue 14.8: a one-shot command records without taking a lease when nobody holds one. The
+/// append lands only while no lease exists and the head is the one its state was at; every
+/// refusal writes nothing (the caller then records under a lease). PostgreSQL always refuses.
+async fn an_unleased_append_lands_only_at_its_head_and_while_no_lease_exists(db: Fresh) {
+    let store = db.store.clone();
+    created(&store, "t1").await;
+    let genesis = store.load_latest("t1").await.unwrap().unwrap();
+    assert_eq!(genesis.last_seq, 0);
+    let unleased = |seq: i64, hash: String, key: &'static str| {
+        let store = store.clone();
+        async move { store.append_unleased("t1", seq, &hash, &ev(key, "{}"), &summary("running", 1)).await.unwrap() }
+    };
+    let last_seq = || async { store.load_latest("t1").await.unwrap().unwrap().last_seq };
+
+    if store.backend_name() == "postgres" {
+        assert_eq!(unleased(0, genesis.last_hash.clone(), "k1").await, None);
+        assert_eq!(last_seq().await, 0, "a refused unleased append writes nothing");
+        return;
+    }
+
+    // A driver holds the lease: refused, nothing written.
+    store.acquire_lease("t1", &holder("driver-a", 100), T0, 30).await.unwrap();
+    assert_eq!(unleased(0, genesis.last_hash.clone(), "k1").await, None);
+    assert_eq!(last_seq().await, 0);
+    // (Expiry is not looked at: only taking a lease over, which fences its holder out, may
+    // write past one.)
+    assert!(store.release_lease("t1", "driver-a").await.unwrap());
+
+    // No lease, the head the state was at: appended, chained on it.
+    let Some(AppendOutcome::Appended { seq: 1, hash: first }) = unleased(0, genesis.last_hash.clone(), "k1").await
+    else {
+        panic!("the unleased append at the head did not land");
+    };
+    // The same head again (another process appended since this one loaded): refused.
+    assert_eq!(unleased(0, genesis.last_hash.clone(), "k2").await, None);
+    assert_eq!(last_seq().await, 1);
+    // At the new head it lands, and the chain is whole.
+    assert!(matches!(unleased(1, first, "k2").await, Some(AppendOutcome::Appended { seq: 2, .. })));
+    assert!(store.verify_chain("t1").await.unwrap().ok);
+    let loaded = store.load_latest("t1").await.unwrap().unwrap();
+    assert_eq!((loaded.last_seq, loaded.summary), (2, summary("running", 1)));
+}
 
 async fn fresh() -> (TempDir, PathBuf, Store) {
     let dir = TempDir::new().unwrap();
