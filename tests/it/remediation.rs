@@ -910,6 +910,9 @@ async fn a_fix_whose_push_is_refused_is_replayed_onto_what_someone_pushed_parks_
     assert_eq!(s.remote_tip(&branch), conflicting, "their commit stays the branch's tip: never forced");
     let card = s.card(id);
     assert!(card["waits_for"].as_str().unwrap().starts_with("a resume (parked: the fix of ci round 2"), "{card}");
+    let texts = s.issue_comments("could not push its fix", 1).await;
+    let asked = texts.iter().find(|t| t.contains("could not push its fix")).unwrap();
+    assert!(asked.contains("needs a human") && asked.contains("resolve the conflict and resume"), "{asked}");
 
     // The human merges their commit into the local feature branch, resolving the conflict, and
     // resumes: the fix reaches the pull request's branch (a fast-forward, never forced) and the
