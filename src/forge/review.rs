@@ -1,9 +1,10 @@
 //! What reviewers wrote on a pull request, with where they wrote it (issue 19.4): a GitHub
-//! review's line comments (`GET /repos/{o}/{r}/pulls/{n}/reviews/{id}/comments`) and the file
+//! review's line comments (`GET /repos/{o}/{r}/pulls/{n}/reviews/{id}/comments`), the review
+//! itself (`GET /repos/{o}/{r}/pulls/{n}/reviews/{id}`: its state, body and author) and the file
 //! and line of an Azure DevOps pull request thread (`GET …/pullRequests/{id}/threads/{thread}`,
 //! REST 7.1: `threadContext.filePath`, `rightFileStart.line`).
 //!
-//! The readers ([`github_review_comments`], [`ado_thread_context`]) are pure: JSON in, values
+//! The readers ([`github_review_comments`], [`github_review`], [`ado_thread_context`]) are pure: JSON in, values
 //! out. Bodies and diff hunks are forge text: trimmed and cut here, never interpreted; whoever
 //! puts them in a prompt quotes them. This module never decides whether a comment starts a
 //! round.
@@ -85,6 +86,29 @@ pub fn github_review_comments(answer: &Value) -> Vec<LineComment> {
         .collect()
 }
 
+/// A GitHub review as its own endpoint answers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Review {
+    /// Its id.
+    pub id: u64,
+    /// `CHANGES_REQUESTED`, `COMMENTED`, `APPROVED`, … (lower-cased).
+    pub state: String,
+    /// What the reviewer wrote as the review's body (trimmed, cut; may be empty).
+    pub body: String,
+    /// Who wrote it (their login).
+    pub author: String,
+}
+
+/// A GitHub "get a review for a pull request" answer; `None` without an id.
+pub fn github_review(answer: &Value) -> Option<Review> {
+    Some(Review {
+        id: answer.get("id").and_then(Value::as_u64)?,
+        state: text(answer, "/state").to_ascii_lowercase(),
+        body: cut(text(answer, "/body").trim(), MAX_BODY_CHARS),
+        author: text(answer, "/user/login").to_string(),
+    })
+}
+
 /// The file (without its leading `/`) and line of an Azure DevOps thread (`threadContext`:
 /// `filePath`, `rightFileStart.line`, else `leftFileStart.line`); empty and `None` for a
 /// thread on the pull request as a whole.
@@ -117,6 +141,20 @@ impl GitHub {
             )
             .await?;
         Ok(github_review_comments(&answer))
+    }
+
+    /// Review `review_id` of pull request `number` of `owner/repo` (its state, body, author).
+    ///
+    /// Errors: any [`ForgeError`] of the call; [`ForgeError::Malformed`] for an answer without
+    /// an id.
+    pub async fn review(&self, owner: &str, repo: &str, number: u64, review_id: u64) -> Result<Review, ForgeError> {
+        let what = format!("review {review_id} of {owner}/{repo}#{number}");
+        let answer = self.get_json(&what, &format!("/repos/{owner}/{repo}/pulls/{number}/reviews/{review_id}")).await?;
+        github_review(&answer).ok_or_else(|| ForgeError::Malformed {
+            forge: super::Forge::GitHub,
+            what,
+            message: "the review has no id".into(),
+        })
     }
 }
 
@@ -168,6 +206,18 @@ mod tests {
         );
         assert!(got[0].diff_hunk.starts_with("@@ -1,3 +1,20 @@\n…\n+line 8") && got[0].diff_hunk.ends_with("+line 19"));
         assert_eq!(got[1].line, Some(3));
+    }
+
+    #[test]
+    fn a_review_reads_its_state_body_and_author() {
+        let answer = json!({"id": 7, "state": "CHANGES_REQUESTED", "body": " Drop `--locked`. ",
+                            "user": {"login": "tessa-lumen"}});
+        let review = github_review(&answer).unwrap();
+        assert_eq!(
+            (review.id, review.state.as_str(), review.body.as_str(), review.author.as_str()),
+            (7, "changes_requested", "Drop `--locked`.", "tessa-lumen")
+        );
+        assert_eq!(github_review(&json!({"state": "COMMENTED"})), None);
     }
 
     #[test]

@@ -587,8 +587,9 @@ impl RemediationCause {
 /// replies on it with the commit that addressed it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ReviewThread {
-    /// The forge's id: a GitHub review comment id, an Azure DevOps pull request thread id; empty
-    /// for a review's body (nothing to reply to).
+    /// The forge's id: a GitHub review comment id, an Azure DevOps pull request thread id;
+    /// `review-<id>` for a GitHub review's body (nothing to reply to: it marks the review as
+    /// answered), empty for a body whose review id is not known.
     pub id: String,
     /// The file the comment is on (empty for a review's body).
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -602,8 +603,8 @@ pub struct ReviewThread {
 /// `review_queued`, answered by the next review round once the running one pushed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct QueuedComment {
-    /// The forge's id (GitHub review comment id, Azure DevOps thread id); empty for a review's
-    /// body.
+    /// The forge's id (GitHub review comment id, Azure DevOps thread id); `review-<id>` for a
+    /// GitHub review's body, empty when its review id is not known.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub id: String,
     /// The file it is on (empty: the pull request as a whole).

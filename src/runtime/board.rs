@@ -239,10 +239,13 @@ fn normal_utc(t: &str) -> String {
 fn waits_for(stage: SpecStage, row: &CardRow) -> Option<String> {
     let phase = row.current_phase.clone().unwrap_or_default();
     let open = matches!(stage, SpecStage::Executing | SpecStage::AwaitingHuman | SpecStage::Validating);
-    if let Some(reason) = row.park_reason.as_ref().filter(|_| open) {
+    // A remediation round on an open pull request parks too (its fix conflicts with what
+    // someone pushed): the card says so in `pr_open`.
+    let resumable = open || stage == SpecStage::PrOpen;
+    if let Some(reason) = row.park_reason.as_ref().filter(|_| resumable) {
         return Some(format!("a resume (parked: {reason})"));
     }
-    if row.paused && open {
+    if row.paused && resumable {
         return Some("a resume (paused by an operator)".into());
     }
     if let Some((account, until)) = row.quota_wait.as_deref().filter(|_| open).and_then(|q| q.split_once(' ')) {

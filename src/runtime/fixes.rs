@@ -36,8 +36,9 @@ pub struct FailedCheck {
 /// A review comment a round answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReviewComment {
-    /// The forge's id (GitHub review comment id, Azure DevOps thread id); empty for a review's
-    /// own body (nothing to reply to).
+    /// The forge's id (GitHub review comment id, Azure DevOps thread id); for a GitHub
+    /// review's own body [`review_body_id`] (nothing to reply to), empty when the review's id
+    /// is not known.
     pub id: String,
     /// The file it is on (empty: the pull request as a whole).
     pub path: String,
@@ -49,6 +50,12 @@ pub struct ReviewComment {
     pub body: String,
     /// Who wrote it (their forge login or e-mail).
     pub author: String,
+}
+
+/// The id a GitHub review's own body goes by among a round's comments: `review-<id>` (no
+/// comment to reply to; it only lets the review's later deliveries know it was answered).
+pub fn review_body_id(review_id: u64) -> String {
+    format!("review-{review_id}")
 }
 
 /// Cuts `text` to `max` characters, saying so.

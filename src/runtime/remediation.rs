@@ -19,15 +19,15 @@
 //! failed is read from the forge's API (never taken from the delivery). A lost webhook loses
 //! nothing: the periodic pass ([`Remediation::run`], one replica at a time on PostgreSQL)
 //! reads the checks of every open pull request's head with backoff (`[ci] pr_poll_secs`
-//! doubling to `pr_max_poll_secs`, restarted by any CI webhook about it) and starts the same
-//! round through the same path, and starts the review round that queued review comments wait
+//! doubling to `pr_max_poll_secs`, restarted by any CI webhook about it; the schedule is kept
+//! in the store, `pr_polls`, so a restart or another replica goes on with it) and starts the
+//! same round through the same path, and starts the review round that queued review comments wait
 //! for. A review is read into its comments with their file and line context
 //! ([`Remediation::review`]: a GitHub review's line comments, an Azure DevOps thread's
 //! context) before the operator service decides. Recording goes through the operator service;
 //! the prompt is `runtime::fixes`'. It never parses HTTP.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::clock::Clock;
@@ -39,29 +39,17 @@ use crate::runtime::executions::Executions;
 use crate::runtime::fixes::{ci_prompt, failed_required, FailedCheck, ReviewComment};
 use crate::runtime::forge::Forges;
 use crate::runtime::ops::{Ops, ReviewRequest, RoundOutcome, RoundRequest};
-use crate::store::MergeRow;
-
-/// When the checks of one open pull request's head are read next (the polling fallback).
-#[derive(Debug, Clone)]
-struct PollDue {
-    /// The head polled.
-    sha: String,
-    /// The interval after the next poll.
-    interval: Duration,
-    /// When the next poll is due.
-    next: chrono::DateTime<chrono::Utc>,
-}
+use crate::store::{MergeRow, PrPollRow};
 
 /// The CI side of remediation: which open pull request a CI notice concerns, whether its
 /// failing checks start a round, and the periodic pass that polls the checks a lost webhook
-/// would have announced. Cheap to clone (clones share the poll schedule).
+/// would have announced. Cheap to clone. The poll schedule lives in the store (`pr_polls`),
+/// shared by every replica.
 #[derive(Debug, Clone)]
 pub struct Remediation {
     execs: Executions,
     ops: Ops,
     forges: Forges,
-    /// Per execution with an open pull request: when its head's checks are read next.
-    polls: Arc<Mutex<HashMap<String, PollDue>>>,
 }
 
 /// Longest pause between two passes of [`Remediation::run`].
@@ -70,10 +58,10 @@ const MAX_TICK: Duration = Duration::from_secs(5);
 impl Remediation {
     /// A service recording through `ops`, reading the forges through `forges`.
     pub fn new(execs: Executions, ops: Ops, forges: Forges) -> Remediation {
-        Remediation { execs, ops, forges, polls: Arc::default() }
+        Remediation { execs, ops, forges }
     }
 
-    /// The same service (and poll schedule) reading the forges through `forges`.
+    /// The same service reading the forges through `forges`.
     #[must_use]
     pub fn with_forges(mut self, forges: Forges) -> Remediation {
         self.forges = forges;
@@ -91,13 +79,26 @@ impl Remediation {
         (first, Duration::from_secs(ci.pr_max_poll_secs.max(1)).max(first))
     }
 
+    /// The schedule of `task_id`'s pull request at `sha`: next poll at `now + interval`, the
+    /// one after `interval` later.
+    fn poll_row(&self, task_id: &str, sha: &str, interval: Duration, then: Duration) -> PrPollRow {
+        let next = self.clock().now() + chrono::Duration::from_std(interval).unwrap_or_default();
+        PrPollRow {
+            task_id: task_id.to_string(),
+            sha: sha.to_string(),
+            interval_ms: i64::try_from(then.as_millis()).unwrap_or(i64::MAX),
+            next_at: next.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        }
+    }
+
     /// A webhook spoke about `task_id`'s pull request at `sha`: its next poll is one first
-    /// interval away again.
-    fn restart_poll(&self, task_id: &str, sha: &str) {
+    /// interval away again (in the store: every replica's pass reads it).
+    ///
+    /// Errors: the database.
+    async fn restart_poll(&self, task_id: &str, sha: &str) -> anyhow::Result<()> {
         let (first, _) = self.intervals();
-        let next = self.clock().now() + chrono::Duration::from_std(first).unwrap_or_default();
-        let due = PollDue { sha: sha.to_string(), interval: first, next };
-        self.polls.lock().unwrap_or_else(PoisonError::into_inner).insert(task_id.to_string(), due);
+        self.execs.store().put_pr_poll(&self.poll_row(task_id, sha, first, first)).await?;
+        Ok(())
     }
 
     /// Runs [`Remediation::pass`] every few seconds (at most 5 s apart, sooner when
@@ -136,11 +137,11 @@ impl Remediation {
     /// Errors: the database.
     pub async fn pass(&self) -> anyhow::Result<Vec<(String, RoundOutcome)>> {
         let (first, max) = self.intervals();
-        let rows = self.execs.store().opened_merges().await?;
-        {
-            let mut polls = self.polls.lock().unwrap_or_else(PoisonError::into_inner);
-            polls.retain(|task_id, _| rows.iter().any(|r| &r.task_id == task_id));
-        }
+        let store = self.execs.store();
+        let rows = store.opened_merges().await?;
+        store.prune_pr_polls().await?;
+        let polls: HashMap<String, PrPollRow> =
+            store.pr_polls().await?.into_iter().map(|p| (p.task_id.clone(), p)).collect();
         let mut out = Vec::new();
         for row in rows {
             if let Some(outcome) = self.ops.start_queued_review(&row.task_id).await? {
@@ -149,25 +150,24 @@ impl Remediation {
                 continue;
             }
             let now = self.clock().now();
-            let due = {
-                let mut polls = self.polls.lock().unwrap_or_else(PoisonError::into_inner);
-                let entry = polls.entry(row.task_id.clone()).or_insert_with(|| PollDue {
-                    sha: String::new(),
-                    interval: first,
-                    next: now,
-                });
-                if entry.sha != row.pushed_sha {
-                    // A new head: CI needs a moment to report on it.
-                    entry.sha.clone_from(&row.pushed_sha);
-                    entry.interval = first;
-                    entry.next = now + chrono::Duration::from_std(first).unwrap_or_default();
+            let due = match polls.get(&row.task_id).filter(|p| p.sha == row.pushed_sha) {
+                None => {
+                    // A new head (or one no pass saw yet): CI needs a moment to report on it.
+                    store.put_pr_poll(&self.poll_row(&row.task_id, &row.pushed_sha, first, first)).await?;
+                    false
                 }
-                let due = now >= entry.next;
-                if due {
-                    entry.next = now + chrono::Duration::from_std(entry.interval).unwrap_or_default();
-                    entry.interval = (entry.interval * 2).min(max);
+                Some(poll) => {
+                    let next = chrono::DateTime::parse_from_rfc3339(&poll.next_at)
+                        .map_or(now, |t| t.with_timezone(&chrono::Utc));
+                    let interval =
+                        Duration::from_millis(u64::try_from(poll.interval_ms).unwrap_or_default()).clamp(first, max);
+                    let due = now >= next;
+                    if due {
+                        let then = (interval * 2).min(max);
+                        store.put_pr_poll(&self.poll_row(&row.task_id, &row.pushed_sha, interval, then)).await?;
+                    }
+                    due
                 }
-                due
             };
             if !due {
                 continue;
@@ -185,7 +185,10 @@ impl Remediation {
     }
 
     /// A review on (or comment in) a Baton pull request, as the webhook door read it: a GitHub
-    /// review's line comments (`GET /repos/{o}/{r}/pulls/{n}/reviews/{id}/comments`) and an
+    /// review's line comments (`GET /repos/{o}/{r}/pulls/{n}/reviews/{id}/comments`) — for a
+    /// line comment's delivery, those of the review it belongs to, and that review's body when
+    /// it requests changes (`GET …/reviews/{id}`), so a review whose comments are delivered
+    /// before it is answered by one round — and an
     /// Azure DevOps thread's file and line (`threadContext`) are read from the forge's API
     /// and added to it; then the operator service decides whether it starts a round, waits
     /// for the next one, or stops the loop. A forge failure leaves the comments as the
@@ -213,7 +216,35 @@ impl Remediation {
         match RepoRef::parse(&merge.forge_repo)? {
             RepoRef::GitHub { owner, repo } => {
                 let Some(review_id) = request.review_id else { return Ok(()) };
-                let found = self.forges.github().review_comments(&owner, &repo, number, review_id).await?;
+                let github = self.forges.github();
+                // The review itself: a line comment's delivery often comes before the review's,
+                // and its body belongs in the same round. Only a review that requests changes,
+                // by the same author, adds its body.
+                let body_id = crate::runtime::fixes::review_body_id(review_id);
+                if !request.comments.iter().any(|k| k.id == body_id) {
+                    match github.review(&owner, &repo, number, review_id).await {
+                        Ok(r)
+                            if r.state == "changes_requested"
+                                && !r.body.is_empty()
+                                && r.author.eq_ignore_ascii_case(&request.identity.1) =>
+                        {
+                            request.comments.insert(
+                                0,
+                                ReviewComment {
+                                    id: body_id,
+                                    path: String::new(),
+                                    line: None,
+                                    diff_hunk: String::new(),
+                                    body: r.body,
+                                    author: r.author,
+                                },
+                            );
+                        }
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!("reading review {review_id} from the forge: {e}"),
+                    }
+                }
+                let found = github.review_comments(&owner, &repo, number, review_id).await?;
                 for c in found {
                     let id = c.id.to_string();
                     if !request.comments.iter().any(|k| k.id == id) {
@@ -254,7 +285,7 @@ impl Remediation {
             let named = sha.as_deref().is_some_and(|s| !s.is_empty() && row.pushed_sha.eq_ignore_ascii_case(s))
                 || notice.branches.contains(&row.branch);
             if named {
-                self.restart_poll(&row.task_id, &row.pushed_sha);
+                self.restart_poll(&row.task_id, &row.pushed_sha).await?;
                 let outcome = self.check_pull(&row).await?;
                 out.push((row.task_id.clone(), outcome));
             }

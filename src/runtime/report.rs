@@ -2,7 +2,8 @@
 //! work item through the `7.1-preview` comments API) when the spec is fired, when its
 //! execution waits for a human (with a link to the execution page, where the decision forms
 //! are), when it fails (which step or gate, and why), when its pull request is open, and when
-//! Baton stops remediating the pull request (rounds used up, `/baton stop`) and asks a human.
+//! Baton stops remediating the pull request (rounds used up, `/baton stop`) and asks a human,
+//! or cannot push a round's fix (it conflicts with someone else's push) and is parked.
 //!
 //! [`Reporter`] runs inside `baton serve`, looking at the fired forge specs that changed since
 //! its last pass ([`Reporter::pass`]). Each report has a key (`fired`, `waiting:<phase>:<since>`,
@@ -105,6 +106,28 @@ pub fn reports_for(state: &ExecutionState, pr_url: Option<&str>, page: &str) -> 
     out
 }
 
+/// The report of a remediation round whose fix could not be pushed (it conflicts with commits
+/// someone else pushed to the pull request's branch): the execution is parked with `reason`
+/// and a human resolves and resumes. `None` unless a round's fix waits for its push, the
+/// pull request is open and the execution is parked.
+pub fn unpushed_fix_report(
+    state: &ExecutionState,
+    pr_url: Option<&str>,
+    park_reason: Option<&str>,
+    page: &str,
+) -> Option<Report> {
+    let url = pr_url.filter(|u| !u.is_empty())?;
+    let why = park_reason.filter(|r| !r.is_empty())?;
+    state.remediation.unpushed()?;
+    let why: String = why.chars().take(500).collect();
+    Some(Report {
+        key: format!("remediation-unpushed:{}", state.remediation.rounds.len()),
+        text: format!(
+            "Baton could not push its fix to the pull request {url} and needs a human: {why}. Look at it here: {page}"
+        ),
+    })
+}
+
 /// The hidden line that ends every report comment, naming its key (an HTML comment: neither
 /// forge shows it). A retry looks for it before posting again, so a post whose outcome was
 /// lost (a crash right after it, a timeout) is not posted twice.
@@ -172,7 +195,12 @@ impl Reporter {
             let Some(state) = self.execs.load(&task_id).await? else { continue };
             let pr = store.merge(&task_id).await?.filter(|m| m.state == "opened").map(|m| m.pr_url);
             let page = format!("{}/executions/{task_id}", self.base_url);
-            for report in reports_for(&state, pr.as_deref(), &page) {
+            let mut reports = reports_for(&state, pr.as_deref(), &page);
+            if state.remediation.unpushed().is_some() {
+                let parked = store.park_reason(&task_id).await?;
+                reports.extend(unpushed_fix_report(&state, pr.as_deref(), parked.as_deref(), &page));
+            }
+            for report in reports {
                 let at = self.clock.now_rfc3339();
                 let Some(claim) = store.claim_report(spec_id, &report.key, MAX_ATTEMPTS, &at).await? else {
                     continue;

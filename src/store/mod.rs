@@ -47,6 +47,7 @@ mod lease;
 mod metrics;
 mod pg;
 mod pmo;
+mod polls;
 mod portfolio;
 mod quota;
 mod webhooks;
@@ -58,6 +59,7 @@ pub use cluster::{Change, ChangeListener, ClusterJob, KeyFingerprint, CHANGE_CHA
 pub use forge::{MergeRow, ReportClaim};
 pub use metrics::MetricTotals;
 pub use pmo::{CardRow, NewSpec, ProjectRow, SpecChange, SpecEventRow, SpecFilter, SpecInsert, SpecRow, StatusRow};
+pub use polls::PrPollRow;
 pub use portfolio::{
     ExecutionSpendRow, GateRunsRow, MergedSpecRow, PortfolioFilter, PortfolioRows, SpecTransitionRow, WeeklySpendRow,
 };

@@ -36,8 +36,10 @@ pub struct SpecTransitionRow {
     pub execution_status: Option<String>,
     /// When that execution last changed (RFC 3339): when it ended, for an ended one.
     pub execution_updated_at: Option<String>,
-    /// When its execution's pull request was opened (RFC 3339; a remediation round's push
-    /// moves it later); `None` when none is open.
+    /// When its execution's pull request was opened (RFC 3339): the spec's newest `pr_opened`
+    /// event (later writes to the merge row, a remediation round's push, do not move it; the
+    /// row's `updated_at` only for a pull request opened before that event was written);
+    /// `None` when none is open.
     pub pr_opened_at: Option<String>,
 }
 
@@ -131,7 +133,9 @@ impl Store {
         let mut tx = lite.begin_read().await?;
         let transitions = sqlx::query_as::<_, SpecTransitionRow>(
             "select ev.spec_id, ev.to_status, ev.at, e.status as execution_status, \
-             e.updated_at as execution_updated_at, m.updated_at as pr_opened_at \
+             e.updated_at as execution_updated_at, \
+             case when m.task_id is not null then coalesce((select max(po.at) from spec_events po \
+               where po.spec_id = s.spec_id and po.action = 'pr_opened'), m.updated_at) end as pr_opened_at \
              from spec_events ev join specs s on s.spec_id = ev.spec_id \
              left join executions e on e.task_id = s.task_id \
              left join merges m on m.task_id = s.task_id and m.state = 'opened' and m.pr_url != '' \

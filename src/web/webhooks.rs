@@ -496,8 +496,15 @@ fn github_review(app: &AppState, event: &str, p: &Value) -> Option<crate::runtim
         if !changes && !is_stop(body) {
             return None;
         }
+        // The review's body answers nothing to reply to; its id lets a round that read the
+        // review (from one of its line comments' deliveries) know it.
+        let id = p
+            .pointer("/review/id")
+            .and_then(Value::as_u64)
+            .map(crate::runtime::fixes::review_body_id)
+            .unwrap_or_default();
         let c = ReviewComment {
-            id: String::new(),
+            id,
             path: String::new(),
             line: None,
             diff_hunk: String::new(),
@@ -528,7 +535,13 @@ fn github_review(app: &AppState, event: &str, p: &Value) -> Option<crate::runtim
         sha: text(p, "/pull_request/head/sha").to_string(),
         stop: is_stop(body),
         comments: vec![comment],
-        review_id: if event == "pull_request_review" { p.pointer("/review/id").and_then(Value::as_u64) } else { None },
+        // A line comment names its review: the review's other comments and its body are read
+        // with it, so a review whose comments are delivered first is still one round.
+        review_id: if event == "pull_request_review" {
+            p.pointer("/review/id").and_then(Value::as_u64)
+        } else {
+            p.pointer("/comment/pull_request_review_id").and_then(Value::as_u64)
+        },
         own,
     })
 }

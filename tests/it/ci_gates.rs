@@ -203,7 +203,7 @@ fn deliver_checked(server: &Server, event: &str, payload: &Value, delivery: &str
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_ci_gate_pushes_waits_while_checks_run_and_a_check_run_webhook_wakes_it_to_pass() {
+async fn a_ci_gate_pushes_waits_while_checks_run_and_status_check_suite_and_check_run_webhooks_wake_it() {
     let github = MockServer::start().await;
     let ado = MockServer::start().await;
     // Polls are far apart: only a webhook can make the gate look again within the test.
@@ -226,6 +226,13 @@ async fn a_ci_gate_pushes_waits_while_checks_run_and_a_check_run_webhook_wakes_i
     let mut status = serde_json::from_slice::<Value>(&fixture_bytes("github-webhooks/status.json")).unwrap();
     status["sha"] = json!(sha);
     let answer = deliver_checked(&s.server, "status", &status, "status-1");
+    assert_eq!(answer["task_ids"], json!([task]), "{answer}");
+    // So does a check_suite delivery for its branch.
+    let mut suite =
+        serde_json::from_slice::<Value>(&fixture_bytes("github-webhooks/check_suite.completed.json")).unwrap();
+    suite["check_suite"]["head_sha"] = json!(sha);
+    suite["check_suite"]["head_branch"] = json!(format!("baton/{task}"));
+    let answer = deliver_checked(&s.server, "check_suite", &suite, "check-suite-1");
     assert_eq!(answer["task_ids"], json!([task]), "{answer}");
 
     // Lint passes; the check_run delivery makes the gate read the checks now.

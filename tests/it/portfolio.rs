@@ -394,3 +394,61 @@ async fn metrics_exposes_the_all_time_aggregates() {
         assert!(text.lines().any(|l| l == line), "/metrics lacks {line:?}:\n{text}");
     }
 }
+
+#[tokio::test]
+async fn an_open_pull_request_counts_from_when_it_opened_not_from_the_last_write_to_its_merge_row() {
+    let tmp = tempfile::tempdir().unwrap();
+    let execs = Executions::open(DataDir::open(&tmp.path().join("data")).unwrap()).await.unwrap();
+    let store = execs.store();
+    store.insert_project(&project("pulls")).await.unwrap();
+    execution(
+        store,
+        "task-p",
+        "2026-11-10T08:00:00+00:00",
+        &[(recorded("1.1", "alpha", "sonnet", 0.5), "2026-11-10T09:00:00+00:00")],
+        "complete",
+        0.5,
+    )
+    .await;
+    spec(
+        store,
+        "pulls",
+        "Spec with a pull request",
+        "2026-11-09T08:00:00+00:00",
+        &[
+            ("enrich", "enriched", "2026-11-09T09:00:00+00:00", None),
+            ("approve", "approved", "2026-11-09T10:00:00+00:00", None),
+            ("fire", "executing", "2026-11-10T08:00:00+00:00", Some("task-p")),
+        ],
+    )
+    .await;
+    let spec_id = 1; // the fresh store's first spec
+                     // The pull request opened on 11-10 at 10:00 (the merge notes it); a remediation round's
+                     // push rewrote the merge row on 11-25.
+    store.note_spec_event(spec_id, "pr_opened", "lead", "pull request #43", "2026-11-10T10:00:00+00:00").await.unwrap();
+    store
+        .put_merge(&baton::store::MergeRow {
+            task_id: "task-p".into(),
+            spec_id: Some(spec_id),
+            forge_repo: "lumen-labs/lantern".into(),
+            branch: "baton/task-p".into(),
+            base_branch: "main".into(),
+            state: "opened".into(),
+            pushed_sha: "0123456789abcdef0123456789abcdef01234567".into(),
+            pr_number: Some(43),
+            pr_url: "https://github.com/lumen-labs/lantern/pull/43".into(),
+            error: String::new(),
+            updated_at: "2026-11-25T12:00:00+00:00".into(),
+        })
+        .await
+        .unwrap();
+    let router = web::app(AppState::new(execs).unwrap());
+    let app = App { _tmp: tmp, router };
+    let p = app.json(&format!("/api/v1/metrics?project=pulls&{RANGE}")).await;
+    // 11-09: queued; from the end of 11-10 on (index 9): the pull request is open, also on the
+    // days before the merge row was last written.
+    assert_eq!(stage_counts(&p, 8), [("queued".to_string(), 1)]);
+    for day in [9, 15, 23] {
+        assert_eq!(stage_counts(&p, day), [("pr_open".to_string(), 1)], "day {}", day + 1);
+    }
+}

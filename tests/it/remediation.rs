@@ -372,6 +372,17 @@ async fn a_pull_request_goes_from_a_failed_check_and_a_review_to_merged_with_age
     };
     assert!(reply["body"].as_str().unwrap().contains(&addressed), "the reply names the commit: {reply}");
 
+    // The reviewer approves: an approval asks for no change and starts nothing.
+    let mut approval = fixture_json("github-webhooks/pull_request_review.submitted.json");
+    approval["pull_request"]["head"]["ref"] = json!(format!("baton/{task}"));
+    approval["pull_request"]["head"]["sha"] = json!(addressed);
+    approval["review"]["id"] = json!(237895999);
+    approval["review"]["state"] = json!("approved");
+    approval["review"]["body"] = json!("Looks good now.");
+    let (status, answer) = deliver_checked(&s.server, "pull_request_review", &approval, "approved-1");
+    assert_eq!(status, 202, "{answer}");
+    assert!(answer["ignored"].as_str().unwrap().contains("asks for no change"), "{answer}");
+
     // The card shows the rounds; the pull request is merged; the spec is merged.
     let card = s.card(id);
     assert_eq!(card["remediation"], json!({"ci_rounds": 1, "review_rounds": 1, "parked": ""}), "{card}");
@@ -602,8 +613,34 @@ async fn azure_devops_fix_rounds_used_up_park_ask_a_human_on_the_work_item_and_t
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_azure_devops_pull_request_goes_from_a_failed_build_and_a_comment_to_merged() {
     let s = start("[ci]\nmax_fix_rounds = 2\n").await;
-    let (_id, task, head) = ado_pull_request(&s, false).await;
+    let comments = "/lumenlabs/Lantern/_apis/wit/workItems/301/comments";
+    Mock::given(method("POST"))
+        .and(wiremock::matchers::path(comments))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": 9, "text": "posted"})))
+        .mount(&s.github)
+        .await;
+    Mock::given(method("GET"))
+        .and(wiremock::matchers::path(comments))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"totalCount": 0, "count": 0, "comments": []})))
+        .mount(&s.github)
+        .await;
+    let (_id, task, head) = ado_pull_request(&s, true).await;
     let branch = format!("baton/{task}");
+    // The work item hears of the pull request when it opens.
+    let opened = || async {
+        let received = s.github.received_requests().await.unwrap_or_default();
+        received
+            .iter()
+            .filter(|r| r.method.as_str() == "POST" && r.url.path() == comments)
+            .map(|r| serde_json::from_slice::<Value>(&r.body).unwrap()["text"].as_str().unwrap_or("").to_string())
+            .filter(|t| t.contains("Baton opened the pull request"))
+            .count()
+    };
+    let start = Stopwatch::start();
+    while opened().await == 0 {
+        assert!(start.elapsed() < Duration::from_secs(30), "work item 301 never heard of the pull request");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     // The build of the head fails: a CI fix round, with the tail of the failed task's log.
     mount_builds(&s.github, &branch, &head, true, 3).await;
@@ -675,6 +712,7 @@ async fn an_azure_devops_pull_request_goes_from_a_failed_build_and_a_comment_to_
                        "webUrl": "https://dev.azure.com/lumenlabs/Lantern/_git/Lantern"}}});
     let answer = ado_post(&s, &done);
     assert_eq!(answer["status"], "merged", "{answer}");
+    assert_eq!(opened().await, 1, "the opened pull request is reported once, through the rounds and the merge");
 }
 
 /// The prompts the fake agent got, in order (the change's, then each round's).
@@ -825,10 +863,11 @@ impl Loop {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fix_whose_push_is_refused_is_replayed_onto_what_someone_pushed_and_parks_on_a_conflict() {
+async fn a_fix_whose_push_is_refused_is_replayed_onto_what_someone_pushed_parks_on_a_conflict_and_is_pushed_once_resolved(
+) {
     let s = start("[ci]\nmax_fix_rounds = 2\n").await;
     mount_checks(&s.github, true).await;
-    let (_id, task, head) = s.to_pull_request().await;
+    let (id, task, head) = s.to_pull_request().await;
     let branch = format!("baton/{task}");
 
     // Someone pushes to the pull request's branch while the round runs: Baton's push is
@@ -851,18 +890,198 @@ async fn a_fix_whose_push_is_refused_is_replayed_onto_what_someone_pushed_and_pa
     assert_eq!(String::from_utf8_lossy(&show.stdout).trim(), "fix-1.txt", "the fix's own change, replayed");
 
     // The next round's fix conflicts with what someone pushed meanwhile: nothing is pushed,
-    // and Baton parks with the reason.
+    // and the execution parks for a human with the reason, its fix kept on the local branch.
     std::fs::write(&s.hold, "").unwrap();
     let answer = s.check_run(&task, &fixed, "run-2");
     assert_eq!(answer["pull_requests"][0]["outcome"], "started", "{answer}");
     s.round_running(&task, 2);
     let conflicting = s.push_from_elsewhere(&branch, "fix-2.txt", "their change\n");
     std::fs::remove_file(&s.hold).unwrap();
-    let v = s.wait("the parked loop", || {
+    let v = s.wait("the parked execution", || {
         let v = s.execution(&task);
-        v["remediation"]["parked"].as_str().is_some_and(|p| !p.is_empty()).then_some(v)
+        v["parked"].as_str().is_some_and(|p| !p.is_empty()).then_some(v)
     });
-    let reason = v["remediation"]["parked"].as_str().unwrap();
+    let reason = v["parked"].as_str().unwrap();
     assert!(reason.contains("conflicts with commits someone else pushed") && reason.contains("fix-2.txt"), "{reason}");
+    assert!(reason.contains("resolve the conflict and resume"), "it says what the human does: {reason}");
+    assert_eq!(v["status"], "running", "the round is not over: its fix is not pushed yet: {v}");
+    assert!(v["remediation"]["rounds"][1].get("pushed_sha").is_none(), "{v}");
+    assert!(v["remediation"].get("parked").is_none(), "the loop itself is not stopped: {v}");
     assert_eq!(s.remote_tip(&branch), conflicting, "their commit stays the branch's tip: never forced");
+    let card = s.card(id);
+    assert!(card["waits_for"].as_str().unwrap().starts_with("a resume (parked: the fix of ci round 2"), "{card}");
+    let texts = s.issue_comments("could not push its fix", 1).await;
+    let asked = texts.iter().find(|t| t.contains("could not push its fix")).unwrap();
+    assert!(asked.contains("needs a human") && asked.contains("resolve the conflict and resume"), "{asked}");
+
+    // The human merges their commit into the local feature branch, resolving the conflict, and
+    // resumes: the fix reaches the pull request's branch (a fast-forward, never forced) and the
+    // round completes.
+    let resolve = s.ws.tmp.path().join("resolve");
+    let git = |dir: &std::path::Path, args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "user.name=Lead Lumen", "-c", "user.email=lead@lumenlabs.example"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let repo = s.ws.repo();
+    assert!(git(&repo, &["fetch", "-q", "origin"]).status.success());
+    let out = git(&repo, &["worktree", "add", "-q", resolve.to_str().unwrap(), &branch]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let merged = git(&resolve, &["merge", "--no-edit", &format!("origin/{branch}")]);
+    assert!(!merged.status.success(), "their commit conflicts with the fix");
+    std::fs::write(resolve.join("fix-2.txt"), "change 2\ntheir change\n").unwrap();
+    assert!(git(&resolve, &["add", "fix-2.txt"]).status.success());
+    assert!(git(&resolve, &["commit", "-q", "--no-edit"]).status.success());
+    let resolved = String::from_utf8_lossy(&git(&resolve, &["rev-parse", "HEAD"]).stdout).trim().to_string();
+    assert!(git(&repo, &["worktree", "remove", resolve.to_str().unwrap()]).status.success());
+    let (status, answer) = s.api("POST", &format!("/api/v1/executions/{task}/resume"), None);
+    assert_eq!(status, 200, "{answer}");
+    let pushed = s.round_pushed(&task, 2);
+    assert_eq!(pushed, resolved, "the resolved fix is what was pushed");
+    assert_eq!(s.remote_tip(&branch), resolved, "the fix reached the pull request's branch");
+    let ancestor = |a: &str, b: &str| git(&s.bare, &["merge-base", "--is-ancestor", a, b]).status.success();
+    assert!(ancestor(&conflicting, &resolved), "their commit is kept: never forced");
+    let v = s.execution(&task);
+    assert!(v.get("parked").is_none(), "{v}");
+    assert_eq!(v["status"], "complete", "{v}");
+}
+
+/// The remediation service of one process over the data directory `data`, reading `clock`.
+async fn remediation_over(
+    data: &std::path::Path,
+    clock: &baton::clock::Clock,
+) -> (baton::runtime::executions::Executions, baton::runtime::remediation::Remediation) {
+    let dir = baton::runtime::config::DataDir::open(data).unwrap();
+    let execs = baton::runtime::executions::Executions::open(dir.clone()).await.unwrap();
+    let key = baton::runtime::auth::ServerKey::load_or_create(&dir).unwrap();
+    let ops = baton::runtime::ops::Ops::new(execs.clone(), None, key, clock.clone());
+    let forges = baton::runtime::forge::Forges::new(
+        baton::forge::ForgeSettings::default(),
+        baton::forge::RetryPolicy::default(),
+    )
+    .unwrap();
+    let service = baton::runtime::remediation::Remediation::new(execs.clone(), ops, forges);
+    (execs, service)
+}
+
+#[tokio::test]
+async fn the_pull_request_poll_schedule_is_kept_in_the_store_and_survives_a_reopen() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("baton.toml"), "[ci]\npr_poll_secs = 10\npr_max_poll_secs = 40\n").unwrap();
+    let t0 = chrono::DateTime::parse_from_rfc3339("2026-12-01T10:00:00Z").unwrap().with_timezone(&chrono::Utc);
+    let clock = baton::clock::Clock::manual(t0);
+    let at = |secs: i64| (t0 + chrono::Duration::seconds(secs)).to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let sha = "0123456789abcdef0123456789abcdef01234567";
+
+    // One process sees the open pull request's head: its first poll is 10 s away.
+    let (execs, service) = remediation_over(&data, &clock).await;
+    let plan = baton::model::plan::MachinePlan::from_json(
+        r#"{"task_id": "t-poll", "task_summary": "s", "phases": [{"phase_id": 1, "name": "Build",
+            "steps": [{"step_id": "1.1", "agent_name": "dev", "task_description": "build it"}]}]}"#,
+    )
+    .unwrap();
+    execs.create(plan).await.unwrap();
+    execs
+        .store()
+        .put_merge(&baton::store::MergeRow {
+            task_id: "t-poll".into(),
+            spec_id: None,
+            forge_repo: "lumen-labs/lantern".into(),
+            branch: "baton/t-poll".into(),
+            base_branch: "main".into(),
+            state: "opened".into(),
+            pushed_sha: sha.into(),
+            pr_number: Some(43),
+            pr_url: "https://github.com/lumen-labs/lantern/pull/43".into(),
+            error: String::new(),
+            updated_at: at(0),
+        })
+        .await
+        .unwrap();
+    service.pass().await.unwrap();
+    let polls = execs.store().pr_polls().await.unwrap();
+    assert_eq!(polls.len(), 1);
+    assert_eq!((polls[0].sha.as_str(), polls[0].interval_ms, polls[0].next_at.clone()), (sha, 10_000, at(10)));
+    drop((execs, service));
+
+    // The process ends; 10 s later another one (a restart, another replica) opens the store:
+    // the poll is due now (not 10 s after it first sees the head), and the next is 20 s away.
+    clock.advance(chrono::Duration::seconds(10));
+    let (execs, service) = remediation_over(&data, &clock).await;
+    service.pass().await.unwrap();
+    let polls = execs.store().pr_polls().await.unwrap();
+    assert_eq!((polls[0].interval_ms, polls[0].next_at.clone()), (20_000, at(20)), "{polls:?}");
+    // Not due again before then.
+    clock.advance(chrono::Duration::seconds(5));
+    service.pass().await.unwrap();
+    assert_eq!(execs.store().pr_polls().await.unwrap()[0].next_at, at(20));
+
+    // The pull request is no longer open: its schedule goes.
+    let mut merge = execs.store().merge("t-poll").await.unwrap().unwrap();
+    merge.state = "merged".into();
+    execs.store().put_merge(&merge).await.unwrap();
+    service.pass().await.unwrap();
+    assert!(execs.store().pr_polls().await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reviews_line_comments_delivered_before_the_review_start_one_round_with_all_of_it() {
+    let s = start("").await;
+    mount_checks(&s.github, false).await;
+    let listed = fixture_json("github-api/pull-review-comments.list.200.json");
+    Mock::given(method("GET"))
+        .and(wiremock::matchers::path("/repos/lumen-labs/lantern/pulls/43/reviews/237895671/comments"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(&listed["response"]["body"]))
+        .mount(&s.github)
+        .await;
+    let got = fixture_json("github-api/pull-review.get.200.json");
+    Mock::given(method("GET"))
+        .and(wiremock::matchers::path("/repos/lumen-labs/lantern/pulls/43/reviews/237895671"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(&got["response"]["body"]))
+        .mount(&s.github)
+        .await;
+    let (_id, task, head) = s.to_pull_request().await;
+
+    // GitHub delivers the review's two line comments first, then the review (changes
+    // requested): the first delivery starts the one round, the others add nothing.
+    std::fs::write(&s.hold, "").unwrap();
+    let mut comment = fixture_json("github-webhooks/pull_request_review_comment.created.json");
+    comment["pull_request"]["head"]["ref"] = json!(format!("baton/{task}"));
+    comment["pull_request"]["head"]["sha"] = json!(head);
+    for (n, listed) in listed["response"]["body"].as_array().unwrap().iter().enumerate() {
+        for field in ["id", "path", "line", "original_line", "diff_hunk", "body", "pull_request_review_id"] {
+            comment["comment"][field] = listed[field].clone();
+        }
+        let (status, answer) =
+            deliver_checked(&s.server, "pull_request_review_comment", &comment, &format!("early-comment-{n}"));
+        if n == 0 {
+            assert_eq!((status, &answer["outcome"]), (200, &json!("started")), "{answer}");
+        } else {
+            assert_eq!(status, 202, "the round already answers it: {answer}");
+        }
+    }
+    let mut review = fixture_json("github-webhooks/pull_request_review.submitted.json");
+    review["pull_request"]["head"]["ref"] = json!(format!("baton/{task}"));
+    review["pull_request"]["head"]["sha"] = json!(head);
+    let (status, answer) = deliver_checked(&s.server, "pull_request_review", &review, "late-review");
+    assert_eq!(status, 202, "the review's round already runs: {answer}");
+    assert!(s.execution(&task)["remediation"].get("queued").is_none(), "nothing waits for a second round");
+
+    std::fs::remove_file(&s.hold).unwrap();
+    s.round_pushed(&task, 1);
+    let v = s.execution(&task);
+    assert_eq!(v["remediation"]["rounds"].as_array().unwrap().len(), 1, "one round: {v}");
+    assert!(v["remediation"].get("queued").is_none(), "{v}");
+    let prompts = prompts_of(&s);
+    assert_eq!(prompts.len(), 2, "the change's prompt and one round's: {prompts:?}");
+    let round = &prompts[1];
+    assert!(round.contains("Please drop `--locked`"), "the review's body: {round}");
+    assert!(round.contains("Comment by tessa-lumen on `src/lib.rs` line 1"), "{round}");
+    assert!(round.contains("Comment by tessa-lumen on `README.md` line 1"), "{round}");
 }

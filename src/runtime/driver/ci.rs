@@ -230,6 +230,9 @@ impl Driver {
     /// `remediation_pushed`, records the new head on the merge row (the head CI notices are
     /// matched against), and replies on the review comments the round answers. A failed push
     /// is an error: the driver tries again (its pushed commit is journaled only once pushed).
+    /// A fix that conflicts with commits someone else pushed parks the execution
+    /// ([`super::Parked`]: paused with the reason, the round unpushed, the fix commit on the
+    /// local branch) until a human resolves and resumes; the resumed drive pushes it.
     pub(super) async fn push_remediation(&mut self, state: &mut ExecutionState) -> anyhow::Result<()> {
         let Some(round) = state.remediation.unpushed().cloned() else { return Ok(()) };
         let n = u32::try_from(state.remediation.rounds.len()).unwrap_or(u32::MAX);
@@ -247,17 +250,21 @@ impl Driver {
             Pushed::Pushed(sha) => sha,
             Pushed::Conflict { theirs, paths } => {
                 // Someone pushed to the branch and the fix does not apply on their commits:
-                // nothing is pushed (never forced), and a human decides.
+                // nothing is pushed (never forced). The execution parks with the fix commit
+                // kept on the local feature branch (the round stays unpushed): a human brings
+                // their commits into it (merge or rebase, resolving the conflict) and resumes,
+                // and the next drive pushes it (a fast-forward now) and completes the round.
                 let reason = format!(
-                    "the fix of {} round {} conflicts with commits someone else pushed to {branch} ({}) in {}",
+                    "the fix of {} round {} conflicts with commits someone else pushed to {branch} ({}) in {}: \
+                     merge or rebase {remote}/{branch} into the local {branch}, resolve the conflict and resume \
+                     (the fix is pushed then, never forced)",
                     round.cause.as_str(),
                     round.round,
                     crate::model::text::cut(&theirs, 12),
                     crate::model::text::cut(&paths.join(", "), 300)
                 );
                 errln!("{reason}: parked, a human decides");
-                let key = format!("remediation-conflict:{}:{n}", state.task_id);
-                return self.record(state, EventKind::RemediationParked { reason }, key).await;
+                return Err(super::Parked { task_id: state.task_id.clone(), reason }.into());
             }
         };
         errln!(

@@ -58,7 +58,8 @@ pub struct ReviewRequest {
     pub sha: String,
     /// The comments (a review's body and its comments, or one comment).
     pub comments: Vec<ReviewComment>,
-    /// A GitHub review's id: its line comments are read from the API
+    /// The GitHub review it is, or (a line comment) belongs to: the review's line comments,
+    /// and its body when it requests changes, are read from the API
     /// ([`crate::runtime::remediation::Remediation::review`]).
     pub review_id: Option<u64>,
     /// The comment is `/baton stop`: end the loop.
@@ -207,6 +208,13 @@ impl Ops {
             // Another delivery's round started first: these comments wait for the next one.
             let state = self.get(task_id).await?;
             if state.status != ExecutionStatus::Complete && state.remediation.parked.is_none() {
+                // What that round answers (the same review, read by another of its deliveries)
+                // is not asked again: only the rest waits.
+                let comments: Vec<ReviewComment> =
+                    comments.into_iter().filter(|c| !state.remediation.knows_comment(&c.id)).collect();
+                if comments.is_empty() {
+                    return Ok(Err("the round that just started answers these comments".into()));
+                }
                 return Ok(Ok((task_id.to_string(), self.queue_comments(task_id, &state, &comments).await?)));
             }
         }

@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 use super::super::forge::{MergeRow, ReportClaim};
 use super::super::pmo::SPEC_COLUMNS;
 use super::super::pmo::{NewSpec, ProjectRow, SpecChange, SpecEventRow, SpecFilter, SpecInsert, SpecRow, StatusRow};
+use super::super::polls::PrPollRow;
 use super::super::quota::QuotaAccount;
 use super::super::webhooks::ForgeIdentity;
 use super::super::{parse_time, sortable_time, StoreError, TokenRow, UserRow};
@@ -542,6 +543,32 @@ impl Pg {
         )
         .fetch_all(&self.pool)
         .await?)
+    }
+
+    pub(in super::super) async fn pr_polls(&self) -> Result<Vec<PrPollRow>, StoreError> {
+        Ok(sqlx::query_as::<_, PrPollRow>("select task_id, sha, interval_ms, next_at from pr_polls order by task_id")
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    pub(in super::super) async fn put_pr_poll(&self, row: &PrPollRow) -> Result<(), StoreError> {
+        sqlx::query(
+            "insert into pr_polls (task_id, sha, interval_ms, next_at) values ($1, $2, $3, $4) \
+             on conflict (task_id) do update set sha = excluded.sha, interval_ms = excluded.interval_ms, \
+             next_at = excluded.next_at",
+        )
+        .bind(&row.task_id)
+        .bind(&row.sha)
+        .bind(row.interval_ms)
+        .bind(&row.next_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    pub(in super::super) async fn prune_pr_polls(&self) -> Result<(), StoreError> {
+        sqlx::query(super::super::polls::PRUNE_PR_POLLS).execute(&self.pool).await?;
+        Ok(())
     }
 
     pub(in super::super) async fn put_merge(&self, row: &MergeRow) -> Result<(), StoreError> {

@@ -139,7 +139,9 @@ impl Pg {
         let mut tx = self.begin_read().await?;
         let transitions = sqlx::query_as::<_, SpecTransitionRow>(
             "select ev.spec_id, ev.to_status, ev.at, e.status as execution_status, \
-             e.updated_at as execution_updated_at, m.updated_at as pr_opened_at \
+             e.updated_at as execution_updated_at, \
+             case when m.task_id is not null then coalesce((select max(po.at) from spec_events po \
+               where po.spec_id = s.spec_id and po.action = 'pr_opened'), m.updated_at) end as pr_opened_at \
              from spec_events ev join specs s on s.spec_id = ev.spec_id \
              left join executions e on e.task_id = s.task_id \
              left join merges m on m.task_id = s.task_id and m.state = 'opened' and m.pr_url != '' \

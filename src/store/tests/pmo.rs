@@ -15,6 +15,7 @@ on_both_backends!(
     users_tokens_links_and_signatures_round_trip,
     quota_accounts_keep_the_later_reset,
     projects_specs_and_forge_rows_round_trip,
+    pull_request_poll_schedules_round_trip_and_leave_with_their_pull_request,
 );
 
 fn project(name: &str) -> ProjectRow {
@@ -413,6 +414,39 @@ async fn projects_specs_and_forge_rows_round_trip(db: Fresh) {
     assert_eq!(store.merge("t1").await.unwrap(), Some(merge));
     assert_eq!(store.head_seq("t1").await.unwrap(), Some(0));
     assert_eq!(store.spec_of_execution("t1").await.unwrap(), None);
+}
+
+/// Issue 19: the poll schedule of open pull requests is the store's, the same on both backends.
+async fn pull_request_poll_schedules_round_trip_and_leave_with_their_pull_request(db: Fresh) {
+    let store = &db.store;
+    let merge = |task_id: &str, state: &str| MergeRow {
+        task_id: task_id.to_owned(),
+        spec_id: None,
+        forge_repo: "acme/widgets".to_owned(),
+        branch: format!("baton/{task_id}"),
+        base_branch: "main".to_owned(),
+        state: state.to_owned(),
+        pushed_sha: "abc".to_owned(),
+        pr_number: Some(12),
+        pr_url: format!("https://github.example/acme/widgets/pull/{task_id}"),
+        error: String::new(),
+        updated_at: T2.to_owned(),
+    };
+    let poll = |task_id: &str, interval_ms: i64, next_at: &str| PrPollRow {
+        task_id: task_id.to_owned(),
+        sha: "abc".to_owned(),
+        interval_ms,
+        next_at: next_at.to_owned(),
+    };
+    store.put_merge(&merge("t1", "opened")).await.unwrap();
+    store.put_merge(&merge("t2", "opened")).await.unwrap();
+    store.put_pr_poll(&poll("t1", 30_000, T1)).await.unwrap();
+    store.put_pr_poll(&poll("t2", 30_000, T1)).await.unwrap();
+    store.put_pr_poll(&poll("t1", 60_000, T2)).await.unwrap();
+    assert_eq!(store.pr_polls().await.unwrap(), vec![poll("t1", 60_000, T2), poll("t2", 30_000, T1)]);
+    store.put_merge(&merge("t2", "merged")).await.unwrap();
+    store.prune_pr_polls().await.unwrap();
+    assert_eq!(store.pr_polls().await.unwrap(), vec![poll("t1", 60_000, T2)]);
 }
 
 /// Issue 17: the two dialects' migrations stay in step, by number and name.
