@@ -11,7 +11,7 @@
 //! right after pushing a step is taken over from the remote, and merges sent to two replicas at
 //! once open one pull request per execution.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -29,6 +29,62 @@ const EXECUTIONS: usize = 20;
 /// Lease lifetime of every replica, seconds.
 const LEASE_SECS: u64 = 2;
 
+/// The replicas of one test: each has its data dir `<tmp>/<name>` and logs to `<tmp>/<name>.log`.
+struct Cluster {
+    tmp: tempfile::TempDir,
+    /// The data dir of the first replica started: it made the server key.
+    first: std::cell::OnceCell<PathBuf>,
+}
+
+impl Cluster {
+    fn new() -> Cluster {
+        Cluster { tmp: tempfile::tempdir().unwrap(), first: std::cell::OnceCell::new() }
+    }
+
+    /// Replica `name`'s data dir.
+    fn data(&self, name: &str) -> PathBuf {
+        self.tmp.path().join(name)
+    }
+
+    /// Starts replica `name` (`baton serve --demo` with `extra` flags and `env`). The first
+    /// one started seeds the demo project (its repository is everyone's) and makes the server
+    /// key; every later one gets a copy of that key before it starts, as a deployment does
+    /// (README, "Several replicas"): a decision signed by any replica verifies on every one.
+    fn start(&self, name: &str, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let data = self.data(name);
+        if let Some(first) = self.first.get().filter(|f| **f != data) {
+            share_key(first, &data);
+        }
+        let server = Server::start_env(&data, extra, env);
+        let _ = self.first.set(data);
+        server
+    }
+
+    /// What replica `name` logged so far.
+    fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.data(name).with_extension("log")).unwrap_or_default()
+    }
+
+    /// How many times the replicas `names` logged that they claimed execution `task_id`.
+    fn claims(&self, names: &[&str], task_id: &str) -> usize {
+        let claimed = format!("claimed execution {task_id} ");
+        names.iter().map(|n| self.log(n).matches(&claimed).count()).sum()
+    }
+
+    /// `baton audit verify <task_id>` on database `url` passes.
+    fn assert_audit_verifies(&self, url: &str, task_id: &str) {
+        let first = self.first.get().expect("a replica was started");
+        let audit = Command::new(env!("CARGO_BIN_EXE_baton"))
+            .arg("--data-dir")
+            .arg(first)
+            .args(["audit", "verify", task_id])
+            .env("BATON_DATABASE_URL", url)
+            .output()
+            .unwrap();
+        assert!(audit.status.success(), "{task_id}: {}", String::from_utf8_lossy(&audit.stdout));
+    }
+}
+
 /// Copies the server key of data dir `from` into data dir `to` (made when missing), as a
 /// deployment does for every replica.
 fn share_key(from: &Path, to: &Path) {
@@ -42,10 +98,45 @@ fn journal(server: &Server, task_id: &str) -> Vec<Value> {
     body.as_array().unwrap().clone()
 }
 
+/// Approves phase 1 of `task_id` on `server`: (status, answer).
+fn approve(server: &Server, task_id: &str) -> (u16, Value) {
+    server.request(
+        "POST",
+        &format!("/api/v1/executions/{task_id}/approve"),
+        Some(json!({"phase_id": 1, "result": "approve"})),
+    )
+}
+
+/// The `Baton-Step` trailers of the commits on `branch` (`git <git_dir> log`), newest first,
+/// after checking that no step's work was committed twice.
+fn step_commits(git_dir: &str, branch: &str) -> Vec<String> {
+    let log = Command::new("git")
+        .arg(git_dir)
+        .args(["log", "--format=%(trailers:key=Baton-Step,valueonly,separator=)", branch])
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&log.stdout);
+    let steps: Vec<String> = log.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect();
+    let mut unique = steps.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), steps.len(), "{branch}: a step committed twice:\n{log}");
+    steps
+}
+
+/// A project repository (a workspace's) and its remote: a bare clone of it beside it.
+fn with_remote() -> (crate::common::Workspace, PathBuf) {
+    let ws = crate::common::Workspace::with_repo(&[("README.md", "x\n")]);
+    let bare = ws.tmp.path().join("remote.git");
+    let out = Command::new("git").args(["clone", "-q", "--bare"]).arg(ws.repo()).arg(&bare).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    (ws, bare)
+}
+
 #[test]
 fn three_replicas_share_the_work_through_a_kill_and_a_pause() {
     let Some(url) = postgres_database() else { return };
-    let tmp = tempfile::tempdir().unwrap();
+    let cluster = Cluster::new();
     let lease = LEASE_SECS.to_string();
     let env = [
         ("BATON_DATABASE_URL", url.as_str()),
@@ -53,14 +144,9 @@ fn three_replicas_share_the_work_through_a_kill_and_a_pause() {
         ("BATON_LOG", "warn,baton::progress=info,baton::runtime::pool=info"),
     ];
     // One at a time: the first seeds the demo project (its repository is everyone's).
-    let a = Server::start_env(&tmp.path().join("a"), &[], &env);
-    // Replicas share one server key, as deployed (README, "Several replicas"): a decision signed
-    // by any of them verifies on every one.
-    for name in ["b", "c"] {
-        share_key(&tmp.path().join("a"), &tmp.path().join(name));
-    }
-    let mut b = Server::start_env(&tmp.path().join("b"), &[], &env);
-    let c = Server::start_env(&tmp.path().join("c"), &[], &env);
+    let a = cluster.start("a", &[], &env);
+    let mut b = cluster.start("b", &[], &env);
+    let c = cluster.start("c", &[], &env);
 
     let runs: Vec<(i64, String)> = (0..EXECUTIONS)
         .map(|i| {
@@ -86,16 +172,9 @@ fn three_replicas_share_the_work_through_a_kill_and_a_pause() {
     }
     // One approval sent to two replicas at once is recorded once.
     let (_, first) = &runs[0];
-    let decide = |server: &Server| {
-        server.request(
-            "POST",
-            &format!("/api/v1/executions/{first}/approve"),
-            Some(json!({"phase_id": 1, "result": "approve"})),
-        )
-    };
     let (on_a, on_c) = std::thread::scope(|s| {
-        let x = s.spawn(|| decide(&a));
-        let y = s.spawn(|| decide(&c));
+        let x = s.spawn(|| approve(&a, first));
+        let y = s.spawn(|| approve(&c, first));
         (x.join().unwrap(), y.join().unwrap())
     });
     // The same decision twice is one decision: the first is recorded (201); the later one is
@@ -106,56 +185,33 @@ fn three_replicas_share_the_work_through_a_kill_and_a_pause() {
     let replayed = other.0 == 200 && other.1["recorded"] == json!(false);
     assert!(replayed || other.0 == 409, "a: {on_a:?}, c: {on_c:?}");
     for (_, task_id) in runs.iter().skip(1) {
-        let (status, body) = a.request(
-            "POST",
-            &format!("/api/v1/executions/{task_id}/approve"),
-            Some(json!({"phase_id": 1, "result": "approve"})),
-        );
+        let (status, body) = approve(&a, task_id);
         assert_eq!(status, 201, "{task_id}: {body}");
     }
     for (id, _) in &runs {
         a.wait_stage(*id, "changelist_review");
     }
 
-    let repo = tmp.path().join("a").join("demo").join("board-repo");
+    let repo = cluster.data("a").join("demo").join("board-repo");
     for (_, task_id) in &runs {
         let events = journal(&a, task_id);
         let approvals = events.iter().filter(|e| e["kind"] == "approval_recorded").count();
         assert_eq!(approvals, 1, "{task_id}: one decision");
-        let audit = Command::new(env!("CARGO_BIN_EXE_baton"))
-            .arg("--data-dir")
-            .arg(tmp.path().join("a"))
-            .args(["audit", "verify", task_id])
-            .env("BATON_DATABASE_URL", &url)
-            .output()
-            .unwrap();
-        assert!(audit.status.success(), "{task_id}: {}", String::from_utf8_lossy(&audit.stdout));
+        cluster.assert_audit_verifies(&url, task_id);
         // Each step's work is on the feature branch once.
-        let log = Command::new("git")
-            .arg("-C")
-            .arg(&repo)
-            .args(["log", "--format=%(trailers:key=Baton-Step,valueonly,separator=)", &format!("baton/{task_id}")])
-            .output()
-            .unwrap();
-        let log = String::from_utf8_lossy(&log.stdout);
-        let mut steps: Vec<&str> = log.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-        let all = steps.len();
-        steps.sort_unstable();
-        steps.dedup();
-        assert_eq!(steps.len(), all, "{task_id}: a step committed twice:\n{log}");
-        assert!(all >= 1, "{task_id}: no step commit:\n{log}");
+        let steps = step_commits(&format!("--git-dir={}", repo.join(".git").display()), &format!("baton/{task_id}"));
+        assert!(!steps.is_empty(), "{task_id}: no step commit");
     }
 
     // b's executions were taken over by the claim loops of the others; c, woken after its
     // leases had been taken, was fenced out: it stopped those executions and said so.
-    let log = |name: &str| std::fs::read_to_string(tmp.path().join(name).with_extension("log")).unwrap_or_default();
-    let (a_log, c_log) = (log("a"), log("c"));
     assert!(
-        on_b.iter()
-            .any(|t| a_log.contains(&format!("claimed execution {t}"))
-                || c_log.contains(&format!("claimed execution {t}"))),
-        "no execution of the killed replica was claimed:\n{a_log}\n{c_log}"
+        on_b.iter().any(|t| cluster.claims(&["a", "c"], t) > 0),
+        "no execution of the killed replica was claimed:\n{}\n{}",
+        cluster.log("a"),
+        cluster.log("c")
     );
+    let c_log = cluster.log("c");
     assert!(c_log.contains("lost the lease"), "the paused replica was not fenced out:\n{c_log}");
 }
 
@@ -164,24 +220,19 @@ fn three_replicas_share_the_work_through_a_kill_and_a_pause() {
 #[test]
 fn an_api_replica_fires_and_a_worker_replica_drives() {
     let Some(url) = postgres_database() else { return };
-    let tmp = tempfile::tempdir().unwrap();
+    let cluster = Cluster::new();
     let lease = LEASE_SECS.to_string();
     let env = [("BATON_DATABASE_URL", url.as_str()), ("BATON_LEASE_SECS", lease.as_str())];
-    let api = Server::start_env(&tmp.path().join("api"), &["--role", "api"], &env);
+    let api = cluster.start("api", &["--role", "api"], &env);
     let (id, task_id) = fire_sleepy(&api, "Document the roles", 0);
     std::thread::sleep(Duration::from_secs(2 * LEASE_SECS));
     assert!(journal(&api, &task_id).iter().all(|e| e["kind"] != "step_dispatched"), "the api replica drove it");
 
-    share_key(&tmp.path().join("api"), &tmp.path().join("worker"));
-    let worker = Server::start_env(&tmp.path().join("worker"), &["--role", "worker"], &env);
+    let worker = cluster.start("worker", &["--role", "worker"], &env);
     assert_eq!(worker.request("GET", "/api/v1/specs", None).0, 404, "a worker serves no API");
     assert_eq!(worker.request("GET", "/readyz", None).0, 200);
     api.wait_stage(id, "awaiting_human");
-    let (status, body) = api.request(
-        "POST",
-        &format!("/api/v1/executions/{task_id}/approve"),
-        Some(json!({"phase_id": 1, "result": "approve"})),
-    );
+    let (status, body) = approve(&api, &task_id);
     assert_eq!(status, 201, "{body}");
     api.wait_stage(id, "changelist_review");
 }
@@ -192,11 +243,11 @@ fn an_api_replica_fires_and_a_worker_replica_drives() {
 #[test]
 fn a_replica_with_another_server_key_refuses_to_start() {
     let Some(url) = postgres_database() else { return };
-    let tmp = tempfile::tempdir().unwrap();
+    let cluster = Cluster::new();
     let env = [("BATON_DATABASE_URL", url.as_str())];
-    let a = Server::start_env(&tmp.path().join("a"), &[], &env);
+    let a = cluster.start("a", &[], &env);
     let key = |name: &str| {
-        let text = std::fs::read_to_string(tmp.path().join(name).join("server.key")).unwrap();
+        let text = std::fs::read_to_string(cluster.data(name).join("server.key")).unwrap();
         let bytes: [u8; 32] = hex::decode(text.trim()).unwrap().try_into().unwrap();
         bytes
     };
@@ -208,7 +259,7 @@ fn a_replica_with_another_server_key_refuses_to_start() {
     };
 
     // b makes a key of its own (as a replica started without copying one does).
-    let b = tmp.path().join("b");
+    let b = cluster.data("b");
     std::fs::create_dir_all(&b).unwrap();
     std::fs::write(b.join("server.key"), hex::encode([0x5a_u8; 32])).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_baton"))
@@ -245,8 +296,7 @@ fn a_replica_with_another_server_key_refuses_to_start() {
     a.wait_stage(id, "awaiting_human");
 
     // With the key copied over, b starts and serves the same board.
-    share_key(&tmp.path().join("a"), &b);
-    let b = Server::start_env(&b, &[], &env);
+    let b = cluster.start("b", &[], &env);
     assert_eq!(b.spec(id)["stage"], "awaiting_human");
 }
 
@@ -256,15 +306,10 @@ fn a_replica_with_another_server_key_refuses_to_start() {
 #[test]
 fn one_issue_delivered_to_three_replicas_at_once_makes_one_spec() {
     let Some(url) = postgres_database() else { return };
-    let tmp = tempfile::tempdir().unwrap();
+    let cluster = Cluster::new();
     let env = [("BATON_DATABASE_URL", url.as_str()), ("BATON_GITHUB_WEBHOOK_SECRET", SECRET)];
-    let a = Server::start_env(&tmp.path().join("a"), &[], &env);
-    for name in ["b", "c"] {
-        share_key(&tmp.path().join("a"), &tmp.path().join(name));
-    }
-    let (b, c) =
-        (Server::start_env(&tmp.path().join("b"), &[], &env), Server::start_env(&tmp.path().join("c"), &[], &env));
-    let repo = tmp.path().join("a").join("demo").join("board-repo");
+    let (a, b, c) = (cluster.start("a", &[], &env), cluster.start("b", &[], &env), cluster.start("c", &[], &env));
+    let repo = cluster.data("a").join("demo").join("board-repo");
     let project = json!({"name": "lantern", "repo_path": repo, "agent_profile": "demo",
                          "forge_repo": "lumen-labs/lantern", "trigger_label": "bug"});
     let (status, body) = a.request("POST", "/api/v1/projects", Some(project));
@@ -318,11 +363,8 @@ fn one_issue_delivered_to_three_replicas_at_once_makes_one_spec() {
 async fn takeover_through_claims_from_the_remote_and_one_pull_request_per_execution() {
     let Some(url) = std::thread::spawn(postgres_database).join().unwrap() else { return };
     let github = crate::forge_flow::github_mock().await;
-    let tmp = tempfile::tempdir().unwrap();
-    let ws = crate::common::Workspace::with_repo(&[("README.md", "x\n")]);
-    let bare = ws.tmp.path().join("remote.git");
-    let out = Command::new("git").args(["clone", "-q", "--bare"]).arg(ws.repo()).arg(&bare).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let cluster = Cluster::new();
+    let (ws, bare) = with_remote();
     let (lease, gh) = (LEASE_SECS.to_string(), github.uri());
     let env = [
         ("BATON_DATABASE_URL", url.as_str()),
@@ -331,13 +373,10 @@ async fn takeover_through_claims_from_the_remote_and_one_pull_request_per_execut
         ("BATON_GITHUB_API_URL", gh.as_str()),
         ("GITHUB_TOKEN", "ghp_replica_test_token"),
     ];
-    let a = Server::start_env(&tmp.path().join("a"), &[], &env);
-    for name in ["b", "c"] {
-        share_key(&tmp.path().join("a"), &tmp.path().join(name));
-    }
+    let a = cluster.start("a", &[], &env);
     let crash = [&env[..], &[("BATON_CRASH_AT", "after-consolidate")]].concat();
-    let mut b = Server::start_env(&tmp.path().join("b"), &[], &crash);
-    let c = Server::start_env(&tmp.path().join("c"), &[], &env);
+    let mut b = cluster.start("b", &[], &crash);
+    let c = cluster.start("c", &[], &env);
     let project = json!({"name": "lantern", "repo_path": ws.repo(), "repo_url": bare, "agent_profile": "demo",
                          "forge_repo": "lumen-labs/lantern"});
     let (status, body) = a.request("POST", "/api/v1/projects", Some(project));
@@ -356,22 +395,16 @@ async fn takeover_through_claims_from_the_remote_and_one_pull_request_per_execut
     }
     for (id, task_id) in &runs {
         a.wait_stage(*id, "awaiting_human");
-        let (status, body) = a.request(
-            "POST",
-            &format!("/api/v1/executions/{task_id}/approve"),
-            Some(json!({"phase_id": 1, "result": "approve"})),
-        );
+        let (status, body) = approve(&a, task_id);
         assert_eq!(status, 201, "{task_id}: {body}");
     }
     for (id, _) in &runs {
         a.wait_stage(*id, "changelist_review");
     }
 
-    let log = |name: &str| std::fs::read_to_string(tmp.path().join(name).with_extension("log")).unwrap_or_default();
-    let (a_log, c_log) = (log("a"), log("c"));
-    let survivors = format!("{a_log}\n{c_log}");
+    let survivors = format!("{}\n{}", cluster.log("a"), cluster.log("c"));
     assert!(
-        runs[..2].iter().any(|(_, t)| survivors.contains(&format!("claimed execution {t}"))),
+        runs[..2].iter().any(|(_, t)| cluster.claims(&["a", "c"], t) > 0),
         "no execution of the dead replica was claimed:\n{survivors}"
     );
     assert!(
@@ -380,29 +413,12 @@ async fn takeover_through_claims_from_the_remote_and_one_pull_request_per_execut
     );
     for (_, task_id) in &runs {
         let events = journal(&a, task_id);
-        let audit = Command::new(env!("CARGO_BIN_EXE_baton"))
-            .arg("--data-dir")
-            .arg(tmp.path().join("a"))
-            .args(["audit", "verify", task_id])
-            .env("BATON_DATABASE_URL", &url)
-            .output()
-            .unwrap();
-        assert!(audit.status.success(), "{task_id}: {}", String::from_utf8_lossy(&audit.stdout));
+        cluster.assert_audit_verifies(&url, task_id);
         // Each recorded step's commit is on the remote's branch, once.
         let branch = format!("baton/{task_id}");
-        let remote_log = Command::new("git")
-            .arg(format!("--git-dir={}", bare.display()))
-            .args(["log", "--format=%(trailers:key=Baton-Step,valueonly,separator=)", &branch])
-            .output()
-            .unwrap();
-        let remote_log = String::from_utf8_lossy(&remote_log.stdout);
-        let mut steps: Vec<&str> = remote_log.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-        let all = steps.len();
-        steps.sort_unstable();
-        steps.dedup();
-        assert_eq!(steps.len(), all, "{task_id}: a step committed twice:\n{remote_log}");
+        let steps = step_commits(&format!("--git-dir={}", bare.display()), &branch);
         let recorded: Vec<&Value> = events.iter().filter(|e| e["kind"] == "step_recorded").collect();
-        assert_eq!(recorded.len(), all, "{task_id}: every recorded step is on the remote once:\n{remote_log}");
+        assert_eq!(recorded.len(), steps.len(), "{task_id}: every recorded step is on the remote once: {steps:?}");
         for rec in &recorded {
             let sha = rec["payload"]["commit_hash"].as_str().unwrap_or_default();
             let on_remote = Command::new("git")
@@ -443,13 +459,10 @@ async fn takeover_through_claims_from_the_remote_and_one_pull_request_per_execut
 #[test]
 fn a_project_with_only_a_remote_runs_in_each_replicas_clone() {
     let Some(url) = postgres_database() else { return };
-    let tmp = tempfile::tempdir().unwrap();
-    let ws = crate::common::Workspace::with_repo(&[("README.md", "x\n")]);
-    let bare = ws.tmp.path().join("remote.git");
-    let out = Command::new("git").args(["clone", "-q", "--bare"]).arg(ws.repo()).arg(&bare).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let cluster = Cluster::new();
+    let (_ws, bare) = with_remote();
     let env = [("BATON_DATABASE_URL", url.as_str())];
-    let a = Server::start_env(&tmp.path().join("a"), &[], &env);
+    let a = cluster.start("a", &[], &env);
     let project = json!({"name": "solo", "repo_url": bare, "agent_profile": "demo"});
     let (status, body) = a.request("POST", "/api/v1/projects", Some(project));
     assert_eq!(status, 201, "{body}");
@@ -457,14 +470,10 @@ fn a_project_with_only_a_remote_runs_in_each_replicas_clone() {
     assert!(!body["default_branch"].as_str().unwrap_or_default().is_empty(), "the remote's branch: {body}");
     let (id, task_id) = fire_sleepy_in(&a, "solo", "Document the remote", 0);
     a.wait_stage(id, "awaiting_human");
-    let (status, body) = a.request(
-        "POST",
-        &format!("/api/v1/executions/{task_id}/approve"),
-        Some(json!({"phase_id": 1, "result": "approve"})),
-    );
+    let (status, body) = approve(&a, &task_id);
     assert_eq!(status, 201, "{body}");
     a.wait_stage(id, "changelist_review");
-    assert!(tmp.path().join("a/repos/solo/.git").exists(), "the replica's own clone");
+    assert!(cluster.data("a").join("repos/solo/.git").exists(), "the replica's own clone");
     let tip = Command::new("git")
         .arg(format!("--git-dir={}", bare.display()))
         .args(["log", "--format=%B", &format!("baton/{task_id}")])
