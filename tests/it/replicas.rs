@@ -9,7 +9,10 @@
 //! Webhook deliveries of one issue sent to every replica at once make one spec. With a project
 //! whose remote is a local bare repository and whose forge is a mock GitHub, a replica that dies
 //! right after pushing a step is taken over from the remote, and merges sent to two replicas at
-//! once open one pull request per execution.
+//! once open one pull request per execution. A replica that takes an execution over without
+//! its `execution.json` starts from the base recorded when it was created, although the default
+//! branch moved on since, and one that never drove an execution shows its changelist from the
+//! project's remote.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -480,4 +483,130 @@ fn a_project_with_only_a_remote_runs_in_each_replicas_clone() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&tip.stdout).contains("Baton-Step:"), "the steps are on the remote");
+}
+
+/// `runs/<task_id>/execution.json` of replica `name`'s data dir, `None` when it has none.
+fn run_meta(cluster: &Cluster, name: &str, task_id: &str) -> Option<Value> {
+    let text = std::fs::read_to_string(cluster.data(name).join("runs").join(task_id).join("execution.json")).ok()?;
+    Some(serde_json::from_str(&text).unwrap())
+}
+
+/// `git <git_dir> <args>`, which must succeed: its stdout, trimmed.
+fn git(git_dir: &str, args: &[&str]) -> String {
+    let out = Command::new("git").arg(git_dir).args(args).output().unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Someone else's commit on `branch` of the repository at `git_dir` (its tree unchanged, made
+/// without a working tree): the default branch moving on while an execution runs.
+fn commit_elsewhere(git_dir: &str, branch: &str) {
+    let tree = git(git_dir, &["rev-parse", &format!("{branch}^{{tree}}")]);
+    let commit = git(
+        git_dir,
+        &[
+            "-c",
+            "user.name=x",
+            "-c",
+            "user.email=x@x.invalid",
+            "commit-tree",
+            "-p",
+            branch,
+            "-m",
+            "Someone else's work",
+            &tree,
+        ],
+    );
+    git(git_dir, &["update-ref", &format!("refs/heads/{branch}"), &commit]);
+}
+
+/// The commits a changelist page lists, one line each.
+fn listed_commits(page: &str) -> Vec<String> {
+    page.lines().filter(|l| l.contains("<h3>")).map(String::from).collect()
+}
+
+/// An execution started on replica a, whose default branch then moves on (someone else's
+/// commit), is taken over by replica b, which has no `execution.json` for it (a is killed
+/// while the execution waits for its approval): b starts from the base recorded when the
+/// execution was created, not from the default branch's tip now, and its changelist lists
+/// the execution's commits and nothing else.
+#[test]
+fn a_takeover_without_execution_json_starts_from_the_recorded_base() {
+    let Some(url) = postgres_database() else { return };
+    let cluster = Cluster::new();
+    let lease = LEASE_SECS.to_string();
+    let env = [
+        ("BATON_DATABASE_URL", url.as_str()),
+        ("BATON_LEASE_SECS", lease.as_str()),
+        ("BATON_LOG", "warn,baton::runtime::pool=info"),
+    ];
+    let mut a = cluster.start("a", &[], &env);
+    let (id, task_id) = fire_sleepy(&a, "Document the base", 0);
+    a.wait_stage(id, "awaiting_human");
+    let base = run_meta(&cluster, "a", &task_id).expect("a drove it")["base_sha"].as_str().unwrap().to_string();
+    let (_, project) = a.request("GET", "/api/v1/projects/demo", None);
+    let default = project["default_branch"].as_str().unwrap().to_string();
+    a.kill9();
+
+    let repo = format!("--git-dir={}", cluster.data("a").join("demo/board-repo/.git").display());
+    assert_eq!(git(&repo, &["rev-parse", &default]), base, "the execution started at the default branch's tip");
+    commit_elsewhere(&repo, &default);
+
+    let b = cluster.start("b", &[], &env);
+    assert!(run_meta(&cluster, "b", &task_id).is_none());
+    let (status, body) = approve(&b, &task_id);
+    assert_eq!(status, 201, "{body}");
+    b.wait_stage(id, "changelist_review");
+    assert!(cluster.claims(&["b"], &task_id) >= 1, "b took it over:\n{}", cluster.log("b"));
+    let meta = run_meta(&cluster, "b", &task_id).expect("b wrote its execution.json");
+    assert_eq!(meta["base_sha"], base.as_str(), "{meta}");
+
+    let (status, _, page) = b.raw("GET", &format!("/executions/{task_id}/changelist"), "", "");
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains(&format!("base {}", &base[..10])), "{page}");
+    let ours = git(&repo, &["rev-list", "--count", &format!("{base}..baton/{task_id}")]);
+    assert_eq!(listed_commits(&page).len().to_string(), ours, "only the execution's commits:\n{page}");
+    assert!(!page.contains("Someone else"), "{page}");
+}
+
+/// The changelist page of an execution of a project with a remote, on a replica that never
+/// drove it (started after the execution completed on another): read from that replica's
+/// clone of the remote, with the base recorded when the execution was created, it lists the
+/// same commits as on the replica that drove it, although the remote's default branch has
+/// since taken the feature branch in (merged by hand) and moved on, which leaves no fork
+/// point to guess the base from. Reading it writes no `execution.json`.
+#[test]
+fn the_changelist_on_a_replica_that_never_drove_the_execution_reads_the_remote() {
+    let Some(url) = postgres_database() else { return };
+    let cluster = Cluster::new();
+    let (ws, bare) = with_remote();
+    let env = [("BATON_DATABASE_URL", url.as_str())];
+    let a = cluster.start("a", &[], &env);
+    let project = json!({"name": "lantern", "repo_path": ws.repo(), "repo_url": bare, "agent_profile": "demo"});
+    let (status, body) = a.request("POST", "/api/v1/projects", Some(project));
+    assert_eq!(status, 201, "{body}");
+    let default = body["default_branch"].as_str().unwrap().to_string();
+    let (id, task_id) = fire_sleepy_in(&a, "lantern", "Document the remote", 0);
+    a.wait_stage(id, "awaiting_human");
+    assert_eq!(approve(&a, &task_id).0, 201);
+    a.wait_stage(id, "changelist_review");
+    let page = |server: &Server| {
+        let (status, _, page) = server.raw("GET", &format!("/executions/{task_id}/changelist"), "", "");
+        assert_eq!(status, 200, "{page}");
+        page
+    };
+    let on_a = page(&a);
+    let base = run_meta(&cluster, "a", &task_id).unwrap()["base_sha"].as_str().unwrap().to_string();
+
+    let remote = format!("--git-dir={}", bare.display());
+    git(&remote, &["update-ref", &format!("refs/heads/{default}"), &format!("refs/heads/baton/{task_id}")]);
+    commit_elsewhere(&remote, &default);
+
+    let b = cluster.start("b", &[], &env);
+    let on_b = page(&b);
+    assert!(on_b.contains(&format!("base {}", &base[..10])), "{on_b}");
+    assert!(!listed_commits(&on_a).is_empty(), "{on_a}");
+    assert_eq!(listed_commits(&on_b), listed_commits(&on_a), "{on_b}");
+    assert!(on_b.contains("Step 1.1"), "{on_b}");
+    assert!(run_meta(&cluster, "b", &task_id).is_none(), "reading the changelist took nothing over");
 }
