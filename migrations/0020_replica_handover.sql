@@ -10,3 +10,11 @@ create table execution_bases (
     base_sha    text not null,
     recorded_at text not null
 ) strict;
+
+-- an execution whose driver stopped to wait for a human (an approval, feedback, an interactive
+-- step's reply, a budget): the journal head it stopped at. Claim loops leave it alone while
+-- the journal's head is still there; the next event (the decision) makes it claimable again.
+create table execution_idle (
+    task_id text primary key not null references executions (task_id),
+    seq     integer not null
+) strict;

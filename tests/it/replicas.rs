@@ -12,7 +12,8 @@
 //! once open one pull request per execution. A replica that takes an execution over without
 //! its `execution.json` starts from the base recorded when it was created, although the default
 //! branch moved on since, and one that never drove an execution shows its changelist from the
-//! project's remote.
+//! project's remote. An execution waiting for a human is not claimed from replica to replica
+//! while nobody answers.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -609,4 +610,92 @@ fn the_changelist_on_a_replica_that_never_drove_the_execution_reads_the_remote()
     assert_eq!(listed_commits(&on_b), listed_commits(&on_a), "{on_b}");
     assert!(on_b.contains("Step 1.1"), "{on_b}");
     assert!(run_meta(&cluster, "b", &task_id).is_none(), "reading the changelist took nothing over");
+}
+
+/// Creates, enriches and fires a spec of the demo project whose first step is interactive: its
+/// agent asks a question and waits for a human's reply before it finishes (then the phase
+/// asks for its approval, as every demo plan's first phase does). (spec id, task id).
+fn fire_interactive(server: &Server, title: &str) -> (i64, String) {
+    let (status, spec) =
+        server.request("POST", "/api/v1/specs", Some(json!({"project": "demo", "title": title, "body": "Ask first."})));
+    assert_eq!(status, 201, "{spec}");
+    let id = spec["spec_id"].as_i64().unwrap();
+    let (status, enriched) = server.request("POST", &format!("/api/v1/specs/{id}/enrich"), None);
+    assert_eq!(status, 200, "{enriched}");
+    let mut plan = enriched["plan"].clone();
+    let step = &mut plan["phases"][0]["steps"][0];
+    step["interactive"] = json!(true);
+    step["max_turns"] = json!(4);
+    step["task_description"] = json!("Clarify the scope [demo: interact=Which database should I use?]");
+    let (status, answer) = server.request("PUT", &format!("/api/v1/specs/{id}/plan"), Some(plan));
+    assert_eq!(status, 200, "{answer}");
+    for (action, body) in [("review", Some(json!({"decision": "approve"}))), ("fire", None)] {
+        let (status, answer) = server.request("POST", &format!("/api/v1/specs/{id}/{action}"), body);
+        assert_eq!(status, 200, "{action}: {answer}");
+    }
+    (id, server.spec(id)["task_id"].as_str().unwrap().to_string())
+}
+
+/// Polls execution `task_id` on `server` until `until` holds (up to 90 s).
+fn wait_execution(server: &Server, task_id: &str, what: &str, until: impl Fn(&Value) -> bool) {
+    let watch = Stopwatch::start();
+    loop {
+        let (status, view) = server.request("GET", &format!("/api/v1/executions/{task_id}"), None);
+        assert_eq!(status, 200, "{view}");
+        if until(&view) {
+            return;
+        }
+        assert!(watch.elapsed() < Duration::from_secs(90), "{task_id} never got to {what}: {view}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// An execution waiting for a human on three replicas, first for an interactive step's reply
+/// (its status stays `running`), then for its phase's approval: over four lease periods of
+/// each wait no replica claims it (its driver let the lease go, and the claim loops leave an
+/// execution alone while its journal has not moved since). The reply, sent to another
+/// replica, resumes it once (one more claim at most, one more launch of the step), and the
+/// approval, sent to a third, carries it to its end.
+#[test]
+fn an_execution_waiting_for_a_human_is_not_claimed_back_and_forth() {
+    let Some(url) = postgres_database() else { return };
+    let cluster = Cluster::new();
+    let lease = LEASE_SECS.to_string();
+    let env = [
+        ("BATON_DATABASE_URL", url.as_str()),
+        ("BATON_LEASE_SECS", lease.as_str()),
+        ("BATON_LOG", "warn,baton::runtime::pool=info"),
+    ];
+    let (a, b, c) = (cluster.start("a", &[], &env), cluster.start("b", &[], &env), cluster.start("c", &[], &env));
+    let all = ["a", "b", "c"];
+    let (id, task_id) = fire_interactive(&a, "Document the scope");
+    let interacting = |v: &Value| v["step_results"]["1.1"]["status"] == "interacting";
+    wait_execution(&a, &task_id, "the interactive step's question", interacting);
+    let before = cluster.claims(&all, &task_id);
+    std::thread::sleep(Duration::from_secs(4 * LEASE_SECS));
+    assert_eq!(cluster.claims(&all, &task_id), before, "claimed while it waited for the reply");
+
+    let reply = json!({"step_id": "1.1", "input": "Use SQLite."});
+    let (status, body) = c.request("POST", &format!("/api/v1/executions/{task_id}/interact"), Some(reply));
+    assert_eq!(status, 201, "{body}");
+    wait_execution(&a, &task_id, "the approval", |v| v["status"] == "approval_pending");
+    let resumed = cluster.claims(&all, &task_id);
+    assert!(resumed <= before + 1, "the reply was picked up more than once: {before} -> {resumed} claims");
+    let launches = |server: &Server| {
+        journal(server, &task_id)
+            .iter()
+            .filter(|e| e["kind"] == "step_dispatched" && e["payload"]["step_id"] == "1.1")
+            .count()
+    };
+    assert_eq!(launches(&a), 2, "the question's launch and the reply's");
+    std::thread::sleep(Duration::from_secs(4 * LEASE_SECS));
+    assert_eq!(cluster.claims(&all, &task_id), resumed, "claimed while it waited for the approval");
+
+    assert_eq!(approve(&b, &task_id).0, 201);
+    a.wait_stage(id, "changelist_review");
+    assert!(cluster.claims(&all, &task_id) <= resumed + 1, "the approval was picked up more than once");
+    assert_eq!(launches(&b), 2);
+    let events = journal(&a, &task_id);
+    assert_eq!(events.iter().filter(|e| e["kind"] == "approval_recorded").count(), 1);
+    cluster.assert_audit_verifies(&url, &task_id);
 }

@@ -13,6 +13,7 @@ use tokio::task::JoinSet;
 use crate::clock;
 use crate::engine;
 use crate::git::GitRepo;
+use crate::model::action::Action;
 use crate::model::plan::MachinePlan;
 use crate::model::state::ExecutionState;
 use crate::runtime::agent::profile::agent_env;
@@ -218,7 +219,16 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
         driver.execs.store().park(&task_id, &p.reason).await?;
         errln!("execution {task_id} parked: {}", p.reason);
     }
-    lease.release().await?;
+    // Waiting for a human: no replica claims it back until the decision is journaled (with
+    // several replicas, each would otherwise take it in turn, only to find the same wait).
+    let waits = outcome.as_ref().is_ok_and(|o| {
+        matches!(o.action, Action::Approval(_) | Action::Feedback(_) | Action::Interact(_) | Action::Budget(_))
+    });
+    if waits {
+        lease.release_waiting().await?;
+    } else {
+        lease.release().await?;
+    }
     outcome
 }
 
