@@ -11,8 +11,11 @@
 //!
 //! Beside the durable figure, the same bare commit through sqlx ([`sqlx_floor`]) and the
 //! raw-SQLite floor ([`raw_floor`]: a bare single-row commit through rusqlite, no sqlx, same
-//! pragmas), and durable ÷ raw floor; the three are measured in turn, five times each, and each
-//! printed figure is the median of its five.
+//! pragmas), and durable ÷ raw floor; and the journal floor ([`journal_floor`]: what a record
+//! commits — event row and summary update on a Baton database — through rusqlite with nothing
+//! of Baton around it), which splits the gap into SQLite's cost of the journal's rows and
+//! Baton's own overhead. They are measured in turn, five times each, and each printed figure is
+//! the median of its five.
 //!
 //! Targets (issue #2): ≥ 5,000 durable transitions/s on a 2-core machine, and the 10,000-step
 //! figure within 2× of the 10-step one; (issue 14.9) durable ≤ 1.3× the raw floor.
@@ -175,6 +178,64 @@ fn raw_floor(dir: &std::path::Path, commits: u32) -> f64 {
     watch.elapsed().as_secs_f64() * 1e6 / f64::from(commits)
 }
 
+/// The journal's own writes with nothing of Baton around them: on a Baton database (its
+/// migrations, indexes and triggers; one execution created through the store), one held
+/// rusqlite connection on the calling thread commits, per transition, what a record commits —
+/// the chained event row (a record's payload size) and the execution's summary and head —
+/// `BEGIN IMMEDIATE`, insert, update, `COMMIT`. Durable ÷ this is Baton's own overhead (the
+/// engine, serialization, the hand-off to the journal thread, snapshots); this ÷ the raw floor
+/// is what the journal's rows and indexes cost SQLite.
+fn journal_floor(rt: &tokio::runtime::Runtime, dir: &std::path::Path, commits: u32) -> f64 {
+    use baton::store::{event_hash, Store, Summary};
+    static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = dir.join(format!("journal-{run}.db"));
+    let summary = Summary {
+        status: "running".into(),
+        current_phase: "P1".into(),
+        steps_done: 0,
+        steps_total: 10,
+        spend_usd: 0.0,
+    };
+    rt.block_on(async {
+        let store = Store::open(&path).await.unwrap_or_else(|e| panic!("{e}"));
+        store.create_execution("floor", "{}", &summary, "2026-01-15T09:00:00Z").await.unwrap_or_else(|e| panic!("{e}"));
+        store.close().await;
+    });
+    let conn = rusqlite::Connection::open(&path).unwrap_or_else(|e| panic!("{e}"));
+    conn.execute_batch("pragma synchronous = full; pragma foreign_keys = on;").unwrap_or_else(|e| panic!("{e}"));
+    let (mut seq, mut hash): (i64, String) = conn
+        .query_row("select last_seq, last_hash from executions where task_id = 'floor'", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    let payload = format!(r#"{{"kind":"step_recorded","outcome":"{}"}}"#, "x".repeat(260));
+    let at = "2026-01-15T09:00:01Z";
+    let watch = Stopwatch::start();
+    for _ in 0..commits {
+        let key = format!("k{}", seq + 1);
+        let next = event_hash(&hash, seq + 1, "step_recorded", &payload, &key, at);
+        conn.execute_batch("begin immediate").unwrap_or_else(|e| panic!("{e}"));
+        conn.prepare_cached(
+            "insert into execution_events (task_id, seq, kind, payload, idempotency_key, at, prev_hash, hash) \
+             values ('floor', ?1, 'step_recorded', ?2, ?3, ?4, ?5, ?6)",
+        )
+        .and_then(|mut insert| insert.execute(rusqlite::params![seq + 1, payload, key, at, hash, next]))
+        .and_then(|_| {
+            conn.prepare_cached(
+                "update executions set status = 'running', current_phase = 'P1', steps_done = ?1, \
+                 steps_total = 10, spend_usd = 0, last_seq = ?1, last_hash = ?2, updated_at = ?3 \
+                 where task_id = 'floor'",
+            )
+        })
+        .and_then(|mut update| update.execute(rusqlite::params![seq + 1, next, at]))
+        .unwrap_or_else(|e| panic!("{e}"));
+        conn.execute_batch("commit").unwrap_or_else(|e| panic!("{e}"));
+        (seq, hash) = (seq + 1, next);
+    }
+    watch.elapsed().as_secs_f64() * 1e6 / f64::from(commits)
+}
+
 /// The same bare commit through sqlx: one multi-statement `BEGIN IMMEDIATE; insert; COMMIT`
 /// round trip per event on one held connection (sqlx's worker thread does the SQLite calls).
 async fn sqlx_floor(dir: &std::path::Path, commits: u32) -> f64 {
@@ -225,11 +286,12 @@ fn main() {
     let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap_or_else(|e| panic!("{e}"));
     println!(
-        "{:>8}  {:>15}  {:>16}  {:>15}  {:>14}  {:>8}  {:>15}  {:>20}  {:>10}",
+        "{:>8}  {:>15}  {:>16}  {:>15}  {:>16}  {:>14}  {:>8}  {:>15}  {:>20}  {:>10}",
         "steps",
         "engine µs/trans",
         "durable µs/trans",
         "sqlx commit µs",
+        "journal floor µs",
         "raw floor µs",
         "÷ floor",
         "durable trans/s",
@@ -246,15 +308,18 @@ fn main() {
         let mut floors = Vec::new();
         let mut durables = Vec::new();
         let mut sqlx_floors = Vec::new();
+        let mut journal_floors = Vec::new();
         for round in 0..5 {
             floors.push(raw_floor(tmp.path(), 1_000));
+            journal_floors.push(journal_floor(&rt, tmp.path(), 1_000));
             sqlx_floors.push(rt.block_on(sqlx_floor(tmp.path(), 1_000)));
             durables.push(rt.block_on(durable_bench(steps, reps, &tmp.path().join(format!("r{round}")))));
         }
         let (floor, sqlx_commit, durable_us) = (median(floors), median(sqlx_floors), median(durables));
+        let journal = median(journal_floors);
         let (concurrent, group) = rt.block_on(concurrent_bench(steps, tmp.path()));
         println!(
-            "{steps:>8}  {engine_us:>15.2}  {durable_us:>16.1}  {sqlx_commit:>15.1}  {floor:>14.1}  {:>7.2}×  {:>15.0}  {concurrent:>20.0}  {group:>10.1}",
+            "{steps:>8}  {engine_us:>15.2}  {durable_us:>16.1}  {sqlx_commit:>15.1}  {journal:>16.1}  {floor:>14.1}  {:>7.2}×  {:>15.0}  {concurrent:>20.0}  {group:>10.1}",
             durable_us / floor,
             1e6 / durable_us
         );
@@ -265,6 +330,8 @@ fn main() {
     }
     println!(
         "raw floor: BEGIN IMMEDIATE, one insert, COMMIT through rusqlite (WAL, synchronous=FULL), no sqlx; \
-         sqlx commit: the same through sqlx, one round trip; target (issue 14.9): durable ≤ 1.3× the raw floor"
+         sqlx commit: the same through sqlx, one round trip; journal floor: a record's event row and summary \
+         update on a Baton database through rusqlite, nothing of Baton around them; target (issue 14.9): \
+         durable ≤ 1.3× the raw floor"
     );
 }

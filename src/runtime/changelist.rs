@@ -1,8 +1,11 @@
 //! The changelist of an execution: the commits on its feature branch since the base, grouped
 //! by step and agent, with per-file line counts, and the whole diff.
 //!
-//! Reads the repository only (never writes it); the agent of each commit comes from the
-//! execution's results (the commit's `Baton-Step` trailer names the step).
+//! Reads the repository only (never writes it, save fetching a replica's clone); the agent of
+//! each commit comes from the execution's results (the commit's `Baton-Step` trailer names the
+//! step). The branch is the one this data directory's `execution.json` names; on a replica that
+//! never drove the execution, the one its project's remote holds, read from this replica's clone
+//! ([`remote::remote_branch`], with the base recorded when the execution was created).
 
 use std::path::PathBuf;
 
@@ -12,7 +15,8 @@ use serde::Serialize;
 pub use crate::git::FileStat;
 use crate::git::GitRepo;
 use crate::model::state::ExecutionState;
-use crate::runtime::config::DataDir;
+use crate::runtime::executions::Executions;
+use crate::runtime::remote;
 use crate::runtime::runs::read_meta;
 use crate::runtime::{blocking, BadInput};
 
@@ -60,24 +64,39 @@ pub struct Changelist {
 
 /// The changelist of `state`'s execution.
 ///
-/// Errors: the execution was not run by a driver (no `execution.json`: [`BadInput`]); the
-/// repository or branch is gone.
-pub async fn changelist(data: &DataDir, state: &ExecutionState) -> anyhow::Result<Changelist> {
-    let Some(meta) = read_meta(data, &state.task_id)? else {
-        return Err(BadInput(format!(
-            "execution {} has no feature branch here: it is driven by an external orchestrator",
-            state.task_id
-        ))
-        .into());
+/// Errors: the execution was not run by a driver (no `execution.json`, and no project remote
+/// to read its branch from: [`BadInput`]); the repository or branch is gone; the remote has no
+/// feature branch.
+pub async fn changelist(execs: &Executions, state: &ExecutionState) -> anyhow::Result<Changelist> {
+    let task_id = &state.task_id;
+    // (repository, branch, base, the tip when it is not the local branch's)
+    let (repo_path, branch, base_sha, remote_tip) = match read_meta(execs.data(), task_id)? {
+        Some(meta) => (meta.repo, meta.branch, meta.base_sha, None),
+        None => match remote::remote_project(execs, task_id).await? {
+            // Never driven here: the branch as the project's remote holds it.
+            Some(project) => {
+                let rb = remote::remote_branch(execs.data(), execs.store(), &project, task_id).await?;
+                (rb.repo.root().to_path_buf(), rb.branch, rb.base_sha, Some(rb.tip))
+            }
+            None => {
+                return Err(BadInput(format!(
+                    "execution {task_id} has no feature branch here: it is driven by an external orchestrator"
+                ))
+                .into())
+            }
+        },
     };
     let agents: std::collections::HashMap<String, String> =
         state.step_results.values().map(|r| (r.step_id.clone(), r.agent_name.clone())).collect();
     blocking(move || -> anyhow::Result<Changelist> {
-        let repo = GitRepo::open(&meta.repo)?;
-        let tip = repo.branch_tip(&meta.branch)?.with_context(|| format!("branch {} is gone", meta.branch))?;
+        let repo = GitRepo::open(&repo_path)?;
+        let tip = match remote_tip {
+            Some(tip) => tip,
+            None => repo.branch_tip(&branch)?.with_context(|| format!("branch {branch} is gone"))?,
+        };
         let mut commits = Vec::new();
         for c in repo.log(&tip, MAX_COMMITS)? {
-            if c.sha == meta.base_sha {
+            if c.sha == base_sha {
                 break;
             }
             let step_id = c
@@ -98,18 +117,9 @@ pub async fn changelist(data: &DataDir, state: &ExecutionState) -> anyhow::Resul
             });
         }
         commits.reverse();
-        let files = repo.diff_stats(&meta.base_sha, &tip)?;
-        let (diff, diff_truncated) = repo.diff_patch(&meta.base_sha, &tip, MAX_DIFF_BYTES)?;
-        Ok(Changelist {
-            repo: meta.repo,
-            branch: meta.branch,
-            base_sha: meta.base_sha,
-            tip_sha: tip,
-            commits,
-            files,
-            diff,
-            diff_truncated,
-        })
+        let files = repo.diff_stats(&base_sha, &tip)?;
+        let (diff, diff_truncated) = repo.diff_patch(&base_sha, &tip, MAX_DIFF_BYTES)?;
+        Ok(Changelist { repo: repo_path, branch, base_sha, tip_sha: tip, commits, files, diff, diff_truncated })
     })
     .await?
 }

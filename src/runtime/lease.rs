@@ -199,6 +199,14 @@ impl Lease {
         self.store.release_lease(&self.task_id, &self.holder.holder).await.context("releasing the lease")?;
         Ok(())
     }
+
+    /// Gives the lease up because the execution waits for a human: until the next event is
+    /// journaled (the decision), no replica's claim loop takes it
+    /// ([`Store::release_lease_waiting`]).
+    pub async fn release_waiting(self) -> anyhow::Result<()> {
+        self.store.release_lease_waiting(&self.task_id, &self.holder.holder).await.context("releasing the lease")?;
+        Ok(())
+    }
 }
 
 /// Takes the lease of `task_id` for this process.

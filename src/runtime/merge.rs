@@ -110,9 +110,9 @@ async fn merge_locked(execs: &Executions, forges: &Forges, task_id: &str, actor:
     if crate::runtime::remote::active(store, &project) {
         // This replica's clone gets the branch as the remote holds it (another replica may
         // have driven the execution, or finished it after this one was fenced out).
-        crate::runtime::remote::for_merge(execs.data(), &project, task_id).await?;
+        crate::runtime::remote::for_merge(execs.data(), store, &project, task_id).await?;
     }
-    let list = changelist(execs.data(), &state).await?;
+    let list = changelist(execs, &state).await?;
     let base = base_branch(&project).await?;
     if project.forge_repo.trim().is_empty() {
         let commands = local_merge_commands(&list.repo.display().to_string(), &base, &list.branch).join(" && ");

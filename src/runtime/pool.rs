@@ -13,8 +13,8 @@
 //! [`Pool::claim_loop`], leases the runnable executions that nobody holds (fired on an API-only
 //! replica, left by a replica that died or was paused past its lease) through
 //! [`Store::claim_leases`](crate::store::Store::claim_leases) and drives them; an execution
-//! first driven by another replica gets its `execution.json` here, from its project
-//! (`adopt`). A driver that lost its lease (fenced out, or the lease held by another holder)
+//! first driven by another replica gets its `execution.json` here, from its project and the
+//! base recorded when it was created (`adopt`). A driver that lost its lease (fenced out, or the lease held by another holder)
 //! ends its loop instead of retrying: the execution is another replica's now.
 
 use std::collections::HashMap;
@@ -311,10 +311,12 @@ impl Pool {
 }
 
 /// Gives this data directory the `execution.json` of an execution another replica started
-/// (a takeover): the repository, base and agent profile come from the project of its spec,
-/// the feature branch is `baton/<task_id>`. Nothing to do when it has one, or when the
-/// project has a remote on PostgreSQL (`repo_url`): then the driver takes the execution over
-/// from the remote, in this replica's own clone, with the steps already pushed
+/// (a takeover): the repository and agent profile come from the project of its spec, the
+/// feature branch and its base are the ones recorded when the execution was created
+/// ([`Store::recorded_base`](crate::store::Store::recorded_base); an execution older than that
+/// record gets `baton/<task_id>` and the default branch's tip). Nothing to do when it has one,
+/// or when the project has a remote on PostgreSQL (`repo_url`): then the driver takes the
+/// execution over from the remote, in this replica's own clone, with the steps already pushed
 /// ([`crate::runtime::remote::adopt`]), which a local `repo_path` would not have.
 ///
 /// Errors: no spec or project for the execution, or the project's repository cannot be opened.
@@ -334,17 +336,22 @@ async fn adopt(execs: &Executions, task_id: &str) -> anyhow::Result<()> {
         .project(&spec.project)
         .await?
         .ok_or_else(|| anyhow::anyhow!("execution {task_id}: project {} is gone", spec.project))?;
-    let (path, base) = (std::path::PathBuf::from(&project.repo_path), project.default_branch.clone());
+    let recorded = store.recorded_base(task_id).await?;
+    let (path, default) = (std::path::PathBuf::from(&project.repo_path), project.default_branch.clone());
+    let known = recorded.as_ref().map(|r| r.base_sha.clone());
     let (root, base_sha) = crate::runtime::blocking(move || {
         let repo = crate::git::GitRepo::open(&path)?;
-        let sha = repo.resolve(&base)?;
+        let sha = match known {
+            Some(sha) => sha,
+            None => repo.resolve(&default)?,
+        };
         Ok::<_, crate::git::GitError>((repo.root().to_path_buf(), sha))
     })
     .await??;
     let meta = runs::RunMeta {
         repo: root,
         base_sha,
-        branch: driver::feature_branch(task_id),
+        branch: recorded.map_or_else(|| driver::feature_branch(task_id), |r| r.branch),
         profile: project.agent_profile.clone(),
     };
     crate::runtime::runs::write_meta(data, task_id, &meta)?;

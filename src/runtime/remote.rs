@@ -5,8 +5,9 @@
 //! consolidation, so another machine can take the execution over from the remote alone.
 //!
 //! The rules live here: when a remote applies ([`active`]), which clone ([`replica_clone`]),
-//! what a start does with the local and remote branch ([`sync_branch`]), how a replica that
-//! never drove an execution adopts it ([`adopt`]), what a merge starts from ([`for_merge`])
+//! what a start does with the local and remote branch ([`sync_branch`]), what a replica that
+//! never drove an execution reads of its branch ([`remote_branch`], with the base recorded in
+//! the database) and how it adopts it ([`adopt`]), what a merge starts from ([`for_merge`])
 //! and how a push fails ([`publish`], never forced). The driver and the spec queue call them; git itself is `crate::git`. With SQLite,
 //! or a project without `repo_url`, none of this applies and nothing changes.
 
@@ -169,26 +170,68 @@ pub async fn publish(repo: &GitRepo, branch: &str) -> anyhow::Result<String> {
     }
 }
 
-/// A replica that never drove `task_id` takes it over: its clone of the project's remote
-/// (fetched) gets the feature branch `branch` (`baton/<task_id>`) at the remote's tip, and `execution.json` is written for
-/// it: the clone, the branch's fork point from the project's default branch as its base, the
-/// project's agent profile.
+/// An execution's feature branch as the project's remote holds it, seen from this replica's
+/// clone (fetched): what a replica that never drove the execution reads (the changelist) or
+/// takes the execution over from ([`adopt`]).
+#[derive(Debug, Clone)]
+pub struct RemoteBranch {
+    /// This replica's clone of the project's remote.
+    pub repo: GitRepo,
+    /// The feature branch (`baton/<task_id>`).
+    pub branch: String,
+    /// The branch's tip on the remote (`refs/remotes/origin/<branch>` in the clone).
+    pub tip: String,
+    /// Where the branch started: the base recorded when the execution was created
+    /// ([`Store::record_base`]), else (an execution older than that record) the branch's fork
+    /// point from the project's default branch.
+    pub base_sha: String,
+}
+
+/// Fetches this replica's clone of `project`'s remote and reads `task_id`'s feature branch
+/// there ([`RemoteBranch`]). Writes nothing but the clone's remote-tracking refs.
 ///
-/// Errors: the remote has no feature branch (the execution was never pushed); git; the file.
-pub async fn adopt(data: &DataDir, project: &ProjectRow, task_id: &str, branch: &str) -> anyhow::Result<RunMeta> {
+/// Errors: the remote has no feature branch (the execution was never pushed); git; the
+/// database.
+pub async fn remote_branch(
+    data: &DataDir,
+    store: &Store,
+    project: &ProjectRow,
+    task_id: &str,
+) -> anyhow::Result<RemoteBranch> {
+    let recorded = store.recorded_base(task_id).await?;
+    let branch = recorded.as_ref().map_or_else(|| crate::runtime::runs::feature_branch(task_id), |r| r.branch.clone());
     let repo = replica_clone(data, project).await?;
-    let branch = branch.to_string();
     let (r, b) = (repo.clone(), branch.clone());
     let Some(tip) = blocking(move || r.remote_tip(REMOTE, &b)).await?? else {
         anyhow::bail!(
-            "execution {task_id} cannot be taken over: its feature branch {branch} is not on the project's remote {}",
+            "execution {task_id}: its feature branch {branch} is not on the project's remote {}",
             project.repo_url
         );
     };
+    let base_sha = match recorded {
+        Some(r) => r.base_sha,
+        None => {
+            let (r, default, t) =
+                (repo.clone(), format!("refs/remotes/{REMOTE}/{}", project.default_branch), tip.clone());
+            blocking(move || r.merge_base(&t, &default).ok().flatten()).await?.unwrap_or_else(|| tip.clone())
+        }
+    };
+    Ok(RemoteBranch { repo, branch, tip, base_sha })
+}
+
+/// A replica that never drove `task_id` takes it over: its clone of the project's remote
+/// (fetched) gets the feature branch at the remote's tip, and `execution.json` is written for
+/// it: the clone, the execution's base ([`remote_branch`]: the recorded one), the project's
+/// agent profile.
+///
+/// Errors: the remote has no feature branch (the execution was never pushed); git; the file;
+/// the database.
+pub async fn adopt(data: &DataDir, store: &Store, project: &ProjectRow, task_id: &str) -> anyhow::Result<RunMeta> {
+    let RemoteBranch { repo, branch, tip, base_sha } = remote_branch(data, store, project, task_id)
+        .await
+        .with_context(|| format!("execution {task_id} cannot be taken over"))?;
     set_branch(&repo, &branch, &tip).await?;
     errln!("taking execution {task_id} over from the project's remote ({branch} at {})", short(&tip));
-    let (r, default, t) = (repo.clone(), format!("refs/remotes/{REMOTE}/{}", project.default_branch), tip.clone());
-    let base_sha = blocking(move || r.merge_base(&t, &default).ok().flatten()).await?.unwrap_or(tip);
     let profile = if project.agent_profile.is_empty() { "claude".to_string() } else { project.agent_profile.clone() };
     let meta = RunMeta { repo: repo.root().to_path_buf(), base_sha, branch, profile };
     crate::runtime::runs::write_meta(data, task_id, &meta)?;
@@ -203,10 +246,9 @@ pub async fn adopt(data: &DataDir, project: &ProjectRow, task_id: &str, branch: 
 /// left as it is.
 ///
 /// Errors: the remote has no feature branch; git; the file.
-pub async fn for_merge(data: &DataDir, project: &ProjectRow, task_id: &str) -> anyhow::Result<()> {
-    let branch = crate::runtime::runs::feature_branch(task_id);
+pub async fn for_merge(data: &DataDir, store: &Store, project: &ProjectRow, task_id: &str) -> anyhow::Result<()> {
     let Some(meta) = crate::runtime::runs::read_meta(data, task_id)? else {
-        adopt(data, project, task_id, &branch).await?;
+        adopt(data, store, project, task_id).await?;
         return Ok(());
     };
     let repo = replica_clone(data, project).await?;

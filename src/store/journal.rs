@@ -1,6 +1,7 @@
 //! Executions, their hash-chained event journal and their snapshots.
 //!
-//! Owns the `executions`, `execution_events` and `snapshots` tables. Payloads are opaque JSON
+//! Owns the `executions`, `execution_events`, `snapshots` and `execution_bases` tables (where
+//! each execution's feature branch started, recorded once). Payloads are opaque JSON
 //! text; nothing here interprets them. Appends read the chain head from the `executions` row
 //! and never scan the journal or touch `plan_json`.
 
@@ -11,8 +12,8 @@ use super::writer::{LeaseGuard, Pending};
 
 use super::Lite;
 use super::{
-    event_hash, parse_time, AppendOutcome, ChainReport, ExecutionRow, Fence, Loaded, NewEvent, Snapshot, Store,
-    StoreError, StoredEvent, Summary, GENESIS_HASH, SNAPSHOTS_KEPT,
+    event_hash, parse_time, AppendOutcome, ChainReport, ExecutionBase, ExecutionRow, Fence, Loaded, NewEvent, Snapshot,
+    Store, StoreError, StoredEvent, Summary, GENESIS_HASH, SNAPSHOTS_KEPT,
 };
 
 /// Rows read per page by [`Store::verify_chain`], bounding its memory.
@@ -393,6 +394,61 @@ impl Store {
         .await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    /// Records where `task_id`'s feature branch `branch` started (`base_sha`), `at` (RFC
+    /// 3339), unless a base is recorded already: the first record stays. Returns the recorded
+    /// base (this one, or the earlier one). Every replica reads it ([`Store::recorded_base`]),
+    /// so one that takes the execution over never guesses it.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`] if the execution does not exist;
+    /// [`StoreError::InvalidTimestamp`] if `at` is not RFC 3339; [`StoreError::Sqlx`] on
+    /// database failure.
+    #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id))]
+    pub async fn record_base(
+        &self,
+        task_id: &str,
+        branch: &str,
+        base_sha: &str,
+        at: &str,
+    ) -> Result<ExecutionBase, StoreError> {
+        let lite = on_backend!(self, pg => pg.record_base(task_id, branch, base_sha, at).await);
+        parse_time(at)?;
+        let mut tx = lite.begin_write().await?;
+        head(&mut tx, task_id).await?;
+        sqlx::query(
+            "insert into execution_bases (task_id, branch, base_sha, recorded_at) values (?, ?, ?, ?) \
+             on conflict (task_id) do nothing",
+        )
+        .bind(task_id)
+        .bind(branch)
+        .bind(base_sha)
+        .bind(at)
+        .execute(&mut *tx)
+        .await?;
+        let recorded =
+            sqlx::query_as::<_, ExecutionBase>("select branch, base_sha from execution_bases where task_id = ?")
+                .bind(task_id)
+                .fetch_one(&mut *tx)
+                .await?;
+        tx.commit().await?;
+        Ok(recorded)
+    }
+
+    /// Where `task_id`'s feature branch started, as [`Store::record_base`] recorded it; `None`
+    /// when nothing was recorded (an execution created before the record existed, or one an
+    /// orchestrator drives).
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`] on database failure.
+    #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id))]
+    pub async fn recorded_base(&self, task_id: &str) -> Result<Option<ExecutionBase>, StoreError> {
+        let lite = on_backend!(self, pg => pg.recorded_base(task_id).await);
+        Ok(sqlx::query_as::<_, ExecutionBase>("select branch, base_sha from execution_bases where task_id = ?")
+            .bind(task_id)
+            .fetch_optional(&lite.reader)
+            .await?)
     }
 
     /// The board summary of `task_id`, or `None` if it does not exist.

@@ -1,7 +1,9 @@
 //! Driver leases (one driver per execution) and the active task pointer.
 //!
-//! Owns the `leases` and `settings` tables, and the `lease_epoch` column of `executions` (the
-//! highest fencing epoch the execution ever leased out). Lease timestamps are stored as
+//! Owns the `leases` and `settings` tables, the `lease_epoch` column of `executions` (the
+//! highest fencing epoch the execution ever leased out), and `execution_idle` (the journal head
+//! at which an execution's driver let its lease go to wait for a human: claims leave it alone
+//! until the journal moves). Lease timestamps are stored as
 //! fixed-width UTC RFC 3339 with microseconds, so comparing the text compares the times. The
 //! store only records pid, host and home; whether that process is alive is the runtime's
 //! question, never asked here.
@@ -48,6 +50,7 @@ const CLAIMABLE_SQL: &str = "select e.task_id, e.lease_epoch, coalesce(l.epoch, 
      where e.status in ('running', 'gate_pending', 'gate_failed') \
      and exists (select 1 from specs s where s.task_id = e.task_id) \
      and not exists (select 1 from settings p where p.key = 'paused:' || e.task_id) \
+     and not exists (select 1 from execution_idle i where i.task_id = e.task_id and i.seq = e.last_seq) \
      and (l.task_id is null or l.expires_at <= ?) \
      order by e.updated_at, e.task_id";
 
@@ -144,8 +147,9 @@ impl Store {
     }
 
     /// Claims up to `limit` executions for `holder`: each fired for a spec, with work a driver
-    /// can do without a human (status `running`, `gate_pending` or `gate_failed`), not paused,
-    /// not in `exclude` (what the caller drives already), and with no lease or an expired one
+    /// can do without a human (status `running`, `gate_pending` or `gate_failed`, and not left
+    /// waiting for a human by [`Store::release_lease_waiting`] at its journal's current head),
+    /// not paused, not in `exclude` (what the caller drives already), and with no lease or an expired one
     /// (its holder was killed, paused or cut off). Each is leased to `holder` from `now` for
     /// `ttl_secs` as a takeover (a new epoch). Returns `(task_id, epoch)` pairs, least recently
     /// updated first.
@@ -234,6 +238,38 @@ impl Store {
             .await?;
         tx.commit().await?;
         Ok(done.rows_affected() > 0)
+    }
+
+    /// [`Store::release_lease`] by a driver that stopped because the execution waits for a
+    /// human (an approval, feedback, an interactive step's reply, a budget): in the same
+    /// transaction, when the lease was `holder`'s, the execution is marked as waiting at its
+    /// journal's current head, and [`Store::claim_leases`] leaves it alone until an event is
+    /// appended after that head (the decision). Returns whether a lease was removed.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`] on database failure.
+    #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id, lease.holder = %holder))]
+    pub async fn release_lease_waiting(&self, task_id: &str, holder: &str) -> Result<bool, StoreError> {
+        let lite = on_backend!(self, pg => pg.release_lease_waiting(task_id, holder).await);
+        let mut tx = lite.begin_write().await?;
+        let done = sqlx::query("delete from leases where task_id = ? and holder = ?")
+            .bind(task_id)
+            .bind(holder)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+            > 0;
+        if done {
+            sqlx::query(
+                "insert into execution_idle (task_id, seq) select task_id, last_seq from executions \
+                 where task_id = ? on conflict (task_id) do update set seq = excluded.seq",
+            )
+            .bind(task_id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(done)
     }
 
     /// The lease on `task_id`, expired or not (compare `expires_at` with your `now`), or

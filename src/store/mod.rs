@@ -399,6 +399,16 @@ pub struct ExecutionRow {
     pub last_seq: i64,
 }
 
+/// Where an execution's feature branch started, recorded once for every replica
+/// ([`Store::record_base`]).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ExecutionBase {
+    /// The feature branch (`baton/<task_id>`).
+    pub branch: String,
+    /// The commit it started at.
+    pub base_sha: String,
+}
+
 /// Result of [`Store::verify_chain`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChainReport {

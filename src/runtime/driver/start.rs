@@ -2,7 +2,8 @@
 //! the plan, repository and profile are its own), takes the lease, settles the budget and
 //! hands over to the run loop until the run stops; [`prepare`] creates an execution a later
 //! [`run`] drives, and [`check_new_run`] refuses what [`run`] would before anything is written.
-//! Creating writes the feature branch and `execution.json`; nothing runs an agent here.
+//! Creating writes the feature branch and `execution.json`, and records the branch and its
+//! base in the database for every replica; nothing runs an agent here.
 
 use std::path::PathBuf;
 
@@ -12,6 +13,7 @@ use tokio::task::JoinSet;
 use crate::clock;
 use crate::engine;
 use crate::git::GitRepo;
+use crate::model::action::Action;
 use crate::model::plan::MachinePlan;
 use crate::model::state::ExecutionState;
 use crate::runtime::agent::profile::agent_env;
@@ -21,6 +23,7 @@ use crate::runtime::executions::Executions;
 use crate::runtime::runs::{read_meta, RunMeta};
 use crate::runtime::BadInput;
 use crate::runtime::{blocking, lease};
+use crate::store::ExecutionBase;
 
 use super::agents::{check_step_servers, profile_of};
 use super::options::{Interrupted, Parked, RunOptions, RunOutcome, PROFILES};
@@ -103,10 +106,14 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
                 meta
             } else if let Some(project) = &remote {
                 // Driven by another replica until now: take it over from the project's remote.
-                crate::runtime::remote::adopt(&data, project, &task_id, &feature_branch(&task_id)).await?
+                crate::runtime::remote::adopt(&data, execs.store(), project, &task_id).await?
             } else {
-                // Started by `execute start` (an orchestrator); `run` takes it over on --repo.
-                prepare_meta(&data, &task_id, &args).await?
+                // Started by `execute start` (an orchestrator), or driven by another data
+                // directory until now: `run` takes it over on --repo, from the recorded base.
+                let recorded = execs.store().recorded_base(&task_id).await?;
+                let meta = prepare_meta(&data, &task_id, &args, recorded).await?;
+                record_base(&execs, &task_id, &meta).await?;
+                meta
             };
             // A fired execution is created before its first drive: nothing dispatched yet is a start.
             let verb = if state.step_results.is_empty() { "starting" } else { "resuming" };
@@ -212,7 +219,16 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
         driver.execs.store().park(&task_id, &p.reason).await?;
         errln!("execution {task_id} parked: {}", p.reason);
     }
-    lease.release().await?;
+    // Waiting for a human: no replica claims it back until the decision is journaled (with
+    // several replicas, each would otherwise take it in turn, only to find the same wait).
+    let waits = outcome.as_ref().is_ok_and(|o| {
+        matches!(o.action, Action::Approval(_) | Action::Feedback(_) | Action::Interact(_) | Action::Budget(_))
+    });
+    if waits {
+        lease.release_waiting().await?;
+    } else {
+        lease.release().await?;
+    }
     outcome
 }
 
@@ -356,13 +372,30 @@ pub async fn check_new_run(args: &RunOptions) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Opens `--repo`, resolves `--base`, creates the feature branch and writes the run's
-/// `execution.json`. Errors ([`BadInput`]) name the flag at fault.
-async fn prepare_meta(data: &DataDir, task_id: &str, args: &RunOptions) -> anyhow::Result<RunMeta> {
+/// Records where the feature branch of `task_id` started ([`crate::store::Store::record_base`]),
+/// so that every replica reads it; a base recorded before stays.
+async fn record_base(execs: &Executions, task_id: &str, meta: &RunMeta) -> anyhow::Result<()> {
+    execs
+        .store()
+        .record_base(task_id, &meta.branch, &meta.base_sha, &clock::now_rfc3339())
+        .await
+        .context("recording the execution's base")?;
+    Ok(())
+}
+
+/// Opens `--repo`, resolves `--base` (or takes the `recorded` base of an execution that has
+/// one), creates the feature branch and writes the run's `execution.json`. Errors
+/// ([`BadInput`]) name the flag at fault.
+async fn prepare_meta(
+    data: &DataDir,
+    task_id: &str,
+    args: &RunOptions,
+    recorded: Option<ExecutionBase>,
+) -> anyhow::Result<RunMeta> {
     let path = args.repo.clone().unwrap_or_else(|| PathBuf::from("."));
     let shown = path.display().to_string();
     let repo = blocking(move || GitRepo::open(&path)).await?.map_err(|e| BadInput(format!("--repo {shown}: {e}")))?;
-    if args.base.is_none() {
+    if args.base.is_none() && recorded.is_none() {
         let r = repo.clone();
         if blocking(move || r.has_uncommitted_changes()).await?.unwrap_or(false) {
             errln!(
@@ -372,10 +405,12 @@ async fn prepare_meta(data: &DataDir, task_id: &str, args: &RunOptions) -> anyho
         }
     }
     let base = args.base.clone();
+    let known = recorded.as_ref().map(|r| r.base_sha.clone());
     let r = repo.clone();
-    let base_sha = blocking(move || match &base {
-        Some(rev) => r.resolve(rev).map_err(|e| format!("--base {rev}: {e}")),
-        None => r.head_branch().map(|(_, sha)| sha).map_err(|_| {
+    let base_sha = blocking(move || match (&known, &base) {
+        (Some(sha), _) => r.resolve(sha).map_err(|e| format!("the execution's recorded base {sha}: {e}")),
+        (None, Some(rev)) => r.resolve(rev).map_err(|e| format!("--base {rev}: {e}")),
+        (None, None) => r.head_branch().map(|(_, sha)| sha).map_err(|_| {
             format!(
                 "the repository at {} has no commits yet: commit something first, or pass --base",
                 r.root().display()
@@ -384,10 +419,12 @@ async fn prepare_meta(data: &DataDir, task_id: &str, args: &RunOptions) -> anyho
     })
     .await?
     .map_err(BadInput)?;
-    let branch = feature_branch(task_id);
+    let recorded_base = recorded.is_some();
+    let branch = recorded.map_or_else(|| feature_branch(task_id), |r| r.branch);
     let (r, b) = (repo.clone(), branch.clone());
     if let Some(tip) = blocking(move || r.branch_tip(&b)).await?? {
-        if tip != base_sha {
+        // The execution's own branch, when its base is recorded, is wherever its steps left it.
+        if tip != base_sha && !recorded_base {
             return Err(BadInput(format!(
                 "branch {branch} already exists in {} at {} (not at the base {}): it is not this \
                  execution's; delete it (git branch -D {branch}) or give the plan another task_id",
@@ -444,7 +481,9 @@ async fn create(
         profile_of(config, &profile, &engine::goal::evaluator_agent(&plan))?;
     }
     check_external_gates(config, &plan, &profile, args.forge_repo.as_deref(), args.project.as_deref())?;
-    let meta = prepare_meta(data, &plan.task_id, args).await?;
+    let meta = prepare_meta(data, &plan.task_id, args, None).await?;
     let state = execs.create(plan).await?;
+    // Every replica reads the base from the database, not from this data directory alone.
+    record_base(execs, &state.task_id, &meta).await?;
     Ok((state, meta))
 }

@@ -1,8 +1,8 @@
 //! Executions, their hash-chained journal and snapshots on PostgreSQL (see `journal.rs` of the
 //! store for the contract).
 //!
-//! Owns the PostgreSQL statements of the `executions`, `execution_plans`, `execution_events`
-//! and `snapshots` tables. An append locks its execution's row (`for update`) before reading
+//! Owns the PostgreSQL statements of the `executions`, `execution_plans`, `execution_events`,
+//! `snapshots` and `execution_bases` tables. An append locks its execution's row (`for update`) before reading
 //! the chain head, so two appenders (connections, processes or replicas) chain one after the
 //! other; the summary and the events commit in the same transaction.
 
@@ -10,8 +10,8 @@ use sqlx::PgConnection;
 
 use super::super::lease::check_fence;
 use super::super::{
-    event_hash, parse_time, AppendOutcome, ChainReport, ExecutionRow, Fence, Loaded, NewEvent, Snapshot, StoreError,
-    StoredEvent, Summary, GENESIS_HASH, SNAPSHOTS_KEPT,
+    event_hash, parse_time, AppendOutcome, ChainReport, ExecutionBase, ExecutionRow, Fence, Loaded, NewEvent, Snapshot,
+    StoreError, StoredEvent, Summary, GENESIS_HASH, SNAPSHOTS_KEPT,
 };
 use super::Pg;
 
@@ -269,6 +269,42 @@ impl Pg {
         .await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    pub(in super::super) async fn record_base(
+        &self,
+        task_id: &str,
+        branch: &str,
+        base_sha: &str,
+        at: &str,
+    ) -> Result<ExecutionBase, StoreError> {
+        parse_time(at)?;
+        let mut tx = self.begin_write().await?;
+        head(&mut tx, task_id, false).await?;
+        sqlx::query(
+            "insert into execution_bases (task_id, branch, base_sha, recorded_at) values ($1, $2, $3, $4) \
+             on conflict (task_id) do nothing",
+        )
+        .bind(task_id)
+        .bind(branch)
+        .bind(base_sha)
+        .bind(at)
+        .execute(&mut *tx)
+        .await?;
+        let recorded =
+            sqlx::query_as::<_, ExecutionBase>("select branch, base_sha from execution_bases where task_id = $1")
+                .bind(task_id)
+                .fetch_one(&mut *tx)
+                .await?;
+        tx.commit().await?;
+        Ok(recorded)
+    }
+
+    pub(in super::super) async fn recorded_base(&self, task_id: &str) -> Result<Option<ExecutionBase>, StoreError> {
+        Ok(sqlx::query_as::<_, ExecutionBase>("select branch, base_sha from execution_bases where task_id = $1")
+            .bind(task_id)
+            .fetch_optional(&self.pool)
+            .await?)
     }
 
     pub(in super::super) async fn summary(&self, task_id: &str) -> Result<Option<Summary>, StoreError> {

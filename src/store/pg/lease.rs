@@ -1,7 +1,7 @@
 //! Driver leases and the active task pointer on PostgreSQL (see `lease.rs` of the store for the
 //! contract).
 //!
-//! Owns the PostgreSQL statements of the `leases` and `settings` tables. Taking a lease locks
+//! Owns the PostgreSQL statements of the `leases`, `settings` and `execution_idle` tables. Taking a lease locks
 //! the execution's row first (`select … for update`): two takers, and a taker and an append
 //! (which locks the same row), run one after the other, so the epoch moves exactly once per
 //! takeover and a fenced append always sees the lease as of its commit.
@@ -72,6 +72,7 @@ impl Pg {
              where e.status in ('running', 'gate_pending', 'gate_failed') \
              and exists (select 1 from specs s where s.task_id = e.task_id) \
              and not exists (select 1 from settings p where p.key = 'paused:' || e.task_id) \
+             and not exists (select 1 from execution_idle i where i.task_id = e.task_id and i.seq = e.last_seq) \
              and (l.task_id is null or l.expires_at <= $1) \
              and not (e.task_id = any($2)) \
              order by e.updated_at, e.task_id limit $3 \
@@ -126,6 +127,36 @@ impl Pg {
             .execute(&self.pool)
             .await?;
         Ok(done.rows_affected() > 0)
+    }
+
+    /// See [`Store::release_lease_waiting`](super::super::Store::release_lease_waiting): the
+    /// execution's row is locked first, so no append lands between reading its head and
+    /// marking it.
+    pub(in super::super) async fn release_lease_waiting(
+        &self,
+        task_id: &str,
+        holder: &str,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query("select 1 from executions where task_id = $1 for update").bind(task_id).execute(&mut *tx).await?;
+        let done = sqlx::query("delete from leases where task_id = $1 and holder = $2")
+            .bind(task_id)
+            .bind(holder)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+            > 0;
+        if done {
+            sqlx::query(
+                "insert into execution_idle (task_id, seq) select task_id, last_seq from executions \
+                 where task_id = $1 on conflict (task_id) do update set seq = excluded.seq",
+            )
+            .bind(task_id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(done)
     }
 
     pub(in super::super) async fn lease(&self, task_id: &str) -> Result<Option<LeaseInfo>, StoreError> {

@@ -127,6 +127,7 @@ on_both_backends!(
     the_one_round_trip_append_falls_back_when_another_process_moved_the_head,
     writes_after_close_fail_with_an_error,
     an_unleased_append_lands_only_at_its_head_and_while_no_lease_exists,
+    the_first_recorded_base_stays,
 );
 
 /// Issue 14.8: a one-shot command records without taking a lease when nobody holds one. The
@@ -884,3 +885,16 @@ async fn writes_after_close_fail_with_an_error(db: Fresh) {
 
 /// The PMO, webhook, auth, forge and quota contracts (after `on_both_backends!`, which they use).
 mod pmo;
+
+async fn the_first_recorded_base_stays(db: Fresh) {
+    let store = &db.store;
+    created(store, "t1").await;
+    assert_eq!(store.recorded_base("t1").await.unwrap(), None);
+    let first = ExecutionBase { branch: "baton/t1".to_owned(), base_sha: "a".repeat(40) };
+    assert_eq!(store.record_base("t1", "baton/t1", &"a".repeat(40), T1).await.unwrap(), first);
+    // A later record (another replica guessing) changes nothing and is told the recorded one.
+    assert_eq!(store.record_base("t1", "baton/t1", &"b".repeat(40), T2).await.unwrap(), first);
+    assert_eq!(db.open_again().await.recorded_base("t1").await.unwrap(), Some(first));
+    assert!(matches!(store.record_base("ghost", "baton/ghost", "c", T1).await, Err(StoreError::NotFound { .. })));
+    assert!(matches!(store.record_base("t1", "baton/t1", "c", "soon").await, Err(StoreError::InvalidTimestamp { .. })));
+}

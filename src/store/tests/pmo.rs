@@ -11,6 +11,7 @@ on_both_backends!(
     racing_report_claims_claim_each_attempt_once,
     racing_drivers_get_one_lease,
     racing_claims_take_each_runnable_unleased_execution_once,
+    an_execution_left_waiting_is_claimed_only_once_its_journal_moves,
     board_metrics_and_portfolio_read_the_journal_alike,
     users_tokens_links_and_signatures_round_trip,
     quota_accounts_keep_the_later_reset,
@@ -205,6 +206,33 @@ async fn racing_claims_take_each_runnable_unleased_execution_once(db: Fresh) {
     // t7's holder stopped renewing: once its lease expired it is claimable, as a takeover.
     let late = store.claim_leases(&b, &[], "2026-01-15T09:00:30Z", 30, 1).await.unwrap();
     assert_eq!(late, vec![("t7".to_owned(), 2)]);
+}
+
+async fn an_execution_left_waiting_is_claimed_only_once_its_journal_moves(db: Fresh) {
+    let store = db.store.clone();
+    store.insert_project(&project("widgets")).await.unwrap();
+    let SpecInsert::Created(id) = store.insert_spec(&new_spec("widgets", "github:acme/widgets#1")).await.unwrap()
+    else {
+        panic!("created")
+    };
+    store.create_execution("t1", PLAN, &summary("running", 0), T0).await.unwrap();
+    db.raw(&format!("update specs set task_id = 't1' where spec_id = {id}")).await.unwrap();
+    store.append("t1", &[ev("asked", "{}")], &summary("running", 0)).await.unwrap();
+    let driver = holder("replica-a", 1);
+    assert_eq!(store.acquire_lease("t1", &driver, "2026-01-15T09:00:00Z", 30).await.unwrap(), 1);
+
+    // Only the holder's release marks it; a stranger's leaves the lease alone.
+    assert!(!store.release_lease_waiting("t1", "replica-x").await.unwrap());
+    assert!(store.release_lease_waiting("t1", "replica-a").await.unwrap());
+    assert_eq!(store.lease("t1").await.unwrap(), None);
+    let b = holder("replica-b", 2);
+    for now in ["2026-01-15T09:00:10Z", "2026-01-15T09:10:00Z"] {
+        assert_eq!(store.claim_leases(&b, &[], now, 30, 10).await.unwrap(), vec![], "left waiting at {now}");
+    }
+    // The decision is journaled: the next claim takes it, as a takeover.
+    store.append("t1", &[ev("answered", "{}")], &summary("running", 0)).await.unwrap();
+    let claimed = store.claim_leases(&b, &[], "2026-01-15T09:10:01Z", 30, 10).await.unwrap();
+    assert_eq!(claimed, vec![("t1".to_owned(), 2)]);
 }
 
 async fn board_metrics_and_portfolio_read_the_journal_alike(db: Fresh) {

@@ -56,7 +56,7 @@ pub(super) async fn changelist_page(
 ) -> Result<Page, PageError> {
     let (layout, set) = layout(&app, &who, &headers, false).await?;
     let state = crate::web::api::executions::load(&app, &task_id).await?;
-    let mut cl = changelist::changelist(app.execs.data(), &state).await?;
+    let mut cl = changelist::changelist(&app.execs, &state).await?;
     let commits = std::mem::take(&mut cl.commits)
         .into_iter()
         .map(|c| CommitView {
