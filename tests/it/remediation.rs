@@ -127,6 +127,18 @@ async fn mount_pulls(mock: &MockServer) {
 
 /// The check runs of any commit: `build` passed, `lint` passed or failed (with its output
 /// and one annotation); the combined status passed.
+/// Serves the line comments of review 237895671 on PR 43 (the fixture's), as GitHub's
+/// "list review comments" does; returns the fixture.
+async fn mount_review_comments(mock: &MockServer) -> serde_json::Value {
+    let listed = fixture_json("github-api/pull-review-comments.list.200.json");
+    Mock::given(method("GET"))
+        .and(wiremock::matchers::path("/repos/lumen-labs/lantern/pulls/43/reviews/237895671/comments"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(&listed["response"]["body"]))
+        .mount(mock)
+        .await;
+    listed
+}
+
 async fn mount_checks(mock: &MockServer, lint_fails: bool) {
     let mut runs = fixture_json("github-api/check-runs.list.200.json")["response"]["body"].clone();
     runs["check_runs"][1]["status"] = json!("completed");
@@ -750,12 +762,7 @@ async fn a_failed_check_no_webhook_announced_is_polled_and_a_webhook_and_a_poll_
 async fn a_review_brings_its_line_comments_and_comments_during_a_round_wait_for_the_next() {
     let s = start("[ci]\npr_poll_secs = 1\n").await;
     mount_checks(&s.github, false).await;
-    let listed = fixture_json("github-api/pull-review-comments.list.200.json");
-    Mock::given(method("GET"))
-        .and(wiremock::matchers::path("/repos/lumen-labs/lantern/pulls/43/reviews/237895671/comments"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(&listed["response"]["body"]))
-        .mount(&s.github)
-        .await;
+    mount_review_comments(&s.github).await;
     let (_id, task, head) = s.to_pull_request().await;
 
     // The reviewer requests changes with a review whose line comments come from the API.
@@ -1034,12 +1041,7 @@ async fn the_pull_request_poll_schedule_is_kept_in_the_store_and_survives_a_reop
 async fn a_reviews_line_comments_delivered_before_the_review_start_one_round_with_all_of_it() {
     let s = start("").await;
     mount_checks(&s.github, false).await;
-    let listed = fixture_json("github-api/pull-review-comments.list.200.json");
-    Mock::given(method("GET"))
-        .and(wiremock::matchers::path("/repos/lumen-labs/lantern/pulls/43/reviews/237895671/comments"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(&listed["response"]["body"]))
-        .mount(&s.github)
-        .await;
+    let listed = mount_review_comments(&s.github).await;
     let got = fixture_json("github-api/pull-review.get.200.json");
     Mock::given(method("GET"))
         .and(wiremock::matchers::path("/repos/lumen-labs/lantern/pulls/43/reviews/237895671"))
