@@ -62,6 +62,24 @@ pub struct Changelist {
     pub diff_truncated: bool,
 }
 
+/// Why this data directory cannot show `task_id`'s feature branch: an execution fired from a
+/// spec ran elsewhere (another replica, or a data directory whose run record is gone) and its
+/// project has no remote to read the branch from; any other was driven by an external
+/// orchestrator, which keeps no branch here.
+///
+/// Errors: the database.
+async fn no_branch_here(execs: &Executions, task_id: &str) -> anyhow::Result<String> {
+    let Some(spec) = execs.store().spec_of_execution(task_id).await? else {
+        return Ok(format!("execution {task_id} has no feature branch here: it is driven by an external orchestrator"));
+    };
+    Ok(format!(
+        "execution {task_id} has no feature branch here: this data directory has no record of its run \
+         (runs/{task_id}/execution.json), and project {} has no remote (repo_url) to read its branch from; open \
+         its changelist on the replica that ran it, or give the project a remote",
+        spec.project
+    ))
+}
+
 /// The changelist of `state`'s execution.
 ///
 /// Errors: the execution was not run by a driver (no `execution.json`, and no project remote
@@ -78,12 +96,7 @@ pub async fn changelist(execs: &Executions, state: &ExecutionState) -> anyhow::R
                 let rb = remote::remote_branch(execs.data(), execs.store(), &project, task_id).await?;
                 (rb.repo.root().to_path_buf(), rb.branch, rb.base_sha, Some(rb.tip))
             }
-            None => {
-                return Err(BadInput(format!(
-                    "execution {task_id} has no feature branch here: it is driven by an external orchestrator"
-                ))
-                .into())
-            }
+            None => return Err(BadInput(no_branch_here(execs, task_id).await?).into()),
         },
     };
     let agents: std::collections::HashMap<String, String> =

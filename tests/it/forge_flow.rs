@@ -319,6 +319,15 @@ async fn an_imported_issue_and_work_item_end_as_pull_requests_with_the_plan_and_
     {
         assert!(!text.contains(TOKEN) && !text.contains(PAT));
     }
+
+    // The run's record gone from this data directory (as on a replica that never ran it) and
+    // no remote to read the branch from: the changelist says so, not that an external
+    // orchestrator drives a fired spec's execution.
+    std::fs::remove_file(data.join("runs").join(&ado_task).join("execution.json")).unwrap();
+    let (status, _, page) = server.raw("GET", &format!("/executions/{ado_task}/changelist"), "", "");
+    assert_eq!(status, 409, "{page}");
+    assert!(page.contains("has no record of its run") && page.contains("project az has no remote"), "{page}");
+    assert!(!page.contains("external orchestrator"), "{page}");
 }
 
 /// Waits (up to 30 s) until the comments posted to a path ending in `suffix` include one
