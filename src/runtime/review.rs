@@ -212,7 +212,8 @@ pub fn split_patch(patch: &str, max_bytes: usize) -> Vec<FileDiff> {
 /// The review of phase `phase_id` of `state`'s execution (`None`: no such phase).
 ///
 /// Diffs are read from the step commits in the execution's repository; when they cannot be
-/// (an execution driven by an external orchestrator, a repository or commit gone) the steps
+/// (no run record here: another replica ran it, or an external orchestrator drives it; a
+/// repository or commit gone) the steps
 /// are listed without them and [`PhaseReview::diff_note`] says why.
 pub async fn phase_review(data: &DataDir, state: &ExecutionState, phase_id: i64) -> Option<PhaseReview> {
     let phase = state.plan.phases.iter().find(|p| p.phase_id == phase_id)?;
@@ -269,7 +270,13 @@ pub async fn phase_review(data: &DataDir, state: &ExecutionState, phase_id: i64)
                     Ok(Err(e)) | Err(e) => diff_note = format!("the diffs cannot be read: {e:#}"),
                 }
             }
-            Ok(None) => diff_note = "driven by an external orchestrator: no feature branch here".into(),
+            Ok(None) => {
+                diff_note = format!(
+                    "no record of its run here (runs/{}/execution.json): the diffs are where it ran (another \
+                     replica), or an external orchestrator drives it and keeps no branch here",
+                    state.task_id
+                )
+            }
             Err(e) => diff_note = format!("the diffs cannot be read: {e:#}"),
         }
     }
