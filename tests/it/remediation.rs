@@ -127,6 +127,24 @@ async fn mount_pulls(mock: &MockServer) {
 
 /// The check runs of any commit: `build` passed, `lint` passed or failed (with its output
 /// and one annotation); the combined status passed.
+/// Work item 301's comments path (Azure DevOps REST 7.1).
+const WORK_ITEM_COMMENTS: &str = "/lumenlabs/Lantern/_apis/wit/workItems/301/comments";
+
+/// Serves work item 301's comments as Azure DevOps does: a POST is answered with the comment,
+/// a GET (Baton's look for its own earlier reports) with none.
+async fn mount_work_item_comments(mock: &MockServer) {
+    Mock::given(method("POST"))
+        .and(wiremock::matchers::path(WORK_ITEM_COMMENTS))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": 9, "text": "posted"})))
+        .mount(mock)
+        .await;
+    Mock::given(method("GET"))
+        .and(wiremock::matchers::path(WORK_ITEM_COMMENTS))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"totalCount": 0, "count": 0, "comments": []})))
+        .mount(mock)
+        .await;
+}
+
 /// Serves the line comments of review 237895671 on PR 43 (the fixture's), as GitHub's
 /// "list review comments" does; returns the fixture.
 async fn mount_review_comments(mock: &MockServer) -> serde_json::Value {
@@ -281,22 +299,50 @@ impl Loop {
         (id, task_id, head)
     }
 
-    /// The comments posted on issue #7, once at least `n` with `containing` were.
-    async fn issue_comments(&self, containing: &str, n: usize) -> Vec<String> {
+    /// The JSON bodies POSTed to the mock forge on a path ending in `suffix`, in order, once
+    /// `ready` holds for them (waits up to 30 s; `what` names the wait in its failure).
+    async fn posted(&self, suffix: &str, what: &str, ready: impl Fn(&[Value]) -> bool) -> Vec<Value> {
         let start = Stopwatch::start();
         loop {
             let received = self.github.received_requests().await.unwrap_or_default();
-            let texts: Vec<String> = received
+            let bodies: Vec<Value> = received
                 .iter()
-                .filter(|r| r.method.as_str() == "POST" && r.url.path().ends_with("/issues/7/comments"))
-                .map(|r| serde_json::from_slice::<Value>(&r.body).unwrap()["body"].as_str().unwrap_or("").to_string())
+                .filter(|r| r.method.as_str() == "POST" && r.url.path().ends_with(suffix))
+                .map(|r| serde_json::from_slice::<Value>(&r.body).unwrap())
                 .collect();
-            if texts.iter().filter(|t| t.contains(containing)).count() >= n {
-                return texts;
+            if ready(&bodies) {
+                return bodies;
             }
-            assert!(start.elapsed() < Duration::from_secs(30), "no comment with {containing:?}: {texts:?}");
+            assert!(start.elapsed() < Duration::from_secs(30), "{what}: {bodies:?}");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// The texts (`field` of each body) of the comments POSTed on a path ending in `suffix`,
+    /// once at least `n` of them contain `containing`.
+    async fn comments(&self, suffix: &str, field: &str, containing: &str, n: usize) -> Vec<String> {
+        let texts = |bodies: &[Value]| -> Vec<String> {
+            bodies.iter().map(|b| b[field].as_str().unwrap_or("").to_string()).collect()
+        };
+        let what = format!("fewer than {n} comments on {suffix} with {containing:?}");
+        let bodies =
+            self.posted(suffix, &what, |b| texts(b).iter().filter(|t| t.contains(containing)).count() >= n).await;
+        texts(&bodies)
+    }
+
+    /// The comments posted on issue #7, once at least `n` with `containing` were.
+    async fn issue_comments(&self, containing: &str, n: usize) -> Vec<String> {
+        self.comments("/issues/7/comments", "body", containing, n).await
+    }
+
+    /// The comments posted on work item 301, once at least `n` with `containing` were.
+    async fn work_item_comments(&self, containing: &str, n: usize) -> Vec<String> {
+        self.comments(WORK_ITEM_COMMENTS, "text", containing, n).await
+    }
+
+    /// The first reply POSTed on a path ending in `suffix` (a review comment's or a thread's).
+    async fn reply(&self, suffix: &str) -> Value {
+        self.posted(suffix, &format!("no reply on {suffix}"), |b| !b.is_empty()).await.remove(0)
     }
 
     /// A `check_run` `completed` delivery for `sha` on the task's branch: its answer.
@@ -373,15 +419,7 @@ async fn a_pull_request_goes_from_a_failed_check_and_a_review_to_merged_with_age
     let prompts = std::fs::read_to_string(&s.prompts).unwrap();
     assert!(prompts.contains("Comment by tessa-lumen on `README.md` line 1"), "{prompts}");
     assert!(prompts.contains("Say `cargo install lantern` here"), "{prompts}");
-    let start = Stopwatch::start();
-    let reply = loop {
-        let received = s.github.received_requests().await.unwrap_or_default();
-        if let Some(r) = received.iter().find(|r| r.url.path().ends_with("/pulls/43/comments/284312630/replies")) {
-            break serde_json::from_slice::<Value>(&r.body).unwrap();
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "no reply on the review comment");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let reply = s.reply("/pulls/43/comments/284312630/replies").await;
     assert!(reply["body"].as_str().unwrap().contains(&addressed), "the reply names the commit: {reply}");
 
     // The reviewer approves: an approval asks for no change and starts nothing.
@@ -576,17 +614,7 @@ fn build_done(s: &Loop, branch: &str, sha: &str, id: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn azure_devops_fix_rounds_used_up_park_ask_a_human_on_the_work_item_and_the_card_says_so() {
     let s = start("[ci]\nmax_fix_rounds = 1\n").await;
-    let comments = "/lumenlabs/Lantern/_apis/wit/workItems/301/comments";
-    Mock::given(method("POST"))
-        .and(wiremock::matchers::path(comments))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": 9, "text": "posted"})))
-        .mount(&s.github)
-        .await;
-    Mock::given(method("GET"))
-        .and(wiremock::matchers::path(comments))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"totalCount": 0, "count": 0, "comments": []})))
-        .mount(&s.github)
-        .await;
+    mount_work_item_comments(&s.github).await;
     let (id, task, head) = ado_pull_request(&s, true).await;
     let branch = format!("baton/{task}");
     mount_builds(&s.github, &branch, &head, true, 3).await;
@@ -602,21 +630,8 @@ async fn azure_devops_fix_rounds_used_up_park_ask_a_human_on_the_work_item_and_t
     });
     assert!(card["waits_for"].as_str().unwrap().starts_with("a human: 1 of 1 CI fix rounds"), "{card}");
     // The source work item is asked, once.
-    let start = Stopwatch::start();
-    let asked = loop {
-        let received = s.github.received_requests().await.unwrap_or_default();
-        let texts: Vec<String> = received
-            .iter()
-            .filter(|r| r.method.as_str() == "POST" && r.url.path() == comments)
-            .map(|r| serde_json::from_slice::<Value>(&r.body).unwrap()["text"].as_str().unwrap_or("").to_string())
-            .filter(|t| t.contains("needs a human"))
-            .collect();
-        if !texts.is_empty() {
-            break texts;
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "no comment on work item 301 asks a human");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let asked: Vec<String> =
+        s.work_item_comments("needs a human", 1).await.into_iter().filter(|t| t.contains("needs a human")).collect();
     assert_eq!(asked.len(), 1, "{asked:?}");
     assert!(asked[0].contains("1 of 1 CI fix rounds are used"), "{}", asked[0]);
     assert!(asked[0].contains("pullrequest/41"), "it names the pull request: {}", asked[0]);
@@ -625,34 +640,12 @@ async fn azure_devops_fix_rounds_used_up_park_ask_a_human_on_the_work_item_and_t
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_azure_devops_pull_request_goes_from_a_failed_build_and_a_comment_to_merged() {
     let s = start("[ci]\nmax_fix_rounds = 2\n").await;
-    let comments = "/lumenlabs/Lantern/_apis/wit/workItems/301/comments";
-    Mock::given(method("POST"))
-        .and(wiremock::matchers::path(comments))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"id": 9, "text": "posted"})))
-        .mount(&s.github)
-        .await;
-    Mock::given(method("GET"))
-        .and(wiremock::matchers::path(comments))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"totalCount": 0, "count": 0, "comments": []})))
-        .mount(&s.github)
-        .await;
+    mount_work_item_comments(&s.github).await;
     let (_id, task, head) = ado_pull_request(&s, true).await;
     let branch = format!("baton/{task}");
     // The work item hears of the pull request when it opens.
-    let opened = || async {
-        let received = s.github.received_requests().await.unwrap_or_default();
-        received
-            .iter()
-            .filter(|r| r.method.as_str() == "POST" && r.url.path() == comments)
-            .map(|r| serde_json::from_slice::<Value>(&r.body).unwrap()["text"].as_str().unwrap_or("").to_string())
-            .filter(|t| t.contains("Baton opened the pull request"))
-            .count()
-    };
-    let start = Stopwatch::start();
-    while opened().await == 0 {
-        assert!(start.elapsed() < Duration::from_secs(30), "work item 301 never heard of the pull request");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    const OPENED: &str = "Baton opened the pull request";
+    s.work_item_comments(OPENED, 1).await;
 
     // The build of the head fails: a CI fix round, with the tail of the failed task's log.
     mount_builds(&s.github, &branch, &head, true, 3).await;
@@ -706,15 +699,7 @@ async fn an_azure_devops_pull_request_goes_from_a_failed_build_and_a_comment_to_
         prompts.contains("Comment by tessa@lumenlabs.example on `README.md` line 1"),
         "the thread's file and line (threadContext) reach the prompt: {prompts}"
     );
-    let start = Stopwatch::start();
-    let reply = loop {
-        let received = s.github.received_requests().await.unwrap_or_default();
-        if let Some(r) = received.iter().find(|r| r.url.path().ends_with("/pullRequests/41/threads/5/comments")) {
-            break serde_json::from_slice::<Value>(&r.body).unwrap();
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "no reply on the thread");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let reply = s.reply("/pullRequests/41/threads/5/comments").await;
     assert!(reply["content"].as_str().unwrap().contains(&addressed), "{reply}");
 
     let done = json!({"id": "m-1", "eventType": "git.pullrequest.merged", "resource": {
@@ -724,7 +709,8 @@ async fn an_azure_devops_pull_request_goes_from_a_failed_build_and_a_comment_to_
                        "webUrl": "https://dev.azure.com/lumenlabs/Lantern/_git/Lantern"}}});
     let answer = ado_post(&s, &done);
     assert_eq!(answer["status"], "merged", "{answer}");
-    assert_eq!(opened().await, 1, "the opened pull request is reported once, through the rounds and the merge");
+    let opened = s.work_item_comments(OPENED, 1).await.iter().filter(|t| t.contains(OPENED)).count();
+    assert_eq!(opened, 1, "the opened pull request is reported once, through the rounds and the merge");
 }
 
 /// The prompts the fake agent got, in order (the change's, then each round's).
