@@ -118,60 +118,12 @@ on_both_backends!(
     verify_chain_detects_a_deleted_tail,
     snapshot_then_events_after_snapshot_and_only_three_kept,
     load_latest_reads_the_plan_only_without_a_snapshot,
-    lease_acquired_refused_with_holder_reacquired_after_expiry_and_released,
-    every_takeover_moves_the_epoch_and_a_stale_epochs_append_writes_nothing,
     a_cluster_job_runs_on_one_store_at_a_time_and_appends_reach_listeners,
     two_stores_on_one_database_see_each_others_writes,
     active_task_pointer_set_read_and_cleared,
     concurrent_writers_on_one_database_interleave_into_one_chain,
-    the_one_round_trip_append_falls_back_when_another_process_moved_the_head,
     writes_after_close_fail_with_an_error,
-    an_unleased_append_lands_only_at_its_head_and_while_no_lease_exists,
-    the_first_recorded_base_stays,
 );
-
-/// Issue 14.8: a one-shot command records without taking a lease when nobody holds one. The
-/// append lands only while no lease exists and the head is the one its state was at; every
-/// refusal writes nothing (the caller then records under a lease). PostgreSQL always refuses.
-async fn an_unleased_append_lands_only_at_its_head_and_while_no_lease_exists(db: Fresh) {
-    let store = db.store.clone();
-    created(&store, "t1").await;
-    let genesis = store.load_latest("t1").await.unwrap().unwrap();
-    assert_eq!(genesis.last_seq, 0);
-    let unleased = |seq: i64, hash: String, key: &'static str| {
-        let store = store.clone();
-        async move { store.append_unleased("t1", seq, &hash, &ev(key, "{}"), &summary("running", 1)).await.unwrap() }
-    };
-    let last_seq = || async { store.load_latest("t1").await.unwrap().unwrap().last_seq };
-
-    if store.backend_name() == "postgres" {
-        assert_eq!(unleased(0, genesis.last_hash.clone(), "k1").await, None);
-        assert_eq!(last_seq().await, 0, "a refused unleased append writes nothing");
-        return;
-    }
-
-    // A driver holds the lease: refused, nothing written.
-    store.acquire_lease("t1", &holder("driver-a", 100), T0, 30).await.unwrap();
-    assert_eq!(unleased(0, genesis.last_hash.clone(), "k1").await, None);
-    assert_eq!(last_seq().await, 0);
-    // (Expiry is not looked at: only taking a lease over, which fences its holder out, may
-    // write past one.)
-    assert!(store.release_lease("t1", "driver-a").await.unwrap());
-
-    // No lease, the head the state was at: appended, chained on it.
-    let Some(AppendOutcome::Appended { seq: 1, hash: first }) = unleased(0, genesis.last_hash.clone(), "k1").await
-    else {
-        panic!("the unleased append at the head did not land");
-    };
-    // The same head again (another process appended since this one loaded): refused.
-    assert_eq!(unleased(0, genesis.last_hash.clone(), "k2").await, None);
-    assert_eq!(last_seq().await, 1);
-    // At the new head it lands, and the chain is whole.
-    assert!(matches!(unleased(1, first, "k2").await, Some(AppendOutcome::Appended { seq: 2, .. })));
-    assert!(store.verify_chain("t1").await.unwrap().ok);
-    let loaded = store.load_latest("t1").await.unwrap().unwrap();
-    assert_eq!((loaded.last_seq, loaded.summary), (2, summary("running", 1)));
-}
 
 async fn fresh() -> (TempDir, PathBuf, Store) {
     let dir = TempDir::new().unwrap();
@@ -201,6 +153,13 @@ fn ev(key: &str, payload: &str) -> NewEvent {
 
 async fn created(store: &Store, task_id: &str) {
     store.create_execution(task_id, PLAN, &summary("pending", 0), T0).await.unwrap();
+}
+
+/// Creates `task_id` and appends one event, so this store knows its head (the group path
+/// needs it).
+async fn started(store: &Store, task_id: &str) {
+    created(store, task_id).await;
+    store.append(task_id, &[ev(&format!("{task_id}-first"), "{}")], &summary("running", 0)).await.unwrap();
 }
 
 fn holder(id: &str, pid: u32) -> LeaseInfo {
@@ -505,130 +464,6 @@ async fn load_latest_reads_the_plan_only_without_a_snapshot(db: Fresh) {
     assert_eq!(store.load_latest("ghost").await.unwrap(), None);
 }
 
-async fn lease_acquired_refused_with_holder_reacquired_after_expiry_and_released(db: Fresh) {
-    let store = db.store.clone();
-    created(&store, "t1").await;
-    let a = holder("driver-a", 100);
-    let b = holder("driver-b", 200);
-
-    store.acquire_lease("t1", &a, "2026-01-15T09:00:00Z", 30).await.unwrap();
-    let lease = store.lease("t1").await.unwrap().unwrap();
-    assert_eq!(lease.holder, "driver-a");
-    assert_eq!(lease.pid, 100);
-    assert_eq!(lease.acquired_at, "2026-01-15T09:00:00.000000Z");
-    assert_eq!(lease.expires_at, "2026-01-15T09:00:30.000000Z");
-
-    // Another holder is refused while it is valid, and told who holds it. The offset form
-    // of the same instant compares correctly.
-    let err = store.acquire_lease("t1", &b, "2026-01-15T10:00:29+01:00", 30).await.unwrap_err();
-    match &err {
-        StoreError::LeaseHeld { task_id, holder } => {
-            assert_eq!(task_id, "t1");
-            assert_eq!(holder.holder, "driver-a");
-            assert_eq!(holder.pid, 100);
-            assert_eq!(holder.host, "box-1");
-        }
-        other => panic!("expected LeaseHeld, got {other}"),
-    }
-    assert_eq!(
-        err.to_string(),
-        "execution t1 is leased to driver-a (pid 100 on box-1) since \
-         2026-01-15T09:00:00.000000Z until 2026-01-15T09:00:30.000000Z"
-    );
-    assert!(matches!(
-        store.renew_lease("t1", "driver-b", "2026-01-15T09:00:10Z", 30).await,
-        Err(StoreError::LeaseHeld { .. })
-    ));
-
-    // The same holder re-acquires (extends) and keeps its acquired_at; renew extends too.
-    store.acquire_lease("t1", &a, "2026-01-15T09:00:10Z", 30).await.unwrap();
-    store.renew_lease("t1", "driver-a", "2026-01-15T09:00:20Z", 30).await.unwrap();
-    let lease = store.lease("t1").await.unwrap().unwrap();
-    assert_eq!(lease.acquired_at, "2026-01-15T09:00:00.000000Z");
-    assert_eq!(lease.expires_at, "2026-01-15T09:00:50.000000Z");
-
-    // Exactly at expiry another holder takes over.
-    store.acquire_lease("t1", &b, "2026-01-15T09:00:50Z", 30).await.unwrap();
-    let lease = store.lease("t1").await.unwrap().unwrap();
-    assert_eq!(lease.holder, "driver-b");
-    assert_eq!(lease.pid, 200);
-    assert_eq!(lease.acquired_at, "2026-01-15T09:00:50.000000Z");
-    assert!(matches!(
-        store.renew_lease("t1", "driver-a", "2026-01-15T09:00:51Z", 30).await,
-        Err(StoreError::LeaseHeld { .. })
-    ));
-
-    // Release: only by the holder.
-    assert!(!store.release_lease("t1", "driver-a").await.unwrap());
-    assert!(store.release_lease("t1", "driver-b").await.unwrap());
-    assert_eq!(store.lease("t1").await.unwrap(), None);
-    assert!(matches!(
-        store.renew_lease("t1", "driver-b", "2026-01-15T09:00:52Z", 30).await,
-        Err(StoreError::LeaseNotHeld { .. })
-    ));
-    store.acquire_lease("t1", &a, "2026-01-15T09:00:52Z", 30).await.unwrap();
-
-    assert!(matches!(store.acquire_lease("ghost", &a, T0, 30).await, Err(StoreError::NotFound { .. })));
-    assert!(matches!(store.acquire_lease("t1", &a, T0, 0).await, Err(StoreError::InvalidArgument(_))));
-    assert!(matches!(store.acquire_lease("t1", &a, "soon", 30).await, Err(StoreError::InvalidTimestamp { .. })));
-}
-
-async fn every_takeover_moves_the_epoch_and_a_stale_epochs_append_writes_nothing(db: Fresh) {
-    let store = db.store.clone();
-    created(&store, "t1").await;
-    let (a, b) = (holder("driver-a", 100), holder("driver-b", 200));
-    let fence = |who: &LeaseInfo, epoch| Fence { holder: who.holder.clone(), epoch };
-
-    assert_eq!(store.acquire_lease("t1", &a, "2026-01-15T09:00:00Z", 30).await.unwrap(), 1);
-    store.append_fenced("t1", &fence(&a, 1), &[ev("k1", "{}")], &summary("running", 1)).await.unwrap();
-    // Extending one's own live lease keeps the epoch, and so does a renewal.
-    assert_eq!(store.acquire_lease("t1", &a, "2026-01-15T09:00:10Z", 30).await.unwrap(), 1);
-    store.renew_lease("t1", "driver-a", "2026-01-15T09:00:20Z", 30).await.unwrap();
-    assert_eq!(store.lease("t1").await.unwrap().unwrap().epoch, 1);
-
-    // a is paused past its lease; b takes over with epoch 2.
-    assert_eq!(store.acquire_lease("t1", &b, "2026-01-15T09:00:50Z", 30).await.unwrap(), 2);
-    let before = store.load("t1").await.unwrap().unwrap();
-    for batch in [vec![ev("k2", "{}")], vec![ev("k2", "{}"), ev("k3", "{}")]] {
-        let err = store.append_fenced("t1", &fence(&a, 1), &batch, &summary("failed", 2)).await.unwrap_err();
-        match &err {
-            StoreError::Fenced { task_id, holder, epoch, current_holder, current } => {
-                assert_eq!((task_id.as_str(), holder.as_str(), *epoch), ("t1", "driver-a", 1));
-                assert_eq!((current_holder.as_str(), *current), ("driver-b", 2));
-            }
-            other => panic!("expected Fenced, got {other}"),
-        }
-        assert!(err.to_string().contains("leased to driver-b (epoch 2) now"), "{err}");
-    }
-    let after = store.load("t1").await.unwrap().unwrap();
-    assert_eq!((after.last_seq, &after.summary), (before.last_seq, &before.summary), "nothing written");
-    assert_eq!(store.event_by_key("t1", "k2").await.unwrap(), None);
-    // The right holder with the wrong epoch is refused too.
-    assert!(matches!(
-        store.append_fenced("t1", &fence(&b, 1), &[ev("k2", "{}")], &summary("running", 2)).await,
-        Err(StoreError::Fenced { .. })
-    ));
-    store.append_fenced("t1", &fence(&b, 2), &[ev("k2", "{}")], &summary("running", 2)).await.unwrap();
-
-    // Released and taken again: the epoch keeps growing, so b's old fence stays refused.
-    assert!(store.release_lease("t1", "driver-b").await.unwrap());
-    assert!(matches!(
-        store.append_fenced("t1", &fence(&b, 2), &[ev("k3", "{}")], &summary("running", 2)).await,
-        Err(StoreError::Fenced { current: 0, .. })
-    ));
-    assert_eq!(store.acquire_lease("t1", &a, "2026-01-15T09:01:00Z", 30).await.unwrap(), 3);
-    // The same holder leasing again after its lease expired is a takeover as well.
-    assert_eq!(store.acquire_lease("t1", &a, "2026-01-15T09:02:00Z", 30).await.unwrap(), 4);
-    assert!(matches!(
-        store.append_fenced("t1", &fence(&a, 3), &[ev("k3", "{}")], &summary("running", 2)).await,
-        Err(StoreError::Fenced { current: 4, .. })
-    ));
-    store.append_fenced("t1", &fence(&a, 4), &[ev("k3", "{}")], &summary("running", 2)).await.unwrap();
-    let end = store.load("t1").await.unwrap().unwrap();
-    assert_eq!(end.last_seq, 3);
-    assert!(store.verify_chain("t1").await.unwrap().ok);
-}
-
 async fn a_cluster_job_runs_on_one_store_at_a_time_and_appends_reach_listeners(db: Fresh) {
     let first = db.store.clone();
     let second = db.open_again().await;
@@ -717,162 +552,6 @@ async fn concurrent_opens_of_a_new_file_both_succeed() {
     assert!(b.summary("t1").await.unwrap().is_some());
 }
 
-async fn the_one_round_trip_append_falls_back_when_another_process_moved_the_head(db: Fresh) {
-    let a = db.store.clone();
-    created(&a, "t1").await;
-    let b = db.open_again().await;
-    a.append("t1", &[ev("k1", "{}")], &summary("running", 1)).await.unwrap();
-    let second = a.append("t1", &[ev("k2", "{}")], &summary("running", 2)).await.unwrap();
-    assert!(matches!(second[0], AppendOutcome::Appended { seq: 2, .. }), "{second:?}");
-    b.append("t1", &[ev("k3", "{}")], &summary("running", 3)).await.unwrap();
-    // `a` still believes the head is seq 2: its fast path must not write, the general path must.
-    let fourth = a.append("t1", &[ev("k4", "{}")], &summary("running", 4)).await.unwrap();
-    assert!(matches!(fourth[0], AppendOutcome::Appended { seq: 4, .. }), "{fourth:?}");
-    let dup = a.append("t1", &[ev("k1", "{}")], &summary("running", 4)).await.unwrap();
-    assert_eq!(dup, vec![AppendOutcome::Duplicate { seq: 1 }]);
-    let report = a.verify_chain("t1").await.unwrap();
-    assert!(report.ok && report.events == 4, "{report:?}");
-    assert_eq!(a.load("t1").await.unwrap().unwrap().summary, summary("running", 4));
-}
-
-/// Spawns one append per `(task_id, key, payload)` while the test holds the writer, and waits
-/// (by yielding, no clock) until all of them are queued for the next group commit.
-async fn queue_appends(
-    store: &Store,
-    appends: &[(&str, &str, &str)],
-) -> Vec<tokio::task::JoinHandle<Result<Vec<AppendOutcome>, StoreError>>> {
-    let mut handles = Vec::new();
-    for (task_id, key, payload) in appends {
-        let (mine, task_id, event) = (store.clone(), task_id.to_string(), ev(key, payload));
-        handles.push(tokio::spawn(async move { mine.append(&task_id, &[event], &summary("running", 1)).await }));
-        // One at a time, so the queue keeps this order.
-        let want = handles.len();
-        for _ in 0..10_000 {
-            if store.lite().writer.queued() == want {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
-        assert_eq!(store.lite().writer.queued(), want, "append {key} never queued");
-    }
-    handles
-}
-
-/// Creates `task_id` and appends one event, so this store knows its head (the group path
-/// needs it).
-async fn started(store: &Store, task_id: &str) {
-    created(store, task_id).await;
-    store.append(task_id, &[ev(&format!("{task_id}-first"), "{}")], &summary("running", 0)).await.unwrap();
-}
-
-#[tokio::test]
-async fn appends_queued_behind_a_commit_share_the_next_one_and_keep_their_chains() {
-    let (_dir, _path, store) = fresh().await;
-    let tasks = ["t1", "t2", "t3", "t4", "t5"];
-    for t in tasks {
-        started(&store, t).await;
-    }
-    let before = store.lite().writer.group_stats();
-    let held = store.lite().writer.conn().await.unwrap();
-    let keys: Vec<String> = tasks.iter().map(|t| format!("{t}-second")).collect();
-    let appends: Vec<_> = tasks.iter().zip(&keys).map(|(t, k)| (*t, k.as_str(), r#"{"n":2}"#)).collect();
-    let handles = queue_appends(&store, &appends).await;
-    drop(held);
-    for h in handles {
-        let outcome = h.await.unwrap().unwrap();
-        assert!(matches!(outcome.as_slice(), [AppendOutcome::Appended { seq: 2, .. }]), "{outcome:?}");
-    }
-    let after = store.lite().writer.group_stats();
-    assert_eq!((after.0 - before.0, after.1 - before.1), (1, 5), "one commit carried all five appends");
-    for t in tasks {
-        let report = store.verify_chain(t).await.unwrap();
-        assert!(report.ok && report.events == 2, "{t}: {report:?}");
-        assert_eq!(store.summary(t).await.unwrap(), Some(summary("running", 1)));
-    }
-}
-
-#[tokio::test]
-async fn a_bad_append_in_a_group_fails_alone() {
-    let (_dir, _path, store) = fresh().await;
-    for t in ["good1", "bad", "good2"] {
-        started(&store, t).await;
-    }
-    let held = store.lite().writer.conn().await.unwrap();
-    let handles = queue_appends(
-        &store,
-        &[("good1", "g1", r#"{"ok":1}"#), ("bad", "b", "not json"), ("good2", "g2", r#"{"ok":2}"#)],
-    )
-    .await;
-    drop(held);
-    let results: Vec<_> = futures_util::future::join_all(handles).await.into_iter().map(|h| h.unwrap()).collect();
-    assert!(matches!(results[0].as_deref(), Ok([AppendOutcome::Appended { seq: 2, .. }])), "{:?}", results[0]);
-    assert!(matches!(results[1], Err(StoreError::Sqlx(_))), "the bad payload is refused: {:?}", results[1]);
-    assert!(matches!(results[2].as_deref(), Ok([AppendOutcome::Appended { seq: 2, .. }])), "{:?}", results[2]);
-    let bad = store.verify_chain("bad").await.unwrap();
-    assert!(bad.ok && bad.events == 1, "the bad append wrote nothing: {bad:?}");
-    assert_eq!(store.summary("bad").await.unwrap(), Some(summary("running", 0)), "nor its summary");
-}
-
-#[tokio::test]
-async fn two_appends_to_one_execution_in_one_queue_land_in_order() {
-    let (_dir, _path, store) = fresh().await;
-    started(&store, "t1").await;
-    let held = store.lite().writer.conn().await.unwrap();
-    let handles = queue_appends(&store, &[("t1", "a", r#"{"n":"a"}"#), ("t1", "b", r#"{"n":"b"}"#)]).await;
-    drop(held);
-    for h in handles {
-        h.await.unwrap().unwrap();
-    }
-    let events = store.events("t1", 0).await.unwrap();
-    let keys: Vec<_> = events.iter().map(|e| e.idempotency_key.as_str()).collect();
-    assert_eq!(keys, ["t1-first", "a", "b"]);
-    assert!(store.verify_chain("t1").await.unwrap().ok);
-}
-
-#[tokio::test]
-async fn an_append_whose_caller_gave_up_while_queued_is_not_written() {
-    let (_dir, _path, store) = fresh().await;
-    started(&store, "t1").await;
-    let held = store.lite().writer.conn().await.unwrap();
-    let handles = queue_appends(&store, &[("t1", "abandoned", "{}")]).await;
-    for h in &handles {
-        h.abort();
-    }
-    for h in handles {
-        assert!(h.await.unwrap_err().is_cancelled());
-    }
-    drop(held);
-    store.append("t1", &[ev("later", "{}")], &summary("running", 1)).await.unwrap();
-    let keys: Vec<_> = store.events("t1", 0).await.unwrap().into_iter().map(|e| e.idempotency_key).collect();
-    assert_eq!(keys, ["t1-first", "later"]);
-}
-
-#[tokio::test]
-async fn a_journal_thread_that_died_fails_its_appends_with_a_clear_error_instead_of_a_hang() {
-    let (_dir, _path, store) = fresh().await;
-    started(&store, "t1").await;
-    started(&store, "t2").await;
-    let held = store.lite().writer.conn().await.unwrap();
-    let handles = queue_appends(&store, &[("t1", "a", "{}"), ("t2", "b", "{}")]).await;
-    store.lite().writer.panic_journal_thread();
-    drop(held);
-    for h in handles {
-        let answered = tokio::time::timeout(std::time::Duration::from_secs(60), h).await;
-        let err = answered.expect("a caller waited forever for a dead journal thread").unwrap().unwrap_err();
-        assert!(matches!(err, StoreError::JournalWriterStopped), "{err}");
-        assert!(err.to_string().contains("journal writer thread stopped"), "{err}");
-    }
-    let err = store.append("t1", &[ev("c", "{}")], &summary("running", 2)).await.unwrap_err();
-    assert!(matches!(err, StoreError::JournalWriterStopped), "a later append fails at once: {err}");
-    for t in ["t1", "t2"] {
-        let keys: Vec<_> = store.events(t, 0).await.unwrap().into_iter().map(|e| e.idempotency_key).collect();
-        assert_eq!(keys, [format!("{t}-first")], "nothing unconfirmed was written");
-        assert!(store.verify_chain(t).await.unwrap().ok);
-    }
-    // The general write path (its own connection) still works.
-    created(&store, "t3").await;
-}
-
 async fn writes_after_close_fail_with_an_error(db: Fresh) {
     let store = db.store.clone();
     started(&store, "t1").await;
@@ -883,18 +562,10 @@ async fn writes_after_close_fail_with_an_error(db: Fresh) {
     assert!(err.to_string().contains("closed"), "{err}");
 }
 
-/// The PMO, webhook, auth, forge and quota contracts (after `on_both_backends!`, which they use).
+// The contracts below use `on_both_backends!` and the fixtures above.
+/// Group commit on SQLite's journal thread: a group's chains, failures and a dead thread.
+mod group_commit;
+/// Leases, fencing, unleased appends and the base every replica reads.
+mod leases;
+/// The PMO, webhook, auth, forge and quota contracts.
 mod pmo;
-
-async fn the_first_recorded_base_stays(db: Fresh) {
-    let store = &db.store;
-    created(store, "t1").await;
-    assert_eq!(store.recorded_base("t1").await.unwrap(), None);
-    let first = ExecutionBase { branch: "baton/t1".to_owned(), base_sha: "a".repeat(40) };
-    assert_eq!(store.record_base("t1", "baton/t1", &"a".repeat(40), T1).await.unwrap(), first);
-    // A later record (another replica guessing) changes nothing and is told the recorded one.
-    assert_eq!(store.record_base("t1", "baton/t1", &"b".repeat(40), T2).await.unwrap(), first);
-    assert_eq!(db.open_again().await.recorded_base("t1").await.unwrap(), Some(first));
-    assert!(matches!(store.record_base("ghost", "baton/ghost", "c", T1).await, Err(StoreError::NotFound { .. })));
-    assert!(matches!(store.record_base("t1", "baton/t1", "c", "soon").await, Err(StoreError::InvalidTimestamp { .. })));
-}
