@@ -619,22 +619,23 @@ fn is_busy(e: &sqlx::Error) -> bool {
     }
 }
 
-/// Attempts at applying migrations; see [`migrate`].
-const MIGRATE_ATTEMPTS: u32 = 3;
-
 /// Applies `migrations/` (embedded at build time) on the writer connection.
 ///
 /// sqlx takes no lock for SQLite migrations, so two processes opening a new file at once both
-/// see migration 1 as pending and the loser fails with `table … already exists`. Each migration
-/// commits atomically with its `_sqlx_migrations` row, so the loser has written nothing and a
-/// second run finds it applied; hence a bounded retry.
+/// see the same migration as pending and the loser fails (`table … already exists`,
+/// `duplicate column name …`). Each migration commits atomically with its `_sqlx_migrations`
+/// row, so the loser has written nothing and its next run finds that migration applied: every
+/// failed run is one migration another opener applied, so it retries once per migration (the
+/// two openers can collide on each in turn; three attempts were seen to run out), and a real
+/// failure still ends after that many quick runs.
 async fn migrate(writer: &mut SqliteConnection) -> Result<(), StoreError> {
     let migrator = sqlx::migrate!();
+    let attempts = migrator.iter().count() + 1;
     let mut attempt = 1;
     loop {
         match migrator.run_direct(&mut *writer).await {
             Ok(()) => return Ok(()),
-            Err(err) if attempt < MIGRATE_ATTEMPTS => {
+            Err(err) if attempt < attempts => {
                 tracing::debug!(attempt, error = %err, "migration raced another opener, retrying");
                 attempt += 1;
             }
