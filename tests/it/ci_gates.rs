@@ -166,6 +166,26 @@ async fn mount_github(mock: &MockServer, runs: Value, status: Value) {
         .await;
 }
 
+/// GETs of a commit's check runs the mock forge has received so far.
+async fn check_reads(mock: &MockServer) -> usize {
+    let seen = mock.received_requests().await.unwrap_or_default();
+    seen.iter().filter(|r| r.method.as_str() == "GET" && r.url.path().ends_with("/check-runs")).count()
+}
+
+/// Waits (up to 30 s) until the gate has read the check runs more than `before` times: the
+/// read a webhook's wake-up asked for, so a mock remounted after it is not what that read saw.
+async fn read_after(mock: &MockServer, before: usize, what: &str) -> usize {
+    let watch = Stopwatch::start();
+    loop {
+        let reads = check_reads(mock).await;
+        if reads > before {
+            return reads;
+        }
+        assert!(watch.elapsed() < Duration::from_secs(30), "the {what} delivery made the gate read the checks");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn sign(body: &[u8]) -> String {
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
     mac.update(body);
@@ -223,10 +243,12 @@ async fn a_ci_gate_pushes_waits_while_checks_run_and_status_check_suite_and_chec
     assert!(board.to_string().contains("CI: 2 of 3 checks done"), "the card says what it waits for: {board}");
 
     // A status delivery for the commit wakes the gate too (lint still runs: it waits on).
+    let reads = check_reads(&github).await;
     let mut status = serde_json::from_slice::<Value>(&fixture_bytes("github-webhooks/status.json")).unwrap();
     status["sha"] = json!(sha);
     let answer = deliver_checked(&s.server, "status", &status, "status-1");
     assert_eq!(answer["task_ids"], json!([task]), "{answer}");
+    let reads = read_after(&github, reads, "status").await;
     // So does a check_suite delivery for its branch.
     let mut suite =
         serde_json::from_slice::<Value>(&fixture_bytes("github-webhooks/check_suite.completed.json")).unwrap();
@@ -234,6 +256,9 @@ async fn a_ci_gate_pushes_waits_while_checks_run_and_status_check_suite_and_chec
     suite["check_suite"]["head_branch"] = json!(format!("baton/{task}"));
     let answer = deliver_checked(&s.server, "check_suite", &suite, "check-suite-1");
     assert_eq!(answer["task_ids"], json!([task]), "{answer}");
+    // The gate reads "lint still runs" before the mock changes: had it read after, it would
+    // pass before the check_run delivery below (which would then find no gate waiting).
+    read_after(&github, reads, "check_suite").await;
 
     // Lint passes; the check_run delivery makes the gate read the checks now.
     let lint_done = check_runs("completed", json!("success"), json!({"title": "Lint", "summary": "clean"}));
