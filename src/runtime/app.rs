@@ -15,6 +15,7 @@ use crate::runtime::executions::Executions;
 use crate::runtime::ops::Ops;
 use crate::runtime::pool::{Pool, DEFAULT_MAX_AGENTS};
 use crate::runtime::specs::Specs;
+use crate::store::Workload;
 
 /// What [`App::build`] needs.
 #[derive(Debug, Clone)]
@@ -26,12 +27,26 @@ pub struct AppConfig {
     pub max_agents: usize,
     /// The clock services read ([`Clock::system`], or a manual one in tests).
     pub clock: Clock,
+    /// How the process uses its store ([`Workload::Service`] unless said otherwise).
+    pub workload: Workload,
 }
 
 impl AppConfig {
     /// The defaults for `data_dir`: [`DEFAULT_MAX_AGENTS`], the wall clock.
     pub fn new(data_dir: impl Into<PathBuf>) -> AppConfig {
-        AppConfig { data_dir: data_dir.into(), max_agents: DEFAULT_MAX_AGENTS, clock: Clock::system() }
+        AppConfig {
+            data_dir: data_dir.into(),
+            max_agents: DEFAULT_MAX_AGENTS,
+            clock: Clock::system(),
+            workload: Workload::Service,
+        }
+    }
+
+    /// For a process that runs one command and exits ([`Workload::OneShot`]).
+    #[must_use]
+    pub fn one_shot(mut self) -> AppConfig {
+        self.workload = Workload::OneShot;
+        self
     }
 
     /// With another agent cap.
@@ -76,7 +91,7 @@ impl App {
     /// key file is unreadable.
     pub async fn build(config: AppConfig) -> anyhow::Result<App> {
         let data = DataDir::open(&config.data_dir)?;
-        let execs = Executions::open(data).await?;
+        let execs = Executions::open_for(data, config.workload).await?;
         App::over_pool(Pool::new(execs, config.max_agents), config.clock)
     }
 

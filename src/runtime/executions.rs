@@ -18,7 +18,7 @@ use crate::model::plan::MachinePlan;
 use crate::model::state::ExecutionState;
 use crate::runtime::config::DataDir;
 use crate::runtime::{lease, runs, BadInput};
-use crate::store::{Fence, NewEvent, Store, StoreError, Summary};
+use crate::store::{Fence, NewEvent, Store, StoreError, Summary, Workload};
 
 /// Events between two snapshots: a load replays at most this many journal entries after the
 /// latest snapshot, whatever the plan's size (a snapshot serializes the whole state, so its
@@ -104,11 +104,17 @@ impl Executions {
     /// [`database_url`](crate::runtime::config::database_url) names), and gives forge specs
     /// older than their item keys theirs ([`backfill_source_keys`]).
     pub async fn open(data: DataDir) -> anyhow::Result<Executions> {
+        Executions::open_for(data, Workload::Service).await
+    }
+
+    /// [`Executions::open`] for `workload`: a one-shot CLI process opens its SQLite store with
+    /// fewer connections and no journal thread ([`Workload`]).
+    pub async fn open_for(data: DataDir, workload: Workload) -> anyhow::Result<Executions> {
         let store = match crate::runtime::config::database_url(&data, |name| std::env::var(name).ok()) {
             Some(url) => Store::connect(&url).await.context("opening the PostgreSQL store")?,
-            None => {
-                Store::open(&data.db_path()).await.with_context(|| format!("opening {}", data.db_path().display()))?
-            }
+            None => Store::open_for(&data.db_path(), workload)
+                .await
+                .with_context(|| format!("opening {}", data.db_path().display()))?,
         };
         backfill_source_keys(&store).await.context("keying the specs of forge items")?;
         Ok(Executions { store, data, cache: StateCache::default() })

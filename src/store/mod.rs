@@ -87,6 +87,21 @@ pub const GENESIS_HASH: &str = "000000000000000000000000000000000000000000000000
 /// How many snapshots [`Store::put_snapshot`] keeps per execution (the newest by `seq`).
 pub const SNAPSHOTS_KEPT: i64 = 3;
 
+/// How the process that opens a SQLite store uses it: decides how many connections it opens
+/// (each one parses the whole schema when it first runs a statement) and whether appends are
+/// group-committed by a journal thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Workload {
+    /// A long-lived process (`baton serve`, a driver, the tests): a pool of four read
+    /// connections, and single-event appends group-committed by the journal thread.
+    #[default]
+    Service,
+    /// A process that runs one command and exits (`baton execute next`, `record`, …): one read
+    /// connection, and appends made on the writer connection itself, so the process opens two
+    /// connections and starts no thread. PostgreSQL stores ignore it.
+    OneShot,
+}
+
 /// Connections in the reader pool.
 const READERS: u32 = 4;
 
@@ -496,6 +511,14 @@ impl Store {
     /// permissions, not a database), [`StoreError::Migrate`] if the schema cannot be brought up
     /// to date (e.g. the file was written by a newer Baton).
     pub async fn open(db_path: &Path) -> Result<Store, StoreError> {
+        Store::open_for(db_path, Workload::Service).await
+    }
+
+    /// [`Store::open`] sized for `workload` (see [`Workload`]).
+    ///
+    /// # Errors
+    /// As [`Store::open`].
+    pub async fn open_for(db_path: &Path, workload: Workload) -> Result<Store, StoreError> {
         let open_err = |source| StoreError::Open { path: db_path.to_path_buf(), source };
         let options = SqliteConnectOptions::new()
             .filename(db_path)
@@ -508,10 +531,13 @@ impl Store {
         let mut conn = connect_writer(&options.clone().create_if_missing(true)).await.map_err(open_err)?;
         migrate(&mut conn).await?;
         let heads = writer::Heads::default();
-        let writer = Writer::new(conn, db_path, heads.clone());
+        let one_shot = workload == Workload::OneShot;
+        let writer = Writer::new(conn, db_path, heads.clone(), one_shot);
         // The writer created the file and switched it to WAL, so read-only connections can
-        // open it now.
-        let reader_pool = SqlitePoolOptions::new().max_connections(READERS).test_before_acquire(false);
+        // open it now. A one-shot process reads one thing at a time: one connection (a pool
+        // of more opens a second when a read follows the last one's release at once).
+        let readers = if one_shot { 1 } else { READERS };
+        let reader_pool = SqlitePoolOptions::new().max_connections(readers).test_before_acquire(false);
         let reader = connect_retrying(reader_pool, options.read_only(true)).await.map_err(open_err)?;
         Ok(Store { backend: Backend::Sqlite(Lite { writer, reader, heads }) })
     }
@@ -555,6 +581,18 @@ impl Store {
                 lite.writer.close().await;
             }
             Backend::Postgres(pg) => pg.close().await,
+        }
+    }
+
+    /// For a process about to exit: closes SQLite's writer as [`Store::close`] does (later
+    /// writes fail with `PoolClosed`; a [`Workload::OneShot`] store empties the WAL for the
+    /// next process when no other connection reads it at that moment), and leaves the reader
+    /// pool and PostgreSQL's pool to the process's exit. (Closing sqlx's SQLite pool right
+    /// before the runtime shuts down could leave its maintenance task spinning, so the
+    /// process never exited: seen in `tests/it/crash_everywhere.rs`.)
+    pub async fn close_for_exit(&self) {
+        if let Backend::Sqlite(lite) = &self.backend {
+            lite.writer.close().await;
         }
     }
 }

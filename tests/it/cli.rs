@@ -136,3 +136,26 @@ fn record_refuses_budget_stopped_for_a_step_never_dispatched_and_its_help_lists_
     let help = ws.run(&["execute", "record", "--help"]);
     assert!(stdout(&help).contains("budget_stopped"), "{}", stdout(&help));
 }
+
+/// Issue 14.8: a one-shot command leaves the WAL empty as it exits. The first connection of
+/// the next process rebuilds the WAL's index by reading every frame in it: frames left behind
+/// by each call (a 500-step run had ~3 MB of them) made every later call read them again.
+#[test]
+fn a_one_shot_command_leaves_the_wal_empty_for_the_next() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let plan = ws.write("plan.json", &small_plan("wal-1", ""));
+    let wal = ws.data().join("baton.db-wal");
+    let wal_len = || std::fs::metadata(&wal).map_or(0, |m| m.len());
+    let calls: [&[&str]; 4] = [
+        &["execute", "start", "--plan", plan.to_str().unwrap()],
+        &["execute", "next", "--task-id", "wal-1"],
+        &["execute", "dispatched", "--task-id", "wal-1", "--step-id", "1.1", "--agent", "alpha"],
+        &["execute", "record", "--task-id", "wal-1", "--step-id", "1.1", "--agent", "alpha"],
+    ];
+    for args in calls {
+        let out = ws.run(args);
+        assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+        assert_eq!(wal_len(), 0, "after {args:?} the WAL holds {} bytes", wal_len());
+    }
+    assert_eq!(ws.status("wal-1")["counters"]["steps_done"], 1, "the record landed");
+}

@@ -26,6 +26,47 @@ async fn the_one_round_trip_append_falls_back_when_another_process_moved_the_hea
     assert_eq!(a.load("t1").await.unwrap().unwrap().summary, summary("running", 4));
 }
 
+/// Issue 14.8: a one-shot process's store (`Workload::OneShot`) appends on its writer
+/// connection and never starts the journal thread (a third connection, which would parse the
+/// schema again, and a thread): the same guards hold — a stale head falls back to the general
+/// path, a duplicate key is reported, an unleased append lands only with no lease at its head
+/// — and the chain stays whole.
+#[tokio::test]
+async fn a_one_shot_store_appends_on_its_writer_connection_with_the_same_guards() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("baton.db");
+    let a = Store::open_for(&path, Workload::OneShot).await.unwrap();
+    created(&a, "t1").await;
+    let b = Store::open(&path).await.unwrap();
+    a.append("t1", &[ev("k1", "{}")], &summary("running", 1)).await.unwrap();
+    let second = a.append("t1", &[ev("k2", "{}")], &summary("running", 2)).await.unwrap();
+    assert!(matches!(second[0], AppendOutcome::Appended { seq: 2, .. }), "{second:?}");
+    b.append("t1", &[ev("k3", "{}")], &summary("running", 3)).await.unwrap();
+    let fourth = a.append("t1", &[ev("k4", "{}")], &summary("running", 4)).await.unwrap();
+    assert!(matches!(fourth[0], AppendOutcome::Appended { seq: 4, .. }), "stale head falls back: {fourth:?}");
+    let dup = a.append("t1", &[ev("k1", "{}")], &summary("running", 4)).await.unwrap();
+    assert_eq!(dup, vec![AppendOutcome::Duplicate { seq: 1 }]);
+
+    let head = a.load_latest("t1").await.unwrap().unwrap();
+    let (k5, fifth) = (ev("k5", "{}"), summary("running", 5));
+    b.acquire_lease("t1", &holder("driver-a", 100), T0, 30).await.unwrap();
+    let unleased = a.append_unleased("t1", 4, &head.last_hash, &k5, &fifth).await.unwrap();
+    assert_eq!(unleased, None, "refused while a lease exists");
+    assert!(b.release_lease("t1", "driver-a").await.unwrap());
+    let stale = a.append_unleased("t1", 3, &head.last_hash, &k5, &fifth).await.unwrap();
+    assert_eq!(stale, None, "refused at a head that is not the execution's");
+    let landed = a.append_unleased("t1", 4, &head.last_hash, &k5, &fifth).await.unwrap();
+    assert!(matches!(landed, Some(AppendOutcome::Appended { seq: 5, .. })), "{landed:?}");
+
+    let report = b.verify_chain("t1").await.unwrap();
+    assert!(report.ok && report.events == 5, "{report:?}");
+    assert_eq!(b.load("t1").await.unwrap().unwrap().summary, summary("running", 5));
+    assert!(!a.lite().writer.journal_thread_started(), "a one-shot store starts no journal thread");
+    // k1 (the head known since the execution was created), k2 and k5 were appended on the
+    // writer-connection path, one commit each; k4 and the duplicate fell back.
+    assert_eq!(a.lite().writer.group_stats(), (3, 3));
+}
+
 /// Spawns one append per `(task_id, key, payload)` while the test holds the writer, and waits
 /// (by yielding, no clock) until all of them are queued for the next group commit.
 async fn queue_appends(
