@@ -104,6 +104,17 @@ pub(super) enum LeaseGuard {
     Unleased,
 }
 
+impl LeaseGuard {
+    /// The guard as [`INSERT_SQL`]'s `?10`–`?12`: (0 any / 1 held / 2 unleased, holder, epoch).
+    fn params(&self) -> (i64, &str, i64) {
+        match self {
+            LeaseGuard::Any => (0, "", 0),
+            LeaseGuard::Held(fence) => (1, fence.holder.as_str(), fence.epoch),
+            LeaseGuard::Unleased => (2, "", 0),
+        }
+    }
+}
+
 /// Why the journal thread takes no more appends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stopped {
@@ -479,11 +490,7 @@ impl Writer {
     async fn append_direct(&self, p: &Pending) -> Result<Option<AppendOutcome>, StoreError> {
         let mut tx = self.begin().await?;
         let seq = p.last_seq + 1;
-        let (fenced, holder, epoch) = match &p.guard {
-            LeaseGuard::Any => (0, "", 0),
-            LeaseGuard::Held(fence) => (1, fence.holder.as_str(), fence.epoch),
-            LeaseGuard::Unleased => (2, "", 0),
-        };
+        let (fenced, holder, epoch) = p.guard.params();
         let inserted = sqlx::query(INSERT_SQL)
             .bind(&p.task_id)
             .bind(seq)
@@ -695,11 +702,7 @@ fn write_group(conn: &rusqlite::Connection, batch: &[Pending]) -> rusqlite::Resu
     let mut appended = Vec::with_capacity(batch.len());
     for p in batch {
         let seq = p.last_seq + 1;
-        let (fenced, holder, epoch) = match &p.guard {
-            LeaseGuard::Any => (0, "", 0),
-            LeaseGuard::Held(fence) => (1, fence.holder.as_str(), fence.epoch),
-            LeaseGuard::Unleased => (2, "", 0),
-        };
+        let (fenced, holder, epoch) = p.guard.params();
         let inserted = insert.execute(params![
             p.task_id,
             seq,
