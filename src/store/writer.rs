@@ -179,6 +179,10 @@ struct Shared {
     /// process that never takes that path (a one-shot CLI command, whose first append has no
     /// known chain head) never pays for a thread and a second connection.
     thread: OnceCell<()>,
+    /// The journal connection, opened by the journal thread as it starts. Used only while the
+    /// slot is held: by the thread for a group, or by an appender committing its own append
+    /// on its thread when nothing else is queued ([`Writer::commit_inline`]).
+    conn: SyncMutex<Option<rusqlite::Connection>>,
     /// [`super::Workload::OneShot`]: grouped appends run on the sqlx connection
     /// ([`Writer::append_direct`]) and the journal thread is never started.
     direct: bool,
@@ -186,6 +190,8 @@ struct Shared {
     commits: AtomicU64,
     /// Events those commits appended.
     appends: AtomicU64,
+    /// Appends committed on their caller's thread ([`Writer::commit_inline`]).
+    inline: AtomicU64,
     /// Test hook: the journal thread panics before its next group.
     #[cfg(test)]
     panic_next: std::sync::atomic::AtomicBool,
@@ -194,6 +200,11 @@ struct Shared {
 impl Shared {
     fn queue(&self) -> SyncGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The journal connection (`None` until the journal thread opened it).
+    fn journal_conn(&self) -> SyncGuard<'_, Option<rusqlite::Connection>> {
+        self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Stops the journal thread (a first reason sticks) and drops every queued append: its
@@ -292,8 +303,10 @@ impl Writer {
             heads,
             path: path.to_path_buf(),
             thread: OnceCell::new(),
+            conn: SyncMutex::new(None),
             commits: AtomicU64::default(),
             appends: AtomicU64::default(),
+            inline: AtomicU64::default(),
             #[cfg(test)]
             panic_next: std::sync::atomic::AtomicBool::new(false),
         });
@@ -320,8 +333,9 @@ impl Writer {
                     .name("baton-journal".into())
                     .spawn(move || match open_journal_conn(&thread_shared.path) {
                         Ok(conn) => {
+                            *thread_shared.journal_conn() = Some(conn);
                             let _ = opened.send(Ok(()));
-                            journal_thread(&thread_shared, conn);
+                            journal_thread(&thread_shared);
                         }
                         Err(e) => {
                             let _ = opened.send(Err(e.to_string()));
@@ -348,6 +362,12 @@ impl Writer {
     #[cfg(test)]
     pub(super) fn journal_thread_started(&self) -> bool {
         self.shared.thread.initialized()
+    }
+
+    /// Appends committed on their caller's thread (tests of [`Writer::commit_inline`]).
+    #[cfg(test)]
+    pub(super) fn inline_commits(&self) -> u64 {
+        self.shared.inline.load(Ordering::Relaxed)
     }
 
     /// Appends waiting in the queue (tests hold the connection to build a group).
@@ -456,6 +476,11 @@ impl Writer {
         self.start_thread().await?;
         let (reply, answer) = oneshot::channel();
         pending.reply = Some(reply);
+        match self.commit_inline(pending) {
+            Some(not_inline) => pending = not_inline,
+            // Committed and answered on this thread.
+            None => return answer.await.map_err(|_| self.shared.queue().stopped.unwrap_or(Stopped::Died).error()),
+        }
         {
             let mut queue = self.shared.queue();
             if let Some(stopped) = queue.stopped {
@@ -540,6 +565,43 @@ impl Writer {
     }
 }
 
+impl Writer {
+    /// Commits `pending` on the calling thread, as a group of one on the journal connection,
+    /// when nothing else waits: no append queued, the write lock free, the journal thread
+    /// started, and a multi-threaded tokio runtime (the commit runs in
+    /// [`tokio::task::block_in_place`], so the runtime's other tasks move to another thread
+    /// while this one waits for the fsync). A lone append so skips the hand-off to the journal
+    /// thread and its reply, two thread wake-ups that cost about as much as the commit's own
+    /// statements (issue 14.9). Answers `pending` through its reply channel and returns `None`;
+    /// returns `Some(pending)`, untouched, when any condition does not hold: the caller queues
+    /// it for the journal thread, which groups it with what comes in meanwhile.
+    fn commit_inline(&self, pending: Pending) -> Option<Pending> {
+        let multi_thread = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if !multi_thread {
+            return Some(pending);
+        }
+        {
+            let queue = self.shared.queue();
+            if !queue.pending.is_empty() || queue.stopped.is_some() {
+                return Some(pending);
+            }
+        }
+        let Ok(slot) = self.shared.slot.clone().try_lock_owned() else { return Some(pending) };
+        if slot.closed {
+            return Some(pending);
+        }
+        {
+            let mut guard = self.shared.journal_conn();
+            let Some(conn) = guard.as_mut() else { return Some(pending) };
+            tokio::task::block_in_place(|| commit_group(conn, &self.shared, vec![pending]));
+        }
+        self.shared.inline.fetch_add(1, Ordering::Relaxed);
+        drop(slot);
+        None
+    }
+}
+
 /// Marks the journal thread stopped however it ends: a panic, or a return after the store
 /// was closed (whose reason then sticks).
 struct StopOnExit<'a>(&'a Shared);
@@ -572,7 +634,7 @@ fn open_journal_conn(path: &Path) -> rusqlite::Result<rusqlite::Connection> {
 
 /// The journal thread: waits for queued appends, takes the write lock, commits a group,
 /// answers, until the writer stops.
-fn journal_thread(shared: &Shared, mut conn: rusqlite::Connection) {
+fn journal_thread(shared: &Shared) {
     let _stop = StopOnExit(shared);
     loop {
         {
@@ -586,7 +648,9 @@ fn journal_thread(shared: &Shared, mut conn: rusqlite::Connection) {
             #[cfg(test)]
             {
                 for probe in std::mem::take(&mut queue.probes) {
-                    probe(&conn);
+                    if let Some(conn) = shared.journal_conn().as_ref() {
+                        probe(conn);
+                    }
                 }
                 if queue.pending.is_empty() {
                     continue;
@@ -604,7 +668,9 @@ fn journal_thread(shared: &Shared, mut conn: rusqlite::Connection) {
             panic!("journal writer thread: panicking as the test asked");
         }
         let batch = take_batch(shared);
-        commit_group(&mut conn, shared, batch);
+        if let Some(conn) = shared.journal_conn().as_mut() {
+            commit_group(conn, shared, batch);
+        }
         drop(slot);
     }
 }

@@ -67,6 +67,50 @@ async fn a_one_shot_store_appends_on_its_writer_connection_with_the_same_guards(
     assert_eq!(a.lite().writer.group_stats(), (3, 3));
 }
 
+/// Issue 14.9: on a multi-threaded runtime a lone append commits on its caller's thread (no
+/// hand-off to the journal thread and back); one that finds the write lock taken is queued for
+/// the journal thread as before, and on a current-thread runtime (where the caller's thread
+/// may not block) every append goes to the journal thread. The chain is whole either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_append_commits_on_its_callers_thread_and_one_behind_the_lock_on_the_journal_thread() {
+    let (_dir, path, store) = fresh().await;
+    created(&store, "t1").await;
+    let writer = &store.lite().writer;
+    store.append("t1", &[ev("k1", "{}")], &summary("running", 1)).await.unwrap();
+    store.append("t1", &[ev("k2", "{}")], &summary("running", 2)).await.unwrap();
+    assert_eq!(writer.inline_commits(), 2, "both lone appends committed inline");
+    assert_eq!(writer.group_stats(), (2, 2));
+
+    // The write lock is held (a general write transaction): the append waits in the queue and
+    // the journal thread commits it once the lock is free.
+    let held = writer.conn().await.unwrap();
+    let queued = tokio::spawn({
+        let store = store.clone();
+        async move { store.append("t1", &[ev("k3", "{}")], &summary("running", 3)).await }
+    });
+    while writer.queued() == 0 {
+        tokio::task::yield_now().await;
+    }
+    drop(held);
+    let third = queued.await.unwrap().unwrap();
+    assert!(matches!(third[0], AppendOutcome::Appended { seq: 3, .. }), "{third:?}");
+    assert_eq!(writer.inline_commits(), 2, "the queued append went to the journal thread");
+    assert_eq!(writer.group_stats(), (3, 3));
+    assert!(store.verify_chain("t1").await.unwrap().ok);
+
+    // A current-thread runtime never commits inline.
+    let other = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let store = Store::open(&path).await.unwrap();
+            created(&store, "t2").await;
+            store.append("t2", &[ev("k1", "{}")], &summary("running", 1)).await.unwrap();
+            (store.lite().writer.inline_commits(), store.lite().writer.group_stats())
+        })
+    });
+    assert_eq!(other.join().unwrap(), (0, (1, 1)));
+}
+
 /// Spawns one append per `(task_id, key, payload)` while the test holds the writer, and waits
 /// (by yielding, no clock) until all of them are queued for the next group commit.
 async fn queue_appends(
