@@ -10,7 +10,10 @@
 //! write lock, takes every append queued by then (at most [`MAX_GROUP`], one per execution),
 //! commits them in one `BEGIN IMMEDIATE … COMMIT` (one fsync) and answers each caller. An
 //! append is so one hand-off to that thread and one reply, instead of a hop to sqlx's worker
-//! thread and back per statement (issue 14.9). Both connections write only while holding the
+//! thread and back per statement (issue 14.9); a lone append (nothing queued, the lock free, a
+//! multi-threaded runtime) skips even that and commits on its caller's thread, on the same
+//! connection under the same lock (`Writer::commit_inline`). A one-shot process
+//! (`Workload::OneShot`) starts no thread: it appends on the sqlx connection. Both connections write only while holding the
 //! slot, so in one process they never wait on each other's SQLite lock; other processes are
 //! serialised by SQLite's lock and the busy timeout, every write transaction beginning
 //! `IMMEDIATE` on either connection.
