@@ -209,6 +209,11 @@ pub enum AppError {
 }
 
 impl AppError {
+    /// 422 naming the offending `field` (`details.field`); the message is `field: message`.
+    pub fn invalid_field(field: &str, message: &str) -> AppError {
+        AppError::Invalid { message: format!("{field}: {message}"), details: serde_json::json!({ "field": field }) }
+    }
+
     /// A form body axum refused, with its status (400 malformed, 413 over the body limit, 415
     /// not a form).
     pub fn form(rejection: &axum::extract::rejection::FormRejection) -> AppError {

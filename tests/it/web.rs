@@ -441,12 +441,16 @@ async fn the_driver_routes_for_gate_interact_and_amend_record_their_events() {
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let (_, state) = app.get("/api/v1/executions/web-driver").await;
     assert_eq!(state["plan"]["phases"][1]["steps"].as_array().unwrap().len(), 2, "{state}");
+    // Each refusal names the field it refuses (`details.field`).
     let (status, body) = app.post("/api/v1/executions/web-driver/amend", json!({"kind": "cancelled"})).await;
-    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!((status, &body["details"]["field"]), (StatusCode::UNPROCESSABLE_ENTITY, &json!("kind")), "{body}");
     let (status, body) = app
         .post("/api/v1/executions/web-driver/interact", json!({"step_id": "1.1", "input": "x", "complete": true}))
         .await;
-    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!((status, &body["details"]["field"]), (StatusCode::UNPROCESSABLE_ENTITY, &json!("complete")), "{body}");
+    let (status, body) =
+        app.post("/api/v1/executions/web-driver/gate", json!({"phase_id": 1, "passed": true, "skipped": true})).await;
+    assert_eq!((status, &body["details"]["field"]), (StatusCode::UNPROCESSABLE_ENTITY, &json!("skipped")), "{body}");
     let (status, body) =
         app.post("/api/v1/executions/web-driver/gate", json!({"phase_id": 1, "passed": true, "colour": 1})).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");

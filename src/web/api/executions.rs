@@ -533,8 +533,9 @@ async fn gate(
 ) -> Result<(StatusCode, Json<Recorded>), AppError> {
     let kind = match (b.skipped, b.passed) {
         (true, true) => {
-            return Err(AppError::Unprocessable(
-                "skipped: a skipped gate is not a pass; send passed: false with skipped: true".into(),
+            return Err(AppError::invalid_field(
+                "skipped",
+                "a skipped gate is not a pass; send passed: false with skipped: true",
             ))
         }
         (true, false) => EventKind::GateSkipped { phase_id: b.phase_id, reason: b.output },
@@ -581,7 +582,7 @@ async fn interact(
     ApiJson(b): ApiJson<InteractBody>,
 ) -> Result<(StatusCode, Json<Recorded>), AppError> {
     if b.complete && !b.input.is_empty() {
-        return Err(AppError::Unprocessable("give either input (a reply) or complete: true, not both".into()));
+        return Err(AppError::invalid_field("complete", "give either input (a reply) or complete: true, not both"));
     }
     let kind = if b.complete {
         EventKind::InteractCompleted { step_id: b.step_id }
@@ -611,7 +612,7 @@ async fn amend(
         return Err(AppError::Unprocessable("the amendment must be a JSON object".into()));
     };
     if fields.contains_key("kind") {
-        return Err(AppError::Unprocessable("kind: not allowed here (this route records an amendment)".into()));
+        return Err(AppError::invalid_field("kind", "not allowed here (this route records an amendment)"));
     }
     fields.insert("kind".into(), serde_json::Value::String("amended".into()));
     let parsed: Event = serde_json::from_value(body).map_err(|e| AppError::Unprocessable(format!("amendment: {e}")))?;
