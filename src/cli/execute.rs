@@ -47,12 +47,7 @@ pub(super) async fn execute(
     }
     let ops = operator_service(data).await?;
     let done = execute_with(&ops, command, json, as_user).await;
-    // The process exits next. Closing the store leaves the WAL empty for the next process
-    // ([`crate::store::Workload::OneShot`]); freeing the loaded execution (its plan, every
-    // step's result: ~10% of a call's instructions at 5,000 steps) would only delay the exit,
-    // and nothing is flushed on drop.
-    ops.execs().store().close_for_exit().await;
-    std::mem::forget(ops);
+    ops.close_for_exit().await;
     done
 }
 

@@ -120,6 +120,13 @@ impl Executions {
         Ok(Executions { store, data, cache: StateCache::default() })
     }
 
+    /// For a process that ran one command and is about to exit ([`Workload::OneShot`]): closes
+    /// the store's writer, which empties the WAL for the next process
+    /// ([`Store::close_for_exit`]); later writes fail.
+    pub async fn close_for_exit(&self) {
+        self.store.close_for_exit().await;
+    }
+
     /// The store.
     pub fn store(&self) -> &Store {
         &self.store

@@ -193,7 +193,8 @@ struct Shared {
     commits: AtomicU64,
     /// Events those commits appended.
     appends: AtomicU64,
-    /// Appends committed on their caller's thread ([`Writer::commit_inline`]).
+    /// Test hook: appends committed on their caller's thread ([`Writer::commit_inline`]).
+    #[cfg(test)]
     inline: AtomicU64,
     /// Test hook: the journal thread panics before its next group.
     #[cfg(test)]
@@ -309,6 +310,7 @@ impl Writer {
             conn: SyncMutex::new(None),
             commits: AtomicU64::default(),
             appends: AtomicU64::default(),
+            #[cfg(test)]
             inline: AtomicU64::default(),
             #[cfg(test)]
             panic_next: std::sync::atomic::AtomicBool::new(false),
@@ -499,9 +501,7 @@ impl Writer {
             Err(_) => Err(self.shared.queue().stopped.unwrap_or(Stopped::Died).error()),
         }
     }
-}
 
-impl Writer {
     /// A grouped append without the journal thread, for a process that makes one or two
     /// appends and exits ([`super::Workload::OneShot`]): the same guarded insert and summary
     /// update as a group of one ([`INSERT_SQL`], [`UPDATE_SQL`]), in one `BEGIN IMMEDIATE`
@@ -566,9 +566,7 @@ impl Writer {
         }
         Ok(Some(AppendOutcome::Appended { seq, hash: p.hash.clone() }))
     }
-}
 
-impl Writer {
     /// Commits `pending` on the calling thread, as a group of one on the journal connection,
     /// when nothing else waits: no append queued, the write lock free, the journal thread
     /// started, and a multi-threaded tokio runtime (the commit runs in
@@ -599,6 +597,7 @@ impl Writer {
             let Some(conn) = guard.as_mut() else { return Some(pending) };
             tokio::task::block_in_place(|| commit_group(conn, &self.shared, vec![pending]));
         }
+        #[cfg(test)]
         self.shared.inline.fetch_add(1, Ordering::Relaxed);
         drop(slot);
         None
