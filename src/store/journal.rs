@@ -12,8 +12,8 @@ use super::writer::{LeaseGuard, Pending};
 
 use super::Lite;
 use super::{
-    event_hash, parse_time, AppendOutcome, ChainReport, ExecutionBase, ExecutionRow, Fence, Loaded, NewEvent, Snapshot,
-    Store, StoreError, StoredEvent, Summary, GENESIS_HASH, SNAPSHOTS_KEPT,
+    event_hash, parse_time, AppendOutcome, BindSummary as _, ChainReport, ExecutionBase, ExecutionRow, Fence, Loaded,
+    NewEvent, Snapshot, Store, StoreError, StoredEvent, Summary, GENESIS_HASH, SNAPSHOTS_KEPT,
 };
 
 /// Rows read per page by [`Store::verify_chain`], bounding its memory.
@@ -117,11 +117,7 @@ impl Store {
              steps_total, spend_usd, created_at, updated_at) values (?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(task_id)
-        .bind(&summary.status)
-        .bind(&summary.current_phase)
-        .bind(summary.steps_done)
-        .bind(summary.steps_total)
-        .bind(summary.spend_usd)
+        .bind_summary(summary)
         .bind(at)
         .bind(at)
         .execute(&mut *tx)
@@ -278,11 +274,7 @@ impl Store {
              steps_total = ?, spend_usd = ?, last_seq = ?, last_hash = ?, \
              updated_at = coalesce(?, updated_at) where task_id = ?",
         )
-        .bind(&summary.status)
-        .bind(&summary.current_phase)
-        .bind(summary.steps_done)
-        .bind(summary.steps_total)
-        .bind(summary.spend_usd)
+        .bind_summary(summary)
         .bind(last_seq)
         .bind(&last_hash)
         .bind(updated_at)

@@ -318,6 +318,30 @@ pub struct Summary {
     pub spend_usd: f64,
 }
 
+/// Binds a [`Summary`]'s five columns to a query, in the order every statement of the store
+/// names them: `status, current_phase, steps_done, steps_total, spend_usd` (SQLite and
+/// PostgreSQL alike).
+pub(crate) trait BindSummary<'q> {
+    /// The query with the five columns of `summary` bound next.
+    #[must_use]
+    fn bind_summary(self, summary: &'q Summary) -> Self;
+}
+
+impl<'q, DB: sqlx::Database> BindSummary<'q> for sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments<'q>>
+where
+    &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    f64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    fn bind_summary(self, summary: &'q Summary) -> Self {
+        self.bind(summary.status.as_str())
+            .bind(summary.current_phase.as_str())
+            .bind(summary.steps_done)
+            .bind(summary.steps_total)
+            .bind(summary.spend_usd)
+    }
+}
+
 /// An event to append to an execution's journal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewEvent {

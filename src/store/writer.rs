@@ -32,7 +32,7 @@ use sqlx::sqlite::{SqliteConnection, SqliteTransactionManager};
 use sqlx::TransactionManager as _;
 use tokio::sync::{oneshot, Mutex, OnceCell, OwnedMutexGuard};
 
-use super::{AppendOutcome, Fence, NewEvent, StoreError, Summary, BUSY_TIMEOUT};
+use super::{AppendOutcome, BindSummary as _, Fence, NewEvent, StoreError, Summary, BUSY_TIMEOUT};
 
 /// At most this many appends share one commit.
 pub(super) const MAX_GROUP: usize = 64;
@@ -540,14 +540,9 @@ impl Writer {
         if inserted.rows_affected() != 1 {
             return Ok(None);
         }
-        let s = &p.summary;
         let moved = sqlx::query(UPDATE_SQL)
             .bind(&p.task_id)
-            .bind(&s.status)
-            .bind(&s.current_phase)
-            .bind(s.steps_done)
-            .bind(s.steps_total)
-            .bind(s.spend_usd)
+            .bind_summary(&p.summary)
             .bind(seq)
             .bind(&p.hash)
             .bind(&p.event.at)

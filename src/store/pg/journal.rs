@@ -10,8 +10,8 @@ use sqlx::PgConnection;
 
 use super::super::lease::check_fence;
 use super::super::{
-    event_hash, parse_time, AppendOutcome, ChainReport, ExecutionBase, ExecutionRow, Fence, Loaded, NewEvent, Snapshot,
-    StoreError, StoredEvent, Summary, GENESIS_HASH, SNAPSHOTS_KEPT,
+    event_hash, parse_time, AppendOutcome, BindSummary as _, ChainReport, ExecutionBase, ExecutionRow, Fence, Loaded,
+    NewEvent, Snapshot, StoreError, StoredEvent, Summary, GENESIS_HASH, SNAPSHOTS_KEPT,
 };
 use super::Pg;
 
@@ -62,11 +62,7 @@ impl Pg {
              created_at, updated_at) values ($1, $2, $3, $4, $5, $6, $7, $7) on conflict (task_id) do nothing",
         )
         .bind(task_id)
-        .bind(&summary.status)
-        .bind(&summary.current_phase)
-        .bind(summary.steps_done)
-        .bind(summary.steps_total)
-        .bind(summary.spend_usd)
+        .bind_summary(summary)
         .bind(at)
         .execute(&mut *tx)
         .await?
@@ -147,11 +143,7 @@ impl Pg {
              spend_usd = $5, last_seq = $6, last_hash = $7, updated_at = coalesce($8, updated_at) \
              where task_id = $9",
         )
-        .bind(&summary.status)
-        .bind(&summary.current_phase)
-        .bind(summary.steps_done)
-        .bind(summary.steps_total)
-        .bind(summary.spend_usd)
+        .bind_summary(summary)
         .bind(last_seq)
         .bind(&last_hash)
         .bind(updated_at)
