@@ -5,7 +5,9 @@
 //! in-memory state, then appends it to the journal with the new summary in one transaction:
 //! the cost of a record does not grow with the plan. A snapshot is written every
 //! [`SNAPSHOT_EVERY`] events, before the record that made it due returns (and by a load that
-//! found one missing), so a load replays at most that many events. This module never touches git or agents.
+//! found one missing), so a load replays at most that many events. The snapshot is decoded
+//! from the store's row as it is read ([`Store::load_latest_with`]), not from a copy of it.
+//! This module never touches git or agents.
 
 use std::sync::Arc;
 
@@ -182,12 +184,14 @@ impl Executions {
                 return Ok(Some(caught_up));
             }
         }
-        let Some(loaded) = self.store.load_latest(task_id).await.with_context(|| format!("loading {task_id}"))? else {
+        let decode = |json: &str| serde_json::from_str::<ExecutionState>(json);
+        let Some(loaded) =
+            self.store.load_latest_with(task_id, decode).await.with_context(|| format!("loading {task_id}"))?
+        else {
             return Ok(None);
         };
-        let mut state = match &loaded.snapshot {
-            Some(snap) => serde_json::from_str::<ExecutionState>(&snap.state_json)
-                .with_context(|| format!("snapshot {} of {task_id} is unreadable", snap.seq))?,
+        let mut state = match loaded.snapshot {
+            Some(snap) => snap.state.with_context(|| format!("snapshot {} of {task_id} is unreadable", snap.seq))?,
             None => {
                 let plan = stored_plan(loaded.plan_json.as_deref())?;
                 engine::start(plan, &loaded.created_at).map_err(|e| anyhow::anyhow!("stored plan: {e}"))?

@@ -5,7 +5,7 @@
 //! text; nothing here interprets them. Appends read the chain head from the `executions` row
 //! and never scan the journal or touch `plan_json`.
 
-use sqlx::SqliteConnection;
+use sqlx::{Row as _, SqliteConnection};
 
 use super::lease::{check_fence, current_lease};
 use super::writer::{LeaseGuard, Pending};
@@ -295,8 +295,8 @@ impl Store {
     /// [`StoreError::Sqlx`] on database failure.
     #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id))]
     pub async fn load(&self, task_id: &str) -> Result<Option<Loaded>, StoreError> {
-        let lite = on_backend!(self, pg => pg.load_with(task_id, true).await);
-        lite.load_with(task_id, true).await
+        let lite = on_backend!(self, pg => pg.load_with(task_id, true, str::to_owned).await);
+        lite.load_with(task_id, true, str::to_owned).await
     }
 
     /// Like [`Store::load`], but the plan text is read only when there is no snapshot to start
@@ -307,8 +307,26 @@ impl Store {
     /// [`StoreError::Sqlx`] on database failure.
     #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id))]
     pub async fn load_latest(&self, task_id: &str) -> Result<Option<Loaded>, StoreError> {
-        let lite = on_backend!(self, pg => pg.load_with(task_id, false).await);
-        lite.load_with(task_id, false).await
+        self.load_latest_with(task_id, str::to_owned).await
+    }
+
+    /// [`Store::load_latest`], with the snapshot's text handed to `decode` while it is still
+    /// the row's (a borrowed `&str`): the state the caller builds from it is the snapshot's
+    /// [`Snapshot::state`]. A snapshot is the whole state (a megabyte at 5,000 steps), so not
+    /// copying it into a `String` first is a copy and its fresh pages fewer on every load of a
+    /// process that loads once (the CLI). `decode` runs inside the read transaction and its
+    /// errors are the caller's to carry in `S` (a `Result`).
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`] on database failure.
+    #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id))]
+    pub async fn load_latest_with<S: Send>(
+        &self,
+        task_id: &str,
+        decode: impl FnOnce(&str) -> S + Send,
+    ) -> Result<Option<Loaded<S>>, StoreError> {
+        let lite = on_backend!(self, pg => pg.load_with(task_id, false, decode).await);
+        lite.load_with(task_id, false, decode).await
     }
 
     /// Events of `task_id` with `seq > after_seq`, in seq order (`after_seq = 0` for all).
@@ -573,7 +591,12 @@ impl Lite {
         self.writer.append_grouped(pending).await
     }
 
-    async fn load_with(&self, task_id: &str, with_plan: bool) -> Result<Option<Loaded>, StoreError> {
+    async fn load_with<S: Send>(
+        &self,
+        task_id: &str,
+        with_plan: bool,
+        decode: impl FnOnce(&str) -> S + Send,
+    ) -> Result<Option<Loaded<S>>, StoreError> {
         let mut tx = self.begin_read().await?;
         let row = sqlx::query_as::<_, HeadRow>(
             "select created_at, status, current_phase, steps_done, steps_total, spend_usd, last_seq, \
@@ -585,13 +608,15 @@ impl Lite {
         let Some(row) = row else {
             return Ok(None);
         };
-        let snapshot = sqlx::query_as::<_, (i64, String)>(
-            "select seq, state_json from snapshots where task_id = ? order by seq desc limit 1",
-        )
-        .bind(task_id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .map(|(seq, state_json)| Snapshot { seq, state_json });
+        let snapshot =
+            match sqlx::query("select seq, state_json from snapshots where task_id = ? order by seq desc limit 1")
+                .bind(task_id)
+                .fetch_optional(&mut *tx)
+                .await?
+            {
+                Some(row) => Some(Snapshot { seq: row.try_get(0)?, state: decode(row.try_get::<&str, _>(1)?) }),
+                None => None,
+            };
         let plan_json = if with_plan || snapshot.is_none() {
             Some(
                 sqlx::query_scalar::<_, String>("select plan_json from execution_plans where task_id = ?")

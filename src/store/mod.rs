@@ -393,24 +393,29 @@ pub struct StoredEvent {
 }
 
 /// A snapshot of an execution's state as of event `seq` (all events up to and including it).
+///
+/// `S` is what the reader made of the stored text: the text itself (`String`, what
+/// [`Store::load`] returns), or the caller's decoding of it, made while the row was borrowed
+/// ([`Store::load_latest_with`]), so a megabyte of state is not copied once more first.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Snapshot {
-    /// The last event folded into `state_json` (0 = before any event).
+pub struct Snapshot<S = String> {
+    /// The last event folded into `state` (0 = before any event).
     pub seq: i64,
-    /// The caller's serialised state.
-    pub state_json: String,
+    /// The caller's serialised state, or what the caller's decoder made of it.
+    pub state: S,
 }
 
-/// Everything needed to rebuild an execution: plan, latest snapshot and the events after it.
+/// Everything needed to rebuild an execution: plan, latest snapshot and the events after it
+/// (`S`: the snapshot's state as text, or as decoded by the caller, see [`Snapshot`]).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Loaded {
+pub struct Loaded<S = String> {
     /// The plan as created: always read by [`Store::load`], by [`Store::load_latest`] only
     /// when there is no snapshot.
     pub plan_json: Option<String>,
     /// When the execution was created (RFC 3339, as given): the engine's start time.
     pub created_at: String,
     /// The newest snapshot, if any.
-    pub snapshot: Option<Snapshot>,
+    pub snapshot: Option<Snapshot<S>>,
     /// Events with `seq` greater than the snapshot's (all events if there is no snapshot),
     /// in seq order.
     pub events_after_snapshot: Vec<StoredEvent>,
@@ -552,17 +557,39 @@ impl Store {
             .synchronous(SqliteSynchronous::Full);
         // The writer is one long-lived connection to a local file, held rather than pooled
         // (see `writer`).
-        let mut conn = connect_writer(&options.clone().create_if_missing(true)).await.map_err(open_err)?;
-        migrate(&mut conn).await?;
-        let heads = writer::Heads::default();
+        let writer_options = options.clone().create_if_missing(true);
+        let writer = async {
+            let mut conn = connect_writer(&writer_options).await.map_err(open_err)?;
+            migrate(&mut conn).await?;
+            Ok::<_, StoreError>(conn)
+        };
+        // A one-shot process reads one thing at a time: one connection (a pool of more opens a
+        // second when a read follows the last one's release at once). Readers map the file
+        // (`mmap_size`): a snapshot of a large plan is a megabyte of overflow pages, read in
+        // place instead of copied page by page into each connection's cache.
         let one_shot = workload == Workload::OneShot;
-        let writer = Writer::new(conn, db_path, heads.clone(), one_shot);
-        // The writer created the file and switched it to WAL, so read-only connections can
-        // open it now. A one-shot process reads one thing at a time: one connection (a pool
-        // of more opens a second when a read follows the last one's release at once).
         let readers = if one_shot { 1 } else { READERS };
-        let reader_pool = SqlitePoolOptions::new().max_connections(readers).test_before_acquire(false);
-        let reader = connect_retrying(reader_pool, options.read_only(true)).await.map_err(open_err)?;
+        let reader_options = options.read_only(true).pragma("mmap_size", READER_MMAP_BYTES);
+        let reader = || {
+            let pool = SqlitePoolOptions::new().max_connections(readers).test_before_acquire(false);
+            connect_retrying(pool, reader_options.clone())
+        };
+        // Read-only connections can open a file once the writer has created it and switched it
+        // to WAL. An existing file was (every Baton database is created so), so its readers
+        // connect while the writer connects and migrates (each connection parses the schema on
+        // its own thread); if that early connection fails, the readers connect again after.
+        let (conn, early) = if db_path.exists() {
+            tokio::join!(writer, reader())
+        } else {
+            (writer.await, Err(sqlx::Error::PoolClosed))
+        };
+        let conn = conn?;
+        let reader = match early {
+            Ok(pool) => pool,
+            Err(_) => reader().await.map_err(open_err)?,
+        };
+        let heads = writer::Heads::default();
+        let writer = Writer::new(conn, db_path, heads.clone(), one_shot);
         Ok(Store { backend: Backend::Sqlite(Lite { writer, reader, heads }) })
     }
 
@@ -641,6 +668,10 @@ const OPEN_BUSY_RETRIES: u32 = 10;
 /// Connects a pool, retrying briefly while another process creates the same new file: the two
 /// race on switching it to WAL, which SQLite answers with SQLITE_BUSY without waiting on the
 /// busy handler.
+/// Address space each reader connection maps of the database file (SQLite's `mmap_size`, in
+/// bytes): reads of pages below it come from the mapping rather than `pread` copies.
+const READER_MMAP_BYTES: &str = "268435456";
+
 async fn connect_retrying(pool: SqlitePoolOptions, options: SqliteConnectOptions) -> Result<SqlitePool, sqlx::Error> {
     let mut attempt = 0u32;
     loop {

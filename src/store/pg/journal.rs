@@ -6,7 +6,7 @@
 //! the chain head, so two appenders (connections, processes or replicas) chain one after the
 //! other; the summary and the events commit in the same transaction.
 
-use sqlx::PgConnection;
+use sqlx::{PgConnection, Row as _};
 
 use super::super::lease::check_fence;
 use super::super::{
@@ -156,11 +156,12 @@ impl Pg {
         Ok(outcomes)
     }
 
-    pub(in super::super) async fn load_with(
+    pub(in super::super) async fn load_with<S: Send>(
         &self,
         task_id: &str,
         with_plan: bool,
-    ) -> Result<Option<Loaded>, StoreError> {
+        decode: impl FnOnce(&str) -> S + Send,
+    ) -> Result<Option<Loaded<S>>, StoreError> {
         let mut tx = self.begin_read().await?;
         let row = sqlx::query_as::<_, (String, String, String, i64, i64, f64, i64, String)>(
             "select created_at, status, current_phase, steps_done, steps_total, spend_usd, last_seq, \
@@ -173,13 +174,15 @@ impl Pg {
         else {
             return Ok(None);
         };
-        let snapshot = sqlx::query_as::<_, (i64, String)>(
-            "select seq, state_json from snapshots where task_id = $1 order by seq desc limit 1",
-        )
-        .bind(task_id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .map(|(seq, state_json)| Snapshot { seq, state_json });
+        let snapshot =
+            match sqlx::query("select seq, state_json from snapshots where task_id = $1 order by seq desc limit 1")
+                .bind(task_id)
+                .fetch_optional(&mut *tx)
+                .await?
+            {
+                Some(row) => Some(Snapshot { seq: row.try_get(0)?, state: decode(row.try_get::<&str, _>(1)?) }),
+                None => None,
+            };
         let plan_json = if with_plan || snapshot.is_none() {
             Some(
                 sqlx::query_scalar::<_, String>("select plan_json from execution_plans where task_id = $1")

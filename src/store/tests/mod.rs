@@ -4,6 +4,7 @@
 //! `BATON_TEST_DATABASE_URL` names; see [`pg::testing`]). No clocks, no sleeps: every timestamp
 //! is a literal.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use sqlx::Connection as _;
@@ -118,6 +119,7 @@ on_both_backends!(
     verify_chain_detects_a_deleted_tail,
     snapshot_then_events_after_snapshot_and_only_three_kept,
     load_latest_reads_the_plan_only_without_a_snapshot,
+    load_latest_with_decodes_the_borrowed_snapshot_and_carries_its_error,
     a_cluster_job_runs_on_one_store_at_a_time_and_appends_reach_listeners,
     two_stores_on_one_database_see_each_others_writes,
     active_task_pointer_set_read_and_cleared,
@@ -196,6 +198,7 @@ async fn open_sets_wal_foreign_keys_full_sync_and_busy_timeout_on_both_pools() {
         assert_eq!(pragma(&mut *conn, "synchronous").await, "2");
         assert_eq!(pragma(&mut *conn, "busy_timeout").await, "10000");
     }
+    assert_eq!(pragma(&mut reader, "mmap_size").await, READER_MMAP_BYTES, "readers map the file");
     drop(writer);
     let journal = store
         .lite()
@@ -219,6 +222,24 @@ async fn reopening_an_existing_database_keeps_data_and_skips_applied_migrations(
     store.close().await;
     let again = db.open_again().await;
     assert_eq!(again.summary("t1").await.unwrap(), Some(summary("pending", 0)));
+}
+
+/// Readers of an existing file connect while the writer migrates; a file that exists but is
+/// no database yet (zero bytes: `touch baton.db`) still opens, migrates and serves reads.
+#[tokio::test]
+async fn an_existing_empty_file_opens_as_a_fresh_database_for_both_workloads() {
+    for workload in [Workload::Service, Workload::OneShot] {
+        let dir = TempDir::new().unwrap();
+        let path = dir.path().join("baton.db");
+        std::fs::write(&path, b"").unwrap();
+        let store = Store::open_for(&path, workload).await.unwrap();
+        created(&store, "t1").await;
+        assert_eq!(store.summary("t1").await.unwrap(), Some(summary("pending", 0)), "{workload:?}");
+        let mut reader = store.lite().reader.acquire().await.unwrap();
+        assert_eq!(pragma(&mut reader, "journal_mode").await, "wal", "{workload:?}");
+        drop(reader);
+        store.close().await;
+    }
 }
 
 #[tokio::test]
@@ -431,7 +452,7 @@ async fn snapshot_then_events_after_snapshot_and_only_three_kept(db: Fresh) {
         store.put_snapshot("t1", seq, &format!(r#"{{"upto":{seq}}}"#), T2).await.unwrap();
     }
     let loaded = store.load("t1").await.unwrap().unwrap();
-    assert_eq!(loaded.snapshot, Some(Snapshot { seq: 4, state_json: r#"{"upto":4}"#.to_owned() }));
+    assert_eq!(loaded.snapshot, Some(Snapshot { seq: 4, state: r#"{"upto":4}"#.to_owned() }));
     let seqs: Vec<i64> = loaded.events_after_snapshot.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, vec![5, 6]);
     assert_eq!(loaded.last_seq, 6);
@@ -457,11 +478,35 @@ async fn load_latest_reads_the_plan_only_without_a_snapshot(db: Fresh) {
     store.put_snapshot("t1", 1, r#"{"upto":1}"#, T2).await.unwrap();
     let latest = store.load_latest("t1").await.unwrap().unwrap();
     assert_eq!(latest.plan_json, None);
-    assert_eq!(latest.snapshot, Some(Snapshot { seq: 1, state_json: r#"{"upto":1}"#.to_owned() }));
+    assert_eq!(latest.snapshot, Some(Snapshot { seq: 1, state: r#"{"upto":1}"#.to_owned() }));
     assert_eq!(latest.events_after_snapshot.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![2]);
     assert_eq!((latest.last_seq, latest.summary), (2, summary("running", 1)));
     assert_eq!(store.load("t1").await.unwrap().unwrap().plan_json.as_deref(), Some(PLAN));
     assert_eq!(store.load_latest("ghost").await.unwrap(), None);
+}
+
+/// Issue 14.8: a load hands the snapshot's text to the caller's decoder while it is the row's,
+/// instead of copying a megabyte into a `String` first; the decoder's error is the caller's.
+async fn load_latest_with_decodes_the_borrowed_snapshot_and_carries_its_error(db: Fresh) {
+    let store = db.store.clone();
+    created(&store, "t1").await;
+    store.append("t1", &[ev("k1", "{}"), ev("k2", "{}")], &summary("running", 1)).await.unwrap();
+    let decode = |json: &str| serde_json::from_str::<BTreeMap<String, i64>>(json).map(|m| m.get("upto").copied());
+    let bare = store.load_latest_with("t1", decode).await.unwrap().unwrap();
+    assert!(bare.snapshot.is_none(), "no snapshot, nothing decoded");
+    assert_eq!(bare.plan_json.as_deref(), Some(PLAN));
+
+    store.put_snapshot("t1", 1, r#"{"upto":1}"#, T2).await.unwrap();
+    let latest = store.load_latest_with("t1", decode).await.unwrap().unwrap();
+    let snapshot = latest.snapshot.unwrap();
+    assert_eq!((snapshot.seq, snapshot.state.unwrap()), (1, Some(1)));
+    assert_eq!(latest.events_after_snapshot.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![2]);
+
+    store.put_snapshot("t1", 2, r#"{"upto":"two"}"#, T2).await.unwrap();
+    let broken = store.load_latest_with("t1", decode).await.unwrap().unwrap().snapshot.unwrap();
+    assert_eq!(broken.seq, 2);
+    assert!(broken.state.is_err(), "the decoder's error reaches the caller: {:?}", broken.state);
+    assert!(store.load_latest_with("ghost", decode).await.unwrap().is_none());
 }
 
 async fn a_cluster_job_runs_on_one_store_at_a_time_and_appends_reach_listeners(db: Fresh) {
