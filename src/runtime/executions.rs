@@ -123,8 +123,7 @@ impl Executions {
     }
 
     /// For a process that ran one command and is about to exit ([`Workload::OneShot`]): closes
-    /// the store's writer, which empties the WAL for the next process
-    /// ([`Store::close_for_exit`]); later writes fail.
+    /// the store's writer ([`Store::close_for_exit`]); later writes fail.
     pub async fn close_for_exit(&self) {
         self.store.close_for_exit().await;
     }

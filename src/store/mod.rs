@@ -98,7 +98,9 @@ pub enum Workload {
     Service,
     /// A process that runs one command and exits (`baton execute next`, `record`, …): one read
     /// connection, and appends made on the writer connection itself, so the process opens two
-    /// connections and starts no thread. PostgreSQL stores ignore it.
+    /// connections and starts no thread; as it leaves, it empties the WAL once that is longer
+    /// than a few dozen pages, so the next process finds a short one. PostgreSQL stores ignore
+    /// it.
     OneShot,
 }
 
@@ -557,6 +559,7 @@ impl Store {
             .synchronous(SqliteSynchronous::Full);
         // The writer is one long-lived connection to a local file, held rather than pooled
         // (see `writer`).
+        let one_shot = workload == Workload::OneShot;
         let writer_options = options.clone().create_if_missing(true);
         let writer = async {
             let mut conn = connect_writer(&writer_options).await.map_err(open_err)?;
@@ -567,7 +570,6 @@ impl Store {
         // second when a read follows the last one's release at once). Readers map the file
         // (`mmap_size`): a snapshot of a large plan is a megabyte of overflow pages, read in
         // place instead of copied page by page into each connection's cache.
-        let one_shot = workload == Workload::OneShot;
         let readers = if one_shot { 1 } else { READERS };
         let reader_options = options.read_only(true).pragma("mmap_size", READER_MMAP_BYTES);
         let reader = || {
@@ -636,11 +638,11 @@ impl Store {
     }
 
     /// For a process about to exit: closes SQLite's writer as [`Store::close`] does (later
-    /// writes fail with `PoolClosed`; a [`Workload::OneShot`] store empties the WAL for the
-    /// next process when no other connection reads it at that moment), and leaves the reader
-    /// pool and PostgreSQL's pool to the process's exit. (Closing sqlx's SQLite pool right
-    /// before the runtime shuts down could leave its maintenance task spinning, so the
-    /// process never exited: seen in `tests/it/crash_everywhere.rs`.)
+    /// writes fail with `PoolClosed`; a [`Workload::OneShot`] store empties a WAL longer than a
+    /// few dozen pages for the next process, when no other connection reads it at that moment),
+    /// and leaves the reader pool and PostgreSQL's pool to the process's exit. (Closing sqlx's
+    /// SQLite pool right before the runtime shuts down could leave its maintenance task
+    /// spinning, so the process never exited: seen in `tests/it/crash_everywhere.rs`.)
     pub async fn close_for_exit(&self) {
         if let Backend::Sqlite(lite) = &self.backend {
             lite.writer.close().await;

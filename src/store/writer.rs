@@ -436,24 +436,32 @@ impl Writer {
 
     /// Refuses later writes (`PoolClosed`; appends still queued are answered so), stops the
     /// journal thread once its group in flight is committed, and checkpoints the WAL into the
-    /// database file. The sqlx connection itself closes when the last clone of the store is
-    /// dropped.
+    /// database file: a long-lived process always (passive); a one-shot process only once the
+    /// WAL file is longer than [`ONE_SHOT_WAL_BYTES`], and then empties it. The sqlx connection
+    /// itself closes when the last clone of the store is dropped.
     pub(super) async fn close(&self) {
         let mut slot = self.shared.slot.clone().lock_owned().await;
         slot.closed = true;
         self.shared.stop(Stopped::Closed);
-        // A one-shot process empties the WAL as it leaves, if no other connection reads from
-        // it right now (no waiting: busy timeout 0): the first connection of the next process
-        // rebuilds the WAL's index by reading every frame in it, and a process that exits
-        // leaves its frames there otherwise (issue 14.8: ~2 ms per call at 500 steps).
-        let checkpoint = if self.shared.direct {
+        let checkpoint = if !self.shared.direct {
+            "pragma wal_checkpoint(passive)"
+        } else if self.wal_len() > ONE_SHOT_WAL_BYTES {
+            // No waiting for another process's reader: busy timeout 0 (the next one to leave
+            // with a long WAL empties it).
             "pragma busy_timeout = 0; pragma wal_checkpoint(truncate)"
         } else {
-            "pragma wal_checkpoint(passive)"
+            return;
         };
         if let Err(e) = sqlx::raw_sql(checkpoint).execute(&mut slot.conn).await {
             tracing::debug!("checkpointing on close: {e}");
         }
+    }
+
+    /// Length of the database's WAL file in bytes (0 when there is none).
+    fn wal_len(&self) -> u64 {
+        let mut wal = self.shared.path.clone().into_os_string();
+        wal.push("-wal");
+        std::fs::metadata(wal).map_or(0, |m| m.len())
     }
 
     /// Appends `pending` through group commit: queued for the journal thread, which commits it
@@ -611,6 +619,14 @@ impl Drop for StopOnExit<'_> {
         self.0.stop(Stopped::Died);
     }
 }
+
+/// WAL bytes beyond which a one-shot process empties the WAL as it leaves
+/// ([`Writer::close`]; about 60 pages). The first connection of every process rebuilds the WAL's
+/// index by reading each frame in the WAL, and a process that exits without closing the
+/// database leaves its frames there (issue 14.8: 739 frames, ~2 ms per call, at step 250 of
+/// 500). Emptying it on every exit instead cost each writing command four more fsyncs: the
+/// checkpoint's two, and the fresh WAL's header and directory on the next commit.
+pub(super) const ONE_SHOT_WAL_BYTES: u64 = 256 * 1024;
 
 /// Opens the journal thread's connection to the migrated database at `path`.
 fn open_journal_conn(path: &Path) -> rusqlite::Result<rusqlite::Connection> {
