@@ -1,8 +1,9 @@
 //! Plan and execution records: plain data shared by every layer.
 //!
 //! `plan` is agent-baton's `plan.json`; `state` is one execution; `action` is what the engine
-//! asks for; `event` is what changes an execution; `text` holds the small text rules (first
-//! line, cutting, shell quoting) every layer shares. This module never does IO, never reads the
+//! asks for; `event` is what changes an execution; `snapshot` is the state's compact encoding
+//! for the store; `text` holds the small text rules (first line, cutting, shell quoting) every
+//! layer shares. This module never does IO, never reads the
 //! clock and imports nothing from the crate but itself.
 
 pub mod action;
@@ -10,6 +11,7 @@ pub mod budget;
 pub mod event;
 pub mod goal;
 pub mod plan;
+pub mod snapshot;
 pub mod spec;
 pub mod state;
 pub mod text;

@@ -17,6 +17,7 @@ use crate::clock;
 use crate::engine::{self, Applied};
 use crate::model::event::{Event, EventKind};
 use crate::model::plan::MachinePlan;
+use crate::model::snapshot;
 use crate::model::state::ExecutionState;
 use crate::runtime::config::DataDir;
 use crate::runtime::{lease, runs, BadInput};
@@ -152,7 +153,7 @@ impl Executions {
             }
             Err(e) => return Err(e).context("creating the execution"),
         }
-        let snapshot = serde_json::to_string(&state).context("serializing the state")?;
+        let snapshot = snapshot::encode(&state).context("serializing the state")?;
         self.store.put_snapshot(&state.task_id, 0, &snapshot, &now).await.context("writing the first snapshot")?;
         self.store.set_active_task(&state.task_id).await.context("setting the active task")?;
         Ok(state)
@@ -485,7 +486,7 @@ impl Executions {
         let seq = i64::try_from(state.events_applied).unwrap_or(i64::MAX);
         let task_id = state.task_id.clone();
         let copy = state.clone();
-        let json = match crate::runtime::blocking(move || serde_json::to_string(&copy)).await {
+        let json = match crate::runtime::blocking(move || snapshot::encode(&copy)).await {
             Ok(Ok(json)) => json,
             Ok(Err(e)) => return tracing::warn!(task.id = %task_id, "snapshot at seq {seq} not serialized: {e}"),
             Err(e) => return tracing::warn!(task.id = %task_id, "snapshot at seq {seq} not serialized: {e:#}"),

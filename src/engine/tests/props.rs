@@ -277,6 +277,10 @@ fn check_invariants(state: &ExecutionState, ever_done: &HashSet<String>) -> Resu
     let mut back: ExecutionState = serde_json::from_str(&json).map_err(|e| TestCaseError::fail(e.to_string()))?;
     same_up_to_float_parsing(&mut back, state)?;
     prop_assert_eq!(&back, state, "serde round trip");
+    let snapshot = crate::model::snapshot::encode(state).map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let mut back: ExecutionState = serde_json::from_str(&snapshot).map_err(|e| TestCaseError::fail(e.to_string()))?;
+    same_up_to_float_parsing(&mut back, state)?;
+    prop_assert_eq!(&back, state, "snapshot round trip");
     Ok(())
 }
 
