@@ -1,16 +1,17 @@
 //! Call cost that stays flat (issue 14.8): a snapshot that is due is written before the
 //! command that made it due returns, so a short-lived CLI process leaves one behind and every
-//! load replays at most `SNAPSHOT_EVERY` events. (Before, the snapshot was left to a background
-//! task the CLI process ended before it ran: a 300-step run had only the snapshot at seq 0.)
+//! load replays at most `ONE_SHOT_SNAPSHOT_EVERY` events. (Before, the snapshot was left to a
+//! background task the CLI process ended before it ran: a 300-step run had only the snapshot
+//! at seq 0.)
 
-use baton::runtime::executions::SNAPSHOT_EVERY;
+use baton::runtime::executions::ONE_SHOT_SNAPSHOT_EVERY;
 
 use crate::common::*;
 
 #[test]
 fn one_shot_cli_records_leave_a_snapshot_so_replays_stay_bounded() {
     let ws = Workspace::with_repo(&[("a", "a")]);
-    let steps = usize::try_from(SNAPSHOT_EVERY).unwrap() / 2 + 10;
+    let steps = usize::try_from(ONE_SHOT_SNAPSHOT_EVERY).unwrap() / 2 + 10;
     let plan = serde_json::json!({
         "task_id": "flat", "task_summary": "many steps",
         "phases": [{"phase_id": 1, "name": "All", "steps": (1..=steps).map(|i| serde_json::json!(
@@ -33,12 +34,16 @@ fn one_shot_cli_records_leave_a_snapshot_so_replays_stay_bounded() {
     });
     let snapshot = loaded.snapshot.expect("a snapshot");
     assert!(
-        loaded.last_seq > i64::try_from(SNAPSHOT_EVERY).unwrap(),
+        loaded.last_seq > i64::try_from(ONE_SHOT_SNAPSHOT_EVERY).unwrap(),
         "the run crossed a snapshot: {}",
         loaded.last_seq
     );
-    assert_eq!(snapshot.seq, i64::try_from(SNAPSHOT_EVERY).unwrap(), "the due snapshot was written by the CLI call");
-    assert!(loaded.events_after_snapshot.len() < usize::try_from(SNAPSHOT_EVERY).unwrap());
+    assert_eq!(
+        snapshot.seq,
+        i64::try_from(ONE_SHOT_SNAPSHOT_EVERY).unwrap(),
+        "the due snapshot was written by the CLI call"
+    );
+    assert!(loaded.events_after_snapshot.len() < usize::try_from(ONE_SHOT_SNAPSHOT_EVERY).unwrap());
     let replay = ws.run(&["replay", "flat"]);
     assert!(stdout(&replay).contains("state matches the stored snapshot + journal: yes"), "{}", stdout(&replay));
 }
