@@ -6,9 +6,9 @@
 //! the cost of a record does not grow with the plan. A snapshot is written every
 //! [`SNAPSHOT_EVERY`] events ([`ONE_SHOT_SNAPSHOT_EVERY`] in a one-shot process), before the
 //! record that made it due returns (and by a load that found one missing), so a load replays
-//! at most that many events. The snapshot is decoded
-//! from the store's row as it is read ([`Store::load_latest_with`]), not from a copy of it.
-//! This module never touches git or agents.
+//! at most that many events. The snapshot is decoded from the store's row as it is read
+//! ([`Store::load_latest_with`]), not from a copy of it. This module never touches git or
+//! agents.
 
 use std::sync::Arc;
 

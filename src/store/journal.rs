@@ -312,8 +312,8 @@ impl Store {
 
     /// [`Store::load_latest`], with the snapshot's text handed to `decode` while it is still
     /// the row's (a borrowed `&str`): the state the caller builds from it is the snapshot's
-    /// [`Snapshot::state`]. A snapshot is the whole state (a megabyte at 5,000 steps), so not
-    /// copying it into a `String` first is a copy and its fresh pages fewer on every load of a
+    /// [`Snapshot::state`]. A snapshot is the whole state (a megabyte at 5,000 steps): decoding
+    /// it in place saves copying it, and touching as many fresh pages, on every load of a
     /// process that loads once (the CLI). `decode` runs inside the read transaction and its
     /// errors are the caller's to carry in `S` (a `Result`).
     ///

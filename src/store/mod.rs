@@ -667,13 +667,13 @@ impl Lite {
 /// Retries of opening a file another process is creating at the same moment.
 const OPEN_BUSY_RETRIES: u32 = 10;
 
-/// Connects a pool, retrying briefly while another process creates the same new file: the two
-/// race on switching it to WAL, which SQLite answers with SQLITE_BUSY without waiting on the
-/// busy handler.
 /// Address space each reader connection maps of the database file (SQLite's `mmap_size`, in
 /// bytes): reads of pages below it come from the mapping rather than `pread` copies.
 const READER_MMAP_BYTES: &str = "268435456";
 
+/// Connects a pool, retrying briefly while another process creates the same new file: the two
+/// race on switching it to WAL, which SQLite answers with SQLITE_BUSY without waiting on the
+/// busy handler.
 async fn connect_retrying(pool: SqlitePoolOptions, options: SqliteConnectOptions) -> Result<SqlitePool, sqlx::Error> {
     let mut attempt = 0u32;
     loop {
