@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 
-use super::execute::{execute, operator_service};
+use super::execute::{execute, with_operator_service};
 use super::output::EXIT_FAILED;
 use super::plan_file::{check_plan, read_plan};
 use super::serve::serve;
@@ -101,11 +101,14 @@ pub(super) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Spec { command } => forge::spec_command(&cli.data_dir, command, cli.json).await,
         Command::Merge { task_id } => forge::merge_command(&cli.data_dir, &task_id, cli.json).await,
         Command::Approval { command: ApprovalCommand::Link { task_id, reviewer, hours, base_url } } => {
-            let ops = operator_service(DataDir::open(&cli.data_dir)?).await?;
-            let op = ops.cli_operator(cli.as_user.as_deref()).await?;
-            let token = ops.mint_link(&task_id, &reviewer, i64::from(hours) * 3600, &op).await?;
-            outln!("{}/approve/{token}", base_url.trim_end_matches('/'));
-            Ok(ExitCode::SUCCESS)
+            let as_user = cli.as_user.as_deref();
+            with_operator_service(DataDir::open(&cli.data_dir)?, async |ops| {
+                let op = ops.cli_operator(as_user).await?;
+                let token = ops.mint_link(&task_id, &reviewer, i64::from(hours) * 3600, &op).await?;
+                outln!("{}/approve/{token}", base_url.trim_end_matches('/'));
+                Ok(ExitCode::SUCCESS)
+            })
+            .await
         }
         Command::Gc { hours } => {
             let data = DataDir::open(&cli.data_dir)?;

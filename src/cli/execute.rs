@@ -20,10 +20,18 @@ use crate::runtime::config::DataDir;
 use crate::runtime::ops::{BudgetDecision, Ops};
 use crate::runtime::BadInput;
 
-/// The operator service of a one-shot process over `data`, from the composition root (its
-/// pool stays idle: a driver in another process is reached through the lease).
-pub(super) async fn operator_service(data: DataDir) -> anyhow::Result<Ops> {
-    Ok(App::build(AppConfig::new(data.root()).one_shot()).await?.ops)
+/// Runs `command` over the operator service of a one-shot process over `data`, from the
+/// composition root (its pool stays idle: a driver in another process is reached through the
+/// lease), then ends that service for the process's exit ([`Ops::close_for_exit`]) whatever
+/// `command` returned.
+pub(super) async fn with_operator_service<T>(
+    data: DataDir,
+    command: impl AsyncFnOnce(&Ops) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let ops = App::build(AppConfig::new(data.root()).one_shot()).await?.ops;
+    let done = command(&ops).await;
+    ops.close_for_exit().await;
+    done
 }
 
 pub(super) async fn execute(
@@ -45,10 +53,7 @@ pub(super) async fn execute(
         let outcome = runtime::driver::run(data, options).await?;
         return Ok(print_outcome(&outcome, json));
     }
-    let ops = operator_service(data).await?;
-    let done = execute_with(&ops, command, json, as_user).await;
-    ops.close_for_exit().await;
-    done
+    with_operator_service(data, async |ops| execute_with(ops, command, json, as_user).await).await
 }
 
 /// Runs one `baton execute` command other than `run` over `ops`: a fresh operator service in
