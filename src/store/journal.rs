@@ -5,7 +5,7 @@
 //! text; nothing here interprets them. Appends read the chain head from the `executions` row
 //! and never scan the journal or touch `plan_json`.
 
-use sqlx::{Row as _, SqliteConnection};
+use sqlx::SqliteConnection;
 
 use super::lease::{check_fence, current_lease};
 use super::writer::{LeaseGuard, Pending};
@@ -608,15 +608,12 @@ impl Lite {
         let Some(row) = row else {
             return Ok(None);
         };
-        let snapshot =
-            match sqlx::query("select seq, state_json from snapshots where task_id = ? order by seq desc limit 1")
-                .bind(task_id)
-                .fetch_optional(&mut *tx)
-                .await?
-            {
-                Some(row) => Some(Snapshot { seq: row.try_get(0)?, state: decode(row.try_get::<&str, _>(1)?) }),
-                None => None,
-            };
+        let snapshot = sqlx::query("select seq, state_json from snapshots where task_id = ? order by seq desc limit 1")
+            .bind(task_id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .map(|row| Snapshot::from_row(&row, decode))
+            .transpose()?;
         let plan_json = if with_plan || snapshot.is_none() {
             Some(
                 sqlx::query_scalar::<_, String>("select plan_json from execution_plans where task_id = ?")

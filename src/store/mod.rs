@@ -407,6 +407,20 @@ pub struct Snapshot<S = String> {
     pub state: S,
 }
 
+impl<S> Snapshot<S> {
+    /// The snapshot in `row`, a `select seq, state_json from snapshots …` row of either
+    /// backend, its text handed to `decode` while it is still borrowed from the row.
+    fn from_row<'r, R>(row: &'r R, decode: impl FnOnce(&str) -> S) -> Result<Snapshot<S>, sqlx::Error>
+    where
+        R: sqlx::Row,
+        usize: sqlx::ColumnIndex<R>,
+        i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+        &'r str: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    {
+        Ok(Snapshot { seq: row.try_get(0)?, state: decode(row.try_get(1)?) })
+    }
+}
+
 /// Everything needed to rebuild an execution: plan, latest snapshot and the events after it
 /// (`S`: the snapshot's state as text, or as decoded by the caller, see [`Snapshot`]).
 #[derive(Debug, Clone, PartialEq)]

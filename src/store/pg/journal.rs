@@ -6,7 +6,7 @@
 //! the chain head, so two appenders (connections, processes or replicas) chain one after the
 //! other; the summary and the events commit in the same transaction.
 
-use sqlx::{PgConnection, Row as _};
+use sqlx::PgConnection;
 
 use super::super::lease::check_fence;
 use super::super::{
@@ -175,14 +175,12 @@ impl Pg {
             return Ok(None);
         };
         let snapshot =
-            match sqlx::query("select seq, state_json from snapshots where task_id = $1 order by seq desc limit 1")
+            sqlx::query("select seq, state_json from snapshots where task_id = $1 order by seq desc limit 1")
                 .bind(task_id)
                 .fetch_optional(&mut *tx)
                 .await?
-            {
-                Some(row) => Some(Snapshot { seq: row.try_get(0)?, state: decode(row.try_get::<&str, _>(1)?) }),
-                None => None,
-            };
+                .map(|row| Snapshot::from_row(&row, decode))
+                .transpose()?;
         let plan_json = if with_plan || snapshot.is_none() {
             Some(
                 sqlx::query_scalar::<_, String>("select plan_json from execution_plans where task_id = $1")
