@@ -12,18 +12,24 @@ async fn the_one_round_trip_append_falls_back_when_another_process_moved_the_hea
     let a = db.store.clone();
     created(&a, "t1").await;
     let b = db.open_again().await;
+    behind_its_back(&a, &b).await;
+    let report = a.verify_chain("t1").await.unwrap();
+    assert!(report.ok && report.events == 4, "{report:?}");
+    assert_eq!(a.load("t1").await.unwrap().unwrap().summary, summary("running", 4));
+}
+
+/// `a` appends k1 and k2 on its fast path; `b` (another process) appends k3, so `a`'s known
+/// head is stale: its k4 must not be written at the head it knows, and lands at seq 4 through
+/// the general path; k1 again is a duplicate.
+async fn behind_its_back(a: &Store, b: &Store) {
     a.append("t1", &[ev("k1", "{}")], &summary("running", 1)).await.unwrap();
     let second = a.append("t1", &[ev("k2", "{}")], &summary("running", 2)).await.unwrap();
     assert!(matches!(second[0], AppendOutcome::Appended { seq: 2, .. }), "{second:?}");
     b.append("t1", &[ev("k3", "{}")], &summary("running", 3)).await.unwrap();
-    // `a` still believes the head is seq 2: its fast path must not write, the general path must.
     let fourth = a.append("t1", &[ev("k4", "{}")], &summary("running", 4)).await.unwrap();
-    assert!(matches!(fourth[0], AppendOutcome::Appended { seq: 4, .. }), "{fourth:?}");
+    assert!(matches!(fourth[0], AppendOutcome::Appended { seq: 4, .. }), "stale head falls back: {fourth:?}");
     let dup = a.append("t1", &[ev("k1", "{}")], &summary("running", 4)).await.unwrap();
     assert_eq!(dup, vec![AppendOutcome::Duplicate { seq: 1 }]);
-    let report = a.verify_chain("t1").await.unwrap();
-    assert!(report.ok && report.events == 4, "{report:?}");
-    assert_eq!(a.load("t1").await.unwrap().unwrap().summary, summary("running", 4));
 }
 
 /// Issue 14.8: a one-shot process's store (`Workload::OneShot`) appends on its writer
@@ -38,14 +44,7 @@ async fn a_one_shot_store_appends_on_its_writer_connection_with_the_same_guards(
     let a = Store::open_for(&path, Workload::OneShot).await.unwrap();
     created(&a, "t1").await;
     let b = Store::open(&path).await.unwrap();
-    a.append("t1", &[ev("k1", "{}")], &summary("running", 1)).await.unwrap();
-    let second = a.append("t1", &[ev("k2", "{}")], &summary("running", 2)).await.unwrap();
-    assert!(matches!(second[0], AppendOutcome::Appended { seq: 2, .. }), "{second:?}");
-    b.append("t1", &[ev("k3", "{}")], &summary("running", 3)).await.unwrap();
-    let fourth = a.append("t1", &[ev("k4", "{}")], &summary("running", 4)).await.unwrap();
-    assert!(matches!(fourth[0], AppendOutcome::Appended { seq: 4, .. }), "stale head falls back: {fourth:?}");
-    let dup = a.append("t1", &[ev("k1", "{}")], &summary("running", 4)).await.unwrap();
-    assert_eq!(dup, vec![AppendOutcome::Duplicate { seq: 1 }]);
+    behind_its_back(&a, &b).await;
 
     let head = a.load_latest("t1").await.unwrap().unwrap();
     let (k5, fifth) = (ev("k5", "{}"), summary("running", 5));
