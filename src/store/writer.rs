@@ -13,10 +13,10 @@
 //! thread and back per statement (issue 14.9); a lone append (nothing queued, the lock free, a
 //! multi-threaded runtime) skips even that and commits on its caller's thread, on the same
 //! connection under the same lock (`Writer::commit_inline`). A one-shot process
-//! (`Workload::OneShot`) starts no thread: it appends on the sqlx connection. Both connections write only while holding the
-//! slot, so in one process they never wait on each other's SQLite lock; other processes are
-//! serialised by SQLite's lock and the busy timeout, every write transaction beginning
-//! `IMMEDIATE` on either connection.
+//! (`Workload::OneShot`) starts no thread: it appends on the sqlx connection. Both connections
+//! write only while holding the slot, so in one process they never wait on each other's SQLite
+//! lock; other processes are serialised by SQLite's lock and the busy timeout, every write
+//! transaction beginning `IMMEDIATE` on either connection.
 //!
 //! Never interprets payloads and never decides what an event means: an append that cannot
 //! take the group path (stale head, duplicate key, a failed group) is handed back to the

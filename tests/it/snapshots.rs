@@ -4,7 +4,7 @@
 //! background task the CLI process ended before it ran: a 300-step run had only the snapshot
 //! at seq 0.)
 
-use baton::runtime::executions::ONE_SHOT_SNAPSHOT_EVERY;
+use baton::runtime::executions::{ONE_SHOT_SNAPSHOT_EVERY, SNAPSHOT_EVERY};
 
 use crate::common::*;
 
@@ -138,5 +138,55 @@ fn a_record_nobody_leases_takes_no_lease_and_a_driver_held_lease_still_refuses_i
         let refused = second.record_once("unleased-1", budget).await.unwrap_err();
         assert!(format!("{refused:#}").contains("another-machine:1:run"), "{refused:#}");
         assert_eq!(store.load_latest("unleased-1").await.unwrap().unwrap().last_seq, 3, "the refusal wrote nothing");
+    });
+}
+
+/// Issue 14.8: a long-lived process snapshots every `SNAPSHOT_EVERY` events (it loads an
+/// execution once and catches up in memory), a one-shot process every
+/// `ONE_SHOT_SNAPSHOT_EVERY` (it loads on every call). A one-shot load that finds more events
+/// than its cadence after the latest snapshot writes one, whoever journaled them.
+#[test]
+fn a_server_snapshots_every_256_events_and_a_one_shot_process_every_64() {
+    use baton::model::event::{Event, EventKind};
+    use baton::runtime::executions::Executions;
+    use baton::store::Workload;
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let plan = ws.write("plan.json", &small_plan("cadence-1", ""));
+    assert!(ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()]).status.success());
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let data = baton::runtime::config::DataDir::open(&ws.data()).unwrap();
+        let budget = |i: u64| {
+            let ceiling = Some(100.0 + i as f64);
+            Event::new(EventKind::BudgetSet { ceiling_usd: ceiling, source: "test".into() })
+                .with_key(format!("budget-{i}"))
+                .by("test")
+        };
+        let latest = |execs: &Executions| {
+            let store = execs.store().clone();
+            async move { store.load_latest("cadence-1").await.unwrap().unwrap() }
+        };
+        let server = Executions::open(data.clone()).await.unwrap();
+        let past_one_shot_cadence = ONE_SHOT_SNAPSHOT_EVERY + 6;
+        for i in 1..=past_one_shot_cadence {
+            server.record_once("cadence-1", budget(i)).await.unwrap();
+        }
+        let loaded = latest(&server).await;
+        assert_eq!(loaded.last_seq, i64::try_from(past_one_shot_cadence).unwrap());
+        assert_eq!(loaded.snapshot.map(|s| s.seq), Some(0), "a server writes none before {SNAPSHOT_EVERY} events");
+
+        let one_shot = Executions::open_for(data, Workload::OneShot).await.unwrap();
+        one_shot.load_shared("cadence-1").await.unwrap().unwrap();
+        let loaded = latest(&one_shot).await;
+        assert_eq!(
+            loaded.snapshot.map(|s| s.seq),
+            Some(loaded.last_seq),
+            "the one-shot load wrote the overdue snapshot"
+        );
+        for i in past_one_shot_cadence + 1..=2 * ONE_SHOT_SNAPSHOT_EVERY {
+            one_shot.record_once("cadence-1", budget(i)).await.unwrap();
+        }
+        let loaded = latest(&one_shot).await;
+        let due = i64::try_from(2 * ONE_SHOT_SNAPSHOT_EVERY).unwrap();
+        assert_eq!(loaded.snapshot.map(|s| s.seq), Some(due), "the one-shot record that made it due wrote it");
     });
 }

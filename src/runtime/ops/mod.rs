@@ -257,10 +257,10 @@ impl Ops {
     }
 
     /// Ends the service of a one-shot process that is about to exit: closes the store's writer
-    /// ([`Executions::close_for_exit`]: later writes fail) and leaks
-    /// the rest — freeing the loaded executions (a 5,000-step plan and every step's result:
-    /// ~10% of a CLI call's instructions) would only delay the exit, and nothing is flushed on
-    /// drop. Every write the service made is committed by then.
+    /// ([`Executions::close_for_exit`]: later writes fail) and leaks the rest — freeing the
+    /// loaded executions (a 5,000-step plan and every step's result: ~10% of a CLI call's
+    /// instructions) would only delay the exit, and nothing is flushed on drop. Every write the
+    /// service made is committed by then.
     pub async fn close_for_exit(self) {
         self.execs.close_for_exit().await;
         std::mem::forget(self);
