@@ -8,6 +8,17 @@ use baton::runtime::executions::{ONE_SHOT_SNAPSHOT_EVERY, SNAPSHOT_EVERY};
 
 use crate::common::*;
 
+/// A workspace whose execution `task_id` (`small_plan`) the CLI started, and its data
+/// directory, for the tests that drive the execution service itself.
+fn started(task_id: &str) -> (Workspace, baton::runtime::config::DataDir) {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let plan = ws.write("plan.json", &small_plan(task_id, ""));
+    let out = ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let data = baton::runtime::config::DataDir::open(&ws.data()).unwrap();
+    (ws, data)
+}
+
 #[test]
 fn one_shot_cli_records_leave_a_snapshot_so_replays_stay_bounded() {
     let ws = Workspace::with_repo(&[("a", "a")]);
@@ -57,11 +68,8 @@ fn loads_share_the_cached_state_and_a_record_updates_it_without_a_copy() {
     use baton::model::event::{Event, EventKind};
     use baton::model::state::StepStatus;
     use std::sync::Arc;
-    let ws = Workspace::with_repo(&[("a", "a")]);
-    let plan = ws.write("plan.json", &small_plan("cache-1", ""));
-    assert!(ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()]).status.success());
+    let (_ws, data) = started("cache-1");
     tokio::runtime::Runtime::new().unwrap().block_on(async {
-        let data = baton::runtime::config::DataDir::open(&ws.data()).unwrap();
         let execs = baton::runtime::executions::Executions::open(data).await.unwrap();
         let dispatch = |step: &str| {
             Event::new(EventKind::StepDispatched { step_id: step.into(), agent_name: "alpha".into() }).by("test")
@@ -101,11 +109,8 @@ fn loads_share_the_cached_state_and_a_record_updates_it_without_a_copy() {
 fn a_record_nobody_leases_takes_no_lease_and_a_driver_held_lease_still_refuses_it() {
     use baton::model::event::{Event, EventKind};
     use baton::store::LeaseInfo;
-    let ws = Workspace::with_repo(&[("a", "a")]);
-    let plan = ws.write("plan.json", &small_plan("unleased-1", ""));
-    assert!(ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()]).status.success());
+    let (_ws, data) = started("unleased-1");
     tokio::runtime::Runtime::new().unwrap().block_on(async {
-        let data = baton::runtime::config::DataDir::open(&ws.data()).unwrap();
         // Two processes' worth of services on one data directory, each with its own cache.
         let first = baton::runtime::executions::Executions::open(data.clone()).await.unwrap();
         let second = baton::runtime::executions::Executions::open(data).await.unwrap();
@@ -150,11 +155,8 @@ fn a_server_snapshots_every_256_events_and_a_one_shot_process_every_64() {
     use baton::model::event::{Event, EventKind};
     use baton::runtime::executions::Executions;
     use baton::store::Workload;
-    let ws = Workspace::with_repo(&[("a", "a")]);
-    let plan = ws.write("plan.json", &small_plan("cadence-1", ""));
-    assert!(ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()]).status.success());
+    let (_ws, data) = started("cadence-1");
     tokio::runtime::Runtime::new().unwrap().block_on(async {
-        let data = baton::runtime::config::DataDir::open(&ws.data()).unwrap();
         let budget = |i: u64| {
             let ceiling = Some(100.0 + i as f64);
             Event::new(EventKind::BudgetSet { ceiling_usd: ceiling, source: "test".into() })
