@@ -55,7 +55,7 @@ pub(super) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let stored = execs.get(&task_id).await?;
             let summary = execs.summary(&task_id).await?;
             let rebuilt_summary = runtime::executions::summary_of(&rebuilt);
-            let same_state = rebuilt == stored;
+            let same_state = rebuilt.same_as(&stored);
             let same_summary = summary.as_ref() == Some(&rebuilt_summary);
             outln!(
                 "replayed {} events of {task_id}: status {}, {}/{} steps done",

@@ -126,11 +126,22 @@ pub fn replay<'a>(
     Ok(state)
 }
 
+/// Tells `state` that the event `earlier` was applied under `key` before the snapshot `state`
+/// was decoded from: a snapshot does not carry the applied idempotency keys (the journal holds
+/// each with its event, unique per execution), so a caller that loaded a state from one looks
+/// up the key of an event it is about to apply ([`idempotency_key`]) and, when the journal
+/// holds it, passes that entry here first. [`apply`] then answers the event as it would on a
+/// state replayed in full: a duplicate (same payload) or [`EngineError::KeyConflict`].
+pub fn recall_key(state: &mut ExecutionState, key: String, earlier: &Event) {
+    state.applied_keys.insert(key, keys::payload_fingerprint(&earlier.kind));
+}
+
 /// Applies one event at `now` (RFC 3339).
 ///
 /// Validates first, then mutates: on `Err` the state is exactly as before. An event whose
-/// idempotency key was already applied returns `Ok(Applied { duplicate: true, .. })` and changes
-/// nothing. After a change the state is settled (phase end handled, see the module doc).
+/// idempotency key was already applied to `state` (or recalled into it, [`recall_key`]) returns
+/// `Ok(Applied { duplicate: true, .. })` and changes nothing. After a change the state is
+/// settled (phase end handled, see the module doc).
 pub fn apply(state: &mut ExecutionState, event: &Event, now: &str) -> Result<Applied, EngineError> {
     if let Some(key) = &event.idempotency_key {
         keys::check_key(key)?;

@@ -6,7 +6,9 @@
 //! and most of their fields are at their defaults (`"depends_on": []`, `"commit_hash": ""`,
 //! `"cost_usd": 0.0`, …): leaving those out makes a snapshot of a 5,000-step plan about 40%
 //! shorter, and quicker to read and to decode. The state's own JSON (the API's, agent-baton's
-//! `execution_state.json` shape) keeps every field; only the snapshot leaves them out.
+//! `execution_state.json` shape) keeps every field; only the snapshot leaves them out. (The
+//! applied idempotency keys are in neither: the journal holds them, see
+//! `ExecutionState::applied_keys`.)
 //!
 //! Decoding needs nothing of this module: `serde_json::from_str::<ExecutionState>` reads both
 //! forms, because a field is left out only when serde's default for it, learned by decoding

@@ -747,9 +747,14 @@ pub struct ExecutionState {
     /// Remediation rounds on the open pull request (issue 19.3/4).
     #[serde(default, skip_serializing_if = "Remediation::is_untouched")]
     pub remediation: Remediation,
-    /// Idempotency key of every applied event → fingerprint of its payload, so a key reused
-    /// for a different event is caught.
-    #[serde(default)]
+    /// Idempotency key → fingerprint of its event's payload, for each event applied to this
+    /// state in memory, so a key reused for a different event is caught. Never serialized (not
+    /// in snapshots, the API or `status --json`): the journal holds every applied key with its
+    /// event (unique per execution), so a state decoded from a snapshot starts without the
+    /// earlier keys, and the execution service recalls from the journal the key of each event
+    /// it is about to apply (`engine::recall_key`). A snapshot's size and its decoding so stop
+    /// growing by two keys a step (issue 14.8). Older snapshots that hold keys still decode.
+    #[serde(default, skip_serializing)]
     pub applied_keys: BTreeMap<String, String>,
     /// Events applied (journal length, duplicates excluded).
     #[serde(default)]
@@ -798,6 +803,22 @@ impl ExecutionState {
         };
         state.reindex();
         state
+    }
+
+    /// Whether `self` and `other` are the same state of the same execution, whichever of them
+    /// knows more of its applied idempotency keys ([`ExecutionState::applied_keys`]: a state
+    /// decoded from a snapshot knows only the keys applied since, a full replay knows all):
+    /// every other field is equal, and each key both know has the same fingerprint in both.
+    /// What `baton replay` checks between the stored state and the journal's replay.
+    pub fn same_as(&self, other: &ExecutionState) -> bool {
+        let (fewer, more) =
+            if self.applied_keys.len() <= other.applied_keys.len() { (self, other) } else { (other, self) };
+        if !fewer.applied_keys.iter().all(|(key, fingerprint)| more.applied_keys.get(key) == Some(fingerprint)) {
+            return false;
+        }
+        let mut fewer = fewer.clone();
+        fewer.applied_keys.clone_from(&more.applied_keys);
+        fewer == *more
     }
 
     /// Result of a step, if it has one.

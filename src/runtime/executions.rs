@@ -306,6 +306,9 @@ impl Executions {
         event: Event,
         fence: Option<&Fence>,
     ) -> anyhow::Result<Applied> {
+        if let Some((key, earlier)) = self.journaled_key(state, &event).await? {
+            engine::recall_key(state, key, &earlier);
+        }
         let now = clock::now_rfc3339();
         let applied = engine::apply(state, &event, &now)?;
         self.append_applied(state, event, &applied, fence, &now).await?;
@@ -381,6 +384,9 @@ impl Executions {
             let Some(mut cached) = self.checkout(task_id).await? else {
                 return Err(BadInput(format!("no execution with task id {task_id}")).into());
             };
+            if let Some((key, earlier)) = self.journaled_key(&cached.state, &event).await? {
+                engine::recall_key(Arc::make_mut(&mut cached.state), key, &earlier);
+            }
             if let Err(refused) = check(&cached.state, &event) {
                 self.cache.put(task_id, cached);
                 return Err(refused);
@@ -417,6 +423,40 @@ impl Executions {
         Ok(RecordedOnce { state, applied, stopped_attempts })
     }
 
+    /// The journal's entry under the idempotency key `event` would be applied with, when
+    /// `state` does not know that key yet: a state decoded from a snapshot holds only the keys
+    /// applied since (see [`ExecutionState::applied_keys`]), so every door that applies a new
+    /// event passes this to [`engine::recall_key`] first, and a resend is a duplicate (or a key
+    /// conflict) however the state was loaded. One indexed read of the journal; none when the
+    /// state knows the key.
+    ///
+    /// Errors: the store's; an entry that does not parse.
+    async fn journaled_key(&self, state: &ExecutionState, event: &Event) -> anyhow::Result<Option<(String, Event)>> {
+        let key = engine::idempotency_key(state, event);
+        if state.applied_keys.contains_key(&key) {
+            return Ok(None);
+        }
+        let Some(entry) = self.store.event_by_key(&state.task_id, &key).await? else {
+            return Ok(None);
+        };
+        let earlier: Event = serde_json::from_str(&entry.payload)
+            .with_context(|| format!("journal entry {} of {} is unreadable", entry.seq, state.task_id))?;
+        Ok(Some((key, earlier)))
+    }
+
+    /// Whether an event was applied to `state`'s execution under the idempotency key `key`:
+    /// known to `state`, or journaled before the snapshot it was decoded from (see
+    /// [`ExecutionState::applied_keys`]). What a door asks before it starts something keyed
+    /// (a remediation round, a link's resent submission).
+    ///
+    /// Errors: the store's.
+    pub async fn key_applied(&self, state: &ExecutionState, key: &str) -> anyhow::Result<bool> {
+        if state.applied_keys.contains_key(key) {
+            return Ok(true);
+        }
+        Ok(self.store.event_by_key(&state.task_id, key).await?.is_some())
+    }
+
     /// Writes the snapshot due after `state`'s last event, if one is (every
     /// `snapshot_every` events), before the caller returns: a one-shot process (the CLI) ends
     /// right after, and a snapshot left to a background task was usually never written.
@@ -451,6 +491,9 @@ impl Executions {
             self.cache.put(task_id, cached);
             return Ok(None);
         };
+        if let Some((key, earlier)) = self.journaled_key(&cached.state, event).await? {
+            engine::recall_key(Arc::make_mut(&mut cached.state), key, &earlier);
+        }
         if let Err(refused) = check(&cached.state, event) {
             self.cache.put(task_id, cached);
             return self.refused_unless_leased(task_id, refused).await;

@@ -320,7 +320,7 @@ impl Remediation {
         }
         let head = row.pushed_sha.clone();
         let key = format!("remediation:{task_id}:ci:{head}");
-        if state.applied_keys.contains_key(&key) {
+        if self.execs.key_applied(&state, &key).await? {
             return Ok(RoundOutcome::Ignored(format!("a ci round for {head} already started")));
         }
         let config = self.execs.data().config()?;

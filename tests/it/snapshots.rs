@@ -19,30 +19,47 @@ fn started(task_id: &str) -> (Workspace, baton::runtime::config::DataDir) {
     (ws, data)
 }
 
-#[test]
-fn one_shot_cli_records_leave_a_snapshot_so_replays_stay_bounded() {
+/// A workspace whose one-phase plan `task_id` of `steps` steps (`1.1` …, no dependencies) the
+/// CLI started.
+fn started_with_steps(task_id: &str, steps: usize) -> Workspace {
     let ws = Workspace::with_repo(&[("a", "a")]);
-    let steps = usize::try_from(ONE_SHOT_SNAPSHOT_EVERY).unwrap() / 2 + 10;
     let plan = serde_json::json!({
-        "task_id": "flat", "task_summary": "many steps",
+        "task_id": task_id, "task_summary": "many steps",
         "phases": [{"phase_id": 1, "name": "All", "steps": (1..=steps).map(|i| serde_json::json!(
             {"step_id": format!("1.{i}"), "agent_name": "worker", "task_description": "do it"})).collect::<Vec<_>>()}]
     });
     let plan = ws.write("plan.json", &plan.to_string());
     let out = ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
+    ws
+}
+
+/// Runs `execute <args…> --task-id <task_id>` and asserts it exits 0.
+fn execute_ok(ws: &Workspace, task_id: &str, args: &[&str]) -> std::process::Output {
+    let out = ws.run(&[&["execute"], args, &["--task-id", task_id]].concat());
+    assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+    out
+}
+
+/// The latest stored state of `task_id` as the store holds it.
+fn stored(ws: &Workspace, task_id: &str) -> baton::store::Loaded {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let store = baton::store::Store::open(&ws.data().join("baton.db")).await.unwrap();
+        store.load(task_id).await.unwrap().unwrap()
+    })
+}
+
+#[test]
+fn one_shot_cli_records_leave_a_snapshot_so_replays_stay_bounded() {
+    let steps = usize::try_from(ONE_SHOT_SNAPSHOT_EVERY).unwrap() / 2 + 10;
+    let ws = started_with_steps("flat", steps);
     for i in 1..=steps {
         let step = format!("1.{i}");
-        let out = ws.run(&["execute", "dispatched", "--task-id", "flat", "--step-id", &step, "--agent", "worker"]);
-        assert_eq!(code(&out), 0, "{}", stderr(&out));
-        let out = ws.run(&["execute", "record", "--task-id", "flat", "--step-id", &step, "--agent", "worker"]);
-        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        execute_ok(&ws, "flat", &["dispatched", "--step-id", &step, "--agent", "worker"]);
+        execute_ok(&ws, "flat", &["record", "--step-id", &step, "--agent", "worker"]);
     }
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let loaded = rt.block_on(async {
-        let store = baton::store::Store::open(&ws.data().join("baton.db")).await.unwrap();
-        store.load("flat").await.unwrap().unwrap()
-    });
+    let loaded = stored(&ws, "flat");
     let snapshot = loaded.snapshot.expect("a snapshot");
     assert!(
         loaded.last_seq > i64::try_from(ONE_SHOT_SNAPSHOT_EVERY).unwrap(),
@@ -56,6 +73,89 @@ fn one_shot_cli_records_leave_a_snapshot_so_replays_stay_bounded() {
     );
     assert!(loaded.events_after_snapshot.len() < usize::try_from(ONE_SHOT_SNAPSHOT_EVERY).unwrap());
     let replay = ws.run(&["replay", "flat"]);
+    assert!(stdout(&replay).contains("state matches the stored snapshot + journal: yes"), "{}", stdout(&replay));
+}
+
+/// Issue 14.8: a snapshot leaves out the applied idempotency keys (two a step, they made up
+/// 40% of a 5,000-step snapshot): the journal holds them. A record resent after the snapshot
+/// that followed it is still a duplicate, and an explicit key reused for a different record is
+/// still a conflict, whether the process loaded the state from the snapshot (the CLI) or a
+/// driver holds it; `baton replay` still finds the stored state equal to the journal's.
+#[test]
+fn a_record_resent_after_a_snapshot_left_out_its_key_is_still_a_duplicate() {
+    let steps = usize::try_from(ONE_SHOT_SNAPSHOT_EVERY).unwrap() / 2 + 2;
+    let ws = started_with_steps("keys", steps);
+    for i in 1..=steps {
+        let step = format!("1.{i}");
+        execute_ok(&ws, "keys", &["dispatched", "--step-id", &step, "--agent", "worker"]);
+        let key = if i == 1 { vec!["--idempotency-key", "record-1"] } else { vec![] };
+        execute_ok(&ws, "keys", &[&["record", "--step-id", &step, "--agent", "worker"], &key[..]].concat());
+    }
+    let before = stored(&ws, "keys");
+    let snapshot = before.snapshot.as_ref().expect("a snapshot");
+    assert!(snapshot.seq >= 4, "the snapshot comes after the records resent below: {}", snapshot.seq);
+    let snapshot_seq = snapshot.seq;
+    assert!(!snapshot.state.contains("applied_keys"), "the snapshot holds no keys");
+    assert!(!snapshot.state.contains("record-1"), "the snapshot holds no keys");
+
+    // The CLI: a fresh process, the state decoded from the snapshot.
+    let out = execute_ok(&ws, "keys", &["record", "--step-id", "1.2", "--agent", "worker"]);
+    assert!(stderr(&out).contains("already applied"), "{}", stderr(&out));
+    let out =
+        execute_ok(&ws, "keys", &["record", "--step-id", "1.1", "--agent", "worker", "--idempotency-key", "record-1"]);
+    assert!(stderr(&out).contains("already applied"), "{}", stderr(&out));
+    let out = ws.run(&[
+        "execute",
+        "record",
+        "--task-id",
+        "keys",
+        "--step-id",
+        "1.1",
+        "--agent",
+        "worker",
+        "--outcome",
+        "other",
+        "--idempotency-key",
+        "record-1",
+    ]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("idempotency key record-1 was already used for a different event"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(stored(&ws, "keys").last_seq, before.last_seq, "nothing was journaled");
+
+    // A driver's state, loaded once and recorded into (`Executions::record`).
+    use baton::model::event::{Event, EventKind, RecordStatus};
+    let data = baton::runtime::config::DataDir::open(&ws.data()).unwrap();
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let execs = baton::runtime::executions::Executions::open(data).await.unwrap();
+        let mut state = execs.get("keys").await.unwrap();
+        let since = usize::try_from(before.last_seq - snapshot_seq).unwrap();
+        assert_eq!(state.applied_keys.len(), since, "only the keys journaled since the snapshot");
+        assert!(execs.key_applied(&state, "record-1").await.unwrap(), "the journal knows the key");
+        assert!(!execs.key_applied(&state, "record-2").await.unwrap());
+        let mut resend = Event::new(EventKind::StepRecorded {
+            step_id: "1.1".into(),
+            agent_name: "worker".into(),
+            status: RecordStatus::Complete,
+            outcome: "other".into(),
+            files_changed: vec![],
+            commit_hash: String::new(),
+            tokens: 0,
+            cost_usd: 0.0,
+            duration_seconds: 0.0,
+            error: String::new(),
+            usage: None,
+        });
+        resend.idempotency_key = Some("record-1".into());
+        let refused = execs.record(&mut state, resend).await.unwrap_err();
+        assert!(refused.to_string().contains("already used for a different event"), "{refused:#}");
+    });
+    assert_eq!(stored(&ws, "keys").last_seq, before.last_seq, "nothing was journaled");
+    let replay = ws.run(&["replay", "keys"]);
+    assert_eq!(code(&replay), 0, "{}{}", stdout(&replay), stderr(&replay));
     assert!(stdout(&replay).contains("state matches the stored snapshot + journal: yes"), "{}", stdout(&replay));
 }
 

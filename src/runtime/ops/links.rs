@@ -150,6 +150,6 @@ impl Ops {
         let (Some(key), OpsError::Conflict { reason: "used", .. }) = (key, refused) else { return Ok(None) };
         let Ok(claims) = self.key.link_claims(token) else { return Ok(None) };
         let state = self.get(&claims.task_id).await?;
-        Ok(state.applied_keys.contains_key(key).then_some(claims))
+        Ok(self.execs.key_applied(&state, key).await?.then_some(claims))
     }
 }

@@ -83,7 +83,7 @@ impl Ops {
         if let Some(why) = &state.remediation.parked {
             return Ok(RoundOutcome::Ignored(format!("remediation of {task_id} is parked: {why}")));
         }
-        if state.applied_keys.contains_key(&request.key) {
+        if self.execs.key_applied(&state, &request.key).await? {
             return Ok(RoundOutcome::Ignored(format!(
                 "a {} round for {} already started",
                 request.cause.as_str(),
