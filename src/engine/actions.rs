@@ -52,8 +52,10 @@ pub fn next_actions(state: &ExecutionState) -> Vec<Action> {
 /// The first `limit` DISPATCH actions of [`next_actions`]: ready steps are taken in plan order
 /// while their forecasts fit ([`budget::Affordable`]), and the scan stops once it has `limit`
 /// of them and knows whether two or more are dispatchable (then each gets worktree isolation),
-/// so `next_action` at the head of a long phase costs a few steps, not the phase. Only the
-/// steps taken get their action (and its prompt) built.
+/// so `next_action` at the head of a long phase costs a few steps, not the phase; the scan
+/// starts after the phase's leading done steps (`ExecutionState::first_open_step`, from the
+/// engine's tally), so late in a long phase it does not pass every completed step again. Only
+/// the steps taken get their action (and its prompt) built.
 fn dispatches(state: &ExecutionState, limit: usize) -> Vec<Action> {
     if state.status != ExecutionStatus::Running || state.checkpoint.due || limit == 0 {
         return Vec::new();
@@ -66,7 +68,8 @@ fn dispatches(state: &ExecutionState, limit: usize) -> Vec<Action> {
     let wanted = limit.max(2);
     let mut affordable = budget::Affordable::new();
     let mut taken: Vec<(std::borrow::Cow<'_, PlanStep>, &str)> = Vec::new();
-    'phase: for s in &phase.steps {
+    // The steps before `first_open_step` are done: none of them is ready.
+    'phase: for s in phase.steps.iter().skip(state.first_open_step()) {
         if s.team.is_empty() {
             if is_ready(state, s) && !waiting(&s.step_id) && affordable.take(state, &s.step_id) {
                 taken.push((std::borrow::Cow::Borrowed(s), ""));

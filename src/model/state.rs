@@ -433,6 +433,11 @@ pub(crate) struct PhaseTally {
     pub(crate) not_done: usize,
     /// Steps waiting for a human reply.
     pub(crate) interacting: usize,
+    /// How many steps at the head of the phase are all done (complete or skipped): none of
+    /// them can be dispatched, so the pass to the next ready step starts after them instead
+    /// of looking up every completed step again (at step 4,700 of a 5,000-step phase, 4,700
+    /// lookups a call).
+    pub(crate) done_prefix: usize,
 }
 
 impl PhaseTally {
@@ -903,6 +908,16 @@ impl ExecutionState {
             });
         }
         self.index.1.get(id).map(String::as_str)
+    }
+
+    /// Where the current phase's pass to its next ready step starts: after the steps at its
+    /// head that are all done, when the engine's tally of the phase knows them, else 0.
+    pub(crate) fn first_open_step(&self) -> usize {
+        let Some(phase) = self.current() else { return 0 };
+        self.index
+            .2
+            .filter(|t| t.phase == self.current_phase && t.steps == phase.steps.len())
+            .map_or(0, |t| t.done_prefix)
     }
 
     /// True when a step of the current phase has failed (its latest attempt). Reads the

@@ -117,6 +117,9 @@ async fn every_takeover_moves_the_epoch_and_a_stale_epochs_append_writes_nothing
         Err(StoreError::Fenced { .. })
     ));
     store.append_fenced("t1", &fence(&b, 2), &[ev("k2", "{}")], &summary("running", 2)).await.unwrap();
+    // The journal answers for the key (what the execution service recalls before applying).
+    let k2 = store.event_by_key("t1", "k2").await.unwrap().expect("k2 journaled");
+    assert_eq!((k2.seq, k2.idempotency_key.as_str()), (after.last_seq + 1, "k2"));
 
     // Released and taken again: the epoch keeps growing, so b's old fence stays refused.
     assert!(store.release_lease("t1", "driver-b").await.unwrap());

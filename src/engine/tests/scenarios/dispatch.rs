@@ -194,6 +194,9 @@ fn a_one_phase_plan_of_two_thousand_steps_settles_by_its_tally() {
             push(&mut state, dispatched(&id));
         }
         push(&mut state, record(&id, RecordStatus::Complete));
+        if i < n {
+            assert_eq!(state.first_open_step(), i, "the pass to the next ready step starts after {i} done steps");
+        }
     }
     assert_eq!(state.counters.steps_done, n as u64);
     assert_eq!(next_action(&state).action_type(), ActionType::Complete);
