@@ -109,7 +109,7 @@ pub struct Budget {
     #[serde(default)]
     pub source: String,
     /// Forecast per step id, recorded when the execution started.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::model::sorted_map::decode")]
     pub forecasts: BTreeMap<String, StepForecast>,
     /// Forecast of a step that has none (added by an amendment), USD.
     #[serde(default)]
@@ -138,7 +138,11 @@ pub struct Budget {
     /// What each recorded attempt of a step cost, USD (step or member id → one entry per
     /// attempt, attempt 1 first; the journal's `step_recorded` costs, as the spend ledger has
     /// them): a retry is forecast from them (`engine::budget::retry_forecast_usd`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "crate::model::sorted_map::decode"
+    )]
     pub attempts_usd: BTreeMap<String, Vec<f64>>,
 }
 

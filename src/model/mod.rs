@@ -2,7 +2,7 @@
 //!
 //! `plan` is agent-baton's `plan.json`; `state` is one execution; `action` is what the engine
 //! asks for; `event` is what changes an execution; `snapshot` is the state's compact encoding
-//! for the store; `text` holds the small text rules (first line, cutting, shell quoting) every
+//! for the store (`sorted_map` decodes its per-step maps in bulk); `text` holds the small text rules (first line, cutting, shell quoting) every
 //! layer shares. This module never does IO, never reads the
 //! clock and imports nothing from the crate but itself.
 
@@ -12,6 +12,7 @@ pub mod event;
 pub mod goal;
 pub mod plan;
 pub mod snapshot;
+pub mod sorted_map;
 pub mod spec;
 pub mod state;
 pub mod text;

@@ -707,7 +707,7 @@ pub struct ExecutionState {
     #[serde(default)]
     pub failure: Option<String>,
     /// Latest result per step id.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::model::sorted_map::decode")]
     pub step_results: BTreeMap<String, StepResult>,
     /// Every gate run.
     #[serde(default)]
