@@ -8,10 +8,11 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 
-use super::execute::{execute, with_operator_service};
+use super::execute::execute;
 use super::output::EXIT_FAILED;
 use super::plan_file::{check_plan, read_plan};
 use super::serve::serve;
+use super::service::{with_executions, with_operator_service};
 use super::{daemon, demo, forge, goal};
 use super::{ApprovalCommand, AuditCommand, Cli, Command, TokenCommand};
 use crate::runtime;
@@ -50,27 +51,29 @@ pub(super) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             execute(data, command, json, cli.as_user.as_deref()).await
         }
         Command::Replay { task_id } => {
-            let execs = Executions::open(DataDir::open(&cli.data_dir)?).await?;
-            let rebuilt = execs.replay(&task_id).await?;
-            let stored = execs.get(&task_id).await?;
-            let summary = execs.summary(&task_id).await?;
-            let rebuilt_summary = runtime::executions::summary_of(&rebuilt);
-            let same_state = rebuilt.same_as(&stored);
-            let same_summary = summary.as_ref() == Some(&rebuilt_summary);
-            outln!(
-                "replayed {} events of {task_id}: status {}, {}/{} steps done",
-                rebuilt.events_applied,
-                rebuilt.status,
-                rebuilt_summary.steps_done,
-                rebuilt_summary.steps_total
-            );
-            outln!("state matches the stored snapshot + journal: {}", if same_state { "yes" } else { "NO" });
-            outln!("summary matches the stored summary: {}", if same_summary { "yes" } else { "NO" });
-            Ok(if same_state && same_summary { ExitCode::SUCCESS } else { ExitCode::from(EXIT_FAILED) })
+            with_executions(DataDir::open(&cli.data_dir)?, async |execs| {
+                let rebuilt = execs.replay(&task_id).await?;
+                let stored = execs.get(&task_id).await?;
+                let summary = execs.summary(&task_id).await?;
+                let rebuilt_summary = runtime::executions::summary_of(&rebuilt);
+                let same_state = rebuilt.same_as(&stored);
+                let same_summary = summary.as_ref() == Some(&rebuilt_summary);
+                outln!(
+                    "replayed {} events of {task_id}: status {}, {}/{} steps done",
+                    rebuilt.events_applied,
+                    rebuilt.status,
+                    rebuilt_summary.steps_done,
+                    rebuilt_summary.steps_total
+                );
+                outln!("state matches the stored snapshot + journal: {}", if same_state { "yes" } else { "NO" });
+                outln!("summary matches the stored summary: {}", if same_summary { "yes" } else { "NO" });
+                Ok(if same_state && same_summary { ExitCode::SUCCESS } else { ExitCode::from(EXIT_FAILED) })
+            })
+            .await
         }
         Command::Audit { command: AuditCommand::Verify { task_id } } => {
             let data = DataDir::open(&cli.data_dir)?;
-            let execs = Executions::open(data.clone()).await?;
+            with_executions(data.clone(), async |execs| {
             let report = execs.verify_chain(&task_id).await?;
             let chain_ok = report.ok;
             if report.ok {
@@ -96,6 +99,8 @@ pub(super) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
             );
             Ok(if chain_ok && d.bad.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_FAILED) })
+            })
+            .await
         }
         Command::Token { command } => token_command(&cli.data_dir, command).await,
         Command::Spec { command } => forge::spec_command(&cli.data_dir, command, cli.json).await,
@@ -116,10 +121,12 @@ pub(super) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Some(h) => h,
                 None => data.config()?.runtime.gc_hours,
             };
-            let execs = Executions::open(data).await?;
-            let removed = runtime::gc::collect(&execs, hours).await?;
-            outln!("removed {removed} worktrees of final executions older than {hours} h");
-            Ok(ExitCode::SUCCESS)
+            with_executions(data, async |execs| {
+                let removed = runtime::gc::collect(execs, hours).await?;
+                outln!("removed {removed} worktrees of final executions older than {hours} h");
+                Ok(ExitCode::SUCCESS)
+            })
+            .await
         }
         Command::Serve { bind, demo, max_agents, role } => serve(&cli.data_dir, bind, demo, max_agents, role).await,
         Command::Daemon { command } => daemon::run(&cli.data_dir, command, json).await,
@@ -129,23 +136,27 @@ pub(super) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 /// `baton token create | list | revoke`.
 async fn token_command(data_dir: &Path, command: TokenCommand) -> anyhow::Result<ExitCode> {
-    let execs = Executions::open(DataDir::open(data_dir)?).await?;
+    with_executions(DataDir::open(data_dir)?, async |execs| token_with(execs, command).await).await
+}
+
+/// `baton token …` over `execs`.
+async fn token_with(execs: &Executions, command: TokenCommand) -> anyhow::Result<ExitCode> {
     match command {
         TokenCommand::Create { user, role, label, github_login, ado_email, change_role } => {
             let new = runtime::users::NewToken { user, role, label, github_login, ado_email, change_role };
             let user = new.user.clone();
-            let created = runtime::users::create_token(&execs, new).await?;
+            let created = runtime::users::create_token(execs, new).await?;
             errln!("token {} for {user} ({}); it is shown once, keep it safe:", created.id, created.role.as_str());
             outln!("{}", created.token);
         }
         TokenCommand::List => {
-            for t in runtime::users::tokens(&execs).await? {
+            for t in runtime::users::tokens(execs).await? {
                 let state = t.revoked_at.map_or_else(|| "active".to_string(), |at| format!("revoked {at}"));
                 outln!("{}\t{}\t{}\t{}\t{}\t{}", t.token_id, t.user_name, t.role, t.created_at, state, t.label);
             }
         }
         TokenCommand::Revoke { id } => {
-            runtime::users::revoke(&execs, id).await?;
+            runtime::users::revoke(execs, id).await?;
             outln!("token {id} revoked");
         }
     }

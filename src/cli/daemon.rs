@@ -376,7 +376,7 @@ async fn healthz(addr: SocketAddr) -> bool {
 async fn start(data_dir: &Path, args: StartArgs, json: bool) -> anyhow::Result<ExitCode> {
     let data = DataDir::open(data_dir)?;
     let has_users =
-        crate::runtime::users::any(&crate::runtime::executions::Executions::open(data.clone()).await?).await?;
+        super::service::with_executions(data.clone(), async |execs| crate::runtime::users::any(execs).await).await?;
     crate::web::check_bind(args.bind, has_users)?;
     let root = data.root().to_path_buf();
     if let LockState::Held(pid) = probe(&root).await? {

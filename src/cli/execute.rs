@@ -9,30 +9,16 @@ use std::process::ExitCode;
 use super::args::ExecuteCommand;
 use super::output::{print_action, print_outcome};
 use super::plan_file::{check_plan, read_plan};
+use super::service::with_operator_service;
 use super::{goal, team_record, wire};
 use crate::engine;
 use crate::model::event::{AddedStep, Event, EventKind, RecordStatus};
 use crate::model::plan::{PlanPhase, PlanStep};
 use crate::model::state::{ApprovalDecision, ExecutionState};
 use crate::runtime;
-use crate::runtime::app::{App, AppConfig};
 use crate::runtime::config::DataDir;
 use crate::runtime::ops::{BudgetDecision, Ops};
 use crate::runtime::BadInput;
-
-/// Runs `command` over the operator service of a one-shot process over `data`, from the
-/// composition root (its pool stays idle: a driver in another process is reached through the
-/// lease), then ends that service for the process's exit ([`Ops::close_for_exit`]) whatever
-/// `command` returned.
-pub(super) async fn with_operator_service<T>(
-    data: DataDir,
-    command: impl AsyncFnOnce(&Ops) -> anyhow::Result<T>,
-) -> anyhow::Result<T> {
-    let ops = App::build(AppConfig::new(data.root()).one_shot()).await?.ops;
-    let done = command(&ops).await;
-    ops.close_for_exit().await;
-    done
-}
 
 pub(super) async fn execute(
     data: DataDir,

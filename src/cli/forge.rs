@@ -20,6 +20,8 @@ use crate::runtime::pool::Pool;
 use crate::runtime::specs::{ImportOutcome, SpecError, Specs};
 use crate::runtime::BadInput;
 
+use super::service::with_executions;
+
 /// `baton spec …`.
 #[derive(Debug, Subcommand)]
 pub(super) enum SpecCommand {
@@ -68,10 +70,21 @@ pub(super) async fn spec_command(data_dir: &Path, command: SpecCommand, json: bo
     let data = DataDir::open(data_dir)?;
     let request = ImportRequest::parse(&reference, label.as_deref(), wiql.as_deref()).map_err(cli_error)?;
     let forges = forges(&data)?;
-    let execs = Executions::open(data).await?;
-    let specs = Specs::new(Pool::new(execs, 1));
+    with_executions(data, async |execs| import_with(execs, &forges, &reference, &project, &request, json).await).await
+}
+
+/// `baton spec import` over `execs`.
+async fn import_with(
+    execs: &Executions,
+    forges: &Forges,
+    reference: &str,
+    project: &str,
+    request: &ImportRequest,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let specs = Specs::new(Pool::new(execs.clone(), 1));
     let actor = std::env::var("USER").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| "cli".into());
-    let imported = import_from(&specs, &forges, &project, &request, None, CLI_PACING, &format!("cli:{actor}"))
+    let imported = import_from(&specs, forges, project, request, None, CLI_PACING, &format!("cli:{actor}"))
         .await
         .map_err(|e| match e {
             ImportError::Forge(f) => cli_error(f),
@@ -107,10 +120,14 @@ pub(super) async fn spec_command(data_dir: &Path, command: SpecCommand, json: bo
 pub(super) async fn merge_command(data_dir: &Path, task_id: &str, json: bool) -> anyhow::Result<ExitCode> {
     let data = DataDir::open(data_dir)?;
     let forges = forges(&data)?;
-    let execs = Executions::open(data).await?;
+    with_executions(data, async |execs| merge_with(execs, &forges, task_id, json).await).await
+}
+
+/// `baton merge TASK_ID` over `execs`.
+async fn merge_with(execs: &Executions, forges: &Forges, task_id: &str, json: bool) -> anyhow::Result<ExitCode> {
     let actor = std::env::var("USER").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| "cli".into());
     let row =
-        crate::runtime::merge::merge(&execs, &forges, task_id, &format!("cli:{actor}")).await.map_err(|e| match e {
+        crate::runtime::merge::merge(execs, forges, task_id, &format!("cli:{actor}")).await.map_err(|e| match e {
             MergeError::NotFound(m) | MergeError::Refused(m) => BadInput(m).into(),
             MergeError::Forge(f) => cli_error(f),
             e => anyhow::Error::new(e),

@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Args;
 
+use crate::cli::service::with_executions;
 use crate::cli::{check_plan, print_outcome};
 use crate::clock;
 use crate::engine::goal::{DEFAULT_EVALUATOR, EVALUATOR_KEY};
@@ -20,7 +21,6 @@ use crate::model::plan::{MachinePlan, PlanGate, PlanPhase, PlanStep};
 use crate::model::state::ExecutionState;
 use crate::runtime::config::DataDir;
 use crate::runtime::driver::{self, RunOptions};
-use crate::runtime::executions::Executions;
 use crate::runtime::{write_atomic, BadInput};
 
 /// `baton goal` flags.
@@ -112,8 +112,11 @@ pub async fn run_goal(data_dir: &Path, args: GoalArgs, json: bool) -> anyhow::Re
     }
     let data = DataDir::open(data_dir)?;
     // An existing execution's plan file is never overwritten with another plan.
-    let execs = Executions::open(data.clone()).await?;
-    if execs.load(&task_id).await?.is_some() && execs.original_plan(&task_id).await?.as_ref() != Some(&plan) {
+    let other_plan = with_executions(data.clone(), async |execs| {
+        Ok(execs.load(&task_id).await?.is_some() && execs.original_plan(&task_id).await?.as_ref() != Some(&plan))
+    })
+    .await?;
+    if other_plan {
         return Err(BadInput(format!(
             "execution {task_id} already exists with another plan: give the goal another --task-id, or resume it \
              with `baton execute run --task-id {task_id}`"
@@ -139,7 +142,7 @@ pub async fn run_goal(data_dir: &Path, args: GoalArgs, json: bool) -> anyhow::Re
     }
     let options = RunOptions { plan: Some(plan), ..options };
     let outcome = driver::run(data.clone(), options).await?;
-    if let Some(state) = execs.load(&task_id).await? {
+    if let Some(state) = with_executions(data, async |execs| execs.load(&task_id).await).await? {
         for line in goal_lines(&state) {
             errln!("{line}");
         }

@@ -13,7 +13,8 @@
 //! `Cli` and its `Command` tree), `commands` the dispatch of a parsed command line, `execute`
 //! the `baton execute` family, `serve` the `baton serve` start-up, `plan_file` reading and
 //! checking plan files, `output` exit codes and the printing of actions; `relay` running a call in the server
-//! that serves the same data directory; `daemon`, `demo`,
+//! that serves the same data directory; `service` the doors that open a service for one command
+//! and end it for the process's exit; `daemon`, `demo`,
 //! `forge`, `goal`, `team_record` and `wire` as before.
 
 mod args;
@@ -27,6 +28,7 @@ mod output;
 mod plan_file;
 pub mod relay;
 mod serve;
+mod service;
 mod team_record;
 pub mod wire;
 

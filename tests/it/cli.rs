@@ -174,3 +174,37 @@ fn one_shot_commands_keep_the_wal_short_for_the_next() {
     }
     assert_eq!(ws.status("wal-1")["counters"]["steps_done"], 20, "every record landed");
 }
+
+/// The same for the one-shot commands outside `execute`: each opens the store for one call
+/// and empties a WAL longer than 256 KiB as it leaves (they used to open it as a server does
+/// and leave every frame for the next process to read back). The WAL is grown by a connection
+/// of the test's own that never checkpoints, kept open (idle) so that SQLite does not empty
+/// the WAL when it closes.
+#[test]
+fn other_one_shot_commands_empty_a_long_wal_as_they_leave() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let plan = ws.write("plan.json", &small_plan("wal-2", ""));
+    let out = ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let wal = ws.data().join("baton.db-wal");
+    let wal_len = || std::fs::metadata(&wal).map_or(0, |m| m.len());
+    let filler = rusqlite::Connection::open(ws.data().join("baton.db")).unwrap();
+    filler.execute_batch("pragma wal_autocheckpoint = 0; pragma busy_timeout = 10000;").unwrap();
+    let commands: [&[&str]; 5] = [
+        &["replay", "wal-2"],
+        &["audit", "verify", "wal-2"],
+        &["token", "list"],
+        &["token", "create", "--user", "ann", "--role", "reviewer"],
+        &["gc", "--hours", "1"],
+    ];
+    for (n, args) in commands.iter().enumerate() {
+        let value = "x".repeat(400 * 1024);
+        filler
+            .execute("insert or replace into settings (key, value) values (?1, ?2)", (format!("filler-{n}"), value))
+            .unwrap();
+        assert!(wal_len() > 256 * 1024, "the WAL was grown before {args:?}: {} bytes", wal_len());
+        let out = ws.run(args);
+        assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+        assert_eq!(wal_len(), 0, "{args:?} left a WAL of {} bytes", wal_len());
+    }
+}
