@@ -127,7 +127,7 @@ fn a_record_resent_after_a_snapshot_left_out_its_key_is_still_a_duplicate() {
     assert_eq!(stored(&ws, "keys").last_seq, before.last_seq, "nothing was journaled");
 
     // A driver's state, loaded once and recorded into (`Executions::record`).
-    use baton::model::event::{Event, EventKind, RecordStatus};
+    use baton::model::event::Event;
     let data = baton::runtime::config::DataDir::open(&ws.data()).unwrap();
     tokio::runtime::Runtime::new().unwrap().block_on(async {
         let execs = baton::runtime::executions::Executions::open(data).await.unwrap();
@@ -136,20 +136,12 @@ fn a_record_resent_after_a_snapshot_left_out_its_key_is_still_a_duplicate() {
         assert_eq!(state.applied_keys.len(), since, "only the keys journaled since the snapshot");
         assert!(execs.key_applied(&state, "record-1").await.unwrap(), "the journal knows the key");
         assert!(!execs.key_applied(&state, "record-2").await.unwrap());
-        let mut resend = Event::new(EventKind::StepRecorded {
-            step_id: "1.1".into(),
-            agent_name: "worker".into(),
-            status: RecordStatus::Complete,
-            outcome: "other".into(),
-            files_changed: vec![],
-            commit_hash: String::new(),
-            tokens: 0,
-            cost_usd: 0.0,
-            duration_seconds: 0.0,
-            error: String::new(),
-            usage: None,
-        });
-        resend.idempotency_key = Some("record-1".into());
+        // The journal's shape of an event: its kind, payload and key.
+        let resend: Event = serde_json::from_value(serde_json::json!({
+            "kind": "step_recorded", "step_id": "1.1", "agent_name": "worker", "status": "complete",
+            "outcome": "other", "idempotency_key": "record-1"
+        }))
+        .unwrap();
         let refused = execs.record(&mut state, resend).await.unwrap_err();
         assert!(refused.to_string().contains("already used for a different event"), "{refused:#}");
     });
