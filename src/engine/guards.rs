@@ -99,11 +99,12 @@ pub(crate) fn current_step<'a>(state: &'a ExecutionState, step_id: &str) -> Resu
         return Err(EngineError::StepState {
             step_id: step_id.to_string(),
             status: state.step_status(step_id).as_str().into(),
-            reason: format!(
-                "it belongs to phase {}, and the current phase is {}",
-                phase.phase_id,
-                state.current().map_or("none (every phase is done)".to_string(), |p| p.phase_id.to_string())
-            ),
+            reason: match state.current() {
+                Some(current) => {
+                    format!("it belongs to phase {}, and the current phase is {}", phase.phase_id, current.phase_id)
+                }
+                None => format!("it belongs to phase {}, and every phase is done", phase.phase_id),
+            },
         });
     }
     Ok(&phase.steps[si])

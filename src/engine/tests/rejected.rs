@@ -210,3 +210,17 @@ fn status_specific_illegal_events_are_rejected_without_change() {
         }
     }
 }
+
+/// Found trying the CLI: a step recorded again once every phase was done was refused with
+/// "the current phase is none (every phase is done)"; the reason now says it plainly, and
+/// names the current phase while there is one.
+#[test]
+fn a_step_of_another_phase_is_refused_naming_the_current_phase_or_the_end() {
+    let mut s = started(vec![phase(1, vec![step("1.1", &[])]), phase(2, vec![step("2.1", &[])])]);
+    ok(&mut s, &record("1.1", RecordStatus::Complete));
+    let err = apply(&mut s, &record("1.1", RecordStatus::Failed), T0).unwrap_err();
+    assert_eq!(err.to_string(), "step 1.1 is complete: it belongs to phase 1, and the current phase is 2");
+    ok(&mut s, &record("2.1", RecordStatus::Complete));
+    let err = apply(&mut s, &record("1.1", RecordStatus::Failed), T0).unwrap_err();
+    assert_eq!(err.to_string(), "step 1.1 is complete: it belongs to phase 1, and every phase is done");
+}
