@@ -41,6 +41,15 @@ fn execute_ok(ws: &Workspace, task_id: &str, args: &[&str]) -> std::process::Out
     out
 }
 
+/// Dispatches and records, one CLI call each, the steps `<phase>.<i>` for `i` in `steps`.
+fn drive_steps(ws: &Workspace, task_id: &str, phase: u32, steps: std::ops::RangeInclusive<usize>) {
+    for i in steps {
+        let step = format!("{phase}.{i}");
+        execute_ok(ws, task_id, &["dispatched", "--step-id", &step, "--agent", "worker"]);
+        execute_ok(ws, task_id, &["record", "--step-id", &step, "--agent", "worker"]);
+    }
+}
+
 /// The latest stored state of `task_id` as the store holds it.
 fn stored(ws: &Workspace, task_id: &str) -> baton::store::Loaded {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -54,11 +63,7 @@ fn stored(ws: &Workspace, task_id: &str) -> baton::store::Loaded {
 fn one_shot_cli_records_leave_a_snapshot_so_replays_stay_bounded() {
     let steps = usize::try_from(ONE_SHOT_SNAPSHOT_EVERY).unwrap() / 2 + 10;
     let ws = started_with_steps("flat", steps);
-    for i in 1..=steps {
-        let step = format!("1.{i}");
-        execute_ok(&ws, "flat", &["dispatched", "--step-id", &step, "--agent", "worker"]);
-        execute_ok(&ws, "flat", &["record", "--step-id", &step, "--agent", "worker"]);
-    }
+    drive_steps(&ws, "flat", 1, 1..=steps);
     let loaded = stored(&ws, "flat");
     let snapshot = loaded.snapshot.expect("a snapshot");
     assert!(
@@ -85,12 +90,9 @@ fn one_shot_cli_records_leave_a_snapshot_so_replays_stay_bounded() {
 fn a_record_resent_after_a_snapshot_left_out_its_key_is_still_a_duplicate() {
     let steps = usize::try_from(ONE_SHOT_SNAPSHOT_EVERY).unwrap() / 2 + 2;
     let ws = started_with_steps("keys", steps);
-    for i in 1..=steps {
-        let step = format!("1.{i}");
-        execute_ok(&ws, "keys", &["dispatched", "--step-id", &step, "--agent", "worker"]);
-        let key = if i == 1 { vec!["--idempotency-key", "record-1"] } else { vec![] };
-        execute_ok(&ws, "keys", &[&["record", "--step-id", &step, "--agent", "worker"], &key[..]].concat());
-    }
+    execute_ok(&ws, "keys", &["dispatched", "--step-id", "1.1", "--agent", "worker"]);
+    execute_ok(&ws, "keys", &["record", "--step-id", "1.1", "--agent", "worker", "--idempotency-key", "record-1"]);
+    drive_steps(&ws, "keys", 1, 2..=steps);
     let before = stored(&ws, "keys");
     let snapshot = before.snapshot.as_ref().expect("a snapshot");
     assert!(snapshot.seq >= 4, "the snapshot comes after the records resent below: {}", snapshot.seq);
@@ -149,6 +151,41 @@ fn a_record_resent_after_a_snapshot_left_out_its_key_is_still_a_duplicate() {
     let replay = ws.run(&["replay", "keys"]);
     assert_eq!(code(&replay), 0, "{}{}", stdout(&replay), stderr(&replay));
     assert!(stdout(&replay).contains("state matches the stored snapshot + journal: yes"), "{}", stdout(&replay));
+}
+
+/// The operator service's rule for decisions reads the applied keys too: an approval resent by
+/// the same operator after a snapshot that left its key out is still that approval resent
+/// (exit 0, nothing written), not a second decision refused as "already decided"; a decision
+/// under another key still is refused.
+#[test]
+fn an_approval_resent_after_a_snapshot_left_out_its_key_is_still_a_resend() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let steps = usize::try_from(ONE_SHOT_SNAPSHOT_EVERY).unwrap() / 2 + 2;
+    let step = |id: String| serde_json::json!({"step_id": id, "agent_name": "worker", "task_description": "do it"});
+    let plan = serde_json::json!({"task_id": "ap", "task_summary": "approve, then many steps", "phases": [
+        {"phase_id": 1, "name": "Design", "approval_required": true, "steps": [step("1.1".into())]},
+        {"phase_id": 2, "name": "Build", "steps": (1..=steps).map(|i| step(format!("2.{i}"))).collect::<Vec<_>>()}
+    ]});
+    let plan = ws.write("plan.json", &plan.to_string());
+    let out = ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    execute_ok(&ws, "ap", &["dispatched", "--step-id", "1.1", "--agent", "worker"]);
+    let out = ws.run(&["execute", "record", "--task-id", "ap", "--step-id", "1.1", "--agent", "worker"]);
+    assert_eq!(code(&out), 3, "waiting for the approval: {}", stderr(&out));
+    let approve = ["approve", "--phase-id", "1", "--result", "approve"];
+    execute_ok(&ws, "ap", &approve);
+    let approved_at = stored(&ws, "ap").last_seq;
+    drive_steps(&ws, "ap", 2, 1..=steps);
+    let before = stored(&ws, "ap");
+    let snapshot = before.snapshot.as_ref().expect("a snapshot");
+    assert!(snapshot.seq > approved_at, "the snapshot ({}) comes after the approval ({approved_at})", snapshot.seq);
+
+    let out = execute_ok(&ws, "ap", &approve);
+    assert!(stderr(&out).contains("already applied"), "{}", stderr(&out));
+    let other = ws.run(&[&["execute"], &approve[..], &["--task-id", "ap", "--idempotency-key", "second"]].concat());
+    assert_eq!(code(&other), 2, "{}", stderr(&other));
+    assert!(stderr(&other).contains("was already decided: approve"), "{}", stderr(&other));
+    assert_eq!(stored(&ws, "ap").last_seq, before.last_seq, "nothing was journaled");
 }
 
 /// Issue 14.8: a call's cost must not grow with the plan, so no call copies the state. A load
