@@ -360,7 +360,9 @@ impl Executions {
 
     /// [`Executions::record_once`] with `check` run on the loaded state under the lease,
     /// before the event is applied: its error is returned as is and nothing is written (the
-    /// operator service checks there whether a decision is already taken).
+    /// operator service checks there whether a decision is already taken). The state `check`
+    /// sees knows the event's own key when the journal holds it (recalled from the journal,
+    /// see [`ExecutionState::applied_keys`]), however it was loaded.
     ///
     /// Errors: as [`Executions::record_once`], and `check`'s.
     pub async fn record_once_checked(
@@ -384,9 +386,7 @@ impl Executions {
             let Some(mut cached) = self.checkout(task_id).await? else {
                 return Err(BadInput(format!("no execution with task id {task_id}")).into());
             };
-            if let Some((key, earlier)) = self.journaled_key(&cached.state, &event).await? {
-                engine::recall_key(Arc::make_mut(&mut cached.state), key, &earlier);
-            }
+            self.recall_key(&mut cached.state, &event).await?;
             if let Err(refused) = check(&cached.state, &event) {
                 self.cache.put(task_id, cached);
                 return Err(refused);
@@ -444,6 +444,17 @@ impl Executions {
         Ok(Some((key, earlier)))
     }
 
+    /// [`Executions::journaled_key`] recalled into a shared state: copied (copy-on-write) only
+    /// when the journal holds a key the state does not know.
+    ///
+    /// Errors: as [`Executions::journaled_key`].
+    async fn recall_key(&self, state: &mut Arc<ExecutionState>, event: &Event) -> anyhow::Result<()> {
+        if let Some((key, earlier)) = self.journaled_key(state, event).await? {
+            engine::recall_key(Arc::make_mut(state), key, &earlier);
+        }
+        Ok(())
+    }
+
     /// Whether an event was applied to `state`'s execution under the idempotency key `key`:
     /// known to `state`, or journaled before the snapshot it was decoded from (see
     /// [`ExecutionState::applied_keys`]). What a door asks before it starts something keyed
@@ -491,9 +502,7 @@ impl Executions {
             self.cache.put(task_id, cached);
             return Ok(None);
         };
-        if let Some((key, earlier)) = self.journaled_key(&cached.state, event).await? {
-            engine::recall_key(Arc::make_mut(&mut cached.state), key, &earlier);
-        }
+        self.recall_key(&mut cached.state, event).await?;
         if let Err(refused) = check(&cached.state, event) {
             self.cache.put(task_id, cached);
             return self.refused_unless_leased(task_id, refused).await;
