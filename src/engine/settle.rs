@@ -155,7 +155,7 @@ fn scan(state: &ExecutionState, phase: &PlanPhase) -> (Option<String>, bool, boo
 fn tally(state: &mut ExecutionState) -> Option<PhaseTally> {
     let index = state.current_phase;
     let phase = state.plan.phases.get(index)?;
-    if let Some(t) = state.index.2.filter(|t| t.phase == index && t.steps == phase.steps.len()) {
+    if let Some(t) = state.current_tally() {
         return Some(t);
     }
     // A reviewer step's verdict may send another step back (a failed review gate).

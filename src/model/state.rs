@@ -910,21 +910,24 @@ impl ExecutionState {
         self.index.1.get(id).map(String::as_str)
     }
 
+    /// The engine's kept tally of the current phase, while it still counts that phase as it
+    /// is (an amendment that changed its steps makes it stale).
+    pub(crate) fn current_tally(&self) -> Option<PhaseTally> {
+        let phase = self.current()?;
+        self.index.2.filter(|t| t.phase == self.current_phase && t.steps == phase.steps.len())
+    }
+
     /// Where the current phase's pass to its next ready step starts: after the steps at its
     /// head that are all done, when the engine's tally of the phase knows them, else 0.
     pub(crate) fn first_open_step(&self) -> usize {
-        let Some(phase) = self.current() else { return 0 };
-        self.index
-            .2
-            .filter(|t| t.phase == self.current_phase && t.steps == phase.steps.len())
-            .map_or(0, |t| t.done_prefix)
+        self.current_tally().map_or(0, |t| t.done_prefix)
     }
 
     /// True when a step of the current phase has failed (its latest attempt). Reads the
     /// engine's tally of the phase when it has one, else looks at every step.
     pub fn any_failed_in_current_phase(&self) -> bool {
         let Some(phase) = self.current() else { return false };
-        match self.index.2.filter(|t| t.phase == self.current_phase && t.steps == phase.steps.len()) {
+        match self.current_tally() {
             Some(t) => t.failed > 0,
             None => phase.steps.iter().any(|s| self.step_status(&s.step_id) == StepStatus::Failed),
         }
