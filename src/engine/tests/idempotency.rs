@@ -230,3 +230,34 @@ fn an_event_sent_again_without_a_key_matches_its_journaled_copy_with_the_derived
     let again = apply(&mut reloaded, &event, T0).unwrap();
     assert!(again.duplicate, "the CLI sending the same record again is a duplicate, not a conflict");
 }
+
+/// A state decoded from a snapshot knows none of the keys applied before it (issue 14.8);
+/// `recall_key` tells it one from the journal, and then the resend is a duplicate and a
+/// different event under that key a conflict, as on the state replayed in full. `same_as`
+/// (what `baton replay` checks) sees the two as one state, but not when a key both know has
+/// two fingerprints or another field differs.
+#[test]
+fn a_recalled_key_answers_as_on_the_full_state_and_same_as_ignores_only_unknown_keys() {
+    let mut full = started(vec![phase(1, vec![step("1.1", &[]), step("1.2", &[])])]);
+    let mut keyed = record("1.1", RecordStatus::Complete);
+    keyed.idempotency_key = Some("k1".into());
+    ok(&mut full, &keyed);
+    let mut decoded: ExecutionState = serde_json::from_str(&serde_json::to_string(&full).unwrap()).unwrap();
+    assert!(decoded.applied_keys.is_empty());
+    assert!(decoded.same_as(&full) && full.same_as(&decoded));
+
+    let mut other = record("1.2", RecordStatus::Complete);
+    other.idempotency_key = Some("k1".into());
+    let before = decoded.clone();
+    crate::engine::recall_key(&mut decoded, "k1".into(), &keyed);
+    assert_eq!(apply(&mut decoded, &keyed, T0).unwrap(), Applied { key: "k1".into(), duplicate: true });
+    assert_eq!(apply(&mut decoded, &other, T0).unwrap_err(), EngineError::KeyConflict { key: "k1".into() });
+    assert!(decoded.same_as(&before) && decoded.same_as(&full));
+
+    let mut conflicting = decoded.clone();
+    crate::engine::recall_key(&mut conflicting, "k1".into(), &other);
+    assert!(!conflicting.same_as(&full), "a key both know with two fingerprints");
+    let mut moved = decoded.clone();
+    ok(&mut moved, &dispatched("1.2"));
+    assert!(!moved.same_as(&full), "another field differs");
+}
