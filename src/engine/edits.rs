@@ -17,30 +17,32 @@ pub(crate) fn reopen(state: &mut ExecutionState) {
 
 /// The result of `step_id`, created pending (attempt 0, agent `agent_name`) on first use.
 pub(crate) fn result_entry<'a>(state: &'a mut ExecutionState, step_id: &str, agent_name: &str) -> &'a mut StepResult {
-    state.step_results.entry(step_id.to_string()).or_insert_with(|| StepResult {
-        step_id: step_id.to_string(),
-        agent_name: agent_name.to_string(),
-        status: StepStatus::Pending,
-        attempt: 0,
-        outcome: String::new(),
-        files_changed: Vec::new(),
-        commit_hash: String::new(),
-        estimated_tokens: 0,
-        cost_usd: 0.0,
-        token_kinds: Default::default(),
-        cost_estimated: false,
-        duration_seconds: 0.0,
-        error: String::new(),
-        dispatched_at: String::new(),
-        completed_at: String::new(),
-        gate_feedback: None,
-        interaction_history: Vec::new(),
-        gate_additions: Vec::new(),
-        rejected_gate_additions: Vec::new(),
-        knowledge_gaps: Vec::new(),
-        deviations: Vec::new(),
-        scope_expansions: Vec::new(),
-        team_conflicts: Vec::new(),
+    state.step_results.entry(step_id.to_string()).or_insert_with(|| {
+        Box::new(StepResult {
+            step_id: step_id.to_string(),
+            agent_name: agent_name.to_string(),
+            status: StepStatus::Pending,
+            attempt: 0,
+            outcome: String::new(),
+            files_changed: Vec::new(),
+            commit_hash: String::new(),
+            estimated_tokens: 0,
+            cost_usd: 0.0,
+            token_kinds: Default::default(),
+            cost_estimated: false,
+            duration_seconds: 0.0,
+            error: String::new(),
+            dispatched_at: String::new(),
+            completed_at: String::new(),
+            gate_feedback: None,
+            interaction_history: Vec::new(),
+            gate_additions: Vec::new(),
+            rejected_gate_additions: Vec::new(),
+            knowledge_gaps: Vec::new(),
+            deviations: Vec::new(),
+            scope_expansions: Vec::new(),
+            team_conflicts: Vec::new(),
+        })
     })
 }
 

@@ -99,8 +99,8 @@ mod tests {
             }))
             .unwrap()
         };
-        state.step_results.insert("1.1".into(), result("1.1", 0.0));
-        state.step_results.insert("1.2".into(), result("1.2", -0.0));
+        state.step_results.insert("1.1".into(), Box::new(result("1.1", 0.0)));
+        state.step_results.insert("1.2".into(), Box::new(result("1.2", -0.0)));
         state
     }
 
