@@ -587,7 +587,17 @@ impl Store {
         let readers = if one_shot { 1 } else { READERS };
         let reader_options = options.read_only(true).pragma("mmap_size", READER_MMAP_BYTES);
         let reader = || {
-            let pool = SqlitePoolOptions::new().max_connections(readers).test_before_acquire(false);
+            // No idle timeout or lifetime, so sqlx starts no maintenance task: an idle
+            // connection to a local file costs nothing to keep, and that task's loop over the
+            // idle count never yields when the count reads below zero (sqlx 0.8 adds a
+            // released connection to the count after another thread can already have taken
+            // it), so it spun a worker for good and hung the runtime's shutdown (seen in
+            // `baton merge` under `tests/it/crash_everywhere.rs`).
+            let pool = SqlitePoolOptions::new()
+                .max_connections(readers)
+                .test_before_acquire(false)
+                .idle_timeout(None)
+                .max_lifetime(None);
             connect_retrying(pool, reader_options.clone())
         };
         // Read-only connections can open a file once the writer has created it and switched it

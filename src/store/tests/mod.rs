@@ -242,6 +242,22 @@ async fn an_existing_empty_file_opens_as_a_fresh_database_for_both_workloads() {
     }
 }
 
+/// sqlx starts a pool's maintenance task only for a pool with an idle timeout or a lifetime;
+/// that task's loop could spin without yielding and hang the runtime's shutdown (`baton
+/// merge` under `tests/it/crash_everywhere.rs`), so the reader pools of both workloads have
+/// neither.
+#[tokio::test]
+async fn reader_pools_have_no_idle_timeout_or_lifetime_so_no_maintenance_task() {
+    for workload in [Workload::Service, Workload::OneShot] {
+        let dir = TempDir::new().unwrap();
+        let store = Store::open_for(&dir.path().join("baton.db"), workload).await.unwrap();
+        let options = store.lite().reader.options();
+        assert_eq!(options.get_idle_timeout(), None, "{workload:?}");
+        assert_eq!(options.get_max_lifetime(), None, "{workload:?}");
+        store.close().await;
+    }
+}
+
 #[tokio::test]
 async fn open_in_a_missing_directory_names_the_path() {
     let dir = TempDir::new().unwrap();
