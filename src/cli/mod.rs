@@ -158,6 +158,29 @@ enum Command {
     },
 }
 
+impl Command {
+    /// True for a command that runs one operation on the store and exits (`execute` other
+    /// than `run`, `replay`, `token`, `approval`, `audit`, `plan`, `gc`, `spec`, `merge`): it
+    /// gets a current-thread runtime. Its work is one task at a time, and a multi-threaded
+    /// runtime would first start a worker per core, then hand each wake-up between threads:
+    /// about 0.4 ms of a 7 ms `baton execute next` (issue 14.8). Commands that drive agents or
+    /// serve keep the multi-threaded runtime.
+    fn runs_once(&self) -> bool {
+        match self {
+            Command::Execute { command } => !matches!(command, ExecuteCommand::Run(_)),
+            Command::Replay { .. }
+            | Command::Token { .. }
+            | Command::Approval { .. }
+            | Command::Audit { .. }
+            | Command::Plan { .. }
+            | Command::Gc { .. }
+            | Command::Spec { .. }
+            | Command::Merge { .. } => true,
+            _ => false,
+        }
+    }
+}
+
 /// The whole command tree as clap builds it (the book's CLI reference is generated from it:
 /// `tests/it/book.rs`).
 pub fn command() -> clap::Command {
@@ -182,7 +205,12 @@ pub fn main() -> ExitCode {
         Command::Agent { command: AgentCommand::Demo } => return agent_demo(),
         _ => {}
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let mut builder = if cli.command.runs_once() {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             errln!("error: starting the async runtime: {e}");
