@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 
+use clap::builder::NonEmptyStringValueParser;
 use clap::{Args, Subcommand};
 
 use crate::runtime;
@@ -42,6 +43,7 @@ pub(super) enum TokenCommand {
     /// Revoke a token by its id (from `token list`).
     Revoke {
         /// Token id.
+        #[arg(allow_negative_numbers = true)]
         id: i64,
     },
 }
@@ -52,13 +54,13 @@ pub(super) enum ApprovalCommand {
     /// without signing in.
     Link {
         /// Execution id.
-        #[arg(long)]
+        #[arg(long, value_parser = NonEmptyStringValueParser::new())]
         task_id: String,
         /// Who the link is for (recorded as the decider).
         #[arg(long)]
         reviewer: String,
         /// Hours until it expires (1 to 720: 30 days).
-        #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u32).range(1..))]
+        #[arg(long, default_value_t = 24, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..))]
         hours: u32,
         /// The server's address as reviewers reach it (an http or https URL).
         #[arg(long, default_value = "http://127.0.0.1:8741", value_parser = http_base_url)]
@@ -71,6 +73,7 @@ pub(super) enum AuditCommand {
     /// Check the hash chain of an execution's journal and the signatures of its decisions.
     Verify {
         /// Execution id.
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
         task_id: String,
     },
 }
@@ -156,13 +159,13 @@ pub(super) enum ExecuteCommand {
         #[arg(long, default_value = "")]
         commit: String,
         /// Tokens used.
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
         tokens: u64,
         /// Cost in USD.
-        #[arg(long, default_value_t = 0.0)]
+        #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
         cost: f64,
         /// Duration in seconds.
-        #[arg(long, default_value_t = 0.0)]
+        #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
         duration: f64,
         /// Error text (failed).
         #[arg(long, default_value = "")]
@@ -214,7 +217,7 @@ pub(super) enum ExecuteCommand {
         #[arg(long)]
         question_id: String,
         /// Chosen option (0-based).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         chosen_index: usize,
     },
     /// Reply to an interactive step, or end it.

@@ -59,8 +59,8 @@ pub(super) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 let same_state = rebuilt.same_as(&stored);
                 let same_summary = summary.as_ref() == Some(&rebuilt_summary);
                 outln!(
-                    "replayed {} events of {task_id}: status {}, {}/{} steps done",
-                    rebuilt.events_applied,
+                    "replayed {} of {task_id}: status {}, {}/{} steps done",
+                    events(rebuilt.events_applied),
                     rebuilt.status,
                     rebuilt_summary.steps_done,
                     rebuilt_summary.steps_total
@@ -77,11 +77,11 @@ pub(super) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let report = execs.verify_chain(&task_id).await?;
             let chain_ok = report.ok;
             if report.ok {
-                outln!("journal of {task_id}: {} events, hash chain intact", report.events);
+                outln!("journal of {task_id}: {}, hash chain intact", events(report.events));
             } else {
                 outln!(
-                    "journal of {task_id}: {} events, hash chain BROKEN at seq {}",
-                    report.events,
+                    "journal of {task_id}: {}, hash chain BROKEN at seq {}",
+                    events(report.events),
                     report.first_bad_seq.map_or_else(|| "?".to_string(), |s| s.to_string())
                 );
             }
@@ -150,7 +150,11 @@ async fn token_with(execs: &Executions, command: TokenCommand) -> anyhow::Result
             outln!("{}", created.token);
         }
         TokenCommand::List => {
-            for t in runtime::users::tokens(execs).await? {
+            let tokens = runtime::users::tokens(execs).await?;
+            if tokens.is_empty() {
+                errln!("no tokens yet: create one with `baton token create`");
+            }
+            for t in tokens {
                 let state = t.revoked_at.map_or_else(|| "active".to_string(), |at| format!("revoked {at}"));
                 outln!("{}\t{}\t{}\t{}\t{}\t{}", t.token_id, t.user_name, t.role, t.created_at, state, t.label);
             }
@@ -161,4 +165,13 @@ async fn token_with(execs: &Executions, command: TokenCommand) -> anyhow::Result
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `n` journal events, as a count with its noun: "1 event", "12 events".
+fn events(n: u64) -> String {
+    if n == 1 {
+        "1 event".to_string()
+    } else {
+        format!("{n} events")
+    }
 }

@@ -71,7 +71,7 @@ pub(crate) enum DaemonCommand {
     /// drain. Exit 0 also when nothing was running; 1 when it did not stop in time.
     Stop {
         /// Seconds to wait for the server to stop (it drains for up to 30 s).
-        #[arg(long, default_value_t = STOP_TIMEOUT_SECS)]
+        #[arg(long, default_value_t = STOP_TIMEOUT_SECS, allow_negative_numbers = true)]
         timeout: u64,
     },
     /// Whether a server runs on the data dir: exit 0 running (pid, URL), 3 not running.
@@ -96,7 +96,7 @@ pub(crate) struct StartArgs {
     #[arg(long)]
     demo: bool,
     /// Agents running at once across every execution.
-    #[arg(long, default_value_t = crate::runtime::pool::DEFAULT_MAX_AGENTS)]
+    #[arg(long, default_value_t = crate::runtime::pool::DEFAULT_MAX_AGENTS, allow_negative_numbers = true)]
     max_agents: usize,
     /// Rotate serve.log at start when it is larger than this many bytes.
     #[arg(long, env = "BATON_LOG_ROTATE_BYTES", default_value_t = LOG_ROTATE_BYTES, hide = true)]

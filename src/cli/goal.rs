@@ -38,7 +38,7 @@ pub struct GoalArgs {
     #[arg(long, default_value = DEFAULT_EVALUATOR)]
     pub evaluator: String,
     /// Round-out amendments at most (phases the evaluator suggests when the goal is not met).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, allow_negative_numbers = true)]
     pub max_amend_cycles: u32,
     /// Test gate of the work phase (a shell command run in the integration worktree).
     #[arg(long)]

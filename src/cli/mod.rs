@@ -35,6 +35,7 @@ pub mod wire;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::builder::NonEmptyStringValueParser;
 use clap::{Parser, Subcommand};
 
 use crate::runtime;
@@ -89,6 +90,7 @@ enum Command {
     /// Rebuild an execution from its journal and compare it with the stored state.
     Replay {
         /// Execution id.
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
         task_id: String,
     },
     /// API tokens: create (and the user with its role), list, revoke.
@@ -116,7 +118,7 @@ enum Command {
         #[arg(long)]
         demo: bool,
         /// Agents running at once across every execution.
-        #[arg(long, default_value_t = crate::runtime::pool::DEFAULT_MAX_AGENTS)]
+        #[arg(long, default_value_t = crate::runtime::pool::DEFAULT_MAX_AGENTS, allow_negative_numbers = true)]
         max_agents: usize,
         /// What this replica does: `api` serves the API and the board and drives nothing (a
         /// worker picks fired executions up), `worker` drives executions and runs the periodic
@@ -137,12 +139,13 @@ enum Command {
     /// Push a completed execution's feature branch and open (or find) its pull request.
     Merge {
         /// Execution id.
+        #[arg(value_parser = NonEmptyStringValueParser::new())]
         task_id: String,
     },
     /// Remove worktrees of final executions older than the configured age.
     Gc {
         /// Age in hours (default: `runtime.gc_hours` of baton.toml, 72).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         hours: Option<u64>,
     },
     /// Bundled agents.

@@ -286,3 +286,49 @@ fn an_explicit_idempotency_key_dedupes_and_refuses_reuse_for_another_event() {
     assert_eq!(journal_len(&ws, "key-1"), before, "nothing journaled by the duplicate or the conflict");
     assert_eq!(ws.status("key-1")["step_results"]["1.2"], serde_json::Value::Null);
 }
+
+/// Found by a fresh-clone tester: `gc --hours -1` got clap's "unexpected argument '-1'", as if
+/// `-1` were a flag, and `replay ''` said "no execution with task id " with nothing after it.
+#[test]
+fn a_negative_number_or_an_empty_task_id_is_refused_as_that_value() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    for (args, what) in [
+        (&["gc", "--hours", "-1"][..], "invalid value '-1' for '--hours <HOURS>'"),
+        (
+            &["approval", "link", "--task-id", "t", "--reviewer", "r", "--hours", "-2"][..],
+            "invalid value '-2' for '--hours <HOURS>'",
+        ),
+        (&["token", "revoke", "-3"][..], "no active token with id -3"),
+        (&["replay", ""][..], "a value is required for '<TASK_ID>' but none was supplied"),
+        (&["merge", ""][..], "a value is required for '<TASK_ID>' but none was supplied"),
+        (&["audit", "verify", ""][..], "a value is required for '<TASK_ID>' but none was supplied"),
+    ] {
+        let out = ws.run(args);
+        assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(what), "{args:?}: {}", stderr(&out));
+        assert!(!stderr(&out).contains("unexpected argument"), "{args:?}: {}", stderr(&out));
+    }
+}
+
+/// Found by a fresh-clone tester: `token list` printed nothing at all when there were no
+/// tokens, and `audit verify` counted "1 events".
+#[test]
+fn an_empty_token_list_says_so_and_one_event_is_singular() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let out = ws.run(&["token", "list"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "", "the listing itself stays empty for scripts");
+    assert!(stderr(&out).contains("no tokens yet"), "{}", stderr(&out));
+    let plan = ws.write("plan.json", &small_plan("one-event", ""));
+    assert_eq!(code(&ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()])), 0);
+    let dispatched = ["execute", "dispatched", "--task-id", "one-event", "--step-id", "1.1", "--agent", "alpha"];
+    assert_eq!(code(&ws.run(&dispatched)), 0);
+    let verified = stdout(&ws.run(&["audit", "verify", "one-event"]));
+    assert!(verified.starts_with("journal of one-event: 1 event, hash chain intact"), "{verified}");
+    let replayed = stdout(&ws.run(&["replay", "one-event"]));
+    assert!(replayed.starts_with("replayed 1 event of one-event:"), "{replayed}");
+    let recorded = ["execute", "record", "--task-id", "one-event", "--step-id", "1.1", "--agent", "alpha"];
+    assert_eq!(code(&ws.run(&recorded)), 0);
+    let verified = stdout(&ws.run(&["audit", "verify", "one-event"]));
+    assert!(verified.starts_with("journal of one-event: 2 events,"), "{verified}");
+}
