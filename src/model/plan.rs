@@ -170,7 +170,7 @@ pub struct PlanPhase {
     /// Display name.
     pub name: String,
     /// Steps; an empty phase goes straight to its gate or advances.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::model::long_vec::decode")]
     pub steps: Vec<PlanStep>,
     /// QA gate run after the steps (and approval, feedback).
     #[serde(default, skip_serializing_if = "Option::is_none")]
