@@ -299,7 +299,7 @@ fn team_problems(plan: &MachinePlan) -> Vec<(String, String)> {
             if step.is_automation() {
                 out.push((sloc.clone(), "a team step cannot be an automation step".into()));
             }
-            let specs = std::iter::once(step.synthesis.as_ref())
+            let specs = std::iter::once(step.synthesis.as_deref())
                 .chain(step.flat_members().into_iter().map(|m| m.synthesis.as_ref()))
                 .flatten();
             for spec in specs {

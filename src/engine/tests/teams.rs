@@ -22,13 +22,13 @@ fn member(id: &str, agent: &str, deps: &[&str]) -> TeamMember {
 fn team_step(id: &str, members: Vec<TeamMember>, strategy: &str, conflicts: &str) -> PlanStep {
     let mut s = PlanStep::new(id, "team-lead", format!("team work {id}"));
     s.team = members;
-    s.synthesis = Some(SynthesisSpec {
+    s.synthesis = Some(Box::new(SynthesisSpec {
         strategy: strategy.into(),
         synthesis_agent: "reviewer".into(),
         synthesis_prompt: "Combine these:\n{member_outcomes}\nDone.".into(),
         conflict_handling: conflicts.into(),
         extra: Default::default(),
-    });
+    }));
     s
 }
 
