@@ -76,9 +76,14 @@ impl Pg {
         let options: PgConnectOptions =
             url.parse().map_err(|e: sqlx::Error| StoreError::BadUrl { url: shown.clone(), reason: e.to_string() })?;
         let options = options.application_name("baton");
+        // No idle timeout or lifetime, so sqlx starts no maintenance task: its loop over the
+        // idle count can spin without yielding (see `Store::open_for`, where it hung a
+        // process); a dead connection is still caught, by the ping before each acquire.
         let pool = PgPoolOptions::new()
             .max_connections(CONNECTIONS)
             .acquire_timeout(ACQUIRE_TIMEOUT)
+            .idle_timeout(None)
+            .max_lifetime(None)
             .connect_with(options)
             .await
             .map_err(|source| StoreError::Connect { url: shown, source })?;

@@ -245,7 +245,7 @@ async fn an_existing_empty_file_opens_as_a_fresh_database_for_both_workloads() {
 /// sqlx starts a pool's maintenance task only for a pool with an idle timeout or a lifetime;
 /// that task's loop could spin without yielding and hang the runtime's shutdown (`baton
 /// merge` under `tests/it/crash_everywhere.rs`), so the reader pools of both workloads have
-/// neither.
+/// neither; nor does PostgreSQL's pool (when this run has PostgreSQL).
 #[tokio::test]
 async fn reader_pools_have_no_idle_timeout_or_lifetime_so_no_maintenance_task() {
     for workload in [Workload::Service, Workload::OneShot] {
@@ -255,6 +255,13 @@ async fn reader_pools_have_no_idle_timeout_or_lifetime_so_no_maintenance_task() 
         assert_eq!(options.get_idle_timeout(), None, "{workload:?}");
         assert_eq!(options.get_max_lifetime(), None, "{workload:?}");
         store.close().await;
+    }
+    if let Some(db) = Fresh::postgres().await {
+        let Backend::Postgres(pg) = &db.store.backend else { unreachable!("a PostgreSQL store") };
+        let options = pg.pool().options();
+        assert_eq!((options.get_idle_timeout(), options.get_max_lifetime()), (None, None), "PostgreSQL");
+        assert!(options.get_test_before_acquire(), "a dead connection is still caught before use");
+        db.store.close().await;
     }
 }
 
