@@ -42,6 +42,10 @@ pub const COMMITTER_EMAIL: &str = "baton@baton.invalid";
 /// its commit, until `baton gc` deletes [`attempt_refs_of`] its execution.
 pub const ATTEMPT_REFS: &str = "refs/baton/";
 
+/// Where Baton keeps its feature branches (`baton/<task_id>`): each is written only by its
+/// execution's lease holder, as the attempt refs are.
+pub const FEATURE_BRANCHES: &str = "refs/heads/baton/";
+
 /// The ref of attempt `attempt` of step `step_id` of execution `task_id`:
 /// `refs/baton/<task_id>/<step_id>/<attempt>`.
 pub fn attempt_ref(task_id: &str, step_id: &str, attempt: u32) -> String {
@@ -304,9 +308,9 @@ impl GitRepo {
 
     /// Points the full ref `full_ref` (e.g. `refs/baton/<task>/<step>/<attempt>`) at `sha`.
     ///
-    /// Creates or overwrites. A stale `.lock` of a `refs/baton/…` attempt ref (a driver killed
-    /// mid-write; only the execution's lease holder writes those) is removed; any other lock
-    /// is an error. Errors: [`GitError::InvalidRefName`] unless it starts with `refs/` and is
+    /// Creates or overwrites. A stale `.lock` of an attempt ref or a feature branch (a driver
+    /// killed mid-write; only the execution's lease holder writes those) is removed; any other
+    /// lock is an error. Errors: [`GitError::InvalidRefName`] unless it starts with `refs/` and is
     /// valid; [`GitError::BranchCheckedOut`] for a checked-out branch.
     pub fn set_ref(&self, full_ref: &str, sha: &str) -> Result<(), GitError> {
         crate::crash::before_effect("git set ref");
@@ -316,22 +320,29 @@ impl GitRepo {
         if let Some(branch) = full_ref.strip_prefix("refs/heads/") {
             self.refuse_checked_out(branch)?;
         }
-        match repo.reference(full_ref, oid, true, "baton: set ref") {
-            // A driver killed while writing an attempt ref leaves its `.lock` behind; those
-            // refs are written only by the execution's lease holder (this caller), so the lock
-            // is stale: remove it and write again (seen once under load after `kill -9`).
-            Err(e) if e.code() == git2::ErrorCode::Locked && full_ref.starts_with(ATTEMPT_REFS) => {
+        self.write_own_ref(full_ref, || repo.reference(full_ref, oid, true, "baton: set ref").map(|_| ()))?;
+        Ok(())
+    }
+
+    /// Runs `write` (one write of `full_ref`); when it fails because the ref is locked and the
+    /// ref is one only the execution's lease holder (this caller) writes — an attempt ref
+    /// ([`ATTEMPT_REFS`]) or a feature branch ([`FEATURE_BRANCHES`]) — the lock is a dead
+    /// driver's (killed mid-write, seen under load after `kill -9`): removes it and writes
+    /// again, once. Any other ref's lock is left alone and is an error.
+    fn write_own_ref(&self, full_ref: &str, write: impl Fn() -> Result<(), git2::Error>) -> Result<(), GitError> {
+        match write() {
+            Err(e)
+                if e.code() == git2::ErrorCode::Locked
+                    && (full_ref.starts_with(ATTEMPT_REFS) || full_ref.starts_with(FEATURE_BRANCHES)) =>
+            {
                 let lock = self.git_dir.join(format!("{full_ref}.lock"));
                 tracing::warn!("removing the stale ref lock {} a dead driver left", lock.display());
                 std::fs::remove_file(&lock)
                     .map_err(|source| GitError::Io { context: format!("removing {}", lock.display()), source })?;
-                repo.reference(full_ref, oid, true, "baton: set ref")?;
+                Ok(write()?)
             }
-            other => {
-                other?;
-            }
+            other => Ok(other?),
         }
-        Ok(())
     }
 
     /// Deletes the full ref `full_ref`; succeeds if it does not exist.
@@ -372,7 +383,8 @@ impl GitRepo {
     /// Cherry-picks `commit_sha` onto `refs/heads/<branch>` in memory and advances the branch.
     ///
     /// The new commit keeps the original author and message; the committer is Baton. The
-    /// branch moves by compare-and-swap on the tip read at the start. No working tree or
+    /// branch moves by compare-and-swap on the tip read at the start (a stale lock of a
+    /// feature branch is removed first, as [`GitRepo::set_ref`] does). No working tree or
     /// on-disk index is touched. Errors: [`GitError::UnknownRevision`] for a missing branch or
     /// commit, [`GitError::BranchCheckedOut`], [`GitError::RefChanged`] if the branch moved
     /// meanwhile (retry), [`GitError::Git`] for a merge commit or a root commit.
@@ -407,12 +419,14 @@ impl GitRepo {
         let message = String::from_utf8_lossy(pick.message_raw_bytes());
         let new_oid = repo.commit(None, &pick.author(), &committer, &message, &tree, &[&tip])?;
         let log = format!("baton: cherry-pick {}", pick.id());
-        match repo.reference_matching(&refname, new_oid, true, tip_oid, &log).map(|_| ()) {
-            Ok(_) => Ok(PickOutcome::Applied { new_tip: new_oid.to_string() }),
-            Err(e) if e.code() == git2::ErrorCode::Modified => {
+        let moved = self
+            .write_own_ref(&refname, || repo.reference_matching(&refname, new_oid, true, tip_oid, &log).map(|_| ()));
+        match moved {
+            Ok(()) => Ok(PickOutcome::Applied { new_tip: new_oid.to_string() }),
+            Err(GitError::Git(e)) if e.code() == git2::ErrorCode::Modified => {
                 Err(GitError::RefChanged { refname, expected: tip_oid.to_string() })
             }
-            Err(e) => Err(e.into()),
+            Err(e) => Err(e),
         }
     }
 

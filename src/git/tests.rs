@@ -421,6 +421,28 @@ fn a_stale_lock_of_an_attempt_ref_is_removed_and_any_other_lock_still_refuses() 
     assert!(git_dir.join("refs/tags/v1.lock").exists());
 }
 
+/// Found by a fresh-clone run of the suite: `crash::kill_9_while_an_agent_runs_re_adopts_it`
+/// killed the driver while it moved the feature branch, and the resumed driver failed both
+/// steps with "failed to lock file '…/refs/heads/baton/adopt-1.lock'".
+#[test]
+fn a_stale_lock_of_a_feature_branch_is_removed_by_the_next_consolidation() {
+    let f = Fixture::new();
+    f.repo.ensure_branch("baton/t1", &f.base).unwrap();
+    let a = f.attempt("a", &f.base, &[("x.txt", "x\n")]);
+    let git_dir = f.repo.git_dir().to_path_buf();
+    fs::write(git_dir.join("refs/heads/baton/t1.lock"), "").unwrap();
+    let PickOutcome::Applied { new_tip } = f.repo.cherry_pick_onto("baton/t1", &a.sha).unwrap() else {
+        panic!("a should apply");
+    };
+    assert_eq!(f.repo.branch_tip("baton/t1").unwrap(), Some(new_tip));
+    assert!(!git_dir.join("refs/heads/baton/t1.lock").exists());
+
+    f.repo.ensure_branch("feature", &f.base).unwrap();
+    fs::write(git_dir.join("refs/heads/feature.lock"), "").unwrap();
+    assert!(f.repo.cherry_pick_onto("feature", &a.sha).is_err(), "a user's branch lock is never removed");
+    assert!(git_dir.join("refs/heads/feature.lock").exists());
+}
+
 /// Several executions of one repository add, list and remove worktrees whose directories share
 /// a name (`<task>/1.1-1`) at the same moment: without one lock around git's worktree commands,
 /// a prune deleted another add's half-made registration and `worktree add` or `list` failed.
