@@ -319,8 +319,7 @@ fn an_empty_token_list_says_so_and_one_event_is_singular() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(stdout(&out), "", "the listing itself stays empty for scripts");
     assert!(stderr(&out).contains("no tokens yet"), "{}", stderr(&out));
-    let plan = ws.write("plan.json", &small_plan("one-event", ""));
-    assert_eq!(code(&ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()])), 0);
+    ws.start_small_plan("one-event");
     let dispatched = ["execute", "dispatched", "--task-id", "one-event", "--step-id", "1.1", "--agent", "alpha"];
     assert_eq!(code(&ws.run(&dispatched)), 0);
     let verified = stdout(&ws.run(&["audit", "verify", "one-event"]));

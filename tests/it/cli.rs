@@ -183,9 +183,7 @@ fn one_shot_commands_keep_the_wal_short_for_the_next() {
 #[test]
 fn other_one_shot_commands_empty_a_long_wal_as_they_leave() {
     let ws = Workspace::with_repo(&[("a", "a")]);
-    let plan = ws.write("plan.json", &small_plan("wal-2", ""));
-    let out = ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()]);
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    ws.start_small_plan("wal-2");
     let wal = ws.data().join("baton.db-wal");
     let wal_len = || std::fs::metadata(&wal).map_or(0, |m| m.len());
     let filler = rusqlite::Connection::open(ws.data().join("baton.db")).unwrap();

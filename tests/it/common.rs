@@ -51,6 +51,15 @@ impl Workspace {
         self.baton().args(args).output().unwrap()
     }
 
+    /// Writes [`small_plan`] for `task_id` and starts it with `execute start` (no driver: the
+    /// test records the steps itself); panics with baton's stderr unless that exits 0.
+    pub(crate) fn start_small_plan(&self, task_id: &str) -> Output {
+        let plan = self.write(&format!("{task_id}.json"), &small_plan(task_id, ""));
+        let out = self.run(&["execute", "start", "--plan", plan.to_str().unwrap()]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        out
+    }
+
     /// `execute run --plan <plan> --repo <repo> --agent demo`.
     pub(crate) fn run_plan(&self, plan: &Path) -> Output {
         self.run_plan_with(plan, &[], &[])
