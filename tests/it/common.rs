@@ -189,27 +189,13 @@ pub(crate) fn wait_for(path: &Path) {
 
 /// The URL of a new, empty database on the PostgreSQL test cluster (`BATON_TEST_DATABASE_URL`,
 /// which `scripts/test` sets), or `None` outside CI when there is none (printed loudly). Under
-/// `CI=true` a missing cluster fails the test.
+/// `CI=true` a missing cluster fails the test. Databases of finished test processes are swept
+/// as each new one is made ([`test_cluster`]).
 pub(crate) fn postgres_database() -> Option<String> {
-    let Some(base) = std::env::var("BATON_TEST_DATABASE_URL").ok().filter(|u| !u.is_empty()) else {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "BATON_TEST_DATABASE_URL is not set: under CI the PostgreSQL tests must run (scripts/test sets it)"
-        );
-        eprintln!("SKIPPED ON POSTGRESQL: BATON_TEST_DATABASE_URL is not set (scripts/test starts a cluster)");
-        return None;
-    };
-    static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let name = format!("baton_it_{}_{}", std::process::id(), MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    runtime.block_on(async {
-        use sqlx::Connection as _;
-        let mut admin = sqlx::PgConnection::connect(&base).await.unwrap();
-        sqlx::query(&format!("drop database if exists {name}")).execute(&mut admin).await.unwrap();
-        sqlx::query(&format!("create database {name}")).execute(&mut admin).await.unwrap();
-        admin.close().await.unwrap();
-    });
-    let mut url = url::Url::parse(&base).unwrap();
-    url.set_path(&name);
-    Some(url.to_string())
+    runtime.block_on(test_cluster::fresh_database("baton_it"))
 }
+
+/// The store's own test-cluster helper, shared with its unit tests.
+#[path = "../../src/store/pg/test_cluster.rs"]
+mod test_cluster;

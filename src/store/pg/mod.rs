@@ -143,38 +143,12 @@ async fn require_execution(conn: &mut PgConnection, task_id: &str) -> Result<(),
 /// names (`scripts/test` starts a throwaway one).
 #[cfg(test)]
 pub(super) mod testing {
-    use std::sync::atomic::{AtomicU64, Ordering};
-
-    use sqlx::Connection as _;
-
-    /// Databases this process made, for unique names.
-    static MADE: AtomicU64 = AtomicU64::new(0);
-
     /// The URL of a new, empty database on the test cluster, or `None` when there is no
-    /// cluster: allowed only outside CI (`CI=true` makes it a failure), with a loud message.
-    ///
-    /// # Panics
-    /// Under `CI=true` without `BATON_TEST_DATABASE_URL`, or when the cluster refuses.
+    /// cluster: see [`super::test_cluster::fresh_database`].
     pub(in crate::store) async fn fresh_database() -> Option<String> {
-        let Some(base) = std::env::var("BATON_TEST_DATABASE_URL").ok().filter(|u| !u.is_empty()) else {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "BATON_TEST_DATABASE_URL is not set: under CI the PostgreSQL store tests must run \
-                 (scripts/test starts a throwaway cluster and sets it)"
-            );
-            eprintln!(
-                "SKIPPED ON POSTGRESQL: BATON_TEST_DATABASE_URL is not set (run scripts/test, which starts a \
-                 throwaway cluster, or point it at one)"
-            );
-            return None;
-        };
-        let name = format!("baton_unit_{}_{}", std::process::id(), MADE.fetch_add(1, Ordering::Relaxed));
-        let mut admin = sqlx::PgConnection::connect(&base).await.expect("connecting to BATON_TEST_DATABASE_URL");
-        sqlx::query(&format!("drop database if exists {name}")).execute(&mut admin).await.expect("dropping");
-        sqlx::query(&format!("create database {name}")).execute(&mut admin).await.expect("creating");
-        admin.close().await.expect("closing");
-        let mut url = url::Url::parse(&base).expect("BATON_TEST_DATABASE_URL is a URL");
-        url.set_path(&name);
-        Some(url.to_string())
+        super::test_cluster::fresh_database("baton_unit").await
     }
 }
+
+#[cfg(test)]
+mod test_cluster;
