@@ -35,7 +35,7 @@ fn plan(task_id: &str) -> MachinePlan {
         let id = i64::try_from(p + 1).unwrap_or(i64::MAX);
         let mut phase = PlanPhase::new(id, format!("P{id}"));
         for s in 0..10.min(STEPS - p * 10) {
-            phase.steps.push(PlanStep::new(format!("{id}.{}", s + 1), "dev", "work"));
+            phase.steps.push(Box::new(PlanStep::new(format!("{id}.{}", s + 1), "dev", "work")));
         }
         plan.phases.push(phase);
     }

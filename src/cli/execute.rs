@@ -257,7 +257,7 @@ fn event_of(command: ExecuteCommand) -> anyhow::Result<(Option<String>, Event)> 
             for spec in &add_phase {
                 let parts = split_n(spec, 2, "--add-phase", "NAME:AGENT")?;
                 let mut phase = PlanPhase::new(0, parts[0].trim());
-                phase.steps.push(PlanStep::new("", parts[1].trim(), description.clone()));
+                phase.steps.push(Box::new(PlanStep::new("", parts[1].trim(), description.clone())));
                 phases.push(phase);
             }
             let mut steps = Vec::new();

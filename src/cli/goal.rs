@@ -64,7 +64,7 @@ pub fn goal_plan(args: &GoalArgs, task_id: &str) -> anyhow::Result<MachinePlan> 
     );
     step.expected_outcome = format!("The completion condition holds: {condition}");
     let mut phase = PlanPhase::new(1, "Work towards the goal");
-    phase.steps.push(step);
+    phase.steps.push(Box::new(step));
     phase.gate = args.gate.as_ref().filter(|g| !g.trim().is_empty()).map(|command| PlanGate {
         gate_type: "test".into(),
         command: command.clone(),

@@ -189,7 +189,7 @@ pub(crate) fn append_step(state: &mut ExecutionState, pi: usize, mut step: PlanS
         step.step_id = fresh_step_id(state, phase_id, state.plan.phases[pi].steps.len() + 1);
     }
     let id = step.step_id.clone();
-    state.plan.phases[pi].steps.push(step);
+    state.plan.phases[pi].steps.push(Box::new(step));
     let si = state.plan.phases[pi].steps.len() - 1;
     state.index.0.insert(id.clone(), (pi, si));
     id
@@ -365,7 +365,11 @@ pub(crate) fn append_scope_expansions(state: &mut ExecutionState, phase_id: i64,
         }
         let agent = if agent.is_empty() { DEFAULT_AGENT.to_string() } else { agent };
         let mut phase = PlanPhase::new(0, "Scope expansion");
-        phase.steps.push(PlanStep::new("", &agent, format!("Scope expansion reported by step {step_id}: {work}")));
+        phase.steps.push(Box::new(PlanStep::new(
+            "",
+            &agent,
+            format!("Scope expansion reported by step {step_id}: {work}"),
+        )));
         // Work an agent added is reviewed by a human before the execution goes on.
         phase.approval_required = true;
         phase.approval_description =
@@ -383,7 +387,11 @@ pub(crate) fn insert_remediation(state: &mut ExecutionState, phase_id: i64, feed
     let agent =
         state.plan.phases.get(pi).and_then(|p| p.steps.first()).map_or(DEFAULT_AGENT, |s| s.agent_name.as_str());
     let mut phase = PlanPhase::new(0, "Remediation");
-    phase.steps.push(PlanStep::new("", agent, format!("Address feedback from phase {phase_id} review: {feedback}")));
+    phase.steps.push(Box::new(PlanStep::new(
+        "",
+        agent,
+        format!("Address feedback from phase {phase_id} review: {feedback}"),
+    )));
     let (ids, steps) = insert_phases(state, pi + 1, vec![phase]);
     let description = format!("Remediation of phase {phase_id} after approve-with-feedback");
     record(state, "approval_feedback", phase_id, &description, ids, steps, feedback, now);
@@ -424,7 +432,7 @@ pub(crate) fn insert_feedback_dispatch(
     let task = prompt.replace("{task}", &state.plan.task_summary);
     let earlier = state.feedback_results.iter().filter(|f| f.phase_id == phase_id).count();
     let mut phase = PlanPhase::new(0, format!("Feedback-Dispatch ({question_id})"));
-    phase.steps.push(PlanStep::new("", agent.to_string(), task));
+    phase.steps.push(Box::new(PlanStep::new("", agent.to_string(), task)));
     let (ids, steps) = insert_phases(state, pi + 1 + earlier, vec![phase]);
     state.feedback_results.push(FeedbackResult {
         phase_id,

@@ -119,7 +119,7 @@ pub(crate) fn request_evaluation(state: &mut ExecutionState) -> bool {
     }
     let pi = state.current_phase;
     let Some(phase) = state.plan.phases.get(pi) else { return false };
-    if phase.steps.iter().any(is_evaluation) {
+    if phase.steps.iter().any(|s| is_evaluation(s)) {
         return false;
     }
     let (phase_id, name) = (phase.phase_id, phase.name.clone());
@@ -138,7 +138,7 @@ pub(crate) fn request_evaluation(state: &mut ExecutionState) -> bool {
     step.expected_outcome = "A JSON verdict: {\"met\": true|false, \"missing\": [...], \"suggested_phases\": [...], \
                              \"reasoning\": \"...\"}"
         .to_string();
-    state.plan.phases[pi].steps.push(step);
+    state.plan.phases[pi].steps.push(Box::new(step));
     // Once per phase boundary: the plain rebuild keeps this module off the index's layout.
     state.reindex();
     true

@@ -127,7 +127,7 @@ pub(crate) fn apply(state: &mut ExecutionState, kind: &EventKind, now: &str) {
         EventKind::RemediationStarted { cause, sha, agent_name, task_description, threads, queued, .. } => {
             let round = state.remediation.used(*cause) + 1;
             let mut phase = PlanPhase::new(0, phase_name(*cause, round));
-            phase.steps.push(PlanStep::new("", agent_name.clone(), task_description.clone()));
+            phase.steps.push(Box::new(PlanStep::new("", agent_name.clone(), task_description.clone())));
             let description = format!("{} round {round} for {sha}", cause.as_str());
             budget::reconsider(state);
             amend::apply(state, &description, &format!("{}_remediation", cause.as_str()), &[phase], None, &[], now);
@@ -179,7 +179,7 @@ mod tests {
     fn completed() -> ExecutionState {
         let mut plan = MachinePlan::from_json(r#"{"task_id":"t-1","task_summary":"s"}"#).unwrap();
         let mut phase = PlanPhase::new(1, "Build");
-        phase.steps = vec![PlanStep::new("1.1", "backend-engineer", "build it")];
+        phase.steps = vec![Box::new(PlanStep::new("1.1", "backend-engineer", "build it"))];
         plan.phases = vec![phase];
         let mut s = start(plan, "2026-01-01T00:00:00+00:00").unwrap();
         let dispatched = EventKind::StepDispatched { step_id: "1.1".into(), agent_name: "backend-engineer".into() };

@@ -139,7 +139,7 @@ pub(crate) fn request(state: &mut ExecutionState, agent: &str) {
     step.step_type = REVIEW_STEP_TYPE.to_string();
     step.expected_outcome =
         "A JSON verdict: {\"verdict\": \"pass\"|\"fail\", \"findings\": [...], \"summary\": \"...\"}".to_string();
-    state.plan.phases[pi].steps.push(step);
+    state.plan.phases[pi].steps.push(Box::new(step));
     state.reindex();
 }
 

@@ -88,7 +88,7 @@ pub(crate) fn in_flight(state: &ExecutionState, step: &PlanStep) -> bool {
 fn parent_of<'a>(state: &'a ExecutionState, id: &str) -> Option<&'a PlanStep> {
     let parent_id = state.team_parent(id)?;
     let (pi, si) = state.locate(parent_id)?;
-    state.plan.phases.get(pi)?.steps.get(si)
+    state.plan.phases.get(pi)?.steps.get(si).map(|s| &**s)
 }
 
 /// The step a dispatch id runs: the plan's own step, a team member as a step of its own (its

@@ -27,7 +27,7 @@ pub(crate) fn plan_of(phases: Vec<PlanPhase>) -> MachinePlan {
 
 pub(crate) fn phase(id: i64, steps: Vec<PlanStep>) -> PlanPhase {
     let mut p = PlanPhase::new(id, format!("P{id}"));
-    p.steps = steps;
+    p.steps = steps.into_iter().map(Box::new).collect();
     p
 }
 

@@ -407,7 +407,7 @@ mod tests {
 
     fn phase(id: i64, steps: Vec<PlanStep>) -> PlanPhase {
         let mut p = PlanPhase::new(id, format!("P{id}"));
-        p.steps = steps;
+        p.steps = steps.into_iter().map(Box::new).collect();
         p
     }
 

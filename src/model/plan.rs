@@ -170,8 +170,11 @@ pub struct PlanPhase {
     /// Display name.
     pub name: String,
     /// Steps; an empty phase goes straight to its gate or advances.
-    #[serde(default, deserialize_with = "crate::model::long_vec::decode")]
-    pub steps: Vec<PlanStep>,
+    // Boxed: every CLI call without a server decodes the plan, and a `Vec` of 392-byte steps
+    // moved each step again on every regrowth (and a 5,000-step phase touched 8 MB of memory
+    // for 2 MB of steps); boxes move 8 bytes (issue 14.8). Same JSON, same schema.
+    #[serde(default)]
+    pub steps: Vec<Box<PlanStep>>,
     /// QA gate run after the steps (and approval, feedback).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gate: Option<PlanGate>,
@@ -579,7 +582,7 @@ impl MachinePlan {
 
     /// Every step of the plan in plan order, with the index of its phase.
     pub fn steps(&self) -> impl Iterator<Item = (usize, &PlanStep)> {
-        self.phases.iter().enumerate().flat_map(|(pi, p)| p.steps.iter().map(move |s| (pi, s)))
+        self.phases.iter().enumerate().flat_map(|(pi, p)| p.steps.iter().map(move |s| (pi, &**s)))
     }
 
     /// Finds a step by id: (phase index, step index).

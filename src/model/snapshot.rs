@@ -83,13 +83,13 @@ mod tests {
     fn state() -> ExecutionState {
         let mut plan = MachinePlan::from_json(r#"{"task_id":"t","task_summary":"s"}"#).unwrap();
         let mut phase = PlanPhase::new(1, "P");
-        phase.steps.push(PlanStep::new("1.1", "dev", "plain"));
+        phase.steps.push(Box::new(PlanStep::new("1.1", "dev", "plain")));
         let mut custom = PlanStep::new("1.2", "dev", "custom");
         custom.model = "opus".into();
         custom.depends_on = vec!["1.1".into()];
         custom.step_type = "testing".into();
         custom.extra.insert("model_hint".into(), Value::from(""));
-        phase.steps.push(custom);
+        phase.steps.push(Box::new(custom));
         plan.phases.push(phase);
         let mut state = ExecutionState::fresh(plan, "2026-12-03T00:00:00+00:00");
         let result = |id: &str, cost: f64| -> StepResult {

@@ -276,7 +276,7 @@ mod tests {
     fn state() -> ExecutionState {
         let mut plan = MachinePlan::from_json(r#"{"task_id":"t-1","task_summary":"s"}"#).unwrap();
         let mut phase = PlanPhase::new(1, "Design");
-        phase.steps = vec![PlanStep::new("1.1", "architect", "design it")];
+        phase.steps = vec![Box::new(PlanStep::new("1.1", "architect", "design it"))];
         plan.phases = vec![phase];
         ExecutionState::fresh(plan, "2026-01-01T00:00:00+00:00")
     }

@@ -506,7 +506,7 @@ fn renumbering_after_an_amendment_moves_the_members_of_later_team_steps() {
     );
     let mut state = started(vec![phase(1, vec![step("1.1", &[])]), phase(2, vec![team])]);
     let mut inserted = PlanPhase::new(0, "Inserted");
-    inserted.steps.push(PlanStep::new("", "dev", "more"));
+    inserted.steps.push(Box::new(PlanStep::new("", "dev", "more")));
     ok(
         &mut state,
         &ev(EventKind::Amended {
