@@ -191,7 +191,7 @@ pub(crate) fn append_step(state: &mut ExecutionState, pi: usize, mut step: PlanS
     let id = step.step_id.clone();
     state.plan.phases[pi].steps.push(Box::new(step));
     let si = state.plan.phases[pi].steps.len() - 1;
-    state.index.0.insert(id.clone(), (pi, si));
+    state.index.0.insert(&state.plan, pi, si);
     id
 }
 
