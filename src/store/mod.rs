@@ -577,7 +577,9 @@ impl Store {
         let writer_options = options.clone().create_if_missing(true);
         let writer = async {
             let mut conn = connect_writer(&writer_options).await.map_err(open_err)?;
-            migrate(&mut conn).await?;
+            if !(one_shot && schema_is_current(&mut conn).await) {
+                migrate(&mut conn).await?;
+            }
             Ok::<_, StoreError>(conn)
         };
         // A one-shot process reads one thing at a time: one connection (a pool of more opens a
@@ -761,6 +763,24 @@ async fn migrate(writer: &mut SqliteConnection) -> Result<(), StoreError> {
             Err(err) => return Err(err.into()),
         }
     }
+}
+
+/// Whether the database's schema is exactly this build's: every migration row succeeded and
+/// the newest is this build's newest migration. One query, for a one-shot process
+/// ([`Workload::OneShot`]) to skip sqlx's migrator, which reads every applied migration and
+/// compares checksums: three statements, about 0.4 ms of every CLI call (issue 14.8). Any
+/// other answer (no table yet, an older or a newer schema, a failed migration, an error)
+/// runs the migrator, which applies what is pending or says what is wrong. What the fast path
+/// does not do is compare the checksums of applied migrations, which only differ in a
+/// development build whose migration files were edited after they ran; `baton serve` and
+/// every other long-running process still compares them at each start.
+async fn schema_is_current(writer: &mut SqliteConnection) -> bool {
+    let Some(newest) = sqlx::migrate!().iter().map(|m| m.version).max() else { return false };
+    let row =
+        sqlx::query_as::<_, (Option<i64>, Option<bool>)>("select max(version), min(success) from _sqlx_migrations")
+            .fetch_one(&mut *writer)
+            .await;
+    matches!(row, Ok((Some(version), Some(true))) if version == newest)
 }
 
 /// Parses an RFC 3339 timestamp into UTC.

@@ -265,6 +265,58 @@ async fn reader_pools_have_no_idle_timeout_or_lifetime_so_no_maintenance_task() 
     }
 }
 
+/// A one-shot process skips sqlx's migrator when the schema is exactly this build's, and
+/// runs it otherwise: a database a newer Baton migrated, or one whose newest migration failed,
+/// is refused as [`Store::open`] refuses it, never used as if it were current.
+#[tokio::test]
+async fn a_one_shot_open_runs_the_migrator_unless_the_schema_is_exactly_this_builds() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("baton.db");
+    // A fresh file: nothing applied, so the migrator runs and the store works.
+    let store = Store::open_for(&path, Workload::OneShot).await.unwrap();
+    created(&store, "t1").await;
+    store.close().await;
+    // Current: opens again, with the same data.
+    let store = Store::open_for(&path, Workload::OneShot).await.unwrap();
+    assert_eq!(store.summary("t1").await.unwrap(), Some(summary("pending", 0)));
+    let newest = sqlx::migrate!().iter().map(|m| m.version).max().unwrap();
+    for (what, row) in [
+        ("a newer Baton's migration", format!("({}, 'later', 1, x'00', 0)", newest + 1)),
+        ("a failed newest migration", format!("({}, 'later', 0, x'00', 0)", newest + 1)),
+        ("a failed migration below the newest", "(0, 'failed', 0, x'00', 0)".to_string()),
+    ] {
+        let mut other = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display())).await.unwrap();
+        sqlx::query(&format!(
+            "insert into _sqlx_migrations (version, description, success, checksum, execution_time) values {row}"
+        ))
+        .execute(&mut other)
+        .await
+        .unwrap();
+        for workload in [Workload::OneShot, Workload::Service] {
+            let err = Store::open_for(&path, workload).await.expect_err(what);
+            assert!(matches!(err, StoreError::Migrate(_)), "{what}, {workload:?}: {err}");
+        }
+        sqlx::query("delete from _sqlx_migrations where version > ? or version = 0")
+            .bind(newest)
+            .execute(&mut other)
+            .await
+            .unwrap();
+        other.close().await.unwrap();
+    }
+    // What the fast path leaves to long-running processes: an applied migration whose
+    // checksum differs (a development build's edited migration file) stops `Store::open`,
+    // not a one-shot command.
+    let mut other = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display())).await.unwrap();
+    sqlx::query("update _sqlx_migrations set checksum = x'00' where version = 1").execute(&mut other).await.unwrap();
+    other.close().await.unwrap();
+    let err = Store::open(&path).await.expect_err("a changed checksum");
+    assert!(matches!(err, StoreError::Migrate(_)), "{err}");
+    let one_shot = Store::open_for(&path, Workload::OneShot).await.unwrap();
+    assert_eq!(one_shot.summary("t1").await.unwrap(), Some(summary("pending", 0)));
+    one_shot.close().await;
+    store.close().await;
+}
+
 #[tokio::test]
 async fn open_in_a_missing_directory_names_the_path() {
     let dir = TempDir::new().unwrap();
