@@ -379,7 +379,8 @@ fn is_zero_u32(n: &u32) -> bool {
     *n == 0
 }
 
-fn default_trigger() -> String {
+/// The trigger of an amendment no internal rule made: `manual`.
+pub fn default_trigger() -> String {
     "manual".into()
 }
 

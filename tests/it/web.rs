@@ -444,6 +444,24 @@ async fn the_driver_routes_for_gate_interact_and_amend_record_their_events() {
     // Each refusal names the field it refuses (`details.field`).
     let (status, body) = app.post("/api/v1/executions/web-driver/amend", json!({"kind": "cancelled"})).await;
     assert_eq!((status, &body["details"]["field"]), (StatusCode::UNPROCESSABLE_ENTITY, &json!("kind")), "{body}");
+    // An amendment's own fields are named too, however deep (they used to come back without
+    // `details.field`).
+    for (amendment, field) in [
+        (json!({"description": "x", "phases": [{"phase_id": 3}]}), "phases[0].name"),
+        (json!({"description": "x", "steps": "2.2"}), "steps"),
+        (
+            json!({"description": "x", "steps": [{"phase_id": 2, "step": {"step_id": "2.3"}}]}),
+            "steps[0].step.agent_name",
+        ),
+        (json!({"phases": []}), "description"),
+    ] {
+        let (status, body) = app.post("/api/v1/executions/web-driver/amend", amendment.clone()).await;
+        assert_eq!(
+            (status, &body["details"]["field"]),
+            (StatusCode::UNPROCESSABLE_ENTITY, &json!(field)),
+            "{amendment}: {body}"
+        );
+    }
     let (status, body) = app
         .post("/api/v1/executions/web-driver/interact", json!({"step_id": "1.1", "input": "x", "complete": true}))
         .await;

@@ -592,11 +592,33 @@ async fn interact(
     record(&app, &task_id, keyed(kind, b.idempotency_key), &op).await
 }
 
-/// `POST …/amend`: the fields of an `amended` event (`description`, `phases` and
-/// `after_phase`, or `steps`), without `kind`.
+/// `POST …/amend` body: the fields of an `amended` event, without `kind`. A wrongly shaped
+/// one is refused naming its field (`details.field`, e.g. `phases[0].name`).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AmendBody {
+    /// Why.
+    pub description: String,
+    /// What amended (default `manual`).
+    #[serde(default = "crate::model::event::default_trigger")]
+    pub trigger: String,
+    /// New phases (their ids are assigned by renumbering).
+    #[serde(default)]
+    pub phases: Vec<crate::model::plan::PlanPhase>,
+    /// Insert the phases after the phase with this id (default: after the current phase).
+    #[serde(default)]
+    pub after_phase: Option<i64>,
+    /// Steps appended to existing phases.
+    #[serde(default)]
+    pub steps: Vec<crate::model::event::AddedStep>,
+    /// Explicit idempotency key.
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+}
+
+/// Amends the plan: phases inserted after a phase, or steps appended to existing phases.
 #[utoipa::path(post, path = "/{task_id}/amend", tag = "executions", operation_id = "amend", params(TaskIdParam),
-    request_body(content = Object, description = "The fields of an `amended` event without `kind`: `description`, \
-        `phases` with `after_phase`, or `steps` (see the `Event` schema), and an optional `idempotency_key`."),
+    request_body = AmendBody,
     responses(
         (status = 200, description = "Already recorded under this idempotency key: nothing changed.", body = Recorded),
         (status = 201, description = "Recorded.", body = Recorded),
@@ -606,17 +628,16 @@ async fn amend(
     State(app): State<AppState>,
     Path(task_id): Path<String>,
     Caller(op): Caller,
-    ApiJson(mut body): ApiJson<serde_json::Value>,
+    ApiJson(b): ApiJson<AmendBody>,
 ) -> Result<(StatusCode, Json<Recorded>), AppError> {
-    let Some(fields) = body.as_object_mut() else {
-        return Err(AppError::Unprocessable("the amendment must be a JSON object".into()));
+    let kind = EventKind::Amended {
+        description: b.description,
+        trigger: b.trigger,
+        phases: b.phases,
+        after_phase: b.after_phase,
+        steps: b.steps,
     };
-    if fields.contains_key("kind") {
-        return Err(AppError::invalid_field("kind", "not allowed here (this route records an amendment)"));
-    }
-    fields.insert("kind".into(), serde_json::Value::String("amended".into()));
-    let parsed: Event = serde_json::from_value(body).map_err(|e| AppError::Unprocessable(format!("amendment: {e}")))?;
-    record(&app, &task_id, keyed(parsed.kind, parsed.idempotency_key), &op).await
+    record(&app, &task_id, keyed(kind, b.idempotency_key), &op).await
 }
 
 /// `POST …/merge`: push the feature branch and find or open the pull request (idempotent).
