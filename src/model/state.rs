@@ -6,12 +6,12 @@
 //! by the caller.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::hash::BuildHasher as _;
 
 use serde::{Deserialize, Serialize};
 
 use crate::model::budget::{Budget, TokenCounts};
 use crate::model::goal::GoalState;
+use crate::model::locations::Locations;
 use crate::model::plan::{MachinePlan, PlanAmendment};
 
 /// Status of an execution (seed-spec §1.1, less the states this issue does not implement).
@@ -410,55 +410,6 @@ pub struct Counters {
 /// equality.
 #[derive(Debug, Clone, Default)]
 pub struct StepIndex(pub(crate) Locations, pub(crate) HashMap<String, String>, pub(crate) Option<PhaseTally>);
-
-/// Step id → (phase index, step index) in a plan. The table holds only positions and finds an
-/// id by comparing it with the plan's own step id at each candidate position, so building it
-/// copies no id: loading an execution builds it for every step of the plan (issue 14.8).
-/// Of two steps with the same id, the one inserted last is found, as with a map's insert.
-/// Positions are the plan's as indexed: after the plan changes, [`ExecutionState::reindex`]
-/// (or [`Locations::insert`] for an appended step) keeps them right.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Locations {
-    table: hashbrown::HashTable<(usize, usize)>,
-    hasher: hashbrown::DefaultHashBuilder,
-}
-
-impl Locations {
-    /// An empty index with room for `steps` steps.
-    fn with_capacity(steps: usize) -> Locations {
-        Locations { table: hashbrown::HashTable::with_capacity(steps), hasher: Default::default() }
-    }
-
-    /// Whether nothing is indexed.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.table.is_empty()
-    }
-
-    /// Where the step `step_id` is in `plan`, if indexed.
-    pub(crate) fn get(&self, plan: &MachinePlan, step_id: &str) -> Option<(usize, usize)> {
-        let hash = self.hasher.hash_one(step_id);
-        self.table.find(hash, |&(pi, si)| id_at(plan, pi, si) == Some(step_id)).copied()
-    }
-
-    /// Indexes the step at `(pi, si)` of `plan` under its id, replacing the position of an
-    /// earlier step with that id. A position outside the plan is ignored.
-    pub(crate) fn insert(&mut self, plan: &MachinePlan, pi: usize, si: usize) {
-        let Some(step_id) = id_at(plan, pi, si) else { return };
-        let Locations { table, hasher } = self;
-        let hash = hasher.hash_one(step_id);
-        match table.find_mut(hash, |&(p, s)| id_at(plan, p, s) == Some(step_id)) {
-            Some(found) => *found = (pi, si),
-            None => {
-                table.insert_unique(hash, (pi, si), |&(p, s)| hasher.hash_one(id_at(plan, p, s).unwrap_or_default()));
-            }
-        }
-    }
-}
-
-/// The id of the step at `(pi, si)` of `plan`, if there is one.
-fn id_at(plan: &MachinePlan, pi: usize, si: usize) -> Option<&str> {
-    Some(plan.phases.get(pi)?.steps.get(si)?.step_id.as_str())
-}
 
 /// How many of one phase's steps are in each status that ends or holds a phase, so that
 /// settling after an event needs no scan of the phase (`engine::settle` keeps it; a phase of
@@ -984,61 +935,5 @@ impl ExecutionState {
     /// Steps complete or skipped / total steps.
     pub fn progress(&self) -> (u64, u64) {
         (self.counters.steps_done, self.plan.step_count() as u64)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::plan::{PlanPhase, PlanStep};
-    use proptest::prelude::*;
-
-    /// A plan of `phases`, each a list of step ids (repeats allowed).
-    fn plan_of(phases: &[Vec<String>]) -> MachinePlan {
-        let mut plan = MachinePlan::from_json(r#"{"task_id":"t-1","task_summary":"index"}"#).expect("a plan");
-        for (i, ids) in phases.iter().enumerate() {
-            let mut phase = PlanPhase::new(i as i64 + 1, "P");
-            phase.steps = ids.iter().map(|id| Box::new(PlanStep::new(id.clone(), "dev", "work"))).collect();
-            plan.phases.push(phase);
-        }
-        plan
-    }
-
-    proptest! {
-        /// The index finds what a map from each id to its position, filled in plan order
-        /// (so the last of repeated ids stands), finds; and nothing for an id not in the plan.
-        #[test]
-        fn locate_finds_what_a_map_of_ids_finds(
-            phases in prop::collection::vec(prop::collection::vec("[a-c]{1,2}", 0..6), 0..4),
-            probe in "[a-d]{1,2}",
-        ) {
-            let mut state = ExecutionState::fresh(plan_of(&phases), "2026-12-03T00:00:00+00:00");
-            state.reindex();
-            let mut expected = HashMap::new();
-            for (pi, ids) in phases.iter().enumerate() {
-                for (si, id) in ids.iter().enumerate() {
-                    expected.insert(id.clone(), (pi, si));
-                }
-            }
-            for id in expected.keys() {
-                prop_assert_eq!(state.locate(id), expected.get(id).copied());
-            }
-            if !expected.is_empty() {
-                prop_assert_eq!(state.locate(&probe), expected.get(&probe).copied());
-            }
-        }
-    }
-
-    #[test]
-    fn a_step_appended_after_indexing_is_found_and_a_stale_position_is_ignored() {
-        let mut state =
-            ExecutionState::fresh(plan_of(&[vec!["1.1".into(), "1.2".into()]]), "2026-12-03T00:00:00+00:00");
-        state.reindex();
-        state.plan.phases[0].steps.push(Box::new(PlanStep::new("1.3", "dev", "more")));
-        state.index.0.insert(&state.plan, 0, 2);
-        assert_eq!(state.locate("1.3"), Some((0, 2)));
-        state.index.0.insert(&state.plan, 0, 9);
-        assert_eq!(state.locate("1.2"), Some((0, 1)));
-        assert_eq!(state.locate("1.9"), None);
     }
 }
