@@ -84,8 +84,22 @@ impl Pg {
         .fetch_all(&mut *tx)
         .await?;
         let mut claimed = Vec::new();
-        for (task_id, highest, current) in candidates {
-            let epoch = highest.max(current) + 1;
+        for (task_id, highest, _) in candidates {
+            // The lease as it is now, not as the candidates' snapshot saw it. A replica that
+            // claimed this execution and committed while this query waited for its row lock
+            // wrote a lease row, not this execution row's lease condition: PostgreSQL
+            // rechecks a locked row's own columns after the wait, but the left-joined lease
+            // keeps its old snapshot (seen on the racing-claims test: both replicas took the
+            // same four executions). The execution row is locked now, so the lease read here
+            // cannot change before this transaction commits.
+            let lease = sqlx::query_as::<_, (i64, String)>("select epoch, expires_at from leases where task_id = $1")
+                .bind(&task_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+            if lease.as_ref().is_some_and(|(_, expires)| *expires > now) {
+                continue;
+            }
+            let epoch = highest.max(lease.map_or(0, |(epoch, _)| epoch)) + 1;
             write_lease(&mut tx, &task_id, holder, &now, &expires_at, epoch).await?;
             claimed.push((task_id, epoch));
         }
