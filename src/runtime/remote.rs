@@ -63,8 +63,13 @@ pub async fn clone_of(data: &DataDir, name: &str, repo_url: &str) -> anyhow::Res
     blocking(move || -> anyhow::Result<GitRepo> {
         if !dir.join(".git").exists() {
             // Cloned beside its place, then renamed: two executions starting at once never
-            // see a half-made clone, and the loser of the rename uses the winner's.
-            let tmp = dir.with_file_name(format!(".{name}.clone-{}", std::process::id()));
+            // see a half-made clone, and the loser of the rename uses the winner's. The
+            // temporary name is this call's own (process and call), so two clones at once in
+            // one server never share it (they did, and the second `git clone` failed on the
+            // first one's directory: seen in `replicas::takeover_through_claims_…`).
+            static CLONES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let call = CLONES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let tmp = dir.with_file_name(format!(".{name}.clone-{}-{call}", std::process::id()));
             let _ = std::fs::remove_dir_all(&tmp);
             GitRepo::clone_from(&url, &tmp)?;
             if std::fs::rename(&tmp, &dir).is_err() {
@@ -260,4 +265,40 @@ pub async fn for_merge(data: &DataDir, store: &Store, project: &ProjectRow, task
         set_branch(&repo, &meta.branch, &tip).await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A git repository with one commit at `dir`, made with the `git` CLI a user has.
+    fn repository_with_a_commit(dir: &std::path::Path) {
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git").arg("-C").arg(dir).args(args).output().expect("git runs");
+            assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        std::fs::create_dir_all(dir).expect("creating the repository");
+        git(&["init", "-q", "-b", "main"]);
+        std::fs::write(dir.join("README"), "hi\n").expect("writing a file");
+        git(&["add", "README"]);
+        git(&["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first"]);
+    }
+
+    /// Two executions of one project starting at once in one process both get the clone
+    /// (their temporary clones once shared a name, and the second `git clone` failed).
+    #[tokio::test]
+    async fn two_clones_of_one_project_at_once_in_one_process_both_succeed() {
+        let dir = tempfile::TempDir::new().expect("a temp dir");
+        let remote = dir.path().join("remote");
+        repository_with_a_commit(&remote);
+        let data = DataDir::open(&dir.path().join("data")).expect("a data dir");
+        let url = remote.display().to_string();
+        for round in 0..5 {
+            let name = format!("lantern-{round}");
+            let (a, b) = tokio::join!(clone_of(&data, &name, &url), clone_of(&data, &name, &url));
+            a.expect("the first clone");
+            b.expect("the second clone");
+            assert!(data.repo_clone(&name).join(".git").exists());
+        }
+    }
 }
