@@ -48,13 +48,18 @@ pub fn retry_forecast_usd(forecast_usd: f64, earlier_attempts_usd: &[f64]) -> f6
     forecast_usd.max(mean.min(MAX_CEILING_USD))
 }
 
-/// What each recorded attempt of `step_id` cost; for a state from before the list was kept
-/// (an older snapshot), the step result's total spread over its attempts.
+/// What each recorded attempt of `step_id` cost: its result's list, else (a state saved before
+/// results kept it) the budget's, else (a state from before either was kept) the result's
+/// total spread over its attempts.
 fn earlier_attempts(state: &ExecutionState, step_id: &str) -> Vec<f64> {
+    let result = state.result(step_id);
+    if let Some(r) = result.filter(|r| !r.attempts_usd.is_empty()) {
+        return r.attempts_usd.clone();
+    }
     if let Some(costs) = state.budget.attempts_usd.get(step_id) {
         return costs.clone();
     }
-    match state.step_results.get(step_id) {
+    match result {
         Some(r) if r.cost_usd > 0.0 && r.attempt > 0 => vec![r.cost_usd / f64::from(r.attempt)],
         _ => Vec::new(),
     }
@@ -67,10 +72,16 @@ pub(crate) fn dispatch_forecast(state: &ExecutionState, step_id: &str) -> f64 {
 }
 
 /// Adds `cost_usd` to the cost of `step_id`'s current attempt (a recorded result; an
-/// interactive step records several per attempt).
+/// interactive step records several per attempt), in its result's `attempts_usd`, which
+/// first takes over the list an older state kept in the budget.
 pub(crate) fn attempt_spent(state: &mut ExecutionState, step_id: &str, cost_usd: f64) {
-    let attempt = state.step_results.get(step_id).map_or(1, |r| r.attempt.max(1)) as usize;
-    let costs = state.budget.attempts_usd.entry(step_id.to_string()).or_default();
+    let legacy = state.budget.attempts_usd.remove(step_id);
+    let Some(r) = state.step_results.get_mut(step_id) else { return };
+    let attempt = r.attempt.max(1) as usize;
+    let costs = &mut r.attempts_usd;
+    if costs.is_empty() {
+        *costs = legacy.unwrap_or_default();
+    }
     if costs.len() < attempt {
         costs.resize(attempt, 0.0);
     }

@@ -4,6 +4,7 @@
 //! This module never does IO.
 
 use crate::model::event::{Event, EventKind};
+use crate::model::lazy_result::LazyResult;
 use crate::model::state::{ApprovalResult, ExecutionState, ExecutionStatus, StepResult, StepStatus};
 
 /// A failed execution runs again (a retried or skipped step, an amendment); any other: unchanged.
@@ -18,7 +19,7 @@ pub(crate) fn reopen(state: &mut ExecutionState) {
 /// The result of `step_id`, created pending (attempt 0, agent `agent_name`) on first use.
 pub(crate) fn result_entry<'a>(state: &'a mut ExecutionState, step_id: &str, agent_name: &str) -> &'a mut StepResult {
     state.step_results.entry(step_id.to_string()).or_insert_with(|| {
-        Box::new(StepResult {
+        LazyResult::new(StepResult {
             step_id: step_id.to_string(),
             agent_name: agent_name.to_string(),
             status: StepStatus::Pending,
@@ -28,6 +29,7 @@ pub(crate) fn result_entry<'a>(state: &'a mut ExecutionState, step_id: &str, age
             commit_hash: String::new(),
             estimated_tokens: 0,
             cost_usd: 0.0,
+            attempts_usd: Vec::new(),
             token_kinds: Default::default(),
             cost_estimated: false,
             duration_seconds: 0.0,

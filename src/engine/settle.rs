@@ -184,8 +184,9 @@ fn count(state: &ExecutionState, index: usize, phase: &PlanPhase) -> PhaseTally 
     for (step_id, result) in &state.step_results {
         let Some((_, si)) = state.locate(step_id).filter(|(pi, si)| *pi == index && *si < steps) else { continue };
         t.count(StepStatus::Pending, -1);
-        t.count(result.status, 1);
-        done[si] = result.status.is_done();
+        // The status alone: a result loaded from a snapshot is not decoded for it.
+        t.count(result.status(), 1);
+        done[si] = result.status().is_done();
     }
     t.done_prefix = done.iter().position(|d| !d).unwrap_or(steps);
     t

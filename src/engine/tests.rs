@@ -168,3 +168,31 @@ fn gate_phase_with_plan() {
     let state = start(plan_of(vec![p]), T0).unwrap();
     assert_eq!(dispatch_ids(&state), vec!["1.1"]);
 }
+
+#[test]
+fn a_call_on_a_state_loaded_from_a_snapshot_decodes_only_the_results_it_reads() {
+    // Issue 14.8: a CLI process loads the newest snapshot and makes one call; the results of
+    // the steps done before must stay undecoded (`model::lazy_result`), or every call pays
+    // for all of them again.
+    let ids: Vec<String> = (1..=40).map(|i| format!("1.{i}")).collect();
+    let mut s = started(vec![phase(1, ids.iter().map(|id| step(id, &[])).collect())]);
+    for id in &ids[..30] {
+        ok(&mut s, &dispatched(id));
+        ok(&mut s, &record(id, RecordStatus::Complete));
+    }
+    let mut loaded = crate::model::snapshot::decode(&crate::model::snapshot::encode(&s).unwrap()).unwrap();
+    loaded.reindex();
+    let decoded = |state: &ExecutionState| -> Vec<String> {
+        state.step_results.iter().filter(|(_, r)| r.is_decoded()).map(|(id, _)| id.clone()).collect()
+    };
+    assert!(decoded(&loaded).is_empty());
+    // `next`, `dispatched` and `record` of the next step, as the CLI makes them.
+    assert_eq!(dispatch_ids(&loaded).first().map(String::as_str), Some("1.31"));
+    ok(&mut loaded, &dispatched("1.31"));
+    let _ = next_action(&loaded);
+    ok(&mut loaded, &record("1.31", RecordStatus::Complete));
+    let _ = next_action(&loaded);
+    assert_eq!(decoded(&loaded), ["1.31"], "only the step the calls were about");
+    assert_eq!(loaded.counters.steps_done, 31);
+    assert_eq!(loaded.step_status("1.30"), StepStatus::Complete);
+}

@@ -136,8 +136,11 @@ pub struct Budget {
     #[serde(default)]
     pub forecast_recorded: bool,
     /// What each recorded attempt of a step cost, USD (step or member id → one entry per
-    /// attempt, attempt 1 first; the journal's `step_recorded` costs, as the spend ledger has
-    /// them): a retry is forecast from them (`engine::budget::retry_forecast_usd`).
+    /// attempt, attempt 1 first), in executions started before each step result kept its own
+    /// (`step_results.<id>.attempts_usd`); empty in newer ones. An entry is still read by a
+    /// retry's forecast, and moves to its step's result at the step's next record.
+    // Moved to the results so that a snapshot has no per-step map here to decode in every
+    // CLI process (issue 14.8).
     #[serde(
         default,
         skip_serializing_if = "BTreeMap::is_empty",

@@ -10,17 +10,24 @@
 //! applied idempotency keys are in neither: the journal holds them, see
 //! `ExecutionState::applied_keys`.)
 //!
-//! Decoding needs nothing of this module: `serde_json::from_str::<ExecutionState>` reads both
-//! forms, because a field is left out only when serde's default for it, learned by decoding
-//! a record that names only the required fields, is exactly the value it holds. This module
-//! never does IO.
+//! `serde_json::from_str::<ExecutionState>` reads both forms, because a field is left out
+//! only when serde's default for it, learned by decoding a record that names only the
+//! required fields, is exactly the value it holds. [`decode`] reads a snapshot quicker: the
+//! text opens with the model fingerprint of the build that wrote it (`{"$model":"…",…`, a key
+//! the state's decoder ignores), and a snapshot of this build's model leaves each step result
+//! undecoded until it is read (`model::lazy_result`). This module never does IO.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::model::lazy_result;
 use crate::model::plan::PlanStep;
 use crate::model::state::{ExecutionState, StepResult};
+
+/// How a snapshot written by this build opens: its model fingerprint (a hash of the model's
+/// sources, `Cargo.lock` and the version, made by `build.rs`) as the first key.
+const OPENING: &str = concat!("{\"$model\":\"", env!("BATON_MODEL_FINGERPRINT"), "\"");
 
 /// The smallest plan step a decoder accepts: only its required fields.
 const MINIMAL_STEP: &str = r#"{"step_id": "", "agent_name": "", "task_description": ""}"#;
@@ -29,8 +36,9 @@ const MINIMAL_STEP: &str = r#"{"step_id": "", "agent_name": "", "task_descriptio
 const MINIMAL_RESULT: &str = r#"{"step_id": "", "agent_name": "", "status": "pending", "attempt": 0}"#;
 
 /// `state` as snapshot text: its JSON with each plan step's and each step result's defaulted
-/// fields left out (see the module doc); what `serde_json::from_str::<ExecutionState>` reads
-/// back as a state equal to `state`.
+/// fields left out, opened by this build's model fingerprint (see the module doc); what
+/// [`decode`] (or `serde_json::from_str::<ExecutionState>`) reads back as a state equal to
+/// `state`.
 ///
 /// # Errors
 /// What serializing the state to JSON can fail with (a map key that is not a string; none of
@@ -50,7 +58,31 @@ pub fn encode(state: &ExecutionState) -> serde_json::Result<String> {
             leave_out_defaults(result, &result_defaults);
         }
     }
-    serde_json::to_string(&value)
+    let body = serde_json::to_string(&value)?;
+    // The state serializes as an object: its first key follows the opening brace.
+    let rest = body.strip_prefix('{').unwrap_or(&body);
+    let separator = if rest.starts_with('}') { "" } else { "," };
+    Ok(format!("{OPENING}{separator}{rest}"))
+}
+
+/// The state a snapshot's text holds. A snapshot written by a build with this build's model
+/// fingerprint keeps its step results undecoded until each is read; any other text (an older
+/// build's snapshot, one without a fingerprint) is decoded in full, so what does not decode is
+/// this error.
+///
+/// # Errors
+/// The text is not an [`ExecutionState`]'s JSON (serde's error names the line and column).
+pub fn decode(text: &str) -> serde_json::Result<ExecutionState> {
+    if is_this_builds(text) {
+        lazy_result::deferred(|| serde_json::from_str(text))
+    } else {
+        serde_json::from_str(text)
+    }
+}
+
+/// Whether `text` is a snapshot written by a build with this build's model fingerprint.
+fn is_this_builds(text: &str) -> bool {
+    text.strip_prefix(OPENING).is_some_and(|rest| rest.starts_with([',', '}']))
 }
 
 /// The fields serde fills in when a `T` is decoded from `minimal` (a record of only its
@@ -99,8 +131,8 @@ mod tests {
             }))
             .unwrap()
         };
-        state.step_results.insert("1.1".into(), Box::new(result("1.1", 0.0)));
-        state.step_results.insert("1.2".into(), Box::new(result("1.2", -0.0)));
+        state.step_results.insert("1.1".into(), result("1.1", 0.0).into());
+        state.step_results.insert("1.2".into(), result("1.2", -0.0).into());
         state
     }
 
@@ -110,6 +142,7 @@ mod tests {
         let snapshot = encode(&state).unwrap();
         let back: ExecutionState = serde_json::from_str(&snapshot).unwrap();
         assert_eq!(back, state);
+        assert_eq!(decode(&snapshot).unwrap(), state);
         let value: Value = serde_json::from_str(&snapshot).unwrap();
         let plain = &value["plan"]["phases"][0]["steps"][0];
         let keys: Vec<&str> = plain.as_object().unwrap().keys().map(String::as_str).collect();
@@ -132,8 +165,43 @@ mod tests {
     #[test]
     fn a_negative_zero_cost_keeps_its_sign() {
         let state = state();
-        let back: ExecutionState = serde_json::from_str(&encode(&state).unwrap()).unwrap();
+        let back = decode(&encode(&state).unwrap()).unwrap();
         assert!(back.step_results["1.2"].cost_usd.is_sign_negative());
         assert!(!back.step_results["1.1"].cost_usd.is_sign_negative());
+    }
+
+    #[test]
+    fn a_snapshot_of_this_build_defers_its_results_and_any_other_text_does_not() {
+        let state = state();
+        let snapshot = encode(&state).unwrap();
+        assert!(snapshot.starts_with(r#"{"$model":""#), "{}", &snapshot[..40]);
+        let lazy = decode(&snapshot).unwrap();
+        assert!(lazy.step_results.values().all(|r| !r.is_decoded()));
+        assert_eq!(lazy.step_status("1.2"), crate::model::state::StepStatus::Complete);
+        assert_eq!(lazy, state);
+
+        // Another build's snapshot (another fingerprint), and a state's plain JSON: decoded in full.
+        let other = snapshot.replacen(env!("BATON_MODEL_FINGERPRINT"), "0000000000000000", 1);
+        let plain = serde_json::to_string(&state).unwrap();
+        for text in [&other, &plain] {
+            let eager = decode(text).unwrap();
+            assert!(eager.step_results.values().all(|r| r.is_decoded()), "{}", &text[..40]);
+            assert_eq!(eager, state);
+        }
+        // ... so a result that does not decode is an error at once, naming what is wrong.
+        let broken = other.replacen(r#""attempt":1"#, r#""attempt":"one""#, 1);
+        let err = decode(&broken).unwrap_err();
+        assert!(err.to_string().contains("invalid type: string \"one\""), "{err}");
+    }
+
+    #[test]
+    fn the_fingerprint_must_be_a_whole_key() {
+        let state = state();
+        let snapshot = encode(&state).unwrap();
+        // A longer fingerprint that starts with this build's is another build's.
+        let longer =
+            snapshot.replacen(env!("BATON_MODEL_FINGERPRINT"), concat!(env!("BATON_MODEL_FINGERPRINT"), "0"), 1);
+        assert!(!is_this_builds(&longer));
+        assert!(is_this_builds(&snapshot));
     }
 }

@@ -9,8 +9,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::budget::{Budget, TokenCounts};
+use crate::model::budget::Budget;
 use crate::model::goal::GoalState;
+use crate::model::lazy_result::LazyResult;
 use crate::model::locations::Locations;
 use crate::model::plan::{MachinePlan, PlanAmendment};
 
@@ -75,149 +76,9 @@ impl std::fmt::Display for ExecutionStatus {
     }
 }
 
-/// Status of one step's latest attempt. A step with no result is pending.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum StepStatus {
-    /// To be dispatched again (after a gate re-dispatch or an operator retry).
-    Pending,
-    /// An attempt is in flight.
-    Dispatched,
-    /// Done.
-    Complete,
-    /// The latest attempt failed.
-    Failed,
-    /// Skipped by an operator: counts as done for its dependants.
-    Skipped,
-    /// An interactive step waiting for a human reply.
-    Interacting,
-    /// A human replied; the continuation is to be dispatched.
-    InteractDispatched,
-}
-
-impl StepStatus {
-    /// The wire string.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StepStatus::Pending => "pending",
-            StepStatus::Dispatched => "dispatched",
-            StepStatus::Complete => "complete",
-            StepStatus::Failed => "failed",
-            StepStatus::Skipped => "skipped",
-            StepStatus::Interacting => "interacting",
-            StepStatus::InteractDispatched => "interact_dispatched",
-        }
-    }
-
-    /// Complete or skipped: satisfies `depends_on`.
-    pub fn is_done(self) -> bool {
-        matches!(self, StepStatus::Complete | StepStatus::Skipped)
-    }
-}
-
-/// One turn of an interactive step.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct InteractionTurn {
-    /// `agent` or `human`.
-    pub role: String,
-    /// What was said.
-    pub content: String,
-    /// When (RFC 3339).
-    pub timestamp: String,
-    /// 1-based per role.
-    pub turn_number: u32,
-}
-
-/// The latest result of one step (seed-spec §1.11), replaced by each new attempt.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct StepResult {
-    /// The step.
-    pub step_id: String,
-    /// Agent of the latest attempt.
-    pub agent_name: String,
-    /// Status of the latest attempt.
-    pub status: StepStatus,
-    /// Attempt number of the latest attempt (1-based; 0 = never dispatched).
-    pub attempt: u32,
-    /// The agent's final text.
-    #[serde(default)]
-    pub outcome: String,
-    /// Repository-relative paths changed by the step.
-    #[serde(default)]
-    pub files_changed: Vec<String>,
-    /// Commit on the feature branch, when the step changed files.
-    #[serde(default)]
-    pub commit_hash: String,
-    /// Tokens used (input + output).
-    #[serde(default)]
-    pub estimated_tokens: u64,
-    /// Spend in USD reported by the agent.
-    #[serde(default)]
-    pub cost_usd: f64,
-    /// Its tokens by kind over its attempts (input, cache writes, cache reads, output), from
-    /// the records' usage; absent when none was reported (and in states saved before).
-    #[serde(default, skip_serializing_if = "TokenCounts::is_zero")]
-    pub token_kinds: TokenCounts,
-    /// Some of `cost_usd` is an estimate: an attempt reported tokens but no cost (codex,
-    /// gemini), priced from the price table.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub cost_estimated: bool,
-    /// Wall time of the attempt, seconds.
-    #[serde(default)]
-    pub duration_seconds: f64,
-    /// Why the attempt failed.
-    #[serde(default)]
-    pub error: String,
-    /// When the latest attempt was dispatched (RFC 3339).
-    #[serde(default)]
-    pub dispatched_at: String,
-    /// When the latest attempt finished (RFC 3339).
-    #[serde(default)]
-    pub completed_at: String,
-    /// Gate output to include in the next attempt's prompt (gate re-dispatch).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gate_feedback: Option<String>,
-    /// Turns of an interactive step.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub interaction_history: Vec<InteractionTurn>,
-    /// Accepted `GATE_ADDITION:` commands of its outcome: they join the phase's gate.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub gate_additions: Vec<String>,
-    /// `GATE_ADDITION:` lines the safety filter refused, with the reason.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub rejected_gate_additions: Vec<RejectedAddition>,
-    /// `SCOPE_EXPANSION:` lines of its outcome: each becomes a phase appended to the plan when
-    /// its phase ends (at most 3 per execution).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub scope_expansions: Vec<String>,
-    /// `KNOWLEDGE_GAP:` lines of its outcome: shown in the next approval's context.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub knowledge_gaps: Vec<String>,
-    /// The text of its outcome's `## Deviations` sections.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub deviations: Vec<String>,
-    /// Team steps only: files that two or more members changed (seed-spec §3.6).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub team_conflicts: Vec<TeamConflict>,
-}
-
-/// A file that two or more members of a team step changed (by their `files_changed`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct TeamConflict {
-    /// Repository-relative path.
-    pub file: String,
-    /// Member ids that changed it, in team order.
-    pub members: Vec<String>,
-}
-
-/// A `GATE_ADDITION:` line the safety filter refused (seed-spec §2.7).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct RejectedAddition {
-    /// The command as the agent wrote it (cut at 300 characters).
-    pub command: String,
-    /// Why it was refused.
-    pub reason: String,
-}
+// The step-result types live in their own module (`model::lazy_result` decodes them and is
+// read by this one); they are re-exported here, where the API has always named them.
+pub use crate::model::step_result::{InteractionTurn, RejectedAddition, StepResult, StepStatus, TeamConflict};
 
 /// One gate run (seed-spec §1.12).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -704,10 +565,11 @@ pub struct ExecutionState {
     #[serde(default)]
     pub failure: Option<String>,
     /// Latest result per step id.
-    // Boxed: decoding the map then moves 32-byte entries rather than 470-byte ones, and a CLI
-    // process that decodes a 5,000-step execution builds it in 40% less time (issue 14.8).
+    // A state decoded from a snapshot of this build decodes each result when it is first read
+    // (`LazyResult`): a CLI call then pays only for the results it reads (issue 14.8).
     #[serde(default, deserialize_with = "crate::model::sorted_map::decode")]
-    pub step_results: BTreeMap<String, Box<StepResult>>,
+    #[schema(value_type = BTreeMap<String, StepResult>)]
+    pub step_results: BTreeMap<String, LazyResult>,
     /// Every gate run.
     #[serde(default)]
     pub gate_results: Vec<GateResult>,
@@ -827,12 +689,12 @@ impl ExecutionState {
 
     /// Result of a step, if it has one.
     pub fn result(&self, step_id: &str) -> Option<&StepResult> {
-        self.step_results.get(step_id).map(|r| &**r)
+        self.step_results.get(step_id).map(LazyResult::get)
     }
 
     /// Effective status of a step (`Pending` when it has no result).
     pub fn step_status(&self, step_id: &str) -> StepStatus {
-        self.step_results.get(step_id).map_or(StepStatus::Pending, |r| r.status)
+        self.step_results.get(step_id).map_or(StepStatus::Pending, LazyResult::status)
     }
 
     /// The current phase, or None once every phase is done.

@@ -200,7 +200,7 @@ impl Executions {
                 return Ok(Some(caught_up));
             }
         }
-        let decode = |json: &str| serde_json::from_str::<ExecutionState>(json);
+        let decode = snapshot::decode;
         let Some(loaded) =
             self.store.load_latest_with(task_id, decode).await.with_context(|| format!("loading {task_id}"))?
         else {

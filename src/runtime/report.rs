@@ -73,7 +73,7 @@ pub fn reports_for(state: &ExecutionState, pr_url: Option<&str>, page: &str) -> 
             });
         }
         ExecutionStatus::Failed => {
-            let failed_step = state.step_results.values().find(|r| r.status == StepStatus::Failed);
+            let failed_step = state.step_results.values().find(|r| r.status() == StepStatus::Failed);
             let failed_gate =
                 state.gate_results.iter().rev().find(|g| g.outcome() == crate::model::state::GateOutcome::Failed);
             let which = match (failed_step, failed_gate) {

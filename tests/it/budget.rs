@@ -219,5 +219,5 @@ fn a_retry_is_forecast_from_its_earlier_attempts_and_refused_before_it_starts() 
     let status = ws.status("budget-retry");
     assert_eq!(status["status"], "budget_exceeded");
     assert_eq!(status["counters"]["spend_usd"], 1.44);
-    assert_eq!(status["budget"]["attempts_usd"]["1.1"], serde_json::json!([1.44]));
+    assert_eq!(status["step_results"]["1.1"]["attempts_usd"], serde_json::json!([1.44]));
 }

@@ -93,7 +93,7 @@ fn a_retried_step_that_cost_more_than_its_forecast_is_refused_before_it_starts()
     ok(&mut s, &ceiling(2.0));
     ok(&mut s, &dispatched("1.1"));
     ok(&mut s, &costing("1.1", RecordStatus::Failed, 1.44));
-    assert_eq!(s.budget.attempts_usd["1.1"], vec![1.44]);
+    assert_eq!(s.step_results["1.1"].attempts_usd, vec![1.44]);
     ok(&mut s, &ev(EventKind::StepRetried { step_id: "1.1".into() }));
     assert!(dispatch_ids(&s).is_empty(), "the retry was offered");
     let err = crate::engine::budget::check_dispatch(&s, "1.1").unwrap_err();
@@ -110,7 +110,27 @@ fn a_retried_step_that_cost_more_than_its_forecast_is_refused_before_it_starts()
     ok(&mut s, &dispatched("1.1"));
     assert_eq!(s.budget.reserved_usd(), 1.44);
     ok(&mut s, &costing("1.1", RecordStatus::Complete, 0.5));
-    assert_eq!(s.budget.attempts_usd["1.1"], vec![1.44, 0.5]);
+    assert_eq!(s.step_results["1.1"].attempts_usd, vec![1.44, 0.5]);
+}
+
+#[test]
+fn an_older_states_attempt_costs_in_the_budget_still_forecast_a_retry_then_move_to_the_result() {
+    let mut s = started(vec![phase(1, vec![step("1.1", &[])])]);
+    ok(&mut s, &forecasted(&[("1.1", 0.25)], 0.25));
+    ok(&mut s, &ceiling(2.0));
+    ok(&mut s, &dispatched("1.1"));
+    ok(&mut s, &costing("1.1", RecordStatus::Failed, 1.44));
+    // Where a state saved before the results kept their attempts' costs holds them.
+    let costs = std::mem::take(&mut s.step_results.get_mut("1.1").unwrap().attempts_usd);
+    s.budget.attempts_usd.insert("1.1".into(), costs);
+    ok(&mut s, &ev(EventKind::StepRetried { step_id: "1.1".into() }));
+    let err = crate::engine::budget::check_dispatch(&s, "1.1").unwrap_err();
+    assert!(matches!(err, EngineError::OverBudget { forecast_usd, .. } if forecast_usd == 1.44), "{err}");
+    ok(&mut s, &raise(0.88));
+    ok(&mut s, &dispatched("1.1"));
+    ok(&mut s, &costing("1.1", RecordStatus::Complete, 0.5));
+    assert_eq!(s.step_results["1.1"].attempts_usd, vec![1.44, 0.5]);
+    assert!(s.budget.attempts_usd.is_empty(), "{:?}", s.budget.attempts_usd);
 }
 
 #[test]

@@ -1,0 +1,238 @@
+//! [`LazyResult`]: a step result as [`ExecutionState::step_results`] holds it, which a state
+//! decoded from a snapshot of this build decodes only when it is first read.
+//!
+//! Every CLI process that runs without a server decodes the whole newest snapshot of its
+//! execution, and most of a large one is the results of steps that are long done (4,560 of
+//! them at step 4,560 of a 5,000-step plan) which the call never reads: their allocation and
+//! first touch were a third of the call (issue 14.8). Inside `deferred` (what
+//! `model::snapshot::decode` uses for a snapshot written by a build with this build's model
+//! fingerprint) a result keeps its JSON text and its status, the one field read for every
+//! step (the phase tally, dependencies); the rest is decoded on first read. Everywhere else,
+//! and always for text from another build, a result is decoded in full as it is read, so a
+//! result that does not decode is the decoder's error, as for any other field.
+//!
+//! Reading a deferred result cannot fail: its text was written by this build's serializer
+//! from a [`StepResult`] (the snapshot's fingerprint says so), and the engine's property test
+//! (`engine::tests::props`) checks over random runs that every result of a snapshot reads
+//! back as the value written. Owns: the deferral flag (per thread,
+//! set only for the duration of one decode). Never: does IO, or hands out its text.
+//!
+//! [`ExecutionState::step_results`]: crate::model::state::ExecutionState::step_results
+
+use std::cell::Cell;
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::OnceLock;
+
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::value::RawValue;
+
+use crate::model::step_result::{StepResult, StepStatus};
+
+thread_local! {
+    /// Set while `deferred` runs: results decoded on this thread keep their text.
+    static DEFER: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `decode` with results left undecoded until read: what a snapshot written by this
+/// build is decoded with (see the module doc). `decode` must read `serde_json` text; the flag
+/// is restored when it returns or unwinds.
+pub(crate) fn deferred<T>(decode: impl FnOnce() -> T) -> T {
+    /// Puts the flag back as it was, on return or unwind.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            DEFER.set(self.0);
+        }
+    }
+    let _restore = Restore(DEFER.replace(true));
+    decode()
+}
+
+/// One step's latest result: decoded, or (decoded from a snapshot of this build) its JSON
+/// text and status until first read. Reads through [`Deref`] (`&StepResult`) and writes
+/// through [`DerefMut`] (which decodes it first); serializes as the [`StepResult`] it holds;
+/// equal when the results are.
+pub struct LazyResult {
+    /// The status the text holds, read at decode time (the decoded value's counts once there
+    /// is one). Not named `status`: inside this module that would hide the result's field.
+    text_status: StepStatus,
+    /// The text, until the value is decoded and then changed (`DerefMut` drops it).
+    text: Option<Box<RawValue>>,
+    /// The value, once decoded (at once for a result not deferred).
+    value: OnceLock<Box<StepResult>>,
+}
+
+/// The fields of a result's text read at decode time.
+#[derive(Deserialize)]
+struct Head {
+    status: StepStatus,
+}
+
+impl LazyResult {
+    /// A result held decoded.
+    pub fn new(result: StepResult) -> LazyResult {
+        LazyResult { text_status: result.status, text: None, value: OnceLock::from(Box::new(result)) }
+    }
+
+    /// The result's status, without decoding the rest of it.
+    pub fn status(&self) -> StepStatus {
+        self.value.get().map_or(self.text_status, |r| r.status)
+    }
+
+    /// The result, decoded on first read.
+    ///
+    /// # Panics
+    /// Never for a result built by [`LazyResult::new`] or decoded outside `deferred`; a
+    /// deferred one was written by this build's serializer (see the module doc).
+    pub fn get(&self) -> &StepResult {
+        self.value.get_or_init(|| {
+            let text = self.text.as_deref().map_or("", RawValue::get);
+            Box::new(serde_json::from_str(text).expect("a snapshot of this build's model decodes with it"))
+        })
+    }
+
+    /// Whether the result is held decoded (false until a deferred one is first read).
+    pub fn is_decoded(&self) -> bool {
+        self.value.get().is_some()
+    }
+
+    /// The result by value.
+    pub fn into_inner(self) -> StepResult {
+        self.get();
+        match self.value.into_inner() {
+            Some(result) => *result,
+            None => unreachable!("`get` has just set the value"),
+        }
+    }
+}
+
+impl Deref for LazyResult {
+    type Target = StepResult;
+
+    fn deref(&self) -> &StepResult {
+        self.get()
+    }
+}
+
+impl DerefMut for LazyResult {
+    fn deref_mut(&mut self) -> &mut StepResult {
+        self.get();
+        // The value may change from here on: the text no longer says what it is.
+        self.text = None;
+        match self.value.get_mut() {
+            Some(result) => result,
+            None => unreachable!("`get` has just set the value"),
+        }
+    }
+}
+
+impl From<StepResult> for LazyResult {
+    fn from(result: StepResult) -> LazyResult {
+        LazyResult::new(result)
+    }
+}
+
+impl Clone for LazyResult {
+    fn clone(&self) -> LazyResult {
+        LazyResult { text_status: self.text_status, text: self.text.clone(), value: self.value.clone() }
+    }
+}
+
+impl PartialEq for LazyResult {
+    fn eq(&self, other: &LazyResult) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl fmt::Debug for LazyResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.get().fmt(f)
+    }
+}
+
+impl Serialize for LazyResult {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.get().serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for LazyResult {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<LazyResult, D::Error> {
+        if !DEFER.get() {
+            return StepResult::deserialize(deserializer).map(LazyResult::new);
+        }
+        let text = Box::<RawValue>::deserialize(deserializer)?;
+        let Head { status } = serde_json::from_str(text.get()).map_err(D::Error::custom)?;
+        Ok(LazyResult { text_status: status, text: Some(text), value: OnceLock::new() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn result(step_id: &str, status: StepStatus) -> StepResult {
+        serde_json::from_value(serde_json::json!({
+            "step_id": step_id, "agent_name": "worker", "status": status, "attempt": 1,
+            "outcome": "done", "files_changed": ["a.rs"], "cost_usd": 0.25,
+        }))
+        .unwrap()
+    }
+
+    fn text_of(results: &[StepResult]) -> String {
+        let map: BTreeMap<&str, &StepResult> = results.iter().map(|r| (r.step_id.as_str(), r)).collect();
+        serde_json::to_string(&map).unwrap()
+    }
+
+    #[test]
+    fn a_deferred_result_keeps_its_status_and_reads_back_as_written() {
+        let written = vec![result("1.1", StepStatus::Complete), result("1.2", StepStatus::Failed)];
+        let text = text_of(&written);
+        let read: BTreeMap<String, LazyResult> = deferred(|| serde_json::from_str(&text)).unwrap();
+        assert!(read.values().all(|r| !r.is_decoded()));
+        assert_eq!(read["1.1"].status(), StepStatus::Complete);
+        assert_eq!(read["1.2"].status(), StepStatus::Failed);
+        assert!(read.values().all(|r| !r.is_decoded()), "the status alone decodes nothing else");
+        assert_eq!(*read["1.2"], written[1]);
+        assert!(read["1.2"].is_decoded());
+        assert_eq!(read["1.1"].clone().into_inner(), written[0]);
+    }
+
+    #[test]
+    fn outside_deferred_a_result_is_decoded_at_once_and_its_errors_are_the_decoders() {
+        let text = text_of(&[result("1.1", StepStatus::Complete)]);
+        let read: BTreeMap<String, LazyResult> = serde_json::from_str(&text).unwrap();
+        assert!(read["1.1"].is_decoded());
+        let err = serde_json::from_str::<BTreeMap<String, LazyResult>>(r#"{"1.1": {"step_id": "1.1"}}"#).unwrap_err();
+        assert!(err.to_string().contains("missing field"), "{err}");
+        // Deferred, a result without a status is refused at decode time too.
+        let err = deferred(|| serde_json::from_str::<BTreeMap<String, LazyResult>>(r#"{"1.1": {"step_id": "1.1"}}"#))
+            .unwrap_err();
+        assert!(err.to_string().contains("missing field `status`"), "{err}");
+    }
+
+    #[test]
+    fn a_write_drops_the_text_and_serializes_the_new_value() {
+        let text = text_of(&[result("1.1", StepStatus::Dispatched)]);
+        let mut read: BTreeMap<String, LazyResult> = deferred(|| serde_json::from_str(&text)).unwrap();
+        let r = read.get_mut("1.1").unwrap();
+        r.status = StepStatus::Complete;
+        r.outcome = "changed".into();
+        assert_eq!(r.status(), StepStatus::Complete);
+        let back: BTreeMap<String, StepResult> = serde_json::from_str(&serde_json::to_string(&read).unwrap()).unwrap();
+        assert_eq!(back["1.1"].outcome, "changed");
+        assert_eq!(back["1.1"].status, StepStatus::Complete);
+    }
+
+    #[test]
+    fn the_flag_is_only_set_inside_deferred_even_when_it_unwinds() {
+        assert!(!DEFER.get());
+        assert!(deferred(|| DEFER.get()));
+        let unwound = std::panic::catch_unwind(|| deferred(|| panic!("inside")));
+        assert!(unwound.is_err());
+        assert!(!DEFER.get());
+    }
+}
