@@ -321,3 +321,38 @@ fn a_server_snapshots_every_256_events_and_a_one_shot_process_every_64() {
         assert_eq!(loaded.snapshot.map(|s| s.seq), Some(due), "the one-shot record that made it due wrote it");
     });
 }
+
+/// Issue 14.8: a snapshot written by this build keeps its step results undecoded until read;
+/// one written by another build (another model fingerprint, or none) is decoded in full at
+/// load. So after an upgrade the CLI goes on from an older build's snapshot, and a result in
+/// it that the new build cannot decode is a clear error naming the snapshot, not a panic
+/// later.
+#[test]
+fn a_snapshot_from_another_build_is_decoded_in_full_and_a_result_it_cannot_read_is_an_error() {
+    let steps = usize::try_from(ONE_SHOT_SNAPSHOT_EVERY).unwrap() / 2 + 4;
+    let ws = started_with_steps("older", steps + 2);
+    drive_steps(&ws, "older", 1, 1..=steps);
+    let seq = stored(&ws, "older").snapshot.expect("a snapshot").seq;
+    let db = rusqlite::Connection::open(ws.data().join("baton.db")).unwrap();
+    let opening: String =
+        db.query_row("select substr(state_json, 1, 11) from snapshots where seq = ?1", [seq], |r| r.get(0)).unwrap();
+    assert_eq!(opening, r#"{"$model":""#, "this build's snapshot opens with its fingerprint");
+    // As another build wrote it: its first key is not this build's fingerprint.
+    db.execute(r#"update snapshots set state_json = '{"$other' || substr(state_json, 9) where seq = ?1"#, [seq])
+        .unwrap();
+    let next = execute_ok(&ws, "older", &["next"]);
+    assert!(stdout(&next).contains(&format!("1.{}", steps + 1)), "{}", stdout(&next));
+    let replay = ws.run(&["replay", "older"]);
+    assert!(stdout(&replay).contains("state matches the stored snapshot + journal: yes"), "{}", stdout(&replay));
+    // A result the build cannot read: the load fails at once, saying which snapshot.
+    db.execute(
+        r#"update snapshots set state_json = replace(state_json, '"attempt":1', '"attempt":"one"') where seq = ?1"#,
+        [seq],
+    )
+    .unwrap();
+    let out = ws.run(&["execute", "next", "--task-id", "older"]);
+    assert_ne!(code(&out), 0);
+    let err = stderr(&out);
+    assert!(err.contains(&format!("snapshot {seq} of older is unreadable")) && err.contains("\"one\""), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
