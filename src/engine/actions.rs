@@ -107,7 +107,7 @@ fn running_action(state: &ExecutionState) -> Action {
     }
     let Some(phase) = state.current() else {
         return Action::Complete {
-            message: "All phases complete; record `complete` to finalize the execution.".into(),
+            message: "All phases complete; run `baton execute complete` to finalize the execution.".into(),
             summary: completion_summary(state),
         };
     };

@@ -13,7 +13,7 @@ fn complete_needs_the_completed_event_and_is_final() {
     ok(&mut state, &record("1.1", RecordStatus::Complete));
     ok(&mut state, &record("2.1", RecordStatus::Complete));
     let Action::Complete { message, summary } = next_action(&state) else { panic!() };
-    assert!(message.contains("record `complete`"), "{message}");
+    assert!(message.contains("run `baton execute complete`"), "{message}");
     assert_eq!(summary, "t-1: 2/2 steps done, 0 gate runs, $0.02 spent.");
     assert_eq!(state.status, ExecutionStatus::Running);
     assert!(next_actions(&state).is_empty());
