@@ -83,16 +83,22 @@ fn a_retry_is_forecast_from_what_its_earlier_attempts_cost() {
     assert_eq!(retry_forecast_usd(0.25, &[f64::NAN, -1.0]), 0.25);
 }
 
-#[test]
-fn a_retried_step_that_cost_more_than_its_forecast_is_refused_before_it_starts() {
-    // The case: a $0.25 forecast, a first attempt that cost $1.44 and failed, a $2.00
-    // ceiling. Retried on the forecast it would have been launched ($1.44 + $0.25 fits) and
-    // ended at $2.88.
+/// One step forecast at $0.25 under a $2.00 ceiling, whose first attempt cost $1.44 and failed.
+fn failed_at_1_44() -> ExecutionState {
     let mut s = started(vec![phase(1, vec![step("1.1", &[])])]);
     ok(&mut s, &forecasted(&[("1.1", 0.25)], 0.25));
     ok(&mut s, &ceiling(2.0));
     ok(&mut s, &dispatched("1.1"));
     ok(&mut s, &costing("1.1", RecordStatus::Failed, 1.44));
+    s
+}
+
+#[test]
+fn a_retried_step_that_cost_more_than_its_forecast_is_refused_before_it_starts() {
+    // The case: a $0.25 forecast, a first attempt that cost $1.44 and failed, a $2.00
+    // ceiling. Retried on the forecast it would have been launched ($1.44 + $0.25 fits) and
+    // ended at $2.88.
+    let mut s = failed_at_1_44();
     assert_eq!(s.step_results["1.1"].attempts_usd, vec![1.44]);
     ok(&mut s, &ev(EventKind::StepRetried { step_id: "1.1".into() }));
     assert!(dispatch_ids(&s).is_empty(), "the retry was offered");
@@ -115,11 +121,7 @@ fn a_retried_step_that_cost_more_than_its_forecast_is_refused_before_it_starts()
 
 #[test]
 fn an_older_states_attempt_costs_in_the_budget_still_forecast_a_retry_then_move_to_the_result() {
-    let mut s = started(vec![phase(1, vec![step("1.1", &[])])]);
-    ok(&mut s, &forecasted(&[("1.1", 0.25)], 0.25));
-    ok(&mut s, &ceiling(2.0));
-    ok(&mut s, &dispatched("1.1"));
-    ok(&mut s, &costing("1.1", RecordStatus::Failed, 1.44));
+    let mut s = failed_at_1_44();
     // Where a state saved before the results kept their attempts' costs holds them.
     let costs = std::mem::take(&mut s.step_results.get_mut("1.1").unwrap().attempts_usd);
     s.budget.attempts_usd.insert("1.1".into(), costs);
