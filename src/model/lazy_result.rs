@@ -54,6 +54,7 @@ pub(crate) fn deferred<T>(decode: impl FnOnce() -> T) -> T {
 /// text and status until first read. Reads through [`Deref`] (`&StepResult`) and writes
 /// through [`DerefMut`] (which decodes it first); serializes as the [`StepResult`] it holds;
 /// equal when the results are.
+#[derive(Clone)]
 pub struct LazyResult {
     /// The status the text holds, read at decode time (the decoded value's counts once there
     /// is one). Not named `status`: inside this module that would hide the result's field.
@@ -131,12 +132,6 @@ impl DerefMut for LazyResult {
 impl From<StepResult> for LazyResult {
     fn from(result: StepResult) -> LazyResult {
         LazyResult::new(result)
-    }
-}
-
-impl Clone for LazyResult {
-    fn clone(&self) -> LazyResult {
-        LazyResult { text_status: self.text_status, text: self.text.clone(), value: self.value.clone() }
     }
 }
 

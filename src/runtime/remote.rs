@@ -64,17 +64,19 @@ pub async fn clone_of(data: &DataDir, name: &str, repo_url: &str) -> anyhow::Res
         if !dir.join(".git").exists() {
             // Cloned beside its place, then renamed: two executions starting at once never
             // see a half-made clone, and the loser of the rename uses the winner's. The
-            // temporary name is this call's own (process and call), so two clones at once in
-            // one server never share it (they did, and the second `git clone` failed on the
-            // first one's directory: seen in `replicas::takeover_through_claims_…`).
-            static CLONES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-            let call = CLONES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let tmp = dir.with_file_name(format!(".{name}.clone-{}-{call}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&tmp);
-            GitRepo::clone_from(&url, &tmp)?;
-            if std::fs::rename(&tmp, &dir).is_err() {
-                let _ = std::fs::remove_dir_all(&tmp);
-            }
+            // temporary directory is this call's own (`tempfile` makes a fresh name), so two
+            // clones at once in one server never share it (they did, and the second `git
+            // clone` failed on the first one's directory: seen in
+            // `replicas::takeover_through_claims_…`); a failed clone or a lost rename leaves
+            // nothing behind (the directory is removed when `tmp` drops).
+            let parent = dir.parent().context("a clone's directory has a parent")?;
+            std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+            let tmp = tempfile::Builder::new()
+                .prefix(&format!(".{name}.clone-"))
+                .tempdir_in(parent)
+                .with_context(|| format!("creating a temporary directory in {}", parent.display()))?;
+            GitRepo::clone_from(&url, tmp.path())?;
+            let _ = std::fs::rename(tmp.path(), &dir);
             return Ok(GitRepo::open(&dir)?);
         }
         let repo = GitRepo::open(&dir)?;
@@ -300,5 +302,18 @@ mod tests {
             b.expect("the second clone");
             assert!(data.repo_clone(&name).join(".git").exists());
         }
+    }
+
+    /// A clone that fails leaves no half-made temporary directory beside the clones.
+    #[tokio::test]
+    async fn a_failed_clone_leaves_nothing_behind() {
+        let dir = tempfile::TempDir::new().expect("a temp dir");
+        let data = DataDir::open(&dir.path().join("data")).expect("a data dir");
+        let missing = dir.path().join("no-such-remote").display().to_string();
+        clone_of(&data, "ghost", &missing).await.expect_err("cloning a missing remote fails");
+        let parent = data.repo_clone("ghost").parent().expect("a parent").to_path_buf();
+        let left: Vec<_> =
+            std::fs::read_dir(&parent).expect("the clones' directory").flatten().map(|e| e.file_name()).collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 }

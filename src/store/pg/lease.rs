@@ -66,8 +66,8 @@ impl Pg {
     ) -> Result<Vec<(String, i64)>, StoreError> {
         let (now, expires_at) = lease_window(now, ttl_secs)?;
         let mut tx = self.begin_write().await?;
-        let candidates = sqlx::query_as::<_, (String, i64, i64)>(
-            "select e.task_id, e.lease_epoch, coalesce(l.epoch, 0) from executions e \
+        let candidates = sqlx::query_as::<_, (String, i64)>(
+            "select e.task_id, e.lease_epoch from executions e \
              left join leases l on l.task_id = e.task_id \
              where e.status in ('running', 'gate_pending', 'gate_failed') \
              and exists (select 1 from specs s where s.task_id = e.task_id) \
@@ -84,7 +84,7 @@ impl Pg {
         .fetch_all(&mut *tx)
         .await?;
         let mut claimed = Vec::new();
-        for (task_id, highest, _) in candidates {
+        for (task_id, highest) in candidates {
             // The lease as it is now, not as the candidates' snapshot saw it. A replica that
             // claimed this execution and committed while this query waited for its row lock
             // wrote a lease row, not this execution row's lease condition: PostgreSQL
