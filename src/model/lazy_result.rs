@@ -12,7 +12,9 @@
 //! result that does not decode is the decoder's error, as for any other field.
 //!
 //! Reading a deferred result cannot fail: its text was written by this build's serializer
-//! from a [`StepResult`] (the snapshot's fingerprint says so), and the engine's property test
+//! from a [`StepResult`] (the snapshot's fingerprint says so) and has not changed since (its
+//! checksum says so: `model::snapshot` decodes text edited after it was written in full, so a
+//! result that no longer decodes is an error at load), and the engine's property test
 //! (`engine::tests::props`) checks over random runs that every result of a snapshot reads
 //! back as the value written. Owns: the deferral flag (per thread,
 //! set only for the duration of one decode). Never: does IO, or hands out its text.
@@ -86,7 +88,8 @@ impl LazyResult {
     ///
     /// # Panics
     /// Never for a result built by [`LazyResult::new`] or decoded outside `deferred`; a
-    /// deferred one was written by this build's serializer (see the module doc).
+    /// deferred one was written by this build's serializer and is unchanged since (see the
+    /// module doc).
     pub fn get(&self) -> &StepResult {
         self.value.get_or_init(|| {
             let text = self.text.as_deref().map_or("", RawValue::get);

@@ -13,9 +13,13 @@
 //! `serde_json::from_str::<ExecutionState>` reads both forms, because a field is left out
 //! only when serde's default for it, learned by decoding a record that names only the
 //! required fields, is exactly the value it holds. [`decode`] reads a snapshot quicker: the
-//! text opens with the model fingerprint of the build that wrote it (`{"$model":"…",…`, a key
-//! the state's decoder ignores), and a snapshot of this build's model leaves each step result
-//! undecoded until it is read (`model::lazy_result`). This module never does IO.
+//! text opens with the model fingerprint of the build that wrote it and a CRC-32 of the rest
+//! of the text (`{"$model":"…","$crc32":"…",…`, keys the state's decoder ignores), and a
+//! snapshot of this build's model whose text still matches its checksum leaves each step
+//! result undecoded until it is read (`model::lazy_result`). Text changed since it was written
+//! (edited by hand, damaged on disk) no longer matches and is decoded in full, so what no
+//! longer decodes is an error at load, never a panic at the first read. This module never
+//! does IO.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -29,6 +33,10 @@ use crate::model::state::{ExecutionState, StepResult};
 /// sources, `Cargo.lock` and the version, made by `build.rs`) as the first key.
 const OPENING: &str = concat!("{\"$model\":\"", env!("BATON_MODEL_FINGERPRINT"), "\"");
 
+/// The key that follows [`OPENING`]: the CRC-32 (8 lowercase hex digits) of every byte after
+/// its closing quote.
+const CHECKSUM_KEY: &str = ",\"$crc32\":\"";
+
 /// The smallest plan step a decoder accepts: only its required fields.
 const MINIMAL_STEP: &str = r#"{"step_id": "", "agent_name": "", "task_description": ""}"#;
 
@@ -36,7 +44,8 @@ const MINIMAL_STEP: &str = r#"{"step_id": "", "agent_name": "", "task_descriptio
 const MINIMAL_RESULT: &str = r#"{"step_id": "", "agent_name": "", "status": "pending", "attempt": 0}"#;
 
 /// `state` as snapshot text: its JSON with each plan step's and each step result's defaulted
-/// fields left out, opened by this build's model fingerprint (see the module doc); what
+/// fields left out, opened by this build's model fingerprint and the text's checksum (see the
+/// module doc); what
 /// [`decode`] (or `serde_json::from_str::<ExecutionState>`) reads back as a state equal to
 /// `state`.
 ///
@@ -62,13 +71,16 @@ pub fn encode(state: &ExecutionState) -> serde_json::Result<String> {
     // The state serializes as an object: its first key follows the opening brace.
     let rest = body.strip_prefix('{').unwrap_or(&body);
     let separator = if rest.starts_with('}') { "" } else { "," };
-    Ok(format!("{OPENING}{separator}{rest}"))
+    let mut checksum = crc32fast::Hasher::new();
+    checksum.update(separator.as_bytes());
+    checksum.update(rest.as_bytes());
+    Ok(format!("{OPENING}{CHECKSUM_KEY}{:08x}\"{separator}{rest}", checksum.finalize()))
 }
 
 /// The state a snapshot's text holds. A snapshot written by a build with this build's model
-/// fingerprint keeps its step results undecoded until each is read; any other text (an older
-/// build's snapshot, one without a fingerprint) is decoded in full, so what does not decode is
-/// this error.
+/// fingerprint, whose text matches its checksum, keeps its step results undecoded until each
+/// is read; any other text (an older build's snapshot, one without a fingerprint, one changed
+/// since it was written) is decoded in full, so what does not decode is this error.
 ///
 /// # Errors
 /// The text is not an [`ExecutionState`]'s JSON (serde's error names the line and column).
@@ -80,9 +92,17 @@ pub fn decode(text: &str) -> serde_json::Result<ExecutionState> {
     }
 }
 
-/// Whether `text` is a snapshot written by a build with this build's model fingerprint.
+/// Whether `text` is a snapshot written by a build with this build's model fingerprint and
+/// unchanged since: the rest of it matches the checksum it opens with.
 fn is_this_builds(text: &str) -> bool {
-    text.strip_prefix(OPENING).is_some_and(|rest| rest.starts_with([',', '}']))
+    let Some(rest) = text.strip_prefix(OPENING).and_then(|rest| rest.strip_prefix(CHECKSUM_KEY)) else {
+        return false;
+    };
+    let (Some(sum), Some(body)) = (rest.get(..8), rest.get(8..).and_then(|body| body.strip_prefix('"'))) else {
+        return false;
+    };
+    let written = sum.bytes().all(|b| b.is_ascii_hexdigit()).then(|| u32::from_str_radix(sum, 16).ok()).flatten();
+    body.starts_with([',', '}']) && written == Some(crc32fast::hash(body.as_bytes()))
 }
 
 /// The fields serde fills in when a `T` is decoded from `minimal` (a record of only its
@@ -192,6 +212,35 @@ mod tests {
         let broken = other.replacen(r#""attempt":1"#, r#""attempt":"one""#, 1);
         let err = decode(&broken).unwrap_err();
         assert!(err.to_string().contains("invalid type: string \"one\""), "{err}");
+    }
+
+    /// The flaw a fresh-clone tester found: a snapshot of this build edited by hand so that a
+    /// result no longer decoded loaded fine (its status still read), and `execute status` or
+    /// `replay` then panicked at the result's first read. Text that no longer matches its
+    /// checksum is decoded in full: an edit that still decodes is read as edited, one that
+    /// does not is an error at load.
+    #[test]
+    fn a_snapshot_of_this_build_changed_since_it_was_written_is_decoded_in_full() {
+        let state = state();
+        let snapshot = encode(&state).unwrap();
+        let broken = snapshot.replacen(r#""attempt":1"#, r#""attempt":"one""#, 1);
+        assert!(broken.starts_with(OPENING) && !is_this_builds(&broken));
+        let err = decode(&broken).unwrap_err();
+        assert!(err.to_string().contains("invalid type: string \"one\""), "{err}");
+
+        let edited = snapshot.replacen(r#""attempt":1"#, r#""attempt":2"#, 1);
+        let read = decode(&edited).unwrap();
+        assert!(read.step_results.values().all(|r| r.is_decoded()));
+        assert_eq!(read.step_results.values().map(|r| r.attempt).max(), Some(2));
+
+        // The checksum itself must be whole, hex and the text's.
+        let sum_at = OPENING.len() + CHECKSUM_KEY.len();
+        let sum = &snapshot[sum_at..sum_at + 8];
+        for bad in ["zzzzzzzz", "+0000000", "0000000", &format!("{sum}0")] {
+            let text = format!("{}{bad}{}", &snapshot[..sum_at], &snapshot[sum_at + 8..]);
+            assert!(!is_this_builds(&text), "{bad}");
+            assert_eq!(decode(&text).unwrap(), state, "{bad}");
+        }
     }
 
     #[test]

@@ -356,3 +356,52 @@ fn a_snapshot_from_another_build_is_decoded_in_full_and_a_result_it_cannot_read_
     assert!(err.contains(&format!("snapshot {seq} of older is unreadable")) && err.contains("\"one\""), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// A snapshot of this build changed after it was written (here a result edited by hand so
+/// that it no longer decodes) fails its checksum and is decoded in full: every command that
+/// loads it says which snapshot is unreadable and why, and none panics. (Found by a
+/// fresh-clone tester: before the checksum, such a snapshot loaded, and `execute status`,
+/// `status --json` and `replay` panicked at the result's first read.)
+#[test]
+fn a_snapshot_of_this_build_edited_by_hand_is_an_error_for_every_command_never_a_panic() {
+    let steps = usize::try_from(ONE_SHOT_SNAPSHOT_EVERY).unwrap() / 2 + 4;
+    let ws = started_with_steps("edited", steps + 2);
+    drive_steps(&ws, "edited", 1, 1..=steps);
+    let seq = stored(&ws, "edited").snapshot.expect("a snapshot").seq;
+    let db = rusqlite::Connection::open(ws.data().join("baton.db")).unwrap();
+    let changed = db
+        .execute(
+            r#"update snapshots set state_json = replace(state_json, '"attempt":1', '"attempt":"one"') where seq = ?1"#,
+            [seq],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    let opening: String =
+        db.query_row("select substr(state_json, 1, 11) from snapshots where seq = ?1", [seq], |r| r.get(0)).unwrap();
+    assert_eq!(opening, r#"{"$model":""#, "still this build's fingerprint");
+    for args in [
+        &["execute", "status", "--task-id", "edited"][..],
+        &["execute", "status", "--task-id", "edited", "--json"],
+        &["execute", "next", "--task-id", "edited"],
+        &[
+            "execute",
+            "dispatched",
+            "--task-id",
+            "edited",
+            "--step-id",
+            &format!("1.{}", steps + 1),
+            "--agent",
+            "worker",
+        ],
+        &["replay", "edited"],
+    ] {
+        let out = ws.run(args);
+        let err = stderr(&out);
+        assert!(!err.contains("panicked") && code(&out) != 101, "{args:?}: {err}");
+        assert_ne!(code(&out), 0, "{args:?}: {}", stdout(&out));
+        assert!(
+            err.contains(&format!("snapshot {seq} of edited is unreadable")) && err.contains("\"one\""),
+            "{args:?}: {err}"
+        );
+    }
+}
