@@ -186,8 +186,8 @@ mod tests {
     fn a_negative_zero_cost_keeps_its_sign() {
         let state = state();
         let back = decode(&encode(&state).unwrap()).unwrap();
-        assert!(back.step_results["1.2"].cost_usd.is_sign_negative());
-        assert!(!back.step_results["1.1"].cost_usd.is_sign_negative());
+        assert!(back.step_results.get("1.2").unwrap().cost_usd.is_sign_negative());
+        assert!(!back.step_results.get("1.1").unwrap().cost_usd.is_sign_negative());
     }
 
     #[test]
@@ -241,6 +241,32 @@ mod tests {
             assert!(!is_this_builds(&text), "{bad}");
             assert_eq!(decode(&text).unwrap(), state, "{bad}");
         }
+    }
+
+    /// `StepResults` is a sorted `Vec`, not a `BTreeMap`: whatever order the input has, and
+    /// whatever key it repeats, it decodes to the map a `BTreeMap` would hold (the last value
+    /// of a repeated key stands), and serializes in the same order.
+    #[test]
+    fn step_results_decode_any_order_as_a_btreemap_would() {
+        let result = |id: &str, attempt: u32| serde_json::json!({"step_id": id, "agent_name": "dev", "status": "complete", "attempt": attempt});
+        let text = serde_json::json!({}).to_string();
+        assert!(serde_json::from_str::<crate::model::state::StepResults>(&text).unwrap().is_empty());
+        // Out of order, and `1.2` twice: built by hand, as `json!` would sort and merge them.
+        let text = format!(
+            r#"{{"1.2": {}, "1.10": {}, "1.1": {}, "1.2": {}}}"#,
+            result("1.2", 1),
+            result("1.10", 1),
+            result("1.1", 1),
+            result("1.2", 3)
+        );
+        let lite: crate::model::state::StepResults = serde_json::from_str(&text).unwrap();
+        let tree: std::collections::BTreeMap<String, StepResult> = serde_json::from_str(&text).unwrap();
+        let keys: Vec<&str> = lite.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["1.1", "1.10", "1.2"]);
+        assert_eq!(lite.get("1.2").map(|r| r.attempt), Some(3), "the last value of a repeated key stands");
+        assert_eq!(serde_json::to_value(&lite).unwrap(), serde_json::to_value(&tree).unwrap());
+        let in_order = serde_json::to_string(&lite).unwrap();
+        assert!(in_order.find("\"1.10\"") < in_order.find("\"1.2\""), "{in_order}");
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Decoding a `BTreeMap` in one bulk build instead of one insertion per entry.
 //!
 //! serde decodes a `BTreeMap` by inserting each entry: a search from the root, a few key
-//! comparisons at every level. A state's per-step maps (`step_results`, the budget's
-//! `attempts_usd` and `forecasts`) hold one entry a step, and every CLI process that loads an
+//! comparisons at every level. The budget's per-step maps (`attempts_usd` and `forecasts`;
+//! the step results are a sorted `Vec`, `model::state::StepResults`) hold one entry a step,
+//! and every CLI process that loads an
 //! execution without a server decodes them (issue 14.8): at step 4,700 of a 5,000-step plan
 //! the searches were 15% of a `baton execute next`'s instructions. A `BTreeMap` is serialized
 //! in key order, so [`decode`] collects the entries and builds the map from them in one pass

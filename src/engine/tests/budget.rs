@@ -99,7 +99,7 @@ fn a_retried_step_that_cost_more_than_its_forecast_is_refused_before_it_starts()
     // ceiling. Retried on the forecast it would have been launched ($1.44 + $0.25 fits) and
     // ended at $2.88.
     let mut s = failed_at_1_44();
-    assert_eq!(s.step_results["1.1"].attempts_usd, vec![1.44]);
+    assert_eq!(s.step_results.get("1.1").unwrap().attempts_usd, vec![1.44]);
     ok(&mut s, &ev(EventKind::StepRetried { step_id: "1.1".into() }));
     assert!(dispatch_ids(&s).is_empty(), "the retry was offered");
     let err = crate::engine::budget::check_dispatch(&s, "1.1").unwrap_err();
@@ -116,7 +116,7 @@ fn a_retried_step_that_cost_more_than_its_forecast_is_refused_before_it_starts()
     ok(&mut s, &dispatched("1.1"));
     assert_eq!(s.budget.reserved_usd(), 1.44);
     ok(&mut s, &costing("1.1", RecordStatus::Complete, 0.5));
-    assert_eq!(s.step_results["1.1"].attempts_usd, vec![1.44, 0.5]);
+    assert_eq!(s.step_results.get("1.1").unwrap().attempts_usd, vec![1.44, 0.5]);
 }
 
 #[test]
@@ -131,7 +131,7 @@ fn an_older_states_attempt_costs_in_the_budget_still_forecast_a_retry_then_move_
     ok(&mut s, &raise(0.88));
     ok(&mut s, &dispatched("1.1"));
     ok(&mut s, &costing("1.1", RecordStatus::Complete, 0.5));
-    assert_eq!(s.step_results["1.1"].attempts_usd, vec![1.44, 0.5]);
+    assert_eq!(s.step_results.get("1.1").unwrap().attempts_usd, vec![1.44, 0.5]);
     assert!(s.budget.attempts_usd.is_empty(), "{:?}", s.budget.attempts_usd);
 }
 
