@@ -506,13 +506,37 @@ pub struct PlanAmendment {
 }
 
 /// A plan file that did not parse: the JSON path of the offending field and what was wrong.
+/// Displayed as `phases[0].steps[1]: missing field `agent_name` at line 4 column 9`; text
+/// that is not JSON at all as `not valid JSON: EOF while parsing a value at line 1 column 16`,
+/// and a document of the wrong shape as `the plan: invalid type: …` (no path to name).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{path}: {message}")]
+#[error("{}: {message}", self.subject())]
 pub struct PlanParseError {
-    /// JSON path such as `phases[0].steps[1].agent_name` (`.` for the document itself).
+    /// JSON path such as `phases[0].steps[1].agent_name` (`.` for the document itself, `?`
+    /// where the text stopped being JSON before a path was known).
     pub path: String,
     /// serde's description: missing field, invalid type, …
     pub message: String,
+    /// Whether the text is not JSON (a syntax error or an early end), rather than JSON of the
+    /// wrong shape.
+    pub syntax: bool,
+}
+
+impl PlanParseError {
+    fn from_serde(path: &serde_path_to_error::Path, err: &serde_json::Error) -> PlanParseError {
+        use serde_json::error::Category;
+        let syntax = matches!(err.classify(), Category::Syntax | Category::Eof);
+        PlanParseError { path: path.to_string(), message: err.to_string(), syntax }
+    }
+
+    /// What the error is about: the path, or the document when there is no path to name.
+    fn subject(&self) -> &str {
+        match self.path.as_str() {
+            _ if self.syntax => "not valid JSON",
+            "." | "?" | "" => "the plan",
+            path => path,
+        }
+    }
 }
 
 /// An unknown key found in a plan: kept verbatim, reported as a warning.
@@ -537,18 +561,12 @@ impl MachinePlan {
         // Editors on some platforms start UTF-8 files with a byte-order mark.
         let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let de = &mut serde_json::Deserializer::from_str(text);
-        serde_path_to_error::deserialize(de).map_err(|err| {
-            let path = err.path().to_string();
-            PlanParseError { path, message: err.into_inner().to_string() }
-        })
+        serde_path_to_error::deserialize(de).map_err(|err| PlanParseError::from_serde(err.path(), err.inner()))
     }
 
     /// Parses a plan from an already-parsed JSON value (same errors as [`MachinePlan::from_json`]).
     pub fn from_value(value: Value) -> Result<MachinePlan, PlanParseError> {
-        serde_path_to_error::deserialize(value).map_err(|err| {
-            let path = err.path().to_string();
-            PlanParseError { path, message: err.into_inner().to_string() }
-        })
+        serde_path_to_error::deserialize(value).map_err(|err| PlanParseError::from_serde(err.path(), err.inner()))
     }
 
     /// Keys of the plan that agent-baton does not define either: kept verbatim, reported as
@@ -642,6 +660,22 @@ mod tests {
         .unwrap_err();
         assert_eq!(err.path, "phases[0].steps[0]");
         assert!(err.message.contains("agent_name"), "{err}");
+    }
+
+    /// A fresh-clone tester's report: text that is not JSON read `.: expected ident …` or
+    /// `?: EOF while parsing …`, serde's empty paths as if they were fields.
+    #[test]
+    fn text_that_is_not_json_or_not_a_plan_says_so_without_an_empty_path() {
+        for (text, shown) in [
+            ("not json", "not valid JSON: expected ident at line 1 column 2"),
+            (r#"{"task_id": "x","#, "not valid JSON: EOF while parsing a value at line 1 column 16"),
+            ("[1, 2]", "the plan: invalid type: sequence, expected struct MachinePlan at line 1 column 0"),
+        ] {
+            let err = MachinePlan::from_json(text).unwrap_err();
+            assert_eq!(err.to_string(), shown, "{text}");
+        }
+        let err = MachinePlan::from_value(serde_json::json!("a plan")).unwrap_err();
+        assert!(err.to_string().starts_with("the plan: invalid type: string"), "{err}");
     }
 
     #[test]
