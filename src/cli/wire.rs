@@ -56,11 +56,17 @@ pub fn render(action: &Action, task_id: &str) -> String {
                     ensure_newline(&d.delegation_prompt)
                 );
             }
+            // Both commands, as a fresh-clone tester missed the first: without `dispatched`,
+            // `next --all` offers the step again while it runs. `--status` is optional
+            // (`complete` by default).
+            let (step, agent) = (shell_quote(&d.step_id), shell_quote(&d.agent_name));
             let _ = writeln!(
                 out,
-                "Record with: baton execute record --task-id {task} --step-id {} --agent {} --status complete|failed --outcome TEXT",
-                shell_quote(&d.step_id),
-                shell_quote(&d.agent_name)
+                "Mark dispatched with: baton execute dispatched --task-id {task} --step-id {step} --agent {agent}"
+            );
+            let _ = writeln!(
+                out,
+                "Record with: baton execute record --task-id {task} --step-id {step} --agent {agent} [--status complete|failed] --outcome TEXT"
             );
         }
         Action::Gate(g) => {

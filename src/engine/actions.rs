@@ -179,7 +179,9 @@ fn dispatch_action(state: &ExecutionState, phase: &PlanPhase, step: &PlanStep, i
         agent_model: step.model.clone(),
         step_type: step.step_type.clone(),
         attempt,
-        delegation_prompt: prompt::delegation_prompt(state, step),
+        // An action is what an outside orchestrator reads (`execute next`, `GET …/next`); Baton's
+        // own driver builds its agents' prompts itself (`runtime::driver::launch`).
+        delegation_prompt: prompt::delegation_prompt(state, step, prompt::Runner::Orchestrator),
         command: if step.is_automation() { step.command.clone() } else { String::new() },
         interactive: step.interactive,
         interact_max_turns: step.interactive.then(|| step.max_turns()),

@@ -10,7 +10,10 @@
 //! 5. `## Previous steps`: outcomes of the steps this one depends on (first 600 characters each);
 //! 6. `## Gate output`: when a failed gate re-dispatches the step, the command and its output;
 //! 7. `## Conversation so far` and `## Human reply`: continuation of an interactive step;
-//! 8. `## Worktree rules` and `## Protocol`: the lines an agent may emit.
+//! 8. the rules of where the agent works, which depend on who runs it ([`Runner`]):
+//!    `## Worktree rules` for Baton's own driver (a dedicated worktree, committed by Baton),
+//!    `## Working rules` for an outside orchestrator (it chooses where, and records the commit);
+//! 9. `## Protocol`: the lines an agent may emit.
 //!
 //! Building a prompt costs the size of the step and its direct dependencies, never the plan.
 //! The one exception is the goal evaluator's prompt ([`goal_prompt`]), which summarises the
@@ -36,8 +39,22 @@ fn list(out: &mut String, title: &str, items: &[String]) {
     out.push('\n');
 }
 
-/// Builds the delegation prompt for `step` of `state` (see the module doc for the template).
-pub fn delegation_prompt(state: &ExecutionState, step: &PlanStep) -> String {
+/// Who runs the agent a delegation prompt is for: the rules it works under differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runner {
+    /// Baton's own driver (`baton serve`, `execute run`): the agent works in a dedicated
+    /// worktree of the feature branch, and Baton commits what it changed.
+    Baton,
+    /// An outside orchestrator, reading DISPATCH from `execute next` or `GET …/next`: it
+    /// chooses where the agent works (the `isolation` hint asks for worktrees when steps run
+    /// in parallel) and records the result, with its commit, itself. Telling its agent that
+    /// Baton commits would leave the work uncommitted.
+    Orchestrator,
+}
+
+/// Builds the delegation prompt for `step` of `state`, for an agent that `runner` runs (see
+/// the module doc for the template).
+pub fn delegation_prompt(state: &ExecutionState, step: &PlanStep, runner: Runner) -> String {
     if goal::is_evaluation(step) && goal::condition(&state.plan).is_some() {
         return goal_prompt(state, step);
     }
@@ -112,12 +129,22 @@ pub fn delegation_prompt(state: &ExecutionState, step: &PlanStep) -> String {
         }
     }
 
+    out.push_str(match runner {
+        Runner::Baton => {
+            "## Worktree rules\n\
+             - You work in a dedicated git worktree of the execution's feature branch; the current directory is its root.\n\
+             - Change files only inside that worktree, and only under the allowed paths when any are listed; never touch blocked paths.\n\
+             - Do not commit, push, switch branches or rewrite history: Baton commits your changes when you finish.\n\n"
+        }
+        Runner::Orchestrator => {
+            "## Working rules\n\
+             - Work where your orchestrator started you: its checkout, or a worktree it made for this step.\n\
+             - Change files only under the allowed paths when any are listed; never touch blocked paths.\n\
+             - Do not push, switch branches or rewrite history. Your orchestrator records your result with Baton, with your commit when there is one.\n\n"
+        }
+    });
     out.push_str(
-        "## Worktree rules\n\
-         - You work in a dedicated git worktree of the execution's feature branch; the current directory is its root.\n\
-         - Change files only inside that worktree, and only under the allowed paths when any are listed; never touch blocked paths.\n\
-         - Do not commit, push, switch branches or rewrite history: Baton commits your changes when you finish.\n\n\
-         ## Protocol\n\
+        "## Protocol\n\
          End with a short summary of what you did. You may also write, each on its own line:\n\
          - `GATE_ADDITION: <command>` to propose an extra check for the phase's gate;\n\
          - `KNOWLEDGE_GAP: <what is missing>` when you lack information to finish;\n\

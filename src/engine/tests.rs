@@ -196,3 +196,24 @@ fn a_call_on_a_state_loaded_from_a_snapshot_decodes_only_the_results_it_reads() 
     assert_eq!(loaded.counters.steps_done, 31);
     assert_eq!(loaded.step_status("1.30"), StepStatus::Complete);
 }
+
+/// A fresh-clone tester's report: the DISPATCH an outside orchestrator reads told its agent
+/// "You work in a dedicated git worktree … Baton commits your changes", though nothing of the
+/// kind happens when an orchestrator runs the agent (it records the commit itself). The
+/// action's prompt is the orchestrator's; the prompt Baton's own driver writes keeps the
+/// worktree rules.
+#[test]
+fn a_dispatch_prompt_says_who_commits_by_who_runs_the_agent() {
+    use crate::engine::prompt::{delegation_prompt, Runner};
+    let state = started(vec![phase(1, vec![step("1.1", &[])])]);
+    let Action::Dispatch(d) = next_action(&state) else { panic!("a DISPATCH") };
+    assert!(d.delegation_prompt.contains("## Working rules"), "{}", d.delegation_prompt);
+    assert!(d.delegation_prompt.contains("Your orchestrator records your result"), "{}", d.delegation_prompt);
+    assert!(!d.delegation_prompt.contains("worktree of the execution"), "{}", d.delegation_prompt);
+    assert!(!d.delegation_prompt.contains("Baton commits"), "{}", d.delegation_prompt);
+    let step = &state.plan.phases[0].steps[0];
+    assert_eq!(d.delegation_prompt, delegation_prompt(&state, step, Runner::Orchestrator));
+    let driven = delegation_prompt(&state, step, Runner::Baton);
+    assert!(driven.contains("## Worktree rules") && driven.contains("Baton commits your changes"), "{driven}");
+    assert!(driven.contains("## Protocol") && d.delegation_prompt.contains("## Protocol"));
+}

@@ -148,7 +148,10 @@ impl Driver {
         report_env_copy(step_id, &env_copy);
         std::fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
         let prompt_path = run_dir.join("prompt.md");
-        write_atomic(&prompt_path, engine::prompt::delegation_prompt(state, step).as_bytes())?;
+        write_atomic(
+            &prompt_path,
+            engine::prompt::delegation_prompt(state, step, engine::prompt::Runner::Baton).as_bytes(),
+        )?;
         let automation = step.is_automation();
         let mut model = String::new();
         let mut env_from = Vec::new();
