@@ -34,15 +34,9 @@ pub(super) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 let target = dir.join("current.json");
                 let text = serde_json::to_string_pretty(&plan)?;
                 runtime::write_atomic(&target, text.as_bytes())?;
-                outln!(
-                    "plan {} is valid: {} phases, {} steps; saved as {}",
-                    plan.task_id,
-                    plan.phases.len(),
-                    plan.step_count(),
-                    target.display()
-                );
+                outln!("plan {} is valid: {}; saved as {}", plan.task_id, plan_size(&plan), target.display());
             } else {
-                outln!("plan {} is valid: {} phases, {} steps", plan.task_id, plan.phases.len(), plan.step_count());
+                outln!("plan {} is valid: {}", plan.task_id, plan_size(&plan));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -174,4 +168,10 @@ fn events(n: u64) -> String {
     } else {
         format!("{n} events")
     }
+}
+
+/// `1 phase, 2 steps`: a plan's size as `baton plan` reports it, each noun in its number.
+fn plan_size(plan: &crate::model::plan::MachinePlan) -> String {
+    let plural = |n: usize, noun: &str| if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") };
+    format!("{}, {}", plural(plan.phases.len(), "phase"), plural(plan.step_count(), "step"))
 }

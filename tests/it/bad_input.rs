@@ -23,6 +23,27 @@ fn a_malformed_plan_is_refused_naming_the_field() {
     assert!(!ws.data().join("baton.db").exists() || stdout(&ws.run(&["execute", "list"])).contains("no executions"));
 }
 
+/// A fresh-clone tester's report: a valid one-phase plan was "1 phases"; each noun now takes
+/// its number, and the saving form names where the plan went.
+#[test]
+fn a_valid_plan_reports_its_size_in_words_that_agree() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let step = |id: &str| serde_json::json!({"step_id": id, "agent_name": "a", "task_description": "x"});
+    let one = serde_json::json!({"task_id": "t1", "task_summary": "s",
+        "phases": [{"phase_id": 1, "name": "p", "steps": [step("1.1")]}]});
+    let plan = ws.write("one.json", &one.to_string());
+    let out = ws.run(&["plan", "--from", plan.to_str().unwrap(), "--check"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "plan t1 is valid: 1 phase, 1 step");
+    let two = serde_json::json!({"task_id": "t2", "task_summary": "s", "phases": [
+        {"phase_id": 1, "name": "p", "steps": [step("1.1"), step("1.2")]},
+        {"phase_id": 2, "name": "q", "steps": [step("2.1")]}]});
+    let plan = ws.write("two.json", &two.to_string());
+    let out = ws.run(&["plan", "--from", plan.to_str().unwrap()]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("plan t2 is valid: 2 phases, 3 steps; saved as "), "{}", stdout(&out));
+}
+
 #[test]
 fn an_invalid_plan_lists_every_problem() {
     let ws = Workspace::with_repo(&[("a", "a")]);
