@@ -72,9 +72,9 @@ pub(super) enum ApprovalCommand {
 pub(super) enum AuditCommand {
     /// Check the hash chain of an execution's journal and the signatures of its decisions.
     Verify {
-        /// Execution id.
-        #[arg(value_parser = NonEmptyStringValueParser::new())]
-        task_id: String,
+        /// Execution id (default: BATON_TASK_ID, then the active execution, as for `execute`).
+        #[arg(env = "BATON_TASK_ID", value_parser = NonEmptyStringValueParser::new())]
+        task_id: Option<String>,
     },
 }
 

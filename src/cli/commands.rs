@@ -46,6 +46,7 @@ pub(super) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Replay { task_id } => {
             with_executions(DataDir::open(&cli.data_dir)?, async |execs| {
+                let task_id = execs.resolve_task_id(task_id.as_deref()).await?;
                 let rebuilt = execs.replay(&task_id).await?;
                 let stored = execs.get(&task_id).await?;
                 let summary = execs.summary(&task_id).await?;
@@ -68,6 +69,7 @@ pub(super) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Audit { command: AuditCommand::Verify { task_id } } => {
             let data = DataDir::open(&cli.data_dir)?;
             with_executions(data.clone(), async |execs| {
+            let task_id = execs.resolve_task_id(task_id.as_deref()).await?;
             let report = execs.verify_chain(&task_id).await?;
             let chain_ok = report.ok;
             if report.ok {

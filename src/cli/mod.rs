@@ -89,9 +89,9 @@ enum Command {
     },
     /// Rebuild an execution from its journal and compare it with the stored state.
     Replay {
-        /// Execution id.
-        #[arg(value_parser = NonEmptyStringValueParser::new())]
-        task_id: String,
+        /// Execution id (default: BATON_TASK_ID, then the active execution, as for `execute`).
+        #[arg(env = "BATON_TASK_ID", value_parser = NonEmptyStringValueParser::new())]
+        task_id: Option<String>,
     },
     /// API tokens: create (and the user with its role), list, revoke.
     Token {

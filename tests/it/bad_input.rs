@@ -320,9 +320,9 @@ fn a_negative_number_or_an_empty_task_id_is_refused_as_that_value() {
             "invalid value '-2' for '--hours <HOURS>'",
         ),
         (&["token", "revoke", "-3"][..], "no active token with id -3"),
-        (&["replay", ""][..], "a value is required for '<TASK_ID>' but none was supplied"),
+        (&["replay", ""][..], "a value is required for '[TASK_ID]' but none was supplied"),
         (&["merge", ""][..], "a value is required for '<TASK_ID>' but none was supplied"),
-        (&["audit", "verify", ""][..], "a value is required for '<TASK_ID>' but none was supplied"),
+        (&["audit", "verify", ""][..], "a value is required for '[TASK_ID]' but none was supplied"),
     ] {
         let out = ws.run(args);
         assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
@@ -351,4 +351,30 @@ fn an_empty_token_list_says_so_and_one_event_is_singular() {
     assert_eq!(code(&ws.run(&recorded)), 0);
     let verified = stdout(&ws.run(&["audit", "verify", "one-event"]));
     assert!(verified.starts_with("journal of one-event: 2 events,"), "{verified}");
+}
+
+/// A fresh-clone tester's report: `replay` and `audit verify` required the task id while every
+/// `execute` command falls back to `BATON_TASK_ID`, then the active execution. They now do the
+/// same, and with neither they say what to pass (exit 2).
+#[test]
+fn replay_and_audit_verify_default_to_the_active_execution_like_execute() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    for args in [&["replay"][..], &["audit", "verify"]] {
+        let out = ws.run(args);
+        assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("no task id: pass --task-id, set BATON_TASK_ID"), "{args:?}: {}", stderr(&out));
+    }
+    let plan = ws.write("plan.json", &small_plan("active-1", ""));
+    let out = ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let replay = ws.run(&["replay"]);
+    assert_eq!(code(&replay), 0, "{}", stderr(&replay));
+    assert!(stdout(&replay).contains("of active-1") && stdout(&replay).contains("matches"), "{}", stdout(&replay));
+    let verify = ws.run(&["audit", "verify"]);
+    assert_eq!(code(&verify), 0, "{}", stderr(&verify));
+    assert!(stdout(&verify).contains("journal of active-1:"), "{}", stdout(&verify));
+    // An explicit id still wins (an empty one is refused by the parser: see above).
+    let out = ws.run(&["replay", "ghost"]);
+    assert_ne!(code(&out), 0);
+    assert!(stderr(&out).contains("ghost"), "{}", stderr(&out));
 }
