@@ -165,7 +165,12 @@ impl Executions {
         match self.store.create_execution(&state.task_id, &plan_json, &summary_of(&state), &now).await {
             Ok(()) => {}
             Err(StoreError::AlreadyExists { .. }) => {
-                return Err(BadInput(format!("an execution with task id {} already exists", state.task_id)).into())
+                let id = &state.task_id;
+                return Err(BadInput(format!(
+                    "an execution with task id {id} already exists: go on with it (`baton execute next --task-id {id}`), \
+                     or give the new plan another task_id"
+                ))
+                .into());
             }
             Err(e) => return Err(e).context("creating the execution"),
         }

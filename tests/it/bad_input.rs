@@ -378,3 +378,24 @@ fn replay_and_audit_verify_default_to_the_active_execution_like_execute() {
     assert_ne!(code(&out), 0);
     assert!(stderr(&out).contains("ghost"), "{}", stderr(&out));
 }
+
+/// `execute start` of a task id that exists is refused (exit 2), and the refusal says how to
+/// go on: the fresh-clone tester read "already exists" and had to guess. Nothing is journaled.
+#[test]
+fn starting_a_task_id_twice_is_refused_saying_how_to_go_on() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let plan = ws.write("plan.json", &small_plan("twice-1", ""));
+    let first = ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()]);
+    assert_eq!(code(&first), 0, "{}", stderr(&first));
+    let before = journal_len(&ws, "twice-1");
+    let again = ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()]);
+    assert_eq!(code(&again), 2, "{}", stderr(&again));
+    assert!(
+        stderr(&again).contains(
+            "an execution with task id twice-1 already exists: go on with it (`baton execute next --task-id twice-1`)"
+        ),
+        "{}",
+        stderr(&again)
+    );
+    assert_eq!(journal_len(&ws, "twice-1"), before);
+}
