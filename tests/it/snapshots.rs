@@ -322,6 +322,18 @@ fn a_server_snapshots_every_256_events_and_a_one_shot_process_every_64() {
     });
 }
 
+/// A run of `task_id` driven by the CLI past its first one-shot snapshot, with two steps left:
+/// the workspace, the steps done, the snapshot's seq and the database, open with rusqlite to
+/// edit that snapshot's row.
+fn past_a_snapshot(task_id: &str) -> (Workspace, usize, i64, rusqlite::Connection) {
+    let steps = usize::try_from(ONE_SHOT_SNAPSHOT_EVERY).unwrap() / 2 + 4;
+    let ws = started_with_steps(task_id, steps + 2);
+    drive_steps(&ws, task_id, 1, 1..=steps);
+    let seq = stored(&ws, task_id).snapshot.expect("a snapshot").seq;
+    let db = rusqlite::Connection::open(ws.data().join("baton.db")).unwrap();
+    (ws, steps, seq, db)
+}
+
 /// Issue 14.8: a snapshot written by this build keeps its step results undecoded until read;
 /// one written by another build (another model fingerprint, or none) is decoded in full at
 /// load. So after an upgrade the CLI goes on from an older build's snapshot, and a result in
@@ -329,11 +341,7 @@ fn a_server_snapshots_every_256_events_and_a_one_shot_process_every_64() {
 /// later.
 #[test]
 fn a_snapshot_from_another_build_is_decoded_in_full_and_a_result_it_cannot_read_is_an_error() {
-    let steps = usize::try_from(ONE_SHOT_SNAPSHOT_EVERY).unwrap() / 2 + 4;
-    let ws = started_with_steps("older", steps + 2);
-    drive_steps(&ws, "older", 1, 1..=steps);
-    let seq = stored(&ws, "older").snapshot.expect("a snapshot").seq;
-    let db = rusqlite::Connection::open(ws.data().join("baton.db")).unwrap();
+    let (ws, steps, seq, db) = past_a_snapshot("older");
     let opening: String =
         db.query_row("select substr(state_json, 1, 11) from snapshots where seq = ?1", [seq], |r| r.get(0)).unwrap();
     assert_eq!(opening, r#"{"$model":""#, "this build's snapshot opens with its fingerprint");
@@ -364,11 +372,7 @@ fn a_snapshot_from_another_build_is_decoded_in_full_and_a_result_it_cannot_read_
 /// `status --json` and `replay` panicked at the result's first read.)
 #[test]
 fn a_snapshot_of_this_build_edited_by_hand_is_an_error_for_every_command_never_a_panic() {
-    let steps = usize::try_from(ONE_SHOT_SNAPSHOT_EVERY).unwrap() / 2 + 4;
-    let ws = started_with_steps("edited", steps + 2);
-    drive_steps(&ws, "edited", 1, 1..=steps);
-    let seq = stored(&ws, "edited").snapshot.expect("a snapshot").seq;
-    let db = rusqlite::Connection::open(ws.data().join("baton.db")).unwrap();
+    let (ws, steps, seq, db) = past_a_snapshot("edited");
     let changed = db
         .execute(
             r#"update snapshots set state_json = replace(state_json, '"attempt":1', '"attempt":"one"') where seq = ?1"#,
