@@ -526,7 +526,16 @@ impl PlanParseError {
     fn from_serde(path: &serde_path_to_error::Path, err: &serde_json::Error) -> PlanParseError {
         use serde_json::error::Category;
         let syntax = matches!(err.classify(), Category::Syntax | Category::Eof);
-        PlanParseError { path: path.to_string(), message: err.to_string(), syntax }
+        let mut message = err.to_string();
+        // serde_json's words for a token that starts no JSON value (`not json` fails at its `o`,
+        // read as the start of `null`).
+        for jargon in ["expected ident", "expected value"] {
+            if let Some(rest) = message.strip_prefix(jargon).filter(|_| syntax) {
+                message = format!("expected a JSON value{rest}");
+                break;
+            }
+        }
+        PlanParseError { path: path.to_string(), message, syntax }
     }
 
     /// What the error is about: the path, or the document when there is no path to name.
@@ -667,7 +676,9 @@ mod tests {
     #[test]
     fn text_that_is_not_json_or_not_a_plan_says_so_without_an_empty_path() {
         for (text, shown) in [
-            ("not json", "not valid JSON: expected ident at line 1 column 2"),
+            ("not json", "not valid JSON: expected a JSON value at line 1 column 2"),
+            ("{\"task_id\": nope}", "not valid JSON: expected a JSON value at line 1 column 14"),
+            ("{\"task_id\": }", "not valid JSON: expected a JSON value at line 1 column 13"),
             (r#"{"task_id": "x","#, "not valid JSON: EOF while parsing a value at line 1 column 16"),
             ("[1, 2]", "the plan: invalid type: sequence, expected struct MachinePlan at line 1 column 0"),
         ] {
