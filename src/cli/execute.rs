@@ -369,6 +369,12 @@ fn print_status(state: &ExecutionState, paused: bool, parked: Option<&str>, json
     if let Some(why) = &state.failure {
         outln!("  reason: {why}");
     }
+    // What `execute next` would answer: after the last record an execution still reads
+    // `running` until `execute complete`, which the next action says (fresh-clone tester).
+    if !state.status.is_terminal() && !paused {
+        let next = engine::next_action(state);
+        outln!("  next: {} — {}", next.action_type().upper(), next.message());
+    }
     if let Some(why) = parked {
         outln!("  parked: {why}");
     }

@@ -31,9 +31,16 @@ fn an_orchestrator_drives_a_plan_to_complete_with_the_cli() {
     let rec = ws.run(&["execute", "record", "--step-id", "2.1", "--agent", "gamma", "--json"]);
     assert_eq!(json_of(&rec)["action_type"], "complete");
     assert_eq!(ws.status("orch-1")["status"], "running", "COMPLETE is an action; the status changes on `complete`");
+    // The text status says so (a fresh-clone tester read `running — 3/3 steps done` and
+    // wondered what was left).
+    let text = stdout(&ws.run(&["execute", "status"]));
+    assert!(text.contains("orch-1: running — 3/3 steps done"), "{text}");
+    assert!(text.contains("  next: COMPLETE — All phases complete; run `baton execute complete`"), "{text}");
     let done = ws.run(&["execute", "complete"]);
     assert_eq!(code(&done), 0, "{}", stderr(&done));
     assert_eq!(ws.status("orch-1")["status"], "complete");
+    let text = stdout(&ws.run(&["execute", "status"]));
+    assert!(text.contains("orch-1: complete — 3/3 steps done") && !text.contains("next:"), "{text}");
     let list = ws.run(&["execute", "list"]);
     assert!(stdout(&list).contains("orch-1  complete"), "{}", stdout(&list));
 }
