@@ -72,8 +72,12 @@ pub(super) enum ApprovalCommand {
 pub(super) enum AuditCommand {
     /// Check the hash chain of an execution's journal and the signatures of its decisions.
     Verify {
-        /// Execution id (default: BATON_TASK_ID, then the active execution, as for `execute`).
-        #[arg(env = "BATON_TASK_ID", value_parser = NonEmptyStringValueParser::new())]
+        /// Execution id (default: `--task-id`, BATON_TASK_ID, then the active execution, as for
+        /// `execute`).
+        #[arg(value_name = "TASK_ID", value_parser = NonEmptyStringValueParser::new())]
+        id: Option<String>,
+        /// Execution id, as the `execute` commands take it (the positional one wins).
+        #[arg(long, env = "BATON_TASK_ID", value_parser = NonEmptyStringValueParser::new())]
         task_id: Option<String>,
     },
 }

@@ -89,8 +89,12 @@ enum Command {
     },
     /// Rebuild an execution from its journal and compare it with the stored state.
     Replay {
-        /// Execution id (default: BATON_TASK_ID, then the active execution, as for `execute`).
-        #[arg(env = "BATON_TASK_ID", value_parser = NonEmptyStringValueParser::new())]
+        /// Execution id (default: `--task-id`, BATON_TASK_ID, then the active execution, as for
+        /// `execute`).
+        #[arg(value_name = "TASK_ID", value_parser = NonEmptyStringValueParser::new())]
+        id: Option<String>,
+        /// Execution id, as the `execute` commands take it (the positional one wins).
+        #[arg(long, env = "BATON_TASK_ID", value_parser = NonEmptyStringValueParser::new())]
         task_id: Option<String>,
     },
     /// API tokens: create (and the user with its role), list, revoke.

@@ -161,14 +161,17 @@ impl Executions {
     pub async fn create(&self, plan: MachinePlan) -> anyhow::Result<ExecutionState> {
         let now = clock::now_rfc3339();
         let plan_json = serde_json::to_string(&plan).context("serializing the plan")?;
+        let original = plan.clone();
         let state = engine::start(plan, &now).map_err(|e| BadInput(e.to_string()))?;
         match self.store.create_execution(&state.task_id, &plan_json, &summary_of(&state), &now).await {
             Ok(()) => {}
             Err(StoreError::AlreadyExists { .. }) => {
                 let id = &state.task_id;
+                let same = self.original_plan(id).await.ok().flatten().is_some_and(|stored| stored == original);
+                let which = if same { "with this plan" } else { "with a different plan" };
                 return Err(BadInput(format!(
-                    "an execution with task id {id} already exists: go on with it (`baton execute next --task-id {id}`), \
-                     or give the new plan another task_id"
+                    "an execution with task id {id} already exists {which}: go on with it \
+                     (`baton execute next --task-id {id}`), or give the new plan another task_id"
                 ))
                 .into());
             }

@@ -150,7 +150,7 @@ pub enum StoreError {
         task_id: String,
     },
     /// The execution does not exist.
-    #[error("execution {task_id} not found")]
+    #[error("no execution with task id {task_id}")]
     NotFound {
         /// The task id that was looked up.
         task_id: String,

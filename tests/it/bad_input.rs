@@ -373,10 +373,17 @@ fn replay_and_audit_verify_default_to_the_active_execution_like_execute() {
     let verify = ws.run(&["audit", "verify"]);
     assert_eq!(code(&verify), 0, "{}", stderr(&verify));
     assert!(stdout(&verify).contains("journal of active-1:"), "{}", stdout(&verify));
-    // An explicit id still wins (an empty one is refused by the parser: see above).
-    let out = ws.run(&["replay", "ghost"]);
-    assert_ne!(code(&out), 0);
-    assert!(stderr(&out).contains("ghost"), "{}", stderr(&out));
+    // An explicit id still wins (an empty one is refused by the parser: see above), given as
+    // the `execute` commands take it too; an unknown one reads the same for both commands.
+    for args in
+        [&["replay", "ghost"][..], &["replay", "--task-id", "ghost"], &["audit", "verify", "--task-id", "ghost"]]
+    {
+        let out = ws.run(args);
+        assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("no execution with task id ghost"), "{args:?}: {}", stderr(&out));
+    }
+    let replay = ws.run(&["replay", "--task-id", "active-1"]);
+    assert!(stdout(&replay).contains("of active-1"), "{}", stdout(&replay));
 }
 
 /// `execute start` of a task id that exists is refused (exit 2), and the refusal says how to
@@ -392,10 +399,16 @@ fn starting_a_task_id_twice_is_refused_saying_how_to_go_on() {
     assert_eq!(code(&again), 2, "{}", stderr(&again));
     assert!(
         stderr(&again).contains(
-            "an execution with task id twice-1 already exists: go on with it (`baton execute next --task-id twice-1`)"
+            "an execution with task id twice-1 already exists with this plan: go on with it \
+             (`baton execute next --task-id twice-1`)"
         ),
         "{}",
         stderr(&again)
     );
+    // The same task id with another plan says so.
+    let other = ws.write("other.json", &small_plan("twice-1", "And c."));
+    let changed = ws.run(&["execute", "start", "--plan", other.to_str().unwrap()]);
+    assert_eq!(code(&changed), 2, "{}", stderr(&changed));
+    assert!(stderr(&changed).contains("already exists with a different plan"), "{}", stderr(&changed));
     assert_eq!(journal_len(&ws, "twice-1"), before);
 }

@@ -469,7 +469,7 @@ async fn append_to_unknown_task_is_not_found(db: Fresh) {
     let store = db.store.clone();
     let err = store.append("ghost", &[ev("k1", "{}")], &summary("running", 1)).await.unwrap_err();
     assert!(matches!(&err, StoreError::NotFound { task_id } if task_id == "ghost"));
-    assert_eq!(err.to_string(), "execution ghost not found");
+    assert_eq!(err.to_string(), "no execution with task id ghost");
     assert!(matches!(store.events("ghost", 0).await.unwrap_err(), StoreError::NotFound { .. }));
 }
 
