@@ -45,6 +45,7 @@ pub(super) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             execute(data, command, json, cli.as_user.as_deref()).await
         }
         Command::Replay { id, task_id } => {
+            let json = cli.json;
             with_executions(DataDir::open(&cli.data_dir)?, async |execs| {
                 let task_id = execs.resolve_task_id(id.or(task_id).as_deref()).await?;
                 let rebuilt = execs.replay(&task_id).await?;
@@ -53,25 +54,47 @@ pub(super) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 let rebuilt_summary = runtime::executions::summary_of(&rebuilt);
                 let same_state = rebuilt.same_as(&stored);
                 let same_summary = summary.as_ref() == Some(&rebuilt_summary);
-                outln!(
-                    "replayed {} of {task_id}: status {}, {}/{} steps done",
-                    events(rebuilt.events_applied),
-                    rebuilt.status,
-                    rebuilt_summary.steps_done,
-                    rebuilt_summary.steps_total
-                );
-                outln!("state matches the stored snapshot + journal: {}", if same_state { "yes" } else { "NO" });
-                outln!("summary matches the stored summary: {}", if same_summary { "yes" } else { "NO" });
+                if json {
+                    let report = serde_json::json!({
+                        "task_id": task_id, "events": rebuilt.events_applied, "status": rebuilt.status,
+                        "steps_done": rebuilt_summary.steps_done, "steps_total": rebuilt_summary.steps_total,
+                        "state_matches": same_state, "summary_matches": same_summary,
+                    });
+                    outln!("{}", serde_json::to_string_pretty(&report)?);
+                } else {
+                    outln!(
+                        "replayed {} of {task_id}: status {}, {}/{} steps done",
+                        events(rebuilt.events_applied),
+                        rebuilt.status,
+                        rebuilt_summary.steps_done,
+                        rebuilt_summary.steps_total
+                    );
+                    outln!("state matches the stored snapshot + journal: {}", if same_state { "yes" } else { "NO" });
+                    outln!("summary matches the stored summary: {}", if same_summary { "yes" } else { "NO" });
+                }
                 Ok(if same_state && same_summary { ExitCode::SUCCESS } else { ExitCode::from(EXIT_FAILED) })
             })
             .await
         }
         Command::Audit { command: AuditCommand::Verify { id, task_id } } => {
+            let json = cli.json;
             let data = DataDir::open(&cli.data_dir)?;
             with_executions(data.clone(), async |execs| {
             let task_id = execs.resolve_task_id(id.or(task_id).as_deref()).await?;
             let report = execs.verify_chain(&task_id).await?;
             let chain_ok = report.ok;
+            let key = runtime::auth::ServerKey::load_or_create(&data)?;
+            let d = execs.verify_decisions(&key, &task_id).await?;
+            let code = if chain_ok && d.bad.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_FAILED) };
+            if json {
+                let out = serde_json::json!({
+                    "task_id": task_id, "events": report.events, "chain_intact": chain_ok,
+                    "first_bad_seq": report.first_bad_seq,
+                    "decisions": {"signed": d.signed, "unsigned": d.unsigned, "bad_seqs": d.bad},
+                });
+                outln!("{}", serde_json::to_string_pretty(&out)?);
+                return Ok(code);
+            }
             if report.ok {
                 outln!("journal of {task_id}: {}, hash chain intact", events(report.events));
             } else {
@@ -81,8 +104,6 @@ pub(super) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     report.first_bad_seq.map_or_else(|| "?".to_string(), |s| s.to_string())
                 );
             }
-            let key = runtime::auth::ServerKey::load_or_create(&data)?;
-            let d = execs.verify_decisions(&key, &task_id).await?;
             outln!(
                 "decisions: {} signed and verified, {} unsigned (recorded outside the server), {} with a BAD signature{}",
                 d.signed,
@@ -94,7 +115,7 @@ pub(super) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     format!(" (seq {})", d.bad.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))
                 }
             );
-            Ok(if chain_ok && d.bad.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_FAILED) })
+            Ok(code)
             })
             .await
         }

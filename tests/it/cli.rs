@@ -213,3 +213,41 @@ fn other_one_shot_commands_empty_a_long_wal_as_they_leave() {
         assert_eq!(wal_len(), 0, "{args:?} left a WAL of {} bytes", wal_len());
     }
 }
+
+/// `--json` is a global flag, but `replay` and `audit verify` printed text with it (a fresh-clone
+/// tester): both answer one JSON object now, with the same exit codes (4 when something does
+/// not match), so a script can read the verdict.
+#[test]
+fn replay_and_audit_verify_answer_json_with_the_same_verdicts() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let plan = ws.write("plan.json", &small_plan("json-1", ""));
+    assert_eq!(code(&ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()])), 0);
+    assert_eq!(code(&ws.run(&["execute", "record", "--step-id", "1.1", "--agent", "alpha"])), 0);
+    let replay = ws.run(&["replay", "--json"]);
+    assert_eq!(code(&replay), 0, "{}", stderr(&replay));
+    let r = json_of(&replay);
+    assert_eq!(
+        (r["task_id"].as_str(), r["events"].as_u64(), r["status"].as_str()),
+        (Some("json-1"), Some(1), Some("running"))
+    );
+    assert_eq!((r["steps_done"].as_u64(), r["steps_total"].as_u64()), (Some(1), Some(3)));
+    assert_eq!((r["state_matches"].as_bool(), r["summary_matches"].as_bool()), (Some(true), Some(true)));
+    let verify = ws.run(&["audit", "verify", "--json"]);
+    assert_eq!(code(&verify), 0, "{}", stderr(&verify));
+    let v = json_of(&verify);
+    assert_eq!((v["events"].as_u64(), v["chain_intact"].as_bool()), (Some(1), Some(true)));
+    assert!(v["first_bad_seq"].is_null(), "{v}");
+    assert_eq!(v["decisions"], serde_json::json!({"signed": 0, "unsigned": 0, "bad_seqs": []}));
+
+    // A journal changed behind Baton's back: the chain is broken at that entry, exit 4.
+    let db = rusqlite::Connection::open(ws.data().join("baton.db")).unwrap();
+    db.execute_batch(
+        "drop trigger execution_events_append_only;
+         update execution_events set payload = json_set(payload, '$.outcome', 'forged') where seq = 1;",
+    )
+    .unwrap();
+    let verify = ws.run(&["audit", "verify", "--json"]);
+    assert_eq!(code(&verify), 4, "{}", stderr(&verify));
+    let v = json_of(&verify);
+    assert_eq!((v["chain_intact"].as_bool(), v["first_bad_seq"].as_u64()), (Some(false), Some(1)), "{v}");
+}
