@@ -95,7 +95,10 @@ pub(super) async fn execute_with(
             let state = execs.get_shared(&task_id).await?;
             let paused = execs.is_paused(&task_id).await?;
             let parked = execs.park_reason(&task_id).await?;
-            print_status(&state, paused, parked.as_deref(), json)?;
+            // What `execute next` would answer: after the last record an execution still reads
+            // `running` until `execute complete`, which the next action says.
+            let next = if state.status.is_terminal() { None } else { Some(ops.peek_next_action(&state).await?) };
+            print_status(&state, paused, parked.as_deref(), next.as_ref(), json)?;
             Ok(ExitCode::SUCCESS)
         }
         ExecuteCommand::Pause { task } => {
@@ -346,7 +349,13 @@ async fn record_command(
     Ok(print_action(&done.next_action, &task_id, json))
 }
 
-fn print_status(state: &ExecutionState, paused: bool, parked: Option<&str>, json: bool) -> anyhow::Result<()> {
+fn print_status(
+    state: &ExecutionState,
+    paused: bool,
+    parked: Option<&str>,
+    next: Option<&crate::model::action::Action>,
+    json: bool,
+) -> anyhow::Result<()> {
     if json {
         let mut value = serde_json::to_value(state)?;
         if let Some(fields) = value.as_object_mut() {
@@ -369,10 +378,7 @@ fn print_status(state: &ExecutionState, paused: bool, parked: Option<&str>, json
     if let Some(why) = &state.failure {
         outln!("  reason: {why}");
     }
-    // What `execute next` would answer: after the last record an execution still reads
-    // `running` until `execute complete`, which the next action says (fresh-clone tester).
-    if !state.status.is_terminal() && !paused {
-        let next = engine::next_action(state);
+    if let Some(next) = next {
         outln!("  next: {} — {}", next.action_type().upper(), next.message());
     }
     if let Some(why) = parked {

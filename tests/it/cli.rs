@@ -15,6 +15,13 @@ fn an_orchestrator_drives_a_plan_to_complete_with_the_cli() {
     let start = ws.run(&["execute", "start", "--json"]);
     assert_eq!(code(&start), 0, "{}", stderr(&start));
     assert_eq!(json_of(&start)["action_type"], "dispatch");
+    // `status` names the action `next` would give, held back as `next` holds it while paused.
+    let text = stdout(&ws.run(&["execute", "status"]));
+    assert!(text.contains("  next: DISPATCH — Dispatch step 1.1 to alpha"), "{text}");
+    assert_eq!(code(&ws.run(&["execute", "pause"])), 0);
+    let text = stdout(&ws.run(&["execute", "status"]));
+    assert!(text.contains("  next: WAIT — execution orch-1 is paused by an operator"), "{text}");
+    assert_eq!(code(&ws.run(&["execute", "resume"])), 0);
     // The active task is used without --task-id.
     let all = ws.run(&["execute", "next", "--all", "--json"]);
     let wave = json_of(&all);

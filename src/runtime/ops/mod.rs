@@ -743,6 +743,15 @@ impl Ops {
         Ok(engine::next_actions(&state))
     }
 
+    /// What [`Ops::next_action`] answers for `state`, read only: the engine's next action,
+    /// held back as it is while the execution is paused; journals nothing (a quota wait that is
+    /// due still shows as its WAIT). For `execute status`.
+    ///
+    /// Errors: the database.
+    pub async fn peek_next_action(&self, state: &ExecutionState) -> Result<Action, OpsError> {
+        self.held(&state.task_id, engine::next_action(state)).await
+    }
+
     /// `action`, held back when it is a DISPATCH of a paused execution: a pause means no new
     /// dispatches through any door (the pool's driver stops; an external orchestrator is
     /// told to wait).
