@@ -76,9 +76,9 @@ pub(super) enum AuditCommand {
         /// `execute`).
         #[arg(value_name = "TASK_ID", value_parser = NonEmptyStringValueParser::new())]
         id: Option<String>,
-        /// Execution id, as the `execute` commands take it (the positional one wins).
-        #[arg(long, env = "BATON_TASK_ID", value_parser = NonEmptyStringValueParser::new())]
-        task_id: Option<String>,
+        /// `--task-id`, as the `execute` commands take it (the positional id wins).
+        #[command(flatten)]
+        task: Task,
     },
 }
 

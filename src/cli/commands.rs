@@ -44,10 +44,10 @@ pub(super) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let data = DataDir::open(&cli.data_dir)?;
             execute(data, command, json, cli.as_user.as_deref()).await
         }
-        Command::Replay { id, task_id } => {
+        Command::Replay { id, task } => {
             let json = cli.json;
             with_executions(DataDir::open(&cli.data_dir)?, async |execs| {
-                let task_id = execs.resolve_task_id(id.or(task_id).as_deref()).await?;
+                let task_id = execs.resolve_task_id(id.or(task.task_id).as_deref()).await?;
                 let rebuilt = execs.replay(&task_id).await?;
                 let stored = execs.get(&task_id).await?;
                 let summary = execs.summary(&task_id).await?;
@@ -76,11 +76,11 @@ pub(super) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             })
             .await
         }
-        Command::Audit { command: AuditCommand::Verify { id, task_id } } => {
+        Command::Audit { command: AuditCommand::Verify { id, task } } => {
             let json = cli.json;
             let data = DataDir::open(&cli.data_dir)?;
             with_executions(data.clone(), async |execs| {
-            let task_id = execs.resolve_task_id(id.or(task_id).as_deref()).await?;
+            let task_id = execs.resolve_task_id(id.or(task.task_id).as_deref()).await?;
             let report = execs.verify_chain(&task_id).await?;
             let chain_ok = report.ok;
             let key = runtime::auth::ServerKey::load_or_create(&data)?;

@@ -39,7 +39,7 @@ use clap::builder::NonEmptyStringValueParser;
 use clap::{Parser, Subcommand};
 
 use crate::runtime;
-use args::{AgentCommand, ApprovalCommand, AuditCommand, ExecuteCommand, TokenCommand};
+use args::{AgentCommand, ApprovalCommand, AuditCommand, ExecuteCommand, Task, TokenCommand};
 
 pub use args::{RunArgs, RunFlags};
 use commands::run;
@@ -93,9 +93,9 @@ enum Command {
         /// `execute`).
         #[arg(value_name = "TASK_ID", value_parser = NonEmptyStringValueParser::new())]
         id: Option<String>,
-        /// Execution id, as the `execute` commands take it (the positional one wins).
-        #[arg(long, env = "BATON_TASK_ID", value_parser = NonEmptyStringValueParser::new())]
-        task_id: Option<String>,
+        /// `--task-id`, as the `execute` commands take it (the positional id wins).
+        #[command(flatten)]
+        task: Task,
     },
     /// API tokens: create (and the user with its role), list, revoke.
     Token {
