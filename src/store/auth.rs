@@ -41,7 +41,10 @@ impl Store {
     /// [`StoreError::Sqlx`].
     pub async fn has_users(&self) -> Result<bool, StoreError> {
         let lite = on_backend!(self, pg => pg.has_users().await);
-        Ok(sqlx::query_scalar::<_, i64>("select 1 from users limit 1").fetch_optional(&lite.reader).await?.is_some())
+        Ok(sqlx::query_scalar::<_, i64>("select 1 from users limit 1")
+            .fetch_optional(&mut *lite.read().await?)
+            .await?
+            .is_some())
     }
 
     /// Creates `name` with `role`, or sets the role of an existing user; then adds a token
@@ -92,7 +95,7 @@ impl Store {
              where t.token_hash = ? and t.revoked_at is null",
         )
         .bind(token_hash)
-        .fetch_optional(&lite.reader)
+        .fetch_optional(&mut *lite.read().await?)
         .await?)
     }
 
@@ -107,7 +110,7 @@ impl Store {
              where t.token_hash = ? and t.revoked_at is null",
         )
         .bind(token_hash)
-        .fetch_optional(&lite.reader)
+        .fetch_optional(&mut *lite.read().await?)
         .await?;
         Ok(row.map(|(name, role, created_at, id)| (UserRow { name, role, created_at }, id)))
     }
@@ -125,7 +128,7 @@ impl Store {
         )
         .bind(token_id)
         .bind(name)
-        .fetch_optional(&lite.reader)
+        .fetch_optional(&mut *lite.read().await?)
         .await?)
     }
 
@@ -137,7 +140,7 @@ impl Store {
         let lite = on_backend!(self, pg => pg.user(name).await);
         Ok(sqlx::query_as::<_, UserRow>("select name, role, created_at from users where name = ?")
             .bind(name)
-            .fetch_optional(&lite.reader)
+            .fetch_optional(&mut *lite.read().await?)
             .await?)
     }
 
@@ -151,7 +154,7 @@ impl Store {
             "select t.token_id, t.user_name, u.role, t.label, t.created_at, t.revoked_at \
              from api_tokens t join users u on u.name = t.user_name order by t.token_id desc",
         )
-        .fetch_all(&lite.reader)
+        .fetch_all(&mut *lite.read().await?)
         .await?)
     }
 
@@ -199,7 +202,7 @@ impl Store {
         let lite = on_backend!(self, pg => pg.approval_link_used(link_id).await);
         Ok(sqlx::query_scalar::<_, i64>("select 1 from used_approval_links where link_id = ?")
             .bind(link_id)
-            .fetch_optional(&lite.reader)
+            .fetch_optional(&mut *lite.read().await?)
             .await?
             .is_some())
     }
@@ -234,7 +237,7 @@ impl Store {
             "select seq, signature from decision_signatures where task_id = ? order by seq",
         )
         .bind(task_id)
-        .fetch_all(&lite.reader)
+        .fetch_all(&mut *lite.read().await?)
         .await?)
     }
 }

@@ -37,7 +37,7 @@ impl Store {
                 sqlx::query_as::<_, CiWaitRow>(
                     "select task_id, phase_id, sha, until, done, total from execution_ci_waits order by task_id",
                 )
-                .fetch_all(&lite.reader)
+                .fetch_all(&mut *lite.read().await?)
                 .await?
             }
         };
@@ -61,7 +61,7 @@ impl Store {
             "select task_id, phase_id, sha, until, done, total from execution_ci_waits where task_id = ?",
         )
         .bind(task_id)
-        .fetch_optional(&lite.reader)
+        .fetch_optional(&mut *lite.read().await?)
         .await?)
     }
 }

@@ -66,7 +66,7 @@ impl Store {
         let lite = on_backend!(self, pg => pg.merge(task_id).await);
         Ok(sqlx::query_as::<_, MergeRow>("select * from merges where task_id = ?")
             .bind(task_id)
-            .fetch_optional(&lite.reader)
+            .fetch_optional(&mut *lite.read().await?)
             .await?)
     }
 
@@ -79,7 +79,7 @@ impl Store {
         Ok(sqlx::query_as::<_, MergeRow>(
             "select * from merges where state = 'opened' and pr_url != '' order by task_id",
         )
-        .fetch_all(&lite.reader)
+        .fetch_all(&mut *lite.read().await?)
         .await?)
     }
 
@@ -198,7 +198,7 @@ impl Store {
             "select key, state, error from forge_reports where spec_id = ? order by rowid",
         )
         .bind(spec_id)
-        .fetch_all(&lite.reader)
+        .fetch_all(&mut *lite.read().await?)
         .await?)
     }
 
@@ -220,7 +220,7 @@ impl Store {
              (select spec_id from forge_reports where state != 'posted' and attempts < 5)) order by s.spec_id",
         )
         .bind(since)
-        .fetch_all(&lite.reader)
+        .fetch_all(&mut *lite.read().await?)
         .await?)
     }
 }

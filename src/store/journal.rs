@@ -355,7 +355,7 @@ impl Store {
         Ok(sqlx::query_as::<_, StoredEvent>(&sql)
             .bind(task_id)
             .bind(idempotency_key)
-            .fetch_optional(&lite.reader)
+            .fetch_optional(&mut *lite.read().await?)
             .await?)
     }
 
@@ -457,7 +457,7 @@ impl Store {
         let lite = on_backend!(self, pg => pg.recorded_base(task_id).await);
         Ok(sqlx::query_as::<_, ExecutionBase>("select branch, base_sha from execution_bases where task_id = ?")
             .bind(task_id)
-            .fetch_optional(&lite.reader)
+            .fetch_optional(&mut *lite.read().await?)
             .await?)
     }
 
@@ -473,7 +473,7 @@ impl Store {
              from executions where task_id = ?",
         )
         .bind(task_id)
-        .fetch_optional(&lite.reader)
+        .fetch_optional(&mut *lite.read().await?)
         .await?)
     }
 
@@ -488,7 +488,7 @@ impl Store {
             "select task_id, status, current_phase, steps_done, steps_total, spend_usd, \
              created_at, updated_at, last_seq from executions order by rowid",
         )
-        .fetch_all(&lite.reader)
+        .fetch_all(&mut *lite.read().await?)
         .await?;
         Ok(rows
             .into_iter()

@@ -280,7 +280,7 @@ impl Store {
     #[tracing::instrument(level = "debug", skip_all, fields(task.id = %task_id))]
     pub async fn lease(&self, task_id: &str) -> Result<Option<LeaseInfo>, StoreError> {
         let lite = on_backend!(self, pg => pg.lease(task_id).await);
-        let mut conn = lite.reader.acquire().await?;
+        let mut conn = lite.read().await?;
         current_lease(&mut conn, task_id).await
     }
 
@@ -328,7 +328,7 @@ impl Store {
         let lite = on_backend!(self, pg => pg.active_task().await);
         Ok(sqlx::query_scalar::<_, String>("select value from settings where key = ?")
             .bind(ACTIVE_TASK_KEY)
-            .fetch_optional(&lite.reader)
+            .fetch_optional(&mut *lite.read().await?)
             .await?)
     }
 }

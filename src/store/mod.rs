@@ -96,11 +96,12 @@ pub enum Workload {
     /// connections, and single-event appends group-committed by the journal thread.
     #[default]
     Service,
-    /// A process that runs one command and exits (`baton execute next`, `record`, …): one read
-    /// connection, and appends made on the writer connection itself, so the process opens two
-    /// connections and starts no thread; as it leaves, it empties the WAL once that is longer
-    /// than a few dozen pages, so the next process finds a short one. PostgreSQL stores ignore
-    /// it.
+    /// A process that runs one command and exits (`baton execute next`, `record`, …): reads
+    /// and appends both made on the writer connection itself, so the process opens one
+    /// connection and starts no thread of its own (a read that finds the writer busy, a write
+    /// in flight on another task, opens one read connection); as it leaves, it empties the WAL
+    /// once that is longer than a few dozen pages, so the next process finds a short one.
+    /// PostgreSQL stores ignore it.
     OneShot,
 }
 
@@ -133,7 +134,9 @@ struct Lite {
     /// The write lock with the sqlx writer connection, where every general write transaction
     /// begins `IMMEDIATE`, and the journal thread that group-commits single-event appends.
     writer: Writer,
-    /// Read-only connections for loads, listings and chain verification.
+    /// Read-only connections for loads, listings and chain verification. A one-shot store's
+    /// pool connects only when a read finds the writer busy: it reads on the writer
+    /// connection ([`Lite::read`]).
     reader: SqlitePool,
     /// Last known chain head (seq, hash) per execution, from this process's appends. A hint
     /// only: the fast append path checks it in SQL and falls back when it is stale.
@@ -574,7 +577,12 @@ impl Store {
         // The writer is one long-lived connection to a local file, held rather than pooled
         // (see `writer`).
         let one_shot = workload == Workload::OneShot;
-        let writer_options = options.clone().create_if_missing(true);
+        let mut writer_options = options.clone().create_if_missing(true);
+        if one_shot {
+            // A one-shot process reads on its writer connection (`Lite::read`), so that one
+            // maps the file as the readers do.
+            writer_options = writer_options.pragma("mmap_size", READER_MMAP_BYTES);
+        }
         let writer = async {
             let mut conn = connect_writer(&writer_options).await.map_err(open_err)?;
             if !(one_shot && schema_is_current(&mut conn).await) {
@@ -582,26 +590,35 @@ impl Store {
             }
             Ok::<_, StoreError>(conn)
         };
-        // A one-shot process reads one thing at a time: one connection (a pool of more opens a
-        // second when a read follows the last one's release at once). Readers map the file
-        // (`mmap_size`): a snapshot of a large plan is a megabyte of overflow pages, read in
-        // place instead of copied page by page into each connection's cache.
-        let readers = if one_shot { 1 } else { READERS };
+        // Readers map the file (`mmap_size`): a snapshot of a large plan is a megabyte of
+        // overflow pages, read in place instead of copied page by page into each connection's
+        // cache.
         let reader_options = options.read_only(true).pragma("mmap_size", READER_MMAP_BYTES);
-        let reader = || {
+        let reader_pool = |max_connections| {
             // No idle timeout or lifetime, so sqlx starts no maintenance task: an idle
             // connection to a local file costs nothing to keep, and that task's loop over the
             // idle count never yields when the count reads below zero (sqlx 0.8 adds a
             // released connection to the count after another thread can already have taken
             // it), so it spun a worker for good and hung the runtime's shutdown (seen in
             // `baton merge` under `tests/it/crash_everywhere.rs`).
-            let pool = SqlitePoolOptions::new()
-                .max_connections(readers)
+            SqlitePoolOptions::new()
+                .max_connections(max_connections)
                 .test_before_acquire(false)
                 .idle_timeout(None)
-                .max_lifetime(None);
-            connect_retrying(pool, reader_options.clone())
+                .max_lifetime(None)
         };
+        if one_shot {
+            // A one-shot process reads on its writer connection while nothing else holds it
+            // (`Lite::read`): its one read connection is opened only if a read finds the
+            // writer busy (a write in flight on another task), which a one-shot command
+            // rarely does.
+            let conn = writer.await?;
+            let reader = reader_pool(1).connect_lazy_with(reader_options);
+            let heads = writer::Heads::default();
+            let writer = Writer::new(conn, db_path, heads.clone(), one_shot);
+            return Ok(Store { backend: Backend::Sqlite(Lite { writer, reader, heads }) });
+        }
+        let reader = || connect_retrying(reader_pool(READERS), reader_options.clone());
         // Read-only connections can open a file once the writer has created it and switched it
         // to WAL. An existing file was (every Baton database is created so), so its readers
         // connect while the writer connects and migrates (each connection parses the schema on
@@ -684,9 +701,99 @@ impl Lite {
         self.writer.begin().await
     }
 
-    /// Begins a read transaction on a reader connection: one consistent view of the file.
-    async fn begin_read(&self) -> Result<SqliteTransaction<'static>, StoreError> {
-        Ok(self.reader.begin().await?)
+    /// A connection to read on: the writer connection of a one-shot store while nothing holds
+    /// it ([`Writer::try_read`]), else one of the reader pool's.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`] when the pool cannot connect (or is closed).
+    async fn read(&self) -> Result<ReadConn, StoreError> {
+        Ok(match self.writer.try_read() {
+            Some(conn) => ReadConn::Writer(conn),
+            None => ReadConn::Pool(self.reader.acquire().await?),
+        })
+    }
+
+    /// Begins a read transaction (a deferred `BEGIN`: one consistent view of the file) on a
+    /// connection from [`Lite::read`].
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`] when the pool cannot connect or SQLite refuses to begin.
+    async fn begin_read(&self) -> Result<ReadTx, StoreError> {
+        Ok(match self.writer.try_read() {
+            Some(conn) => ReadTx::Writer(Writer::begin_read(conn).await?),
+            None => ReadTx::Pool(self.reader.begin().await?),
+        })
+    }
+}
+
+/// A connection to read on, from [`Lite::read`]; derefs to the connection, so it is used as
+/// `&mut *conn`.
+enum ReadConn {
+    /// The writer connection of a one-shot store, outside any transaction.
+    Writer(WriteTx),
+    /// One of the reader pool's.
+    Pool(sqlx::pool::PoolConnection<sqlx::Sqlite>),
+}
+
+impl std::ops::Deref for ReadConn {
+    type Target = SqliteConnection;
+
+    fn deref(&self) -> &SqliteConnection {
+        match self {
+            ReadConn::Writer(conn) => conn,
+            ReadConn::Pool(conn) => conn,
+        }
+    }
+}
+
+impl std::ops::DerefMut for ReadConn {
+    fn deref_mut(&mut self) -> &mut SqliteConnection {
+        match self {
+            ReadConn::Writer(conn) => conn,
+            ReadConn::Pool(conn) => conn,
+        }
+    }
+}
+
+/// A read transaction, from [`Lite::begin_read`]; derefs to its connection. Dropped without
+/// [`ReadTx::commit`], it rolls back.
+enum ReadTx {
+    /// On the writer connection of a one-shot store.
+    Writer(WriteTx),
+    /// On a connection of the reader pool.
+    Pool(SqliteTransaction<'static>),
+}
+
+impl ReadTx {
+    /// Ends the read transaction.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`] when SQLite refuses to end it.
+    async fn commit(self) -> Result<(), StoreError> {
+        match self {
+            ReadTx::Writer(tx) => tx.end_read().await,
+            ReadTx::Pool(tx) => Ok(tx.commit().await?),
+        }
+    }
+}
+
+impl std::ops::Deref for ReadTx {
+    type Target = SqliteConnection;
+
+    fn deref(&self) -> &SqliteConnection {
+        match self {
+            ReadTx::Writer(tx) => tx,
+            ReadTx::Pool(tx) => tx,
+        }
+    }
+}
+
+impl std::ops::DerefMut for ReadTx {
+    fn deref_mut(&mut self) -> &mut SqliteConnection {
+        match self {
+            ReadTx::Writer(tx) => tx,
+            ReadTx::Pool(tx) => tx,
+        }
     }
 }
 

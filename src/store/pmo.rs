@@ -330,7 +330,9 @@ impl Store {
     /// [`StoreError::Sqlx`].
     pub async fn list_projects(&self) -> Result<Vec<ProjectRow>, StoreError> {
         let lite = on_backend!(self, pg => pg.list_projects().await);
-        Ok(sqlx::query_as::<_, ProjectRow>("select * from projects order by name").fetch_all(&lite.reader).await?)
+        Ok(sqlx::query_as::<_, ProjectRow>("select * from projects order by name")
+            .fetch_all(&mut *lite.read().await?)
+            .await?)
     }
 
     /// One project.
@@ -341,7 +343,7 @@ impl Store {
         let lite = on_backend!(self, pg => pg.project(name).await);
         Ok(sqlx::query_as::<_, ProjectRow>("select * from projects where name = ?")
             .bind(name)
-            .fetch_optional(&lite.reader)
+            .fetch_optional(&mut *lite.read().await?)
             .await?)
     }
 
@@ -433,7 +435,7 @@ impl Store {
         let lite = on_backend!(self, pg => pg.spec(spec_id).await);
         Ok(sqlx::query_as::<_, SpecRow>(&format!("select {SPEC_COLUMNS} from specs where spec_id = ?"))
             .bind(spec_id)
-            .fetch_optional(&lite.reader)
+            .fetch_optional(&mut *lite.read().await?)
             .await?)
     }
 
@@ -445,7 +447,7 @@ impl Store {
         let lite = on_backend!(self, pg => pg.spec_of_execution(task_id).await);
         Ok(sqlx::query_as::<_, SpecRow>(&format!("select {SPEC_COLUMNS} from specs where task_id = ?"))
             .bind(task_id)
-            .fetch_optional(&lite.reader)
+            .fetch_optional(&mut *lite.read().await?)
             .await?)
     }
 
@@ -463,7 +465,7 @@ impl Store {
         .bind(&f.project)
         .bind(f.limit)
         .bind(f.offset)
-        .fetch_all(&lite.reader)
+        .fetch_all(&mut *lite.read().await?)
         .await?)
     }
 
@@ -647,7 +649,7 @@ impl Store {
              order by seq",
         )
         .bind(spec_id)
-        .fetch_all(&lite.reader)
+        .fetch_all(&mut *lite.read().await?)
         .await?)
     }
 
@@ -667,7 +669,7 @@ impl Store {
              where n <= ? order by agent_name, model, at desc, seq desc",
         )
         .bind(i64::try_from(per_key).unwrap_or(i64::MAX))
-        .fetch_all(&lite.reader)
+        .fetch_all(&mut *lite.read().await?)
         .await?)
     }
 }
@@ -702,7 +704,7 @@ impl Store {
         let lite = on_backend!(self, pg => pg.head_seq(task_id).await);
         Ok(sqlx::query_scalar::<_, i64>("select last_seq from executions where task_id = ?")
             .bind(task_id)
-            .fetch_optional(&lite.reader)
+            .fetch_optional(&mut *lite.read().await?)
             .await?)
     }
 
@@ -742,7 +744,7 @@ impl Store {
             "select (select n from board_rev where id = 1) || '|' || \
              (select count(*) || ':' || coalesce(sum(last_seq), 0) from executions)",
         )
-        .fetch_one(&lite.reader)
+        .fetch_one(&mut *lite.read().await?)
         .await?)
     }
 
@@ -761,7 +763,7 @@ impl Store {
         for s in statuses {
             query = query.bind(*s);
         }
-        Ok(query.fetch_one(&lite.reader).await?)
+        Ok(query.fetch_one(&mut *lite.read().await?).await?)
     }
 
     /// Parks an execution: paused, with `reason` (what a human must do before resuming, e.g.
@@ -795,7 +797,7 @@ impl Store {
         let lite = on_backend!(self, pg => pg.park_reason(task_id).await);
         Ok(sqlx::query_scalar::<_, String>("select value from settings where key = ?")
             .bind(format!("paused:{task_id}"))
-            .fetch_optional(&lite.reader)
+            .fetch_optional(&mut *lite.read().await?)
             .await?
             .filter(|v| v != "1"))
     }
@@ -820,7 +822,7 @@ impl Store {
         for s in statuses {
             query = query.bind(*s);
         }
-        Ok(query.fetch_all(&lite.reader).await?)
+        Ok(query.fetch_all(&mut *lite.read().await?).await?)
     }
 
     /// Whether an execution is paused.
@@ -831,7 +833,7 @@ impl Store {
         let lite = on_backend!(self, pg => pg.is_paused(task_id).await);
         Ok(sqlx::query_scalar::<_, i64>("select 1 from settings where key = ?")
             .bind(format!("paused:{task_id}"))
-            .fetch_optional(&lite.reader)
+            .fetch_optional(&mut *lite.read().await?)
             .await?
             .is_some())
     }

@@ -28,7 +28,7 @@ impl Store {
     pub async fn pr_polls(&self) -> Result<Vec<PrPollRow>, StoreError> {
         let lite = on_backend!(self, pg => pg.pr_polls().await);
         Ok(sqlx::query_as::<_, PrPollRow>("select task_id, sha, interval_ms, next_at from pr_polls order by task_id")
-            .fetch_all(&lite.reader)
+            .fetch_all(&mut *lite.read().await?)
             .await?)
     }
 

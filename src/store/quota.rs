@@ -34,7 +34,7 @@ impl Store {
             "select until, backoff_secs, reason from quota_accounts where account = ?",
         )
         .bind(account)
-        .fetch_optional(&lite.reader)
+        .fetch_optional(&mut *lite.read().await?)
         .await?;
         row.map(|(until, backoff_secs, reason)| {
             Ok(QuotaAccount { account: account.to_string(), until: parse_time(&until)?, backoff_secs, reason })

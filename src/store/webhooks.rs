@@ -73,7 +73,7 @@ impl Store {
             "select delivery_id, outcome from webhook_deliveries where source = ? order by received_at, delivery_id",
         )
         .bind(source)
-        .fetch_all(&lite.reader)
+        .fetch_all(&mut *lite.read().await?)
         .await?)
     }
 
@@ -86,7 +86,7 @@ impl Store {
         Ok(sqlx::query_scalar::<_, i64>("select rev from forge_item_revs where source = ? and url = ?")
             .bind(source)
             .bind(url)
-            .fetch_optional(&lite.reader)
+            .fetch_optional(&mut *lite.read().await?)
             .await?)
     }
 
@@ -122,7 +122,7 @@ impl Store {
                 "select * from projects where forge_repo != '' and lower(forge_repo) = lower(?) order by name",
             )
             .bind(name)
-            .fetch_all(&lite.reader)
+            .fetch_all(&mut *lite.read().await?)
             .await?;
             for r in rows {
                 if !out.iter().any(|p: &ProjectRow| p.name == r.name) {
@@ -145,7 +145,7 @@ impl Store {
         ))
         .bind(source)
         .bind(source_url)
-        .fetch_optional(&lite.reader)
+        .fetch_optional(&mut *lite.read().await?)
         .await?)
     }
 
@@ -163,7 +163,7 @@ impl Store {
             super::pmo::SPEC_COLUMNS
         ))
         .bind(source_key)
-        .fetch_optional(&lite.reader)
+        .fetch_optional(&mut *lite.read().await?)
         .await?)
     }
 
@@ -178,7 +178,7 @@ impl Store {
             "select spec_id, source, source_url from specs \
              where source_key = '' and source != 'board' and source_url != '' order by spec_id",
         )
-        .fetch_all(&lite.reader)
+        .fetch_all(&mut *lite.read().await?)
         .await?)
     }
 
@@ -247,7 +247,7 @@ impl Store {
             "select name, role, created_at from users where {column} != '' and lower({column}) = lower(?)"
         ))
         .bind(value)
-        .fetch_optional(&lite.reader)
+        .fetch_optional(&mut *lite.read().await?)
         .await?)
     }
 

@@ -242,6 +242,43 @@ async fn an_existing_empty_file_opens_as_a_fresh_database_for_both_workloads() {
     }
 }
 
+/// A one-shot store reads on its writer connection (issue 14.8: each connection is a thread,
+/// a parse of the schema and fresh memory in every CLI process), so a load opens no read
+/// connection; the writer maps the file as readers do. A read while a write holds that
+/// connection goes to the read pool instead of waiting for it, so it never deadlocks on the
+/// write lock; and a read transaction on the writer is not a durable commit.
+#[tokio::test]
+async fn a_one_shot_store_reads_on_its_writer_until_a_write_holds_it() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("baton.db");
+    let setup = Store::open(&path).await.unwrap();
+    created(&setup, "t1").await;
+    setup.close().await;
+
+    let store = Store::open_for(&path, Workload::OneShot).await.unwrap();
+    let loaded = store.load_latest("t1").await.unwrap().expect("t1 exists");
+    assert_eq!(loaded.summary, summary("pending", 0));
+    assert_eq!(store.summary("t1").await.unwrap(), Some(summary("pending", 0)));
+    assert!(store.verify_chain("t1").await.unwrap().ok);
+    assert_eq!(store.lite().reader.size(), 0, "no read connection was opened");
+    {
+        let mut writer = store.lite().writer.conn().await.unwrap();
+        assert_eq!(pragma(&mut writer, "mmap_size").await, READER_MMAP_BYTES, "the writer maps the file");
+        // The writer connection is held (as by a write in flight): the read does not wait.
+        let read = tokio::time::timeout(std::time::Duration::from_secs(5), store.summary("t1")).await;
+        assert_eq!(read.expect("a read never waits for the write lock").unwrap(), Some(summary("pending", 0)));
+        assert_eq!(store.lite().reader.size(), 1, "the held writer sent the read to the pool");
+    }
+    // After reads on the writer, a write still begins, commits and is read back.
+    store.append("t1", &[ev("k2", "{}")], &summary("running", 0)).await.unwrap();
+    assert_eq!(store.summary("t1").await.unwrap(), Some(summary("running", 0)));
+    store.close().await;
+
+    let service = Store::open(&path).await.unwrap();
+    assert!(service.lite().writer.try_read().is_none(), "a long-lived store reads on its pool");
+    service.close().await;
+}
+
 /// sqlx starts a pool's maintenance task only for a pool with an idle timeout or a lifetime;
 /// that task's loop could spin without yielding and hang the runtime's shutdown (`baton
 /// merge` under `tests/it/crash_everywhere.rs`), so the reader pools of both workloads have
