@@ -305,7 +305,10 @@ impl Executions {
 
     /// [`Executions::record`] by a lease holder: with `fence`, the append is refused
     /// ([`StoreError::Fenced`], inside the error) when the lease was taken over since, and
-    /// nothing is written. Every driver journals this way; [`is_fenced`] tells the refusal.
+    /// nothing is written. The same refusal replaces the engine's when the engine refuses the
+    /// event and the lease was taken over (the new holder's events conflict with the stale
+    /// state: a key it journaled first is a key conflict here). Every driver journals this
+    /// way; [`is_fenced`] tells the refusal.
     ///
     /// Errors: as [`Executions::record`], and the refusal.
     pub async fn record_fenced(
@@ -318,7 +321,18 @@ impl Executions {
             engine::recall_key(state, key, &earlier);
         }
         let now = clock::now_rfc3339();
-        let applied = engine::apply(state, &event, &now)?;
+        let applied = match engine::apply(state, &event, &now) {
+            Ok(applied) => applied,
+            Err(refused) => {
+                // A holder whose lease was taken over holds a stale state: the new holder's
+                // events (one under the same idempotency key, a step it finished) refuse its
+                // own. The lost lease, not the refusal, is what it must act on.
+                if let Some(fence) = fence {
+                    self.store.check_fence(&state.task_id, fence).await?;
+                }
+                return Err(refused.into());
+            }
+        };
         self.append_applied(state, event, &applied, fence, &now).await?;
         Ok(applied)
     }

@@ -284,6 +284,18 @@ impl Store {
         current_lease(&mut conn, task_id).await
     }
 
+    /// Whether `fence` is still `task_id`'s lease: `Ok` when its holder and epoch are the
+    /// lease's now, else [`StoreError::Fenced`] naming the lease now, the refusal an append
+    /// with that fence would get ([`Store::append_fenced`]). For a holder that must tell
+    /// whether something it was refused for comes from its lease having been taken over.
+    ///
+    /// # Errors
+    /// [`StoreError::Fenced`]; [`StoreError::Sqlx`] on database failure.
+    pub async fn check_fence(&self, task_id: &str, fence: &Fence) -> Result<(), StoreError> {
+        let current = self.lease(task_id).await?.map(|lease| (lease.holder, lease.epoch));
+        check_fence(task_id, fence, current)
+    }
+
     /// Points the active task pointer at `task_id`.
     ///
     /// # Errors

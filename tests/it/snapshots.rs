@@ -275,6 +275,68 @@ fn a_record_nobody_leases_takes_no_lease_and_a_driver_held_lease_still_refuses_i
     });
 }
 
+/// A driver paused past its lease (seen with SIGSTOP in `replicas.rs`) wakes with a stale
+/// state: the replica that took the execution over has journaled the step's outcome under the
+/// key the paused one records its own with. The paused driver must learn that it lost the
+/// lease (and stop as fenced out), not that its idempotency key was used for a different
+/// event; and it writes nothing.
+#[test]
+fn a_driver_whose_lease_was_taken_over_is_fenced_out_not_told_of_a_key_conflict() {
+    use baton::model::event::{Event, EventKind};
+    use baton::model::state::StepStatus;
+    use baton::store::{Fence, LeaseInfo};
+    let (_ws, data) = started("fenced-1");
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let paused = baton::runtime::executions::Executions::open(data.clone()).await.unwrap();
+        let taker = baton::runtime::executions::Executions::open(data).await.unwrap();
+        let store = paused.store().clone();
+        let holder = |id: &str| LeaseInfo {
+            holder: id.into(),
+            pid: 1,
+            host: "box".into(),
+            acquired_at: String::new(),
+            expires_at: String::new(),
+            epoch: 0,
+            home: String::new(),
+        };
+        // The paused replica's lease, taken an hour ago for ten seconds: long expired.
+        let an_hour_ago = (baton::clock::now() - chrono::Duration::hours(1)).to_rfc3339();
+        let epoch = store.acquire_lease("fenced-1", &holder("paused"), &an_hour_ago, 10).await.unwrap();
+        let fence = Fence { holder: "paused".into(), epoch };
+        let mut stale = paused.get("fenced-1").await.unwrap();
+        let dispatch = Event::new(EventKind::StepDispatched { step_id: "1.1".into(), agent_name: "alpha".into() });
+        paused.record_fenced(&mut stale, dispatch.by("driver"), Some(&fence)).await.unwrap();
+
+        // Another replica takes the lease over and records the step's outcome.
+        let now = baton::clock::now_rfc3339();
+        let taken = store.acquire_lease("fenced-1", &holder("taker"), &now, 600).await.unwrap();
+        assert!(taken > epoch, "a takeover moves the epoch");
+        let outcome = |status: &str| -> Event {
+            serde_json::from_value(serde_json::json!({
+                "kind": "step_recorded", "step_id": "1.1", "agent_name": "alpha", "status": status,
+                "outcome": format!("{status} here"), "idempotency_key": "record:fenced-1:1.1:1"
+            }))
+            .unwrap()
+        };
+        let mut current = taker.get("fenced-1").await.unwrap();
+        let taker_fence = Fence { holder: "taker".into(), epoch: taken };
+        taker.record_fenced(&mut current, outcome("complete"), Some(&taker_fence)).await.unwrap();
+        let before = store.load_latest("fenced-1").await.unwrap().unwrap().last_seq;
+
+        // The paused one wakes and records its own outcome of the same attempt.
+        let refused = paused.record_fenced(&mut stale, outcome("failed"), Some(&fence)).await.unwrap_err();
+        assert!(baton::runtime::executions::is_fenced(&refused), "not told it lost the lease: {refused:#}");
+        assert!(format!("{refused:#}").contains("taker"), "names who holds the lease now: {refused:#}");
+        assert_eq!(store.load_latest("fenced-1").await.unwrap().unwrap().last_seq, before, "nothing written");
+        let state = taker.get("fenced-1").await.unwrap();
+        assert_eq!(state.step_status("1.1"), StepStatus::Complete, "the new holder's outcome stands");
+
+        // Without a fence (a door that holds no lease), the engine's refusal is unchanged.
+        let unfenced = paused.record(&mut stale, outcome("failed")).await.unwrap_err();
+        assert!(!baton::runtime::executions::is_fenced(&unfenced), "{unfenced:#}");
+    });
+}
+
 /// Issue 14.8: a long-lived process snapshots every `SNAPSHOT_EVERY` events (it loads an
 /// execution once and catches up in memory), a one-shot process every
 /// `ONE_SHOT_SNAPSHOT_EVERY` (it loads on every call). A one-shot load that finds more events
