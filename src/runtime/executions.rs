@@ -167,8 +167,8 @@ impl Executions {
             Ok(()) => {}
             Err(StoreError::AlreadyExists { .. }) => {
                 let id = &state.task_id;
-                let same = self.original_plan(id).await.ok().flatten().is_some_and(|stored| stored == original);
-                let which = if same { "with this plan" } else { "with a different plan" };
+                let which =
+                    if self.started_with(id, &original).await? { "with this plan" } else { "with a different plan" };
                 return Err(BadInput(format!(
                     "an execution with task id {id} already exists {which}: go on with it \
                      (`baton execute next --task-id {id}`), or give the new plan another task_id"
@@ -217,8 +217,9 @@ impl Executions {
         let mut state = match loaded.snapshot {
             Some(snap) => snap.state.with_context(|| format!("snapshot {} of {task_id} is unreadable", snap.seq))?,
             None => {
-                let plan = stored_plan(loaded.plan_json.as_deref())?;
-                engine::start(plan, &loaded.created_at).map_err(|e| anyhow::anyhow!("stored plan: {e}"))?
+                let plan = stored_plan(task_id, loaded.plan_json.as_deref())?;
+                engine::start(plan, &loaded.created_at)
+                    .map_err(|e| anyhow::anyhow!("the plan stored with execution {task_id} does not start: {e}"))?
             }
         };
         state.reindex();
@@ -273,15 +274,26 @@ impl Executions {
     /// The plan an execution was created with (before any amendment), if it exists.
     pub async fn original_plan(&self, task_id: &str) -> anyhow::Result<Option<MachinePlan>> {
         let Some(loaded) = self.store.load(task_id).await? else { return Ok(None) };
-        let plan = stored_plan(loaded.plan_json.as_deref())?;
+        let plan = stored_plan(task_id, loaded.plan_json.as_deref())?;
         Ok(Some(plan))
+    }
+
+    /// Whether the execution `task_id` was started with exactly `plan` (its plan as created,
+    /// before any amendment); `false` when there is no such execution. What every door that
+    /// is given a plan for a task id that exists asks (`execute start`, `execute run
+    /// --plan`).
+    ///
+    /// Errors: the store's; a stored plan that no longer parses (an error, never taken for
+    /// a different plan).
+    pub async fn started_with(&self, task_id: &str, plan: &MachinePlan) -> anyhow::Result<bool> {
+        Ok(self.original_plan(task_id).await?.is_some_and(|stored| stored == *plan))
     }
 
     /// Rebuilds an execution from its plan and the whole journal (no snapshot).
     pub async fn replay(&self, task_id: &str) -> anyhow::Result<ExecutionState> {
         let loaded =
             self.store.load(task_id).await?.ok_or_else(|| BadInput(format!("no execution with task id {task_id}")))?;
-        let plan = stored_plan(loaded.plan_json.as_deref())?;
+        let plan = stored_plan(task_id, loaded.plan_json.as_deref())?;
         let events = self.store.events(task_id, 0).await?;
         let mut parsed = Vec::with_capacity(events.len());
         for ev in &events {
@@ -629,10 +641,14 @@ pub fn is_fenced(error: &anyhow::Error) -> bool {
     })
 }
 
-/// Parses the plan an execution was created with, as the store gave it.
-fn stored_plan(plan_json: Option<&str>) -> anyhow::Result<MachinePlan> {
-    let text = plan_json.ok_or_else(|| anyhow::anyhow!("stored plan: not loaded"))?;
-    MachinePlan::from_json(text).map_err(|e| anyhow::anyhow!("stored plan: {e}"))
+/// Parses the plan `task_id` was created with, as the store gave it.
+///
+/// Errors: the text was not loaded, or no longer parses (damaged on disk, edited by hand):
+/// "the plan stored with execution X is unreadable: …".
+fn stored_plan(task_id: &str, plan_json: Option<&str>) -> anyhow::Result<MachinePlan> {
+    let text = plan_json.ok_or_else(|| anyhow::anyhow!("the plan stored with execution {task_id} was not loaded"))?;
+    MachinePlan::from_json(text)
+        .map_err(|e| anyhow::anyhow!("the plan stored with execution {task_id} is unreadable: {e}"))
 }
 
 /// Gives every forge spec written before migration 0010 its item's key

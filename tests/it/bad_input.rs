@@ -411,4 +411,21 @@ fn starting_a_task_id_twice_is_refused_saying_how_to_go_on() {
     assert_eq!(code(&changed), 2, "{}", stderr(&changed));
     assert!(stderr(&changed).contains("already exists with a different plan"), "{}", stderr(&changed));
     assert_eq!(journal_len(&ws, "twice-1"), before);
+
+    // A stored plan that no longer parses (damaged on disk, edited by hand) is reported as
+    // such by both doors given a plan, never taken for a different plan.
+    let db = rusqlite::Connection::open(ws.data().join("baton.db")).unwrap();
+    db.execute("update execution_plans set plan_json = '{\"phases\": 1}' where task_id = 'twice-1'", []).unwrap();
+    drop(db);
+    for door in [&["execute", "start", "--plan"][..], &["execute", "run", "--plan"][..]] {
+        let out = ws.run(&[door, &[plan.to_str().unwrap()]].concat());
+        assert_ne!(code(&out), 0, "{door:?}");
+        assert!(
+            stderr(&out).contains("the plan stored with execution twice-1 is unreadable: "),
+            "{door:?}: {}",
+            stderr(&out)
+        );
+        assert!(!stderr(&out).contains("different plan"), "{door:?}: {}", stderr(&out));
+    }
+    assert_eq!(journal_len(&ws, "twice-1"), before);
 }

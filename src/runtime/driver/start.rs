@@ -82,8 +82,7 @@ pub async fn run(data: DataDir, args: RunOptions) -> anyhow::Result<RunOutcome> 
     let (state, meta) = match existing {
         Some(state) => {
             if let Some(plan) = &plan {
-                let stored = execs.original_plan(&task_id).await?;
-                if stored.as_ref() != Some(plan) {
+                if !execs.started_with(&task_id, plan).await? {
                     return Err(BadInput(format!(
                         "execution {task_id} already exists with a different plan: give the new plan another \
                          task_id, or resume this one with --task-id {task_id}"
