@@ -34,6 +34,19 @@ fn started_with_steps(task_id: &str, steps: usize) -> Workspace {
     ws
 }
 
+/// The lease holder `holder` (pid 1 on another machine) as a test takes a lease with it.
+fn lease_holder(holder: &str) -> baton::store::LeaseInfo {
+    baton::store::LeaseInfo {
+        holder: holder.into(),
+        pid: 1,
+        host: "another-machine".into(),
+        acquired_at: String::new(),
+        expires_at: String::new(),
+        epoch: 0,
+        home: String::new(),
+    }
+}
+
 /// Runs `execute <args…> --task-id <task_id>` and asserts it exits 0.
 fn execute_ok(ws: &Workspace, task_id: &str, args: &[&str]) -> std::process::Output {
     let out = ws.run(&[&["execute"], args, &["--task-id", task_id]].concat());
@@ -237,7 +250,6 @@ fn loads_share_the_cached_state_and_a_record_updates_it_without_a_copy() {
 #[test]
 fn a_record_nobody_leases_takes_no_lease_and_a_driver_held_lease_still_refuses_it() {
     use baton::model::event::{Event, EventKind};
-    use baton::store::LeaseInfo;
     let (_ws, data) = started("unleased-1");
     tokio::runtime::Runtime::new().unwrap().block_on(async {
         // Two processes' worth of services on one data directory, each with its own cache.
@@ -255,17 +267,8 @@ fn a_record_nobody_leases_takes_no_lease_and_a_driver_held_lease_still_refuses_i
         let store = first.store();
         assert!(store.verify_chain("unleased-1").await.unwrap().ok);
 
-        let driver = |holder: &str| LeaseInfo {
-            holder: holder.into(),
-            pid: 1,
-            host: "another-machine".into(),
-            acquired_at: String::new(),
-            expires_at: String::new(),
-            epoch: 0,
-            home: String::new(),
-        };
         let now = baton::clock::now_rfc3339();
-        let epoch = store.acquire_lease("unleased-1", &driver("another-machine:1:run"), &now, 600).await.unwrap();
+        let epoch = store.acquire_lease("unleased-1", &lease_holder("another-machine:1:run"), &now, 600).await.unwrap();
         assert_eq!(epoch, 1, "three records took no lease: the first lease ever taken has epoch 1");
 
         let budget = Event::new(EventKind::BudgetSet { ceiling_usd: Some(80.0), source: "test".into() }).by("test");
@@ -284,24 +287,15 @@ fn a_record_nobody_leases_takes_no_lease_and_a_driver_held_lease_still_refuses_i
 fn a_driver_whose_lease_was_taken_over_is_fenced_out_not_told_of_a_key_conflict() {
     use baton::model::event::{Event, EventKind};
     use baton::model::state::StepStatus;
-    use baton::store::{Fence, LeaseInfo};
+    use baton::store::Fence;
     let (_ws, data) = started("fenced-1");
     tokio::runtime::Runtime::new().unwrap().block_on(async {
         let paused = baton::runtime::executions::Executions::open(data.clone()).await.unwrap();
         let taker = baton::runtime::executions::Executions::open(data).await.unwrap();
         let store = paused.store().clone();
-        let holder = |id: &str| LeaseInfo {
-            holder: id.into(),
-            pid: 1,
-            host: "box".into(),
-            acquired_at: String::new(),
-            expires_at: String::new(),
-            epoch: 0,
-            home: String::new(),
-        };
         // The paused replica's lease, taken an hour ago for ten seconds: long expired.
         let an_hour_ago = (baton::clock::now() - chrono::Duration::hours(1)).to_rfc3339();
-        let epoch = store.acquire_lease("fenced-1", &holder("paused"), &an_hour_ago, 10).await.unwrap();
+        let epoch = store.acquire_lease("fenced-1", &lease_holder("paused"), &an_hour_ago, 10).await.unwrap();
         let fence = Fence { holder: "paused".into(), epoch };
         let mut stale = paused.get("fenced-1").await.unwrap();
         let dispatch = Event::new(EventKind::StepDispatched { step_id: "1.1".into(), agent_name: "alpha".into() });
@@ -309,7 +303,7 @@ fn a_driver_whose_lease_was_taken_over_is_fenced_out_not_told_of_a_key_conflict(
 
         // Another replica takes the lease over and records the step's outcome.
         let now = baton::clock::now_rfc3339();
-        let taken = store.acquire_lease("fenced-1", &holder("taker"), &now, 600).await.unwrap();
+        let taken = store.acquire_lease("fenced-1", &lease_holder("taker"), &now, 600).await.unwrap();
         assert!(taken > epoch, "a takeover moves the epoch");
         let outcome = |status: &str| -> Event {
             serde_json::from_value(serde_json::json!({
