@@ -62,9 +62,14 @@ pub(super) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     });
                     outln!("{}", serde_json::to_string_pretty(&report)?);
                 } else {
+                    // Starting journals no event (the state is the plan's): with none, say
+                    // so rather than "0 events", which read as if nothing was found.
+                    let through = match rebuilt.events_applied {
+                        0 => " (no event journaled yet)".to_owned(),
+                        n => format!(" and {} journaled since", events(n)),
+                    };
                     outln!(
-                        "replayed {} of {task_id}: status {}, {}/{} steps done",
-                        events(rebuilt.events_applied),
+                        "replayed {task_id} from its plan{through}: status {}, {}/{} steps done",
                         rebuilt.status,
                         rebuilt_summary.steps_done,
                         rebuilt_summary.steps_total

@@ -341,12 +341,15 @@ fn an_empty_token_list_says_so_and_one_event_is_singular() {
     assert_eq!(stdout(&out), "", "the listing itself stays empty for scripts");
     assert!(stderr(&out).contains("no tokens yet"), "{}", stderr(&out));
     ws.start_small_plan("one-event");
+    // Starting journals no event: replay says so, not "0 events" (read as nothing found).
+    let replayed = stdout(&ws.run(&["replay", "one-event"]));
+    assert!(replayed.starts_with("replayed one-event from its plan (no event journaled yet):"), "{replayed}");
     let dispatched = ["execute", "dispatched", "--task-id", "one-event", "--step-id", "1.1", "--agent", "alpha"];
     assert_eq!(code(&ws.run(&dispatched)), 0);
     let verified = stdout(&ws.run(&["audit", "verify", "one-event"]));
     assert!(verified.starts_with("journal of one-event: 1 event, hash chain intact"), "{verified}");
     let replayed = stdout(&ws.run(&["replay", "one-event"]));
-    assert!(replayed.starts_with("replayed 1 event of one-event:"), "{replayed}");
+    assert!(replayed.starts_with("replayed one-event from its plan and 1 event journaled since:"), "{replayed}");
     let recorded = ["execute", "record", "--task-id", "one-event", "--step-id", "1.1", "--agent", "alpha"];
     assert_eq!(code(&ws.run(&recorded)), 0);
     let verified = stdout(&ws.run(&["audit", "verify", "one-event"]));
@@ -369,7 +372,11 @@ fn replay_and_audit_verify_default_to_the_active_execution_like_execute() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let replay = ws.run(&["replay"]);
     assert_eq!(code(&replay), 0, "{}", stderr(&replay));
-    assert!(stdout(&replay).contains("of active-1") && stdout(&replay).contains("matches"), "{}", stdout(&replay));
+    assert!(
+        stdout(&replay).contains("replayed active-1 ") && stdout(&replay).contains("matches"),
+        "{}",
+        stdout(&replay)
+    );
     let verify = ws.run(&["audit", "verify"]);
     assert_eq!(code(&verify), 0, "{}", stderr(&verify));
     assert!(stdout(&verify).contains("journal of active-1:"), "{}", stdout(&verify));
@@ -383,7 +390,7 @@ fn replay_and_audit_verify_default_to_the_active_execution_like_execute() {
         assert!(stderr(&out).contains("no execution with task id ghost"), "{args:?}: {}", stderr(&out));
     }
     let replay = ws.run(&["replay", "--task-id", "active-1"]);
-    assert!(stdout(&replay).contains("of active-1"), "{}", stdout(&replay));
+    assert!(stdout(&replay).contains("replayed active-1 "), "{}", stdout(&replay));
 }
 
 /// `execute start` of a task id that exists is refused (exit 2), and the refusal says how to
