@@ -240,6 +240,13 @@ async fn the_cli_loop_gets_the_step_again_once_the_wait_is_over() {
     assert!(matches!(app.ops.next_action("quota-4").await.unwrap(), Action::Wait { until: Some(_), .. }));
 
     clock.advance(chrono::Duration::minutes(1));
+    // `execute status` peeks, read only: the wait that is due shows as the step again, and
+    // nothing is journaled by looking.
+    let seen = app.ops.get("quota-4").await.unwrap();
+    let Action::Dispatch(peeked) = app.ops.peek_next_action(&seen).await.unwrap() else { panic!("peek: no dispatch") };
+    assert_eq!((peeked.step_id.as_str(), peeked.attempt), ("1.1", 2));
+    let journaled = app.execs.store().events("quota-4", 0).await.unwrap();
+    assert!(journaled.iter().all(|e| e.kind != "quota_resumed"), "peeking journaled nothing");
     let Action::Dispatch(d) = app.ops.next_action("quota-4").await.unwrap() else { panic!("no dispatch") };
     assert_eq!((d.step_id.as_str(), d.attempt), ("1.1", 2));
     let kinds: Vec<String> =

@@ -701,14 +701,7 @@ impl Ops {
     /// after the WAIT that named the time. A driver holding the execution resumes its waits
     /// itself: when the lease cannot be had at once, `state` is returned as it is.
     async fn with_due_quota_resumed(&self, state: std::sync::Arc<ExecutionState>) -> std::sync::Arc<ExecutionState> {
-        let now = self.clock.now();
-        let due = |s: &ExecutionState| -> Vec<crate::model::state::QuotaWait> {
-            s.quota_waits
-                .iter()
-                .filter(|w| chrono::DateTime::parse_from_rfc3339(&w.until).map_or(true, |t| t <= now))
-                .cloned()
-                .collect()
-        };
+        let due = |s: &ExecutionState| self.due_quota_waits(s);
         if due(&state).is_empty() {
             return state;
         }
@@ -744,12 +737,39 @@ impl Ops {
     }
 
     /// What [`Ops::next_action`] answers for `state`, read only: the engine's next action,
-    /// held back as it is while the execution is paused; journals nothing (a quota wait that is
-    /// due still shows as its WAIT). For `execute status`.
+    /// held back as it is while the execution is paused; journals nothing. A quota wait that
+    /// is due shows as what follows it (the step again), as `next_action` would answer after
+    /// journaling its resumption. For `execute status`.
     ///
     /// Errors: the database.
     pub async fn peek_next_action(&self, state: &ExecutionState) -> Result<Action, OpsError> {
-        self.held(&state.task_id, engine::next_action(state)).await
+        let due = self.due_quota_waits(state);
+        if due.is_empty() {
+            return self.held(&state.task_id, engine::next_action(state)).await;
+        }
+        // What `next_action` would answer once it resumed the due waits: the same events
+        // applied to a copy, journaled nowhere.
+        let mut preview = state.clone();
+        let now = self.clock.now().to_rfc3339();
+        for w in due {
+            let event = Event::new(EventKind::QuotaResumed { step_id: w.step_id }).by("baton");
+            if engine::apply(&mut preview, &event, &now).is_err() {
+                return self.held(&state.task_id, engine::next_action(state)).await;
+            }
+        }
+        self.held(&state.task_id, engine::next_action(&preview)).await
+    }
+
+    /// `state`'s quota waits whose reset time has passed on the service's clock (a wait whose
+    /// time does not parse counts as due: nothing else would ever end it).
+    fn due_quota_waits(&self, state: &ExecutionState) -> Vec<crate::model::state::QuotaWait> {
+        let now = self.clock.now();
+        state
+            .quota_waits
+            .iter()
+            .filter(|w| chrono::DateTime::parse_from_rfc3339(&w.until).map_or(true, |t| t <= now))
+            .cloned()
+            .collect()
     }
 
     /// `action`, held back when it is a DISPATCH of a paused execution: a pause means no new
