@@ -708,8 +708,8 @@ impl Lite {
     /// [`StoreError::Sqlx`] when the pool cannot connect (or is closed).
     async fn read(&self) -> Result<ReadConn, StoreError> {
         Ok(match self.writer.try_read() {
-            Some(conn) => ReadConn::Writer(conn),
-            None => ReadConn::Pool(self.reader.acquire().await?),
+            Some(conn) => Read::Writer(conn),
+            None => Read::Pool(self.reader.acquire().await?),
         })
     }
 
@@ -720,49 +720,28 @@ impl Lite {
     /// [`StoreError::Sqlx`] when the pool cannot connect or SQLite refuses to begin.
     async fn begin_read(&self) -> Result<ReadTx, StoreError> {
         Ok(match self.writer.try_read() {
-            Some(conn) => ReadTx::Writer(Writer::begin_read(conn).await?),
-            None => ReadTx::Pool(self.reader.begin().await?),
+            Some(conn) => Read::Writer(conn.begin_read().await?),
+            None => Read::Pool(self.reader.begin().await?),
         })
     }
 }
 
-/// A connection to read on, from [`Lite::read`]; derefs to the connection, so it is used as
-/// `&mut *conn`.
-enum ReadConn {
-    /// The writer connection of a one-shot store, outside any transaction.
+/// Something to read on: the writer connection of a one-shot store ([`Writer::try_read`]),
+/// or `P` from the reader pool. Derefs to the connection, so it is used as `&mut *conn`.
+enum Read<P> {
+    /// The writer connection of a one-shot store: outside any transaction in a [`ReadConn`],
+    /// in a deferred `BEGIN` in a [`ReadTx`].
     Writer(WriteTx),
-    /// One of the reader pool's.
-    Pool(sqlx::pool::PoolConnection<sqlx::Sqlite>),
+    /// The reader pool's connection or transaction.
+    Pool(P),
 }
 
-impl std::ops::Deref for ReadConn {
-    type Target = SqliteConnection;
+/// A connection to read on, from [`Lite::read`].
+type ReadConn = Read<sqlx::pool::PoolConnection<sqlx::Sqlite>>;
 
-    fn deref(&self) -> &SqliteConnection {
-        match self {
-            ReadConn::Writer(conn) => conn,
-            ReadConn::Pool(conn) => conn,
-        }
-    }
-}
-
-impl std::ops::DerefMut for ReadConn {
-    fn deref_mut(&mut self) -> &mut SqliteConnection {
-        match self {
-            ReadConn::Writer(conn) => conn,
-            ReadConn::Pool(conn) => conn,
-        }
-    }
-}
-
-/// A read transaction, from [`Lite::begin_read`]; derefs to its connection. Dropped without
-/// [`ReadTx::commit`], it rolls back.
-enum ReadTx {
-    /// On the writer connection of a one-shot store.
-    Writer(WriteTx),
-    /// On a connection of the reader pool.
-    Pool(SqliteTransaction<'static>),
-}
+/// A read transaction, from [`Lite::begin_read`]. Dropped without [`ReadTx::commit`], it
+/// rolls back.
+type ReadTx = Read<SqliteTransaction<'static>>;
 
 impl ReadTx {
     /// Ends the read transaction.
@@ -771,28 +750,28 @@ impl ReadTx {
     /// [`StoreError::Sqlx`] when SQLite refuses to end it.
     async fn commit(self) -> Result<(), StoreError> {
         match self {
-            ReadTx::Writer(tx) => tx.end_read().await,
-            ReadTx::Pool(tx) => Ok(tx.commit().await?),
+            Read::Writer(tx) => tx.end_read().await,
+            Read::Pool(tx) => Ok(tx.commit().await?),
         }
     }
 }
 
-impl std::ops::Deref for ReadTx {
+impl<P: std::ops::Deref<Target = SqliteConnection>> std::ops::Deref for Read<P> {
     type Target = SqliteConnection;
 
     fn deref(&self) -> &SqliteConnection {
         match self {
-            ReadTx::Writer(tx) => tx,
-            ReadTx::Pool(tx) => tx,
+            Read::Writer(conn) => conn,
+            Read::Pool(conn) => conn,
         }
     }
 }
 
-impl std::ops::DerefMut for ReadTx {
+impl<P: std::ops::DerefMut<Target = SqliteConnection>> std::ops::DerefMut for Read<P> {
     fn deref_mut(&mut self) -> &mut SqliteConnection {
         match self {
-            ReadTx::Writer(tx) => tx,
-            ReadTx::Pool(tx) => tx,
+            Read::Writer(conn) => conn,
+            Read::Pool(conn) => conn,
         }
     }
 }

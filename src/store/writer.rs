@@ -269,7 +269,18 @@ impl WriteTx {
 }
 
 impl WriteTx {
-    /// Ends a read transaction from [`Writer::begin_read`] (a `COMMIT` of nothing written,
+    /// Begins a deferred `BEGIN` transaction on a connection from [`Writer::try_read`]: a
+    /// read transaction, one consistent view of the file, that takes no write lock.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlx`] when SQLite refuses to begin.
+    pub(super) async fn begin_read(mut self) -> Result<WriteTx, StoreError> {
+        SqliteTransactionManager::begin(&mut self.slot.conn, Some("BEGIN".into())).await?;
+        self.open = true;
+        Ok(self)
+    }
+
+    /// Ends a read transaction from [`WriteTx::begin_read`] (a `COMMIT` of nothing written,
     /// which is not a durable commit: the crash hook of `crash::committed` is not hit).
     ///
     /// # Errors
@@ -447,17 +458,6 @@ impl Writer {
         }
         let slot = self.shared.slot.clone().try_lock_owned().ok()?;
         (!slot.closed).then_some(WriteTx { slot, open: false })
-    }
-
-    /// Begins a deferred `BEGIN` transaction on a connection from [`Writer::try_read`]: a
-    /// read transaction, one consistent view of the file, that takes no write lock.
-    ///
-    /// # Errors
-    /// [`StoreError::Sqlx`] when SQLite refuses to begin.
-    pub(super) async fn begin_read(mut conn: WriteTx) -> Result<WriteTx, StoreError> {
-        SqliteTransactionManager::begin(&mut conn, Some("BEGIN".into())).await?;
-        conn.open = true;
-        Ok(conn)
     }
 
     /// Begins a `BEGIN IMMEDIATE` transaction on the sqlx connection: the write lock is taken

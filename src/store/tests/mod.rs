@@ -246,7 +246,7 @@ async fn an_existing_empty_file_opens_as_a_fresh_database_for_both_workloads() {
 /// a parse of the schema and fresh memory in every CLI process), so a load opens no read
 /// connection; the writer maps the file as readers do. A read while a write holds that
 /// connection goes to the read pool instead of waiting for it, so it never deadlocks on the
-/// write lock; and a read transaction on the writer is not a durable commit.
+/// write lock.
 #[tokio::test]
 async fn a_one_shot_store_reads_on_its_writer_until_a_write_holds_it() {
     let dir = TempDir::new().unwrap();
