@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use crate::model::budget::{StepForecast, TokenCounts};
 use crate::model::plan::{PlanPhase, PlanStep};
-use crate::model::state::ApprovalDecision;
+use crate::model::state::{ApprovalDecision, QuotaWait};
 
 /// Terminal status a driver may record for a step attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -479,6 +479,14 @@ impl Event {
     pub fn with_key(mut self, key: impl Into<String>) -> Self {
         self.idempotency_key = Some(key.into());
         self
+    }
+
+    /// The end of `task_id`'s quota wait `wait`, by `baton`, under the key
+    /// `quota-resumed:<task_id>:<step_id>:<until>`: whichever door resumes a wait (the
+    /// driver, `execute next`, the status's preview), it is resumed once.
+    pub fn quota_resumed(task_id: &str, wait: &QuotaWait) -> Event {
+        let key = format!("quota-resumed:{task_id}:{}:{}", wait.step_id, wait.until);
+        Event::new(EventKind::QuotaResumed { step_id: wait.step_id.clone() }).by("baton").with_key(key)
     }
 }
 

@@ -189,8 +189,7 @@ impl Driver {
             if !due && fallback.is_none() {
                 continue;
             }
-            let key = format!("quota-resumed:{}:{}:{}", state.task_id, w.step_id, w.until);
-            let event = Event::new(EventKind::QuotaResumed { step_id: w.step_id.clone() }).by("baton").with_key(key);
+            let event = Event::quota_resumed(&state.task_id, &w);
             self.journal(state, event).await?;
             match fallback {
                 Some(f) => errln!("{}: {} quota exhausted; running it on the fallback agent {f}", w.step_id, w.account),

@@ -701,8 +701,7 @@ impl Ops {
     /// after the WAIT that named the time. A driver holding the execution resumes its waits
     /// itself: when the lease cannot be had at once, `state` is returned as it is.
     async fn with_due_quota_resumed(&self, state: std::sync::Arc<ExecutionState>) -> std::sync::Arc<ExecutionState> {
-        let due = |s: &ExecutionState| self.due_quota_waits(s);
-        if due(&state).is_empty() {
+        if self.due_quota_waits(&state).is_empty() {
             return state;
         }
         let task_id = state.task_id.clone();
@@ -711,11 +710,8 @@ impl Ops {
         let Ok(lease) = lease::acquire_briefly(self.execs.store(), &task_id).await else { return state };
         let resumed = async {
             let mut fresh = self.get(&task_id).await?;
-            for w in due(&fresh) {
-                // The driver's key: whichever door resumes the wait, it is resumed once.
-                let key = format!("quota-resumed:{task_id}:{}:{}", w.step_id, w.until);
-                let event = Event::new(EventKind::QuotaResumed { step_id: w.step_id }).by("baton").with_key(key);
-                self.execs.record(&mut fresh, event).await?;
+            for w in self.due_quota_waits(&fresh) {
+                self.execs.record(&mut fresh, Event::quota_resumed(&task_id, &w)).await?;
             }
             Ok::<_, OpsError>(std::sync::Arc::new(fresh))
         }
@@ -752,8 +748,7 @@ impl Ops {
         let mut preview = state.clone();
         let now = self.clock.now().to_rfc3339();
         for w in due {
-            let event = Event::new(EventKind::QuotaResumed { step_id: w.step_id }).by("baton");
-            if engine::apply(&mut preview, &event, &now).is_err() {
+            if engine::apply(&mut preview, &Event::quota_resumed(&state.task_id, &w), &now).is_err() {
                 return self.held(&state.task_id, engine::next_action(state)).await;
             }
         }
