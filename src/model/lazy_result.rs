@@ -7,7 +7,11 @@
 //! first touch were a third of the call (issue 14.8). Inside `deferred` (what
 //! `model::snapshot::decode` uses for a snapshot written by a build with this build's model
 //! fingerprint) a result keeps its JSON text and its status, the one field read for every
-//! step (the phase tally, dependencies); the rest is decoded on first read. Everywhere else,
+//! step (the phase tally, dependencies); the rest is decoded on first read. The status comes
+//! from the list of statuses the snapshot opens with (one letter per result, in the order of
+//! their texts, `status_code`), so a result's text is scanned once, to find where it ends,
+//! and not parsed a second time for its status (that second parse was a quarter of loading a
+//! 5,000-step execution's results). Everywhere else,
 //! and always for text from another build, a result is decoded in full as it is read, so a
 //! result that does not decode is the decoder's error, as for any other field.
 //!
@@ -16,12 +20,13 @@
 //! checksum says so: `model::snapshot` decodes text edited after it was written in full, so a
 //! result that no longer decodes is an error at load), and the engine's property test
 //! (`engine::tests::props`) checks over random runs that every result of a snapshot reads
-//! back as the value written. Owns: the deferral flag (per thread,
-//! set only for the duration of one decode). Never: does IO, or hands out its text.
+//! back as the value written. Owns: the deferral flag and the listed statuses (per thread,
+//! set only for the duration of one decode), and the statuses' letters. Never: does IO, or
+//! hands out its text.
 //!
 //! [`ExecutionState::step_results`]: crate::model::state::ExecutionState::step_results
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::OnceLock;
@@ -33,23 +38,77 @@ use serde_json::value::RawValue;
 use crate::model::step_result::{StepResult, StepStatus};
 
 thread_local! {
-    /// Set while `deferred` runs: results decoded on this thread keep their text.
-    static DEFER: Cell<bool> = const { Cell::new(false) };
+    /// Set while `deferred` runs: results decoded on this thread keep their text, and take
+    /// their statuses from this list, in the order their texts come.
+    static DEFER: RefCell<Option<Listed>> = const { RefCell::new(None) };
+}
+
+/// The statuses `deferred` was given, and how many results have taken theirs.
+struct Listed {
+    statuses: Vec<StepStatus>,
+    taken: usize,
 }
 
 /// Runs `decode` with results left undecoded until read: what a snapshot written by this
-/// build is decoded with (see the module doc). `decode` must read `serde_json` text; the flag
-/// is restored when it returns or unwinds.
-pub(crate) fn deferred<T>(decode: impl FnOnce() -> T) -> T {
+/// build is decoded with (see the module doc). `statuses` are the results' statuses in the
+/// order their texts come in what `decode` reads (a snapshot lists them, `$statuses`, so a
+/// result's text is scanned once, not parsed a second time for its status). `decode` must
+/// read `serde_json` text; the previous state of the flag is restored when it returns or
+/// unwinds.
+///
+/// # Errors
+/// `decode`'s error, or (what a snapshot of this build never holds) a count of statuses that
+/// is not the count of results decoded: "the snapshot lists 3 result statuses for 2 results".
+pub(crate) fn deferred<T>(
+    statuses: Vec<StepStatus>,
+    decode: impl FnOnce() -> serde_json::Result<T>,
+) -> serde_json::Result<T> {
     /// Puts the flag back as it was, on return or unwind.
-    struct Restore(bool);
+    struct Restore(Option<Listed>);
     impl Drop for Restore {
         fn drop(&mut self) {
-            DEFER.set(self.0);
+            DEFER.set(self.0.take());
         }
     }
-    let _restore = Restore(DEFER.replace(true));
-    decode()
+    let _restore = Restore(DEFER.replace(Some(Listed { statuses, taken: 0 })));
+    let decoded = decode()?;
+    let (listed, taken) = DEFER.with_borrow(|l| l.as_ref().map_or((0, 0), |l| (l.statuses.len(), l.taken)));
+    if listed != taken {
+        return Err(serde_json::Error::custom(format!(
+            "the snapshot lists {listed} result statuses for {taken} results"
+        )));
+    }
+    Ok(decoded)
+}
+
+/// The one-letter code of `status` in a snapshot's list of result statuses (`$statuses`).
+pub(crate) fn status_code(status: StepStatus) -> char {
+    match status {
+        StepStatus::Pending => 'p',
+        StepStatus::Dispatched => 'd',
+        StepStatus::Complete => 'c',
+        StepStatus::Failed => 'f',
+        StepStatus::Skipped => 's',
+        StepStatus::Interacting => 'i',
+        StepStatus::InteractDispatched => 'r',
+    }
+}
+
+/// The statuses a list of [`status_code`]s names; `None` when a letter is not one of them.
+pub(crate) fn statuses_of(codes: &str) -> Option<Vec<StepStatus>> {
+    codes
+        .bytes()
+        .map(|code| match code {
+            b'p' => Some(StepStatus::Pending),
+            b'd' => Some(StepStatus::Dispatched),
+            b'c' => Some(StepStatus::Complete),
+            b'f' => Some(StepStatus::Failed),
+            b's' => Some(StepStatus::Skipped),
+            b'i' => Some(StepStatus::Interacting),
+            b'r' => Some(StepStatus::InteractDispatched),
+            _ => None,
+        })
+        .collect()
 }
 
 /// One step's latest result: decoded, or (decoded from a snapshot of this build) its JSON
@@ -65,12 +124,6 @@ pub struct LazyResult {
     text: Option<Box<RawValue>>,
     /// The value, once decoded (at once for a result not deferred).
     value: OnceLock<Box<StepResult>>,
-}
-
-/// The fields of a result's text read at decode time.
-#[derive(Deserialize)]
-struct Head {
-    status: StepStatus,
 }
 
 impl LazyResult {
@@ -158,11 +211,18 @@ impl Serialize for LazyResult {
 
 impl<'de> Deserialize<'de> for LazyResult {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<LazyResult, D::Error> {
-        if !DEFER.get() {
+        let listed = DEFER.with_borrow_mut(|l| {
+            l.as_mut().map(|l| {
+                l.taken += 1;
+                l.statuses.get(l.taken - 1).copied()
+            })
+        });
+        let Some(listed) = listed else {
             return StepResult::deserialize(deserializer).map(LazyResult::new);
-        }
+        };
         let text = Box::<RawValue>::deserialize(deserializer)?;
-        let Head { status } = serde_json::from_str(text.get()).map_err(D::Error::custom)?;
+        let status =
+            listed.ok_or_else(|| D::Error::custom("the snapshot lists fewer result statuses than it holds results"))?;
         Ok(LazyResult { text_status: status, text: Some(text), value: OnceLock::new() })
     }
 }
@@ -189,7 +249,8 @@ mod tests {
     fn a_deferred_result_keeps_its_status_and_reads_back_as_written() {
         let written = vec![result("1.1", StepStatus::Complete), result("1.2", StepStatus::Failed)];
         let text = text_of(&written);
-        let read: BTreeMap<String, LazyResult> = deferred(|| serde_json::from_str(&text)).unwrap();
+        let listed = vec![StepStatus::Complete, StepStatus::Failed];
+        let read: BTreeMap<String, LazyResult> = deferred(listed, || serde_json::from_str(&text)).unwrap();
         assert!(read.values().all(|r| !r.is_decoded()));
         assert_eq!(read["1.1"].status(), StepStatus::Complete);
         assert_eq!(read["1.2"].status(), StepStatus::Failed);
@@ -206,16 +267,50 @@ mod tests {
         assert!(read["1.1"].is_decoded());
         let err = serde_json::from_str::<BTreeMap<String, LazyResult>>(r#"{"1.1": {"step_id": "1.1"}}"#).unwrap_err();
         assert!(err.to_string().contains("missing field"), "{err}");
-        // Deferred, a result without a status is refused at decode time too.
-        let err = deferred(|| serde_json::from_str::<BTreeMap<String, LazyResult>>(r#"{"1.1": {"step_id": "1.1"}}"#))
-            .unwrap_err();
-        assert!(err.to_string().contains("missing field `status`"), "{err}");
+    }
+
+    /// A count of listed statuses that is not the count of results (what a snapshot of this
+    /// build never holds: `model::snapshot` then decodes it in full) is an error, never a
+    /// result with another's status or none.
+    #[test]
+    fn deferred_results_take_the_listed_statuses_in_order_and_a_miscount_is_an_error() {
+        let text = text_of(&[result("1.1", StepStatus::Complete), result("1.2", StepStatus::Complete)]);
+        let listed = vec![StepStatus::Dispatched, StepStatus::Complete];
+        let read: BTreeMap<String, LazyResult> = deferred(listed, || serde_json::from_str(&text)).unwrap();
+        assert_eq!(read["1.1"].status(), StepStatus::Dispatched, "the list, not the text, gives the status");
+        assert_eq!(read["1.2"].status(), StepStatus::Complete);
+        let fewer = "the snapshot lists fewer result statuses than it holds results";
+        let more = "the snapshot lists 3 result statuses for 2 results";
+        for (listed, said) in [(1, fewer), (0, fewer), (3, more)] {
+            let listed = vec![StepStatus::Complete; listed];
+            let err = deferred(listed, || serde_json::from_str::<BTreeMap<String, LazyResult>>(&text)).unwrap_err();
+            assert!(err.to_string().starts_with(said), "{err}");
+        }
+    }
+
+    #[test]
+    fn every_status_has_its_own_letter_and_reads_back() {
+        let all = [
+            StepStatus::Pending,
+            StepStatus::Dispatched,
+            StepStatus::Complete,
+            StepStatus::Failed,
+            StepStatus::Skipped,
+            StepStatus::Interacting,
+            StepStatus::InteractDispatched,
+        ];
+        let codes: String = all.iter().map(|&s| status_code(s)).collect();
+        assert_eq!(statuses_of(&codes), Some(all.to_vec()));
+        assert_eq!(codes.chars().collect::<std::collections::BTreeSet<_>>().len(), all.len());
+        assert_eq!(statuses_of("cx"), None);
+        assert_eq!(statuses_of(""), Some(Vec::new()));
     }
 
     #[test]
     fn a_write_drops_the_text_and_serializes_the_new_value() {
         let text = text_of(&[result("1.1", StepStatus::Dispatched)]);
-        let mut read: BTreeMap<String, LazyResult> = deferred(|| serde_json::from_str(&text)).unwrap();
+        let listed = vec![StepStatus::Dispatched];
+        let mut read: BTreeMap<String, LazyResult> = deferred(listed, || serde_json::from_str(&text)).unwrap();
         let r = read.get_mut("1.1").unwrap();
         r.status = StepStatus::Complete;
         r.outcome = "changed".into();
@@ -227,10 +322,12 @@ mod tests {
 
     #[test]
     fn the_flag_is_only_set_inside_deferred_even_when_it_unwinds() {
-        assert!(!DEFER.get());
-        assert!(deferred(|| DEFER.get()));
-        let unwound = std::panic::catch_unwind(|| deferred(|| panic!("inside")));
+        let set = || DEFER.with_borrow(Option::is_some);
+        assert!(!set());
+        assert!(deferred(Vec::new(), || Ok(set())).unwrap());
+        let unwound =
+            std::panic::catch_unwind(|| deferred(Vec::new(), || -> serde_json::Result<()> { panic!("inside") }));
         assert!(unwound.is_err());
-        assert!(!DEFER.get());
+        assert!(!set());
     }
 }

@@ -13,10 +13,11 @@
 //! `serde_json::from_str::<ExecutionState>` reads both forms, because a field is left out
 //! only when serde's default for it, learned by decoding a record that names only the
 //! required fields, is exactly the value it holds. [`decode`] reads a snapshot quicker: the
-//! text opens with the model fingerprint of the build that wrote it and a CRC-32 of the rest
-//! of the text (`{"$model":"…","$crc32":"…",…`, keys the state's decoder ignores), and a
-//! snapshot of this build's model whose text still matches its checksum leaves each step
-//! result undecoded until it is read (`model::lazy_result`). Text changed since it was written
+//! text opens with the model fingerprint of the build that wrote it, a CRC-32 of the rest of
+//! the text and the step results' statuses, one letter each
+//! (`{"$model":"…","$crc32":"…","$statuses":"cc…d",…`, keys the state's decoder ignores), and
+//! a snapshot of this build's model whose text still matches its checksum leaves each step
+//! result undecoded until it is read (`model::lazy_result`), its status taken from the list. Text changed since it was written
 //! (edited by hand, damaged on disk) no longer matches and is decoded in full, so what no
 //! longer decodes is an error at load, never a panic at the first read. This module never
 //! does IO.
@@ -28,6 +29,7 @@ use serde_json::{Map, Value};
 use crate::model::lazy_result;
 use crate::model::plan::PlanStep;
 use crate::model::state::{ExecutionState, StepResult};
+use crate::model::step_result::StepStatus;
 
 /// How a snapshot written by this build opens: its model fingerprint (a hash of the model's
 /// sources, `Cargo.lock` and the version, made by `build.rs`) as the first key.
@@ -36,6 +38,12 @@ const OPENING: &str = concat!("{\"$model\":\"", env!("BATON_MODEL_FINGERPRINT"),
 /// The key that follows [`OPENING`]: the CRC-32 (8 lowercase hex digits) of every byte after
 /// its closing quote.
 const CHECKSUM_KEY: &str = ",\"$crc32\":\"";
+
+/// The key that opens the text after the checksum: the step results' statuses, one letter
+/// each (`model::lazy_result::status_code`) in the order the results' texts come, then a
+/// closing quote. A decoder of this build's snapshot takes each result's status from it
+/// instead of parsing the result's text a second time.
+const STATUSES_KEY: &str = ",\"$statuses\":\"";
 
 /// The smallest plan step a decoder accepts: only its required fields.
 const MINIMAL_STEP: &str = r#"{"step_id": "", "agent_name": "", "task_description": ""}"#;
@@ -67,14 +75,29 @@ pub fn encode(state: &ExecutionState) -> serde_json::Result<String> {
             leave_out_defaults(result, &result_defaults);
         }
     }
+    // The results' statuses in the order their texts are written (the object's own order),
+    // each looked up in the state: every key is one of its results.
+    let statuses: Option<String> = match value.get("step_results").and_then(Value::as_object) {
+        Some(results) => results
+            .keys()
+            .map(|id| state.step_results.get(id.as_str()).map(|r| lazy_result::status_code(r.status())))
+            .collect(),
+        None => Some(String::new()),
+    };
     let body = serde_json::to_string(&value)?;
     // The state serializes as an object: its first key follows the opening brace.
     let rest = body.strip_prefix('{').unwrap_or(&body);
-    let separator = if rest.starts_with('}') { "" } else { "," };
-    let mut checksum = crc32fast::Hasher::new();
-    checksum.update(separator.as_bytes());
-    checksum.update(rest.as_bytes());
-    Ok(format!("{OPENING}{CHECKSUM_KEY}{:08x}\"{separator}{rest}", checksum.finalize()))
+    let mut tail = String::with_capacity(rest.len() + statuses.as_ref().map_or(0, String::len) + 16);
+    if let Some(statuses) = statuses {
+        tail.push_str(STATUSES_KEY);
+        tail.push_str(&statuses);
+        tail.push('"');
+    }
+    if !rest.starts_with('}') {
+        tail.push(',');
+    }
+    tail.push_str(rest);
+    Ok(format!("{OPENING}{CHECKSUM_KEY}{:08x}\"{tail}", crc32fast::hash(tail.as_bytes())))
 }
 
 /// The state a snapshot's text holds. A snapshot written by a build with this build's model
@@ -85,24 +108,37 @@ pub fn encode(state: &ExecutionState) -> serde_json::Result<String> {
 /// # Errors
 /// The text is not an [`ExecutionState`]'s JSON (serde's error names the line and column).
 pub fn decode(text: &str) -> serde_json::Result<ExecutionState> {
-    if is_this_builds(text) {
-        lazy_result::deferred(|| serde_json::from_str(text))
-    } else {
-        serde_json::from_str(text)
+    if let Some(statuses) = this_builds_body(text).and_then(listed_statuses) {
+        // Cannot fail for text this build wrote and that still matches its checksum; if it
+        // does, the full decode below says what is wrong, or reads it.
+        if let Ok(state) = lazy_result::deferred(statuses, || serde_json::from_str(text)) {
+            return Ok(state);
+        }
     }
+    serde_json::from_str(text)
 }
 
 /// Whether `text` is a snapshot written by a build with this build's model fingerprint and
 /// unchanged since: the rest of it matches the checksum it opens with.
+#[cfg(test)]
 fn is_this_builds(text: &str) -> bool {
-    let Some(rest) = text.strip_prefix(OPENING).and_then(|rest| rest.strip_prefix(CHECKSUM_KEY)) else {
-        return false;
-    };
-    let (Some(sum), Some(body)) = (rest.get(..8), rest.get(8..).and_then(|body| body.strip_prefix('"'))) else {
-        return false;
-    };
+    this_builds_body(text).is_some()
+}
+
+/// The text after the checksum (what it is the checksum of) when `text` is a snapshot written
+/// by a build with this build's model fingerprint and unchanged since.
+fn this_builds_body(text: &str) -> Option<&str> {
+    let rest = text.strip_prefix(OPENING)?.strip_prefix(CHECKSUM_KEY)?;
+    let (sum, body) = (rest.get(..8)?, rest.get(8..)?.strip_prefix('"')?);
     let written = sum.bytes().all(|b| b.is_ascii_hexdigit()).then(|| u32::from_str_radix(sum, 16).ok()).flatten();
-    body.starts_with([',', '}']) && written == Some(crc32fast::hash(body.as_bytes()))
+    (body.starts_with([',', '}']) && written == Some(crc32fast::hash(body.as_bytes()))).then_some(body)
+}
+
+/// The step results' statuses a snapshot's body lists (its first key, `$statuses`), in the
+/// order of the results' texts; `None` when it lists none or a letter that is no status.
+fn listed_statuses(body: &str) -> Option<Vec<StepStatus>> {
+    let codes = body.strip_prefix(STATUSES_KEY)?;
+    lazy_result::statuses_of(&codes[..codes.find('"')?])
 }
 
 /// The fields serde fills in when a `T` is decoded from `minimal` (a record of only its
@@ -240,6 +276,34 @@ mod tests {
             let text = format!("{}{bad}{}", &snapshot[..sum_at], &snapshot[sum_at + 8..]);
             assert!(!is_this_builds(&text), "{bad}");
             assert_eq!(decode(&text).unwrap(), state, "{bad}");
+        }
+    }
+
+    /// A snapshot lists its results' statuses so a load does not parse each result's text a
+    /// second time for it; each deferred result's status is then its decoded status. A list
+    /// that does not fit the results (never written by this build; made here with a checksum
+    /// to match) is decoded in full, never read with another result's status.
+    #[test]
+    fn a_snapshot_lists_its_results_statuses_and_a_list_that_does_not_fit_is_decoded_in_full() {
+        let mut state = state();
+        state.step_results.get_mut("1.1").unwrap().status = StepStatus::Failed;
+        let snapshot = encode(&state).unwrap();
+        let body = this_builds_body(&snapshot).unwrap();
+        assert!(body.starts_with(r#","$statuses":"fc","#), "{}", &body[..30]);
+        let lazy = decode(&snapshot).unwrap();
+        for (id, result) in lazy.step_results.iter() {
+            assert!(!result.is_decoded(), "{id}");
+            assert_eq!(result.status(), result.get().status, "{id}");
+        }
+        assert_eq!(lazy, state);
+
+        let with_sum = |body: &str| format!("{OPENING}{CHECKSUM_KEY}{:08x}\"{body}", crc32fast::hash(body.as_bytes()));
+        for list in ["f", "fcc", "fx", ""] {
+            let text = with_sum(&body.replacen("fc", list, 1));
+            assert!(is_this_builds(&text), "{list}");
+            let read = decode(&text).unwrap();
+            assert!(read.step_results.values().all(|r| r.is_decoded()), "{list}");
+            assert_eq!(read, state, "{list}");
         }
     }
 
