@@ -535,7 +535,16 @@ impl PlanParseError {
                 break;
             }
         }
-        PlanParseError { path: path.to_string(), message, syntax }
+        let path = path.to_string();
+        if !syntax {
+            message = in_json_words(&message);
+            // A document of the wrong type fails before its first character is read, where
+            // serde_json counts column 0: the position says nothing the subject does not.
+            if matches!(path.as_str(), "." | "?" | "") {
+                message = message.strip_suffix(" at line 1 column 0").map_or(message.clone(), str::to_string);
+            }
+        }
+        PlanParseError { path, message, syntax }
     }
 
     /// What the error is about: the path, or the document when there is no path to name.
@@ -546,6 +555,26 @@ impl PlanParseError {
             path => path,
         }
     }
+}
+
+/// serde's words for a JSON shape in a type error, in JSON's own: `invalid type: sequence,
+/// expected struct PlanPhase` reads `invalid type: array, expected a PlanPhase object`.
+fn in_json_words(message: &str) -> String {
+    let mut out = message.to_string();
+    for (serde, json) in
+        [("invalid type: sequence,", "invalid type: array,"), ("invalid type: map,", "invalid type: object,")]
+    {
+        if let Some(rest) = out.strip_prefix(serde) {
+            out = format!("{json}{rest}");
+        }
+    }
+    if let Some(at) = out.find("expected struct ") {
+        let name_at = at + "expected struct ".len();
+        let name_len = out[name_at..].find(|c: char| !c.is_alphanumeric() && c != '_').unwrap_or(out.len() - name_at);
+        let name = out[name_at..name_at + name_len].to_string();
+        out.replace_range(at..name_at + name_len, &format!("expected a {name} object"));
+    }
+    out
 }
 
 /// An unknown key found in a plan: kept verbatim, reported as a warning.
@@ -680,13 +709,30 @@ mod tests {
             ("{\"task_id\": nope}", "not valid JSON: expected a JSON value at line 1 column 14"),
             ("{\"task_id\": }", "not valid JSON: expected a JSON value at line 1 column 13"),
             (r#"{"task_id": "x","#, "not valid JSON: EOF while parsing a value at line 1 column 16"),
-            ("[1, 2]", "the plan: invalid type: sequence, expected struct MachinePlan at line 1 column 0"),
+            ("[1, 2]", "the plan: invalid type: array, expected a MachinePlan object"),
+            ("7", "the plan: invalid type: integer `7`, expected a MachinePlan object at line 1 column 1"),
         ] {
             let err = MachinePlan::from_json(text).unwrap_err();
             assert_eq!(err.to_string(), shown, "{text}");
         }
         let err = MachinePlan::from_value(serde_json::json!("a plan")).unwrap_err();
         assert!(err.to_string().starts_with("the plan: invalid type: string"), "{err}");
+    }
+
+    /// serde's words for a wrong shape (`sequence`, `map`, `struct PlanStep`) read as JSON's,
+    /// and a position inside the document is kept.
+    #[test]
+    fn a_field_of_the_wrong_shape_is_named_in_json_words() {
+        let err = MachinePlan::from_json(
+            r#"{"task_id":"t","task_summary":"s","phases":[{"phase_id":1,"name":"p","steps":[[1]]}]}"#,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "phases[0].steps[0]: invalid type: array, expected a PlanStep object at line 1 column 78"
+        );
+        let err = MachinePlan::from_json(r#"{"task_id":"t","task_summary":{"a":1}}"#).unwrap_err();
+        assert_eq!(err.to_string(), "task_summary: invalid type: object, expected a string at line 1 column 30");
     }
 
     #[test]
