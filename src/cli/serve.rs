@@ -53,7 +53,7 @@ pub(super) async fn serve(
     // A bad ceiling in the environment would fail every fired spec's driver: refuse it now.
     runtime::spend::ceiling_from_env(|k| std::env::var(k).ok())?;
     let _lock = crate::runtime::server_lock(&data)?;
-    let app = App::build(AppConfig::new(data.root()).max_agents(max_agents)).await?;
+    let app = App::build_in(data.clone(), AppConfig::new(data.root()).max_agents(max_agents)).await?;
     // Every replica of one database signs with one key: a replica with another refuses to start.
     let check = runtime::auth::check_shared_key(&app.execs, &app.key, &app.clock.now_rfc3339()).await?;
     if let runtime::auth::KeyCheck::Replaced { previous } = check {

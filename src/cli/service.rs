@@ -20,7 +20,8 @@ pub(super) async fn with_operator_service<T>(
     data: DataDir,
     command: impl AsyncFnOnce(&Ops) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
-    let ops = App::build(AppConfig::new(data.root()).one_shot()).await?.ops;
+    let config = AppConfig::new(data.root()).one_shot();
+    let ops = App::build_in(data, config).await?.ops;
     let done = command(&ops).await;
     ops.close_for_exit().await;
     done

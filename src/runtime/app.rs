@@ -91,6 +91,15 @@ impl App {
     /// key file is unreadable.
     pub async fn build(config: AppConfig) -> anyhow::Result<App> {
         let data = DataDir::open(&config.data_dir)?;
+        App::build_in(data, config).await
+    }
+
+    /// [`App::build`] over a data dir the caller has opened already (a CLI command's door
+    /// opens it once, to report a bad `--data-dir` before anything else); `config.data_dir`
+    /// is not read.
+    ///
+    /// Errors: the database cannot be opened or migrated, the key file is unreadable.
+    pub async fn build_in(data: DataDir, config: AppConfig) -> anyhow::Result<App> {
         let execs = Executions::open_for(data, config.workload).await?;
         App::over_pool(Pool::new(execs, config.max_agents), config.clock)
     }
