@@ -169,3 +169,28 @@ fn ctrl_c_stops_the_driver_and_the_next_run_picks_the_agents_up() {
     assert_eq!(code(&resumed), 0, "{}", stderr(&resumed));
     assert_eq!(ws.launches("int-1", "1.1"), 1);
 }
+
+/// A one-shot CLI call reads on its writer connection (`WriteTx::begin_read` / `end_read`), and
+/// ending that read is not a durable commit: with `BATON_CRASH_AFTER_COMMIT=1`, calls that only
+/// read run to the end, and the first call that writes is killed right after its commit (so
+/// the hook is live in this build) with its event kept.
+#[test]
+fn a_read_on_the_writer_is_not_counted_as_a_durable_commit() {
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    ws.start_small_plan("reads");
+    let crash_after_first =
+        |args: &[&str]| ws.baton().args(args).env("BATON_CRASH_AFTER_COMMIT", "1").output().unwrap();
+    for args in [
+        &["execute", "next", "--task-id", "reads"][..],
+        &["execute", "status", "--task-id", "reads"],
+        &["replay", "reads"],
+    ] {
+        let out = crash_after_first(args);
+        assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+    }
+    let out =
+        crash_after_first(&["execute", "dispatched", "--task-id", "reads", "--step-id", "1.1", "--agent", "alpha"]);
+    use std::os::unix::process::ExitStatusExt as _;
+    assert_eq!(out.status.signal(), Some(9), "the write's commit is counted: {}", stderr(&out));
+    assert_eq!(ws.status("reads")["step_results"]["1.1"]["status"], "dispatched");
+}
