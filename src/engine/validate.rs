@@ -293,6 +293,18 @@ fn team_problems(plan: &MachinePlan) -> Vec<(String, String)> {
     for phase in &plan.phases {
         for step in phase.steps.iter().filter(|s| !s.team.is_empty()) {
             let sloc = format!("phase {} ({}), step {}", phase.phase_id, phase.name, step.step_id);
+            // The synthesis is dispatched and recorded under this id: a step with it would
+            // never run, and the synthesis's result would be taken for its own.
+            if step_ids.contains(step.synthesis_id().as_str()) {
+                out.push((
+                    sloc.clone(),
+                    format!(
+                        "step id {} is reserved for the synthesis of team step {}",
+                        step.synthesis_id(),
+                        step.step_id
+                    ),
+                ));
+            }
             if step.interactive {
                 out.push((sloc.clone(), "a team step cannot be interactive".into()));
             }

@@ -496,6 +496,28 @@ fn invalid_teams_are_refused_with_every_problem() {
     }
 }
 
+/// A fresh-user tester's plan: a step with the id `1.1.synthesis` beside team step `1.1`
+/// passed validation, was never run, and was marked complete with the synthesis's result
+/// (the execution completed at "1/2 steps done"). The id is the synthesis's.
+#[test]
+fn a_step_with_a_team_steps_synthesis_id_is_refused() {
+    for strategy in ["agent_synthesis", "concatenate"] {
+        let team = team_step("1.1", vec![member("1.1.a", "alpha", &[])], strategy, "auto_merge");
+        let Err(EngineError::InvalidPlan(problems)) =
+            start(plan_of(vec![phase(1, vec![team, step("1.1.synthesis", &[])])]), T0)
+        else {
+            panic!("{strategy}: accepted")
+        };
+        let text: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+        assert!(
+            text.iter().any(|t| t.contains("step id 1.1.synthesis is reserved for the synthesis of team step 1.1")),
+            "{strategy}: {text:?}"
+        );
+    }
+    let team = team_step("1.1", vec![member("1.1.a", "alpha", &[])], "agent_synthesis", "auto_merge");
+    assert!(start(plan_of(vec![phase(1, vec![team, step("1.2.synthesis", &[])])]), T0).is_ok());
+}
+
 #[test]
 fn renumbering_after_an_amendment_moves_the_members_of_later_team_steps() {
     let team = team_step(
