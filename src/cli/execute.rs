@@ -31,6 +31,9 @@ pub(super) async fn execute(
             Some(path) => {
                 let plan = read_plan(path)?;
                 check_plan(path, &plan)?;
+                // The driver creates the execution: who may start one is asked first.
+                let may_start = async |ops: &Ops| Ok(Ops::may_start(&ops.cli_operator(as_user).await?)?);
+                with_operator_service(data.clone(), may_start).await?;
                 Some(plan)
             }
             None => None,
@@ -68,7 +71,8 @@ pub(super) async fn execute_with(
             };
             let plan = read_plan(&path)?;
             check_plan(&path, &plan)?;
-            let state = execs.create(plan).await?;
+            let op = ops.cli_operator(as_user).await?;
+            let state = ops.start(plan, &op).await?;
             Ok(print_action(&engine::next_action(&state), &state.task_id, json))
         }
         ExecuteCommand::Next { task, all } => {

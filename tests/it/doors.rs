@@ -456,6 +456,41 @@ async fn the_cli_needs_a_baton_user_to_decide_once_users_exist() {
     assert_eq!(approvals[0]["payload"]["actor"], "rita");
 }
 
+/// A fresh-user tester found `execute start` skipped who-are-you and the role once users
+/// existed: without `--as`, as a viewer, and as a name that is no user, it started the plan.
+/// Starting is a lead's (as firing is), decided by `Ops::start`, for `execute run --plan` too.
+#[tokio::test]
+async fn the_cli_needs_a_lead_to_start_an_execution_once_users_exist() {
+    let d = Doors::new().await;
+    let plan = d.t.ws.write("started.json", &phases_plan("started-1", 1, false).to_string());
+    let start = ["execute", "start", "--plan", plan.to_str().unwrap()];
+    let cases = [
+        (None, "Baton has users: say who you are with --as USER (or BATON_USER)"),
+        (Some("nobody"), "--as nobody: no Baton user of that name"),
+        (Some("vic"), "vic is a viewer; starting an execution needs the lead role"),
+        (Some("rita"), "rita is a reviewer; starting an execution needs the lead role"),
+    ];
+    for (as_user, says) in cases {
+        let flags = as_user.map(|u| ["--as", u]);
+        let args: Vec<&str> = flags.iter().flatten().chain(start.iter()).copied().collect();
+        let out = d.t.cli(&args);
+        assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+        let status = d.t.cli(&["execute", "status", "--task-id", "started-1"]);
+        assert_ne!(code(&status), 0, "{args:?} started it: {}", stdout(&status));
+    }
+    // `execute run --plan` starts one too (its driver creates it): the same rule.
+    let repo = d.t.ws.repo();
+    let run = ["--as", "vic", "execute", "run", "--plan", plan.to_str().unwrap(), "--repo", repo.to_str().unwrap()];
+    let out = d.t.cli(&[&run[..], &["--agent", "demo"]].concat());
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("vic is a viewer; starting an execution needs the lead role"), "{}", stderr(&out));
+    assert_ne!(code(&d.t.cli(&["execute", "status", "--task-id", "started-1"])), 0, "run started it");
+    let out = d.t.cli(&["--as", "lee", "execute", "start", "--plan", plan.to_str().unwrap()]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(field(&stdout(&out), "ACTION:"), "DISPATCH");
+}
+
 #[tokio::test]
 async fn a_link_is_refused_for_a_user_who_cannot_decide_and_at_use_once_its_reviewer_was_demoted() {
     let d = Doors::new().await;

@@ -597,6 +597,35 @@ impl Ops {
         self.record(task_id, keyed(kind, key), op).await
     }
 
+    /// Starts an execution of `plan` (`execute start`): the one place that decides who may.
+    /// Starting is a lead's, as firing a spec is (docs/src/serving.md, roles).
+    ///
+    /// Errors: a role below lead ([`OpsError::Forbidden`]); what
+    /// [`Executions::create`] refuses (a plan the engine does not start, a task id taken).
+    pub async fn start(
+        &self,
+        plan: crate::model::plan::MachinePlan,
+        op: &Operator,
+    ) -> Result<ExecutionState, OpsError> {
+        Self::may_start(op)?;
+        Ok(self.execs.create(plan).await?)
+    }
+
+    /// Whether `op` may start an execution: the rule of [`Ops::start`], asked on its own by
+    /// `execute run --plan`, whose driver creates the execution itself.
+    ///
+    /// Errors: a role below lead ([`OpsError::Forbidden`]).
+    pub fn may_start(op: &Operator) -> Result<(), OpsError> {
+        if op.role < Role::Lead {
+            return Err(OpsError::Forbidden(format!(
+                "{} is a {}; starting an execution needs the lead role",
+                op.name,
+                op.role.as_str()
+            )));
+        }
+        Ok(())
+    }
+
     /// Pauses (no new dispatches; this process's driver stops; running agents finish and
     /// their results are recorded at resume) or resumes an execution; idempotent.
     ///
