@@ -963,13 +963,37 @@ async fn a_pause_stops_an_orchestrators_dispatches_through_the_cli_and_the_api_u
         )
         .await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
-    assert!(t.journal("paused-1").await.iter().all(|e| e["kind"] != "step_dispatched"), "nothing dispatched");
+    // A result of a step never dispatched would dispatch it: held back too (a fresh-user
+    // tester recorded 1.1 while paused and it ran as attempt 1), through the CLI and the API.
+    let refused = t.cli(&["execute", "record", "--step-id", "1.1", "--agent", "agent-1", "--outcome", "while paused"]);
+    assert_eq!(code(&refused), 2, "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("is paused: step 1.1 was never dispatched, and recording it would dispatch it"),
+        "{}",
+        stderr(&refused)
+    );
+    let (status, body) = t
+        .post(
+            "/api/v1/executions/paused-1/events",
+            json!({"kind": "step_recorded", "step_id": "1.1", "agent_name": "agent-1", "status": "complete"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let journal = t.journal("paused-1").await;
+    assert!(
+        journal.iter().all(|e| e["kind"] != "step_dispatched" && e["kind"] != "step_recorded"),
+        "nothing dispatched"
+    );
 
     let resumed = t.cli(&["execute", "resume"]);
     assert_eq!(code(&resumed), 0, "{}", stderr(&resumed));
     let next = t.cli_ok(&["execute", "next"]);
     assert_eq!((field(&next, "ACTION:"), field(&next, "Step:")), ("DISPATCH", "1.1"), "{next}");
     t.cli_ok(&["execute", "dispatched", "--step-id", "1.1", "--agent", "agent-1"]);
+    // The result of an attempt in flight is taken while paused: it dispatches nothing.
+    t.cli_ok(&["execute", "pause"]);
+    t.cli_ok(&["execute", "record", "--step-id", "1.1", "--agent", "agent-1", "--outcome", "ran before the pause"]);
+    assert_eq!(t.journal("paused-1").await.iter().filter(|e| e["kind"] == "step_recorded").count(), 1);
 }
 
 /// A tester minted a link valid for 490,000 years (`--hours 4294967295`) and one printed under
