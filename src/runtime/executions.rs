@@ -155,7 +155,8 @@ impl Executions {
         &self.data
     }
 
-    /// Starts a new execution of `plan` and persists it (plan, initial snapshot, summary).
+    /// Starts a new execution of `plan` and persists it (plan, summary and the active task
+    /// pointer in one transaction, then the initial snapshot).
     ///
     /// Errors ([`BadInput`]): invalid plan, team steps, an execution with this task id exists.
     pub async fn create(&self, plan: MachinePlan) -> anyhow::Result<ExecutionState> {
@@ -177,9 +178,9 @@ impl Executions {
             }
             Err(e) => return Err(e).context("creating the execution"),
         }
+        // A load before this snapshot starts from the stored plan: it only saves that work.
         let snapshot = snapshot::encode(&state).context("serializing the state")?;
         self.store.put_snapshot(&state.task_id, 0, &snapshot, &now).await.context("writing the first snapshot")?;
-        self.store.set_active_task(&state.task_id).await.context("setting the active task")?;
         Ok(state)
     }
 

@@ -88,7 +88,9 @@ pub(super) fn validate_event(task_id: &str, event: &NewEvent) -> Result<(), Stor
 
 impl Store {
     /// Creates execution `task_id` with its plan and initial summary, created and updated `at`
-    /// (RFC 3339), with an empty journal.
+    /// (RFC 3339), with an empty journal, and points the active task pointer at it: in one
+    /// transaction, so a process killed as it starts an execution never leaves one that exists
+    /// but is not the one `execute next` without `--task-id` drives.
     ///
     /// # Errors
     /// [`StoreError::AlreadyExists`] if `task_id` is present; [`StoreError::InvalidTimestamp`]
@@ -127,6 +129,14 @@ impl Store {
             .bind(plan_json)
             .execute(&mut *tx)
             .await?;
+        sqlx::query(
+            "insert into settings (key, value) values (?, ?) \
+             on conflict (key) do update set value = excluded.value",
+        )
+        .bind(super::lease::ACTIVE_TASK_KEY)
+        .bind(task_id)
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         // Its first append takes the group-commit path too.
         lite.remember_head(task_id, 0, GENESIS_HASH);

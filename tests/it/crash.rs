@@ -194,3 +194,29 @@ fn a_read_on_the_writer_is_not_counted_as_a_durable_commit() {
     assert_eq!(out.status.signal(), Some(9), "the write's commit is counted: {}", stderr(&out));
     assert_eq!(ws.status("reads")["step_results"]["1.1"]["status"], "dispatched");
 }
+
+/// A fresh-user tester killed `execute start` runs at random: some left an execution that
+/// existed but was not the active one, so `execute next` without `--task-id` drove the previous
+/// execution, and a retried `start` only said it existed. Creating an execution and pointing
+/// the active task at it are one commit: killed right after its first commit, the new
+/// execution is the active one.
+#[test]
+fn a_start_killed_after_its_first_commit_leaves_the_new_execution_active() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    ws.start_small_plan("first");
+    let plan = ws.write("second.json", &small_plan("second", ""));
+    let out = ws
+        .baton()
+        .args(["execute", "start", "--plan", plan.to_str().unwrap()])
+        .env("BATON_CRASH_AFTER_COMMIT", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.signal(), Some(9), "{}", stderr(&out));
+    let status = ws.run(&["execute", "status", "--json"]);
+    assert_eq!(code(&status), 0, "{}", stderr(&status));
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["task_id"], "second");
+    let next = ws.run(&["execute", "next"]);
+    assert!(stdout(&next).contains("delegation: step 1.1 of second"), "{}", stdout(&next));
+}
