@@ -357,7 +357,7 @@ pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), Engi
         EventKind::GateRetried { phase_id } => {
             let phase = ensure_current_phase(state, *phase_id)?;
             if phase.gate.is_none() {
-                return Err(EngineError::UnknownPhase { phase_id: *phase_id });
+                return Err(EngineError::InvalidEvent(format!("phase {phase_id} has no gate to retry")));
             }
             let gate_failed_execution = status == ExecutionStatus::Failed
                 && state.gate_failures(*phase_id) > 0
