@@ -19,7 +19,7 @@ use crate::engine::{self, Applied};
 use crate::model::event::{Event, EventKind};
 use crate::model::plan::MachinePlan;
 use crate::model::snapshot;
-use crate::model::state::ExecutionState;
+use crate::model::state::{ExecutionState, ExecutionStatus};
 use crate::runtime::config::DataDir;
 use crate::runtime::{lease, runs, BadInput};
 use crate::store::{Fence, NewEvent, Store, StoreError, Summary, Workload};
@@ -170,6 +170,16 @@ impl Executions {
                 let id = &state.task_id;
                 let which =
                     if self.started_with(id, &original).await? { "with this plan" } else { "with a different plan" };
+                // A complete or cancelled execution takes no more events: going on is no way.
+                let status = self.store.summary(id).await?.map(|s| s.status).unwrap_or_default();
+                let ended = [ExecutionStatus::Complete, ExecutionStatus::Cancelled];
+                if ended.iter().any(|e| e.to_string() == status) {
+                    return Err(BadInput(format!(
+                        "an execution with task id {id} already exists {which} and is {status}: give the new plan \
+                         another task_id"
+                    ))
+                    .into());
+                }
                 return Err(BadInput(format!(
                     "an execution with task id {id} already exists {which}: go on with it \
                      (`baton execute next --task-id {id}`), or give the new plan another task_id"

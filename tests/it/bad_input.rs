@@ -419,6 +419,24 @@ fn starting_a_task_id_twice_is_refused_saying_how_to_go_on() {
     assert!(stderr(&changed).contains("already exists with a different plan"), "{}", stderr(&changed));
     assert_eq!(journal_len(&ws, "twice-1"), before);
 
+    // A cancelled one takes no more events: the advice is another task id, not going on (a
+    // fresh-user tester was told to go on with a cancelled execution).
+    let ended = ws.write("ended.json", &small_plan("ended-1", ""));
+    let start = ["execute", "start", "--plan", ended.to_str().unwrap()];
+    assert_eq!(code(&ws.run(&start)), 0);
+    let cancel = ws.run(&["execute", "cancel", "--task-id", "ended-1"]);
+    assert!(stderr(&cancel).contains("recorded cancelled for ended-1"), "{}", stderr(&cancel));
+    let again = ws.run(&start);
+    assert_eq!(code(&again), 2, "{}", stderr(&again));
+    assert!(
+        stderr(&again).contains(
+            "an execution with task id ended-1 already exists with this plan and is cancelled: give the new plan \
+             another task_id"
+        ),
+        "{}",
+        stderr(&again)
+    );
+
     // A stored plan that no longer parses (damaged on disk, edited by hand) is reported as
     // such by both doors given a plan, never taken for a different plan.
     let db = rusqlite::Connection::open(ws.data().join("baton.db")).unwrap();
