@@ -296,7 +296,9 @@ pub(super) enum ExecuteCommand {
         #[command(flatten)]
         key: Key,
         /// Raise the ceiling by this many USD; the next `execute run` resumes where it stopped.
-        #[arg(long, value_name = "USD")]
+        // A negative amount reaches the parser, which says what an amount is, rather than
+        // clap's "unexpected argument '-5' found".
+        #[arg(long, value_name = "USD", allow_negative_numbers = true)]
         raise: Option<String>,
         /// Stop the execution (it is cancelled, with the reason).
         #[arg(long)]

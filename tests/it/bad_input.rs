@@ -127,6 +127,10 @@ fn recording_commands_name_an_unknown_task_and_a_budget_decision_with_nothing_pa
         stderr(&out)
     );
     assert_eq!(journal_len(&ws, "parked-not"), before);
+    // A negative amount is named as such, not as clap's "unexpected argument '-5' found".
+    let out = ws.run(&["execute", "budget", "--task-id", "parked-not", "--raise", "-5"]);
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("--raise \"-5\": expected a USD amount from 0.01"), "{}", stderr(&out));
 }
 
 #[test]
