@@ -163,6 +163,10 @@ fn running_action(state: &ExecutionState) -> Action {
     Action::Wait { message, until: None }
 }
 
+/// At most this many characters of a step's task go into its DISPATCH message (a tester's
+/// 5 MB one-line task was printed whole on `execute status`'s `next:` line).
+const DISPATCH_MESSAGE_CHARS: usize = 200;
+
 fn dispatch_action(state: &ExecutionState, phase: &PlanPhase, step: &PlanStep, isolation: &str) -> DispatchAction {
     let attempt = state.result(&step.step_id).map_or(0, |r| r.attempt) + 1;
     let retry = if attempt > 1 { format!(" (attempt {attempt})") } else { String::new() };
@@ -171,7 +175,9 @@ fn dispatch_action(state: &ExecutionState, phase: &PlanPhase, step: &PlanStep, i
             "Dispatch step {} to {}{retry}: {}",
             step.step_id,
             step.agent_name,
-            first_line(&step.task_description)
+            // A one-line summary (`execute status`'s `next:`, the wire's `Message:`): the
+            // prompt carries the whole task.
+            cut(first_line(&step.task_description), DISPATCH_MESSAGE_CHARS)
         ),
         step_id: step.step_id.clone(),
         phase_id: phase.phase_id,

@@ -344,14 +344,6 @@ impl QuotaWait {
     pub fn note(&self) -> String {
         quota_note(&self.account, &self.until)
     }
-
-    /// Whether the wait is over at `now`: its `until` has come, or cannot be read (an
-    /// `until` no clock can reach would hold the step for ever; dispatching it again asks the
-    /// agent, which names its reset anew). The one rule the driver and `execute next` /
-    /// `status` both follow (issue 18.1).
-    pub fn is_due(&self, now: chrono::DateTime<chrono::Utc>) -> bool {
-        chrono::DateTime::parse_from_rfc3339(&self.until).map_or(true, |until| until <= now)
-    }
 }
 
 /// `waiting for <account> quota until <HH:MM> UTC`, from an RFC 3339 UTC `until`
@@ -815,35 +807,5 @@ impl ExecutionState {
     /// Steps complete or skipped / total steps.
     pub fn progress(&self) -> (u64, u64) {
         (self.counters.steps_done, self.plan.step_count() as u64)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn wait(until: &str) -> QuotaWait {
-        QuotaWait {
-            step_id: "1.1".into(),
-            agent_name: "dev".into(),
-            account: "claude".into(),
-            until: until.into(),
-            reason: String::new(),
-        }
-    }
-
-    /// The one place the driver and `execute next` / `status` learn whether a quota wait is
-    /// over: at and after its `until` (in any offset), and at once when `until` is unreadable.
-    #[test]
-    fn a_quota_wait_is_due_from_its_until_on_and_at_once_when_until_is_unreadable() {
-        let now =
-            chrono::DateTime::parse_from_rfc3339("2026-12-02T16:00:00+00:00").unwrap().with_timezone(&chrono::Utc);
-        assert!(!wait("2026-12-02T16:00:01+00:00").is_due(now));
-        assert!(wait("2026-12-02T16:00:00+00:00").is_due(now));
-        assert!(wait("2026-12-02T15:59:59Z").is_due(now));
-        assert!(!wait("2026-12-02T17:30:00+01:00").is_due(now), "16:30 UTC");
-        assert!(wait("2026-12-02T16:30:00+01:00").is_due(now), "15:30 UTC");
-        assert!(wait("tomorrow").is_due(now));
-        assert!(wait("").is_due(now));
     }
 }

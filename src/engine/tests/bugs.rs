@@ -486,3 +486,16 @@ fn an_approval_for_a_phase_the_plan_lacks_is_an_unknown_phase() {
     let err = refused(&mut state, &approval(9, ApprovalDecision::Approve, ""));
     assert_eq!(err, EngineError::UnknownPhase { phase_id: 9 });
 }
+
+/// A fresh-user tester's step had a 5 MB one-line task: `execute status` printed all of it on
+/// its `next:` line. The DISPATCH message says at most 200 characters of it; the prompt keeps
+/// the whole task.
+#[test]
+fn a_dispatch_message_says_the_start_of_a_long_task_and_its_prompt_all_of_it() {
+    let mut long = step("1.1", &[]);
+    long.task_description = format!("{} end", "x".repeat(10_000));
+    let state = started(vec![phase(1, vec![long])]);
+    let Action::Dispatch(d) = next_action(&state) else { panic!("no dispatch") };
+    assert_eq!(d.message, format!("Dispatch step 1.1 to {}: {}…", d.agent_name, "x".repeat(200)));
+    assert!(d.delegation_prompt.contains(&format!("{} end", "x".repeat(10_000))));
+}

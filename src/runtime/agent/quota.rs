@@ -21,6 +21,14 @@ use chrono::{DateTime, NaiveTime, TimeZone as _, Utc};
 use serde_json::Value;
 
 use super::profile::AgentProfile;
+use crate::model::state::QuotaWait;
+
+/// Whether `wait` is over at `now`: its `until` has come, or cannot be read (an `until` no
+/// clock can reach would hold the step for ever; dispatching it again asks the agent, which
+/// names its reset anew). The one rule the driver and `execute next` / `status` both follow.
+pub fn wait_is_due(wait: &QuotaWait, now: DateTime<Utc>) -> bool {
+    DateTime::parse_from_rfc3339(&wait.until).map_or(true, |until| until <= now)
+}
 
 /// The first wait after a stop that named no reset time.
 pub const BACKOFF_FIRST: Duration = Duration::from_secs(60);
@@ -282,6 +290,31 @@ pub fn gemini(stdout: &str, stderr: &str, now: DateTime<Utc>) -> Option<QuotaHit
 mod tests {
     use super::*;
     use crate::runtime::agent::test_support::fixture;
+
+    fn wait(until: &str) -> QuotaWait {
+        QuotaWait {
+            step_id: "1.1".into(),
+            agent_name: "dev".into(),
+            account: "claude".into(),
+            until: until.into(),
+            reason: String::new(),
+        }
+    }
+
+    /// The one place the driver and `execute next` / `status` learn whether a quota wait is
+    /// over: at and after its `until` (in any offset), and at once when `until` is unreadable.
+    #[test]
+    fn a_quota_wait_is_due_from_its_until_on_and_at_once_when_until_is_unreadable() {
+        let now =
+            chrono::DateTime::parse_from_rfc3339("2026-12-02T16:00:00+00:00").unwrap().with_timezone(&chrono::Utc);
+        assert!(!wait_is_due(&wait("2026-12-02T16:00:01+00:00"), now));
+        assert!(wait_is_due(&wait("2026-12-02T16:00:00+00:00"), now));
+        assert!(wait_is_due(&wait("2026-12-02T15:59:59Z"), now));
+        assert!(!wait_is_due(&wait("2026-12-02T17:30:00+01:00"), now), "16:30 UTC");
+        assert!(wait_is_due(&wait("2026-12-02T16:30:00+01:00"), now), "15:30 UTC");
+        assert!(wait_is_due(&wait("tomorrow"), now));
+        assert!(wait_is_due(&wait(""), now));
+    }
 
     fn now() -> DateTime<Utc> {
         // 2025-12-02 10:00 UTC (11:00 in Berlin).

@@ -184,7 +184,7 @@ impl Driver {
         let now = self.clock.now();
         let mut resumed = 0;
         for w in state.quota_waits.clone() {
-            let due = w.is_due(now);
+            let due = quota::wait_is_due(&w, now);
             let fallback = if due { None } else { self.free_fallback(&w.agent_name).await? };
             if !due && fallback.is_none() {
                 continue;

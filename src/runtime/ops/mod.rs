@@ -808,7 +808,7 @@ impl Ops {
     /// time does not parse counts as due: nothing else would ever end it).
     fn due_quota_waits(&self, state: &ExecutionState) -> Vec<crate::model::state::QuotaWait> {
         let now = self.clock.now();
-        state.quota_waits.iter().filter(|w| w.is_due(now)).cloned().collect()
+        state.quota_waits.iter().filter(|w| crate::runtime::agent::quota::wait_is_due(w, now)).cloned().collect()
     }
 
     /// `action`, held back when it is a DISPATCH of a paused execution: a pause means no new
