@@ -36,15 +36,39 @@ pub async fn capture<F: Future>(f: F) -> (F::Output, Captured) {
         .await
 }
 
-/// Writes `args` to stdout, or to the current capture; a closed pipe (`baton … | head`) is
-/// ignored rather than a panic.
+/// `text` as a terminal may show it: every control character but a line break, a carriage
+/// return and a tab written escaped (`\u{1b}`, `\u{0}`). What Baton prints holds text from
+/// plans, agents and webhooks (a phase name, an outcome, an id in an error): an escape
+/// sequence in it must not reach the terminal (a fresh-user tester's phase name with a NUL,
+/// an outcome that cleared the screen). JSON output has none to escape.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let keep = |c: char| !c.is_control() || matches!(c, '\n' | '\r' | '\t');
+    if text.chars().all(keep) {
+        return text.into();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if keep(c) {
+            out.push(c);
+        } else {
+            use std::fmt::Write as _;
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+        }
+    }
+    out.into()
+}
+
+/// Writes `args` to stdout, or to the current capture, [`printable`]; a closed pipe (`baton …
+/// | head`) is ignored rather than a panic.
 pub fn stdout(args: std::fmt::Arguments<'_>) {
-    let captured = CAPTURE.try_with(|c| {
-        use std::fmt::Write as _;
-        let _ = c.borrow_mut().stdout.write_fmt(args);
-    });
+    let text = match args.as_str() {
+        Some(text) => std::borrow::Cow::Borrowed(text),
+        None => std::borrow::Cow::Owned(args.to_string()),
+    };
+    let text = printable(&text);
+    let captured = CAPTURE.try_with(|c| c.borrow_mut().stdout.push_str(&text));
     if captured.is_err() {
-        let _ = std::io::stdout().lock().write_fmt(args);
+        let _ = std::io::stdout().lock().write_all(text.as_bytes());
     }
 }
 
@@ -92,5 +116,18 @@ mod tests {
         let ((_, a), (_, b)) = tokio::join!(a, b);
         assert_eq!(a.stdout, "from a\n");
         assert_eq!(b.stdout, "from b\n");
+    }
+
+    #[tokio::test]
+    async fn control_characters_but_line_breaks_and_tabs_are_printed_escaped() {
+        let (_, got) = capture(async {
+            outln!("phase {}", "P\x1b[2J\x00\u{9b}x\ty");
+            out!("plain");
+            crate::runtime::progress("error: --as a\x1b[31mred");
+        })
+        .await;
+        assert_eq!(got.stdout, "phase P\\u{1b}[2J\\u{0}\\u{9b}x\ty\nplain");
+        assert_eq!(got.stderr, "error: --as a\\u{1b}[31mred\n");
+        assert_eq!(printable("line\r\nnext"), "line\r\nnext");
     }
 }

@@ -50,8 +50,9 @@ pub fn driving() -> Option<String> {
 /// Where `errln!` lines go: the relay's capture while a command runs for a CLI client
 /// ([`console::capture`]), else a `tracing` event (target `baton::progress`, info, with the
 /// execution's `task.id`) inside a pool-driven task of `baton serve`, stderr otherwise; a
-/// closed stderr is ignored.
+/// closed stderr is ignored. The line is [`console::printable`]: no escape sequence reaches a terminal.
 pub fn progress(line: &str) {
+    let line = &*console::printable(line);
     if console::stderr_line(line) {
         return;
     }

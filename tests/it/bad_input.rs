@@ -458,3 +458,22 @@ fn starting_a_task_id_twice_is_refused_saying_how_to_go_on() {
     }
     assert_eq!(journal_len(&ws, "twice-1"), before);
 }
+
+/// A fresh-user tester's phase name held a NUL and an escape sequence: `execute status`
+/// printed them raw to the terminal. Text output writes control characters escaped; the
+/// JSON keeps the name as it is.
+#[test]
+fn control_characters_in_a_plan_reach_the_terminal_escaped() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let plan = serde_json::json!({"task_id": "ctl-1", "task_summary": "s", "phases": [{"phase_id": 1,
+        "name": "Ph\u{1b}[2J\u{0}ase", "steps": [{"step_id": "1.1", "agent_name": "dev", "task_description": "x"}]}]});
+    let plan = ws.write("ctl.json", &plan.to_string());
+    let out = ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = ws.run(&["execute", "status", "--task-id", "ctl-1"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(!text.contains('\u{1b}') && !text.contains('\u{0}'), "{text:?}");
+    assert!(text.contains("Ph\\u{1b}[2J\\u{0}ase"), "{text}");
+    assert_eq!(ws.status("ctl-1")["plan"]["phases"][0]["name"], "Ph\u{1b}[2J\u{0}ase");
+}
