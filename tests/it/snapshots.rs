@@ -48,6 +48,15 @@ fn lease_holder(holder: &str) -> baton::store::LeaseInfo {
 }
 
 /// Runs `execute <args…> --task-id <task_id>` and asserts it exits 0.
+/// Two processes' worth of execution services on one data directory, each with its own cache.
+async fn two_processes(
+    data: baton::runtime::config::DataDir,
+) -> (baton::runtime::executions::Executions, baton::runtime::executions::Executions) {
+    let first = baton::runtime::executions::Executions::open(data.clone()).await.unwrap();
+    let second = baton::runtime::executions::Executions::open(data).await.unwrap();
+    (first, second)
+}
+
 fn execute_ok(ws: &Workspace, task_id: &str, args: &[&str]) -> std::process::Output {
     let out = ws.run(&[&["execute"], args, &["--task-id", task_id]].concat());
     assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
@@ -252,9 +261,7 @@ fn a_record_nobody_leases_takes_no_lease_and_a_driver_held_lease_still_refuses_i
     use baton::model::event::{Event, EventKind};
     let (_ws, data) = started("unleased-1");
     tokio::runtime::Runtime::new().unwrap().block_on(async {
-        // Two processes' worth of services on one data directory, each with its own cache.
-        let first = baton::runtime::executions::Executions::open(data.clone()).await.unwrap();
-        let second = baton::runtime::executions::Executions::open(data).await.unwrap();
+        let (first, second) = two_processes(data).await;
         let dispatch = |step: &str| {
             Event::new(EventKind::StepDispatched { step_id: step.into(), agent_name: "alpha".into() }).by("test")
         };
@@ -290,8 +297,7 @@ fn a_driver_whose_lease_was_taken_over_is_fenced_out_not_told_of_a_key_conflict(
     use baton::store::Fence;
     let (_ws, data) = started("fenced-1");
     tokio::runtime::Runtime::new().unwrap().block_on(async {
-        let paused = baton::runtime::executions::Executions::open(data.clone()).await.unwrap();
-        let taker = baton::runtime::executions::Executions::open(data).await.unwrap();
+        let (paused, taker) = two_processes(data).await;
         let store = paused.store().clone();
         // The paused replica's lease, taken an hour ago for ten seconds: long expired.
         let an_hour_ago = (baton::clock::now() - chrono::Duration::hours(1)).to_rfc3339();
