@@ -5,10 +5,12 @@
 //! and a final line saying which command records the result. Every action type has a committed
 //! golden file under `tests/golden/wire/`. This module never does IO beyond building strings.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use crate::model::action::Action;
 use crate::model::text::shell_quote;
+use crate::runtime::console::printable;
 
 /// Renders `action` of execution `task_id` in the text wire format (ends with a newline).
 pub fn render(action: &Action, task_id: &str) -> String {
@@ -178,35 +180,26 @@ pub fn render(action: &Action, task_id: &str) -> String {
     out
 }
 
-/// `value` as the value of a one-line `Key: value` field: a line break or another control
-/// character in it (a plan's or an agent's text) is written escaped (`\n`, `\u{1b}`), so it
-/// can neither end the field nor start a line an orchestrator reads as the format's own.
-fn line(value: &str) -> std::borrow::Cow<'_, str> {
-    if !value.chars().any(char::is_control) {
-        return value.into();
+/// `value` as the value of a one-line `Key: value` field: a line break in it (a plan's or an
+/// agent's text) is written escaped (`\n`, `\r`), and any other control character as
+/// `console::printable` writes it (`\u{1b}`), so it can neither end the field nor start a line
+/// an orchestrator reads as the format's own.
+fn line(value: &str) -> Cow<'_, str> {
+    let value = printable(value);
+    if value.contains(['\n', '\r']) {
+        value.replace('\n', "\\n").replace('\r', "\\r").into()
+    } else {
+        value
     }
-    let mut out = String::with_capacity(value.len() + 8);
-    for c in value.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push('\t'),
-            c if c.is_control() => {
-                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.into()
 }
 
 /// `text` as the body of a delimited section (`--- Delegation Prompt ---` … `--- End Prompt
 /// ---`), ending in a newline: a line of it that starts, spaces aside, with `---` or `ACTION:`
-/// (which would read as the section's end, or another action) gets a `\` in front, and a
-/// control character other than a line break or a tab is written escaped (`\u{1b}`). Text
-/// an agent wrote (its outcome, quoted into a later step's prompt) or a plan's author wrote
-/// cannot end the section early or forge an action (a fresh-user tester recorded an outcome
-/// holding `--- End Prompt ---` and `ACTION: COMPLETE`).
+/// (which would read as the section's end, or another action) gets a `\` in front, and its
+/// control characters are written as `console::printable` writes them. Text an agent wrote
+/// (its outcome, quoted into a later step's prompt) or a plan's author wrote cannot end the
+/// section early or forge an action (a fresh-user tester recorded an outcome holding
+/// `--- End Prompt ---` and `ACTION: COMPLETE`).
 fn body(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 1);
     for l in text.split_inclusive('\n') {
@@ -214,15 +207,7 @@ fn body(text: &str) -> String {
         if start.starts_with("---") || start.starts_with("ACTION:") {
             out.push('\\');
         }
-        for c in l.chars() {
-            match c {
-                '\n' | '\t' | '\r' => out.push(c),
-                c if c.is_control() => {
-                    let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
-                }
-                c => out.push(c),
-            }
-        }
+        out.push_str(&printable(l));
     }
     if !out.is_empty() && !out.ends_with('\n') {
         out.push('\n');

@@ -412,30 +412,31 @@ impl Ops {
             return Err(no_such(task_id));
         }
         Self::authorize(op, &event.kind)?;
-        let dispatching = matches!(event.kind, EventKind::StepDispatched { .. } | EventKind::StepRecorded { .. });
-        if dispatching && self.execs.store().is_paused(task_id).await? {
-            // A result of a step never dispatched dispatches it (as attempt 1): a new dispatch,
-            // which a pause holds back like any other. A result of an attempt in flight is
-            // taken (its agent ran before the pause, or finished during it).
-            let never_dispatched = match &event.kind {
-                EventKind::StepRecorded { step_id, .. } => {
-                    self.get_shared(task_id).await?.step_status(step_id) == StepStatus::Pending
-                }
-                _ => true,
-            };
-            if never_dispatched {
-                let what = match &event.kind {
-                    EventKind::StepRecorded { step_id, .. } => {
-                        format!("step {step_id} was never dispatched, and recording it would dispatch it: ")
+        // A result of a step never dispatched dispatches it (as attempt 1): a new dispatch,
+        // which a pause holds back like any other. A result of an attempt in flight is taken
+        // (its agent ran before the pause, or finished during it).
+        let dispatching = match &event.kind {
+            EventKind::StepDispatched { .. } => Some(None),
+            EventKind::StepRecorded { step_id, .. } => Some(Some(step_id.as_str())),
+            _ => None,
+        };
+        if let Some(recorded) = dispatching {
+            if self.execs.store().is_paused(task_id).await? {
+                let what = match recorded {
+                    None => Some(String::new()),
+                    Some(id) if self.get_shared(task_id).await?.step_status(id) == StepStatus::Pending => {
+                        Some(format!("step {id} was never dispatched, and recording it would dispatch it: "))
                     }
-                    _ => String::new(),
+                    Some(_) => None,
                 };
-                return Err(OpsError::Conflict {
-                    message: format!(
-                        "execution {task_id} is paused: {what}no new dispatches until `baton execute resume`"
-                    ),
-                    reason: "paused",
-                });
+                if let Some(what) = what {
+                    return Err(OpsError::Conflict {
+                        message: format!(
+                            "execution {task_id} is paused: {what}no new dispatches until `baton execute resume`"
+                        ),
+                        reason: "paused",
+                    });
+                }
             }
         }
         let lock = self.lock(task_id);
