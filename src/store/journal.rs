@@ -129,14 +129,7 @@ impl Store {
             .bind(plan_json)
             .execute(&mut *tx)
             .await?;
-        sqlx::query(
-            "insert into settings (key, value) values (?, ?) \
-             on conflict (key) do update set value = excluded.value",
-        )
-        .bind(super::lease::ACTIVE_TASK_KEY)
-        .bind(task_id)
-        .execute(&mut *tx)
-        .await?;
+        super::lease::put_active_task(&mut tx, task_id).await?;
         tx.commit().await?;
         // Its first append takes the group-commit path too.
         lite.remember_head(task_id, 0, GENESIS_HASH);

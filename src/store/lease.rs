@@ -33,6 +33,19 @@ async fn require_execution(conn: &mut SqliteConnection, task_id: &str) -> Result
     }
 }
 
+/// Points the active task pointer at `task_id` in the caller's transaction (`set_active_task`,
+/// and `create_execution`, which creates and activates in one commit).
+pub(super) async fn put_active_task(conn: &mut SqliteConnection, task_id: &str) -> Result<(), StoreError> {
+    sqlx::query(
+        "insert into settings (key, value) values (?, ?) on conflict (key) do update set value = excluded.value",
+    )
+    .bind(ACTIVE_TASK_KEY)
+    .bind(task_id)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// The current lease row of `task_id`, if any.
 pub(super) async fn current_lease(conn: &mut SqliteConnection, task_id: &str) -> Result<Option<LeaseInfo>, StoreError> {
     Ok(sqlx::query_as::<_, LeaseInfo>(
@@ -306,14 +319,7 @@ impl Store {
         let lite = on_backend!(self, pg => pg.set_active_task(task_id).await);
         let mut tx = lite.begin_write().await?;
         require_execution(&mut tx, task_id).await?;
-        sqlx::query(
-            "insert into settings (key, value) values (?, ?) \
-             on conflict (key) do update set value = excluded.value",
-        )
-        .bind(ACTIVE_TASK_KEY)
-        .bind(task_id)
-        .execute(&mut *tx)
-        .await?;
+        put_active_task(&mut tx, task_id).await?;
         tx.commit().await?;
         Ok(())
     }

@@ -75,13 +75,7 @@ impl Pg {
             .bind(plan_json)
             .execute(&mut *tx)
             .await?;
-        sqlx::query(
-            "insert into settings (key, value) values ($1, $2) on conflict (key) do update set value = excluded.value",
-        )
-        .bind(super::super::lease::ACTIVE_TASK_KEY)
-        .bind(task_id)
-        .execute(&mut *tx)
-        .await?;
+        super::lease::put_active_task(&mut tx, task_id).await?;
         tx.commit().await?;
         Ok(())
     }

@@ -12,6 +12,19 @@ use super::super::lease::{decide_acquire, lease_window, ACTIVE_TASK_KEY};
 use super::super::{LeaseInfo, StoreError};
 use super::{require_execution, Pg};
 
+/// Points the active task pointer at `task_id` in the caller's transaction (`set_active_task`,
+/// and `create_execution`, which creates and activates in one commit).
+pub(super) async fn put_active_task(conn: &mut PgConnection, task_id: &str) -> Result<(), StoreError> {
+    sqlx::query(
+        "insert into settings (key, value) values ($1, $2) on conflict (key) do update set value = excluded.value",
+    )
+    .bind(ACTIVE_TASK_KEY)
+    .bind(task_id)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// The current lease row of `task_id`, if any.
 async fn current_lease(conn: &mut PgConnection, task_id: &str) -> Result<Option<LeaseInfo>, StoreError> {
     let row = sqlx::query_as::<_, (String, i64, String, String, String, i64, String)>(
@@ -181,13 +194,7 @@ impl Pg {
     pub(in super::super) async fn set_active_task(&self, task_id: &str) -> Result<(), StoreError> {
         let mut tx = self.begin_write().await?;
         require_execution(&mut tx, task_id).await?;
-        sqlx::query(
-            "insert into settings (key, value) values ($1, $2) on conflict (key) do update set value = excluded.value",
-        )
-        .bind(ACTIVE_TASK_KEY)
-        .bind(task_id)
-        .execute(&mut *tx)
-        .await?;
+        put_active_task(&mut tx, task_id).await?;
         tx.commit().await?;
         Ok(())
     }

@@ -672,8 +672,13 @@ async fn active_task_pointer_set_read_and_cleared(db: Fresh) {
     let store = db.store.clone();
     assert_eq!(store.active_task().await.unwrap(), None);
     created(&store, "t1").await;
+    // Creating an execution makes it the active one, in the same commit (a start killed
+    // after it never leaves the previous execution active).
+    assert_eq!(store.active_task().await.unwrap().as_deref(), Some("t1"));
     created(&store, "t2").await;
+    assert_eq!(store.active_task().await.unwrap().as_deref(), Some("t2"));
     store.set_active_task("t1").await.unwrap();
+    assert_eq!(store.active_task().await.unwrap().as_deref(), Some("t1"));
     store.set_active_task("t2").await.unwrap();
     assert_eq!(store.active_task().await.unwrap().as_deref(), Some("t2"));
     assert!(matches!(store.set_active_task("ghost").await, Err(StoreError::NotFound { .. })));
