@@ -59,14 +59,36 @@ pub(super) fn conclude(result: anyhow::Result<ExitCode>, json: bool) -> u8 {
         // `ExitCode` hides its number; it is one of 256.
         Ok(code) => (0..=u8::MAX).find(|&k| ExitCode::from(k) == code).unwrap_or(1),
         Err(e) => {
-            errln!("error: {e:#}");
+            let text = error_text(&e);
+            errln!("error: {text}");
             let code = exit_code_of(&e);
             if json {
-                outln!("{}", serde_json::json!({ "error": format!("{e:#}"), "exit_code": code }));
+                outln!("{}", serde_json::json!({ "error": text, "exit_code": code }));
             }
             code
         }
     }
+}
+
+/// `e` and its causes on one line, `what failed: why: root cause`, leaving out a cause whose
+/// text the link before it already ends with. Some errors print their source inside their
+/// own text (sqlx's "error communicating with database: {io error}", an `io::Error` wrapping
+/// rustls's), and anyhow's `{:#}` then repeated it: "…: invalid peer certificate:
+/// UnknownIssuer: invalid peer certificate: UnknownIssuer".
+pub(super) fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    let mut previous = String::new();
+    for cause in e.chain() {
+        let link = cause.to_string();
+        if text.is_empty() {
+            text.push_str(&link);
+        } else if !previous.ends_with(&link) {
+            text.push_str(": ");
+            text.push_str(&link);
+        }
+        previous = link;
+    }
+    text
 }
 
 /// 2 for a client's mistake, 130 for an interrupted run, 1 for anything else.
@@ -97,4 +119,42 @@ pub(super) fn exit_code_of(e: &anyhow::Error) -> u8 {
         }
     }
     1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_text;
+
+    /// An error that prints its source inside its own text, as sqlx's I/O error does.
+    #[derive(Debug)]
+    struct Wraps(std::io::Error);
+    impl std::fmt::Display for Wraps {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "error communicating with database: {}", self.0)
+        }
+    }
+    impl std::error::Error for Wraps {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_cause_already_printed_by_the_error_before_it_is_not_repeated() {
+        let io = std::io::Error::other("invalid peer certificate: UnknownIssuer");
+        let e = anyhow::Error::new(Wraps(io)).context("connecting to postgres://baton:***@db/baton");
+        assert_eq!(
+            error_text(&e),
+            "connecting to postgres://baton:***@db/baton: error communicating with database: \
+             invalid peer certificate: UnknownIssuer"
+        );
+        // `{:#}` repeated it.
+        assert!(format!("{e:#}").ends_with("UnknownIssuer: invalid peer certificate: UnknownIssuer"));
+    }
+
+    #[test]
+    fn causes_that_do_not_repeat_each_other_are_all_printed() {
+        let e = anyhow::anyhow!("root cause").context("middle").context("what failed");
+        assert_eq!(error_text(&e), "what failed: middle: root cause");
+    }
 }

@@ -196,6 +196,30 @@ pub(crate) fn postgres_database() -> Option<String> {
     runtime.block_on(test_cluster::fresh_database("baton_it"))
 }
 
+/// The CA certificate (PEM) that signed the PostgreSQL test cluster's server certificate:
+/// `BATON_TEST_DATABASE_CA`, which `scripts/test` sets when it starts the cluster with TLS on.
+/// `None` outside CI when it is unset (printed loudly); under `CI=true` a missing CA fails the
+/// test, as a missing cluster does.
+pub(crate) fn postgres_ca() -> Option<PathBuf> {
+    let Some(ca) = std::env::var_os("BATON_TEST_DATABASE_CA").filter(|ca| !ca.is_empty()) else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "BATON_TEST_DATABASE_CA is not set: under CI the PostgreSQL TLS tests must run \
+             (scripts/test starts its cluster with TLS on and sets it)"
+        );
+        eprintln!("SKIPPED: BATON_TEST_DATABASE_CA is not set (run scripts/test, or point it at your cluster's CA)");
+        return None;
+    };
+    Some(PathBuf::from(ca))
+}
+
+/// `url` with `pairs` added to its query string.
+pub(crate) fn with_query(url: &str, pairs: &[(&str, &str)]) -> String {
+    let mut url = url::Url::parse(url).unwrap();
+    url.query_pairs_mut().extend_pairs(pairs);
+    url.to_string()
+}
+
 /// The store's own test-cluster helper, shared with its unit tests.
 #[path = "../../src/store/pg/test_cluster.rs"]
 mod test_cluster;

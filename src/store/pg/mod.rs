@@ -73,8 +73,15 @@ impl Pg {
                 reason: "not a postgres:// or postgresql:// URL (leave it unset for the SQLite file)".to_string(),
             });
         }
-        let options: PgConnectOptions =
-            url.parse().map_err(|e: sqlx::Error| StoreError::BadUrl { url: shown.clone(), reason: e.to_string() })?;
+        // sqlx nests its configuration errors ("error with configuration: error with
+        // configuration: unknown value …"): the innermost one says what is wrong.
+        let options: PgConnectOptions = url.parse().map_err(|e: sqlx::Error| {
+            let mut root: &dyn std::error::Error = &e;
+            while let Some(source) = root.source() {
+                root = source;
+            }
+            StoreError::BadUrl { url: shown.clone(), reason: root.to_string() }
+        })?;
         let options = options.application_name("baton");
         // No idle timeout or lifetime, so sqlx starts no maintenance task: its loop over the
         // idle count can spin without yielding (see `Store::open_for`, where it hung a
