@@ -165,10 +165,10 @@ pub(super) enum ExecuteCommand {
         /// Tokens used.
         #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
         tokens: u64,
-        /// Cost in USD.
+        /// Cost in USD, 0 to 1,000,000.
         #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
         cost: f64,
-        /// Duration in seconds.
+        /// The agent's wall time in seconds, 0 to 31,622,400 (366 days).
         #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
         duration: f64,
         /// Error text (failed).

@@ -111,8 +111,9 @@ pub enum EngineError {
         /// The key.
         key: String,
     },
-    /// A value of the event is out of range (a negative cost, feedback missing, …).
-    #[error("invalid event: {0}")]
+    /// A value of the event is out of range (a negative cost, feedback missing, …). The
+    /// message names the field or the rule on its own ("step 1.1: cost_usd -5 is not …").
+    #[error("{0}")]
     InvalidEvent(String),
     /// An amendment that cannot be applied.
     #[error("invalid amendment: {0}")]

@@ -4,7 +4,7 @@
 //! range; a feedback question is answered once. Used by `check`, `team`, `actions` and
 //! `settle`. This module only reads the state, and never does IO.
 
-use crate::engine::{EngineError, MAX_STEP_COST_USD, MAX_STEP_TOKENS};
+use crate::engine::{EngineError, MAX_STEP_COST_USD, MAX_STEP_DURATION_SECONDS, MAX_STEP_TOKENS};
 use crate::model::event::{EventKind, RecordStatus};
 use crate::model::plan::{PlanPhase, PlanStep};
 use crate::model::state::{ExecutionState, StepStatus};
@@ -31,7 +31,8 @@ pub(crate) fn check_quota_values(kind: &EventKind) -> Result<(), EngineError> {
     }
     if !cost_usd.is_finite() || *cost_usd < 0.0 || *cost_usd > crate::engine::MAX_STEP_COST_USD {
         return Err(EngineError::InvalidEvent(format!(
-            "step {step_id}: cost_usd {cost_usd} is not a number between 0 and {}",
+            "step {step_id}: cost_usd {} is not a number between 0 and {}",
+            shown(*cost_usd),
             crate::engine::MAX_STEP_COST_USD
         )));
     }
@@ -42,7 +43,8 @@ pub(crate) fn check_quota_values(kind: &EventKind) -> Result<(), EngineError> {
 }
 
 /// The values of a `step_recorded` (a step's or a team member's): a token count, a cost in
-/// `0..=MAX_STEP_COST_USD`, a non-negative duration, `budget_stopped` only under a ceiling.
+/// `0..=MAX_STEP_COST_USD`, a duration in `0..=MAX_STEP_DURATION_SECONDS`, `budget_stopped`
+/// only under a ceiling.
 pub(crate) fn check_record_values(state: &ExecutionState, kind: &EventKind) -> Result<(), EngineError> {
     let EventKind::StepRecorded { step_id, status: rec, cost_usd, duration_seconds, tokens, .. } = kind else {
         return Ok(());
@@ -59,15 +61,28 @@ pub(crate) fn check_record_values(state: &ExecutionState, kind: &EventKind) -> R
     }
     if !cost_usd.is_finite() || *cost_usd < 0.0 || *cost_usd > MAX_STEP_COST_USD {
         return Err(EngineError::InvalidEvent(format!(
-            "step {step_id}: cost_usd {cost_usd} is not a number between 0 and {MAX_STEP_COST_USD}"
+            "step {step_id}: cost_usd {} is not a number between 0 and {MAX_STEP_COST_USD}",
+            shown(*cost_usd)
         )));
     }
-    if !duration_seconds.is_finite() || *duration_seconds < 0.0 {
+    if !duration_seconds.is_finite() || *duration_seconds < 0.0 || *duration_seconds > MAX_STEP_DURATION_SECONDS {
         return Err(EngineError::InvalidEvent(format!(
-            "step {step_id}: duration_seconds {duration_seconds} is not a non-negative number"
+            "step {step_id}: duration_seconds {} is not a number of seconds between 0 and {MAX_STEP_DURATION_SECONDS} \
+             (366 days)",
+            shown(*duration_seconds)
         )));
     }
     Ok(())
+}
+
+/// A number as a refusal shows it: in exponent form from a billion up (`1e300`, not 301
+/// digits), as written otherwise.
+fn shown(value: f64) -> String {
+    if value.abs() >= 1e9 {
+        format!("{value:e}")
+    } else {
+        value.to_string()
+    }
 }
 
 /// No new attempt starts while a checkpoint is due (`next_actions` offers none either).

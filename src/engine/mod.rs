@@ -73,6 +73,10 @@ pub const MAX_STEP_COST_USD: f64 = 1_000_000.0;
 /// Most tokens one result may report: anything above is a broken report (and would overflow
 /// the execution's total).
 pub const MAX_STEP_TOKENS: u64 = 1_000_000_000_000;
+/// Longest agent wall time one result may report, seconds (366 days): anything above is a
+/// broken report. Without a bound, two results of 1.7e308 s summed to infinity, which JSON
+/// writes as `null`: the step's `duration_seconds` read back as `null` from the API.
+pub const MAX_STEP_DURATION_SECONDS: f64 = 366.0 * 86_400.0;
 /// Marker an interactive agent emits when the conversation is done.
 pub const INTERACT_COMPLETE: &str = "INTERACT_COMPLETE";
 

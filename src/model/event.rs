@@ -118,14 +118,17 @@ pub enum EventKind {
         /// Commit on the feature branch.
         #[serde(default)]
         commit_hash: String,
-        /// Tokens used.
+        /// Tokens used, at most 10¹² (more is a broken report).
         #[serde(default)]
+        #[schema(maximum = 1_000_000_000_000_u64)]
         tokens: u64,
-        /// Spend, USD.
+        /// Spend, USD, at most 1,000,000.
         #[serde(default)]
+        #[schema(minimum = 0.0, maximum = 1_000_000.0)]
         cost_usd: f64,
-        /// Wall time, seconds.
+        /// The agent's wall time, seconds, at most 31,622,400 (366 days).
         #[serde(default)]
+        #[schema(minimum = 0.0, maximum = 31_622_400.0)]
         duration_seconds: f64,
         /// Failure reason.
         #[serde(default)]

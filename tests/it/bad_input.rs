@@ -102,6 +102,26 @@ fn unknown_step_and_records_after_the_end_are_refused_without_touching_the_journ
     assert!(stderr(&out).contains("no execution with task id no-such-task"));
 }
 
+/// `record --duration 1e300` was taken (and two such attempts summed to infinity, which the
+/// state's JSON wrote as `null`). Refused now, in one line, and nothing is journaled.
+#[test]
+fn a_recorded_duration_beyond_a_year_is_refused_in_one_line() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let plan = ws.write("plan.json", &small_plan("dur-1", ""));
+    assert_eq!(code(&ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()])), 0);
+    let before = journal_len(&ws, "dur-1");
+    let record = ["execute", "record", "--task-id", "dur-1", "--step-id", "1.1", "--agent", "x", "--duration"];
+    let out = ws.run(&[&record[..], &["1e300"]].concat());
+    assert_eq!(code(&out), 2, "{}", stdout(&out));
+    assert_eq!(
+        stderr(&out).trim(),
+        "error: step 1.1: duration_seconds 1e300 is not a number of seconds between 0 and 31622400 (366 days)"
+    );
+    assert_eq!(journal_len(&ws, "dur-1"), before);
+    let out = ws.run(&[&record[..], &["31622400"]].concat());
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}
+
 #[test]
 fn recording_commands_name_an_unknown_task_and_a_budget_decision_with_nothing_parked() {
     // Found by a tester: `execute budget --raise` on an unknown task said "acquiring the

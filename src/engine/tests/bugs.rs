@@ -443,6 +443,34 @@ fn negative_or_non_finite_costs_and_durations_are_refused() {
     }
 }
 
+/// `record --duration 1.7e308` was taken, and a second attempt's summed to infinity, which
+/// the state's JSON wrote as `"duration_seconds": null`. A duration is now at most
+/// `MAX_STEP_DURATION_SECONDS`, and the refusal shows a huge number in exponent form.
+#[test]
+fn a_duration_longer_than_the_bound_is_refused_and_the_bound_itself_is_taken() {
+    let mut state = started(vec![phase(1, vec![step("1.1", &[])])]);
+    let with_duration = |seconds: f64| {
+        let mut event = record("1.1", RecordStatus::Complete);
+        if let EventKind::StepRecorded { duration_seconds, .. } = &mut event.kind {
+            *duration_seconds = seconds;
+        }
+        event
+    };
+    for seconds in [1.7e308, 1e300, MAX_STEP_DURATION_SECONDS + 1.0] {
+        let err = refused(&mut state, &with_duration(seconds));
+        assert!(matches!(err, EngineError::InvalidEvent(_)), "{seconds}: {err}");
+        assert!(err.to_string().len() < 200, "{err}");
+    }
+    assert!(refused(&mut state, &with_duration(1e300)).to_string().contains("duration_seconds 1e300 is not"));
+    ok(&mut state, &with_duration(MAX_STEP_DURATION_SECONDS));
+    assert_eq!(state.step_results.get("1.1").map(|r| r.duration_seconds), Some(MAX_STEP_DURATION_SECONDS));
+    // The OpenAPI schema of `step_recorded` (model::event) states these bounds as literals.
+    assert_eq!(
+        (MAX_STEP_DURATION_SECONDS, MAX_STEP_COST_USD, MAX_STEP_TOKENS),
+        (31_622_400.0, 1_000_000.0, 1_000_000_000_000)
+    );
+}
+
 #[test]
 fn approve_with_feedback_needs_feedback_text() {
     let mut p = phase(1, vec![step("1.1", &[])]);

@@ -284,7 +284,7 @@ fn an_empty_phase_with_a_gate_asks_for_the_gate_at_once_and_a_failure_goes_to_ga
 fn retrying_the_gate_of_a_phase_without_one_says_so() {
     let mut state = started(vec![phase(1, vec![step("1.1", &[])]), phase(2, vec![step("2.1", &[])])]);
     let err = refused(&mut state, &ev(EventKind::GateRetried { phase_id: 1 }));
-    assert_eq!(err.to_string(), "invalid event: phase 1 has no gate to retry");
+    assert_eq!(err.to_string(), "phase 1 has no gate to retry");
     let err = refused(&mut state, &ev(EventKind::GateRetried { phase_id: 7 }));
     assert_eq!(err.to_string(), "unknown phase 7");
 }
