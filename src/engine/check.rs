@@ -39,6 +39,13 @@ pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), Engi
             | EventKind::Amended { .. }
             | EventKind::Cancelled { .. }
     );
+    if let (ExecutionStatus::Failed, Some(phase_id)) = (status, state.rejected_phase) {
+        // A rejection stands: a retried or skipped step would reopen the execution and ask for
+        // the rejected approval again, of anyone. Only an amendment (or a cancel) goes on.
+        if !matches!(kind, EventKind::Amended { .. } | EventKind::Cancelled { .. }) {
+            return Err(EngineError::RejectionStands { phase_id, reason: state.failure.clone().unwrap_or_default() });
+        }
+    }
     if status == ExecutionStatus::Failed && !reopening {
         return Err(EngineError::ExecutionFailed { reason: state.failure.clone().unwrap_or_default() });
     }

@@ -7,11 +7,13 @@ use crate::model::event::{Event, EventKind};
 use crate::model::lazy_result::LazyResult;
 use crate::model::state::{ApprovalResult, ExecutionState, ExecutionStatus, StepResult, StepStatus};
 
-/// A failed execution runs again (a retried or skipped step, an amendment); any other: unchanged.
+/// A failed execution runs again (a retried or skipped step, an amendment; after a rejection
+/// only an amendment, see `check`); any other: unchanged.
 pub(crate) fn reopen(state: &mut ExecutionState) {
     if state.status == ExecutionStatus::Failed {
         state.status = ExecutionStatus::Running;
         state.failure = None;
+        state.rejected_phase = None;
         state.completed_at.clear();
     }
 }

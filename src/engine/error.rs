@@ -25,6 +25,19 @@ pub enum EngineError {
         /// Failure reason.
         reason: String,
     },
+    /// The execution failed because a human rejected phase `phase_id`'s approval; only an
+    /// amendment of the plan (or a cancel) goes on from there: a retried or skipped step would
+    /// ask for the rejected approval again.
+    #[error(
+        "execution has failed ({reason}); the rejection of phase {phase_id} stands: amend the plan to go on \
+         (a retried or skipped step does not reopen it), or cancel the execution"
+    )]
+    RejectionStands {
+        /// The rejected phase's id.
+        phase_id: i64,
+        /// Failure reason (who rejected it, and why).
+        reason: String,
+    },
     /// No such step in the plan.
     #[error("unknown step {step_id}")]
     UnknownStep {

@@ -245,6 +245,7 @@ fn mutate_event(state: &mut ExecutionState, event: &Event, now: &str) {
                     let by = if event.actor.is_empty() { String::new() } else { format!(" by {}", event.actor) };
                     let why = if feedback.is_empty() { String::new() } else { format!(": {feedback}") };
                     fail(state, format!("phase {phase_id} was rejected{by}{why}; amend the plan to continue"), now);
+                    state.rejected_phase = Some(*phase_id);
                 }
                 ApprovalDecision::ApproveWithFeedback => {
                     state.status = ExecutionStatus::Running;

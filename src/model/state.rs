@@ -574,6 +574,13 @@ pub struct ExecutionState {
     /// Why the execution failed or was cancelled.
     #[serde(default)]
     pub failure: Option<String>,
+    /// The phase whose approval a human rejected, while that rejection is why the execution
+    /// failed. A rejection stands until the plan is amended (or the execution is cancelled): a
+    /// retried or skipped step does not reopen the execution, which would ask for the same
+    /// approval again, of anyone (seed-spec §2: "`reject` → status failed; FAILED message
+    /// suggests amend").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected_phase: Option<i64>,
     /// Latest result per step id.
     // A state decoded from a snapshot of this build decodes each result when it is first read
     // (`LazyResult`): a CLI call then pays only for the results it reads (issue 14.8).
@@ -656,6 +663,7 @@ impl ExecutionState {
             current_phase: 0,
             status: ExecutionStatus::Running,
             failure: None,
+            rejected_phase: None,
             step_results: StepResults::new(),
             gate_results: Vec::new(),
             approval_results: Vec::new(),

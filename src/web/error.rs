@@ -276,7 +276,7 @@ fn classify_engine(e: &EngineError) -> AppError {
         | EngineError::InvalidAmendment(_)
         | EngineError::InvalidPlan(_) => AppError::Unprocessable(message),
         EngineError::Final { .. } => conflict("final"),
-        EngineError::ExecutionFailed { .. } => conflict("execution_failed"),
+        EngineError::ExecutionFailed { .. } | EngineError::RejectionStands { .. } => conflict("execution_failed"),
         EngineError::NotCurrentPhase { .. } => conflict("not_current_phase"),
         EngineError::StepState { .. } => conflict("step_state"),
         EngineError::WrongStatus { .. } => conflict("wrong_status"),

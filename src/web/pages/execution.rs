@@ -244,7 +244,9 @@ fn phases_of(app: &AppState, state: &ExecutionState) -> Vec<PhaseView> {
                         skippable: !matches!(
                             r.map(|r| r.status),
                             Some(StepStatus::Complete | StepStatus::Skipped | StepStatus::Dispatched)
-                        ) && (i > state.current_phase && !member || i == state.current_phase),
+                        ) && (i > state.current_phase && !member || i == state.current_phase)
+                            // A rejection stands until an amendment: a skip is refused.
+                            && state.rejected_phase.is_none(),
                         step_id,
                     }
                 })

@@ -111,6 +111,54 @@ fn reject_fails_the_execution_naming_the_phase() {
     assert_eq!(failed_summary(&state), "phase 1 was rejected by alice: wrong design; amend the plan to continue");
 }
 
+/// Found by a tester: after alice's rejection, skipping an unrelated step of phase 2 reopened
+/// the execution, which asked for phase 1's approval again, and mallory approved it. A
+/// rejection stands: a skip, a retry or another approval is refused naming it, and only an
+/// amendment goes on (after which a later failure reopens as any failure does).
+#[test]
+fn a_rejection_stands_until_the_plan_is_amended() {
+    let mut state = awaiting_approval();
+    ok(&mut state, &approval(1, ApprovalDecision::Reject, "wrong design").by("alice"));
+    assert_eq!(state.rejected_phase, Some(1));
+    for event in [
+        ev(EventKind::StepSkipped { step_id: "2.1".into(), reason: "x".into() }),
+        ev(EventKind::StepRetried { step_id: "1.1".into() }),
+        approval(1, ApprovalDecision::Approve, "").by("mallory"),
+    ] {
+        let err = refused(&mut state, &event);
+        assert_eq!(
+            err,
+            EngineError::RejectionStands {
+                phase_id: 1,
+                reason: "phase 1 was rejected by alice: wrong design; amend the plan to continue".into()
+            },
+            "{}",
+            event.kind.name()
+        );
+        assert!(err.to_string().contains("amend the plan to go on"), "{err}");
+    }
+    // The rework goes into the rejected phase, whose approval is asked again once it is done.
+    let add = crate::model::event::AddedStep { phase_id: 1, step: step("1.3", &[]) };
+    ok(
+        &mut state,
+        &ev(EventKind::Amended {
+            description: "redo the design".into(),
+            trigger: "manual".into(),
+            phases: vec![],
+            after_phase: None,
+            steps: vec![add],
+        }),
+    );
+    assert_eq!(state.status, ExecutionStatus::Running);
+    assert_eq!(state.rejected_phase, None);
+    ok(&mut state, &record("1.3", RecordStatus::Failed));
+    assert_eq!(state.status, ExecutionStatus::Failed);
+    ok(&mut state, &ev(EventKind::StepRetried { step_id: "1.3".into() }));
+    assert_eq!(state.status, ExecutionStatus::Running, "a step's failure still reopens on a retry");
+    ok(&mut state, &record("1.3", RecordStatus::Complete));
+    assert_eq!(state.status, ExecutionStatus::ApprovalPending, "phase 1 is asked again, after its rework");
+}
+
 #[test]
 fn approve_with_feedback_inserts_a_remediation_phase_for_the_first_agent() {
     let mut state = awaiting_approval();
