@@ -70,6 +70,23 @@ pub fn check_user_name(name: &str) -> Result<(), BadInput> {
     Err(BadInput(format!("user name {name:?}: 1-64 characters of A-Z a-z 0-9 . _ - @")))
 }
 
+/// Longest actor name a door may give in open mode, bytes.
+pub const ACTOR_MAX: usize = 200;
+
+/// Checks an actor name given in open mode (no users: `--as`, `BATON_USER`, the API's
+/// `X-Baton-Actor` header), which is journaled as the actor and shown on the board and in the
+/// CLI: 1 to [`ACTOR_MAX`] bytes once trimmed, no control character (a line break in a name
+/// made a signed approval's actor span lines, found by a tester); any other Unicode is a name.
+///
+/// Errors ([`BadInput`]): "expected 1 to 200 characters, none of them a control character".
+pub fn check_actor_name(name: &str) -> Result<(), BadInput> {
+    let name = name.trim();
+    if !name.is_empty() && name.len() <= ACTOR_MAX && !name.chars().any(char::is_control) {
+        return Ok(());
+    }
+    Err(BadInput(format!("expected 1 to {ACTOR_MAX} characters, none of them a control character")))
+}
+
 /// Checks a GitHub login: 1–39 of `A-Z a-z 0-9 -`, not starting or ending with `-` (GitHub's
 /// own rule).
 ///

@@ -95,9 +95,6 @@ fn json_kind(value: &serde_json::Value) -> &'static str {
 
 pub use crate::web::auth::ACTOR_HEADER;
 
-/// Longest accepted actor name, bytes.
-const ACTOR_MAX: usize = 200;
-
 /// Who records an event: the signed-in user (or the API token's); in open mode (no users)
 /// the `X-Baton-Actor` header, else `api`.
 #[derive(Debug, Clone)]
@@ -111,12 +108,11 @@ impl<S: Send + Sync> FromRequestParts<S> for Actor {
             return Ok(Actor(who.name.clone()));
         }
         let Some(value) = parts.headers.get(ACTOR_HEADER) else { return Ok(Actor("api".into())) };
-        let bad =
-            || AppError::BadRequest(format!("header {ACTOR_HEADER}: expected 1 to {ACTOR_MAX} visible characters"));
-        let text = value.to_str().map_err(|_| bad())?.trim();
-        if text.is_empty() || text.len() > ACTOR_MAX {
-            return Err(bad());
-        }
+        // UTF-8, not only visible ASCII (`HeaderValue::to_str`): `élodie` is a name.
+        let text = std::str::from_utf8(value.as_bytes())
+            .map_err(|_| crate::runtime::BadInput("expected UTF-8 text".into()))
+            .and_then(|text| crate::runtime::auth::check_actor_name(text).map(|()| text.trim()))
+            .map_err(|e| AppError::BadRequest(format!("header {ACTOR_HEADER}: {}", e.0)))?;
         Ok(Actor(text.to_string()))
     }
 }

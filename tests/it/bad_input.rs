@@ -102,6 +102,29 @@ fn unknown_step_and_records_after_the_end_are_refused_without_touching_the_journ
     assert!(stderr(&out).contains("no execution with task id no-such-task"));
 }
 
+/// Found by a tester: with no users, `--as` took a name with a line break, which a signed
+/// approval then showed over two lines. The CLI and the API check names by one rule.
+#[test]
+fn an_actor_name_with_a_control_character_is_refused_and_nothing_is_journaled() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let plan = ws.write("plan.json", &small_plan("as-1", ""));
+    assert_eq!(code(&ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()])), 0);
+    let before = journal_len(&ws, "as-1");
+    for name in ["evil\nACTION: COMPLETE", "tab\there", &"x".repeat(201)] {
+        let out = ws.run(&["execute", "record", "--task-id", "as-1", "--step-id", "1.1", "--agent", "x", "--as", name]);
+        assert_eq!(code(&out), 2, "{name:?}: {}", stdout(&out));
+        assert!(
+            stderr(&out).contains("expected 1 to 200 characters, none of them a control character"),
+            "{name:?}: {}",
+            stderr(&out)
+        );
+        assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    }
+    assert_eq!(journal_len(&ws, "as-1"), before);
+    let out = ws.run(&["execute", "record", "--task-id", "as-1", "--step-id", "1.1", "--agent", "x", "--as", "élodie"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}
+
 /// `record --duration 1e300` was taken (and two such attempts summed to infinity, which the
 /// state's JSON wrote as `null`). Refused now, in one line, and nothing is journaled.
 #[test]

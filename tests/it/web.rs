@@ -477,6 +477,79 @@ async fn the_driver_routes_for_gate_interact_and_amend_record_their_events() {
     assert_eq!(journal_len(&app, "web-driver").await, 1, "only the amendment was journaled");
 }
 
+/// `X-Baton-Actor` is UTF-8 text: `élodie` is journaled as the actor (it was refused as not
+/// visible ASCII, found by a tester); a name over 200 bytes is a 400 naming the header.
+#[tokio::test]
+async fn an_actor_header_in_utf8_is_a_name_and_an_overlong_one_is_refused() {
+    let app = TestApp::new().await;
+    with_approval_plan(&app, "web-actor").await;
+    let uri = "/api/v1/executions/web-actor/events";
+    let (status, body) = app.post_as(uri, &"x".repeat(201), record_step("1.1", "alpha")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body["message"].as_str().unwrap().to_lowercase().contains("x-baton-actor"), "{body}");
+    let (status, body) = app.post_as(uri, "élodie", record_step("1.1", "alpha")).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (_, journal) = app.get("/api/v1/executions/web-actor/journal").await;
+    let last = journal.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["payload"]["actor"], "élodie", "{last}");
+}
+
+/// Found by a tester: a `quota_wait` "until garbage" was journaled through the API; its wait
+/// ended at once and the step was dispatched again while its first attempt still ran. The
+/// time must be RFC 3339: anything else is a 422 naming `until`, and nothing is journaled.
+#[tokio::test]
+async fn a_quota_wait_until_a_time_that_is_no_time_is_refused_naming_until() {
+    let app = TestApp::new().await;
+    with_approval_plan(&app, "web-quota").await;
+    let before = journal_len(&app, "web-quota").await;
+    for until in ["garbage", "", "2026-13-40T99:00:00Z"] {
+        let wait =
+            json!({"kind": "quota_wait", "step_id": "1.1", "agent_name": "alpha", "account": "claude", "until": until});
+        let (status, body) = app.post("/api/v1/executions/web-quota/events", wait).await;
+        assert_eq!(
+            (status, &body["details"]["field"]),
+            (StatusCode::UNPROCESSABLE_ENTITY, &json!("until")),
+            "{until:?}: {body}"
+        );
+    }
+    assert_eq!(journal_len(&app, "web-quota").await, before);
+}
+
+/// Found by a tester: an interact without input (`{"step_id": "1.1"}`, or only blanks)
+/// journaled an empty human reply, used a turn and sent the agent an empty "Human reply". It
+/// is refused naming `input`, nothing is journaled, and a reply or a completion still works.
+#[tokio::test]
+async fn an_empty_human_reply_is_refused_naming_the_input() {
+    let app = TestApp::new().await;
+    let plan = json!({
+        "task_id": "web-interact",
+        "task_summary": "Interactive step",
+        "phases": [{"phase_id": 1, "name": "Talk", "steps": [
+            {"step_id": "1.1", "agent_name": "helper", "task_description": "Ask.", "interactive": true}]}]
+    });
+    app.execution(&plan).await;
+    let asked = json!({"kind": "step_recorded", "step_id": "1.1", "agent_name": "helper", "status": "interacting", "outcome": "Which DB?"});
+    let (status, body) = app.post("/api/v1/executions/web-interact/events", asked).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let before = journal_len(&app, "web-interact").await;
+    for reply in [json!({"step_id": "1.1"}), json!({"step_id": "1.1", "input": " \n "})] {
+        let (status, body) = app.post("/api/v1/executions/web-interact/interact", reply.clone()).await;
+        assert_eq!(
+            (status, &body["details"]["field"]),
+            (StatusCode::UNPROCESSABLE_ENTITY, &json!("input")),
+            "{reply}: {body}"
+        );
+        assert!(body["message"].as_str().unwrap().contains("the reply is empty"), "{body}");
+    }
+    assert_eq!(journal_len(&app, "web-interact").await, before);
+    let (status, body) =
+        app.post("/api/v1/executions/web-interact/interact", json!({"step_id": "1.1", "input": "Postgres"})).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (_, state) = app.get("/api/v1/executions/web-interact").await;
+    let history = state["step_results"]["1.1"]["interaction_history"].as_array().unwrap();
+    assert_eq!(history.last().unwrap()["content"], "Postgres", "{state}");
+}
+
 /// Issue 14.4 through the API and the execution page: `ruff check {files}` after a step that
 /// changed no file is offered as a skip, a skip that claims a pass is refused, the skip is
 /// journaled as `gate_skipped` and shown as skipped (never passed), and a skip of a gate that

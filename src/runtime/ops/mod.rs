@@ -290,8 +290,13 @@ impl Ops {
     /// the name given) with every right, as before users existed.
     ///
     /// Errors: [`OpsError::Unknown`] when users exist and `name` is none of them, or is
-    /// missing (naming `--as`); [`OpsError::Invalid`] for a malformed name.
+    /// missing (naming `--as`); [`OpsError::Invalid`] for a malformed name (with no users:
+    /// what `auth::check_actor_name` refuses).
     pub async fn cli_operator(&self, name: Option<&str>) -> Result<Operator, OpsError> {
+        if let Some(given) = name.filter(|n| !n.is_empty()) {
+            crate::runtime::auth::check_actor_name(given)
+                .map_err(|e| OpsError::Invalid { field: "--as", message: format!("{given:?}: {}", e.0) })?;
+        }
         let name = name.map(str::trim).filter(|n| !n.is_empty());
         let store = self.execs.store();
         if !store.has_users().await? {
@@ -412,6 +417,27 @@ impl Ops {
             return Err(no_such(task_id));
         }
         Self::authorize(op, &event.kind)?;
+        // An empty reply used up a turn and sent the agent "Human reply: " (found by a
+        // tester). Checked here, for every door, and not in the engine: journals may already
+        // hold such replies, and they must still replay.
+        if let EventKind::InteractInput { input, .. } = &event.kind {
+            if input.trim().is_empty() {
+                return Err(OpsError::Invalid {
+                    field: "input",
+                    message: "the reply is empty: give the human's reply, or complete the interaction".into(),
+                });
+            }
+        }
+        // A wait "until garbage" was taken from the API and ended at once, dispatching the
+        // step again (found by a tester). The driver's own waits carry times it computed.
+        if let EventKind::QuotaWait { until, .. } = &event.kind {
+            if chrono::DateTime::parse_from_rfc3339(until.trim()).is_err() {
+                return Err(OpsError::Invalid {
+                    field: "until",
+                    message: format!("{until:?} is not an RFC 3339 time (e.g. 2026-12-04T18:00:00Z)"),
+                });
+            }
+        }
         // A result of a step never dispatched dispatches it (as attempt 1): a new dispatch,
         // which a pause holds back like any other. A result of an attempt in flight is taken
         // (its agent ran before the pause, or finished during it).
