@@ -78,6 +78,10 @@ pub(super) async fn serve(
     let bell = runtime::changes::Bell::start(&state.execs, state.closing());
     let state = state.with_bell(bell);
     state.specs.load_project_caps().await?;
+    let recovered = state.specs.recover_fires().await?;
+    if recovered > 0 {
+        errln!("recovered {recovered} specs whose fire was interrupted");
+    }
     if demo {
         demo::seed_board(&data, &state.specs).await?;
     }

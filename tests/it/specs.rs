@@ -753,3 +753,48 @@ async fn pause_and_resume_refuse_a_body_they_would_ignore() {
     let (status, body) = app.post(&format!("/api/v1/executions/{task_id}/resume"), json!({})).await;
     assert_eq!((status, &body["paused"]), (StatusCode::OK, &json!(false)), "{body}");
 }
+
+/// Found by a tester who killed the server with SIGKILL while specs were being fired: a spec
+/// stayed `executing` with no execution (fire refused with 409; only a cancel got it out), or
+/// its execution ran without the spec naming it. A starting server (`Specs::recover_fires`)
+/// approves again a spec whose execution was never made, and links one made but not linked.
+#[tokio::test]
+async fn a_fire_interrupted_by_a_stopped_server_is_recovered_when_a_server_starts() {
+    let app = with_project().await;
+    let approved = async |title: &str| {
+        let id = spec(&app, title).await;
+        assert_eq!(app.post(&format!("/api/v1/specs/{id}/enrich"), json!({})).await.0, StatusCode::OK);
+        let (status, body) = app.post(&format!("/api/v1/specs/{id}/review"), json!({"decision": "approve"})).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        id
+    };
+    // What `fire`'s claim commits.
+    let claim = baton::store::SpecChange {
+        action: "fire".into(),
+        expected: "approved".into(),
+        to: "executing".into(),
+        actor: "tester".into(),
+        at: app.app.clock.now_rfc3339(),
+        ..baton::store::SpecChange::default()
+    };
+    // Stopped after the claim, before the execution.
+    let a = approved("Interrupted before its execution").await;
+    app.store().change_spec(a, &claim).await.unwrap();
+    // Stopped after the execution was made, before it was linked.
+    let b = approved("Interrupted before its link").await;
+    let plan = json!({"task_id": format!("spec-{b}-20261204000000"), "task_summary": "orphan", "phases": [
+        {"phase_id": 1, "name": "Build", "steps": [{"step_id": "1.1", "agent_name": "alpha", "task_description": "a"}]}]});
+    let orphan = app.execution(&plan).await;
+    app.store().change_spec(b, &claim).await.unwrap();
+
+    assert_eq!(app.app.specs.recover_fires().await.unwrap(), 2);
+    let (_, spec_a) = app.get(&format!("/api/v1/specs/{a}")).await;
+    assert_eq!((spec_a["status"].as_str(), &spec_a["task_id"]), (Some("approved"), &Value::Null), "{spec_a}");
+    let last = spec_a["events"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["action"], "fire_failed", "{last}");
+    assert!(last["reason"].as_str().unwrap().contains("firing was interrupted"), "{last}");
+    let (_, spec_b) = app.get(&format!("/api/v1/specs/{b}")).await;
+    assert_eq!((spec_b["status"].as_str(), spec_b["task_id"].as_str()), (Some("executing"), Some(orphan.as_str())));
+    assert_eq!(app.app.specs.recover_fires().await.unwrap(), 0, "nothing is left to recover");
+    assert!(spec_a["plan"].is_object(), "approved with its plan: it can be fired again ({spec_a})");
+}

@@ -403,7 +403,9 @@ impl Specs {
 
     /// Fires an approved spec: claims it, creates its execution (task id
     /// `spec-<id>-<UTC yyyymmddHHMMSS>`) on the project's repository and default branch with the
-    /// project's agent profile, and hands it to the pool.
+    /// project's agent profile, links it to the spec, and hands it to the pool. A process
+    /// stopped between the claim and the link leaves the spec `executing` without one:
+    /// [`Specs::recover_fires`] links the execution it made, or approves the spec again.
     ///
     /// Errors: a status that does not allow it (conflict); the execution cannot be created
     /// (invalid, and the spec is approved again with the reason; an execution created before
@@ -414,8 +416,9 @@ impl Specs {
             return Err(SpecError::Conflict { message: format!("spec {spec_id} has no plan"), current: row.status });
         };
         let project = self.project(&row.project).await?;
+        let task_id = format!("spec-{spec_id}-{}", clock::now().format("%Y%m%d%H%M%S"));
         let claimed = self.change(&row, SpecAction::Fire, actor, SpecChange::default()).await?;
-        match self.create_execution(spec_id, &plan_json, &project).await {
+        match self.create_execution(spec_id, &task_id, &plan_json, &project).await {
             Ok(task_id) => {
                 if let Err(e) = self.execs.store().attach_execution(spec_id, &task_id).await {
                     // Cancelled while its execution was being created: cancel that execution
@@ -442,9 +445,67 @@ impl Specs {
         }
     }
 
-    async fn create_execution(&self, spec_id: i64, plan_json: &str, project: &ProjectRow) -> anyhow::Result<String> {
+    /// For a server starting, before it serves: every spec a stopped process left `executing`
+    /// without an execution (found by a tester who killed the server during fires: `fire`
+    /// refused such a spec with 409 and only a cancel got it out, or its execution ran without
+    /// the spec naming it). The fire made an execution (`spec-<id>-…`) that has not ended: the
+    /// newest is linked to the spec. It made none: the spec is approved again, with the reason
+    /// in its history, to be fired again. (A spec names its execution only once it exists: the
+    /// column is a foreign key.) A fire still in flight on another replica then finds its spec
+    /// changed and cancels what it made (`fire`), so nothing runs unlinked. Returns how many
+    /// specs were recovered.
+    ///
+    /// Errors: the database.
+    pub async fn recover_fires(&self) -> Result<usize, SpecError> {
+        let store = self.execs.store();
+        let filter = SpecFilter {
+            status: Some(SpecStatus::Executing.as_str().into()),
+            limit: i64::MAX,
+            ..SpecFilter::default()
+        };
+        let stuck: Vec<SpecRow> =
+            store.list_specs(&filter).await?.into_iter().filter(|row| row.task_id.is_none()).collect();
+        let made = if stuck.is_empty() { Vec::new() } else { store.list_executions().await? };
+        let mut recovered = 0;
+        for row in stuck {
+            let prefix = format!("spec-{}-", row.spec_id);
+            let unlinked = made
+                .iter()
+                .filter(|e| e.task_id.starts_with(&prefix))
+                .filter(|e| !matches!(e.summary.status.as_str(), "complete" | "cancelled"))
+                .map(|e| e.task_id.clone())
+                .next_back();
+            // A spec that changed meanwhile (another replica's fire finished, a cancel) is
+            // left as it now is.
+            let done = match unlinked {
+                Some(task_id) => store.attach_execution(row.spec_id, &task_id).await.map_err(SpecError::from),
+                None => {
+                    let change = SpecChange {
+                        reason: "firing was interrupted (the server stopped) before its execution was created: \
+                                 fire it again"
+                            .into(),
+                        ..SpecChange::default()
+                    };
+                    self.change(&row, SpecAction::FireFailed, "baton", change).await.map(|_| ())
+                }
+            };
+            match done {
+                Ok(()) => recovered += 1,
+                Err(e) => tracing::warn!(spec.id = row.spec_id, "an interrupted fire was left as it is: {e}"),
+            }
+        }
+        Ok(recovered)
+    }
+
+    async fn create_execution(
+        &self,
+        spec_id: i64,
+        task_id: &str,
+        plan_json: &str,
+        project: &ProjectRow,
+    ) -> anyhow::Result<String> {
         let mut plan: MachinePlan = serde_json::from_str(plan_json)?;
-        plan.task_id = format!("spec-{spec_id}-{}", clock::now().format("%Y%m%d%H%M%S"));
+        plan.task_id = task_id.to_string();
         // On PostgreSQL with a remote: this replica's fetched clone, from the remote's branch.
         let (repo, base) = if remote::active(self.execs.store(), project) {
             let clone = remote::replica_clone(self.execs.data(), project).await?;
