@@ -90,7 +90,7 @@ pub async fn merge(execs: &Executions, forges: &Forges, task_id: &str, actor: &s
 async fn merge_locked(execs: &Executions, forges: &Forges, task_id: &str, actor: &str) -> Result<MergeRow, MergeError> {
     let store = execs.store();
     let Some(state) = execs.load(task_id).await? else {
-        return Err(MergeError::NotFound(format!("no execution {task_id}")));
+        return Err(MergeError::NotFound(format!("no execution with task id {task_id}")));
     };
     if state.status != ExecutionStatus::Complete {
         return Err(MergeError::Refused(format!(

@@ -51,6 +51,16 @@ fn object_from_bytes<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, AppError> 
     Ok(value)
 }
 
+/// A JSON object already read (as [`ApiJson`]`<serde_json::Value>`) decoded as `T`, with the
+/// errors [`ApiJson`]`<T>` gives (422 naming the field).
+///
+/// # Errors
+/// As [`ApiJson`]: a value that is not a `T` (422, naming the field).
+pub(crate) fn decode_object<T: DeserializeOwned>(value: &serde_json::Value) -> Result<T, AppError> {
+    let bytes = Bytes::from(value.to_string());
+    object_from_bytes(&bytes)
+}
+
 /// An optional JSON object body: nothing (or only whitespace) sent, with or without a
 /// `Content-Type`, is `T::default()`, as `curl -X POST …/cancel` expects; any body is read as
 /// [`ApiJson`] reads it. A body without a JSON content type is still 415.

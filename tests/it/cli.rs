@@ -116,7 +116,7 @@ fn with_json_a_failure_is_json_on_stdout_too() {
     assert_eq!(code(&out), 2);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["exit_code"], 2);
-    assert!(v["error"].as_str().unwrap().contains("no execution nope"), "{v}");
+    assert!(v["error"].as_str().unwrap().contains("no execution with task id nope"), "{v}");
     let out = ws.run(&["--json", "spec", "import", "github:../..#1", "--project", "p"]);
     assert_eq!(code(&out), 2);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -545,6 +545,11 @@ async fn board_columns_page_in_the_database() {
     let titles: Vec<&str> =
         page3["columns"][0]["cards"].as_array().unwrap().iter().map(|c| c["title"].as_str().unwrap()).collect();
     assert_eq!(titles, ["Spec 4", "Spec 3", "Spec 2", "Spec 1", "Spec 0"]);
+    // Past the last page: that page, empty (it said `"page": 1` with no cards).
+    let (_, page4) = app.get("/api/v1/board?page=4").await;
+    let queued = &page4["columns"][0];
+    assert_eq!((queued["page"].as_i64(), queued["pages"].as_i64()), (Some(4), Some(3)), "{queued}");
+    assert_eq!(queued["cards"], json!([]));
 }
 
 #[tokio::test]
@@ -797,4 +802,27 @@ async fn a_fire_interrupted_by_a_stopped_server_is_recovered_when_a_server_start
     assert_eq!((spec_b["status"].as_str(), spec_b["task_id"].as_str()), (Some("executing"), Some(orphan.as_str())));
     assert_eq!(app.app.specs.recover_fires().await.unwrap(), 0, "nothing is left to recover");
     assert!(spec_a["plan"].is_object(), "approved with its plan: it can be fired again ({spec_a})");
+}
+
+/// Found by a tester: `PATCH /specs/N` with `{}` answered 200, journaled an `edit` each time,
+/// and (an edit drops the plan) sent an enriched spec back to draft without its plan. An edit
+/// that changes nothing is refused, and the spec keeps its plan.
+#[tokio::test]
+async fn an_edit_that_changes_nothing_is_refused_and_keeps_the_plan() {
+    let app = with_project().await;
+    let id = spec(&app, "Keep my plan").await;
+    assert_eq!(app.post(&format!("/api/v1/specs/{id}/enrich"), json!({})).await.0, StatusCode::OK);
+    let (_, before) = app.get(&format!("/api/v1/specs/{id}")).await;
+    let (status, body) = app
+        .send(
+            Request::patch(format!("/api/v1/specs/{id}"))
+                .header("content-type", "application/json")
+                .body(Body::from("{}"))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("nothing to change"), "{body}");
+    let (_, after) = app.get(&format!("/api/v1/specs/{id}")).await;
+    assert_eq!(after, before, "status, plan and history unchanged");
 }

@@ -454,6 +454,11 @@ async fn the_driver_routes_for_gate_interact_and_amend_record_their_events() {
             "steps[0].step.agent_name",
         ),
         (json!({"phases": []}), "description"),
+        // Found by a tester: an amendment that says nothing of why was taken.
+        (
+            json!({"description": "  ", "steps": [{"phase_id": 2, "step": {"step_id": "2.3", "agent_name": "g", "task_description": "x"}}]}),
+            "description",
+        ),
     ] {
         let (status, body) = app.post("/api/v1/executions/web-driver/amend", amendment.clone()).await;
         assert_eq!(
@@ -492,6 +497,34 @@ async fn an_actor_header_in_utf8_is_a_name_and_an_overlong_one_is_refused() {
     let (_, journal) = app.get("/api/v1/executions/web-actor/journal").await;
     let last = journal.as_array().unwrap().last().unwrap().clone();
     assert_eq!(last["payload"]["actor"], "élodie", "{last}");
+}
+
+/// Found by a tester: `/events` dropped fields its event does not have, so a typo lost data
+/// (`"outcom": "LGTM"` journaled an empty outcome, `"toknes"` zero tokens). Such a field is
+/// refused naming it, as every other body's is, and nothing is journaled.
+#[tokio::test]
+async fn an_event_field_its_kind_does_not_have_is_refused_naming_it() {
+    let app = TestApp::new().await;
+    with_approval_plan(&app, "web-typo").await;
+    let uri = "/api/v1/executions/web-typo/events";
+    let before = journal_len(&app, "web-typo").await;
+    for (event, field) in [
+        (
+            json!({"kind": "step_recorded", "step_id": "1.1", "agent_name": "alpha", "status": "complete", "outcom": "LGTM"}),
+            "outcom",
+        ),
+        (json!({"kind": "step_skipped", "step_id": "2.1", "reason": "x", "extra": true}), "extra"),
+    ] {
+        let (status, body) = app.post(uri, event.clone()).await;
+        assert_eq!((status, &body["details"]["field"]), (StatusCode::UNPROCESSABLE_ENTITY, &json!(field)), "{body}");
+        assert!(body["message"].as_str().unwrap().contains(&format!("unknown field `{field}`")), "{body}");
+    }
+    assert_eq!(journal_len(&app, "web-typo").await, before);
+    // The envelope's own fields are fields of every kind.
+    let event = json!({"kind": "step_recorded", "step_id": "1.1", "agent_name": "alpha", "status": "complete",
+        "outcome": "LGTM", "tokens": 500, "idempotency_key": "typo-1", "actor": "ignored"});
+    let (status, body) = app.post(uri, event).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
 }
 
 /// Found by a tester: a `quota_wait` "until garbage" was journaled through the API; its wait

@@ -217,6 +217,30 @@ pub enum BudgetDecision {
 /// The reason a budget stop cancels with.
 pub const STOPPED_AT_CEILING: &str = "stopped at the budget ceiling";
 
+/// The values of an operator's event that the engine takes but that make no sense from a
+/// person (found by an exploratory tester). Checked for every door here, not in the engine:
+/// journals may already hold such events, and they must still replay.
+///
+/// Errors ([`OpsError::Invalid`], naming the field): an empty human reply (it used up a turn
+/// and sent the agent "Human reply: "); a quota wait until something that is not an RFC 3339
+/// time (it ended at once and dispatched the step again while its attempt still ran); an
+/// amendment that does not say why.
+fn check_operator_values(kind: &EventKind) -> Result<(), OpsError> {
+    let invalid = |field: &'static str, message: String| Err(OpsError::Invalid { field, message });
+    match kind {
+        EventKind::InteractInput { input, .. } if input.trim().is_empty() => {
+            invalid("input", "the reply is empty: give the human's reply, or complete the interaction".into())
+        }
+        EventKind::QuotaWait { until, .. } if chrono::DateTime::parse_from_rfc3339(until.trim()).is_err() => {
+            invalid("until", format!("{until:?} is not an RFC 3339 time (e.g. 2026-12-04T18:00:00Z)"))
+        }
+        EventKind::Amended { description, .. } if description.trim().is_empty() => {
+            invalid("description", "say why the plan changes".into())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The role an operator needs to record `kind`: deciding (approvals, feedback answers,
 /// interactive replies) needs a reviewer; everything else that changes an execution (record,
 /// retry, skip, amend, cancel, pause, budget) a lead. The web's route table
@@ -417,27 +441,7 @@ impl Ops {
             return Err(no_such(task_id));
         }
         Self::authorize(op, &event.kind)?;
-        // An empty reply used up a turn and sent the agent "Human reply: " (found by a
-        // tester). Checked here, for every door, and not in the engine: journals may already
-        // hold such replies, and they must still replay.
-        if let EventKind::InteractInput { input, .. } = &event.kind {
-            if input.trim().is_empty() {
-                return Err(OpsError::Invalid {
-                    field: "input",
-                    message: "the reply is empty: give the human's reply, or complete the interaction".into(),
-                });
-            }
-        }
-        // A wait "until garbage" was taken from the API and ended at once, dispatching the
-        // step again (found by a tester). The driver's own waits carry times it computed.
-        if let EventKind::QuotaWait { until, .. } = &event.kind {
-            if chrono::DateTime::parse_from_rfc3339(until.trim()).is_err() {
-                return Err(OpsError::Invalid {
-                    field: "until",
-                    message: format!("{until:?} is not an RFC 3339 time (e.g. 2026-12-04T18:00:00Z)"),
-                });
-            }
-        }
+        check_operator_values(&event.kind)?;
         // A result of a step never dispatched dispatches it (as attempt 1): a new dispatch,
         // which a pause holds back like any other. A result of an attempt in flight is taken
         // (its agent ran before the pause, or finished during it).

@@ -278,6 +278,11 @@ impl Specs {
     ///
     /// Errors: invalid fields; a status that does not allow editing (conflict).
     pub async fn edit(&self, spec_id: i64, e: SpecEdit, actor: &str) -> Result<SpecRow, SpecError> {
+        if e.title.is_none() && e.body.is_none() && e.priority.is_none() {
+            // An edit drops the plan: one that changes nothing (`PATCH {}`) did too, and was
+            // journaled each time (found by a tester).
+            return Err(invalid("spec", "nothing to change: give a title, a body or a priority"));
+        }
         let row = self.get(spec_id).await?;
         let change = SpecChange {
             title: e.title.as_deref().map(check_title).transpose()?,

@@ -19,7 +19,7 @@ use crate::model::state::{ApprovalDecision, ExecutionState};
 use crate::runtime::ops::{keyed, Decided, Operator, Ops, PauseState};
 use crate::web::api::openapi::{BadGateway, BadRequest, Conflict, NotFound};
 use crate::web::error::{AppError, Problem};
-use crate::web::extract::{Actor, ApiJson, ApiJsonOrEmpty, Caller};
+use crate::web::extract::{decode_object, Actor, ApiJson, ApiJsonOrEmpty, Caller};
 use crate::web::AppState;
 
 /// Routes under `/api/v1/executions`.
@@ -267,9 +267,52 @@ async fn record_event(
     State(app): State<AppState>,
     Path(task_id): Path<String>,
     Caller(op): Caller,
-    ApiJson(body): ApiJson<Event>,
+    ApiJson(body): ApiJson<serde_json::Value>,
 ) -> Result<(StatusCode, Json<Recorded>), AppError> {
+    refuse_unknown_event_fields(&body)?;
+    let body: Event = decode_object(&body)?;
     record(&app, &task_id, keyed(body.kind, body.idempotency_key), &op).await
+}
+
+/// A field the event's kind does not have is refused (422 naming it), as every other body's
+/// is: serde's flattened, internally tagged `Event` drops it, so `"outcom": "LGTM"` was
+/// journaled as an empty outcome (found by a tester). The fields of each kind are its
+/// schema's properties in the OpenAPI document, which the model's own types generate, with
+/// the envelope's `idempotency_key` and `actor`. A body whose `kind` names no event is left to
+/// the decoder's error.
+fn refuse_unknown_event_fields(body: &serde_json::Value) -> Result<(), AppError> {
+    use std::collections::{BTreeSet, HashMap};
+    use std::sync::OnceLock;
+    static FIELDS: OnceLock<HashMap<String, BTreeSet<String>>> = OnceLock::new();
+    let fields = FIELDS.get_or_init(|| {
+        let doc: serde_json::Value = serde_json::from_str(crate::web::api::openapi::openapi_json()).unwrap_or_default();
+        let variants = doc.pointer("/components/schemas/EventKind/oneOf").and_then(|v| v.as_array());
+        variants
+            .into_iter()
+            .flatten()
+            .filter_map(|variant| {
+                let properties = variant.get("properties")?.as_object()?;
+                let kind = properties.get("kind")?.pointer("/enum/0")?.as_str()?.to_string();
+                let names = properties.keys().cloned().chain(["idempotency_key".into(), "actor".into()]).collect();
+                Some((kind, names))
+            })
+            .collect()
+    });
+    let (Some(object), Some(kind)) = (body.as_object(), body.get("kind").and_then(|k| k.as_str())) else {
+        return Ok(());
+    };
+    let Some(known) = fields.get(kind) else { return Ok(()) };
+    match object.keys().find(|key| !known.contains(key.as_str())) {
+        Some(unknown) => Err(AppError::Body {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            message: format!(
+                "unknown field `{unknown}` of a `{kind}` event, expected one of: {}",
+                known.iter().map(String::as_str).collect::<Vec<_>>().join(", ")
+            ),
+            field: Some(unknown.clone()),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// `POST …/approve` body.
