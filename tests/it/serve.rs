@@ -369,6 +369,47 @@ fn a_server_killed_while_an_agent_runs_re_adopts_the_agent_on_restart() {
     server.wait_stage(id, "changelist_review");
 }
 
+/// Found by a tester: a `quota_wait` posted through the API for a step whose attempt the
+/// server's driver was running made the driver dispatch it again when the wait ended, beside
+/// the running attempt, whose result was then dropped. The driver reports its own agents'
+/// waits: one from outside is refused (409) and nothing is journaled; the run goes on.
+#[test]
+fn a_quota_wait_from_outside_for_a_driven_attempt_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let server = Server::start(&data);
+    let body = json!({"project": "demo", "title": "Document the slow path", "body": "Take your time. [demo: sleep=3]"});
+    let (status, spec) = server.request("POST", "/api/v1/specs", Some(body));
+    assert_eq!(status, 201, "{spec}");
+    let id = spec["spec_id"].as_i64().unwrap();
+    for (action, body) in [("enrich", None), ("review", Some(json!({"decision": "approve"}))), ("fire", None)] {
+        let (status, answer) = server.request("POST", &format!("/api/v1/specs/{id}/{action}"), body);
+        assert_eq!(status, 200, "{action}: {answer}");
+    }
+    let task_id = server.spec(id)["task_id"].as_str().unwrap().to_string();
+    let journal = |server: &Server| server.request("GET", &format!("/api/v1/executions/{task_id}/journal"), None).1;
+    let start = Stopwatch::start();
+    let dispatched = loop {
+        let found = journal(&server).as_array().unwrap().iter().find(|e| e["kind"] == "step_dispatched").cloned();
+        if let Some(event) = found {
+            break event;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "no dispatch");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let step_id = dispatched["payload"]["step_id"].as_str().unwrap().to_string();
+    let wait = json!({"kind": "quota_wait", "step_id": step_id, "agent_name": dispatched["payload"]["agent_name"],
+        "account": "claude", "until": "2099-01-01T00:00:00Z"});
+    let (status, body) = server.request("POST", &format!("/api/v1/executions/{task_id}/events"), Some(wait));
+    assert_eq!(status, 409, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("driven by Baton"), "{body}");
+    let kinds: Vec<Value> = journal(&server).as_array().unwrap().iter().map(|e| e["kind"].clone()).collect();
+    assert!(!kinds.contains(&json!("quota_wait")), "{kinds:?}");
+    server.wait_stage(id, "awaiting_human");
+    let dispatches = journal(&server).as_array().unwrap().iter().filter(|e| e["kind"] == "step_dispatched").count();
+    assert_eq!(dispatches, 1, "the step ran once");
+}
+
 /// `baton --data-dir <data> <args>`: (exit code, stdout, stderr).
 fn baton(data: &std::path::Path, args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_baton")).arg("--data-dir").arg(data).args(args).output().unwrap();

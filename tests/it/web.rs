@@ -474,6 +474,10 @@ async fn the_driver_routes_for_gate_interact_and_amend_record_their_events() {
     let (status, body) =
         app.post("/api/v1/executions/web-driver/gate", json!({"phase_id": 1, "passed": true, "skipped": true})).await;
     assert_eq!((status, &body["details"]["field"]), (StatusCode::UNPROCESSABLE_ENTITY, &json!("skipped")), "{body}");
+    // Found by a tester: a pass whose command failed was taken.
+    let (status, body) =
+        app.post("/api/v1/executions/web-driver/gate", json!({"phase_id": 1, "passed": true, "exit_code": 1})).await;
+    assert_eq!((status, &body["details"]["field"]), (StatusCode::UNPROCESSABLE_ENTITY, &json!("exit_code")), "{body}");
     let (status, body) =
         app.post("/api/v1/executions/web-driver/gate", json!({"phase_id": 1, "passed": true, "colour": 1})).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");

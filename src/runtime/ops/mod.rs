@@ -224,7 +224,7 @@ pub const STOPPED_AT_CEILING: &str = "stopped at the budget ceiling";
 /// Errors ([`OpsError::Invalid`], naming the field): an empty human reply (it used up a turn
 /// and sent the agent "Human reply: "); a quota wait until something that is not an RFC 3339
 /// time (it ended at once and dispatched the step again while its attempt still ran); an
-/// amendment that does not say why.
+/// amendment that does not say why; a gate that passed although its command failed.
 fn check_operator_values(kind: &EventKind) -> Result<(), OpsError> {
     let invalid = |field: &'static str, message: String| Err(OpsError::Invalid { field, message });
     match kind {
@@ -237,6 +237,10 @@ fn check_operator_values(kind: &EventKind) -> Result<(), OpsError> {
         EventKind::Amended { description, .. } if description.trim().is_empty() => {
             invalid("description", "say why the plan changes".into())
         }
+        EventKind::GateRecorded { passed: true, exit_code: Some(code), .. } if *code != 0 => invalid(
+            "exit_code",
+            format!("a gate whose command exited {code} did not pass: send passed: false (or the exit code 0)"),
+        ),
         _ => Ok(()),
     }
 }
@@ -442,6 +446,21 @@ impl Ops {
         }
         Self::authorize(op, &event.kind)?;
         check_operator_values(&event.kind)?;
+        if let EventKind::QuotaWait { step_id, .. } = &event.kind {
+            // This process's driver reports its own agents' quota waits. One sent through a
+            // door while it ran made it dispatch the step again when the wait ended, beside
+            // the attempt still running, whose result was then dropped (found by a tester).
+            let driving = self.pool.as_ref().is_some_and(|p| p.driver_state(task_id) == Some(DriverState::Running));
+            if driving && op.door != Door::Driver {
+                return Err(OpsError::Conflict {
+                    message: format!(
+                        "execution {task_id} is driven by Baton, whose driver reports its agents' quota waits: \
+                         a quota wait for step {step_id} is not taken from outside"
+                    ),
+                    reason: "lease_held",
+                });
+            }
+        }
         // A result of a step never dispatched dispatches it (as attempt 1): a new dispatch,
         // which a pause holds back like any other. A result of an attempt in flight is taken
         // (its agent ran before the pause, or finished during it).
