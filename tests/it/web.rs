@@ -707,6 +707,65 @@ async fn the_execution_page_lists_a_steps_signals_escaped() {
     assert!(next["approval_context"].as_str().unwrap().contains("Knowledge gaps"), "{next}");
 }
 
+/// An execution `task_id` (`with_approval_plan`) parked at its $1 ceiling before step 2.1.
+async fn parked_at_its_ceiling(app: &TestApp, task_id: &str) {
+    with_approval_plan(app, task_id).await;
+    let events = format!("/api/v1/executions/{task_id}/events");
+    let forecast = json!({"kind": "forecasted", "steps": {
+        "1.1": {"low_usd": 0.1, "mid_usd": 0.2, "high_usd": 0.4}, "2.1": {"low_usd": 0.1, "mid_usd": 0.2, "high_usd": 0.4}},
+        "default_usd": 0.2});
+    assert_eq!(app.post(&events, forecast).await.0, StatusCode::CREATED);
+    let ceiling = json!({"kind": "budget_set", "ceiling_usd": 1.0, "source": "spec"});
+    assert_eq!(app.post(&events, ceiling).await.0, StatusCode::CREATED);
+    let mut record = record_step("1.1", "alpha");
+    record["cost_usd"] = json!(0.95);
+    assert_eq!(app.post(&events, record).await.0, StatusCode::CREATED);
+    let approve = json!({"phase_id": 1, "result": "approve"});
+    assert_eq!(app.post(&format!("/api/v1/executions/{task_id}/approve"), approve).await.0, StatusCode::CREATED);
+    let (_, state) = app.get(&format!("/api/v1/executions/{task_id}")).await;
+    assert_eq!(state["status"], "budget_exceeded", "{state}");
+}
+
+/// Found by a tester: ten people stopping an execution parked at its ceiling at once all got
+/// 200 `recorded: false` (a stop's derived key has no decider, so every later stop was a
+/// "duplicate" of the first); and raises from several people at once could each pass the
+/// "parked?" look before the first was recorded, and add up. One decision wins; every other
+/// person gets 409 `already_decided` naming it; the winner's own resend is answered 200.
+#[tokio::test]
+async fn one_budget_decision_wins_and_the_others_are_told_whose_stands() {
+    for (task_id, decision) in
+        [("budget-stops", json!({"decision": "stop"})), ("budget-raises", json!({"decision": "raise", "by_usd": 0.5}))]
+    {
+        let app = TestApp::new().await;
+        parked_at_its_ceiling(&app, task_id).await;
+        let uri = format!("/api/v1/executions/{task_id}/budget");
+        let people: Vec<String> = (0..8).map(|i| format!("person-{i}")).collect();
+        let answers =
+            futures_util::future::join_all(people.iter().map(|who| app.post_as(&uri, who, decision.clone()))).await;
+        let winners: Vec<&String> = people
+            .iter()
+            .zip(&answers)
+            .filter(|(_, (status, _))| *status == StatusCode::CREATED)
+            .map(|(w, _)| w)
+            .collect();
+        assert_eq!(winners.len(), 1, "{task_id}: {answers:?}");
+        let winner = winners[0];
+        for (who, (status, body)) in people.iter().zip(&answers).filter(|(who, _)| *who != winner) {
+            assert_eq!(status, &StatusCode::CONFLICT, "{task_id} {who}: {body}");
+            assert_eq!(body["details"]["reason"], "already_decided", "{body}");
+            assert_eq!(body["details"]["standing"]["by"], json!(winner), "{body}");
+        }
+        let (status, body) = app.post_as(&uri, winner, decision.clone()).await;
+        assert_eq!((status, &body["recorded"]), (StatusCode::OK, &json!(false)), "the winner's resend: {body}");
+        let (_, state) = app.get(&format!("/api/v1/executions/{task_id}")).await;
+        if task_id == "budget-raises" {
+            assert_eq!(state["budget"]["ceiling_usd"], 1.5, "raised once: {state}");
+        } else {
+            assert_eq!(state["status"], "cancelled", "{state}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_parked_execution_shows_its_budget_decision_and_a_raise_over_the_api_resumes_it() {
     let app = TestApp::new().await;

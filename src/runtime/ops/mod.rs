@@ -14,7 +14,9 @@
 //! - **idempotency**: a resend (the same explicit key, or no key from the same operator: a
 //!   decision's derived key includes its decider) answers the first outcome; a decision by
 //!   someone else, or under another key, on an approval already decided is
-//!   [`OpsError::AlreadyDecided`], naming the decision that stands (who, when, what);
+//!   [`OpsError::AlreadyDecided`], naming the decision that stands (who, when, what); so is
+//!   a budget decision (raise, stop) on a ceiling someone else decided on meanwhile, checked
+//!   again under the lease;
 //! - **the record lock** (one record at a time per execution in this process), the lease,
 //!   stopping and restarting this process's driver around an operator event, waking it after;
 //! - **journaling and signing** decisions with the server key;
@@ -436,7 +438,20 @@ impl Ops {
     /// wakes this process's driver.
     ///
     /// Errors: every [`OpsError`]; on an error nothing was journaled.
-    pub async fn record(&self, task_id: &str, mut event: Event, op: &Operator) -> Result<Decided, OpsError> {
+    pub async fn record(&self, task_id: &str, event: Event, op: &Operator) -> Result<Decided, OpsError> {
+        self.record_as(task_id, event, op, false).await
+    }
+
+    /// [`Ops::record`]; with `budget_decision`, the event is a decision on the execution's
+    /// ceiling ([`Ops::budget`]), taken only while it is parked there (`budget_check`, under
+    /// the lease).
+    async fn record_as(
+        &self,
+        task_id: &str,
+        mut event: Event,
+        op: &Operator,
+        budget_decision: bool,
+    ) -> Result<Decided, OpsError> {
         event.actor = match op.door {
             Door::Link if !op.name.ends_with(LINK_ACTOR_SUFFIX) => format!("{}{LINK_ACTOR_SUFFIX}", op.name),
             _ => op.name.clone(),
@@ -514,7 +529,11 @@ impl Ops {
         let done = self
             .execs
             .record_once_checked(task_id, event, |state, event| {
-                standing_check(state, event).map_err(anyhow::Error::from)
+                standing_check(state, event)?;
+                if budget_decision {
+                    budget_check(state, event)?;
+                }
+                Ok(())
             })
             .await;
         if running && !cancel {
@@ -647,24 +666,63 @@ impl Ops {
     ) -> Result<Decided, OpsError> {
         let state = self.get(task_id).await?;
         if state.status != ExecutionStatus::BudgetExceeded {
-            let what = match decision {
-                BudgetDecision::Raise(_) => "raise",
-                BudgetDecision::Stop => "stop",
-            };
-            let hint = if state.status.is_terminal() { "" } else { " (cancel it to stop it)" };
-            return Err(OpsError::Conflict {
-                message: format!(
-                    "execution {task_id} is {}, not parked at its budget ceiling: nothing to {what}{hint}",
-                    state.status
-                ),
-                reason: "wrong_status",
-            });
+            // Decided already: someone else's decision stands; the decider's own resend goes
+            // on to the record, which answers the first outcome (or names it, if it differs).
+            match self.budget_standing(&state).await? {
+                Some(standing) if standing.by != op.name => return Err(budget_decided(task_id, standing)),
+                Some(_) => {}
+                None => return Err(not_parked(&state, decision)),
+            }
         }
         let kind = match decision {
             BudgetDecision::Raise(by_usd) => EventKind::BudgetRaised { by_usd },
             BudgetDecision::Stop => EventKind::Cancelled { reason: STOPPED_AT_CEILING.into() },
         };
-        self.record(task_id, keyed(kind, key), op).await
+        let decided = match self.record_as(task_id, keyed(kind, key), op, true).await {
+            Err(OpsError::Conflict { reason: BUDGET_DECIDED_MEANWHILE, .. }) => {
+                let state = self.get(task_id).await?;
+                return Err(match self.budget_standing(&state).await? {
+                    Some(standing) => budget_decided(task_id, standing),
+                    None => not_parked(&state, decision),
+                });
+            }
+            other => other?,
+        };
+        if !decided.recorded {
+            // A stop's derived key has no decider: another person's stop is a "duplicate" of
+            // the first (found by a tester: ten people stopping at once all got 200). Only the
+            // decider's own resend is one.
+            if let Some(standing) = self.budget_standing(&decided.state).await? {
+                if standing.by != op.name {
+                    return Err(budget_decided(task_id, standing));
+                }
+            }
+        }
+        Ok(decided)
+    }
+
+    /// The budget decision that stands on an execution no longer parked at its ceiling: its
+    /// stop (who and when, from the journal), or while it still runs its latest raise; `None`
+    /// when neither applies (never parked, cancelled otherwise, complete or failed since).
+    async fn budget_standing(&self, state: &ExecutionState) -> Result<Option<Standing>, OpsError> {
+        if state.status == ExecutionStatus::Cancelled {
+            let stop = Event::new(EventKind::Cancelled { reason: STOPPED_AT_CEILING.into() });
+            let key = engine::idempotency_key(state, &stop);
+            let Some(stored) = self.execs.store().event_by_key(&state.task_id, &key).await? else {
+                return Ok(None);
+            };
+            let by = serde_json::from_str::<Event>(&stored.payload).map(|e| e.actor).unwrap_or_default();
+            return Ok(Some(Standing { by, at: stored.at, what: "stopped".into() }));
+        }
+        if state.status.is_terminal() {
+            // Ended otherwise since (complete, failed): no budget decision is pending.
+            return Ok(None);
+        }
+        Ok(state.budget.raises.last().map(|raise| Standing {
+            by: raise.actor.clone(),
+            at: raise.at.clone(),
+            what: format!("raised by ${}", raise.by_usd),
+        }))
     }
 
     /// Starts an execution of `plan` (`execute start`): the one place that decides who may.
@@ -934,6 +992,53 @@ fn standing_check(state: &ExecutionState, event: &Event) -> Result<(), OpsError>
         return Ok(());
     }
     Err(refusal)
+}
+
+/// [`Ops::budget`]'s refusal, under the lease, of a decision on a ceiling someone decided on
+/// meanwhile; answered as [`OpsError::AlreadyDecided`] once the standing decision is read.
+const BUDGET_DECIDED_MEANWHILE: &str = "budget_decided";
+
+/// A budget decision is taken only while the execution is parked at its ceiling, checked on
+/// the state loaded under the lease: between `Ops::budget`'s first look and its record,
+/// someone else's raise would otherwise add to the first. A resend (its key applied) passes:
+/// the engine answers the first outcome.
+fn budget_check(state: &ExecutionState, event: &Event) -> Result<(), OpsError> {
+    if state.status == ExecutionStatus::BudgetExceeded
+        || state.applied_keys.contains_key(&engine::idempotency_key(state, event))
+    {
+        return Ok(());
+    }
+    Err(OpsError::Conflict {
+        message: format!("the budget of {} was decided meanwhile", state.task_id),
+        reason: BUDGET_DECIDED_MEANWHILE,
+    })
+}
+
+/// The refusal of a budget decision on `task_id` naming the one that stands.
+fn budget_decided(task_id: &str, standing: Standing) -> OpsError {
+    OpsError::AlreadyDecided {
+        message: format!(
+            "the budget ceiling of {task_id} was already decided: {} by {} at {}",
+            standing.what, standing.by, standing.at
+        ),
+        standing,
+    }
+}
+
+/// The refusal of a budget decision on an execution that is not parked at its ceiling.
+fn not_parked(state: &ExecutionState, decision: BudgetDecision) -> OpsError {
+    let what = match decision {
+        BudgetDecision::Raise(_) => "raise",
+        BudgetDecision::Stop => "stop",
+    };
+    let hint = if state.status.is_terminal() { "" } else { " (cancel it to stop it)" };
+    OpsError::Conflict {
+        message: format!(
+            "execution {} is {}, not parked at its budget ceiling: nothing to {what}{hint}",
+            state.task_id, state.status
+        ),
+        reason: "wrong_status",
+    }
 }
 
 /// The refusal of another decision on the approval of `phase_id`, naming the decision that
