@@ -417,6 +417,7 @@ pub(crate) fn insert_feedback_dispatch(
     phase_id: i64,
     question_id: &str,
     chosen_index: usize,
+    actor: &str,
     now: &str,
 ) {
     let pi = state.current_phase;
@@ -441,6 +442,7 @@ pub(crate) fn insert_feedback_dispatch(
         chosen_index,
         dispatched_step_id: steps.first().cloned().unwrap_or_default(),
         decided_at: now.to_string(),
+        actor: actor.to_string(),
     });
     let description = format!("Feedback {question_id}: {option}");
     record(state, "feedback", phase_id, &description, ids, steps, "", now);

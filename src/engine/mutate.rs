@@ -258,7 +258,7 @@ fn mutate_event(state: &mut ExecutionState, event: &Event, now: &str) {
             }
         }
         EventKind::FeedbackRecorded { phase_id, question_id, chosen_index } => {
-            amend::insert_feedback_dispatch(state, *phase_id, question_id, *chosen_index, now);
+            amend::insert_feedback_dispatch(state, *phase_id, question_id, *chosen_index, &event.actor, now);
             let phase = &state.plan.phases[state.current_phase];
             let all = phase.feedback_questions.iter().all(|q| answered(state, *phase_id, &q.question_id));
             if all {

@@ -232,6 +232,9 @@ pub struct FeedbackResult {
     pub dispatched_step_id: String,
     /// When (RFC 3339).
     pub decided_at: String,
+    /// Who answered (the event's actor; empty in states journaled before it was kept).
+    #[serde(default)]
+    pub actor: String,
 }
 
 /// Context-rot checkpoint bookkeeping (seed-spec §2.17 design (b)).

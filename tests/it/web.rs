@@ -766,6 +766,42 @@ async fn one_budget_decision_wins_and_the_others_are_told_whose_stands() {
     }
 }
 
+/// Found by a tester: of several people answering one feedback question at once, the losers
+/// got `wrong_status` (the execution had moved on). They get 409 `already_decided` naming
+/// the answer that stands, as for approvals; its author's resend is answered 200.
+#[tokio::test]
+async fn one_feedback_answer_wins_and_the_others_are_told_whose_stands() {
+    let app = TestApp::new().await;
+    let plan = json!({
+        "task_id": "web-feedback",
+        "task_summary": "Feedback race",
+        "phases": [
+            {"phase_id": 1, "name": "Design", "steps": [{"step_id": "1.1", "agent_name": "alpha", "task_description": "Design it."}],
+             "feedback_questions": [{"question_id": "q1", "question": "Strict or lax?", "context": "",
+                "options": ["Strict", "Lax"], "option_agents": ["alpha", "beta"]}]},
+            {"phase_id": 2, "name": "Build", "steps": [{"step_id": "2.1", "agent_name": "beta", "task_description": "Build it."}]}
+        ]
+    });
+    app.execution(&plan).await;
+    let (status, body) = app.post("/api/v1/executions/web-feedback/events", record_step("1.1", "alpha")).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let uri = "/api/v1/executions/web-feedback/feedback";
+    let answer = json!({"phase_id": 1, "question_id": "q1", "chosen_index": 0});
+    let people: Vec<String> = (0..6).map(|i| format!("person-{i}")).collect();
+    let answers = futures_util::future::join_all(people.iter().map(|who| app.post_as(uri, who, answer.clone()))).await;
+    let winners: Vec<&String> =
+        people.iter().zip(&answers).filter(|(_, (status, _))| *status == StatusCode::CREATED).map(|(w, _)| w).collect();
+    assert_eq!(winners.len(), 1, "{answers:?}");
+    for (who, (status, body)) in people.iter().zip(&answers).filter(|(who, _)| *who != winners[0]) {
+        assert_eq!(status, &StatusCode::CONFLICT, "{who}: {body}");
+        assert_eq!(body["details"]["reason"], "already_decided", "{body}");
+        assert_eq!(body["details"]["standing"]["by"], json!(winners[0]), "{body}");
+        assert_eq!(body["details"]["standing"]["what"], "Strict", "{body}");
+    }
+    let (status, body) = app.post_as(uri, winners[0], answer).await;
+    assert_eq!((status, &body["recorded"]), (StatusCode::OK, &json!(false)), "{body}");
+}
+
 #[tokio::test]
 async fn a_parked_execution_shows_its_budget_decision_and_a_raise_over_the_api_resumes_it() {
     let app = TestApp::new().await;

@@ -977,6 +977,24 @@ pub fn keyed(kind: EventKind, key: Option<String>) -> Event {
 /// outcome); a decision by someone else, or under another key, on an approval already decided
 /// is refused naming the decision that stands.
 fn standing_check(state: &ExecutionState, event: &Event) -> Result<(), OpsError> {
+    if let EventKind::FeedbackRecorded { phase_id, question_id, .. } = &event.kind {
+        // Answered already (found by a tester: the losers of a race got `wrong_status`):
+        // someone else's answer stands; a resend (its key applied) passes.
+        let answer = state.feedback_results.iter().find(|f| f.phase_id == *phase_id && f.question_id == *question_id);
+        let Some(answer) = answer else { return Ok(()) };
+        if state.applied_keys.contains_key(&engine::idempotency_key(state, event)) {
+            return Ok(());
+        }
+        let standing =
+            Standing { by: answer.actor.clone(), at: answer.decided_at.clone(), what: answer.chosen_option.clone() };
+        return Err(OpsError::AlreadyDecided {
+            message: format!(
+                "question {question_id} of phase {phase_id} of {} was already answered: {:?} by {} at {}",
+                state.task_id, standing.what, standing.by, standing.at
+            ),
+            standing,
+        });
+    }
     let EventKind::ApprovalRecorded { phase_id, .. } = &event.kind else { return Ok(()) };
     let pending = state.pending_approval_request.as_ref().is_some_and(|r| r.phase_id == *phase_id);
     if pending {
