@@ -123,6 +123,14 @@ pub fn stop_attempts(data: &DataDir, state: &ExecutionState) -> usize {
     stopped
 }
 
+/// Whether attempt `attempt` of `step_id` still runs under this data directory (its newest
+/// launch's shim is alive), whatever drives the execution now (a paused driver leaves its
+/// agents running).
+pub fn attempt_running(data: &DataDir, task_id: &str, step_id: &str, attempt: u32) -> bool {
+    latest_launch(&data.run_dir(task_id, step_id, attempt))
+        .is_some_and(|(_, dir)| matches!(shim::inspect(&dir), Ok(shim::AttemptState::Running)))
+}
+
 /// Kills the process groups of every attempt of `task_id` whose shim still runs in this data
 /// directory, whatever the journal says of it: what a driver that lost its lease to another
 /// replica does (that replica does not see these run directories, so it runs the steps again;

@@ -378,7 +378,7 @@ fn a_quota_wait_from_outside_for_a_driven_attempt_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
     let server = Server::start(&data);
-    let body = json!({"project": "demo", "title": "Document the slow path", "body": "Take your time. [demo: sleep=3]"});
+    let body = json!({"project": "demo", "title": "Document the slow path", "body": "Take your time. [demo: sleep=6]"});
     let (status, spec) = server.request("POST", "/api/v1/specs", Some(body));
     assert_eq!(status, 201, "{spec}");
     let id = spec["spec_id"].as_i64().unwrap();
@@ -400,9 +400,17 @@ fn a_quota_wait_from_outside_for_a_driven_attempt_is_refused() {
     let step_id = dispatched["payload"]["step_id"].as_str().unwrap().to_string();
     let wait = json!({"kind": "quota_wait", "step_id": step_id, "agent_name": dispatched["payload"]["agent_name"],
         "account": "claude", "until": "2099-01-01T00:00:00Z"});
-    let (status, body) = server.request("POST", &format!("/api/v1/executions/{task_id}/events"), Some(wait));
+    let (status, body) = server.request("POST", &format!("/api/v1/executions/{task_id}/events"), Some(wait.clone()));
     assert_eq!(status, 409, "{body}");
     assert!(body["message"].as_str().unwrap().contains("driven by Baton"), "{body}");
+    // Paused, the driver stops but the agent runs on: still refused (found by the verifying
+    // tester: it was taken, and the step ran twice).
+    let (status, body) = server.request("POST", &format!("/api/v1/executions/{task_id}/pause"), Some(json!({})));
+    assert!(status < 300, "{body}");
+    let (status, body) = server.request("POST", &format!("/api/v1/executions/{task_id}/events"), Some(wait));
+    assert_eq!(status, 409, "paused: {body}");
+    let (status, body) = server.request("POST", &format!("/api/v1/executions/{task_id}/resume"), Some(json!({})));
+    assert!(status < 300, "{body}");
     let kinds: Vec<Value> = journal(&server).as_array().unwrap().iter().map(|e| e["kind"].clone()).collect();
     assert!(!kinds.contains(&json!("quota_wait")), "{kinds:?}");
     server.wait_stage(id, "awaiting_human");

@@ -825,4 +825,18 @@ async fn an_edit_that_changes_nothing_is_refused_and_keeps_the_plan() {
     assert!(body["message"].as_str().unwrap().contains("nothing to change"), "{body}");
     let (_, after) = app.get(&format!("/api/v1/specs/{id}")).await;
     assert_eq!(after, before, "status, plan and history unchanged");
+    // Found by the next tester: the values it already has changed nothing either, and
+    // dropped the plan.
+    let same = json!({"title": before["title"], "priority": before["priority"]});
+    let (status, body) = app
+        .send(
+            Request::patch(format!("/api/v1/specs/{id}"))
+                .header("content-type", "application/json")
+                .body(Body::from(same.to_string()))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let (_, after) = app.get(&format!("/api/v1/specs/{id}")).await;
+    assert_eq!(after, before, "status, plan and history unchanged");
 }

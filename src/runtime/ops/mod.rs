@@ -466,11 +466,19 @@ impl Ops {
             // door while it ran made it dispatch the step again when the wait ended, beside
             // the attempt still running, whose result was then dropped (found by a tester).
             let driving = self.pool.as_ref().is_some_and(|p| p.driver_state(task_id) == Some(DriverState::Running));
-            if driving && op.door != Door::Driver {
+            // Paused, the driver stops but its agent runs on (found by the verifying tester).
+            let running = || async {
+                let state = self.get_shared(task_id).await?;
+                let attempt = state.result(step_id).filter(|r| r.status == StepStatus::Dispatched).map(|r| r.attempt);
+                Ok::<_, OpsError>(attempt.is_some_and(|attempt| {
+                    crate::runtime::runs::attempt_running(self.execs.data(), task_id, step_id, attempt)
+                }))
+            };
+            if op.door != Door::Driver && (driving || running().await?) {
                 return Err(OpsError::Conflict {
                     message: format!(
                         "execution {task_id} is driven by Baton, whose driver reports its agents' quota waits: \
-                         a quota wait for step {step_id} is not taken from outside"
+                         a quota wait for step {step_id}, whose attempt runs, is not taken from outside"
                     ),
                     reason: "lease_held",
                 });

@@ -284,10 +284,20 @@ impl Specs {
             return Err(invalid("spec", "nothing to change: give a title, a body or a priority"));
         }
         let row = self.get(spec_id).await?;
+        let title = e.title.as_deref().map(check_title).transpose()?;
+        let body = e.body.as_deref().map(check_body).transpose()?;
+        let priority = e.priority.map(check_priority).transpose()?;
+        // Only the values it already has (a form sent back unchanged) change nothing either.
+        let changes = title.as_ref().is_some_and(|t| *t != row.title)
+            || body.as_ref().is_some_and(|b| *b != row.body)
+            || priority.is_some_and(|p| p != row.priority);
+        if !changes {
+            return Err(invalid("spec", "nothing to change: the title, body and priority given are the spec's own"));
+        }
         let change = SpecChange {
-            title: e.title.as_deref().map(check_title).transpose()?,
-            body: e.body.as_deref().map(check_body).transpose()?,
-            priority: e.priority.map(check_priority).transpose()?,
+            title,
+            body,
+            priority,
             plan_json: Some(None),
             forecast_json: Some(None),
             risk: Some(String::new()),

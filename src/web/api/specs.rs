@@ -239,7 +239,8 @@ async fn show(State(app): State<AppState>, Path(id): Path<String>) -> Result<Jso
     Ok(Json(view(&app, row).await?))
 }
 
-/// Changes a spec's title, body or priority (before it is fired).
+/// Changes a spec's title, body or priority (before it is fired): the spec becomes a draft again and
+/// its plan is dropped (enrich it again). An edit that changes nothing is 422.
 #[utoipa::path(patch, path = "/{id}", tag = "specs", operation_id = "edit_spec", params(SpecIdParam), request_body = SpecEdit,
     responses(
         (status = 200, description = "Changed.", body = SpecView),
