@@ -334,12 +334,10 @@ fn cancelling_a_running_spec_cancels_its_execution() {
     assert_eq!(archive["columns"][0]["cards"][0]["spec_id"], 3, "{archive}");
 }
 
-#[test]
-fn a_server_killed_while_an_agent_runs_re_adopts_the_agent_on_restart() {
-    let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("data");
-    let mut server = Server::start(&data);
-    let body = json!({"project": "demo", "title": "Document the slow path", "body": "Take your time. [demo: sleep=2]"});
+/// A spec of the demo project whose agent takes `secs` seconds, enriched, approved and fired:
+/// (spec id, task id, its first `step_dispatched` journal entry, once there is one).
+fn fire_a_slow_spec(server: &Server, secs: u32) -> (i64, String, Value) {
+    let body = json!({"project": "demo", "title": "Document the slow path", "body": format!("Take your time. [demo: sleep={secs}]")});
     let (status, spec) = server.request("POST", "/api/v1/specs", Some(body));
     assert_eq!(status, 201, "{spec}");
     let id = spec["spec_id"].as_i64().unwrap();
@@ -348,12 +346,24 @@ fn a_server_killed_while_an_agent_runs_re_adopts_the_agent_on_restart() {
         assert_eq!(status, 200, "{action}: {answer}");
     }
     let task_id = server.spec(id)["task_id"].as_str().unwrap().to_string();
-    let journal = |server: &Server| server.request("GET", &format!("/api/v1/executions/{task_id}/journal"), None).1;
     let start = Stopwatch::start();
-    while !journal(&server).as_array().unwrap().iter().any(|e| e["kind"] == "step_dispatched") {
+    loop {
+        let journal = server.request("GET", &format!("/api/v1/executions/{task_id}/journal"), None).1;
+        if let Some(event) = journal.as_array().unwrap().iter().find(|e| e["kind"] == "step_dispatched") {
+            return (id, task_id, event.clone());
+        }
         assert!(start.elapsed() < Duration::from_secs(30), "no dispatch");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn a_server_killed_while_an_agent_runs_re_adopts_the_agent_on_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let mut server = Server::start(&data);
+    let (id, task_id, _) = fire_a_slow_spec(&server, 2);
+    let journal = |server: &Server| server.request("GET", &format!("/api/v1/executions/{task_id}/journal"), None).1;
     server.kill9();
 
     let server = Server::start(&data);
@@ -378,25 +388,8 @@ fn a_quota_wait_from_outside_for_a_driven_attempt_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
     let server = Server::start(&data);
-    let body = json!({"project": "demo", "title": "Document the slow path", "body": "Take your time. [demo: sleep=6]"});
-    let (status, spec) = server.request("POST", "/api/v1/specs", Some(body));
-    assert_eq!(status, 201, "{spec}");
-    let id = spec["spec_id"].as_i64().unwrap();
-    for (action, body) in [("enrich", None), ("review", Some(json!({"decision": "approve"}))), ("fire", None)] {
-        let (status, answer) = server.request("POST", &format!("/api/v1/specs/{id}/{action}"), body);
-        assert_eq!(status, 200, "{action}: {answer}");
-    }
-    let task_id = server.spec(id)["task_id"].as_str().unwrap().to_string();
+    let (id, task_id, dispatched) = fire_a_slow_spec(&server, 6);
     let journal = |server: &Server| server.request("GET", &format!("/api/v1/executions/{task_id}/journal"), None).1;
-    let start = Stopwatch::start();
-    let dispatched = loop {
-        let found = journal(&server).as_array().unwrap().iter().find(|e| e["kind"] == "step_dispatched").cloned();
-        if let Some(event) = found {
-            break event;
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "no dispatch");
-        std::thread::sleep(Duration::from_millis(50));
-    };
     let step_id = dispatched["payload"]["step_id"].as_str().unwrap().to_string();
     let wait = json!({"kind": "quota_wait", "step_id": step_id, "agent_name": dispatched["payload"]["agent_name"],
         "account": "claude", "until": "2099-01-01T00:00:00Z"});
