@@ -22,6 +22,10 @@
 //! - **journaling and signing** decisions with the server key;
 //! - **what a cancel does to the spec** (it is cancelled with its execution).
 //!
+//! Budget decisions live in `budget`, the checks an event meets before the engine (values,
+//! decisions that stand) in `checks`, approval links in `links`, forge comments in
+//! `comments`, remediation rounds in `remediation`.
+//!
 //! This module never parses HTTP or command lines and never prints.
 
 use std::collections::HashMap;
@@ -38,10 +42,15 @@ use crate::runtime::pool::{DriverState, Pool};
 use crate::runtime::{lease, BadInput};
 use crate::store::{ForgeIdentity, StoreError, UserRow};
 
+mod budget;
+mod checks;
 mod comments;
 mod links;
 mod remediation;
 
+use budget::budget_check;
+pub use budget::{BudgetDecision, STOPPED_AT_CEILING};
+use checks::{already_decided, check_operator_values, standing_check};
 pub use comments::CommentDecision;
 pub use links::MAX_LINK_SECS;
 pub use remediation::{ReviewRequest, RoundOutcome, RoundRequest};
@@ -205,46 +214,6 @@ pub struct PauseState {
     pub task_id: String,
     /// Whether it is paused now.
     pub paused: bool,
-}
-
-/// A budget decision on an execution parked at its ceiling.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum BudgetDecision {
-    /// Raise the ceiling by this many USD.
-    Raise(f64),
-    /// Stop: cancel the execution at its ceiling.
-    Stop,
-}
-
-/// The reason a budget stop cancels with.
-pub const STOPPED_AT_CEILING: &str = "stopped at the budget ceiling";
-
-/// The values of an operator's event that the engine takes but that make no sense from a
-/// person (found by an exploratory tester). Checked for every door here, not in the engine:
-/// journals may already hold such events, and they must still replay.
-///
-/// Errors ([`OpsError::Invalid`], naming the field): an empty human reply (it used up a turn
-/// and sent the agent "Human reply: "); a quota wait until something that is not an RFC 3339
-/// time (it ended at once and dispatched the step again while its attempt still ran); an
-/// amendment that does not say why; a gate that passed although its command failed.
-fn check_operator_values(kind: &EventKind) -> Result<(), OpsError> {
-    let invalid = |field: &'static str, message: String| Err(OpsError::Invalid { field, message });
-    match kind {
-        EventKind::InteractInput { input, .. } if input.trim().is_empty() => {
-            invalid("input", "the reply is empty: give the human's reply, or complete the interaction".into())
-        }
-        EventKind::QuotaWait { until, .. } if chrono::DateTime::parse_from_rfc3339(until.trim()).is_err() => {
-            invalid("until", format!("{until:?} is not an RFC 3339 time (e.g. 2026-12-04T18:00:00Z)"))
-        }
-        EventKind::Amended { description, .. } if description.trim().is_empty() => {
-            invalid("description", "say why the plan changes".into())
-        }
-        EventKind::GateRecorded { passed: true, exit_code: Some(code), .. } if *code != 0 => invalid(
-            "exit_code",
-            format!("a gate whose command exited {code} did not pass: send passed: false (or the exit code 0)"),
-        ),
-        _ => Ok(()),
-    }
 }
 
 /// The role an operator needs to record `kind`: deciding (approvals, feedback answers,
@@ -637,102 +606,6 @@ impl Ops {
         self.record(task_id, keyed(kind, key), op).await
     }
 
-    /// The event of a budget decision: `raise` (by `by_usd`, in the engine's range) or `stop`
-    /// (a cancel with [`STOPPED_AT_CEILING`]).
-    ///
-    /// Errors: an unknown decision or a missing or out-of-range amount ([`OpsError::Invalid`]).
-    pub fn budget_decision(decision: &str, by_usd: Option<f64>) -> Result<BudgetDecision, OpsError> {
-        use crate::engine::budget::{MAX_CEILING_USD, MIN_CEILING_USD};
-        let invalid = |message: String| OpsError::Invalid { field: "by_usd", message };
-        match decision {
-            "raise" => match by_usd {
-                Some(v) if v.is_finite() && (MIN_CEILING_USD..=MAX_CEILING_USD).contains(&v) => {
-                    Ok(BudgetDecision::Raise(v))
-                }
-                Some(v) => Err(invalid(format!("{v} {}", crate::runtime::spend::USD_EXPECTED))),
-                None => Err(invalid("a raise needs the amount in USD".into())),
-            },
-            "stop" if by_usd.is_some() => Err(invalid("only a raise takes an amount".into())),
-            "stop" => Ok(BudgetDecision::Stop),
-            other => Err(OpsError::Invalid {
-                field: "decision",
-                message: format!("{other:?} is not a budget decision (raise or stop)"),
-            }),
-        }
-    }
-
-    /// Decides on an execution parked at its USD ceiling: raise it, or stop (cancel) it.
-    ///
-    /// Errors: the execution is not parked at its ceiling ([`OpsError::Conflict`], saying how
-    /// to cancel it instead); as [`Ops::record`].
-    pub async fn budget(
-        &self,
-        task_id: &str,
-        decision: BudgetDecision,
-        key: Option<String>,
-        op: &Operator,
-    ) -> Result<Decided, OpsError> {
-        let state = self.get(task_id).await?;
-        if state.status != ExecutionStatus::BudgetExceeded {
-            // Decided already: someone else's decision stands; the decider's own resend goes
-            // on to the record, which answers the first outcome (or names it, if it differs).
-            match self.budget_standing(&state).await? {
-                Some(standing) if standing.by != op.name => return Err(budget_decided(task_id, standing)),
-                Some(_) => {}
-                None => return Err(not_parked(&state, decision)),
-            }
-        }
-        let kind = match decision {
-            BudgetDecision::Raise(by_usd) => EventKind::BudgetRaised { by_usd },
-            BudgetDecision::Stop => EventKind::Cancelled { reason: STOPPED_AT_CEILING.into() },
-        };
-        let decided = match self.record_as(task_id, keyed(kind, key), op, true).await {
-            Err(OpsError::Conflict { reason: BUDGET_DECIDED_MEANWHILE, .. }) => {
-                let state = self.get(task_id).await?;
-                return Err(match self.budget_standing(&state).await? {
-                    Some(standing) => budget_decided(task_id, standing),
-                    None => not_parked(&state, decision),
-                });
-            }
-            other => other?,
-        };
-        if !decided.recorded {
-            // A stop's derived key has no decider: another person's stop is a "duplicate" of
-            // the first (found by a tester: ten people stopping at once all got 200). Only the
-            // decider's own resend is one.
-            if let Some(standing) = self.budget_standing(&decided.state).await? {
-                if standing.by != op.name {
-                    return Err(budget_decided(task_id, standing));
-                }
-            }
-        }
-        Ok(decided)
-    }
-
-    /// The budget decision that stands on an execution no longer parked at its ceiling: its
-    /// stop (who and when, from the journal), or while it still runs its latest raise; `None`
-    /// when neither applies (never parked, cancelled otherwise, complete or failed since).
-    async fn budget_standing(&self, state: &ExecutionState) -> Result<Option<Standing>, OpsError> {
-        if state.status == ExecutionStatus::Cancelled {
-            let stop = Event::new(EventKind::Cancelled { reason: STOPPED_AT_CEILING.into() });
-            let key = engine::idempotency_key(state, &stop);
-            let Some(stored) = self.execs.store().event_by_key(&state.task_id, &key).await? else {
-                return Ok(None);
-            };
-            let by = serde_json::from_str::<Event>(&stored.payload).map(|e| e.actor).unwrap_or_default();
-            return Ok(Some(Standing { by, at: stored.at, what: "stopped".into() }));
-        }
-        if state.status.is_terminal() {
-            // Ended otherwise since (complete, failed): no budget decision is pending.
-            return Ok(None);
-        }
-        Ok(state.budget.raises.last().map(|raise| Standing {
-            by: raise.actor.clone(),
-            at: raise.at.clone(),
-            what: format!("raised by ${}", raise.by_usd),
-        }))
-    }
-
     /// Starts an execution of `plan` (`execute start`): the one place that decides who may.
     /// Starting is a lead's, as firing a spec is (docs/src/serving.md, roles).
     ///
@@ -978,105 +851,4 @@ pub fn keyed(kind: EventKind, key: Option<String>) -> Event {
     let mut event = Event::new(kind);
     event.idempotency_key = key;
     event
-}
-
-/// The idempotency rule for decisions, checked on the loaded state under the lease: a resend
-/// (the same explicit key, or no key from the same actor) passes (the engine answers the first
-/// outcome); a decision by someone else, or under another key, on an approval already decided
-/// is refused naming the decision that stands.
-fn standing_check(state: &ExecutionState, event: &Event) -> Result<(), OpsError> {
-    if let EventKind::FeedbackRecorded { phase_id, question_id, .. } = &event.kind {
-        // Answered already (found by a tester: the losers of a race got `wrong_status`):
-        // someone else's answer stands; a resend (its key applied) passes.
-        let answer = state.feedback_results.iter().find(|f| f.phase_id == *phase_id && f.question_id == *question_id);
-        let Some(answer) = answer else { return Ok(()) };
-        if state.applied_keys.contains_key(&engine::idempotency_key(state, event)) {
-            return Ok(());
-        }
-        let standing =
-            Standing { by: answer.actor.clone(), at: answer.decided_at.clone(), what: answer.chosen_option.clone() };
-        return Err(OpsError::AlreadyDecided {
-            message: format!(
-                "question {question_id} of phase {phase_id} of {} was already answered: {:?} by {} at {}",
-                state.task_id, standing.what, standing.by, standing.at
-            ),
-            standing,
-        });
-    }
-    let EventKind::ApprovalRecorded { phase_id, .. } = &event.kind else { return Ok(()) };
-    let pending = state.pending_approval_request.as_ref().is_some_and(|r| r.phase_id == *phase_id);
-    if pending {
-        return Ok(());
-    }
-    let Some(refusal) = already_decided(state, *phase_id) else {
-        return Ok(());
-    };
-    let key = engine::idempotency_key(state, event);
-    // A derived key includes the decider (`engine::idempotency_key`): only the same
-    // operator's resend, or the same explicit key, matches.
-    if state.applied_keys.contains_key(&key) {
-        return Ok(());
-    }
-    Err(refusal)
-}
-
-/// [`Ops::budget`]'s refusal, under the lease, of a decision on a ceiling someone decided on
-/// meanwhile; answered as [`OpsError::AlreadyDecided`] once the standing decision is read.
-const BUDGET_DECIDED_MEANWHILE: &str = "budget_decided";
-
-/// A budget decision is taken only while the execution is parked at its ceiling, checked on
-/// the state loaded under the lease: between `Ops::budget`'s first look and its record,
-/// someone else's raise would otherwise add to the first. A resend (its key applied) passes:
-/// the engine answers the first outcome.
-fn budget_check(state: &ExecutionState, event: &Event) -> Result<(), OpsError> {
-    if state.status == ExecutionStatus::BudgetExceeded
-        || state.applied_keys.contains_key(&engine::idempotency_key(state, event))
-    {
-        return Ok(());
-    }
-    Err(OpsError::Conflict {
-        message: format!("the budget of {} was decided meanwhile", state.task_id),
-        reason: BUDGET_DECIDED_MEANWHILE,
-    })
-}
-
-/// The refusal of a budget decision on `task_id` naming the one that stands.
-fn budget_decided(task_id: &str, standing: Standing) -> OpsError {
-    OpsError::AlreadyDecided {
-        message: format!(
-            "the budget ceiling of {task_id} was already decided: {} by {} at {}",
-            standing.what, standing.by, standing.at
-        ),
-        standing,
-    }
-}
-
-/// The refusal of a budget decision on an execution that is not parked at its ceiling.
-fn not_parked(state: &ExecutionState, decision: BudgetDecision) -> OpsError {
-    let what = match decision {
-        BudgetDecision::Raise(_) => "raise",
-        BudgetDecision::Stop => "stop",
-    };
-    let hint = if state.status.is_terminal() { "" } else { " (cancel it to stop it)" };
-    OpsError::Conflict {
-        message: format!(
-            "execution {} is {}, not parked at its budget ceiling: nothing to {what}{hint}",
-            state.task_id, state.status
-        ),
-        reason: "wrong_status",
-    }
-}
-
-/// The refusal of another decision on the approval of `phase_id`, naming the decision that
-/// stands (its latest); `None` while it was never decided.
-fn already_decided(state: &ExecutionState, phase_id: i64) -> Option<OpsError> {
-    let standing = state.approval_results.iter().rev().find(|a| a.phase_id == phase_id)?;
-    let what = standing.result.as_str().to_string();
-    Some(OpsError::AlreadyDecided {
-        message: format!(
-            "the approval of phase {phase_id} of {} was already decided: {what} by {} at {}",
-            state.task_id, standing.actor, standing.decided_at
-        ),
-        standing: Standing { by: standing.actor.clone(), at: standing.decided_at.clone(), what },
-    })
 }
