@@ -726,6 +726,20 @@ async fn parked_at_its_ceiling(app: &TestApp, task_id: &str) {
     assert_eq!(state["status"], "budget_exceeded", "{state}");
 }
 
+/// Of `people` deciding at once (their `answers`, in order), the one whose decision was
+/// recorded (201); every other got 409 `already_decided` naming that one as the decider.
+fn the_one_winner<'a>(people: &'a [String], answers: &[(StatusCode, Value)]) -> &'a str {
+    let winners: Vec<&String> =
+        people.iter().zip(answers).filter(|(_, (status, _))| *status == StatusCode::CREATED).map(|(w, _)| w).collect();
+    assert_eq!(winners.len(), 1, "{answers:?}");
+    for (who, (status, body)) in people.iter().zip(answers).filter(|(who, _)| *who != winners[0]) {
+        assert_eq!(status, &StatusCode::CONFLICT, "{who}: {body}");
+        assert_eq!(body["details"]["reason"], "already_decided", "{body}");
+        assert_eq!(body["details"]["standing"]["by"], json!(winners[0]), "{body}");
+    }
+    winners[0]
+}
+
 /// Found by a tester: ten people stopping an execution parked at its ceiling at once all got
 /// 200 `recorded: false` (a stop's derived key has no decider, so every later stop was a
 /// "duplicate" of the first); and raises from several people at once could each pass the
@@ -742,19 +756,7 @@ async fn one_budget_decision_wins_and_the_others_are_told_whose_stands() {
         let people: Vec<String> = (0..8).map(|i| format!("person-{i}")).collect();
         let answers =
             futures_util::future::join_all(people.iter().map(|who| app.post_as(&uri, who, decision.clone()))).await;
-        let winners: Vec<&String> = people
-            .iter()
-            .zip(&answers)
-            .filter(|(_, (status, _))| *status == StatusCode::CREATED)
-            .map(|(w, _)| w)
-            .collect();
-        assert_eq!(winners.len(), 1, "{task_id}: {answers:?}");
-        let winner = winners[0];
-        for (who, (status, body)) in people.iter().zip(&answers).filter(|(who, _)| *who != winner) {
-            assert_eq!(status, &StatusCode::CONFLICT, "{task_id} {who}: {body}");
-            assert_eq!(body["details"]["reason"], "already_decided", "{body}");
-            assert_eq!(body["details"]["standing"]["by"], json!(winner), "{body}");
-        }
+        let winner = the_one_winner(&people, &answers);
         let (status, body) = app.post_as(&uri, winner, decision.clone()).await;
         assert_eq!((status, &body["recorded"]), (StatusCode::OK, &json!(false)), "the winner's resend: {body}");
         let (_, state) = app.get(&format!("/api/v1/executions/{task_id}")).await;
@@ -789,16 +791,11 @@ async fn one_feedback_answer_wins_and_the_others_are_told_whose_stands() {
     let answer = json!({"phase_id": 1, "question_id": "q1", "chosen_index": 0});
     let people: Vec<String> = (0..6).map(|i| format!("person-{i}")).collect();
     let answers = futures_util::future::join_all(people.iter().map(|who| app.post_as(uri, who, answer.clone()))).await;
-    let winners: Vec<&String> =
-        people.iter().zip(&answers).filter(|(_, (status, _))| *status == StatusCode::CREATED).map(|(w, _)| w).collect();
-    assert_eq!(winners.len(), 1, "{answers:?}");
-    for (who, (status, body)) in people.iter().zip(&answers).filter(|(who, _)| *who != winners[0]) {
-        assert_eq!(status, &StatusCode::CONFLICT, "{who}: {body}");
-        assert_eq!(body["details"]["reason"], "already_decided", "{body}");
-        assert_eq!(body["details"]["standing"]["by"], json!(winners[0]), "{body}");
+    let winner = the_one_winner(&people, &answers);
+    for (_, body) in answers.iter().filter(|(status, _)| *status == StatusCode::CONFLICT) {
         assert_eq!(body["details"]["standing"]["what"], "Strict", "{body}");
     }
-    let (status, body) = app.post_as(uri, winners[0], answer).await;
+    let (status, body) = app.post_as(uri, winner, answer).await;
     assert_eq!((status, &body["recorded"]), (StatusCode::OK, &json!(false)), "{body}");
 }
 
