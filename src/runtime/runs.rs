@@ -152,6 +152,14 @@ pub fn stop_running_attempts(data: &DataDir, task_id: &str) -> usize {
     stopped
 }
 
+/// The idempotency key under which a driver journals the dispatch of `attempt` of `step_id`
+/// (`dispatch:<task_id>:<step_id>:<attempt>`): a restarted driver's resend of it is a
+/// duplicate, and any replica reading the journal can tell that a driver launched the attempt
+/// (so its quota waits come from that driver only, see `Ops`).
+pub fn dispatch_key(task_id: &str, step_id: &str, attempt: u32) -> String {
+    format!("dispatch:{task_id}:{step_id}:{attempt}")
+}
+
 /// The feature branch of an execution, `baton/<task_id>` (seed-spec §3): the one name the
 /// driver, the remote and a merge all use.
 pub fn feature_branch(task_id: &str) -> String {

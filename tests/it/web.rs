@@ -552,6 +552,40 @@ async fn a_quota_wait_until_a_time_that_is_no_time_is_refused_naming_until() {
     assert_eq!(journal_len(&app, "web-quota").await, before);
 }
 
+/// Found by a tester: a `quota_wait` from a door was refused only while this process's
+/// driver ran the attempt; with replicas, an attempt that another replica's driver launched
+/// (its run directory elsewhere, its lease its own) could still be given one, and the driver
+/// would have dispatched the step again beside it. The journal says who dispatched the
+/// attempt, which every replica reads: a wait for a driver's attempt is refused (409), and
+/// one for an attempt dispatched from outside (the driver contract) is taken.
+#[tokio::test]
+async fn a_quota_wait_for_an_attempt_a_driver_elsewhere_launched_is_refused() {
+    use baton::model::event::{Event, EventKind};
+    use baton::runtime::ops::Operator;
+    let app = TestApp::new().await;
+    with_approval_plan(&app, "web-replica").await;
+    let dispatch = EventKind::StepDispatched { step_id: "1.1".into(), agent_name: "alpha".into() };
+    let key = baton::runtime::runs::dispatch_key("web-replica", "1.1", 1);
+    app.app.ops.record("web-replica", Event::new(dispatch).with_key(key), &Operator::baton()).await.unwrap();
+    let before = journal_len(&app, "web-replica").await;
+    let wait = |step: &str, agent: &str| {
+        json!({"kind": "quota_wait", "step_id": step, "agent_name": agent, "account": "claude",
+            "until": "2099-01-01T00:00:00Z"})
+    };
+    let (status, body) = app.post("/api/v1/executions/web-replica/events", wait("1.1", "alpha")).await;
+    assert_eq!((status, &body["details"]["reason"]), (StatusCode::CONFLICT, &json!("lease_held")), "{body}");
+    assert!(body["message"].as_str().unwrap().contains("its driver dispatched attempt 1"), "{body}");
+    assert_eq!(journal_len(&app, "web-replica").await, before);
+
+    // The driver contract: the orchestrator dispatched the attempt, and reports its wait.
+    with_approval_plan(&app, "web-outside").await;
+    let dispatched = json!({"kind": "step_dispatched", "step_id": "1.1", "agent_name": "alpha"});
+    let (status, body) = app.post("/api/v1/executions/web-outside/events", dispatched).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = app.post("/api/v1/executions/web-outside/events", wait("1.1", "alpha")).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+}
+
 /// Found by a tester: an interact without input (`{"step_id": "1.1"}`, or only blanks)
 /// journaled an empty human reply, used a turn and sent the agent an empty "Human reply". It
 /// is refused naming `input`, nothing is journaled, and a reply or a completion still works.

@@ -59,7 +59,7 @@ impl Driver {
             }
         }
         let kind = EventKind::StepDispatched { step_id: d.step_id.clone(), agent_name: d.agent_name.clone() };
-        let key = format!("dispatch:{}:{}:{}", state.task_id, d.step_id, d.attempt);
+        let key = crate::runtime::runs::dispatch_key(&state.task_id, &d.step_id, d.attempt);
         self.record(state, kind, key).await?;
         errln!("dispatched {} to {} (attempt {})", d.step_id, d.agent_name, d.attempt);
         crash_point("after-dispatch");

@@ -400,6 +400,48 @@ impl Ops {
     // Recording
     // ------------------------------------------------------------------------------------
 
+    /// Refuses a `quota_wait` sent through a door (not by a driver) for a step whose attempt
+    /// Baton's driver runs or launched: the driver reports its own agents' quota waits. One
+    /// taken from outside made the driver dispatch the step again when the wait ended, beside
+    /// the attempt still running, whose result (commit, cost) was then dropped (found by a
+    /// tester). Refused while this process's driver runs the execution; while the step's
+    /// current attempt still runs under this data directory (paused, the driver stops but its
+    /// agent runs on); and whenever a driver journaled that attempt's dispatch, which the
+    /// journal tells every replica (the attempt may run on another one, under its own data
+    /// directory and lease).
+    ///
+    /// Errors: [`OpsError::Conflict`] (`lease_held`); store failures.
+    async fn check_quota_wait_from_outside(&self, task_id: &str, step_id: &str) -> Result<(), OpsError> {
+        let driving = self.pool.as_ref().is_some_and(|p| p.driver_state(task_id) == Some(DriverState::Running));
+        let refuse = |why: &str| OpsError::Conflict {
+            message: format!(
+                "execution {task_id} is driven by Baton, whose driver reports its agents' quota waits: \
+                 a quota wait for step {step_id} is not taken from outside ({why})"
+            ),
+            reason: "lease_held",
+        };
+        if driving {
+            return Err(refuse("its driver runs in this process"));
+        }
+        let state = self.get_shared(task_id).await?;
+        let Some(attempt) = state.result(step_id).filter(|r| r.status == StepStatus::Dispatched).map(|r| r.attempt)
+        else {
+            return Ok(());
+        };
+        if crate::runtime::runs::attempt_running(self.execs.data(), task_id, step_id, attempt) {
+            return Err(refuse(&format!("its attempt {attempt} runs")));
+        }
+        let key = crate::runtime::runs::dispatch_key(task_id, step_id, attempt);
+        let dispatched = self.execs.store().event_by_key(task_id, &key).await?;
+        let by_driver = dispatched
+            .and_then(|stored| serde_json::from_str::<Event>(&stored.payload).ok())
+            .is_some_and(|e| e.actor == Operator::baton().name);
+        if by_driver {
+            return Err(refuse(&format!("its driver dispatched attempt {attempt}")));
+        }
+        Ok(())
+    }
+
     /// Records `event` on `task_id` for `op` (the event's actor becomes `op.name`): checks the
     /// role, the separate-reviewer rule for approvals and whether the decision is already
     /// taken; takes the record lock and the lease (a cancel first stops the driver that holds
@@ -431,26 +473,8 @@ impl Ops {
         Self::authorize(op, &event.kind)?;
         check_operator_values(&event.kind)?;
         if let EventKind::QuotaWait { step_id, .. } = &event.kind {
-            // This process's driver reports its own agents' quota waits. One sent through a
-            // door while it ran made it dispatch the step again when the wait ended, beside
-            // the attempt still running, whose result was then dropped (found by a tester).
-            let driving = self.pool.as_ref().is_some_and(|p| p.driver_state(task_id) == Some(DriverState::Running));
-            // Paused, the driver stops but its agent runs on (found by the verifying tester).
-            let running = || async {
-                let state = self.get_shared(task_id).await?;
-                let attempt = state.result(step_id).filter(|r| r.status == StepStatus::Dispatched).map(|r| r.attempt);
-                Ok::<_, OpsError>(attempt.is_some_and(|attempt| {
-                    crate::runtime::runs::attempt_running(self.execs.data(), task_id, step_id, attempt)
-                }))
-            };
-            if op.door != Door::Driver && (driving || running().await?) {
-                return Err(OpsError::Conflict {
-                    message: format!(
-                        "execution {task_id} is driven by Baton, whose driver reports its agents' quota waits: \
-                         a quota wait for step {step_id}, whose attempt runs, is not taken from outside"
-                    ),
-                    reason: "lease_held",
-                });
+            if op.door != Door::Driver {
+                self.check_quota_wait_from_outside(task_id, step_id).await?;
             }
         }
         // A result of a step never dispatched dispatches it (as attempt 1): a new dispatch,
