@@ -152,21 +152,21 @@ pub(crate) fn check_forecast(
     default_usd: f64,
 ) -> Result<(), EngineError> {
     if state.budget.forecast_recorded {
-        return Err(EngineError::InvalidEvent(
-            "the forecast is recorded once, when the execution starts, and it already was".into(),
+        return Err(EngineError::invalid_event(
+            "the forecast is recorded once, when the execution starts, and it already was",
         ));
     }
-    let bad = |what: String, v: f64| {
-        EngineError::InvalidEvent(format!("{what}: {v} is not a USD amount between 0 and {MAX_CEILING_USD}"))
+    let bad = |field: &'static str, what: String, v: f64| {
+        EngineError::invalid_field(field, format!("{what}: {v} is not a USD amount between 0 and {MAX_CEILING_USD}"))
     };
     let ok = |v: f64| v.is_finite() && (0.0..=MAX_CEILING_USD).contains(&v);
     if !ok(default_usd) {
-        return Err(bad("forecast default_usd".into(), default_usd));
+        return Err(bad("default_usd", "forecast default_usd".into(), default_usd));
     }
     for (step, f) in steps {
         for (name, v) in [("low_usd", f.low_usd), ("mid_usd", f.mid_usd), ("high_usd", f.high_usd)] {
             if !ok(v) {
-                return Err(bad(format!("forecast of step {step}: {name}"), v));
+                return Err(bad("steps", format!("forecast of step {step}: {name}"), v));
             }
         }
     }
@@ -174,13 +174,14 @@ pub(crate) fn check_forecast(
 }
 
 /// Checks a ceiling (`BudgetSet`) or a raise (`BudgetRaised`) amount: a cent to a million USD.
-pub(crate) fn check_amount(what: &str, usd: f64) -> Result<(), EngineError> {
+pub(crate) fn check_amount(what: &'static str, usd: f64) -> Result<(), EngineError> {
     if usd.is_finite() && (MIN_CEILING_USD..=MAX_CEILING_USD).contains(&usd) {
         return Ok(());
     }
-    Err(EngineError::InvalidEvent(format!(
-        "{what} {usd} is not a USD amount from {MIN_CEILING_USD} to {MAX_CEILING_USD}"
-    )))
+    Err(EngineError::invalid_field(
+        what,
+        format!("{what} {usd} is not a USD amount from {MIN_CEILING_USD} to {MAX_CEILING_USD}"),
+    ))
 }
 
 /// Checks a `budget_stopped` record of `step_id` (a step or a team member): it says a running
@@ -204,8 +205,9 @@ pub(crate) fn check_stopped(state: &ExecutionState, step_id: &str) -> Result<(),
 pub(crate) fn check_set(state: &ExecutionState, ceiling_usd: Option<f64>) -> Result<(), EngineError> {
     match ceiling_usd {
         Some(c) => check_amount("ceiling_usd", c),
-        None if state.budget.ceiling_usd.is_some() => Err(EngineError::InvalidEvent(
-            "ceiling_usd: the execution has a ceiling; it can be replaced or raised, not removed".into(),
+        None if state.budget.ceiling_usd.is_some() => Err(EngineError::invalid_field(
+            "ceiling_usd",
+            "ceiling_usd: the execution has a ceiling; it can be replaced or raised, not removed",
         )),
         None => Ok(()),
     }
@@ -216,9 +218,10 @@ pub(crate) fn check_raise(state: &ExecutionState, by_usd: f64) -> Result<(), Eng
     check_amount("by_usd", by_usd)?;
     let raised = state.budget.ceiling_usd.unwrap_or(0.0) + by_usd;
     if raised > MAX_CEILING_USD {
-        return Err(EngineError::InvalidEvent(format!(
-            "by_usd {by_usd}: the ceiling would be {raised}, above the largest ceiling {MAX_CEILING_USD}"
-        )));
+        return Err(EngineError::invalid_field(
+            "by_usd",
+            format!("by_usd {by_usd}: the ceiling would be {raised}, above the largest ceiling {MAX_CEILING_USD}"),
+        ));
     }
     Ok(())
 }

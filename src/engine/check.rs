@@ -112,24 +112,33 @@ pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), Engi
             if *passed {
                 match gates::plan(state, phase).check {
                     Some(GateCheck::ForgeCi) if state.ci_wait.as_ref().is_none_or(|w| w.phase_id != *phase_id) => {
-                        return Err(EngineError::InvalidEvent(format!(
+                        return Err(EngineError::invalid_field(
+                            "passed",
+                            format!(
                             "the ci gate of phase {phase_id} is decided by the forge's checks: record `ci_started` \
                              for the pushed commit first; a pass without them would check nothing"
-                        )));
+                        ),
+                        ));
                     }
                     Some(GateCheck::Reviewer) => {
-                        return Err(EngineError::InvalidEvent(format!(
-                            "the review gate of phase {phase_id} is decided by the reviewer: record \
+                        return Err(EngineError::invalid_field(
+                            "passed",
+                            format!(
+                                "the review gate of phase {phase_id} is decided by the reviewer: record \
                              `review_requested` (a reviewer agent) or `gate_approval_requested` (a human)"
-                        )));
+                            ),
+                        ));
                     }
                     _ => {}
                 }
                 if let Some(reason) = gates::plan(state, phase).skip_reason {
-                    return Err(EngineError::InvalidEvent(format!(
-                        "the gate of phase {phase_id} has nothing to run ({reason}): record it as skipped; a pass \
+                    return Err(EngineError::invalid_field(
+                        "passed",
+                        format!(
+                            "the gate of phase {phase_id} has nothing to run ({reason}): record it as skipped; a pass \
                          would say something was checked"
-                    )));
+                        ),
+                    ));
                 }
             }
             Ok(())
@@ -145,13 +154,13 @@ pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), Engi
                     GateCheck::ForgeCi => "the forge's CI checks (record `ci_started`)",
                     GateCheck::Reviewer => "the reviewer (record `review_requested` or `gate_approval_requested`)",
                 };
-                return Err(EngineError::InvalidEvent(format!(
+                return Err(EngineError::invalid_event(format!(
                     "the gate of phase {phase_id} has no command but is checked by {who}; it is never skipped"
                 )));
             }
             if run.skip_reason.is_none() {
                 let what = if run.command.is_empty() { run.additions.join("; ") } else { run.command };
-                return Err(EngineError::InvalidEvent(format!(
+                return Err(EngineError::invalid_event(format!(
                     "the gate of phase {phase_id} has something to run ({what}): run it and record pass or fail; \
                      only a gate with nothing to run is skipped"
                 )));
@@ -163,7 +172,7 @@ pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), Engi
                 return Err(EngineError::UnknownPhase { phase_id: *phase_id });
             }
             if *result == ApprovalDecision::ApproveWithFeedback && feedback.trim().is_empty() {
-                return Err(EngineError::InvalidEvent("approve-with-feedback needs the feedback text".into()));
+                return Err(EngineError::invalid_field("feedback", "approve-with-feedback needs the feedback text"));
             }
             if status != ExecutionStatus::ApprovalPending {
                 return Err(wrong("approval_recorded"));
@@ -296,45 +305,45 @@ pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), Engi
                 return Err(wrong("ci_started"));
             }
             if gates::plan(state, phase).check != Some(GateCheck::ForgeCi) {
-                return Err(EngineError::InvalidEvent(format!(
+                return Err(EngineError::invalid_event(format!(
                     "the gate of phase {phase_id} is not a ci gate without a command: nothing waits for the forge's checks"
                 )));
             }
             if let Some(w) = &state.ci_wait {
-                return Err(EngineError::InvalidEvent(format!(
+                return Err(EngineError::invalid_event(format!(
                     "the ci gate of phase {} already waits for the checks of {}",
                     w.phase_id, w.sha
                 )));
             }
             if sha.len() < 7 || sha.len() > 64 || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
-                return Err(EngineError::InvalidEvent(format!(
-                    "ci_started: sha {:?} is not a commit id",
-                    cut(sha, 80)
-                )));
+                return Err(EngineError::invalid_field(
+                    "sha",
+                    format!("ci_started: sha {:?} is not a commit id", cut(sha, 80)),
+                ));
             }
             if until.trim().is_empty() {
-                return Err(EngineError::InvalidEvent("ci_started needs its `until` time".into()));
+                return Err(EngineError::invalid_field("until", "ci_started needs its `until` time"));
             }
             Ok(())
         }
         EventKind::CiChecked { phase_id, sha, checks } => {
             ensure_current_phase(state, *phase_id)?;
             let Some(w) = state.ci_wait.as_ref().filter(|w| w.phase_id == *phase_id) else {
-                return Err(EngineError::InvalidEvent(format!(
+                return Err(EngineError::invalid_event(format!(
                     "ci_checked: the gate of phase {phase_id} does not wait for CI"
                 )));
             };
             if w.sha != *sha {
-                return Err(EngineError::InvalidEvent(format!(
-                    "ci_checked: the ci gate of phase {phase_id} waits for {}, not {}",
-                    w.sha,
-                    cut(sha, 80)
-                )));
+                return Err(EngineError::invalid_field(
+                    "sha",
+                    format!("ci_checked: the ci gate of phase {phase_id} waits for {}, not {}", w.sha, cut(sha, 80)),
+                ));
             }
             if checks.len() > MAX_CI_CHECKS || checks.iter().any(|c| c.name.trim().is_empty()) {
-                return Err(EngineError::InvalidEvent(format!(
-                    "ci_checked: expected at most {MAX_CI_CHECKS} checks, each with a name"
-                )));
+                return Err(EngineError::invalid_field(
+                    "checks",
+                    format!("ci_checked: expected at most {MAX_CI_CHECKS} checks, each with a name"),
+                ));
             }
             Ok(())
         }
@@ -350,13 +359,16 @@ pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), Engi
                 return Err(wrong(name));
             }
             if gates::plan(state, phase).check != Some(GateCheck::Reviewer) {
-                return Err(EngineError::InvalidEvent(format!(
+                return Err(EngineError::invalid_event(format!(
                     "{name}: the gate of phase {phase_id} is not a review gate without a command"
                 )));
             }
             if let EventKind::ReviewRequested { agent_name, .. } = kind {
                 if let Some(why) = crate::engine::unsafe_id_reason(agent_name) {
-                    return Err(EngineError::InvalidEvent(format!("review_requested: agent_name {why}")));
+                    return Err(EngineError::invalid_field(
+                        "agent_name",
+                        format!("review_requested: agent_name {why}"),
+                    ));
                 }
             }
             Ok(())
@@ -364,7 +376,7 @@ pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), Engi
         EventKind::GateRetried { phase_id } => {
             let phase = ensure_current_phase(state, *phase_id)?;
             if phase.gate.is_none() {
-                return Err(EngineError::InvalidEvent(format!("phase {phase_id} has no gate to retry")));
+                return Err(EngineError::invalid_event(format!("phase {phase_id} has no gate to retry")));
             }
             let gate_failed_execution = status == ExecutionStatus::Failed
                 && state.gate_failures(*phase_id) > 0

@@ -124,10 +124,18 @@ pub enum EngineError {
         /// The key.
         key: String,
     },
-    /// A value of the event is out of range (a negative cost, feedback missing, …). The
-    /// message names the field or the rule on its own ("step 1.1: cost_usd -5 is not …").
-    #[error("{0}")]
-    InvalidEvent(String),
+    /// A value of the event is out of range (a negative cost, feedback missing, …), or the
+    /// event breaks a rule of the state it is applied to. The message names the field or the
+    /// rule on its own ("step 1.1: cost_usd -5 is not …").
+    #[error("{message}")]
+    InvalidEvent {
+        /// The event's field whose value is refused (`cost_usd`, `until`, …), when one is:
+        /// what the REST door reports as `details.field`. `None` for a rule of the state (a
+        /// forecast recorded twice, a gate that is not a ci gate).
+        field: Option<&'static str>,
+        /// What is wrong, naming the step, phase or field.
+        message: String,
+    },
     /// An amendment that cannot be applied.
     #[error("invalid amendment: {0}")]
     InvalidAmendment(String),
@@ -147,4 +155,31 @@ pub enum EngineError {
         /// The ceiling, USD.
         ceiling_usd: f64,
     },
+}
+
+impl EngineError {
+    /// [`EngineError::InvalidEvent`] for a refused value of the event's `field`.
+    pub(crate) fn invalid_field(field: &'static str, message: impl Into<String>) -> EngineError {
+        EngineError::InvalidEvent { field: Some(field), message: message.into() }
+    }
+
+    /// [`EngineError::InvalidEvent`] for an event that breaks a rule of the state, no one
+    /// field's value.
+    pub(crate) fn invalid_event(message: impl Into<String>) -> EngineError {
+        EngineError::InvalidEvent { field: None, message: message.into() }
+    }
+
+    /// The event's field an [`EngineError`] refuses, for a door's `details.field`: the
+    /// field of an [`EngineError::InvalidEvent`], `step_id`, `phase_id` or `question_id` for
+    /// an unknown one, `chosen_index` for an option out of range; `None` otherwise.
+    pub fn field(&self) -> Option<&'static str> {
+        match self {
+            EngineError::InvalidEvent { field, .. } => *field,
+            EngineError::UnknownStep { .. } => Some("step_id"),
+            EngineError::UnknownPhase { .. } => Some("phase_id"),
+            EngineError::UnknownQuestion { .. } => Some("question_id"),
+            EngineError::OptionOutOfRange { .. } => Some("chosen_index"),
+            _ => None,
+        }
+    }
 }

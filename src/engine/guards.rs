@@ -27,17 +27,26 @@ pub(crate) fn answered(state: &ExecutionState, phase_id: i64, question_id: &str)
 pub(crate) fn check_quota_values(kind: &EventKind) -> Result<(), EngineError> {
     let EventKind::QuotaWait { step_id, until, cost_usd, tokens, .. } = kind else { return Ok(()) };
     if until.trim().is_empty() {
-        return Err(EngineError::InvalidEvent(format!("step {step_id}: a quota wait needs its `until` time")));
+        return Err(EngineError::invalid_field(
+            "until",
+            format!("step {step_id}: a quota wait needs its `until` time"),
+        ));
     }
     if !cost_usd.is_finite() || *cost_usd < 0.0 || *cost_usd > crate::engine::MAX_STEP_COST_USD {
-        return Err(EngineError::InvalidEvent(format!(
-            "step {step_id}: cost_usd {} is not a number between 0 and {}",
-            shown(*cost_usd),
-            crate::engine::MAX_STEP_COST_USD
-        )));
+        return Err(EngineError::invalid_field(
+            "cost_usd",
+            format!(
+                "step {step_id}: cost_usd {} is not a number between 0 and {}",
+                shown(*cost_usd),
+                crate::engine::MAX_STEP_COST_USD
+            ),
+        ));
     }
     if *tokens > crate::engine::MAX_STEP_TOKENS {
-        return Err(EngineError::InvalidEvent(format!("step {step_id}: tokens {tokens} is not a token count")));
+        return Err(EngineError::invalid_field(
+            "tokens",
+            format!("step {step_id}: tokens {tokens} is not a token count"),
+        ));
     }
     Ok(())
 }
@@ -50,27 +59,32 @@ pub(crate) fn check_record_values(state: &ExecutionState, kind: &EventKind) -> R
         return Ok(());
     };
     if *tokens > MAX_STEP_TOKENS {
-        return Err(EngineError::InvalidEvent(format!(
-            "step {step_id}: tokens {tokens} is not a token count (at most {MAX_STEP_TOKENS})"
-        )));
+        return Err(EngineError::invalid_field(
+            "tokens",
+            format!("step {step_id}: tokens {tokens} is not a token count (at most {MAX_STEP_TOKENS})"),
+        ));
     }
     if *rec == RecordStatus::BudgetStopped && state.budget.ceiling_usd.is_none() {
-        return Err(EngineError::InvalidEvent(format!(
-            "step {step_id}: budget_stopped needs a ceiling, and this execution has none"
-        )));
+        return Err(EngineError::invalid_field(
+            "status",
+            format!("step {step_id}: budget_stopped needs a ceiling, and this execution has none"),
+        ));
     }
     if !cost_usd.is_finite() || *cost_usd < 0.0 || *cost_usd > MAX_STEP_COST_USD {
-        return Err(EngineError::InvalidEvent(format!(
-            "step {step_id}: cost_usd {} is not a number between 0 and {MAX_STEP_COST_USD}",
-            shown(*cost_usd)
-        )));
+        return Err(EngineError::invalid_field(
+            "cost_usd",
+            format!("step {step_id}: cost_usd {} is not a number between 0 and {MAX_STEP_COST_USD}", shown(*cost_usd)),
+        ));
     }
     if !duration_seconds.is_finite() || *duration_seconds < 0.0 || *duration_seconds > MAX_STEP_DURATION_SECONDS {
-        return Err(EngineError::InvalidEvent(format!(
+        return Err(EngineError::invalid_field(
+            "duration_seconds",
+            format!(
             "step {step_id}: duration_seconds {} is not a number of seconds between 0 and {MAX_STEP_DURATION_SECONDS} \
              (366 days)",
             shown(*duration_seconds)
-        )));
+        ),
+        ));
     }
     Ok(())
 }

@@ -118,10 +118,13 @@ pub(crate) fn check_key(key: &str) -> Result<(), EngineError> {
     let len = key.chars().count();
     if key.trim().is_empty() || len > MAX_KEY_LEN || key.chars().any(char::is_control) {
         let shown: String = key.chars().take(40).collect();
-        return Err(EngineError::InvalidEvent(format!(
-            "idempotency key {shown:?}{}: expected 1 to {MAX_KEY_LEN} characters, no control characters",
-            if len > 40 { "…" } else { "" }
-        )));
+        return Err(EngineError::invalid_field(
+            "idempotency_key",
+            format!(
+                "idempotency key {shown:?}{}: expected 1 to {MAX_KEY_LEN} characters, no control characters",
+                if len > 40 { "…" } else { "" }
+            ),
+        ));
     }
     Ok(())
 }

@@ -40,7 +40,7 @@ fn is_sha(sha: &str) -> bool {
 /// Whether `kind` (a remediation event) may be applied to `state`. Remediation events are the
 /// only ones a completed execution accepts.
 pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), EngineError> {
-    let bad = |m: String| Err(EngineError::InvalidEvent(m));
+    let bad = |field: Option<&'static str>, message: String| Err(EngineError::InvalidEvent { field, message });
     let status = state.status;
     match kind {
         EventKind::RemediationStarted { cause, sha, agent_name, task_description, max_rounds, threads, queued } => {
@@ -48,34 +48,41 @@ pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), Engi
                 return Err(EngineError::WrongStatus { event: "remediation_started", status });
             }
             if let Some(why) = &state.remediation.parked {
-                return bad(format!("remediation is parked ({why}): a human decides what happens next"));
+                return bad(None, format!("remediation is parked ({why}): a human decides what happens next"));
             }
             let used = state.remediation.used(*cause);
             if used >= *max_rounds {
-                return bad(format!("{used} of {max_rounds} {} rounds are used: no more rounds start", cause.as_str()));
+                return bad(
+                    None,
+                    format!("{used} of {max_rounds} {} rounds are used: no more rounds start", cause.as_str()),
+                );
             }
             if !is_sha(sha) {
-                return bad(format!("remediation_started: sha {:?} is not a commit id", cut(sha, 80)));
+                return bad(Some("sha"), format!("remediation_started: sha {:?} is not a commit id", cut(sha, 80)));
             }
             if agent_name.trim().is_empty() {
-                return bad("remediation_started: agent_name is empty".into());
+                return bad(Some("agent_name"), "remediation_started: agent_name is empty".into());
             }
             if task_description.trim().is_empty() || task_description.chars().count() > MAX_PROMPT_CHARS {
-                return bad(format!(
-                    "remediation_started: task_description must be 1 to {MAX_PROMPT_CHARS} characters"
-                ));
+                return bad(
+                    Some("task_description"),
+                    format!("remediation_started: task_description must be 1 to {MAX_PROMPT_CHARS} characters"),
+                );
             }
             if threads.len() > MAX_THREADS {
-                return bad(format!("remediation_started: at most {MAX_THREADS} threads"));
+                return bad(Some("threads"), format!("remediation_started: at most {MAX_THREADS} threads"));
             }
             if *queued as usize > state.remediation.queued.len() {
-                return bad(format!(
-                    "remediation_started: {queued} queued comments answered, {} queued",
-                    state.remediation.queued.len()
-                ));
+                return bad(
+                    Some("queued"),
+                    format!(
+                        "remediation_started: {queued} queued comments answered, {} queued",
+                        state.remediation.queued.len()
+                    ),
+                );
             }
             if *queued > 0 && *cause != RemediationCause::Review {
-                return bad("remediation_started: only a review round answers queued comments".into());
+                return bad(Some("queued"), "remediation_started: only a review round answers queued comments".into());
             }
             Ok(())
         }
@@ -85,13 +92,16 @@ pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), Engi
                 return Err(EngineError::Final { status });
             }
             if let Some(why) = &state.remediation.parked {
-                return bad(format!("remediation is parked ({why}): a human decides what happens next"));
+                return bad(None, format!("remediation is parked ({why}): a human decides what happens next"));
             }
             if comments.is_empty() || state.remediation.queued.len() + comments.len() > MAX_QUEUED {
-                return bad(format!("review_queued: 1 to {MAX_QUEUED} comments may wait"));
+                return bad(Some("comments"), format!("review_queued: 1 to {MAX_QUEUED} comments may wait"));
             }
             if comments.iter().any(|c| c.body.trim().is_empty() || c.body.chars().count() > MAX_QUEUED_CHARS) {
-                return bad(format!("review_queued: each comment needs a body of 1 to {MAX_QUEUED_CHARS} characters"));
+                return bad(
+                    Some("comments"),
+                    format!("review_queued: each comment needs a body of 1 to {MAX_QUEUED_CHARS} characters"),
+                );
             }
             Ok(())
         }
@@ -101,10 +111,13 @@ pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), Engi
             }
             let n = u32::try_from(state.remediation.rounds.len()).unwrap_or(u32::MAX);
             if *round != n || state.remediation.unpushed().is_none() {
-                return bad(format!("remediation_pushed: round {round} is not the round waiting for its push"));
+                return bad(
+                    Some("round"),
+                    format!("remediation_pushed: round {round} is not the round waiting for its push"),
+                );
             }
             if !is_sha(sha) {
-                return bad(format!("remediation_pushed: sha {:?} is not a commit id", cut(sha, 80)));
+                return bad(Some("sha"), format!("remediation_pushed: sha {:?} is not a commit id", cut(sha, 80)));
             }
             Ok(())
         }
@@ -113,7 +126,7 @@ pub(crate) fn check(state: &ExecutionState, kind: &EventKind) -> Result<(), Engi
                 return Err(EngineError::Final { status });
             }
             if reason.trim().is_empty() {
-                return bad("remediation_parked needs a reason".into());
+                return bad(Some("reason"), "remediation_parked needs a reason".into());
             }
             Ok(())
         }

@@ -272,9 +272,11 @@ fn classify_engine(e: &EngineError) -> AppError {
         | EngineError::UnknownPhase { .. }
         | EngineError::UnknownQuestion { .. }
         | EngineError::OptionOutOfRange { .. }
-        | EngineError::InvalidEvent(_)
-        | EngineError::InvalidAmendment(_)
-        | EngineError::InvalidPlan(_) => AppError::Unprocessable(message),
+        | EngineError::InvalidEvent { .. } => match e.field() {
+            Some(field) => AppError::Invalid { message, details: json!({ "field": field }) },
+            None => AppError::Unprocessable(message),
+        },
+        EngineError::InvalidAmendment(_) | EngineError::InvalidPlan(_) => AppError::Unprocessable(message),
         EngineError::Final { .. } => conflict("final"),
         EngineError::ExecutionFailed { .. } | EngineError::RejectionStands { .. } => conflict("execution_failed"),
         EngineError::NotCurrentPhase { .. } => conflict("not_current_phase"),

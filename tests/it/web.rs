@@ -586,6 +586,43 @@ async fn a_quota_wait_for_an_attempt_a_driver_elsewhere_launched_is_refused() {
     assert_eq!(status, StatusCode::CREATED, "{body}");
 }
 
+/// Found by a verifying tester: the engine's 422s named the field in their message only,
+/// while every other 422 names it in `details.field` too (a client highlights the input from
+/// it). Each refused value, unknown step and unknown phase now does; nothing is journaled.
+#[tokio::test]
+async fn the_engines_422s_name_the_field_in_details() {
+    let app = TestApp::new().await;
+    with_approval_plan(&app, "web-fields").await;
+    let before = journal_len(&app, "web-fields").await;
+    let events = "/api/v1/executions/web-fields/events";
+    for (uri, body, field) in [
+        (events, json!({"kind": "budget_raised", "by_usd": -1.0}), "by_usd"),
+        (
+            events,
+            json!({"kind": "step_recorded", "step_id": "1.1", "agent_name": "alpha", "status": "complete",
+                "duration_seconds": 1e300}),
+            "duration_seconds",
+        ),
+        (
+            events,
+            json!({"kind": "step_recorded", "step_id": "1.1", "agent_name": "alpha", "status": "complete",
+                "cost_usd": -5.0}),
+            "cost_usd",
+        ),
+        (events, record_step("9.9", "alpha"), "step_id"),
+        (events, json!({"kind": "approval_recorded", "phase_id": 7, "result": "approve"}), "phase_id"),
+        ("/api/v1/executions/web-fields/interact", json!({"step_id": "9.9", "input": "hello"}), "step_id"),
+    ] {
+        let (status, answer) = app.post(uri, body.clone()).await;
+        assert_eq!(
+            (status, &answer["details"]["field"]),
+            (StatusCode::UNPROCESSABLE_ENTITY, &json!(field)),
+            "{body}: {answer}"
+        );
+    }
+    assert_eq!(journal_len(&app, "web-fields").await, before);
+}
+
 /// Found by a tester: an interact without input (`{"step_id": "1.1"}`, or only blanks)
 /// journaled an empty human reply, used a turn and sent the agent an empty "Human reply". It
 /// is refused naming `input`, nothing is journaled, and a reply or a completion still works.

@@ -439,7 +439,7 @@ fn negative_or_non_finite_costs_and_durations_are_refused() {
             *cost_usd = cost;
             *duration_seconds = duration;
         }
-        assert!(matches!(refused(&mut state, &event), EngineError::InvalidEvent(_)), "{cost} {duration}");
+        assert!(matches!(refused(&mut state, &event), EngineError::InvalidEvent { .. }), "{cost} {duration}");
     }
 }
 
@@ -458,7 +458,7 @@ fn a_duration_longer_than_the_bound_is_refused_and_the_bound_itself_is_taken() {
     };
     for seconds in [1.7e308, 1e300, MAX_STEP_DURATION_SECONDS + 1.0] {
         let err = refused(&mut state, &with_duration(seconds));
-        assert!(matches!(err, EngineError::InvalidEvent(_)), "{seconds}: {err}");
+        assert!(matches!(err, EngineError::InvalidEvent { .. }), "{seconds}: {err}");
         assert!(err.to_string().len() < 200, "{err}");
     }
     assert!(refused(&mut state, &with_duration(1e300)).to_string().contains("duration_seconds 1e300 is not"));
@@ -478,7 +478,7 @@ fn approve_with_feedback_needs_feedback_text() {
     let mut state = started(vec![p]);
     ok(&mut state, &record("1.1", RecordStatus::Complete));
     let err = refused(&mut state, &approval(1, ApprovalDecision::ApproveWithFeedback, "  "));
-    assert!(matches!(err, EngineError::InvalidEvent(_)), "{err}");
+    assert!(matches!(err, EngineError::InvalidEvent { .. }), "{err}");
     ok(&mut state, &approval(1, ApprovalDecision::ApproveWithFeedback, "tighten the schema"));
     assert_eq!(state.plan.phases[1].name, "Remediation");
 }
@@ -500,7 +500,7 @@ fn empty_overlong_or_control_character_keys_are_refused() {
     let mut state = started(vec![phase(1, vec![step("1.1", &[])])]);
     for key in [String::new(), "   ".into(), "a\nb".into(), "k".repeat(MAX_KEY_LEN + 1)] {
         let err = refused(&mut state, &record("1.1", RecordStatus::Complete).with_key(key.clone()));
-        assert!(matches!(err, EngineError::InvalidEvent(_)), "{key:?}: {err}");
+        assert!(matches!(err, EngineError::InvalidEvent { .. }), "{key:?}: {err}");
     }
     ok(&mut state, &record("1.1", RecordStatus::Complete).with_key("k".repeat(MAX_KEY_LEN)));
 }
