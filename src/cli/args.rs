@@ -114,7 +114,8 @@ pub(super) enum ExecuteCommand {
     Next {
         #[command(flatten)]
         task: Task,
-        /// Every step that may be dispatched now.
+        /// Every step that may be dispatched now; when none is, the one next action (a WAIT, an
+        /// APPROVAL, COMPLETE, …), so the list is never empty.
         #[arg(long)]
         all: bool,
     },

@@ -7,7 +7,7 @@
 use std::process::ExitCode;
 
 use super::args::ExecuteCommand;
-use super::output::{print_action, print_outcome};
+use super::output::{self, print_action, print_outcome};
 use super::plan_file::{check_plan, read_plan};
 use super::service::with_operator_service;
 use super::{goal, team_record, wire};
@@ -78,18 +78,21 @@ pub(super) async fn execute_with(
         ExecuteCommand::Next { task, all } => {
             let task_id = execs.resolve_task_id(task.task_id.as_deref()).await?;
             if all {
+                // Every dispatchable step, or the one next action (`Ops::next_actions`); the
+                // exit code is that action's, as `next` without `--all` gives.
                 let actions = ops.next_actions(&task_id).await?;
+                let code = match actions.as_slice() {
+                    [one] => output::exit_for(one),
+                    _ => ExitCode::SUCCESS,
+                };
                 if json {
                     outln!("{}", serde_json::to_string_pretty(&actions)?);
                 } else {
                     for a in &actions {
                         out!("{}", wire::render(a, &task_id));
                     }
-                    if actions.is_empty() {
-                        return Ok(print_action(&ops.next_action(&task_id).await?, &task_id, json));
-                    }
                 }
-                Ok(ExitCode::SUCCESS)
+                Ok(code)
             } else {
                 Ok(print_action(&ops.next_action(&task_id).await?, &task_id, json))
             }

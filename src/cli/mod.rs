@@ -194,9 +194,24 @@ pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
 }
 
+/// The command line, parsed. An empty `BATON_USER` is no user (as an empty variable is unset
+/// for most tools), while `--as ""` stays an empty name, which the operator check refuses
+/// (it ran as the default operator, found by a tester).
+fn parse() -> Result<Cli, clap::Error> {
+    use clap::FromArgMatches as _;
+    let matches = command().try_get_matches()?;
+    let mut cli = Cli::from_arg_matches(&matches)?;
+    if matches.value_source("as_user") == Some(clap::parser::ValueSource::EnvVariable)
+        && cli.as_user.as_deref().is_some_and(|name| name.trim().is_empty())
+    {
+        cli.as_user = None;
+    }
+    Ok(cli)
+}
+
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
-    let mut cli = match Cli::try_parse() {
+    let mut cli = match parse() {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();

@@ -456,6 +456,27 @@ async fn the_cli_needs_a_baton_user_to_decide_once_users_exist() {
     assert_eq!(approvals[0]["payload"]["actor"], "rita");
 }
 
+/// Found by a tester: with no users, `--as ""` ran as the default operator (`$USER@host`)
+/// while the `--as` error text says a name is 1 to 200 characters. It is refused (exit 2,
+/// nothing journaled); an empty `BATON_USER` is no name, as an empty variable is unset.
+#[tokio::test]
+async fn an_empty_as_is_refused_and_an_empty_baton_user_is_unset() {
+    let t = TestApp::with_repo(&[("README.md", "hello\n")]).await;
+    let plan = t.ws.write("named.json", &phases_plan("named-1", 1, false).to_string());
+    t.cli_ok(&["execute", "start", "--plan", plan.to_str().unwrap()]);
+    for name in ["", "  "] {
+        let out = t.cli(&["--as", name, "execute", "pause"]);
+        assert_eq!(code(&out), 2, "{name:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("--as"), "{name:?}: {}", stderr(&out));
+    }
+    let (_, body) = t.get("/api/v1/executions/named-1").await;
+    assert_eq!(body["paused"], false, "refused: nothing changed: {body}");
+    let out = t.cli_env(&["execute", "pause"], &[("BATON_USER", "")]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let (_, body) = t.get("/api/v1/executions/named-1").await;
+    assert_eq!(body["paused"], true, "{body}");
+}
+
 /// A fresh-user tester found `execute start` skipped who-are-you and the role once users
 /// existed: without `--as`, as a viewer, and as a name that is no user, it started the plan.
 /// Starting is a lead's (as firing is), decided by `Ops::start`, for `execute run --plan` too.
@@ -951,8 +972,14 @@ async fn a_pause_stops_an_orchestrators_dispatches_through_the_cli_and_the_api_u
     assert_eq!(field(&t.cli_ok(&["execute", "next", "--all"]), "ACTION:"), "WAIT");
     let (status, body) = t.get("/api/v1/executions/paused-1/next").await;
     assert_eq!((status, body["action_type"].as_str()), (StatusCode::OK, Some("wait")), "{body}");
+    // Nothing to dispatch while paused: `--all` answers the one WAIT, never `[]` (a loop over
+    // `--json next --all` could not tell paused from done, found by a tester).
     let (_, all) = t.get("/api/v1/executions/paused-1/next?all=true").await;
-    assert_eq!(all, json!([]), "nothing to dispatch while paused");
+    assert_eq!(all.as_array().map(|a| a.len()), Some(1), "{all}");
+    assert_eq!(all[0]["action_type"], "wait", "{all}");
+    assert!(all[0]["message"].as_str().unwrap().contains("paused by an operator"), "{all}");
+    let cli_all: Value = serde_json::from_str(&t.cli_ok(&["--json", "execute", "next", "--all"])).unwrap();
+    assert_eq!(cli_all, all, "the CLI and the API answer alike");
     let refused = t.cli(&["execute", "dispatched", "--step-id", "1.1", "--agent", "agent-1"]);
     assert_eq!(code(&refused), 2, "{}", stderr(&refused));
     assert!(stderr(&refused).contains("is paused: no new dispatches"), "{}", stderr(&refused));

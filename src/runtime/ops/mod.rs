@@ -289,10 +289,11 @@ impl Ops {
     /// the name given) with every right, as before users existed.
     ///
     /// Errors: [`OpsError::Unknown`] when users exist and `name` is none of them, or is
-    /// missing (naming `--as`); [`OpsError::Invalid`] for a malformed name (with no users:
-    /// what `auth::check_actor_name` refuses).
+    /// missing (naming `--as`); [`OpsError::Invalid`] for a malformed name, an empty one
+    /// included (what `auth::check_actor_name` refuses; the CLI turns an empty `BATON_USER`
+    /// into no name before it gets here).
     pub async fn cli_operator(&self, name: Option<&str>) -> Result<Operator, OpsError> {
-        if let Some(given) = name.filter(|n| !n.is_empty()) {
+        if let Some(given) = name {
             crate::runtime::auth::check_actor_name(given)
                 .map_err(|e| OpsError::Invalid { field: "--as", message: format!("{given:?}: {}", e.0) })?;
         }
@@ -782,16 +783,21 @@ impl Ops {
         resumed.unwrap_or(state)
     }
 
-    /// Every dispatchable action (`execute next --all`, `GET …/next?all=true`): none while the
-    /// execution is paused.
+    /// Every dispatchable action (`execute next --all`, `GET …/next?all=true`); when none is
+    /// (paused, waiting for a human or a quota, done), the one [`Ops::next_action`], so the
+    /// list is never empty. It was empty while paused, and a loop over it could not tell
+    /// paused from waiting or done (found by a tester).
     ///
     /// Errors: as [`Ops::next_action`].
     pub async fn next_actions(&self, task_id: &str) -> Result<Vec<Action>, OpsError> {
         let state = self.with_due_quota_resumed(self.get_shared(task_id).await?).await;
-        if self.execs.store().is_paused(task_id).await? {
-            return Ok(Vec::new());
+        if !self.execs.store().is_paused(task_id).await? {
+            let ready = engine::next_actions(&state);
+            if !ready.is_empty() {
+                return Ok(ready);
+            }
         }
-        Ok(engine::next_actions(&state))
+        Ok(vec![self.next_action(task_id).await?])
     }
 
     /// What [`Ops::next_action`] answers for `state`, read only: the engine's next action,

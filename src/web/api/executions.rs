@@ -184,7 +184,8 @@ async fn journal(
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 struct NextQuery {
-    /// Every dispatchable action (an array) instead of the next one.
+    /// Every dispatchable action (an array) instead of the next one; when none is, an array
+    /// of the one next action (never empty).
     #[serde(default)]
     #[param(default = false)]
     all: bool,
@@ -196,7 +197,7 @@ struct NextQuery {
 pub enum NextAnswer {
     /// The next action.
     One(Box<Action>),
-    /// Every dispatchable action (`?all=true`).
+    /// Every dispatchable action (`?all=true`), or the one next action when none is.
     All(Vec<Action>),
 }
 
