@@ -307,6 +307,22 @@ fn mutate_event(state: &mut ExecutionState, event: &Event, now: &str) {
             let why = if reason.is_empty() { String::new() } else { format!(": {reason}") };
             state.failure = Some(format!("cancelled{by}{why}"));
             state.completed_at = now.to_string();
+            // The attempts in flight were stopped with the execution: they read `cancelled`,
+            // not `dispatched` for ever (found by a tester), and their reservations go.
+            let in_flight: Vec<String> = state
+                .step_results
+                .iter()
+                .filter(|(_, r)| r.status() == StepStatus::Dispatched)
+                .map(|(id, _)| id.clone())
+                .collect();
+            for step_id in in_flight {
+                if let Some(r) = state.step_results.get_mut(&step_id) {
+                    r.status = StepStatus::Cancelled;
+                    r.completed_at = now.to_string();
+                    r.error = format!("the execution was cancelled{by} while attempt {} ran", r.attempt);
+                }
+                budget::release(state, &step_id);
+            }
         }
         EventKind::StepRetried { step_id } => {
             if let Some(r) = state.step_results.get_mut(step_id) {

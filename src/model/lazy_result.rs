@@ -91,6 +91,7 @@ pub(crate) fn status_code(status: StepStatus) -> char {
         StepStatus::Skipped => 's',
         StepStatus::Interacting => 'i',
         StepStatus::InteractDispatched => 'r',
+        StepStatus::Cancelled => 'n',
     }
 }
 
@@ -106,6 +107,7 @@ pub(crate) fn statuses_of(codes: &str) -> Option<Vec<StepStatus>> {
             b's' => Some(StepStatus::Skipped),
             b'i' => Some(StepStatus::Interacting),
             b'r' => Some(StepStatus::InteractDispatched),
+            b'n' => Some(StepStatus::Cancelled),
             _ => None,
         })
         .collect()
@@ -298,6 +300,7 @@ mod tests {
             StepStatus::Skipped,
             StepStatus::Interacting,
             StepStatus::InteractDispatched,
+            StepStatus::Cancelled,
         ];
         let codes: String = all.iter().map(|&s| status_code(s)).collect();
         assert_eq!(statuses_of(&codes), Some(all.to_vec()));

@@ -27,6 +27,9 @@ pub enum StepStatus {
     Interacting,
     /// A human replied; the continuation is to be dispatched.
     InteractDispatched,
+    /// Its attempt was in flight when the execution was cancelled, and was stopped with it
+    /// (the status of a step that was `dispatched` at the cancel).
+    Cancelled,
 }
 
 impl StepStatus {
@@ -40,6 +43,7 @@ impl StepStatus {
             StepStatus::Skipped => "skipped",
             StepStatus::Interacting => "interacting",
             StepStatus::InteractDispatched => "interact_dispatched",
+            StepStatus::Cancelled => "cancelled",
         }
     }
 

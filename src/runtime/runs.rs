@@ -13,7 +13,7 @@ use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
 use crate::engine;
-use crate::model::state::{ExecutionState, StepStatus};
+use crate::model::state::{ExecutionState, StepResult, StepStatus};
 use crate::runtime::agent::shim;
 use crate::runtime::config::DataDir;
 
@@ -110,11 +110,14 @@ pub fn attempt_log_tail(data: &DataDir, task_id: &str, step_id: &str, attempt: u
 }
 
 /// Kills the process groups of every attempt still in flight for `state` (after a cancel, so
-/// detached agents do not keep working for a cancelled execution). Returns how many it signalled.
+/// detached agents do not keep working for a cancelled execution): a step `dispatched`, or
+/// `cancelled` (the engine's status of an attempt in flight at the cancel). Returns how many
+/// it signalled.
 pub fn stop_attempts(data: &DataDir, state: &ExecutionState) -> usize {
     let mut stopped = 0;
     for step_id in state.plan.phases.iter().flat_map(engine::team::dispatch_ids) {
-        let Some(r) = state.result(&step_id).filter(|r| r.status == StepStatus::Dispatched) else { continue };
+        let in_flight = |r: &&StepResult| matches!(r.status, StepStatus::Dispatched | StepStatus::Cancelled);
+        let Some(r) = state.result(&step_id).filter(in_flight) else { continue };
         let Some((_, dir)) = latest_launch(&data.run_dir(&state.task_id, &step_id, r.attempt)) else { continue };
         if matches!(shim::kill_attempt(&dir), Ok(true)) {
             stopped += 1;

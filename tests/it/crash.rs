@@ -138,7 +138,12 @@ fn cancel_stops_a_live_driver_and_its_agents() {
     let out = ws.run(&["execute", "cancel", "--task-id", "cancel-live"]);
     assert_eq!(code(&out), 4, "{}", stderr(&out));
     assert!(stderr(&out).contains("stopping the driver of cancel-live"), "{}", stderr(&out));
-    assert_eq!(ws.status("cancel-live")["status"], "cancelled");
+    let status = ws.status("cancel-live");
+    assert_eq!(status["status"], "cancelled");
+    // The attempt stopped with it reads so, not `dispatched` for ever (found by a tester).
+    assert_eq!(status["step_results"]["1.1"]["status"], "cancelled", "{status}");
+    let text = stdout(&ws.run(&["execute", "status", "--task-id", "cancel-live"]));
+    assert!(!text.contains("dispatched"), "{text}");
     let output = child.wait_with_output().unwrap();
     assert!(!output.status.success(), "the driver was stopped");
     let again = ws.run_plan(&plan);

@@ -527,3 +527,30 @@ fn a_dispatch_message_says_the_start_of_a_long_task_and_its_prompt_all_of_it() {
     assert_eq!(d.message, format!("Dispatch step 1.1 to {}: {}…", d.agent_name, "x".repeat(200)));
     assert!(d.delegation_prompt.contains(&format!("{} end", "x".repeat(10_000))));
 }
+
+/// Found by a tester: a cancel stopped the attempts in flight, but their steps read
+/// `dispatched` for ever (in `execute status`, the API and the page). They read `cancelled`,
+/// with when and by whom, and hold no reservation; a step never dispatched stays pending, a
+/// finished one keeps its result.
+#[test]
+fn a_cancel_marks_the_attempts_in_flight_cancelled() {
+    let mut state = started(vec![phase(1, vec![step("1.1", &[]), step("1.2", &[]), step("1.3", &[])])]);
+    ok(&mut state, &dispatched("1.1"));
+    ok(&mut state, &dispatched("1.2"));
+    ok(&mut state, &record("1.2", RecordStatus::Complete));
+    assert!(state.budget.reserved.contains_key("1.1"), "{:?}", state.budget.reserved);
+    ok(&mut state, &ev(EventKind::Cancelled { reason: "changed my mind".into() }).by("alice"));
+    assert_eq!(state.step_status("1.1"), StepStatus::Cancelled);
+    let r = state.result("1.1").unwrap();
+    assert_eq!(
+        (r.completed_at.as_str(), r.error.as_str()),
+        (T0, "the execution was cancelled by alice while attempt 1 ran")
+    );
+    assert_eq!(state.step_status("1.2"), StepStatus::Complete);
+    assert_eq!(state.step_status("1.3"), StepStatus::Pending);
+    assert!(state.budget.reserved.is_empty(), "{:?}", state.budget.reserved);
+    // A snapshot keeps it (its own status letter).
+    let text = crate::model::snapshot::encode(&state).unwrap();
+    let back = crate::model::snapshot::decode(&text).unwrap();
+    assert_eq!(back.step_status("1.1"), StepStatus::Cancelled);
+}
