@@ -42,7 +42,7 @@ use crate::runtime::BadInput;
 pub(crate) const EXIT_NOT_RUNNING: u8 = 3;
 
 /// The server lock file under the data dir (see [`crate::runtime::server_lock`]).
-const LOCK_FILE: &str = "serve.lock";
+const LOCK_FILE: &str = crate::runtime::SERVER_LOCK_FILE;
 /// Where a running server says where it listens.
 const INFO_FILE: &str = "serve.json";
 /// The daemon's log under `<data>/logs/`.

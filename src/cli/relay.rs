@@ -79,6 +79,14 @@ fn socket_path(data_dir: &Path) -> Option<PathBuf> {
     (path.as_os_str().len() < 100).then_some(path)
 }
 
+/// `dir` as both sides of the relay compare it: canonical (symlinks and `..` resolved), else
+/// absolute when it does not exist. A client that named the server's data directory another
+/// way (`p/../d1`, a symlink) was declined as "another data directory", and its `execute
+/// cancel`, run in-process, then stopped the server (found by a tester).
+fn resolved(dir: &Path) -> Option<PathBuf> {
+    std::fs::canonicalize(dir).or_else(|_| std::path::absolute(dir)).ok()
+}
+
 /// Client side: runs `cli` in the server listening on its data directory, if there is one and
 /// the call may be relayed; `None` means "run it here".
 pub(super) fn forward(cli: &mut Cli) -> Option<ExitCode> {
@@ -87,7 +95,7 @@ pub(super) fn forward(cli: &mut Cli) -> Option<ExitCode> {
     }
     let Command::Execute { command } = &mut cli.command else { return None };
     let task_id = command.relayed_task_mut()?.task_id.clone();
-    let data_dir = std::path::absolute(&cli.data_dir).ok()?;
+    let data_dir = resolved(&cli.data_dir)?;
     let socket = socket_path(&data_dir)?;
     // No server (no socket, or a stale one): the usual in-process run.
     let mut stream = std::os::unix::net::UnixStream::connect(&socket).ok()?;
@@ -134,7 +142,9 @@ pub(super) fn forward(cli: &mut Cli) -> Option<ExitCode> {
 /// Errors: the socket cannot be created (a data directory that is not writable). A data
 /// directory whose path is too long for a socket address gets no relay (`Ok(None)`).
 pub async fn listen(data: &DataDir, ops: Ops) -> anyhow::Result<Option<RelayGuard>> {
-    let root = std::path::absolute(data.root())?;
+    let Some(root) = resolved(data.root()) else {
+        anyhow::bail!("the data directory {} cannot be resolved", data.root().display());
+    };
     let Some(path) = socket_path(&root) else {
         tracing::info!("no CLI relay: the data directory's path is too long for a Unix socket");
         return Ok(None);

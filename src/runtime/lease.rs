@@ -151,6 +151,14 @@ pub fn adopts_agents_of(current: Option<&LeaseInfo>, me: &LeaseInfo) -> bool {
 
 /// Whether a process exists and is not a zombie (an exited driver its parent has not reaped
 /// yet holds nothing).
+/// Whether `holder` is a `baton serve` process: the server lock of its data dir names its
+/// pid. A server's drivers run inside it, so it is never signalled to stop one of them.
+fn is_server(holder: &LeaseInfo) -> bool {
+    !holder.home.is_empty()
+        && std::fs::read_to_string(std::path::Path::new(&holder.home).join(crate::runtime::SERVER_LOCK_FILE))
+            .is_ok_and(|pid| pid.trim() == holder.pid.to_string())
+}
+
 fn alive(pid: u32) -> bool {
     let Ok(raw) = i32::try_from(pid) else { return false };
     if nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None).is_err() {
@@ -245,12 +253,25 @@ async fn acquire_with(store: &Store, task_id: &str, me: LeaseInfo) -> anyhow::Re
 /// 10 s for it to exit): it stops at once, exactly as after a crash, so nothing it did is lost.
 /// Used by `execute cancel`, which must work while `execute run` drives the execution.
 ///
-/// Errors ([`BadInput`]): the holder runs on another host, or does not exit in time.
+/// Errors ([`BadInput`]): the holder runs on another host, or does not exit in time, or is a
+/// `baton serve` (whose drivers run inside it: the cancel must go through that server).
 pub async fn acquire_stopping_driver(store: &Store, task_id: &str) -> anyhow::Result<Lease> {
     let me = this_holder();
     if let Some(holder) = store.lease(task_id).await.context("reading the lease")? {
         let driver = holder.holder.ends_with(DRIVER_MARK);
         if driver && holder.pid != me.pid && holder.host == me.host && alive(holder.pid) {
+            if is_server(&holder) {
+                // Its drivers run inside it: the SIGTERM stopped the whole server, board and
+                // every other execution with it (found by a tester).
+                return Err(BadInput(format!(
+                    "execution {task_id} is driven by `baton serve` (pid {}) on the data dir {}: cancel it \
+                     through that server (the board, `POST /api/v1/executions/{task_id}/cancel`, or \
+                     `baton --data-dir {} execute cancel` with the server's environment, which is relayed to \
+                     it); stopping its driver would stop the whole server",
+                    holder.pid, holder.home, holder.home
+                ))
+                .into());
+            }
             if let Ok(pid) = i32::try_from(holder.pid) {
                 let pid = nix::unistd::Pid::from_raw(pid);
                 let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);

@@ -93,13 +93,17 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The server lock's file in a data dir ([`server_lock`]): it holds the pid of the server
+/// that holds the lock (or last held it).
+pub const SERVER_LOCK_FILE: &str = "serve.lock";
+
 /// The data dir's server lock (`serve.lock`, an exclusive `flock` held while the returned
 /// value lives, with this process's pid written in it): one `baton serve` per data dir.
 ///
 /// Errors ([`BadInput`]): another process holds it (naming its pid); the file cannot be opened.
 pub fn server_lock(data: &config::DataDir) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
     use std::io::{Read as _, Seek as _, Write as _};
-    let path = data.root().join("serve.lock");
+    let path = data.root().join(SERVER_LOCK_FILE);
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)

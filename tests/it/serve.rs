@@ -411,6 +411,44 @@ fn a_quota_wait_from_outside_for_a_driven_attempt_is_refused() {
     assert_eq!(dispatches, 1, "the step ran once");
 }
 
+/// Found by a tester: an `execute cancel` the server did not take through its relay (the data
+/// dir named as `p/../data`, or `BATON_RELAY=0`) ran in-process and sent SIGTERM to the
+/// lease's holder, the server itself: board, API and every other execution went down. The
+/// relay now compares resolved paths, and a cancel that still runs in-process is refused with
+/// how to cancel through the server, which keeps serving.
+#[test]
+fn a_cancel_from_outside_the_relay_never_stops_the_server() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let server = Server::start(&data);
+    let (_, task_id, _) = fire_a_slow_spec(&server, 30);
+    let cancel = ["execute", "cancel", "--task-id", task_id.as_str()];
+    let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .env("BATON_RELAY", "0")
+        .arg("--data-dir")
+        .arg(&data)
+        .args(cancel)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("is driven by `baton serve`") && stderr.contains("cancel it through that server"),
+        "{stderr}"
+    );
+    assert_eq!(server.request("GET", "/healthz", None).0, 200, "the server still serves");
+    let (_, exec) = server.request("GET", &format!("/api/v1/executions/{task_id}"), None);
+    assert_eq!(exec["status"], "running", "{exec}");
+
+    // The same directory named another way is relayed, and the cancel is the server's.
+    std::fs::create_dir_all(tmp.path().join("p")).unwrap();
+    let (code, _, err) = baton(&tmp.path().join("p").join("..").join("data"), &cancel);
+    assert_eq!(code, 4, "{err}");
+    let (_, exec) = server.request("GET", &format!("/api/v1/executions/{task_id}"), None);
+    assert_eq!(exec["status"], "cancelled", "{exec}");
+    assert_eq!(server.request("GET", "/healthz", None).0, 200, "the server still serves");
+}
+
 /// `baton --data-dir <data> <args>`: (exit code, stdout, stderr).
 fn baton(data: &std::path::Path, args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_baton")).arg("--data-dir").arg(data).args(args).output().unwrap();
