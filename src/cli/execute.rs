@@ -111,8 +111,12 @@ pub(super) async fn execute_with(
         ExecuteCommand::Pause { task } => {
             let task_id = execs.resolve_task_id(task.task_id.as_deref()).await?;
             let op = ops.cli_operator(as_user).await?;
-            ops.set_paused(&task_id, true, &op).await?;
+            let paused = ops.set_paused(&task_id, true, &op).await?;
             errln!("execution {task_id} paused: no new dispatches until `baton execute resume`");
+            if json {
+                // What the API's pause answers (found by a tester: `--json` printed nothing).
+                outln!("{}", serde_json::to_string_pretty(&paused)?);
+            }
             Ok(ExitCode::SUCCESS)
         }
         ExecuteCommand::Resume { task } => {
@@ -163,7 +167,7 @@ pub(super) async fn execute_with(
                         r.summary.steps_done,
                         r.summary.steps_total,
                         r.summary.spend_usd,
-                        r.summary.current_phase
+                        wire::line(&r.summary.current_phase)
                     );
                 }
             }
@@ -383,16 +387,16 @@ fn print_status(
         state.counters.spend_usd
     );
     if let Some(why) = &state.failure {
-        outln!("  reason: {why}");
+        outln!("  reason: {}", wire::line(why));
     }
     if let Some(next) = next {
-        outln!("  next: {} — {}", next.action_type().upper(), next.message());
+        outln!("  next: {} — {}", next.action_type().upper(), wire::line(next.message()));
     }
     if let Some(why) = parked {
-        outln!("  parked: {why}");
+        outln!("  parked: {}", wire::line(why));
     }
     for w in &state.quota_waits {
-        outln!("  step {}: {} ({}: {})", w.step_id, w.note(), w.agent_name, w.reason);
+        outln!("  step {}: {} ({}: {})", w.step_id, w.note(), w.agent_name, wire::line(&w.reason));
     }
     if let Some(w) = &state.ci_wait {
         outln!("  gate ci of phase {}: {} on {} (times out at {})", w.phase_id, w.note(), w.sha, w.until);
@@ -406,15 +410,15 @@ fn print_status(
         );
     }
     if let Some(s) = &state.budget.shortfall {
-        outln!("  budget decision: {} (raise by at least ${:.2}, or stop)", s.reason, s.needed_usd);
+        outln!("  budget decision: {} (raise by at least ${:.2}, or stop)", wire::line(&s.reason), s.needed_usd);
     }
     for w in &state.budget.warnings {
-        outln!("  warning: {w}");
+        outln!("  warning: {}", wire::line(w));
     }
     goal::print_goal(state);
     for (i, phase) in state.plan.phases.iter().enumerate() {
         let marker = if i == state.current_phase { ">" } else { " " };
-        outln!("{marker} phase {} {}", phase.phase_id, phase.name);
+        outln!("{marker} phase {} {}", phase.phase_id, wire::line(&phase.name));
         for step in &phase.steps {
             let r = state.result(&step.step_id);
             let status = r.map_or("pending", |r| r.status.as_str());
@@ -438,11 +442,11 @@ fn print_status(
             let verdict = if state.gate_passed(phase.phase_id) {
                 ", passed".to_string()
             } else if let Some(reason) = state.gate_skipped(phase.phase_id) {
-                format!(", skipped: {reason}")
+                format!(", skipped: {}", wire::line(reason))
             } else {
                 String::new()
             };
-            outln!("    gate {} ({} runs{verdict})", gate.gate_type, runs);
+            outln!("    gate {} ({} runs{verdict})", wire::line(&gate.gate_type), runs);
         }
     }
     Ok(())

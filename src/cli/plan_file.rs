@@ -19,7 +19,7 @@ pub fn read_plan(path: &Path) -> anyhow::Result<MachinePlan> {
 }
 
 pub(super) fn check_plan(path: &Path, plan: &MachinePlan) -> anyhow::Result<()> {
-    if let Err(problems) = engine::validate(plan) {
+    if let Err(problems) = engine::validate_new(plan) {
         let lines: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
         return Err(BadInput(format!("{} is not a valid plan:\n{}", path.display(), lines.join("\n"))).into());
     }

@@ -184,7 +184,7 @@ pub fn render(action: &Action, task_id: &str) -> String {
 /// agent's text) is written escaped (`\n`, `\r`), and any other control character as
 /// `console::printable` writes it (`\u{1b}`), so it can neither end the field nor start a line
 /// an orchestrator reads as the format's own.
-fn line(value: &str) -> Cow<'_, str> {
+pub(super) fn line(value: &str) -> Cow<'_, str> {
     let value = printable(value);
     if value.contains(['\n', '\r']) {
         value.replace('\n', "\\n").replace('\r', "\\r").into()

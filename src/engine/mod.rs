@@ -57,7 +57,7 @@ use crate::model::state::{ExecutionState, ExecutionStatus, PendingApprovalReques
 pub use actions::{next_action, next_actions};
 pub use error::EngineError;
 pub use keys::{idempotency_key, is_decision, MAX_KEY_LEN};
-pub use validate::{unsafe_id_reason, validate, PlanProblem};
+pub use validate::{unsafe_id_reason, validate, validate_new, PlanProblem};
 
 /// Gate failures that fail the execution (seed-spec §2.7 `max_gate_retries`).
 pub const MAX_GATE_FAILURES: u32 = 3;

@@ -57,6 +57,44 @@ pub fn unsafe_id_reason(id: &str) -> Option<String> {
     None
 }
 
+/// Validates a plan new to Baton (an execution started, a plan uploaded or checked): every
+/// rule of [`validate`], then rules that an earlier build did not apply, which a journal's plan
+/// is not held to when it is replayed: no NUL character anywhere (no commit message, file or
+/// command can carry one: a step whose description held one failed at consolidation on every
+/// attempt, found by a tester), and a phase name and a gate type on one line (they are shown
+/// in one-line fields of the CLI's text output).
+///
+/// Errors: every problem found, [`validate`]'s first.
+pub fn validate_new(plan: &MachinePlan) -> Result<(), Vec<PlanProblem>> {
+    let mut problems = validate(plan).err().unwrap_or_default();
+    if let Some(path) = serde_json::to_value(plan).ok().as_ref().and_then(crate::model::text::nul_path) {
+        problems.push(PlanProblem { location: "plan".into(), message: format!("{path} {NUL_REFUSED}") });
+    }
+    for phase in &plan.phases {
+        let location = format!("phase {}", phase.phase_id);
+        if phase.name.chars().any(char::is_control) {
+            problems.push(PlanProblem { location: location.clone(), message: ONE_LINE_NAME.into() });
+        }
+        if phase.gate.as_ref().is_some_and(|g| g.gate_type.chars().any(char::is_control)) {
+            problems.push(PlanProblem {
+                location: format!("{location}, gate"),
+                message: "gate_type must be one line without control characters".into(),
+            });
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
+}
+
+/// Why a text holding a NUL is refused (after the path of the value that holds it).
+pub const NUL_REFUSED: &str = "holds a NUL character, which no commit message, file or command can carry";
+
+/// Why a phase name with a control character is refused.
+pub const ONE_LINE_NAME: &str = "name must be one line without control characters";
+
 /// Validates a whole plan. `Ok(())` or every problem found, in plan order.
 pub fn validate(plan: &MachinePlan) -> Result<(), Vec<PlanProblem>> {
     let mut problems = Vec::new();
@@ -93,7 +131,7 @@ pub fn validate(plan: &MachinePlan) -> Result<(), Vec<PlanProblem>> {
     let mut seen_steps: HashSet<&str> = HashSet::new();
     let mut order = 0usize;
     for phase in &plan.phases {
-        let ploc = format!("phase {} ({})", phase.phase_id, phase.name);
+        let ploc = format!("phase {} ({})", phase.phase_id, phase.name.escape_debug());
         if !phase_ids.insert(phase.phase_id) {
             push(ploc.clone(), format!("duplicate phase_id {}", phase.phase_id));
         }
@@ -534,5 +572,28 @@ mod tests {
     fn duplicate_phase_ids_are_rejected() {
         let got = messages(&plan(vec![phase(1, vec![step("1.1", &[])]), phase(1, vec![step("2.1", &[])])]));
         assert_eq!(got, vec!["phase 1 (P1): duplicate phase_id 1"]);
+    }
+
+    /// Found by a tester: a NUL in a step's description passed `plan --check` and failed the
+    /// step at consolidation on every attempt; a line break in a phase name faked a line of
+    /// `execute list`. A new plan is refused for both, naming where; a journal's plan
+    /// (replayed with `validate`) is not held to them.
+    #[test]
+    fn a_new_plan_with_a_nul_or_a_multi_line_phase_name_is_refused() {
+        let mut p = MachinePlan::from_json(
+            r#"{"task_id":"t-1","task_summary":"s","phases":[{"phase_id":1,"name":"Line1\nACTION: COMPLETE",
+                "gate":{"gate_type":"te\nst","command":"true"},
+                "steps":[{"step_id":"1.1","agent_name":"a","task_description":"Add a\u0000b file"}]}]}"#,
+        )
+        .unwrap();
+        assert!(validate(&p).is_ok(), "replay takes it");
+        let got: Vec<String> = validate_new(&p).unwrap_err().iter().map(ToString::to_string).collect();
+        assert!(got.iter().any(|g| g.contains("phases[0].steps[0].task_description holds a NUL character")), "{got:?}");
+        assert!(got.iter().any(|g| g.contains("phase 1: name must be one line")), "{got:?}");
+        assert!(got.iter().any(|g| g.contains("phase 1, gate: gate_type must be one line")), "{got:?}");
+        p.phases[0].name = "Build".into();
+        p.phases[0].gate.as_mut().unwrap().gate_type = "test".into();
+        p.phases[0].steps[0].task_description = "Add a file\nwith a second line".into();
+        assert_eq!(validate_new(&p), Ok(()));
     }
 }

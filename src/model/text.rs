@@ -1,5 +1,6 @@
 //! Small text rules every layer shares: the first line of a text, a text cut to a number of
-//! characters with an ellipsis, and a word quoted for a POSIX shell. Pure functions of their
+//! characters with an ellipsis, a word quoted for a POSIX shell, and where a NUL hides in a
+//! JSON value. Pure functions of their
 //! arguments: this module never does IO.
 
 /// The first line of `text`, trimmed (empty for an empty text).
@@ -25,6 +26,37 @@ pub fn shell_quote(word: &str) -> String {
         return word.to_string();
     }
     format!("'{}'", word.replace('\'', r"'\''"))
+}
+
+/// Where the first NUL character of `value` is, as a path into it (`phases[0].steps[1].task_description`,
+/// `feedback`; the key itself for a key that holds one), or `None` when it holds none. No commit
+/// message, file name, command or environment variable can carry a NUL, so a text that holds
+/// one is refused where it comes in: a plan, an operator's event, a spec (found by a tester:
+/// a step whose description held one failed at consolidation on every attempt).
+pub fn nul_path(value: &serde_json::Value) -> Option<String> {
+    use serde_json::Value;
+    match value {
+        Value::String(s) => s.contains('\0').then(String::new),
+        Value::Array(items) => {
+            items.iter().enumerate().find_map(|(i, v)| nul_path(v).map(|p| join(&format!("[{i}]"), &p)))
+        }
+        Value::Object(map) => map.iter().find_map(|(k, v)| {
+            if k.contains('\0') {
+                return Some(k.escape_default().to_string());
+            }
+            nul_path(v).map(|p| join(k, &p))
+        }),
+        _ => None,
+    }
+}
+
+/// `head` followed by the rest of a path (`[0]` or `.key`).
+fn join(head: &str, rest: &str) -> String {
+    if rest.is_empty() || rest.starts_with('[') {
+        format!("{head}{rest}")
+    } else {
+        format!("{head}.{rest}")
+    }
 }
 
 #[cfg(test)]
@@ -54,5 +86,15 @@ mod tests {
         for risky in ["a{b,c}", "$HOME", "*.rs", "é", "x=1", "~/x", "a\nb"] {
             assert!(shell_quote(risky).starts_with('\''), "{risky}");
         }
+    }
+
+    #[test]
+    fn nul_path_names_where_a_nul_is() {
+        let plan = serde_json::json!({"task_id": "t", "phases": [{"name": "ok", "steps": [
+            {"step_id": "1.1"}, {"step_id": "1.2", "task_description": "a\0b"}]}]});
+        assert_eq!(nul_path(&plan).as_deref(), Some("phases[0].steps[1].task_description"));
+        assert_eq!(nul_path(&serde_json::json!({"feedback": "x\0"})).as_deref(), Some("feedback"));
+        assert_eq!(nul_path(&serde_json::json!(["a", "\0"])).as_deref(), Some("[1]"));
+        assert_eq!(nul_path(&serde_json::json!({"ok": ["é", 1, null, {"deep": "fine\n\t"}]})), None);
     }
 }

@@ -163,6 +163,10 @@ impl Executions {
         let now = clock::now_rfc3339();
         let plan_json = serde_json::to_string(&plan).context("serializing the plan")?;
         let original = plan.clone();
+        // A new plan meets the intake rules too (no NUL, one-line names), which a journal's
+        // plan is not held to on replay.
+        engine::validate_new(&plan)
+            .map_err(|problems| BadInput(engine::EngineError::InvalidPlan(problems).to_string()))?;
         let state = engine::start(plan, &now).map_err(|e| BadInput(e.to_string()))?;
         match self.store.create_execution(&state.task_id, &plan_json, &summary_of(&state), &now).await {
             Ok(()) => {}

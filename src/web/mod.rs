@@ -14,6 +14,7 @@
 pub mod api;
 pub mod auth;
 pub mod error;
+pub mod escape;
 pub mod extract;
 pub mod health;
 pub mod layout;

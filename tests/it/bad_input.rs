@@ -503,20 +503,33 @@ fn starting_a_task_id_twice_is_refused_saying_how_to_go_on() {
 }
 
 /// A fresh-user tester's phase name held a NUL and an escape sequence: `execute status`
-/// printed them raw to the terminal. Text output writes control characters escaped; the
-/// JSON keeps the name as it is.
+/// printed them raw to the terminal. A new plan with a NUL or a multi-line phase name is now
+/// refused, naming both; text output still writes control characters escaped, and a line
+/// break in a one-line field as `\n` (a tester's multi-line cancel reason started a line of
+/// its own); the JSON keeps the text as it is.
 #[test]
 fn control_characters_in_a_plan_reach_the_terminal_escaped() {
     let ws = Workspace::with_repo(&[("a", "a")]);
     let plan = serde_json::json!({"task_id": "ctl-1", "task_summary": "s", "phases": [{"phase_id": 1,
         "name": "Ph\u{1b}[2J\u{0}ase", "steps": [{"step_id": "1.1", "agent_name": "dev", "task_description": "x"}]}]});
-    let plan = ws.write("ctl.json", &plan.to_string());
-    let out = ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()]);
+    let bad = ws.write("ctl.json", &plan.to_string());
+    let out = ws.run(&["execute", "start", "--plan", bad.to_str().unwrap()]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("phases[0].name holds a NUL character"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("phase 1: name must be one line"), "{}", stderr(&out));
+    let plan = serde_json::json!({"task_id": "ctl-1", "task_summary": "s", "phases": [{"phase_id": 1,
+        "name": "Phase", "steps": [{"step_id": "1.1", "agent_name": "dev", "task_description": "x"}]}]});
+    let good = ws.write("ctl-ok.json", &plan.to_string());
+    let out = ws.run(&["execute", "start", "--plan", good.to_str().unwrap()]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let reason = "Ph\u{1b}[2J\nACTION: COMPLETE";
+    let out = ws.run(&["execute", "cancel", "--task-id", "ctl-1", "--reason", reason]);
+    assert_eq!(code(&out), 4, "{}", stderr(&out));
     let out = ws.run(&["execute", "status", "--task-id", "ctl-1"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let text = stdout(&out);
-    assert!(!text.contains('\u{1b}') && !text.contains('\u{0}'), "{text:?}");
-    assert!(text.contains("Ph\\u{1b}[2J\\u{0}ase"), "{text}");
-    assert_eq!(ws.status("ctl-1")["plan"]["phases"][0]["name"], "Ph\u{1b}[2J\u{0}ase");
+    assert!(!text.contains('\u{1b}'), "{text:?}");
+    assert!(text.contains("Ph\\u{1b}[2J\\nACTION: COMPLETE"), "{text}");
+    assert!(!text.lines().any(|l| l.starts_with("ACTION:")), "{text}");
+    assert!(ws.status("ctl-1")["failure"].as_str().unwrap().ends_with(reason));
 }

@@ -18,7 +18,10 @@ fn an_orchestrator_drives_a_plan_to_complete_with_the_cli() {
     // `status` names the action `next` would give, held back as `next` holds it while paused.
     let text = stdout(&ws.run(&["execute", "status"]));
     assert!(text.contains("  next: DISPATCH — Dispatch step 1.1 to alpha"), "{text}");
-    assert_eq!(code(&ws.run(&["execute", "pause"])), 0);
+    // `--json` answers as the API's pause does (a tester found it printed nothing).
+    let paused = ws.run(&["--json", "execute", "pause"]);
+    assert_eq!(code(&paused), 0, "{}", stderr(&paused));
+    assert_eq!(json_of(&paused), serde_json::json!({"task_id": "orch-1", "paused": true}));
     let text = stdout(&ws.run(&["execute", "status"]));
     assert!(text.contains("  next: WAIT — execution orch-1 is paused by an operator"), "{text}");
     assert_eq!(code(&ws.run(&["execute", "resume"])), 0);

@@ -495,3 +495,33 @@ fn a_feature_branch_checked_out_elsewhere_parks_the_execution_until_the_user_swi
         assert!(files.lines().any(|l| l == f), "{f} missing: {files}");
     }
 }
+
+/// Found by a tester: a gate stopped before it ended (timed out, or its driver stopped by a
+/// cancel) lost only its `sh`; what the gate had started (a test suite's workers, here a
+/// `sleep`) ran on under init. The gate's whole process group goes with it.
+#[test]
+fn a_gate_that_times_out_leaves_nothing_running() {
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    std::fs::create_dir_all(ws.data()).unwrap();
+    std::fs::write(ws.data().join("baton.toml"), "[runtime]\ngate_timeout_secs = 1\n").unwrap();
+    let pid_file = ws.data().join("bg.pid");
+    let gate = format!("sleep 30 & echo $! > '{}'; wait", pid_file.display());
+    let plan = serde_json::json!({"task_id": "gate-kill", "task_summary": "A gate that hangs", "phases": [
+        {"phase_id": 1, "name": "Build", "gate": {"gate_type": "test", "command": gate}, "steps": [
+            {"step_id": "1.1", "agent_name": "alpha", "task_description": "Write a.", "deliverables": ["a.md"]}]}]});
+    let plan = ws.write("plan.json", &plan.to_string());
+    let out = ws.run_plan(&plan);
+    assert_ne!(code(&out), 0, "{}", stderr(&out));
+    let status = ws.status("gate-kill").to_string();
+    assert!(status.contains("gate timed out after 1 s"), "{status}");
+    let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    let pid = nix::unistd::Pid::from_raw(pid);
+    for _ in 0..50 {
+        if nix::sys::signal::kill(pid, None).is_err() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+    panic!("the gate's background process outlived the gate");
+}

@@ -840,3 +840,44 @@ async fn an_edit_that_changes_nothing_is_refused_and_keeps_the_plan() {
     let (_, after) = app.get(&format!("/api/v1/specs/{id}")).await;
     assert_eq!(after, before, "status, plan and history unchanged");
 }
+
+/// Found by a tester: control characters in a spec's body or a bounce reason reached the page's
+/// source raw (ESC, BEL: invalid HTML, invisible on screen), and a NUL went on into the plan
+/// and failed a step at consolidation on every attempt. A NUL is refused where it comes in
+/// (422 naming the field, nothing stored); any other control character is shown as its
+/// Unicode picture on every page (`web::escape`).
+#[tokio::test]
+async fn control_characters_are_shown_as_pictures_and_a_nul_is_refused() {
+    let app = with_project().await;
+    for body in [json!({"project": "p", "title": "Nul", "body": "a\u{0}b"})] {
+        let (status, answer) = app.post("/api/v1/specs", body).await;
+        assert_eq!(
+            (status, &answer["details"]["field"]),
+            (StatusCode::UNPROCESSABLE_ENTITY, &json!("body")),
+            "{answer}"
+        );
+        assert!(answer["message"].as_str().unwrap().contains("NUL"), "{answer}");
+    }
+    let (_, list) = app.get("/api/v1/specs").await;
+    assert_eq!(list.as_array().map(Vec::len), Some(0), "nothing stored: {list}");
+
+    let body = json!({"project": "p", "title": "Colours", "body": "red \u{1b}[31m bell \u{7} end"});
+    let (status, spec) = app.post("/api/v1/specs", body).await;
+    assert_eq!(status, StatusCode::CREATED, "{spec}");
+    let id = spec["spec_id"].as_i64().unwrap();
+    let (status, page) = app.page(&format!("/specs/{id}"), crate::app::Caller::Anonymous).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("red ␛[31m bell ␇ end"), "the body is shown with pictures");
+    assert!(!page.chars().any(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t')), "no raw control character");
+
+    let uri = format!("/api/v1/specs/{id}/review");
+    let (status, body) = app.post(&format!("/api/v1/specs/{id}/enrich"), json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = app.post(&uri, json!({"decision": "bounce", "reason": "no\u{0}"})).await;
+    assert_eq!((status, &body["details"]["field"]), (StatusCode::UNPROCESSABLE_ENTITY, &json!("reason")), "{body}");
+    let (status, body) = app.post(&uri, json!({"decision": "bounce", "reason": "say \u{1b}[1mwhich"})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (_, board) = app.page("/", crate::app::Caller::Anonymous).await;
+    assert!(board.contains("say ␛[1mwhich"), "the reason is shown with pictures");
+    assert!(!board.contains('\u{1b}'), "no raw ESC on the board");
+}

@@ -623,6 +623,51 @@ async fn the_engines_422s_name_the_field_in_details() {
     assert_eq!(journal_len(&app, "web-fields").await, before);
 }
 
+/// Found by a tester: an approval's feedback holding a NUL made a remediation step whose
+/// commit failed on every attempt. Any text of an operator's event holding one is refused,
+/// naming the field, and nothing is journaled.
+#[tokio::test]
+async fn an_event_text_holding_a_nul_is_refused_naming_the_field() {
+    let app = TestApp::new().await;
+    with_approval_plan(&app, "web-nul").await;
+    let (status, body) = app.post("/api/v1/executions/web-nul/events", record_step("1.1", "alpha")).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let before = journal_len(&app, "web-nul").await;
+    for (uri, body, field) in [
+        (
+            "/api/v1/executions/web-nul/approve",
+            json!({"phase_id": 1, "result": "approve-with-feedback", "feedback": "fix\u{0}it"}),
+            "feedback",
+        ),
+        ("/api/v1/executions/web-nul/cancel", json!({"reason": "no\u{0}"}), "reason"),
+    ] {
+        let (status, answer) = app.post(uri, body.clone()).await;
+        assert_eq!(
+            (status, &answer["details"]["field"]),
+            (StatusCode::UNPROCESSABLE_ENTITY, &json!(field)),
+            "{body}: {answer}"
+        );
+        assert!(answer["message"].as_str().unwrap().contains("NUL"), "{answer}");
+    }
+    assert_eq!(journal_len(&app, "web-nul").await, before);
+}
+
+/// Found by a tester: an execution paused, then cancelled, read "paused" for ever (page, card,
+/// API). A cancel ends the pause with the execution.
+#[tokio::test]
+async fn a_cancelled_execution_is_no_longer_paused() {
+    let app = TestApp::new().await;
+    with_approval_plan(&app, "web-paused").await;
+    let (status, body) = app.post("/api/v1/executions/web-paused/pause", json!({})).await;
+    assert!(status.is_success(), "{body}");
+    let (_, exec) = app.get("/api/v1/executions/web-paused").await;
+    assert_eq!(exec["paused"], true, "{exec}");
+    let (status, body) = app.post("/api/v1/executions/web-paused/cancel", json!({"reason": "done with it"})).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (_, exec) = app.get("/api/v1/executions/web-paused").await;
+    assert_eq!((exec["status"].as_str(), &exec["paused"]), (Some("cancelled"), &json!(false)), "{exec}");
+}
+
 /// Found by a tester: an interact without input (`{"step_id": "1.1"}`, or only blanks)
 /// journaled an empty human reply, used a turn and sent the agent an empty "Human reply". It
 /// is refused naming `input`, nothing is journaled, and a reply or a completion still works.

@@ -69,6 +69,7 @@ async fn run_gate_argv(
         Ok(child) => child,
         Err(e) => return Ok((false, format!("gate command could not start: {e}"), None)),
     };
+    let _group = GroupGuard(child.id().and_then(|pid| i32::try_from(pid).ok()));
     // The gate's process group, so a driver that restarts after a crash can stop a gate its
     // predecessor left running before it runs the gate again.
     if let Some(pid) = child.id() {
@@ -88,6 +89,20 @@ async fn run_gate_argv(
         }
         Ok(Err(e)) => Ok((false, format!("gate command failed: {e}"), None)),
         Err(_) => Ok((false, format!("gate timed out after {timeout_secs} s"), None)),
+    }
+}
+
+/// Kills a gate's whole process group when dropped: when the gate ends, when it times out,
+/// and when the driver running it is stopped (a cancel drops the gate's future). The child's
+/// `kill_on_drop` alone killed only `sh`, and what the gate started (a test suite's workers,
+/// a `sleep`) ran on under init (found by a tester).
+struct GroupGuard(Option<i32>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0.filter(|pgid| *pgid > 1) {
+            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), nix::sys::signal::Signal::SIGKILL);
+        }
     }
 }
 

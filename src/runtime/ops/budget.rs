@@ -25,7 +25,7 @@ impl Ops {
     /// Errors: an unknown decision or a missing or out-of-range amount ([`OpsError::Invalid`]).
     pub fn budget_decision(decision: &str, by_usd: Option<f64>) -> Result<BudgetDecision, OpsError> {
         use crate::engine::budget::{MAX_CEILING_USD, MIN_CEILING_USD};
-        let invalid = |message: String| OpsError::Invalid { field: "by_usd", message };
+        let invalid = |message: String| OpsError::Invalid { field: "by_usd".into(), message };
         match decision {
             "raise" => match by_usd {
                 Some(v) if v.is_finite() && (MIN_CEILING_USD..=MAX_CEILING_USD).contains(&v) => {
@@ -37,7 +37,7 @@ impl Ops {
             "stop" if by_usd.is_some() => Err(invalid("only a raise takes an amount".into())),
             "stop" => Ok(BudgetDecision::Stop),
             other => Err(OpsError::Invalid {
-                field: "decision",
+                field: "decision".into(),
                 message: format!("{other:?} is not a budget decision (raise or stop)"),
             }),
         }

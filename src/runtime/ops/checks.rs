@@ -14,8 +14,16 @@ use super::*;
 /// time (it ended at once and dispatched the step again while its attempt still ran); an
 /// amendment that does not say why; a gate that passed although its command failed.
 pub(super) fn check_operator_values(kind: &EventKind) -> Result<(), OpsError> {
-    let invalid = |field: &'static str, message: String| Err(OpsError::Invalid { field, message });
+    let invalid = |field: &str, message: String| Err(OpsError::Invalid { field: field.into(), message });
+    // No NUL in any text of the event (a feedback, a reason, a reply, an amendment's steps):
+    // found by a tester, a feedback holding one made a remediation step whose commit failed.
+    if let Some(path) = serde_json::to_value(kind).ok().as_ref().and_then(crate::model::text::nul_path) {
+        return invalid(&path, crate::engine::validate::NUL_REFUSED.into());
+    }
     match kind {
+        EventKind::Amended { phases, .. } if phases.iter().any(|p| p.name.chars().any(char::is_control)) => {
+            invalid("phases", format!("a phase's {}", crate::engine::validate::ONE_LINE_NAME))
+        }
         EventKind::InteractInput { input, .. } if input.trim().is_empty() => {
             invalid("input", "the reply is empty: give the human's reply, or complete the interaction".into())
         }

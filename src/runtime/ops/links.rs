@@ -16,7 +16,7 @@ impl Ops {
     /// or above; with none (open mode), any well-formed name.
     async fn check_reviewer(&self, reviewer: &str) -> Result<Role, OpsError> {
         crate::runtime::auth::check_user_name(reviewer)
-            .map_err(|e| OpsError::Invalid { field: "reviewer", message: e.0 })?;
+            .map_err(|e| OpsError::Invalid { field: "reviewer".into(), message: e.0 })?;
         let store = self.execs.store();
         if !store.has_users().await? {
             return Ok(Role::Admin);
@@ -27,7 +27,9 @@ impl Ops {
                 "{reviewer} is a {} now; deciding approvals needs the reviewer role",
                 u.role
             ))),
-            None => Err(OpsError::Invalid { field: "reviewer", message: format!("{reviewer} is not a Baton user") }),
+            None => {
+                Err(OpsError::Invalid { field: "reviewer".into(), message: format!("{reviewer} is not a Baton user") })
+            }
         }
     }
 
@@ -48,7 +50,7 @@ impl Ops {
         }
         if !(1..=MAX_LINK_SECS).contains(&secs) {
             return Err(OpsError::Invalid {
-                field: "hours",
+                field: "hours".into(),
                 message: format!(
                     "a link is valid for 1 to {} hours ({} days); {} hours were asked",
                     MAX_LINK_SECS / 3600,

@@ -121,8 +121,8 @@ pub enum OpsError {
     /// 422 / exit 2: a field is wrong; names it.
     #[error("{field}: {message}")]
     Invalid {
-        /// The field (`by_usd`, `reviewer`, `decision`, …).
-        field: &'static str,
+        /// The field (`by_usd`, `reviewer`, `decision`, `phases[0].name`, …).
+        field: String,
         /// What is wrong with it.
         message: String,
     },
@@ -295,7 +295,7 @@ impl Ops {
     pub async fn cli_operator(&self, name: Option<&str>) -> Result<Operator, OpsError> {
         if let Some(given) = name {
             crate::runtime::auth::check_actor_name(given)
-                .map_err(|e| OpsError::Invalid { field: "--as", message: format!("{given:?}: {}", e.0) })?;
+                .map_err(|e| OpsError::Invalid { field: "--as".into(), message: format!("{given:?}: {}", e.0) })?;
         }
         let name = name.map(str::trim).filter(|n| !n.is_empty());
         let store = self.execs.store();
@@ -311,7 +311,8 @@ impl Ops {
         let Some(name) = name else {
             return Err(OpsError::Unknown("Baton has users: say who you are with --as USER (or BATON_USER)".into()));
         };
-        crate::runtime::auth::check_user_name(name).map_err(|e| OpsError::Invalid { field: "--as", message: e.0 })?;
+        crate::runtime::auth::check_user_name(name)
+            .map_err(|e| OpsError::Invalid { field: "--as".into(), message: e.0 })?;
         let user = store.user(name).await?.ok_or_else(|| {
             OpsError::Unknown(format!("--as {name}: no Baton user of that name (`baton token list` shows them)"))
         })?;
@@ -555,6 +556,10 @@ impl Ops {
             self.sign(task_id, &done.applied.key).await?;
             if cancel {
                 self.cancel_spec(task_id, &done.state).await?;
+                // A pause holds back dispatches of a live execution; a cancelled one has none
+                // to hold, and it read "paused" for ever on the page, the card and the API
+                // (found by a tester).
+                self.execs.store().set_paused(task_id, false).await?;
             }
         }
         if done.stopped_attempts > 0 {

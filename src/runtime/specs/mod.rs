@@ -162,6 +162,9 @@ fn check_body(body: &str) -> Result<String, SpecError> {
     if body.len() > MAX_BODY_BYTES {
         return Err(invalid("body", format!("larger than {MAX_BODY_BYTES} bytes")));
     }
+    if body.contains('\0') {
+        return Err(invalid("body", engine::validate::NUL_REFUSED));
+    }
     Ok(body.to_string())
 }
 
@@ -366,7 +369,7 @@ impl Specs {
         let row = self.get(spec_id).await?;
         spec::transition(Self::status_of(&row)?, SpecAction::UploadPlan)?;
         let plan = MachinePlan::from_value(plan).map_err(|e| invalid("plan", e.to_string()))?;
-        if let Err(problems) = engine::validate::validate(&plan) {
+        if let Err(problems) = engine::validate::validate_new(&plan) {
             return Err(SpecError::InvalidPlan(problems.iter().map(ToString::to_string).collect()));
         }
         engine::start(plan.clone(), &clock::now_rfc3339()).map_err(|e| invalid("plan", e.to_string()))?;
@@ -405,6 +408,9 @@ impl Specs {
         let reason = reason.trim();
         if !approve && reason.is_empty() {
             return Err(invalid("reason", "a bounce needs a reason the author can act on"));
+        }
+        if reason.contains('\0') {
+            return Err(invalid("reason", engine::validate::NUL_REFUSED));
         }
         let budget = budget_usd.map(|b| check_budget(b, "budget_usd")).transpose()?;
         let action = if approve { SpecAction::Approve } else { SpecAction::Bounce };
@@ -585,6 +591,9 @@ impl Specs {
     ///
     /// Errors: conflict (already final).
     pub async fn cancel(&self, spec_id: i64, reason: &str, actor: &str) -> Result<SpecRow, SpecError> {
+        if reason.contains('\0') {
+            return Err(invalid("reason", engine::validate::NUL_REFUSED));
+        }
         let row = self.get(spec_id).await?;
         spec::transition(Self::status_of(&row)?, SpecAction::Cancel)?;
         if let Some(task_id) = &row.task_id {
