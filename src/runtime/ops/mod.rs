@@ -294,8 +294,10 @@ impl Ops {
     /// into no name before it gets here).
     pub async fn cli_operator(&self, name: Option<&str>) -> Result<Operator, OpsError> {
         if let Some(given) = name {
-            crate::runtime::auth::check_actor_name(given)
-                .map_err(|e| OpsError::Invalid { field: "--as".into(), message: format!("{given:?}: {}", e.0) })?;
+            crate::runtime::auth::check_actor_name(given).map_err(|e| OpsError::Invalid {
+                field: "--as".into(),
+                message: format!("{:?}: {}", crate::model::text::cut(given, 60), e.0),
+            })?;
         }
         let name = name.map(str::trim).filter(|n| !n.is_empty());
         let store = self.execs.store();
