@@ -133,6 +133,13 @@ pub struct Problem {
 pub enum AppError {
     /// 400: a malformed request (bad header, bad query string, a body that is not JSON).
     BadRequest(String),
+    /// 400: a query parameter the operation does not declare (`details.field` names it).
+    UnknownQuery {
+        /// What is wrong, and what the operation takes.
+        message: String,
+        /// The parameter.
+        field: String,
+    },
     /// A body axum's extractor refused, with the extractor's status (400, 413, 415 or 422).
     Body {
         /// Status the extractor chose.
@@ -225,6 +232,7 @@ impl AppError {
         match self {
             AppError::BadRequest(m)
             | AppError::Body { message: m, .. }
+            | AppError::UnknownQuery { message: m, .. }
             | AppError::Unprocessable(m)
             | AppError::NotFound(m)
             | AppError::Forbidden(m)
@@ -246,6 +254,7 @@ impl AppError {
         match self {
             AppError::BadRequest(_) => (StatusCode::BAD_REQUEST, ErrorCode::BadRequest),
             AppError::Body { status, .. } => (*status, ErrorCode::InvalidBody),
+            AppError::UnknownQuery { .. } => (StatusCode::BAD_REQUEST, ErrorCode::BadRequest),
             AppError::Unprocessable(_) | AppError::Invalid { .. } => {
                 (StatusCode::UNPROCESSABLE_ENTITY, ErrorCode::Unprocessable)
             }
@@ -513,7 +522,9 @@ impl IntoResponse for AppError {
             AppError::Invalid { details, .. } => details,
             AppError::StatusConflict { current, .. } => json!({ "current_status": current }),
             AppError::Upstream { details, .. } => details.map_or(Value::Null, |d| *d),
-            AppError::Body { field: Some(field), .. } => json!({ "field": field }),
+            AppError::Body { field: Some(field), .. } | AppError::UnknownQuery { field, .. } => {
+                json!({ "field": field })
+            }
             AppError::Internal(e) => {
                 tracing::error!(error = %format!("{e:#}"), "request failed");
                 Value::Null

@@ -970,3 +970,31 @@ async fn a_parked_execution_shows_its_budget_decision_and_a_raise_over_the_api_r
     let (_, shown) = app.get("/api/v1/executions/budget-web").await;
     assert_eq!(shown["status"], "running", "{shown}");
 }
+
+/// Found by a tester: routes that read no query ignored any (`GET /executions?x=1`, `POST
+/// …/pause?zzz=1`) while the others refused unknown keys. Every `/api/v1` operation refuses
+/// a parameter the OpenAPI document does not declare for it (400 naming it, nothing done), and
+/// takes the ones it does.
+#[tokio::test]
+async fn a_query_parameter_the_operation_does_not_declare_is_refused() {
+    let app = TestApp::new().await;
+    with_approval_plan(&app, "web-query").await;
+    for uri in [
+        "/api/v1/executions?x=1",
+        "/api/v1/projects?zzz=1",
+        "/api/v1/executions/web-query?zzz=1",
+        "/api/v1/executions/web-query/journal?x=1",
+        "/api/v1/executions/web-query/next?all=true&bogus=2",
+    ] {
+        let (status, body) = app.get(uri).await;
+        assert_eq!((status, body["error"].as_str()), (StatusCode::BAD_REQUEST, Some("bad_request")), "{uri}: {body}");
+        assert!(body["message"].as_str().unwrap().starts_with("unknown query parameter"), "{uri}: {body}");
+        assert!(body["details"]["field"].is_string(), "{uri}: {body}");
+    }
+    let (status, body) = app.post("/api/v1/executions/web-query/pause?zzz=1", json!({})).await;
+    assert_eq!((status, &body["details"]["field"]), (StatusCode::BAD_REQUEST, &json!("zzz")), "{body}");
+    let (_, exec) = app.get("/api/v1/executions/web-query").await;
+    assert_eq!(exec["paused"], false, "refused: nothing done: {exec}");
+    let (status, body) = app.get("/api/v1/executions/web-query/next?all=true").await;
+    assert_eq!(status, StatusCode::OK, "a declared parameter is taken: {body}");
+}

@@ -6,6 +6,7 @@ pub mod executions;
 pub mod openapi;
 pub mod portfolio;
 pub mod projects;
+mod query;
 pub mod specs;
 pub mod stream;
 
@@ -26,7 +27,8 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .merge(openapi::routes())
 }
 
-/// Every `/api/v1` route.
+/// Every `/api/v1` route, each refusing a query parameter its operation does not declare
+/// (`query.rs`).
 pub(crate) fn router() -> Router<AppState> {
-    routes().split_for_parts().0
+    routes().split_for_parts().0.route_layer(axum::middleware::from_fn(query::known_query))
 }

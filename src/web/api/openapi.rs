@@ -121,9 +121,9 @@ const COMMON: &[(&str, &str, &str)] = &[
     (
         "BadRequest",
         "400",
-        "A malformed request: a query parameter out of its schema, a bad header, a path that is not \
-         UTF-8, a body that is not JSON or did not arrive within 10 s (`error`: `bad_request` or \
-         `invalid_body`).",
+        "A malformed request: a query parameter out of its schema or not one the operation declares \
+         (`details.field` names it), a bad header, a path that is not UTF-8, a body that is not JSON \
+         or did not arrive within 10 s (`error`: `bad_request` or `invalid_body`).",
     ),
     ("Unauthorized", "401", "Users exist and the request carries no valid credential (`error`: `unauthorized`)."),
     (
@@ -237,7 +237,8 @@ fn with_common_responses(doc: &mut utoipa::openapi::OpenApi) {
 /// The common answers and the actor header of one operation.
 fn add_common(op: &mut Operation, write: bool) {
     let has_path_param = op.parameters.iter().flatten().any(|p| matches!(p.parameter_in, ParameterIn::Path));
-    let mut statuses = vec!["401", "403", "500", "503"];
+    // 400 for every operation: any may get a query parameter it does not declare (`query.rs`).
+    let mut statuses = vec!["400", "401", "403", "500", "503"];
     if op.request_body.is_some() {
         statuses.extend(["400", "413", "415", "422"]);
     }
