@@ -72,10 +72,10 @@ pub fn validate_new(plan: &MachinePlan) -> Result<(), Vec<PlanProblem>> {
     }
     for phase in &plan.phases {
         let location = format!("phase {}", phase.phase_id);
-        if phase.name.chars().any(char::is_control) {
+        if !crate::model::text::is_one_line(&phase.name) {
             problems.push(PlanProblem { location: location.clone(), message: ONE_LINE_NAME.into() });
         }
-        if phase.gate.as_ref().is_some_and(|g| g.gate_type.chars().any(char::is_control)) {
+        if phase.gate.as_ref().is_some_and(|g| !crate::model::text::is_one_line(&g.gate_type)) {
             problems.push(PlanProblem {
                 location: format!("{location}, gate"),
                 message: "gate_type must be one line without control characters".into(),

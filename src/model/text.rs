@@ -59,6 +59,17 @@ fn join(head: &str, rest: &str) -> String {
     }
 }
 
+/// Whether `text` can be shown as one line that reads as it is: no control character, no
+/// line or paragraph separator (U+2028, U+2029), and no bidirectional override, embedding or
+/// isolate (U+202A–U+202E, U+2066–U+2069), which make a title or a name display as other text
+/// than it holds ("Trojan Source"; found by a tester in spec titles). For titles, names and
+/// other one-line fields.
+pub fn is_one_line(text: &str) -> bool {
+    !text.chars().any(|c| {
+        c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,5 +107,13 @@ mod tests {
         assert_eq!(nul_path(&serde_json::json!({"feedback": "x\0"})).as_deref(), Some("feedback"));
         assert_eq!(nul_path(&serde_json::json!(["a", "\0"])).as_deref(), Some("[1]"));
         assert_eq!(nul_path(&serde_json::json!({"ok": ["é", 1, null, {"deep": "fine\n\t"}]})), None);
+    }
+
+    #[test]
+    fn one_line_refuses_controls_separators_and_bidi_overrides() {
+        assert!(is_one_line("Add a farewell — é ☃ 漢"));
+        for bad in ["a\nb", "a\u{1b}b", "a\u{2028}b", "a\u{2029}b", "abc\u{202e}fed", "x\u{2066}y", "\u{85}"] {
+            assert!(!is_one_line(bad), "{bad:?}");
+        }
     }
 }

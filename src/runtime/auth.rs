@@ -75,16 +75,19 @@ pub const ACTOR_MAX: usize = 200;
 
 /// Checks an actor name given in open mode (no users: `--as`, `BATON_USER`, the API's
 /// `X-Baton-Actor` header), which is journaled as the actor and shown on the board and in the
-/// CLI: 1 to [`ACTOR_MAX`] bytes once trimmed, no control character (a line break in a name
+/// CLI: 1 to [`ACTOR_MAX`] bytes once trimmed, on one line (`model::text::is_one_line`: a line break in a name
 /// made a signed approval's actor span lines, found by a tester); any other Unicode is a name.
 ///
-/// Errors ([`BadInput`]): "expected 1 to 200 characters, none of them a control character".
+/// Errors ([`BadInput`]): "expected 1 to 200 characters on one line, without control characters or
+/// bidirectional overrides" (`model::text::is_one_line`).
 pub fn check_actor_name(name: &str) -> Result<(), BadInput> {
     let name = name.trim();
-    if !name.is_empty() && name.len() <= ACTOR_MAX && !name.chars().any(char::is_control) {
+    if !name.is_empty() && name.len() <= ACTOR_MAX && crate::model::text::is_one_line(name) {
         return Ok(());
     }
-    Err(BadInput(format!("expected 1 to {ACTOR_MAX} characters, none of them a control character")))
+    Err(BadInput(format!(
+        "expected 1 to {ACTOR_MAX} characters on one line, without control characters or bidirectional overrides"
+    )))
 }
 
 /// Checks a GitHub login: 1–39 of `A-Z a-z 0-9 -`, not starting or ending with `-` (GitHub's

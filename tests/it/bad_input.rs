@@ -114,7 +114,9 @@ fn an_actor_name_with_a_control_character_is_refused_and_nothing_is_journaled() 
         let out = ws.run(&["execute", "record", "--task-id", "as-1", "--step-id", "1.1", "--agent", "x", "--as", name]);
         assert_eq!(code(&out), 2, "{name:?}: {}", stdout(&out));
         assert!(
-            stderr(&out).contains("expected 1 to 200 characters, none of them a control character"),
+            stderr(&out).contains(
+                "expected 1 to 200 characters on one line, without control characters or bidirectional overrides"
+            ),
             "{name:?}: {}",
             stderr(&out)
         );

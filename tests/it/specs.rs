@@ -881,3 +881,22 @@ async fn control_characters_are_written_out_and_a_nul_is_refused() {
     assert!(board.contains(r"say \u{1b}[1mwhich"), "the reason is shown escaped");
     assert!(!board.contains('\u{1b}'), "no raw ESC on the board");
 }
+
+/// Found by a tester: a spec title took U+202E (right-to-left override: the board then shows
+/// other text than the title holds) and U+2028 (a line separator in a one-line title). Both
+/// are refused naming the title, as a line break is.
+#[tokio::test]
+async fn a_title_with_a_bidi_override_or_a_line_separator_is_refused() {
+    let app = with_project().await;
+    for title in ["Fix \u{202e}txt.exe", "Two\u{2028}lines", "Tab\there"] {
+        let (status, body) = app.post("/api/v1/specs", json!({"project": "p", "title": title, "body": "x"})).await;
+        assert_eq!(
+            (status, &body["details"]["field"]),
+            (StatusCode::UNPROCESSABLE_ENTITY, &json!("title")),
+            "{title:?}: {body}"
+        );
+    }
+    let (status, body) =
+        app.post("/api/v1/specs", json!({"project": "p", "title": "Fix the café — ☃", "body": "x"})).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+}

@@ -21,7 +21,7 @@ pub(super) fn check_operator_values(kind: &EventKind) -> Result<(), OpsError> {
         return invalid(&path, crate::engine::validate::NUL_REFUSED.into());
     }
     match kind {
-        EventKind::Amended { phases, .. } if phases.iter().any(|p| p.name.chars().any(char::is_control)) => {
+        EventKind::Amended { phases, .. } if phases.iter().any(|p| !crate::model::text::is_one_line(&p.name)) => {
             invalid("phases", format!("a phase's {}", crate::engine::validate::ONE_LINE_NAME))
         }
         EventKind::InteractInput { input, .. } if input.trim().is_empty() => {

@@ -152,8 +152,11 @@ fn check_title(title: &str) -> Result<String, SpecError> {
     if t.chars().count() > MAX_TITLE_CHARS {
         return Err(invalid("title", format!("longer than {MAX_TITLE_CHARS} characters")));
     }
-    if t.chars().any(char::is_control) {
-        return Err(invalid("title", "must be one line without control characters"));
+    if !crate::model::text::is_one_line(t) {
+        return Err(invalid(
+            "title",
+            "must be one line without control characters, line separators or bidirectional overrides",
+        ));
     }
     Ok(t.to_string())
 }

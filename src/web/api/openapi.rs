@@ -274,7 +274,8 @@ fn actor_header() -> Parameter {
         .required(Required::False)
         .description(Some(
             "Who acts in open mode (no users configured); default `api`. Ignored once users exist: \
-             the actor is the credential's user. 1 to 200 bytes of UTF-8 text, no control characters, else 400.",
+             the actor is the credential's user. 1 to 200 bytes of UTF-8 text on one line (no control \
+             characters, line separators or bidirectional overrides), else 400.",
         ))
         .schema(Some(ObjectBuilder::new().schema_type(Type::String).min_length(Some(1)).max_length(Some(200))))
         .build()
