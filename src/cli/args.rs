@@ -60,7 +60,7 @@ pub(super) enum ApprovalCommand {
         #[arg(long)]
         reviewer: String,
         /// Hours until it expires (1 to 720: 30 days).
-        #[arg(long, default_value_t = 24, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..))]
+        #[arg(long, default_value_t = 24, allow_negative_numbers = true)]
         hours: u32,
         /// The server's address as reviewers reach it (an http or https URL).
         #[arg(long, default_value = "http://127.0.0.1:8741", value_parser = http_base_url)]
@@ -436,6 +436,11 @@ fn max_spend_flag(raw: Option<&str>) -> Result<Option<(f64, String)>, BadInput> 
 /// `javascript:`, would be one a reviewer must never follow).
 fn http_base_url(text: &str) -> Result<String, String> {
     match url::Url::parse(text) {
+        Ok(u) if u.query().is_some() || u.fragment().is_some() => Err(format!(
+            "expected the server's base address, without a query or a fragment (the link's path is \
+             added after it): {}",
+            &text[..text.find(['?', '#']).unwrap_or(text.len())]
+        )),
         Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Ok(text.to_string()),
         Ok(u) => Err(format!("expected an http or https URL with a host, not a {} URL", u.scheme())),
         Err(e) => Err(format!("not a URL ({e}); for example https://baton.example.com")),

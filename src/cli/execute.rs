@@ -128,7 +128,9 @@ pub(super) async fn execute_with(
                 errln!("execution {task_id} resumed from its pause");
             }
             let resumed = ops.resume(&task_id, &op).await?;
-            if runtime::runs::meta_path(execs.data(), &task_id).exists() {
+            // Only a live execution has attempts to recover (a cancelled one printed this and
+            // then FAILED, found by a tester).
+            if !resumed.state.status.is_terminal() && runtime::runs::meta_path(execs.data(), &task_id).exists() {
                 errln!(
                     "execution {task_id} is driven by `baton execute run`: run it again to recover its attempts \
                      (running ones are re-adopted, finished ones harvested, dead ones re-run)"
