@@ -221,12 +221,6 @@ impl AppError {
         AppError::Invalid { message: format!("{field}: {message}"), details: serde_json::json!({ "field": field }) }
     }
 
-    /// A form body axum refused, with its status (400 malformed, 413 over the body limit, 415
-    /// not a form).
-    pub fn form(rejection: &axum::extract::rejection::FormRejection) -> AppError {
-        AppError::Body { status: rejection.status(), message: rejection.body_text(), field: None }
-    }
-
     /// The message shown to the client (a generic one for internal errors).
     pub fn message(&self) -> String {
         match self {

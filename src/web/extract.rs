@@ -1,4 +1,4 @@
-//! Extractors whose rejections are [`AppError`]s (JSON bodies, the acting user).
+//! Extractors whose rejections are [`AppError`]s (JSON bodies, form bodies, the acting user).
 //! They never check roles: `auth.rs` has done that before a handler runs.
 
 use axum::body::Bytes;
@@ -59,6 +59,75 @@ fn object_from_bytes<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, AppError> 
 pub(crate) fn decode_object<T: DeserializeOwned>(value: &serde_json::Value) -> Result<T, AppError> {
     let bytes = Bytes::from(value.to_string());
     object_from_bytes(&bytes)
+}
+
+/// A page's form body (`application/x-www-form-urlencoded`), decoded as axum's `Form` decodes
+/// it, after a check that every name and value is UTF-8 once percent-decoded: axum's decoding
+/// is lossy, so a title sent as `bad%FFutf` was stored as `bad\u{fffd}utf` (found by a tester),
+/// where the API refuses a body that is not UTF-8. Such a field is refused (400, naming it);
+/// the other rejections are axum's (400 malformed, 413 over the body limit, 415 not a form).
+#[derive(Debug, Clone)]
+pub struct PageForm<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for PageForm<T> {
+    type Rejection = AppError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, AppError> {
+        let (parts, body) = req.into_parts();
+        let head = Request::from_parts(parts.clone(), axum::body::Body::empty());
+        let bytes = Bytes::from_request(Request::from_parts(parts, body), state).await.map_err(|e| AppError::Body {
+            status: e.status(),
+            message: e.body_text(),
+            field: None,
+        })?;
+        if let Some(field) = not_utf8_field(&bytes) {
+            return Err(AppError::Body {
+                status: StatusCode::BAD_REQUEST,
+                message: format!("form field `{field}` is not UTF-8 text once percent-decoded"),
+                field: Some(field),
+            });
+        }
+        let (parts, _) = head.into_parts();
+        let req = Request::from_parts(parts, axum::body::Body::from(bytes));
+        let axum::Form(value) = axum::Form::<T>::from_request(req, state).await.map_err(|e| AppError::Body {
+            status: e.status(),
+            message: e.body_text(),
+            field: None,
+        })?;
+        Ok(PageForm(value))
+    }
+}
+
+/// The name of the first field of a urlencoded `body` whose name or value is not UTF-8 once
+/// percent-decoded (`+` is a space), lossily decoded for the message; `None` when all are.
+fn not_utf8_field(body: &[u8]) -> Option<String> {
+    let decode = |part: &[u8]| -> Vec<u8> {
+        let mut out = Vec::with_capacity(part.len());
+        let mut i = 0;
+        while i < part.len() {
+            let hex = |b: u8| (b as char).to_digit(16);
+            match part[i] {
+                b'+' => out.push(b' '),
+                b'%' if i + 2 < part.len() => match (hex(part[i + 1]), hex(part[i + 2])) {
+                    (Some(high), Some(low)) => {
+                        out.push(u8::try_from(high * 16 + low).unwrap_or_default());
+                        i += 2;
+                    }
+                    _ => out.push(b'%'),
+                },
+                b => out.push(b),
+            }
+            i += 1;
+        }
+        out
+    };
+    body.split(|b| *b == b'&').filter(|pair| !pair.is_empty()).find_map(|pair| {
+        let mut halves = pair.splitn(2, |b| *b == b'=');
+        let name = decode(halves.next().unwrap_or_default());
+        let value = decode(halves.next().unwrap_or_default());
+        (std::str::from_utf8(&name).is_err() || std::str::from_utf8(&value).is_err())
+            .then(|| String::from_utf8_lossy(&name).into_owned())
+    })
 }
 
 /// An optional JSON object body: nothing (or only whitespace) sent, with or without a

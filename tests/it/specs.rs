@@ -900,3 +900,22 @@ async fn a_title_with_a_bidi_override_or_a_line_separator_is_refused() {
         app.post("/api/v1/specs", json!({"project": "p", "title": "Fix the café — ☃", "body": "x"})).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
 }
+
+/// Found by a tester: a form title of `bad%FFutf` was decoded lossily and stored as
+/// `bad\u{fffd}utf`, while the API refuses a body that is not UTF-8. A form field that is not
+/// UTF-8 once percent-decoded is refused (400 naming it) and nothing is stored; UTF-8 sent
+/// percent-encoded is taken as it is.
+#[tokio::test]
+async fn a_form_field_that_is_not_utf8_is_refused_not_mangled() {
+    let app = with_project().await;
+    let (status, _, html) = app.form("/specs", crate::app::Caller::Anonymous, "project=p&title=bad%FFutf&body=x").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{html}");
+    assert!(html.contains("form field `title` is not UTF-8"), "{html}");
+    let (_, list) = app.get("/api/v1/specs").await;
+    assert_eq!(list.as_array().map(Vec::len), Some(0), "nothing stored: {list}");
+    let (status, _, html) =
+        app.form("/specs", crate::app::Caller::Anonymous, "project=p&title=Caf%C3%A9+au+lait&body=x%2By").await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{html}");
+    let (_, list) = app.get("/api/v1/specs").await;
+    assert_eq!((list[0]["title"].as_str(), list[0]["body"].as_str()), (Some("Café au lait"), Some("x+y")), "{list}");
+}

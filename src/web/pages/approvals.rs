@@ -6,7 +6,6 @@ use askama::Template;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use axum::Form;
 use serde::Deserialize;
 
 use super::shared::{check_csrf, layout, render, Page, Who};
@@ -16,6 +15,7 @@ use crate::model::state::ApprovalDecision;
 use crate::runtime::auth::LinkClaims;
 use crate::runtime::review::{self, PhaseReview};
 use crate::web::error::AppError;
+use crate::web::extract::PageForm;
 use crate::web::layout::{back_to, Layout, PageError};
 use crate::web::AppState;
 
@@ -87,10 +87,10 @@ pub(super) async fn make_approval_link(
     who: Who,
     headers: HeaderMap,
     Path(task_id): Path<String>,
-    form: Result<Form<LinkForm>, axum::extract::rejection::FormRejection>,
+    form: Result<PageForm<LinkForm>, AppError>,
 ) -> Result<Page, PageError> {
     let page = format!("/executions/{task_id}");
-    let Form(f) = form.map_err(|e| back_to(page.clone())(AppError::form(&e)))?;
+    let PageForm(f) = form.map_err(back_to(page.clone()))?;
     check_csrf(&headers, &f.csrf).map_err(back_to(page.clone()))?;
     let reviewer = f.reviewer.trim();
     crate::runtime::auth::check_user_name(reviewer)
@@ -156,9 +156,9 @@ pub(super) async fn link_decide(
     State(app): State<AppState>,
     headers: HeaderMap,
     Path(token): Path<String>,
-    form: Result<Form<LinkDecisionForm>, axum::extract::rejection::FormRejection>,
+    form: Result<PageForm<LinkDecisionForm>, AppError>,
 ) -> Result<Response, PageError> {
-    let Form(f) = form.map_err(|e| AppError::form(&e))?;
+    let PageForm(f) = form?;
     check_csrf(&headers, &f.csrf)?;
     let result = ApprovalDecision::parse(&f.result)
         .ok_or_else(|| AppError::BadRequest(format!("result: {:?} is not an approval option", f.result)))?;

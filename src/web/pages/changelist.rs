@@ -5,12 +5,12 @@ use askama::Template;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use axum::Form;
 use serde::Deserialize;
 
 use super::shared::{check_csrf, layout, render, see_other, Page, Who};
 use crate::runtime::changelist::{self, Changelist};
 use crate::web::error::AppError;
+use crate::web::extract::PageForm;
 use crate::web::layout::{back_to, Layout, PageError};
 use crate::web::AppState;
 
@@ -109,10 +109,10 @@ pub(super) async fn merge_form(
     who: Who,
     headers: HeaderMap,
     Path(task_id): Path<String>,
-    form: Result<Form<CsrfForm>, axum::extract::rejection::FormRejection>,
+    form: Result<PageForm<CsrfForm>, AppError>,
 ) -> Result<Response, PageError> {
     let page = format!("/executions/{task_id}/changelist");
-    let Form(f) = form.map_err(|e| back_to(page.clone())(AppError::form(&e)))?;
+    let PageForm(f) = form.map_err(back_to(page.clone()))?;
     check_csrf(&headers, &f.csrf).map_err(back_to(page.clone()))?;
     crate::runtime::merge::merge(&app.execs, &app.forges, &task_id, &who.actor())
         .await

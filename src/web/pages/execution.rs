@@ -6,7 +6,6 @@ use askama::Template;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use axum::Form;
 use serde::Deserialize;
 
 use super::shared::{check_csrf, layout, render, see_other, Page, Who};
@@ -19,6 +18,7 @@ use crate::runtime::ops::{keyed, Ops};
 use crate::runtime::review::{self, PhaseReview};
 use crate::runtime::runs;
 use crate::web::error::AppError;
+use crate::web::extract::PageForm;
 use crate::web::layout::{back_to, Layout, PageError};
 use crate::web::AppState;
 
@@ -392,7 +392,7 @@ pub(super) struct ExecutionForm {
     submission: String,
 }
 
-pub(super) type ExecutionFormResult = Result<Form<ExecutionForm>, axum::extract::rejection::FormRejection>;
+pub(super) type ExecutionFormResult = Result<PageForm<ExecutionForm>, AppError>;
 
 pub(super) async fn execution_action(
     State(app): State<AppState>,
@@ -434,7 +434,7 @@ async fn act(
 ) -> Result<Response, PageError> {
     let page = format!("/executions/{task_id}");
     let back = back_to(page.clone());
-    let Form(f) = form.map_err(|e| back_to(page.clone())(AppError::form(&e)))?;
+    let PageForm(f) = form.map_err(back_to(page.clone()))?;
     check_csrf(&headers, &f.csrf).map_err(back_to(page.clone()))?;
     let op = who.operator();
     // Each rendered form carries its own key: a double submit is a resend, a second form a

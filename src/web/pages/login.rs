@@ -7,12 +7,12 @@ use axum::extract::{Query, State};
 use axum::http::header::SET_COOKIE;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::Response;
-use axum::Form;
 use serde::Deserialize;
 
 use super::shared::{check_csrf, layout, render, see_other, Page, Who};
 use crate::web::auth::{SESSION_COOKIE, SESSION_SECS};
 use crate::web::error::AppError;
+use crate::web::extract::PageForm;
 use crate::web::layout::{back_to, Layout, PageError};
 use crate::web::AppState;
 
@@ -62,10 +62,10 @@ pub(super) struct LoginForm {
 pub(super) async fn login(
     State(app): State<AppState>,
     headers: HeaderMap,
-    form: Result<Form<LoginForm>, axum::extract::rejection::FormRejection>,
+    form: Result<PageForm<LoginForm>, AppError>,
 ) -> Result<Response, PageError> {
     let back = || back_to("/login");
-    let Form(f) = form.map_err(|e| back()(AppError::form(&e)))?;
+    let PageForm(f) = form.map_err(back())?;
     check_csrf(&headers, &f.csrf).map_err(back())?;
     let (user, token_id) = crate::runtime::users::sign_in(&app.execs, f.token.trim())
         .await
@@ -90,9 +90,9 @@ pub(super) struct CsrfOnly {
 
 pub(super) async fn logout(
     headers: HeaderMap,
-    form: Result<Form<CsrfOnly>, axum::extract::rejection::FormRejection>,
+    form: Result<PageForm<CsrfOnly>, AppError>,
 ) -> Result<Response, PageError> {
-    let Form(f) = form.map_err(|e| AppError::form(&e))?;
+    let PageForm(f) = form?;
     check_csrf(&headers, &f.csrf)?;
     let mut response = see_other("/login");
     let cookie = format!("{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0");

@@ -6,7 +6,6 @@ use askama::Template;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use axum::Form;
 use serde::Deserialize;
 
 use super::shared::{check_csrf, layout, render, see_other, Page, Who};
@@ -17,6 +16,7 @@ use crate::runtime::board::{self};
 use crate::runtime::specs::SpecEdit;
 use crate::store::{SpecEventRow, SpecRow};
 use crate::web::error::AppError;
+use crate::web::extract::PageForm;
 use crate::web::layout::{back_to, Layout, PageError};
 use crate::web::AppState;
 
@@ -55,10 +55,10 @@ pub(super) async fn create_spec(
     State(app): State<AppState>,
     who: Who,
     headers: HeaderMap,
-    form: Result<Form<NewSpecForm>, axum::extract::rejection::FormRejection>,
+    form: Result<PageForm<NewSpecForm>, AppError>,
 ) -> Result<Response, PageError> {
     let back = back_to("/specs/new");
-    let Form(f) = form.map_err(|e| back_to("/specs/new")(AppError::form(&e)))?;
+    let PageForm(f) = form.map_err(back_to("/specs/new"))?;
     check_csrf(&headers, &f.csrf).map_err(back_to("/specs/new"))?;
     let input =
         crate::runtime::specs::SpecInput { project: f.project, title: f.title, body: f.body, priority: f.priority };
@@ -158,12 +158,12 @@ pub(super) async fn spec_action(
     who: Who,
     headers: HeaderMap,
     Path((id, action)): Path<(String, String)>,
-    form: Result<Form<SpecForm>, axum::extract::rejection::FormRejection>,
+    form: Result<PageForm<SpecForm>, AppError>,
 ) -> Result<Response, PageError> {
     let id = crate::web::api::specs::spec_id(&id)?;
     let page = format!("/specs/{id}");
     let back = back_to(page.clone());
-    let Form(f) = form.map_err(|e| back_to(page.clone())(AppError::form(&e)))?;
+    let PageForm(f) = form.map_err(back_to(page.clone()))?;
     check_csrf(&headers, &f.csrf).map_err(back_to(page.clone()))?;
     let actor = who.actor();
     let actor = actor.as_str();
@@ -242,10 +242,10 @@ pub(super) async fn import_form(
     State(app): State<AppState>,
     who: Who,
     headers: HeaderMap,
-    form: Result<Form<ImportForm>, axum::extract::rejection::FormRejection>,
+    form: Result<PageForm<ImportForm>, AppError>,
 ) -> Result<Response, PageError> {
     let back = || back_to("/specs/new");
-    let Form(f) = form.map_err(|e| back()(AppError::form(&e)))?;
+    let PageForm(f) = form.map_err(back())?;
     check_csrf(&headers, &f.csrf).map_err(back())?;
     let label = Some(f.label.as_str()).filter(|l| !l.trim().is_empty());
     let wiql = Some(f.wiql.as_str()).filter(|q| !q.trim().is_empty());
