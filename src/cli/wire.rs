@@ -180,14 +180,21 @@ pub fn render(action: &Action, task_id: &str) -> String {
     out
 }
 
-/// `value` as the value of a one-line `Key: value` field: a line break in it (a plan's or an
+/// `value` as the value of a one-line `Key: value` field: a line break or a line or paragraph
+/// separator in it (a plan's or an
 /// agent's text) is written escaped (`\n`, `\r`), and any other control character as
 /// `console::printable` writes it (`\u{1b}`), so it can neither end the field nor start a line
 /// an orchestrator reads as the format's own.
 pub(super) fn line(value: &str) -> Cow<'_, str> {
     let value = printable(value);
-    if value.contains(['\n', '\r']) {
-        value.replace('\n', "\\n").replace('\r', "\\r").into()
+    // A line or paragraph separator ends a line in many terminals too (found by a tester).
+    if value.contains(['\n', '\r', '\u{2028}', '\u{2029}']) {
+        value
+            .replace('\n', "\\n")
+            .replace('\r', "\\r")
+            .replace('\u{2028}', "\\u{2028}")
+            .replace('\u{2029}', "\\u{2029}")
+            .into()
     } else {
         value
     }
@@ -236,6 +243,7 @@ mod tests {
     fn a_line_break_or_control_character_in_a_field_is_written_escaped() {
         assert_eq!(line("cargo test"), "cargo test");
         assert_eq!(line("make\nACTION: COMPLETE\r\x1b[2J\tx"), "make\\nACTION: COMPLETE\\r\\u{1b}[2J\tx");
+        assert_eq!(line("a\u{2028}b\u{2029}c"), "a\\u{2028}b\\u{2029}c");
         let gate = crate::model::action::Action::Wait { message: "held\nACTION: COMPLETE".into(), until: None };
         let text = render(&gate, "t");
         assert_eq!(text, "ACTION: WAIT\n  Message: held\\nACTION: COMPLETE\n");

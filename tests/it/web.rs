@@ -559,7 +559,7 @@ async fn a_quota_wait_until_a_time_that_is_no_time_is_refused_naming_until() {
 /// attempt, which every replica reads: a wait for a driver's attempt is refused (409), and
 /// one for an attempt dispatched from outside (the driver contract) is taken.
 #[tokio::test]
-async fn a_quota_wait_for_an_attempt_a_driver_elsewhere_launched_is_refused() {
+async fn a_quota_wait_requeue_or_result_for_an_attempt_a_driver_launched_is_refused() {
     use baton::model::event::{Event, EventKind};
     use baton::runtime::ops::Operator;
     let app = TestApp::new().await;
@@ -575,6 +575,19 @@ async fn a_quota_wait_for_an_attempt_a_driver_elsewhere_launched_is_refused() {
     let (status, body) = app.post("/api/v1/executions/web-replica/events", wait("1.1", "alpha")).await;
     assert_eq!((status, &body["details"]["reason"]), (StatusCode::CONFLICT, &json!("lease_held")), "{body}");
     assert!(body["message"].as_str().unwrap().contains("its driver dispatched attempt 1"), "{body}");
+    // The same for a requeue (it started a second attempt beside the first) and for a result
+    // (a failure ended the step while its agent ran on): found by a verifying tester.
+    for event in [
+        json!({"kind": "step_requeued", "step_id": "1.1"}),
+        json!({"kind": "step_recorded", "step_id": "1.1", "agent_name": "alpha", "status": "failed", "error": "x"}),
+    ] {
+        let (status, body) = app.post("/api/v1/executions/web-replica/events", event.clone()).await;
+        assert_eq!(
+            (status, &body["details"]["reason"]),
+            (StatusCode::CONFLICT, &json!("lease_held")),
+            "{event}: {body}"
+        );
+    }
     assert_eq!(journal_len(&app, "web-replica").await, before);
 
     // The driver contract: the orchestrator dispatched the attempt, and reports its wait.
@@ -666,6 +679,23 @@ async fn a_cancelled_execution_is_no_longer_paused() {
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let (_, exec) = app.get("/api/v1/executions/web-paused").await;
     assert_eq!((exec["status"].as_str(), &exec["paused"]), (Some("cancelled"), &json!(false)), "{exec}");
+}
+
+/// Found by a verifying tester: an amendment took a gate type with a line break (or U+2028),
+/// which a new plan refuses; it was shown raw by `execute status` and the page.
+#[tokio::test]
+async fn an_amended_gate_type_on_two_lines_is_refused() {
+    let app = TestApp::new().await;
+    with_approval_plan(&app, "web-amend-gate").await;
+    let before = journal_len(&app, "web-amend-gate").await;
+    for gate_type in ["te\nst", "te\u{2028}st"] {
+        let amend = json!({"description": "add a phase", "phases": [{"phase_id": 0, "name": "New",
+            "gate": {"gate_type": gate_type, "command": "true"},
+            "steps": [{"step_id": "9.1", "agent_name": "alpha", "task_description": "x"}]}]});
+        let (status, body) = app.post("/api/v1/executions/web-amend-gate/amend", amend).await;
+        assert_eq!((status, &body["details"]["field"]), (StatusCode::UNPROCESSABLE_ENTITY, &json!("phases")), "{body}");
+    }
+    assert_eq!(journal_len(&app, "web-amend-gate").await, before);
 }
 
 /// Found by a tester: an interact without input (`{"step_id": "1.1"}`, or only blanks)

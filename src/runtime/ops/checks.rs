@@ -24,6 +24,15 @@ pub(super) fn check_operator_values(kind: &EventKind) -> Result<(), OpsError> {
         EventKind::Amended { phases, .. } if phases.iter().any(|p| !crate::model::text::is_one_line(&p.name)) => {
             invalid("phases", format!("a phase's {}", crate::engine::validate::ONE_LINE_NAME))
         }
+        // Found by a verifying tester: an amendment took a multi-line gate type.
+        EventKind::Amended { phases, .. }
+            if phases
+                .iter()
+                .filter_map(|p| p.gate.as_ref())
+                .any(|g| !crate::model::text::is_one_line(&g.gate_type)) =>
+        {
+            invalid("phases", "a gate's gate_type must be one line without control characters".into())
+        }
         EventKind::InteractInput { input, .. } if input.trim().is_empty() => {
             invalid("input", "the reply is empty: give the human's reply, or complete the interaction".into())
         }

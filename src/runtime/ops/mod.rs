@@ -404,27 +404,34 @@ impl Ops {
     // Recording
     // ------------------------------------------------------------------------------------
 
-    /// Refuses a `quota_wait` sent through a door (not by a driver) for a step whose attempt
-    /// Baton's driver runs or launched: the driver reports its own agents' quota waits. One
+    /// Refuses an event sent through a door (not by a driver) about the attempt in flight of a
+    /// step whose attempt Baton's driver runs or launched: a `quota_wait`, a `step_recorded`,
+    /// a `step_requeued` (`what` names it). The driver reports its own agents. A quota wait
     /// taken from outside made the driver dispatch the step again when the wait ended, beside
-    /// the attempt still running, whose result (commit, cost) was then dropped (found by a
-    /// tester). Refused while this process's driver runs the execution; while the step's
-    /// current attempt still runs under this data directory (paused, the driver stops but its
-    /// agent runs on); and whenever a driver journaled that attempt's dispatch, which the
-    /// journal tells every replica (the attempt may run on another one, under its own data
-    /// directory and lease).
+    /// the attempt still running, whose result (commit, cost) was then dropped; a requeue from
+    /// outside started a second attempt beside the first, and a failed record ended the step
+    /// while its agent ran on (found by testers). Refused while the step's current attempt
+    /// still runs under this data directory (paused, the driver stops but its agent runs on),
+    /// and whenever a driver journaled that attempt's dispatch, which the journal tells every
+    /// replica (the attempt may run on another one, under its own data directory and lease);
+    /// with `while_driving`, also whenever this process's driver runs the execution.
     ///
     /// Errors: [`OpsError::Conflict`] (`lease_held`); store failures.
-    async fn check_quota_wait_from_outside(&self, task_id: &str, step_id: &str) -> Result<(), OpsError> {
-        let driving = self.pool.as_ref().is_some_and(|p| p.driver_state(task_id) == Some(DriverState::Running));
+    async fn check_attempt_from_outside(
+        &self,
+        task_id: &str,
+        step_id: &str,
+        what: &str,
+        while_driving: bool,
+    ) -> Result<(), OpsError> {
         let refuse = |why: &str| OpsError::Conflict {
             message: format!(
-                "execution {task_id} is driven by Baton, whose driver reports its agents' quota waits: \
-                 a quota wait for step {step_id} is not taken from outside ({why})"
+                "execution {task_id} is driven by Baton, whose driver reports its own agents: \
+                 a {what} for step {step_id} is not taken from outside ({why})"
             ),
             reason: "lease_held",
         };
-        if driving {
+        if while_driving && self.pool.as_ref().is_some_and(|p| p.driver_state(task_id) == Some(DriverState::Running)) {
             return Err(refuse("its driver runs in this process"));
         }
         let state = self.get_shared(task_id).await?;
@@ -476,9 +483,18 @@ impl Ops {
         }
         Self::authorize(op, &event.kind)?;
         check_operator_values(&event.kind)?;
-        if let EventKind::QuotaWait { step_id, .. } = &event.kind {
-            if op.door != Door::Driver {
-                self.check_quota_wait_from_outside(task_id, step_id).await?;
+        if op.door != Door::Driver {
+            match &event.kind {
+                EventKind::QuotaWait { step_id, .. } => {
+                    self.check_attempt_from_outside(task_id, step_id, "quota wait", true).await?;
+                }
+                EventKind::StepRecorded { step_id, .. } => {
+                    self.check_attempt_from_outside(task_id, step_id, "result", false).await?;
+                }
+                EventKind::StepRequeued { step_id } => {
+                    self.check_attempt_from_outside(task_id, step_id, "requeue", false).await?;
+                }
+                _ => {}
             }
         }
         // A result of a step never dispatched dispatches it (as attempt 1): a new dispatch,

@@ -145,9 +145,9 @@ pub(crate) fn spec_id(raw: &str) -> Result<i64, AppError> {
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 struct ListQuery {
-    /// Only specs with this stored status (another value is 422).
-    #[param(value_type = Option<SpecStatus>)]
-    status: Option<String>,
+    /// Only specs with this stored status (another value is 400, as every query value out of
+    /// its schema is).
+    status: Option<SpecStatus>,
     /// Only this project (empty: every project).
     project: Option<String>,
     /// Specs per page.
@@ -170,7 +170,6 @@ fn default_limit() -> i64 {
         (status = 200, description = "The specs.", body = Vec<SpecRow>),
         (status = 400, response = BadRequest),
         (status = 404, response = NotFound),
-        (status = 422, response = Unprocessable),
     ))]
 async fn list(
     State(app): State<AppState>,
@@ -181,7 +180,8 @@ async fn list(
         return Err(AppError::BadRequest("limit must be 1-500 and offset 0 or more".into()));
     }
     let project = q.project.filter(|p| !p.is_empty());
-    let filter = SpecFilter { status: q.status, project, limit: q.limit, offset: q.offset };
+    let status = q.status.map(|s| s.as_str().to_string());
+    let filter = SpecFilter { status, project, limit: q.limit, offset: q.offset };
     Ok(Json(app.specs.list(&filter).await?))
 }
 
