@@ -424,10 +424,16 @@ impl Ops {
         what: &str,
         while_driving: bool,
     ) -> Result<(), OpsError> {
+        // Who drives it, as the lease's own refusal says (the same record is refused by one
+        // check or the other depending on whether the step was dispatched yet).
+        let holder = match self.execs.store().lease(task_id).await? {
+            Some(l) => format!("; driven by {} (pid {} on {}) since {}", l.holder, l.pid, l.host, l.acquired_at),
+            None => String::new(),
+        };
         let refuse = |why: &str| OpsError::Conflict {
             message: format!(
                 "execution {task_id} is driven by Baton, whose driver reports its own agents: \
-                 a {what} for step {step_id} is not taken from outside ({why})"
+                 a {what} for step {step_id} is not taken from outside ({why}{holder})"
             ),
             reason: "lease_held",
         };
