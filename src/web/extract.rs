@@ -74,7 +74,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for PageForm<T> {
 
     async fn from_request(req: Request, state: &S) -> Result<Self, AppError> {
         let (parts, body) = req.into_parts();
-        let head = Request::from_parts(parts.clone(), axum::body::Body::empty());
+        let kept = parts.clone();
         let bytes = Bytes::from_request(Request::from_parts(parts, body), state).await.map_err(|e| AppError::Body {
             status: e.status(),
             message: e.body_text(),
@@ -87,8 +87,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for PageForm<T> {
                 field: Some(field),
             });
         }
-        let (parts, _) = head.into_parts();
-        let req = Request::from_parts(parts, axum::body::Body::from(bytes));
+        let req = Request::from_parts(kept, axum::body::Body::from(bytes));
         let axum::Form(value) = axum::Form::<T>::from_request(req, state).await.map_err(|e| AppError::Body {
             status: e.status(),
             message: e.body_text(),
@@ -101,30 +100,14 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for PageForm<T> {
 /// The name of the first field of a urlencoded `body` whose name or value is not UTF-8 once
 /// percent-decoded (`+` is a space), lossily decoded for the message; `None` when all are.
 fn not_utf8_field(body: &[u8]) -> Option<String> {
-    let decode = |part: &[u8]| -> Vec<u8> {
-        let mut out = Vec::with_capacity(part.len());
-        let mut i = 0;
-        while i < part.len() {
-            let hex = |b: u8| (b as char).to_digit(16);
-            match part[i] {
-                b'+' => out.push(b' '),
-                b'%' if i + 2 < part.len() => match (hex(part[i + 1]), hex(part[i + 2])) {
-                    (Some(high), Some(low)) => {
-                        out.push(u8::try_from(high * 16 + low).unwrap_or_default());
-                        i += 2;
-                    }
-                    _ => out.push(b'%'),
-                },
-                b => out.push(b),
-            }
-            i += 1;
-        }
-        out
+    let decoded = |part: &[u8]| -> Vec<u8> {
+        let spaced: Vec<u8> = part.iter().map(|&b| if b == b'+' { b' ' } else { b }).collect();
+        percent_encoding::percent_decode(&spaced).collect()
     };
     body.split(|b| *b == b'&').filter(|pair| !pair.is_empty()).find_map(|pair| {
         let mut halves = pair.splitn(2, |b| *b == b'=');
-        let name = decode(halves.next().unwrap_or_default());
-        let value = decode(halves.next().unwrap_or_default());
+        let name = decoded(halves.next().unwrap_or_default());
+        let value = decoded(halves.next().unwrap_or_default());
         (std::str::from_utf8(&name).is_err() || std::str::from_utf8(&value).is_err())
             .then(|| String::from_utf8_lossy(&name).into_owned())
     })
@@ -212,5 +195,19 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
         // No identity only on a public route (the middleware refuses the others): the least right.
         let Actor(name) = Actor::from_request_parts(parts, state).await?;
         Ok(Caller(Operator::new(name, role, Door::Api)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::not_utf8_field;
+
+    #[test]
+    fn a_form_field_is_utf8_once_percent_decoded_or_named() {
+        assert_eq!(not_utf8_field(b"csrf=x&title=Caf%C3%A9+au+lait&body=a%2Bb"), None);
+        assert_eq!(not_utf8_field(b"title=bad%FFutf&body=x").as_deref(), Some("title"));
+        assert_eq!(not_utf8_field(b"ti%FFtle=x").as_deref(), Some("ti\u{fffd}tle"));
+        // A `%` not followed by two hex digits is kept as it is, as a browser's form decoder does.
+        assert_eq!(not_utf8_field(b"title=100%&x=%G1%"), None);
     }
 }
