@@ -3,82 +3,57 @@
 //!
 //! Every CLI process that runs without a server decodes the whole newest snapshot of its
 //! execution, and most of a large one is the results of steps that are long done (4,560 of
-//! them at step 4,560 of a 5,000-step plan) which the call never reads: their allocation and
-//! first touch were a third of the call (issue 14.8). Inside `deferred` (what
-//! `model::snapshot::decode` uses for a snapshot written by a build with this build's model
-//! fingerprint) a result keeps its JSON text and its status, the one field read for every
-//! step (the phase tally, dependencies); the rest is decoded on first read. The status comes
-//! from the list of statuses the snapshot opens with (one letter per result, in the order of
-//! their texts, `status_code`), so a result's text is scanned once, to find where it ends,
-//! and not parsed a second time for its status (that second parse was a quarter of loading a
-//! 5,000-step execution's results). Everywhere else,
-//! and always for text from another build, a result is decoded in full as it is read, so a
-//! result that does not decode is the decoder's error, as for any other field.
+//! them at step 4,560 of a 5,000-step plan) which the call never reads (issue 14.8).
+//! `model::snapshot::decode` reads a snapshot written by a build with this build's model
+//! fingerprint without parsing its results at all: the snapshot lists each result's status
+//! and the length of its text, so the decoder copies the results' texts once, into one shared
+//! buffer, and builds each result with `LazyResult::deferred`: its status and where its
+//! text lies in that buffer. Scanning each result's text to find where it ends, and one
+//! allocation and copy of it per result, had been a sixth of a `dispatched` call at step
+//! 2,500 of 5,000. The rest of a result is decoded on first read. Everywhere else, and always
+//! for text from another build, a result is decoded in full as it is read, so a result that
+//! does not decode is the decoder's error, as for any other field.
 //!
 //! Reading a deferred result cannot fail: its text was written by this build's serializer
 //! from a [`StepResult`] (the snapshot's fingerprint says so) and has not changed since (its
 //! checksum says so: `model::snapshot` decodes text edited after it was written in full, so a
 //! result that no longer decodes is an error at load), and the engine's property test
 //! (`engine::tests::props`) checks over random runs that every result of a snapshot reads
-//! back as the value written. Owns: the deferral flag and the listed statuses (per thread,
-//! set only for the duration of one decode), and the statuses' letters. Never: does IO, or
-//! hands out its text.
+//! back as the value written. A result still undecoded is written into the next snapshot as
+//! the text it was read from (`LazyResult::snapshot_text`), so writing a snapshot does not
+//! decode every result either. Owns: the shared text, the statuses' letters, and the flag
+//! that has results serialize as nothing while a snapshot writes them itself. Never: does IO.
 //!
 //! [`ExecutionState::step_results`]: crate::model::state::ExecutionState::step_results
 
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::fmt;
-use std::ops::{Deref, DerefMut};
-use std::sync::OnceLock;
+use std::ops::{Deref, DerefMut, Range};
+use std::sync::{Arc, OnceLock};
 
-use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use serde_json::value::RawValue;
 
 use crate::model::step_result::{StepResult, StepStatus};
 
 thread_local! {
-    /// Set while `deferred` runs: results decoded on this thread keep their text, and take
-    /// their statuses from this list, in the order their texts come.
-    static DEFER: RefCell<Option<Listed>> = const { RefCell::new(None) };
+    /// Set while [`without_results`] runs: results serialize as `null`, their caller writes
+    /// them itself.
+    static LEFT_OUT: Cell<bool> = const { Cell::new(false) };
 }
 
-/// The statuses `deferred` was given, and how many results have taken theirs.
-struct Listed {
-    statuses: Vec<StepStatus>,
-    taken: usize,
-}
-
-/// Runs `decode` with results left undecoded until read: what a snapshot written by this
-/// build is decoded with (see the module doc). `statuses` are the results' statuses in the
-/// order their texts come in what `decode` reads (a snapshot lists them, `$statuses`, so a
-/// result's text is scanned once, not parsed a second time for its status). `decode` must
-/// read `serde_json` text; the previous state of the flag is restored when it returns or
-/// unwinds.
-///
-/// # Errors
-/// `decode`'s error, or (what a snapshot of this build never holds) a count of statuses that
-/// is not the count of results decoded: "the snapshot lists 3 result statuses for 2 results".
-pub(crate) fn deferred<T>(
-    statuses: Vec<StepStatus>,
-    decode: impl FnOnce() -> serde_json::Result<T>,
-) -> serde_json::Result<T> {
+/// Runs `serialize` with every [`LazyResult`] serialized as `null` (on this thread, restored
+/// when it returns or unwinds): `model::snapshot::encode` serializes the rest of a state this
+/// way, then writes each result itself, an undecoded one as its text.
+pub(crate) fn without_results<T>(serialize: impl FnOnce() -> T) -> T {
     /// Puts the flag back as it was, on return or unwind.
-    struct Restore(Option<Listed>);
+    struct Restore(bool);
     impl Drop for Restore {
         fn drop(&mut self) {
-            DEFER.set(self.0.take());
+            LEFT_OUT.set(self.0);
         }
     }
-    let _restore = Restore(DEFER.replace(Some(Listed { statuses, taken: 0 })));
-    let decoded = decode()?;
-    let (listed, taken) = DEFER.with_borrow(|l| l.as_ref().map_or((0, 0), |l| (l.statuses.len(), l.taken)));
-    if listed != taken {
-        return Err(serde_json::Error::custom(format!(
-            "the snapshot lists {listed} result statuses for {taken} results"
-        )));
-    }
-    Ok(decoded)
+    let _restore = Restore(LEFT_OUT.replace(true));
+    serialize()
 }
 
 /// The one-letter code of `status` in a snapshot's list of result statuses (`$statuses`).
@@ -113,6 +88,21 @@ pub(crate) fn statuses_of(codes: &str) -> Option<Vec<StepStatus>> {
         .collect()
 }
 
+/// A deferred result's text: `range` of a buffer shared by every result of one snapshot.
+#[derive(Clone)]
+struct Text {
+    /// The snapshot's results, as written (one copy per load).
+    all: Arc<str>,
+    /// Byte range of this result's JSON object in `all`.
+    range: Range<usize>,
+}
+
+impl Text {
+    fn get(&self) -> &str {
+        self.all.get(self.range.clone()).unwrap_or("")
+    }
+}
+
 /// One step's latest result: decoded, or (decoded from a snapshot of this build) its JSON
 /// text and status until first read. Reads through [`Deref`] (`&StepResult`) and writes
 /// through [`DerefMut`] (which decodes it first); serializes as the [`StepResult`] it holds;
@@ -123,7 +113,7 @@ pub struct LazyResult {
     /// is one). Not named `status`: inside this module that would hide the result's field.
     text_status: StepStatus,
     /// The text, until the value is decoded and then changed (`DerefMut` drops it).
-    text: Option<Box<RawValue>>,
+    text: Option<Text>,
     /// The value, once decoded (at once for a result not deferred).
     value: OnceLock<Box<StepResult>>,
 }
@@ -134,20 +124,32 @@ impl LazyResult {
         LazyResult { text_status: result.status, text: None, value: OnceLock::from(Box::new(result)) }
     }
 
+    /// A result left undecoded until first read: the JSON object in `range` of `all` (what
+    /// this build's `model::snapshot::encode` wrote for a result with `status`). Only for text
+    /// that is known to decode (see the module doc).
+    pub(crate) fn deferred(all: &Arc<str>, range: Range<usize>, status: StepStatus) -> LazyResult {
+        LazyResult { text_status: status, text: Some(Text { all: Arc::clone(all), range }), value: OnceLock::new() }
+    }
+
     /// The result's status, without decoding the rest of it.
     pub fn status(&self) -> StepStatus {
         self.value.get().map_or(self.text_status, |r| r.status)
     }
 
+    /// The text this result was read from, until it is changed (read or not, the text still
+    /// says what it holds): what a snapshot writes for it again, unparsed.
+    pub(crate) fn snapshot_text(&self) -> Option<&str> {
+        self.text.as_ref().map(Text::get)
+    }
+
     /// The result, decoded on first read.
     ///
     /// # Panics
-    /// Never for a result built by [`LazyResult::new`] or decoded outside `deferred`; a
-    /// deferred one was written by this build's serializer and is unchanged since (see the
-    /// module doc).
+    /// Never for a result built by [`LazyResult::new`] or decoded with serde; a deferred one
+    /// was written by this build's serializer and is unchanged since (see the module doc).
     pub fn get(&self) -> &StepResult {
         self.value.get_or_init(|| {
-            let text = self.text.as_deref().map_or("", RawValue::get);
+            let text = self.text.as_ref().map_or("", Text::get);
             Box::new(serde_json::from_str(text).expect("a snapshot of this build's model decodes with it"))
         })
     }
@@ -207,32 +209,22 @@ impl fmt::Debug for LazyResult {
 
 impl Serialize for LazyResult {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if LEFT_OUT.get() {
+            return serializer.serialize_unit();
+        }
         self.get().serialize(serializer)
     }
 }
 
 impl<'de> Deserialize<'de> for LazyResult {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<LazyResult, D::Error> {
-        let listed = DEFER.with_borrow_mut(|l| {
-            l.as_mut().map(|l| {
-                l.taken += 1;
-                l.statuses.get(l.taken - 1).copied()
-            })
-        });
-        let Some(listed) = listed else {
-            return StepResult::deserialize(deserializer).map(LazyResult::new);
-        };
-        let text = Box::<RawValue>::deserialize(deserializer)?;
-        let status =
-            listed.ok_or_else(|| D::Error::custom("the snapshot lists fewer result statuses than it holds results"))?;
-        Ok(LazyResult { text_status: status, text: Some(text), value: OnceLock::new() })
+        StepResult::deserialize(deserializer).map(LazyResult::new)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
     fn result(step_id: &str, status: StepStatus) -> StepResult {
         serde_json::from_value(serde_json::json!({
@@ -242,52 +234,43 @@ mod tests {
         .unwrap()
     }
 
-    fn text_of(results: &[StepResult]) -> String {
-        let map: BTreeMap<&str, &StepResult> = results.iter().map(|r| (r.step_id.as_str(), r)).collect();
-        serde_json::to_string(&map).unwrap()
+    /// Two results' texts side by side in one buffer, as a snapshot's decoder holds them, and
+    /// each one's range.
+    fn shared(results: &[StepResult]) -> (Arc<str>, Vec<Range<usize>>) {
+        let mut all = String::new();
+        let mut ranges = Vec::new();
+        for r in results {
+            let start = all.len();
+            all.push_str(&serde_json::to_string(r).unwrap());
+            ranges.push(start..all.len());
+            all.push(',');
+        }
+        (Arc::from(all), ranges)
     }
 
     #[test]
     fn a_deferred_result_keeps_its_status_and_reads_back_as_written() {
         let written = vec![result("1.1", StepStatus::Complete), result("1.2", StepStatus::Failed)];
-        let text = text_of(&written);
-        let listed = vec![StepStatus::Complete, StepStatus::Failed];
-        let read: BTreeMap<String, LazyResult> = deferred(listed, || serde_json::from_str(&text)).unwrap();
-        assert!(read.values().all(|r| !r.is_decoded()));
-        assert_eq!(read["1.1"].status(), StepStatus::Complete);
-        assert_eq!(read["1.2"].status(), StepStatus::Failed);
-        assert!(read.values().all(|r| !r.is_decoded()), "the status alone decodes nothing else");
-        assert_eq!(*read["1.2"], written[1]);
-        assert!(read["1.2"].is_decoded());
-        assert_eq!(read["1.1"].clone().into_inner(), written[0]);
+        let (all, ranges) = shared(&written);
+        let read: Vec<LazyResult> =
+            written.iter().zip(ranges).map(|(r, range)| LazyResult::deferred(&all, range, r.status)).collect();
+        assert!(read.iter().all(|r| !r.is_decoded()));
+        assert_eq!(read[0].status(), StepStatus::Complete);
+        assert_eq!(read[1].status(), StepStatus::Failed);
+        assert!(read.iter().all(|r| !r.is_decoded()), "the status alone decodes nothing else");
+        assert_eq!(*read[1], written[1]);
+        assert!(read[1].is_decoded());
+        assert_eq!(read[0].clone().into_inner(), written[0]);
     }
 
     #[test]
-    fn outside_deferred_a_result_is_decoded_at_once_and_its_errors_are_the_decoders() {
-        let text = text_of(&[result("1.1", StepStatus::Complete)]);
-        let read: BTreeMap<String, LazyResult> = serde_json::from_str(&text).unwrap();
-        assert!(read["1.1"].is_decoded());
-        let err = serde_json::from_str::<BTreeMap<String, LazyResult>>(r#"{"1.1": {"step_id": "1.1"}}"#).unwrap_err();
+    fn a_result_decoded_with_serde_is_decoded_at_once_and_its_errors_are_the_decoders() {
+        let text = serde_json::to_string(&result("1.1", StepStatus::Complete)).unwrap();
+        let read: LazyResult = serde_json::from_str(&text).unwrap();
+        assert!(read.is_decoded());
+        assert!(read.snapshot_text().is_none());
+        let err = serde_json::from_str::<LazyResult>(r#"{"step_id": "1.1"}"#).unwrap_err();
         assert!(err.to_string().contains("missing field"), "{err}");
-    }
-
-    /// A count of listed statuses that is not the count of results (what a snapshot of this
-    /// build never holds: `model::snapshot` then decodes it in full) is an error, never a
-    /// result with another's status or none.
-    #[test]
-    fn deferred_results_take_the_listed_statuses_in_order_and_a_miscount_is_an_error() {
-        let text = text_of(&[result("1.1", StepStatus::Complete), result("1.2", StepStatus::Complete)]);
-        let listed = vec![StepStatus::Dispatched, StepStatus::Complete];
-        let read: BTreeMap<String, LazyResult> = deferred(listed, || serde_json::from_str(&text)).unwrap();
-        assert_eq!(read["1.1"].status(), StepStatus::Dispatched, "the list, not the text, gives the status");
-        assert_eq!(read["1.2"].status(), StepStatus::Complete);
-        let fewer = "the snapshot lists fewer result statuses than it holds results";
-        let more = "the snapshot lists 3 result statuses for 2 results";
-        for (listed, said) in [(1, fewer), (0, fewer), (3, more)] {
-            let listed = vec![StepStatus::Complete; listed];
-            let err = deferred(listed, || serde_json::from_str::<BTreeMap<String, LazyResult>>(&text)).unwrap_err();
-            assert!(err.to_string().starts_with(said), "{err}");
-        }
     }
 
     #[test]
@@ -309,28 +292,33 @@ mod tests {
         assert_eq!(statuses_of(""), Some(Vec::new()));
     }
 
+    /// A result read but unchanged keeps its text for the next snapshot; a write drops it, and
+    /// the result then serializes as its new value.
     #[test]
     fn a_write_drops_the_text_and_serializes_the_new_value() {
-        let text = text_of(&[result("1.1", StepStatus::Dispatched)]);
-        let listed = vec![StepStatus::Dispatched];
-        let mut read: BTreeMap<String, LazyResult> = deferred(listed, || serde_json::from_str(&text)).unwrap();
-        let r = read.get_mut("1.1").unwrap();
-        r.status = StepStatus::Complete;
-        r.outcome = "changed".into();
-        assert_eq!(r.status(), StepStatus::Complete);
-        let back: BTreeMap<String, StepResult> = serde_json::from_str(&serde_json::to_string(&read).unwrap()).unwrap();
-        assert_eq!(back["1.1"].outcome, "changed");
-        assert_eq!(back["1.1"].status, StepStatus::Complete);
+        let written = [result("1.1", StepStatus::Dispatched)];
+        let (all, ranges) = shared(&written);
+        let mut read = LazyResult::deferred(&all, ranges[0].clone(), StepStatus::Dispatched);
+        let text = serde_json::to_string(&written[0]).unwrap();
+        assert_eq!(read.snapshot_text(), Some(text.as_str()));
+        assert_eq!(read.outcome, "done");
+        assert_eq!(read.snapshot_text(), Some(text.as_str()), "a read leaves the text as it was");
+        read.status = StepStatus::Complete;
+        read.outcome = "changed".into();
+        assert_eq!(read.snapshot_text(), None);
+        assert_eq!(read.status(), StepStatus::Complete);
+        let back: StepResult = serde_json::from_str(&serde_json::to_string(&read).unwrap()).unwrap();
+        assert_eq!(back.outcome, "changed");
+        assert_eq!(back.status, StepStatus::Complete);
     }
 
     #[test]
-    fn the_flag_is_only_set_inside_deferred_even_when_it_unwinds() {
-        let set = || DEFER.with_borrow(Option::is_some);
-        assert!(!set());
-        assert!(deferred(Vec::new(), || Ok(set())).unwrap());
-        let unwound =
-            std::panic::catch_unwind(|| deferred(Vec::new(), || -> serde_json::Result<()> { panic!("inside") }));
+    fn results_serialize_as_null_only_inside_without_results_even_when_it_unwinds() {
+        let read = LazyResult::new(result("1.1", StepStatus::Complete));
+        assert_eq!(without_results(|| serde_json::to_string(&read).unwrap()), "null");
+        assert!(serde_json::to_string(&read).unwrap().starts_with('{'));
+        let unwound = std::panic::catch_unwind(|| without_results(|| panic!("inside")));
         assert!(unwound.is_err());
-        assert!(!set());
+        assert!(!LEFT_OUT.get());
     }
 }

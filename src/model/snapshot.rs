@@ -1,5 +1,6 @@
 //! The snapshot encoding of an [`ExecutionState`]: its JSON, less every field of a plan step
-//! or a step result that holds the value its decoder would fill in anyway.
+//! or a step result that holds the value its decoder would fill in anyway, with the step
+//! results last and listed in a header so that a load need not parse them.
 //!
 //! A snapshot is the whole state, and every CLI process that loads an execution without a
 //! server decodes one (issue 14.8). Most of it is the plan's steps and the steps' results,
@@ -12,23 +13,35 @@
 //!
 //! `serde_json::from_str::<ExecutionState>` reads both forms, because a field is left out
 //! only when serde's default for it, learned by decoding a record that names only the
-//! required fields, is exactly the value it holds. [`decode`] reads a snapshot quicker: the
+//! required fields, is exactly the value it holds. [`decode`] reads a snapshot quicker. The
 //! text opens with the model fingerprint of the build that wrote it, a CRC-32 of the rest of
-//! the text and the step results' statuses, one letter each
-//! (`{"$model":"…","$crc32":"…","$statuses":"cc…d",…`, keys the state's decoder ignores), and
-//! a snapshot of this build's model whose text still matches its checksum leaves each step
-//! result undecoded until it is read (`model::lazy_result`), its status taken from the list. Text changed since it was written
-//! (edited by hand, damaged on disk) no longer matches and is decoded in full, so what no
-//! longer decodes is an error at load, never a panic at the first read. This module never
-//! does IO.
+//! the text, the step results' statuses (one letter each), the length of each result's text
+//! and the length of the whole `step_results` object, which is the text's last key:
+//!
+//! ```text
+//! {"$model":"…","$crc32":"…","$statuses":"cc…d","$sizes":"171,171,…","$results":N,…,"step_results":{…}}
+//! ```
+//!
+//! (keys the state's decoder ignores). For a snapshot of this build's model whose text still
+//! matches its checksum, [`decode`] parses the text before `step_results` only, copies the
+//! results' texts once into one shared buffer, and cuts it at the listed lengths: each result
+//! is left undecoded until it is read (`model::lazy_result`), its status taken from the list.
+//! Scanning every result's text, and allocating and copying each, had been a sixth of a
+//! `dispatched` call at step 2,500 of 5,000. Text changed since it was written (edited by
+//! hand, damaged on disk), or whose lists do not fit its results, is decoded in full, so what
+//! no longer decodes is an error at load, never a panic at the first read. [`encode`] writes
+//! a result still undecoded as the text it was read from. This module never does IO.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::model::lazy_result;
+use crate::model::lazy_result::{self, LazyResult};
 use crate::model::plan::PlanStep;
-use crate::model::state::{ExecutionState, StepResult};
+use crate::model::state::{ExecutionState, StepResult, StepResults};
 use crate::model::step_result::StepStatus;
 
 /// How a snapshot written by this build opens: its model fingerprint (a hash of the model's
@@ -41,9 +54,19 @@ const CHECKSUM_KEY: &str = ",\"$crc32\":\"";
 
 /// The key that opens the text after the checksum: the step results' statuses, one letter
 /// each (`model::lazy_result::status_code`) in the order the results' texts come, then a
-/// closing quote. A decoder of this build's snapshot takes each result's status from it
-/// instead of parsing the result's text a second time.
+/// closing quote.
 const STATUSES_KEY: &str = ",\"$statuses\":\"";
+
+/// The key after the statuses: each result's text length in bytes (decimal, comma-separated,
+/// in the same order), then a closing quote.
+const SIZES_KEY: &str = ",\"$sizes\":\"";
+
+/// The key after the sizes: the length in bytes of the `step_results` object's text, which
+/// ends the snapshot (before its closing brace).
+const RESULTS_KEY: &str = ",\"$results\":";
+
+/// The state's last key in a snapshot of this build.
+const RESULTS_FIELD: &str = ",\"step_results\":";
 
 /// The smallest plan step a decoder accepts: only its required fields.
 const MINIMAL_STEP: &str = r#"{"step_id": "", "agent_name": "", "task_description": ""}"#;
@@ -52,16 +75,17 @@ const MINIMAL_STEP: &str = r#"{"step_id": "", "agent_name": "", "task_descriptio
 const MINIMAL_RESULT: &str = r#"{"step_id": "", "agent_name": "", "status": "pending", "attempt": 0}"#;
 
 /// `state` as snapshot text: its JSON with each plan step's and each step result's defaulted
-/// fields left out, opened by this build's model fingerprint and the text's checksum (see the
-/// module doc); what
+/// fields left out, opened by this build's model fingerprint, the text's checksum and the
+/// results' statuses and lengths, and closed by the results (see the module doc); what
 /// [`decode`] (or `serde_json::from_str::<ExecutionState>`) reads back as a state equal to
-/// `state`.
+/// `state`. A result still undecoded is written as the text it was read from, which is what
+/// this build writes for it.
 ///
 /// # Errors
 /// What serializing the state to JSON can fail with (a map key that is not a string; none of
 /// the state's are).
 pub fn encode(state: &ExecutionState) -> serde_json::Result<String> {
-    let mut value = serde_json::to_value(state)?;
+    let mut value = lazy_result::without_results(|| serde_json::to_value(state))?;
     let step_defaults = defaults::<PlanStep>(MINIMAL_STEP)?;
     let result_defaults = defaults::<StepResult>(MINIMAL_RESULT)?;
     if let Some(phases) = value.pointer_mut("/plan/phases").and_then(Value::as_array_mut) {
@@ -70,52 +94,136 @@ pub fn encode(state: &ExecutionState) -> serde_json::Result<String> {
             leave_out_defaults(step, &step_defaults);
         }
     }
-    if let Some(results) = value.get_mut("step_results").and_then(Value::as_object_mut) {
-        for result in results.values_mut() {
-            leave_out_defaults(result, &result_defaults);
-        }
+    if let Some(fields) = value.as_object_mut() {
+        fields.remove("step_results");
     }
-    // The results' statuses in the order their texts are written (the object's own order),
-    // each looked up in the state: every key is one of its results.
-    let statuses: Option<String> = match value.get("step_results").and_then(Value::as_object) {
-        Some(results) => results
-            .keys()
-            .map(|id| state.step_results.get(id.as_str()).map(|r| lazy_result::status_code(r.status())))
-            .collect(),
-        None => Some(String::new()),
-    };
+    let count = state.step_results.len();
+    let (mut results, mut statuses, mut sizes) = (String::from("{"), String::with_capacity(count), String::new());
+    for (i, (id, result)) in state.step_results.iter().enumerate() {
+        if i > 0 {
+            results.push(',');
+            sizes.push(',');
+        }
+        results.push_str(&serde_json::to_string(id)?);
+        results.push(':');
+        let start = results.len();
+        match result.snapshot_text() {
+            Some(text) => results.push_str(text),
+            None => {
+                let mut record = serde_json::to_value(result.get())?;
+                leave_out_defaults(&mut record, &result_defaults);
+                results.push_str(&serde_json::to_string(&record)?);
+            }
+        }
+        // Writing to a `String` cannot fail.
+        let _ = write!(sizes, "{}", results.len() - start);
+        statuses.push(lazy_result::status_code(result.status()));
+    }
+    results.push('}');
     let body = serde_json::to_string(&value)?;
-    // The state serializes as an object: its first key follows the opening brace.
-    let rest = body.strip_prefix('{').unwrap_or(&body);
-    let mut tail = String::with_capacity(rest.len() + statuses.as_ref().map_or(0, String::len) + 16);
-    if let Some(statuses) = statuses {
-        tail.push_str(STATUSES_KEY);
-        tail.push_str(&statuses);
+    // The state serializes as an object: its keys lie between the braces.
+    let inner = body.strip_prefix('{').and_then(|b| b.strip_suffix('}')).unwrap_or(&body);
+    let mut tail = String::with_capacity(inner.len() + results.len() + statuses.len() + sizes.len() + 64);
+    for (key, list) in [(STATUSES_KEY, &statuses), (SIZES_KEY, &sizes)] {
+        tail.push_str(key);
+        tail.push_str(list);
         tail.push('"');
     }
-    if !rest.starts_with('}') {
+    let _ = write!(tail, "{RESULTS_KEY}{}", results.len());
+    if !inner.is_empty() {
         tail.push(',');
+        tail.push_str(inner);
     }
-    tail.push_str(rest);
+    tail.push_str(RESULTS_FIELD);
+    tail.push_str(&results);
+    tail.push('}');
     Ok(format!("{OPENING}{CHECKSUM_KEY}{:08x}\"{tail}", crc32fast::hash(tail.as_bytes())))
 }
 
 /// The state a snapshot's text holds. A snapshot written by a build with this build's model
-/// fingerprint, whose text matches its checksum, keeps its step results undecoded until each
-/// is read; any other text (an older build's snapshot, one without a fingerprint, one changed
-/// since it was written) is decoded in full, so what does not decode is this error.
+/// fingerprint, whose text matches its checksum and whose lists fit its results, keeps its
+/// step results undecoded until each is read; any other text (an older build's snapshot, one
+/// without a fingerprint, one changed since it was written) is decoded in full, so what does
+/// not decode is this error.
 ///
 /// # Errors
 /// The text is not an [`ExecutionState`]'s JSON (serde's error names the line and column).
 pub fn decode(text: &str) -> serde_json::Result<ExecutionState> {
-    if let Some(statuses) = this_builds_body(text).and_then(listed_statuses) {
-        // Cannot fail for text this build wrote and that still matches its checksum; if it
-        // does, the full decode below says what is wrong, or reads it.
-        if let Ok(state) = lazy_result::deferred(statuses, || serde_json::from_str(text)) {
-            return Ok(state);
-        }
+    // `None` cannot happen for text this build wrote and that still matches its checksum; if
+    // it does, the full decode below says what is wrong, or reads it.
+    if let Some(state) = this_builds_body(text).and_then(|body| decode_deferred(text, body)) {
+        return Ok(state);
     }
     serde_json::from_str(text)
+}
+
+/// A snapshot of this build (`body`: its text after the checksum) with its results deferred:
+/// the text before `step_results` parsed, the results cut at their listed lengths. `None`
+/// when a list is missing or does not fit the text.
+fn decode_deferred(text: &str, body: &str) -> Option<ExecutionState> {
+    let (statuses, rest) = quoted(body, STATUSES_KEY)?;
+    let statuses = lazy_result::statuses_of(statuses)?;
+    let (sizes, rest) = quoted(rest, SIZES_KEY)?;
+    let rest = rest.strip_prefix(RESULTS_KEY)?;
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    let results_len: usize = rest.get(..digits)?.parse().ok()?;
+    let open = text.strip_suffix('}')?;
+    let results_at = open.len().checked_sub(results_len)?;
+    let head = open.get(..results_at)?.strip_suffix(RESULTS_FIELD)?;
+    let mut before_results = String::with_capacity(head.len() + 1);
+    before_results.push_str(head);
+    before_results.push('}');
+    let mut state: ExecutionState = serde_json::from_str(&before_results).ok()?;
+    state.step_results = cut_results(open.get(results_at..)?, &statuses, sizes)?;
+    Some(state)
+}
+
+/// The value of the string key `key` that opens `text`, and the text after its closing quote.
+fn quoted<'t>(text: &'t str, key: &str) -> Option<(&'t str, &'t str)> {
+    let rest = text.strip_prefix(key)?;
+    let end = rest.find('"')?;
+    Some((rest.get(..end)?, rest.get(end + 1..)?))
+}
+
+/// The results of the `step_results` object `results` (as [`encode`] writes it: entries in
+/// key order, no white space), each deferred with its listed status and its text's listed
+/// size. `None` when the lists do not fit the object: another count, a size that does not end
+/// at an object's closing brace followed by a separator, keys out of order or escaped.
+fn cut_results(results: &str, statuses: &[StepStatus], sizes: &str) -> Option<StepResults> {
+    if statuses.is_empty() {
+        return (results == "{}" && sizes.is_empty()).then(StepResults::new);
+    }
+    let all: Arc<str> = Arc::from(results);
+    let bytes = all.as_bytes();
+    let mut map = StepResults::with_capacity(statuses.len());
+    let mut sizes = sizes.split(',');
+    let mut at = 1; // after the opening brace
+    if bytes.first() != Some(&b'{') {
+        return None;
+    }
+    for &status in statuses {
+        let size: usize = sizes.next()?.parse().ok()?;
+        if bytes.get(at) != Some(&b'"') {
+            return None;
+        }
+        let key_end = at + 1 + all.get(at + 1..)?.find('"')?;
+        let key = all.get(at + 1..key_end)?;
+        if key.contains('\\') || bytes.get(key_end + 1) != Some(&b':') {
+            return None;
+        }
+        let start = key_end + 2;
+        let end = start.checked_add(size)?;
+        let value = all.get(start..end)?;
+        let separator = bytes.get(end).copied();
+        if !value.starts_with('{') || !value.ends_with('}') || !matches!(separator, Some(b',' | b'}')) {
+            return None;
+        }
+        if map.try_append(key.to_owned(), LazyResult::deferred(&all, start..end, status)).is_some() {
+            return None;
+        }
+        at = end + 1;
+    }
+    (sizes.next().is_none() && at == all.len() && bytes.last() == Some(&b'}')).then_some(map)
 }
 
 /// Whether `text` is a snapshot written by a build with this build's model fingerprint and
@@ -132,13 +240,6 @@ fn this_builds_body(text: &str) -> Option<&str> {
     let (sum, body) = (rest.get(..8)?, rest.get(8..)?.strip_prefix('"')?);
     let written = sum.bytes().all(|b| b.is_ascii_hexdigit()).then(|| u32::from_str_radix(sum, 16).ok()).flatten();
     (body.starts_with([',', '}']) && written == Some(crc32fast::hash(body.as_bytes()))).then_some(body)
-}
-
-/// The step results' statuses a snapshot's body lists (its first key, `$statuses`), in the
-/// order of the results' texts; `None` when it lists none or a letter that is no status.
-fn listed_statuses(body: &str) -> Option<Vec<StepStatus>> {
-    let codes = body.strip_prefix(STATUSES_KEY)?;
-    lazy_result::statuses_of(&codes[..codes.find('"')?])
 }
 
 /// The fields serde fills in when a `T` is decoded from `minimal` (a record of only its
@@ -305,6 +406,95 @@ mod tests {
             assert!(read.step_results.values().all(|r| r.is_decoded()), "{list}");
             assert_eq!(read, state, "{list}");
         }
+    }
+
+    /// The results' listed sizes and the results object's length must fit the text exactly:
+    /// any that does not (never written by this build; made here with a checksum to match) has
+    /// the text decoded in full, never a result cut at the wrong place.
+    #[test]
+    fn sizes_or_a_results_length_that_do_not_fit_are_decoded_in_full() {
+        let state = state();
+        let snapshot = encode(&state).unwrap();
+        let body = this_builds_body(&snapshot).unwrap();
+        let (_, rest) = quoted(body, STATUSES_KEY).unwrap();
+        let (sizes, rest) = quoted(rest, SIZES_KEY).unwrap();
+        let listed: Vec<usize> = sizes.split(',').map(|s| s.parse().unwrap()).collect();
+        assert_eq!(listed.len(), 2);
+        let first = state.step_results.get("1.1").unwrap();
+        let mut written = serde_json::to_value(first.get()).unwrap();
+        leave_out_defaults(&mut written, &defaults::<StepResult>(MINIMAL_RESULT).unwrap());
+        assert_eq!(listed[0], serde_json::to_string(&written).unwrap().len(), "a size is its result's text length");
+        let length = rest.strip_prefix(RESULTS_KEY).unwrap();
+        let length = &length[..length.find(',').unwrap()];
+
+        let with_sum = |body: &str| format!("{OPENING}{CHECKSUM_KEY}{:08x}\"{body}", crc32fast::hash(body.as_bytes()));
+        let (a, b) = (listed[0], listed[1]);
+        let bad_sizes = [
+            format!("{},{b}", a - 1),
+            format!("{},{b}", a + 1),
+            format!("{a},{}", b + 1),
+            format!("{a}"),
+            format!("{a},{b},{b}"),
+            format!("{a},x"),
+            String::new(),
+        ];
+        let bad_lengths = [(length.parse::<usize>().unwrap() + 1).to_string(), "0".into(), "99999999".into()];
+        let texts = bad_sizes.iter().map(|s| body.replacen(sizes, s, 1)).chain(
+            bad_lengths
+                .iter()
+                .map(|l| body.replacen(&format!("{RESULTS_KEY}{length}"), &format!("{RESULTS_KEY}{l}"), 1)),
+        );
+        for changed in texts {
+            let text = with_sum(&changed);
+            assert!(is_this_builds(&text));
+            let read = decode(&text).unwrap();
+            assert!(read.step_results.values().all(|r| r.is_decoded()), "{}", &changed[..80]);
+            assert_eq!(read, state);
+        }
+    }
+
+    /// A step id that JSON must escape is a key the cutter does not read: that snapshot is
+    /// decoded in full, and reads back the same.
+    #[test]
+    fn a_result_key_with_an_escape_is_decoded_in_full() {
+        let mut state = state();
+        let mut odd = state.step_results.get("1.1").unwrap().get().clone();
+        odd.step_id = "1.\"3\\".into();
+        state.step_results.insert(odd.step_id.clone(), odd.into());
+        let snapshot = encode(&state).unwrap();
+        assert!(is_this_builds(&snapshot));
+        let read = decode(&snapshot).unwrap();
+        assert!(read.step_results.values().all(|r| r.is_decoded()));
+        assert_eq!(read, state);
+    }
+
+    /// A state with no results, and one whose results are all decoded, round-trip too.
+    #[test]
+    fn a_state_without_results_round_trips() {
+        let mut state = state();
+        state.step_results = StepResults::new();
+        let snapshot = encode(&state).unwrap();
+        assert!(snapshot.ends_with(r#","step_results":{}}"#), "{snapshot}");
+        assert_eq!(decode(&snapshot).unwrap(), state);
+    }
+
+    /// Writing a snapshot of a state loaded from one does not decode its results: each is
+    /// written as the text it was read from, and the new snapshot is the old one's text.
+    #[test]
+    fn a_snapshot_of_a_loaded_state_writes_undecoded_results_as_read() {
+        let state = state();
+        let snapshot = encode(&state).unwrap();
+        let mut loaded = decode(&snapshot).unwrap();
+        let again = encode(&loaded).unwrap();
+        assert!(loaded.step_results.values().all(|r| !r.is_decoded()), "encoding decoded a result");
+        assert_eq!(again, snapshot);
+        // A result read is still written as read; one changed is written as changed.
+        assert_eq!(loaded.step_results.get("1.1").unwrap().attempt, 1);
+        assert_eq!(encode(&loaded).unwrap(), snapshot);
+        loaded.step_results.get_mut("1.2").unwrap().attempt = 7;
+        let changed = decode(&encode(&loaded).unwrap()).unwrap();
+        assert_eq!(changed.step_results.get("1.2").unwrap().attempt, 7);
+        assert_eq!(changed, loaded);
     }
 
     /// `StepResults` is a sorted `Vec`, not a `BTreeMap`: whatever order the input has, and
