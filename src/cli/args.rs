@@ -12,6 +12,7 @@ use crate::runtime;
 use crate::runtime::BadInput;
 
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub(super) enum TokenCommand {
     /// Create a token for USER (created with ROLE if new) and print it once. The server stores
     /// only its hash. A role belongs to the user, not the token: giving an existing user
@@ -49,6 +50,7 @@ pub(super) enum TokenCommand {
 }
 
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub(super) enum ApprovalCommand {
     /// Print a signed single-use link that decides the pending approval of an execution
     /// without signing in.
@@ -69,6 +71,7 @@ pub(super) enum ApprovalCommand {
 }
 
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub(super) enum AuditCommand {
     /// Check the hash chain of an execution's journal and the signatures of its decisions.
     Verify {
@@ -83,6 +86,7 @@ pub(super) enum AuditCommand {
 }
 
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub(super) enum AgentCommand {
     /// The deterministic demo agent: prompt on stdin, claude-style stream-json on stdout.
     Demo,
@@ -103,6 +107,7 @@ pub(super) struct Key {
 }
 
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub(super) enum ExecuteCommand {
     /// Start an execution of a plan and print the first action.
     Start {
@@ -368,6 +373,10 @@ impl ExecuteCommand {
 
 /// `baton execute run` flags.
 #[derive(Debug, Args, Clone)]
+// The variant's about again: the subcommands are deferred (see `cli::Command`), so the last
+// about applied is the one of the flags' structs, this one's or else a flattened one's doc
+// comment (`tests/it/book.rs` checks every command).
+#[command(about = "Run a plan headlessly: real agents in worktrees, gates, consolidation on one branch")]
 pub struct RunArgs {
     /// Plan file; its task id resumes a live execution.
     #[arg(long)]

@@ -61,8 +61,10 @@ const TAIL_LINES: usize = 20;
 /// Polling interval while starting and stopping.
 const POLL: Duration = Duration::from_millis(100);
 
-/// `baton daemon` subcommands.
+// `baton daemon` subcommands. (A doc comment here would become the command's about, over the
+// one `Command::Daemon` gives, once the subcommands are deferred.)
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub(crate) enum DaemonCommand {
     /// Start `baton serve` in the background (own session, output in `<data>/logs/serve.log`) and
     /// wait until it answers /healthz.
@@ -88,6 +90,11 @@ pub(crate) enum DaemonCommand {
 
 /// `baton daemon start` flags: those of `baton serve`, plus the hidden rotation limit.
 #[derive(Debug, Args)]
+// The variant's about again: the subcommands are deferred (see `cli::Command`), so the last
+// about applied is the one of the flags' structs.
+#[command(
+    about = "Start `baton serve` in the background (own session, output in `<data>/logs/serve.log`) and wait until it answers /healthz"
+)]
 pub(crate) struct StartArgs {
     /// Address to listen on; only loopback is allowed until authentication exists.
     #[arg(long, default_value = crate::web::DEFAULT_BIND)]

@@ -22,8 +22,10 @@ use crate::runtime::BadInput;
 
 use super::service::with_executions;
 
-/// `baton spec …`.
+// `baton spec …`. (A doc comment here would become the command's about, over the one
+// `Command::Spec` gives, once the subcommands are deferred.)
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub(super) enum SpecCommand {
     /// Import an issue or work item as a spec (again: update it, saying what changed):
     /// `github:OWNER/REPO#N`, `ado:ORG/PROJECT#ID`; with --label, every open issue of

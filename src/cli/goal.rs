@@ -25,6 +25,11 @@ use crate::runtime::{write_atomic, BadInput};
 
 /// `baton goal` flags.
 #[derive(Debug, Args, Clone)]
+// The variant's about again: the subcommands are deferred (see `cli::Command`), so the last
+// about applied is the one of the flags' structs, this one's or else a flattened one's doc comment.
+#[command(
+    about = "Goal-driven execution: write a small plan whose completion condition is CONDITION and run it like `execute run`; the evaluator judges every phase boundary (the book, docs/src/running.md \"Goals\")"
+)]
 pub struct GoalArgs {
     /// What "done" means, in one sentence: the completion condition the evaluator judges.
     pub condition: String,

@@ -66,7 +66,13 @@ struct Cli {
     command: Command,
 }
 
+// `defer`: each subcommand's arguments are built only when that subcommand is the one parsed
+// (here and on every subcommand enum), not the whole tree on every call: 0.5 ms of the 6 ms of
+// an `execute next` at 10 steps (issue 14.8). `Command::build` still builds it all (the book's
+// CLI reference does). A doc comment on a subcommand enum would then become its command's
+// about, over the variant's: they have plain comments.
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 enum Command {
     /// Run the demo: a small repository, an example plan, the demo agent, to COMPLETE.
     Demo,

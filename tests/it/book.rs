@@ -387,3 +387,34 @@ fn every_link_in_the_readme_lands() {
         .collect();
     assert!(dead.is_empty(), "dead links in README.md: {dead:?}");
 }
+
+/// Every subcommand is deferred (`cli::Command`): its arguments, and any about its flags' structs
+/// carry, are applied only when it is built, after the about its parent's listing shows. The
+/// two must agree at every level: a flags struct's doc comment had replaced `execute run`'s,
+/// `goal`'s and `daemon start`'s about once built.
+#[test]
+fn a_deferred_command_has_the_about_its_listing_shows() {
+    fn walk(parent: &clap::Command, path: &str, differ: &mut Vec<String>) {
+        for sub in parent.get_subcommands() {
+            let listed = sub.get_about().map(ToString::to_string);
+            let mut built = sub.clone();
+            // Builds this command only (its deferred definition), as `baton … --help` does.
+            let _ = built.render_help();
+            let shown = built.get_about().map(ToString::to_string);
+            let path = format!("{path} {}", sub.get_name());
+            if listed != shown {
+                differ.push(format!("{path}: listed {listed:?}, shown {shown:?}"));
+            }
+            walk(&built, &path, differ);
+        }
+    }
+    let mut root = baton::cli::command();
+    let _ = root.render_help();
+    let mut differ = Vec::new();
+    walk(&root, "baton", &mut differ);
+    assert!(differ.is_empty(), "{differ:#?}");
+    assert!(
+        root.find_subcommand("execute").is_some_and(|e| e.get_subcommands().next().is_none()),
+        "execute is not deferred"
+    );
+}
