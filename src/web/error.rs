@@ -133,8 +133,9 @@ pub struct Problem {
 pub enum AppError {
     /// 400: a malformed request (bad header, bad query string, a body that is not JSON).
     BadRequest(String),
-    /// 400: a query parameter the operation does not declare (`details.field` names it).
-    UnknownQuery {
+    /// 400: a query parameter the operation does not declare, or a declared one whose value
+    /// is out of its schema (`details.field` names it; see `AppError::bad_query`).
+    BadQuery {
         /// What is wrong, and what the operation takes.
         message: String,
         /// The parameter.
@@ -226,7 +227,7 @@ impl AppError {
         match self {
             AppError::BadRequest(m)
             | AppError::Body { message: m, .. }
-            | AppError::UnknownQuery { message: m, .. }
+            | AppError::BadQuery { message: m, .. }
             | AppError::Unprocessable(m)
             | AppError::NotFound(m)
             | AppError::Forbidden(m)
@@ -248,7 +249,7 @@ impl AppError {
         match self {
             AppError::BadRequest(_) => (StatusCode::BAD_REQUEST, ErrorCode::BadRequest),
             AppError::Body { status, .. } => (*status, ErrorCode::InvalidBody),
-            AppError::UnknownQuery { .. } => (StatusCode::BAD_REQUEST, ErrorCode::BadRequest),
+            AppError::BadQuery { .. } => (StatusCode::BAD_REQUEST, ErrorCode::BadRequest),
             AppError::Unprocessable(_) | AppError::Invalid { .. } => {
                 (StatusCode::UNPROCESSABLE_ENTITY, ErrorCode::Unprocessable)
             }
@@ -498,7 +499,28 @@ pub(crate) async fn problem_bodies(
 
 impl From<QueryRejection> for AppError {
     fn from(rejection: QueryRejection) -> Self {
-        AppError::BadRequest(rejection.body_text())
+        AppError::bad_query(rejection.body_text())
+    }
+}
+
+impl AppError {
+    /// 400 for a query string whose value `message` describes: [`AppError::BadQuery`] naming
+    /// the parameter when `message` (or the part after axum's "Failed to deserialize query
+    /// string: ") opens with `name: ` (what axum's `Query` says through `serde_path_to_error`,
+    /// and how handlers word their own checks: "page: pages count from 1"), else
+    /// [`AppError::BadRequest`]. A bad `/board?page=0` had answered `details: null`.
+    pub(crate) fn bad_query(message: impl Into<String>) -> AppError {
+        let message = message.into();
+        let said = message.strip_prefix("Failed to deserialize query string: ").unwrap_or(&message);
+        let field = said
+            .split_once(": ")
+            .map(|(name, _)| name)
+            .filter(|name| !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+            .map(str::to_string);
+        match field {
+            Some(field) => AppError::BadQuery { message, field },
+            None => AppError::BadRequest(message),
+        }
     }
 }
 
@@ -516,7 +538,7 @@ impl IntoResponse for AppError {
             AppError::Invalid { details, .. } => details,
             AppError::StatusConflict { current, .. } => json!({ "current_status": current }),
             AppError::Upstream { details, .. } => details.map_or(Value::Null, |d| *d),
-            AppError::Body { field: Some(field), .. } | AppError::UnknownQuery { field, .. } => {
+            AppError::Body { field: Some(field), .. } | AppError::BadQuery { field, .. } => {
                 json!({ "field": field })
             }
             AppError::Internal(e) => {

@@ -135,7 +135,7 @@ async fn every_documented_operation_answers_bad_input_with_a_documented_problem(
     let doc: Value = serde_json::from_str(&text).unwrap();
     let ops = operations(&doc);
     assert!(ops.len() > 30, "{} operations", ops.len());
-    let mut sent = 0;
+    let (mut sent, mut named) = (0, 0);
     for o in &ops {
         let uri = unknown_ids(&o.path);
         let has_body = o.op.get("requestBody").is_some();
@@ -224,10 +224,23 @@ async fn every_documented_operation_answers_bad_input_with_a_documented_problem(
         for (what, req) in cases {
             let (status, kind, body) = send(&app, req).await;
             assert_documented_problem(&doc, o, &what, status, &kind, &body);
+            // A query value out of its schema, or an unknown parameter, names the parameter
+            // (a bad `/board?page=0` had answered `details: null`).
+            let param = what
+                .strip_prefix('?')
+                .and_then(|q| q.split_once('='))
+                .map(|(name, _)| name)
+                .or((what == "an unknown query parameter").then_some("no_such_param"));
+            if let (Some(param), StatusCode::BAD_REQUEST) = (param, status) {
+                let v: Value = serde_json::from_str(&body).unwrap();
+                assert_eq!(v["details"]["field"], param, "{} {} ({what}): {v}", o.method, o.path);
+                named += 1;
+            }
             sent += 1;
         }
     }
     assert!(sent > 150, "only {sent} bad requests sent");
+    assert!(named > 10, "only {named} bad query strings named their parameter");
 }
 
 /// Once users exist, every documented operation answers a request without a credential with

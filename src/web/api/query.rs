@@ -62,7 +62,7 @@ pub(crate) async fn known_query(matched: Option<MatchedPath>, request: Request, 
                 } else {
                     format!("it takes {}", names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", "))
                 };
-                return AppError::UnknownQuery {
+                return AppError::BadQuery {
                     message: format!("unknown query parameter `{}`: {takes}", crate::model::text::cut(&key, 60)),
                     field: key.into_owned(),
                 }

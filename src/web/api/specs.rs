@@ -176,8 +176,11 @@ async fn list(
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<SpecRow>>, AppError> {
     let Query(q) = query?;
-    if !(1..=500).contains(&q.limit) || q.offset < 0 {
-        return Err(AppError::BadRequest("limit must be 1-500 and offset 0 or more".into()));
+    if !(1..=500).contains(&q.limit) {
+        return Err(AppError::bad_query(format!("limit: must be 1-500, not {}", q.limit)));
+    }
+    if q.offset < 0 {
+        return Err(AppError::bad_query(format!("offset: must be 0 or more, not {}", q.offset)));
     }
     let project = q.project.filter(|p| !p.is_empty());
     let status = q.status.map(|s| s.as_str().to_string());
@@ -390,6 +393,6 @@ async fn board_json(
     query: Result<Query<BoardQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Board>, AppError> {
     let Query(q) = query?;
-    let q = q.checked().map_err(AppError::BadRequest)?;
+    let q = q.checked().map_err(AppError::bad_query)?;
     Ok(Json(board::load(&app.execs, &app.board_cache, &q).await?))
 }

@@ -79,7 +79,7 @@ fn resume_after(headers: &HeaderMap, query: &StreamQuery) -> Result<i64, AppErro
             .ok_or_else(|| AppError::BadRequest(format!("Last-Event-ID: {text:?} is not a journal seq")));
     }
     match query.after {
-        Some(n) if n < 0 => Err(AppError::BadRequest("after: must be 0 or more".into())),
+        Some(n) if n < 0 => Err(AppError::bad_query("after: must be 0 or more")),
         Some(n) => Ok(n),
         None => Ok(0),
     }

@@ -26,7 +26,7 @@ pub(super) async fn board_page(
     query: Result<Query<BoardQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Page, PageError> {
     let Query(q) = query?;
-    let q = q.checked().map_err(AppError::BadRequest)?;
+    let q = q.checked().map_err(AppError::bad_query)?;
     let (layout, set) = layout(&app, &who, &headers, true).await?;
     let board = board::load(&app.execs, &app.board_cache, &q).await?;
     render(&BoardTemplate { layout, board }, set)
@@ -39,7 +39,7 @@ pub(super) async fn archive_page(
     query: Result<Query<BoardQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Page, PageError> {
     let Query(q) = query?;
-    let mut q = q.checked().map_err(AppError::BadRequest)?;
+    let mut q = q.checked().map_err(AppError::bad_query)?;
     q.archived = true;
     let (layout, set) = layout(&app, &who, &headers, false).await?;
     let board = board::load(&app.execs, &app.board_cache, &q).await?;
