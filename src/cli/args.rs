@@ -442,7 +442,8 @@ fn max_spend_flag(raw: Option<&str>) -> Result<Option<(f64, String)>, BadInput> 
 }
 
 /// `--base-url`: an absolute http(s) URL (a link printed with another scheme, such as
-/// `javascript:`, would be one a reviewer must never follow).
+/// `javascript:`, would be one a reviewer must never follow), without a query, a fragment or
+/// credentials (`http://user:pass@host/` had been accepted and printed in every link).
 fn http_base_url(text: &str) -> Result<String, String> {
     match url::Url::parse(text) {
         Ok(u) if u.query().is_some() || u.fragment().is_some() => Err(format!(
@@ -450,6 +451,11 @@ fn http_base_url(text: &str) -> Result<String, String> {
              added after it): {}",
             &text[..text.find(['?', '#']).unwrap_or(text.len())]
         )),
+        Ok(u) if !u.username().is_empty() || u.password().is_some() => {
+            Err("expected the server's base address without a user name or password: the link is signed, and \
+             credentials in it would reach every reviewer it is sent to"
+                .to_string())
+        }
         Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Ok(text.to_string()),
         Ok(u) => Err(format!("expected an http or https URL with a host, not a {} URL", u.scheme())),
         Err(e) => Err(format!("not a URL ({e}); for example https://baton.example.com")),

@@ -1049,6 +1049,14 @@ async fn an_approval_link_is_refused_for_a_lifetime_over_30_days_or_a_base_url_t
         assert!(stderr(&out).contains("--base-url"), "{}", stderr(&out));
         assert!(!stdout(&out).contains("/approve/"), "{}", stdout(&out));
     }
+    // Credentials were accepted and printed in the link (found by a tester), for every
+    // reviewer it was sent to.
+    for base in ["http://u:hunter2@h/", "https://u@h/", "http://:hunter2@h/"] {
+        let out = link(&["--base-url", base]);
+        assert_eq!(code(&out), 2, "--base-url {base}: {}", stderr(&out));
+        assert!(stderr(&out).contains("without a user name or password"), "{}", stderr(&out));
+        assert!(!stdout(&out).contains("/approve/"), "{}", stdout(&out));
+    }
     let out = link(&["--hours", "720", "--base-url", "https://baton.example.com/"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert!(stdout(&out).starts_with("https://baton.example.com/approve/"), "{}", stdout(&out));
