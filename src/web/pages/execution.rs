@@ -8,7 +8,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Deserialize;
 
-use super::shared::{check_csrf, layout, render, see_other, Page, Who};
+use super::shared::{check_csrf, form_usd, layout, render, see_other, Page, Who};
 use crate::engine;
 use crate::model::action::{Action, ApprovalAction, FeedbackAction, InteractAction};
 use crate::model::budget::TokenCounts;
@@ -468,13 +468,7 @@ async fn act(
         },
         "budget" => {
             let by_usd = match f.result.as_str() {
-                "raise" => Some(crate::runtime::spend::parse_usd(&f.by_usd).ok_or_else(|| {
-                    back_to(page.clone())(AppError::BadRequest(format!(
-                        "by_usd: {:?}: {}",
-                        f.by_usd,
-                        crate::runtime::spend::USD_EXPECTED
-                    )))
-                })?),
+                "raise" => Some(form_usd("by_usd", &f.by_usd).map_err(back_to(page.clone()))?),
                 _ => None,
             };
             let decision = Ops::budget_decision(&f.result, by_usd).map_err(|e| back_to(page.clone())(e.into()))?;

@@ -1,6 +1,7 @@
 //! What every page shares: the CSRF cookie (its token, the check of a posted form's token),
 //! the caller (`Who`), the layout a page is drawn in, rendering a template into a page, and the
-//! 303 redirect a form is answered with. It serves no route itself and decides nothing.
+//! 303 redirect a form is answered with, and reading a form's USD amount. It serves no route
+//! itself and decides nothing.
 
 use askama::Template;
 use axum::http::header::{LOCATION, SET_COOKIE};
@@ -127,4 +128,16 @@ pub(super) fn see_other(location: &str) -> Response {
         r.headers_mut().insert(LOCATION, v);
     }
     r
+}
+
+/// A form field holding a USD amount (`25`, `2.50`, `$3`), read as a number only: whether it is
+/// an amount the operation takes (a ceiling from 0.01 to 1,000,000) the service decides, as it
+/// does for the API's JSON number, so a `-5` is the same 422 through both doors (the board's
+/// forms had refused it themselves, with a 400).
+///
+/// Errors: 400 naming `field` when the text is not a number.
+pub(super) fn form_usd(field: &str, raw: &str) -> Result<f64, AppError> {
+    raw.trim().trim_start_matches('$').trim().parse::<f64>().map_err(|_| {
+        AppError::BadRequest(format!("{field}: {raw:?} is not a number: {}", crate::runtime::spend::USD_EXPECTED))
+    })
 }

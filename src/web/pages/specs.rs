@@ -8,7 +8,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Deserialize;
 
-use super::shared::{check_csrf, layout, render, see_other, Page, Who};
+use super::shared::{check_csrf, form_usd, layout, render, see_other, Page, Who};
 use crate::model::plan::MachinePlan;
 use crate::model::spec::{self, SpecAction, SpecStatus};
 use crate::pmo::enrich::Forecast;
@@ -177,12 +177,7 @@ pub(super) async fn spec_action(
                 let budget = if raw.is_empty() {
                     None
                 } else {
-                    Some(crate::runtime::spend::parse_usd(raw).ok_or_else(|| {
-                        back_to(page.clone())(AppError::BadRequest(format!(
-                            "budget_usd: {raw:?}: {}",
-                            crate::runtime::spend::USD_EXPECTED
-                        )))
-                    })?)
+                    Some(form_usd("budget_usd", raw).map_err(back_to(page.clone()))?)
                 };
                 s.review(id, f.decision == "approve", &f.reason, actor, budget).await
             }
