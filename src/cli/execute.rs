@@ -122,19 +122,29 @@ pub(super) async fn execute_with(
         ExecuteCommand::Resume { task } => {
             let task_id = execs.resolve_task_id(task.task_id.as_deref()).await?;
             let op = ops.cli_operator(as_user).await?;
-            execs.get_shared(&task_id).await?;
-            if execs.is_paused(&task_id).await? {
-                ops.set_paused(&task_id, false, &op).await?;
+            let runtime::ops::Resumed { decided: resumed, unpaused, recovery } = ops.resume(&task_id, &op).await?;
+            if unpaused {
                 errln!("execution {task_id} resumed from its pause");
             }
-            let resumed = ops.resume(&task_id, &op).await?;
             // Only a live execution has attempts to recover (a cancelled one printed this and
-            // then FAILED, found by a tester).
-            if !resumed.state.status.is_terminal() && runtime::runs::meta_path(execs.data(), &task_id).exists() {
-                errln!(
-                    "execution {task_id} is driven by `baton execute run`: run it again to recover its attempts \
-                     (running ones are re-adopted, finished ones harvested, dead ones re-run)"
-                );
+            // then FAILED, found by a tester); one the server drives is recovered by it (a
+            // relayed resume had said to run `baton execute run` again).
+            const HOW: &str = "running ones are re-adopted, finished ones harvested, dead ones re-run";
+            match recovery {
+                Some(runtime::ops::Recovery::ThisServer) => {
+                    errln!("execution {task_id} is driven by this server, whose driver recovers its attempts ({HOW})");
+                }
+                Some(runtime::ops::Recovery::Driver) => errln!(
+                    "execution {task_id} was driven by a driver that is not running here: run `baton execute run` \
+                     again to recover its attempts ({HOW}), unless a `baton serve` on this data dir drives it (it \
+                     goes on by itself)"
+                ),
+                Some(runtime::ops::Recovery::Running) => {
+                    errln!(
+                        "execution {task_id} is driven by another process, which goes on now that the pause is lifted"
+                    );
+                }
+                None => {}
             }
             for step_id in &resumed.requeued {
                 errln!("step {step_id} was dispatched when the driver stopped; it is offered again");

@@ -97,3 +97,46 @@ fn cancelling_a_paused_execution_first_records_the_agent_that_finished_during_th
     assert_eq!(exec["status"], "cancelled", "{exec}");
     assert_eq!(exec["counters"]["spend_usd"], p["cost_usd"], "paid for: {exec}");
 }
+
+/// Found by a tester: an `execute resume` the server did not take through its relay
+/// (`BATON_RELAY=0`) lifted the pause, said "resumed from its pause", then failed with "driven
+/// by another process" (exit 2) once the server's driver had taken the lease back; through the
+/// relay it said to run `baton execute run` again, for an execution the server drives. Lifting
+/// the pause is the whole resume while a driver goes on; the server's resume says its own
+/// driver recovers the attempts.
+#[test]
+fn a_resume_of_a_server_driven_execution_succeeds_through_any_door_and_the_server_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let server = Server::start_env(&data, &[], &[]);
+    let cli = |relay: &str, args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+            .env("BATON_RELAY", relay)
+            .arg("--data-dir")
+            .arg(&data)
+            .args(args)
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    for (relay, title) in [("0", "Resumed from outside the relay"), ("1", "Resumed through the relay")] {
+        let (id, task_id) = fire_sleepy(&server, title, 1);
+        wait_until("the agent's start", || attempts_with(&data, &task_id, "1.1", "started.json") == 1);
+        let (status, body) = server.request("POST", &format!("/api/v1/executions/{task_id}/pause"), None);
+        assert_eq!((status, body["paused"].as_bool()), (200, Some(true)), "{body}");
+        wait_until("the agent's exit", || attempts_with(&data, &task_id, "1.1", "exit.json") == 1);
+
+        let (code, stderr) = cli(relay, &["execute", "resume", "--task-id", task_id.as_str()]);
+        assert_eq!(code, Some(0), "BATON_RELAY={relay}: {stderr}");
+        assert!(stderr.contains("resumed from its pause"), "{stderr}");
+        assert!(!stderr.contains("baton execute run` again") || relay == "0", "the server drives it: {stderr}");
+        if relay == "1" {
+            assert!(stderr.contains("driven by this server"), "{stderr}");
+        }
+        let (_, exec) = server.request("GET", &format!("/api/v1/executions/{task_id}"), None);
+        assert_ne!(exec["status"], "failed", "{exec}");
+        server.wait_stage(id, "awaiting_human");
+        let (code, stderr) = cli(relay, &["execute", "status", "--task-id", task_id.as_str()]);
+        assert!(code == Some(0) && !stderr.contains("paused"), "{stderr}");
+    }
+}

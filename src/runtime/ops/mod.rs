@@ -207,6 +207,34 @@ pub struct Decided {
     pub requeued: Vec<String>,
 }
 
+/// What [`Ops::resume`] did.
+#[derive(Debug, Clone)]
+pub struct Resumed {
+    /// The decision: the state after it, the next action, the steps offered again, the
+    /// checkpoint's acknowledgement key (empty when none was due).
+    pub decided: Decided,
+    /// Whether the execution was paused and the resume lifted the pause.
+    pub unpaused: bool,
+    /// Who recovers the attempts of a live execution a driver ran (`None`: no driver ran it,
+    /// or it ended).
+    pub recovery: Option<Recovery>,
+}
+
+/// Who recovers a driven execution's attempts after a resume: running ones are re-adopted,
+/// finished ones harvested, dead ones run again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recovery {
+    /// This process's driver (the resume ran in `baton serve`, itself or relayed): it has
+    /// started again.
+    ThisServer,
+    /// A driver that is not running now: `baton execute run` run again, or a `baton serve` on
+    /// the data dir, which starts its driver again when it sees the pause lifted.
+    Driver,
+    /// The driver that holds the execution's lease (another process): it goes on once the
+    /// pause is lifted.
+    Running,
+}
+
 /// What pause and resume answer.
 #[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct PauseState {
@@ -719,14 +747,15 @@ impl Ops {
         Ok(PauseState { task_id: task_id.to_string(), paused })
     }
 
-    /// `execute resume` for an execution an external orchestrator drives: every step that was
-    /// dispatched when the orchestrator stopped is offered again (its attempt is lost), and a
-    /// due CHECKPOINT is acknowledged (seed-spec §2.17 (b): resume is what the checkpoint's
-    /// handoff names). An execution `execute run` drives recovers its attempts itself: only
-    /// its checkpoint is acknowledged here.
+    /// `execute resume`: lifts a pause, and for an execution an external orchestrator drives
+    /// offers again every step that was dispatched when the orchestrator stopped (its attempt
+    /// is lost); a due CHECKPOINT is acknowledged (seed-spec §2.17 (b): resume is what the
+    /// checkpoint's handoff names). An execution a driver (`execute run`, `baton serve`) drives
+    /// recovers its attempts itself: [`Resumed::recovery`] says who.
     ///
-    /// Errors: as [`Ops::record`].
-    pub async fn resume(&self, task_id: &str, op: &Operator) -> Result<Decided, OpsError> {
+    /// Errors: as [`Ops::record`]; [`OpsError::Conflict`] (`lease_held`) when another process
+    /// drives an execution that was not paused (there is nothing to resume).
+    pub async fn resume(&self, task_id: &str, op: &Operator) -> Result<Resumed, OpsError> {
         if op.role < Role::Lead {
             return Err(OpsError::Forbidden(format!(
                 "{} is a {}; resuming needs the lead role",
@@ -737,7 +766,31 @@ impl Ops {
         let driven = crate::runtime::runs::meta_path(self.execs.data(), task_id).exists();
         let lock = self.lock(task_id);
         let _serialised = lock.lock().await;
-        let lease = lease::acquire_briefly(self.execs.store(), task_id).await.map_err(OpsError::from)?;
+        // The pause is a setting, not a journal event: lifting it needs no lease. A driver that
+        // holds the lease (an `execute run` waiting the pause out, a server's driver that saw it
+        // lifted) then goes on by itself, and that is the whole resume: a pause lifted and then
+        // "driven by another process" (exit 2) had said the resume failed (found by a tester).
+        let before = self.get(task_id).await?;
+        let unpaused = !before.status.is_final() && self.execs.store().is_paused(task_id).await?;
+        if unpaused {
+            self.execs.store().set_paused(task_id, false).await?;
+        }
+        let lease = match lease::acquire_briefly(self.execs.store(), task_id).await.map_err(OpsError::from) {
+            Ok(lease) => lease,
+            Err(OpsError::Conflict { reason: "lease_held", .. }) if unpaused => {
+                let next_action = self.held(task_id, engine::next_action(&before)).await?;
+                let decided = Decided {
+                    state: std::sync::Arc::new(before),
+                    recorded: false,
+                    idempotency_key: String::new(),
+                    next_action,
+                    stopped_attempts: 0,
+                    requeued: Vec::new(),
+                };
+                return Ok(Resumed { decided, unpaused, recovery: Some(Recovery::Running) });
+            }
+            Err(e) => return Err(e),
+        };
         let result = async {
             let mut state = self.get(task_id).await?;
             let mut requeued = Vec::new();
@@ -768,15 +821,27 @@ impl Ops {
         .await;
         lease.release().await.map_err(OpsError::from)?;
         let (state, requeued, key) = result?;
+        // A driver of this process starts again once the lease is free (as `set_paused` does).
+        if unpaused && driven {
+            self.drive(task_id).await?;
+        }
+        let recovery = (driven && !state.status.is_terminal()).then(|| {
+            if self.pool.is_some() {
+                Recovery::ThisServer
+            } else {
+                Recovery::Driver
+            }
+        });
         let next_action = self.held(task_id, engine::next_action(&state)).await?;
-        Ok(Decided {
+        let decided = Decided {
             recorded: key.is_some() || !requeued.is_empty(),
             idempotency_key: key.unwrap_or_default(),
             state: std::sync::Arc::new(state),
             next_action,
             stopped_attempts: 0,
             requeued,
-        })
+        };
+        Ok(Resumed { decided, unpaused, recovery })
     }
 
     /// What `execute next` and `GET …/next` answer: the engine's next action, except that a
