@@ -564,6 +564,9 @@ impl Ops {
             self.check_separate_reviewer(task_id, &event.actor).await?;
         }
         let cancel = matches!(event.kind, EventKind::Cancelled { .. });
+        // Only decisions are signed: any other event skips reading itself back from the
+        // journal (one statement of every `execute dispatched` and `record`, issue 14.8).
+        let signed = crate::runtime::auth::decision_fields(&event.kind).is_some();
         // This process's own driver holds the lease while it runs: a cancel stops it for good;
         // any other operator event stops it for the record and starts it again after (its
         // running agents are re-adopted), as a pause and resume would.
@@ -605,7 +608,9 @@ impl Ops {
                     pool.wake(task_id);
                 }
             }
-            self.sign(task_id, &done.applied.key).await?;
+            if signed {
+                self.sign(task_id, &done.applied.key).await?;
+            }
             if cancel {
                 self.cancel_spec(task_id, &done.state).await?;
                 // A pause holds back dispatches of a live execution; a cancelled one has none
