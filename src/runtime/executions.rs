@@ -117,7 +117,8 @@ pub fn summary_of(state: &ExecutionState) -> Summary {
 impl Executions {
     /// Opens the store of `data` (its SQLite file, or the PostgreSQL database that
     /// [`database_url`](crate::runtime::config::database_url) names), and gives forge specs
-    /// older than their item keys theirs ([`backfill_source_keys`]).
+    /// older than their item keys theirs ([`backfill_source_keys`]; a one-shot process that
+    /// ran no migration leaves that to the one that did, see [`Store::ran_no_migration`]).
     pub async fn open(data: DataDir) -> anyhow::Result<Executions> {
         Executions::open_for(data, Workload::Service).await
     }
@@ -131,7 +132,12 @@ impl Executions {
                 .await
                 .with_context(|| format!("opening {}", data.db_path().display()))?,
         };
-        backfill_source_keys(&store).await.context("keying the specs of forge items")?;
+        // A one-shot process on a schema it did not migrate skips the backfill: the process
+        // that applied migration 0010 ran it, as every server does at start (one statement of
+        // every CLI call, issue 14.8).
+        if !store.ran_no_migration() {
+            backfill_source_keys(&store).await.context("keying the specs of forge items")?;
+        }
         let snapshot_every = match workload {
             Workload::Service => SNAPSHOT_EVERY,
             Workload::OneShot => ONE_SHOT_SNAPSHOT_EVERY,

@@ -141,6 +141,9 @@ struct Lite {
     /// Last known chain head (seq, hash) per execution, from this process's appends. A hint
     /// only: the fast append path checks it in SQL and falls back when it is stale.
     heads: writer::Heads,
+    /// Whether the schema was already this build's when a one-shot process opened the file,
+    /// so it ran no migration ([`Store::ran_no_migration`]).
+    schema_was_current: bool,
 }
 
 /// Failure of a store operation.
@@ -585,10 +588,11 @@ impl Store {
         }
         let writer = async {
             let mut conn = connect_writer(&writer_options).await.map_err(open_err)?;
-            if !(one_shot && schema_is_current(&mut conn).await) {
+            let current = one_shot && schema_is_current(&mut conn).await;
+            if !current {
                 migrate(&mut conn).await?;
             }
-            Ok::<_, StoreError>(conn)
+            Ok::<_, StoreError>((conn, current))
         };
         // Readers map the file (`mmap_size`): a snapshot of a large plan is a megabyte of
         // overflow pages, read in place instead of copied page by page into each connection's
@@ -612,11 +616,11 @@ impl Store {
             // (`Lite::read`): its one read connection is opened only if a read finds the
             // writer busy (a write in flight on another task), which a one-shot command
             // rarely does.
-            let conn = writer.await?;
+            let (conn, schema_was_current) = writer.await?;
             let reader = reader_pool(1).connect_lazy_with(reader_options);
             let heads = writer::Heads::default();
             let writer = Writer::new(conn, db_path, heads.clone(), one_shot);
-            return Ok(Store { backend: Backend::Sqlite(Lite { writer, reader, heads }) });
+            return Ok(Store { backend: Backend::Sqlite(Lite { writer, reader, heads, schema_was_current }) });
         }
         let reader = || connect_retrying(reader_pool(READERS), reader_options.clone());
         // Read-only connections can open a file once the writer has created it and switched it
@@ -628,14 +632,26 @@ impl Store {
         } else {
             (writer.await, Err(sqlx::Error::PoolClosed))
         };
-        let conn = conn?;
+        let (conn, schema_was_current) = conn?;
         let reader = match early {
             Ok(pool) => pool,
             Err(_) => reader().await.map_err(open_err)?,
         };
         let heads = writer::Heads::default();
         let writer = Writer::new(conn, db_path, heads.clone(), one_shot);
-        Ok(Store { backend: Backend::Sqlite(Lite { writer, reader, heads }) })
+        Ok(Store { backend: Backend::Sqlite(Lite { writer, reader, heads, schema_was_current }) })
+    }
+
+    /// True when this store was opened by a one-shot process ([`Workload::OneShot`]) on a
+    /// SQLite file whose schema was already this build's: it ran no migration. Work that
+    /// follows a migration (giving pre-0010 forge specs their keys) is then already done by
+    /// the process that migrated; every long-running process (and every PostgreSQL store)
+    /// answers false and does it again at its start.
+    pub fn ran_no_migration(&self) -> bool {
+        match &self.backend {
+            Backend::Sqlite(lite) => lite.schema_was_current,
+            Backend::Postgres(_) => false,
+        }
     }
 
     /// Connects to the PostgreSQL database at `url` (`postgres://user:password@host:port/db`)

@@ -8,7 +8,7 @@ use axum::http::{Request, StatusCode};
 use baton::model::plan::MachinePlan;
 use baton::runtime::config::DataDir;
 use baton::runtime::executions::Executions;
-use baton::store::{ForgeIdentity, SpecChange};
+use baton::store::{ForgeIdentity, SpecChange, Workload};
 use baton::web::{self, AppState, WebhookConfig};
 use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
@@ -934,9 +934,11 @@ async fn duplicates_already_in_a_database_keep_the_oldest_spec_as_the_items() {
     }
     pool.close().await;
 
-    // Opened by this Baton: migrated, the keys filled, the oldest of each item kept.
-    let execs = Executions::open(data.clone()).await.unwrap();
+    // Opened by this Baton, first by a one-shot CLI process (a user's first command after the
+    // upgrade): migrated, the keys filled, the oldest of each item kept.
+    let execs = Executions::open_for(data.clone(), Workload::OneShot).await.unwrap();
     let store = execs.store();
+    assert!(!store.ran_no_migration(), "this process migrated the file");
     let holder = |key: &'static str| async move { store.spec_by_source_key(key).await.unwrap().map(|s| s.spec_id) };
     assert_eq!(holder("github:github.com/lumen-labs/lantern#7").await, Some(1));
     assert_eq!(holder("ado:lumenlabs#301").await, Some(4));
@@ -955,9 +957,14 @@ async fn duplicates_already_in_a_database_keep_the_oldest_spec_as_the_items() {
     for kept in [1, 4, 6, 7] {
         assert_eq!(store.spec_events(kept).await.unwrap().len(), 1, "spec {kept} untouched");
     }
-    // Opening again changes nothing.
+    // Opening again changes nothing. A one-shot process on the current schema runs no
+    // migration and leaves the (done) backfill alone; a server runs it at every start.
     drop(execs);
+    let once = Executions::open_for(data.clone(), Workload::OneShot).await.unwrap();
+    assert!(once.store().ran_no_migration());
+    drop(once);
     let execs = Executions::open(data).await.unwrap();
+    assert!(!execs.store().ran_no_migration());
     assert_eq!(execs.store().spec_events(2).await.unwrap().len(), 2);
 
     // A delivery of issue 7 finds the oldest spec; nothing new is created.
