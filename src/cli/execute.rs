@@ -140,9 +140,7 @@ pub(super) async fn execute_with(
                      goes on by itself)"
                 ),
                 Some(runtime::ops::Recovery::Running) => {
-                    errln!(
-                        "execution {task_id} is driven by another process, which goes on now that the pause is lifted"
-                    );
+                    errln!("execution {task_id} is driven by another process, which goes on");
                 }
                 None => {}
             }

@@ -140,3 +140,32 @@ fn a_resume_of_a_server_driven_execution_succeeds_through_any_door_and_the_serve
         assert!(code == Some(0) && !stderr.contains("paused"), "{stderr}");
     }
 }
+
+/// Found by a tester: `execute resume` of an execution the server was running (not paused,
+/// an agent in flight) failed with "driven by another process", naming the server itself,
+/// where the API's resume answers 200. Nothing needs resuming: its driver goes on.
+#[test]
+fn a_resume_of_a_running_server_driven_execution_succeeds_and_changes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let server = Server::start_env(&data, &[], &[]);
+    let (id, task_id) = fire_sleepy(&server, "Resumed while running", 3);
+    wait_until("the agent's start", || attempts_with(&data, &task_id, "1.1", "started.json") == 1);
+    for (relay, said) in [("1", "driven by this server"), ("0", "driven by another process, which goes on")] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+            .env("BATON_RELAY", relay)
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["execute", "resume", "--task-id", task_id.as_str()])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "BATON_RELAY={relay}: {stderr}");
+        assert!(stderr.contains(said) && !stderr.contains("resumed from its pause"), "{stderr}");
+    }
+    server.wait_stage(id, "awaiting_human");
+    let journal = journal(&server, &task_id);
+    let dispatches = journal.iter().filter(|e| e["kind"] == "step_dispatched").count();
+    assert_eq!(dispatches, 1, "the running attempt went on, nothing was offered again: {journal:?}");
+    assert_eq!(attempts_with(&data, &task_id, "1.1", "started.json"), 1, "one agent launch");
+}

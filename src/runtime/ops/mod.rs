@@ -230,8 +230,8 @@ pub enum Recovery {
     /// A driver that is not running now: `baton execute run` run again, or a `baton serve` on
     /// the data dir, which starts its driver again when it sees the pause lifted.
     Driver,
-    /// The driver that holds the execution's lease (another process): it goes on once the
-    /// pause is lifted.
+    /// The driver that holds the execution's lease (another process): it goes on, the pause
+    /// lifted if there was one.
     Running,
 }
 
@@ -758,8 +758,8 @@ impl Ops {
     /// checkpoint's handoff names). An execution a driver (`execute run`, `baton serve`) drives
     /// recovers its attempts itself: [`Resumed::recovery`] says who.
     ///
-    /// Errors: as [`Ops::record`]; [`OpsError::Conflict`] (`lease_held`) when another process
-    /// drives an execution that was not paused (there is nothing to resume).
+    /// Errors: as [`Ops::record`]; [`OpsError::Conflict`] when another process holds the lease
+    /// of an execution that no driver runs and that was not paused.
     pub async fn resume(&self, task_id: &str, op: &Operator) -> Result<Resumed, OpsError> {
         if op.role < Role::Lead {
             return Err(OpsError::Forbidden(format!(
@@ -780,21 +780,32 @@ impl Ops {
         if unpaused {
             self.execs.store().set_paused(task_id, false).await?;
         }
-        let lease = match lease::acquire_briefly(self.execs.store(), task_id).await.map_err(OpsError::from) {
-            Ok(lease) => lease,
-            Err(OpsError::Conflict { reason: "lease_held", .. }) if unpaused => {
-                let next_action = self.held(task_id, engine::next_action(&before)).await?;
-                let decided = Decided {
-                    state: std::sync::Arc::new(before),
-                    recorded: false,
-                    idempotency_key: String::new(),
-                    next_action,
-                    stopped_attempts: 0,
-                    requeued: Vec::new(),
-                };
-                return Ok(Resumed { decided, unpaused, recovery: Some(Recovery::Running) });
+        // A driver that runs it (this server's, or another process's holding the lease) goes
+        // on: there is nothing else to resume (a relayed resume of a running server-driven
+        // execution had failed with "driven by another process", naming the server itself).
+        let own_driver =
+            self.pool.as_ref().is_some_and(|p| matches!(p.driver_state(task_id), Some(DriverState::Running)));
+        let lease = if own_driver {
+            None
+        } else {
+            match lease::acquire_briefly(self.execs.store(), task_id).await {
+                Ok(lease) => Some(lease),
+                Err(_) if (driven || unpaused) && lease::driver_holds(self.execs.store(), task_id).await => None,
+                Err(e) => return Err(OpsError::from(e)),
             }
-            Err(e) => return Err(e),
+        };
+        let Some(lease) = lease else {
+            let next_action = self.held(task_id, engine::next_action(&before)).await?;
+            let decided = Decided {
+                state: std::sync::Arc::new(before),
+                recorded: false,
+                idempotency_key: String::new(),
+                next_action,
+                stopped_attempts: 0,
+                requeued: Vec::new(),
+            };
+            let recovery = if own_driver { Recovery::ThisServer } else { Recovery::Running };
+            return Ok(Resumed { decided, unpaused, recovery: Some(recovery) });
         };
         let result = async {
             let mut state = self.get(task_id).await?;
