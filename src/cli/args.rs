@@ -62,8 +62,10 @@ pub(super) enum ApprovalCommand {
         #[arg(long)]
         reviewer: String,
         /// Hours until it expires (1 to 720: 30 days).
+        // Any whole number: the range is `Ops::mint_link`'s rule, for every value alike (`-1`
+        // had clap's "not in 0..=4294967295", found by a tester).
         #[arg(long, default_value_t = 24, allow_negative_numbers = true)]
-        hours: u32,
+        hours: i64,
         /// The server's address as reviewers reach it (an http or https URL).
         #[arg(long, default_value = "http://127.0.0.1:8741", value_parser = http_base_url)]
         base_url: String,
@@ -443,7 +445,8 @@ fn max_spend_flag(raw: Option<&str>) -> Result<Option<(f64, String)>, BadInput> 
 
 /// `--base-url`: an absolute http(s) URL (a link printed with another scheme, such as
 /// `javascript:`, would be one a reviewer must never follow), without a query, a fragment or
-/// credentials (`http://user:pass@host/` had been accepted and printed in every link).
+/// credentials (`http://user:pass@host/` had been accepted and printed in every link); the
+/// URL as parsed (`HTTP://H/ x` → `http://h/%20x`).
 fn http_base_url(text: &str) -> Result<String, String> {
     match url::Url::parse(text) {
         Ok(u) if u.query().is_some() || u.fragment().is_some() => Err(format!(
@@ -456,7 +459,8 @@ fn http_base_url(text: &str) -> Result<String, String> {
              credentials in it would reach every reviewer it is sent to"
                 .to_string())
         }
-        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Ok(text.to_string()),
+        // As parsed: `http://h/ space` had printed links with a space in them.
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Ok(u.as_str().to_string()),
         Ok(u) => Err(format!("expected an http or https URL with a host, not a {} URL", u.scheme())),
         Err(e) => Err(format!("not a URL ({e}); for example https://baton.example.com")),
     }

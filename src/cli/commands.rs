@@ -131,7 +131,7 @@ pub(super) async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let as_user = cli.as_user.as_deref();
             with_operator_service(DataDir::open(&cli.data_dir)?, async |ops| {
                 let op = ops.cli_operator(as_user).await?;
-                let token = ops.mint_link(&task_id, &reviewer, i64::from(hours) * 3600, &op).await?;
+                let token = ops.mint_link(&task_id, &reviewer, hours.saturating_mul(3600), &op).await?;
                 outln!("{}/approve/{token}", base_url.trim_end_matches('/'));
                 Ok(ExitCode::SUCCESS)
             })

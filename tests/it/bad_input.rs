@@ -365,8 +365,9 @@ fn a_negative_number_or_an_empty_task_id_is_refused_as_that_value() {
     for (args, what) in [
         (&["gc", "--hours", "-1"][..], "invalid value '-1' for '--hours <HOURS>'"),
         (
+            // The link's range is one rule (`Ops`), for -2 as for 0 or 721.
             &["approval", "link", "--task-id", "t", "--reviewer", "r", "--hours", "-2"][..],
-            "invalid value '-2' for '--hours <HOURS>'",
+            "a link is valid for 1 to 720 hours (30 days); -2 hours were asked",
         ),
         (&["token", "revoke", "-3"][..], "no active token with id -3"),
         (&["replay", ""][..], "a value is required for '[TASK_ID]' but none was supplied"),

@@ -1036,7 +1036,7 @@ async fn an_approval_link_is_refused_for_a_lifetime_over_30_days_or_a_base_url_t
     };
     // 0 said "0 is not in 1..=4294967295" (clap's range, found by a tester): the one rule
     // (`Ops`) answers every out-of-range value alike.
-    for hours in ["0", "721", "4294967295"] {
+    for hours in ["0", "721", "4294967295", "-1", "99999999999", "9223372036854775807"] {
         let out = link(&["--hours", hours]);
         assert_eq!(code(&out), 2, "--hours {hours}: {}", stderr(&out));
         assert!(stderr(&out).contains("1 to 720 hours"), "--hours {hours}: {}", stderr(&out));
@@ -1060,4 +1060,10 @@ async fn an_approval_link_is_refused_for_a_lifetime_over_30_days_or_a_base_url_t
     let out = link(&["--hours", "720", "--base-url", "https://baton.example.com/"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert!(stdout(&out).starts_with("https://baton.example.com/approve/"), "{}", stdout(&out));
+    // The address as parsed: a space had reached the link as it was typed (found by a tester).
+    for (base, printed) in [("http://h/ space", "http://h/%20space/approve/"), ("HTTP://H:1/", "http://h:1/approve/")] {
+        let out = link(&["--base-url", base]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert!(stdout(&out).starts_with(printed), "{base}: {}", stdout(&out));
+    }
 }
