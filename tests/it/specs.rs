@@ -299,6 +299,9 @@ async fn budget_forms_name_the_accepted_range() {
         ("-5", StatusCode::UNPROCESSABLE_ENTITY),
         ("0.001", StatusCode::UNPROCESSABLE_ENTITY),
         ("lots", StatusCode::BAD_REQUEST),
+        ("NaN", StatusCode::BAD_REQUEST),
+        ("inf", StatusCode::BAD_REQUEST),
+        ("1e400", StatusCode::BAD_REQUEST),
     ] {
         let forms = [
             (format!("/specs/{id}/review"), format!("csrf={token}&decision=approve&budget_usd={usd}")),
@@ -309,7 +312,7 @@ async fn budget_forms_name_the_accepted_range() {
             assert_eq!(got, status, "{uri} {usd}: {html}");
             assert!(html.contains("from 0.01 to 1000000") && !html.contains("above 0"), "{uri}: {html}");
         }
-        if let Ok(number) = usd.parse::<f64>() {
+        if let Some(number) = usd.parse::<f64>().ok().filter(|v| v.is_finite()) {
             let review = json!({"decision": "approve", "budget_usd": number});
             let (api, body) = app.post(&format!("/api/v1/specs/{id}/review"), review).await;
             assert_eq!(api, status, "the API, {usd}: {body}");

@@ -31,7 +31,7 @@ impl Ops {
                 Some(v) if v.is_finite() && (MIN_CEILING_USD..=MAX_CEILING_USD).contains(&v) => {
                     Ok(BudgetDecision::Raise(v))
                 }
-                Some(v) => Err(invalid(format!("{v} {}", crate::runtime::spend::USD_EXPECTED))),
+                Some(v) => Err(invalid(format!("{v}: {}", crate::runtime::spend::USD_EXPECTED))),
                 None => Err(invalid("a raise needs the amount in USD".into())),
             },
             "stop" if by_usd.is_some() => Err(invalid("only a raise takes an amount".into())),

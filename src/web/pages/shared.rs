@@ -136,8 +136,10 @@ pub(super) fn see_other(location: &str) -> Response {
 /// forms had refused it themselves, with a 400).
 ///
 /// Errors: 400 naming `field` when the text is not a number.
+/// `NaN`, `inf` and a number too large for an `f64` (`1e400`) are not numbers here, as they are
+/// not in the API's JSON.
 pub(super) fn form_usd(field: &str, raw: &str) -> Result<f64, AppError> {
-    raw.trim().trim_start_matches('$').trim().parse::<f64>().map_err(|_| {
+    raw.trim().trim_start_matches('$').trim().parse::<f64>().ok().filter(|v| v.is_finite()).ok_or_else(|| {
         AppError::BadRequest(format!("{field}: {raw:?} is not a number: {}", crate::runtime::spend::USD_EXPECTED))
     })
 }
