@@ -505,21 +505,25 @@ impl From<QueryRejection> for AppError {
 
 impl AppError {
     /// 400 for a query string whose value `message` describes: [`AppError::BadQuery`] naming
-    /// the parameter when `message` (or the part after axum's "Failed to deserialize query
-    /// string: ") opens with `name: ` (what axum's `Query` says through `serde_path_to_error`,
-    /// and how handlers word their own checks: "page: pages count from 1"), else
-    /// [`AppError::BadRequest`]. A bad `/board?page=0` had answered `details: null`.
+    /// the parameter when `message` (less axum's "Failed to deserialize query string: ")
+    /// opens with `name: ` (what axum's `Query` says through `serde_path_to_error`, and how
+    /// handlers word their own checks: "page: pages count from 1") or says "duplicate field
+    /// `name`", else [`AppError::BadRequest`]. A bad `/board?page=0` had answered
+    /// `details: null`.
     pub(crate) fn bad_query(message: impl Into<String>) -> AppError {
         let message = message.into();
-        let said = message.strip_prefix("Failed to deserialize query string: ").unwrap_or(&message);
+        // axum's wording of where it failed says nothing to a client.
+        let said = message.strip_prefix("Failed to deserialize query string: ").unwrap_or(&message).to_string();
+        let is_name = |name: &&str| !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
         let field = said
             .split_once(": ")
             .map(|(name, _)| name)
-            .filter(|name| !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+            .filter(is_name)
+            .or_else(|| said.strip_prefix("duplicate field `")?.split('`').next().filter(is_name))
             .map(str::to_string);
         match field {
-            Some(field) => AppError::BadQuery { message, field },
-            None => AppError::BadRequest(message),
+            Some(field) => AppError::BadQuery { message: said, field },
+            None => AppError::BadRequest(said),
         }
     }
 }

@@ -272,3 +272,25 @@ async fn every_documented_operation_needs_its_credential_and_role() {
         }
     }
 }
+
+/// Found by a tester: a repeated parameter, and a value a handler's own check refuses
+/// (`/metrics?from=notadate`), answered 400 without naming the parameter, some in axum's own
+/// words ("Failed to deserialize query string: …").
+#[tokio::test]
+async fn every_bad_query_value_names_its_parameter_in_plain_words() {
+    let app = TestApp::new().await;
+    for (uri, field) in [
+        ("/api/v1/board?page=1&page=2", "page"),
+        ("/api/v1/board?page=-1", "page"),
+        ("/api/v1/metrics?from=notadate", "from"),
+        ("/api/v1/metrics?to=2026-13-45", "to"),
+        ("/api/v1/specs?offset=-1", "offset"),
+    ] {
+        let (status, kind, body) = send(&app, Request::get(uri).body(Body::empty()).unwrap()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}: {body}");
+        assert!(kind.starts_with("application/json"), "{uri}: {kind}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["details"]["field"], field, "{uri}: {v}");
+        assert!(!v["message"].as_str().unwrap().starts_with("Failed to deserialize"), "{uri}: {v}");
+    }
+}

@@ -28,6 +28,6 @@ async fn figures(
     query: Result<Query<PortfolioQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Portfolio>, AppError> {
     let Query(q) = query?;
-    let range = q.checked(app.ops.clock().now().date_naive()).map_err(AppError::BadRequest)?;
+    let range = q.checked(app.ops.clock().now().date_naive()).map_err(AppError::bad_query)?;
     Ok(Json(portfolio::load(&app.execs, &range).await?))
 }
