@@ -151,18 +151,19 @@ pub fn validate(plan: &MachinePlan) -> Result<(), Vec<PlanProblem>> {
             }
         }
         for step in &phase.steps {
-            let sloc = format!("{ploc}, step {}", step.step_id);
+            let sloc = format!("{ploc}, step {}", step.step_id.escape_debug());
             check_step(step, &sloc, &mut push);
             if !seen_steps.insert(step.step_id.as_str()) {
-                push(sloc.clone(), format!("duplicate step_id {}", step.step_id));
+                push(sloc.clone(), format!("duplicate step_id {}", step.step_id.escape_debug()));
             }
             for dep in &step.depends_on {
                 match position.get(dep.as_str()) {
-                    None => push(sloc.clone(), format!("depends_on names unknown step {dep}")),
+                    None => push(sloc.clone(), format!("depends_on names unknown step {}", dep.escape_debug())),
                     Some(&p) if p == order => push(sloc.clone(), "depends on itself".into()),
-                    Some(&p) if p > order => {
-                        push(sloc.clone(), format!("depends_on names step {dep}, which comes later in the plan"))
-                    }
+                    Some(&p) if p > order => push(
+                        sloc.clone(),
+                        format!("depends_on names step {}, which comes later in the plan", dep.escape_debug()),
+                    ),
                     Some(_) => {}
                 }
             }
@@ -330,7 +331,12 @@ fn team_problems(plan: &MachinePlan) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for phase in &plan.phases {
         for step in phase.steps.iter().filter(|s| !s.team.is_empty()) {
-            let sloc = format!("phase {} ({}), step {}", phase.phase_id, phase.name, step.step_id);
+            let sloc = format!(
+                "phase {} ({}), step {}",
+                phase.phase_id,
+                phase.name.escape_debug(),
+                step.step_id.escape_debug()
+            );
             // The synthesis is dispatched and recorded under this id: a step with it would
             // never run, and the synthesis's result would be taken for its own.
             if step_ids.contains(step.synthesis_id().as_str()) {
@@ -474,6 +480,20 @@ mod tests {
     #[test]
     fn a_valid_plan_passes() {
         assert_eq!(validate(&plan(vec![phase(1, vec![step("1.1", &[]), step("1.2", &["1.1"])])])), Ok(()));
+    }
+
+    /// A step id or dependency with a tab or a newline wrote them raw into the problem's
+    /// location, breaking the line (found by a tester); they are escaped, as a phase name is.
+    #[test]
+    fn step_ids_in_problems_are_escaped() {
+        let p = plan(vec![phase(1, vec![step("1.\t1", &["x\ny"]), step("1.\t1", &[])])]);
+        let got = messages(&p);
+        assert!(got.iter().all(|m| !m.contains('\t') && !m.contains('\n')), "{got:?}");
+        assert!(
+            got.iter().any(|m| m.starts_with("phase 1 (P1), step 1.\\t1: depends_on names unknown step x\\ny")),
+            "{got:?}"
+        );
+        assert!(got.iter().any(|m| m.ends_with("duplicate step_id 1.\\t1")), "{got:?}");
     }
 
     #[test]
