@@ -19,21 +19,21 @@ pub(super) enum TokenCommand {
     /// another role needs --change-role (and changes every token of theirs).
     Create {
         /// User name (1-64 of A-Z a-z 0-9 . _ - @).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         user: String,
         /// viewer, reviewer, lead or admin.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         role: String,
         /// What the token is for.
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", allow_negative_numbers = true)]
         label: String,
         /// The user's GitHub login: their `/baton approve` and `/baton reject` issue comments
         /// decide approvals (webhooks).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         github_login: Option<String>,
         /// The user's Azure DevOps e-mail (unique name): their `/baton approve` and `/baton
         /// reject` work-item comments decide approvals (webhooks).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         ado_email: Option<String>,
         /// Let an existing user's role become ROLE (all their tokens change with it).
         #[arg(long)]
@@ -56,10 +56,10 @@ pub(super) enum ApprovalCommand {
     /// without signing in.
     Link {
         /// Execution id.
-        #[arg(long, value_parser = NonEmptyStringValueParser::new())]
+        #[arg(long, value_parser = NonEmptyStringValueParser::new(), allow_negative_numbers = true)]
         task_id: String,
         /// Who the link is for (recorded as the decider).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         reviewer: String,
         /// Hours until it expires (1 to 720: 30 days).
         // Any whole number: the range is `Ops::mint_link`'s rule, for every value alike (`-1`
@@ -67,7 +67,7 @@ pub(super) enum ApprovalCommand {
         #[arg(long, default_value_t = 24, allow_negative_numbers = true)]
         hours: i64,
         /// The server's address as reviewers reach it (an http or https URL).
-        #[arg(long, default_value = "http://127.0.0.1:8741", value_parser = http_base_url)]
+        #[arg(long, default_value = "http://127.0.0.1:8741", value_parser = http_base_url, allow_negative_numbers = true)]
         base_url: String,
     },
 }
@@ -97,14 +97,14 @@ pub(super) enum AgentCommand {
 #[derive(Debug, Args, Clone)]
 pub(super) struct Task {
     /// Execution id (default: BATON_TASK_ID, then the active execution).
-    #[arg(long, env = "BATON_TASK_ID")]
+    #[arg(long, env = "BATON_TASK_ID", allow_negative_numbers = true)]
     pub(super) task_id: Option<String>,
 }
 
 #[derive(Debug, Args, Clone)]
 pub(super) struct Key {
     /// Idempotency key (default: derived from the event): the same key twice has one effect.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub(super) idempotency_key: Option<String>,
 }
 
@@ -114,7 +114,7 @@ pub(super) enum ExecuteCommand {
     /// Start an execution of a plan and print the first action.
     Start {
         /// Plan file (default: the plan saved by `baton plan --from`).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         plan: Option<PathBuf>,
     },
     /// Print the next action (`--all`: every dispatchable step).
@@ -133,10 +133,10 @@ pub(super) enum ExecuteCommand {
         #[command(flatten)]
         key: Key,
         /// Step id.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         step_id: String,
         /// Agent name.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         agent: String,
     },
     /// Record a step's result (also a team member's: its member id is the step id;
@@ -148,27 +148,27 @@ pub(super) enum ExecuteCommand {
         #[command(flatten)]
         key: Key,
         /// Step id (a team member's id, e.g. 1.1.a, for a member).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         step_id: String,
         /// A team member's id (agent-baton's `team-record --member-id`): recorded instead of
         /// --step-id, which then names its team step.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         member_id: Option<String>,
         /// Agent name.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         agent: String,
         /// complete | failed | interacting | budget_stopped (a dispatched attempt stopped at
         /// the budget ceiling).
-        #[arg(long, default_value = "complete")]
+        #[arg(long, default_value = "complete", allow_negative_numbers = true)]
         status: String,
         /// The agent's outcome text.
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", allow_negative_numbers = true)]
         outcome: String,
         /// Changed files, comma-separated.
-        #[arg(long, value_delimiter = ',')]
+        #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
         files: Vec<String>,
         /// Commit hash.
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", allow_negative_numbers = true)]
         commit: String,
         /// Tokens used.
         #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
@@ -180,7 +180,7 @@ pub(super) enum ExecuteCommand {
         #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
         duration: f64,
         /// Error text (failed).
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", allow_negative_numbers = true)]
         error: String,
     },
     /// Record a gate result.
@@ -194,10 +194,10 @@ pub(super) enum ExecuteCommand {
         phase_id: i64,
         /// pass | fail | skip (skip: only when the GATE action says it has nothing to run;
         /// a skipped gate lets the phase go on but is not a pass).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         result: String,
         /// Gate output (for skip: the reason seen, optional).
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", allow_negative_numbers = true)]
         output: String,
     },
     /// Record an approval decision.
@@ -210,10 +210,10 @@ pub(super) enum ExecuteCommand {
         #[arg(long, allow_negative_numbers = true)]
         phase_id: i64,
         /// approve | reject | approve-with-feedback.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         result: String,
         /// Feedback text.
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", allow_negative_numbers = true)]
         feedback: String,
     },
     /// Answer a feedback question.
@@ -226,7 +226,7 @@ pub(super) enum ExecuteCommand {
         #[arg(long, allow_negative_numbers = true)]
         phase_id: i64,
         /// Question id.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         question_id: String,
         /// Chosen option (0-based).
         #[arg(long, allow_negative_numbers = true)]
@@ -239,10 +239,10 @@ pub(super) enum ExecuteCommand {
         #[command(flatten)]
         key: Key,
         /// Step id.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         step_id: String,
         /// Reply text.
-        #[arg(long, conflicts_with = "complete", required_unless_present = "complete")]
+        #[arg(long, conflicts_with = "complete", required_unless_present = "complete", allow_negative_numbers = true)]
         input: Option<String>,
         /// End the interaction with the agent's last output.
         #[arg(long)]
@@ -255,16 +255,16 @@ pub(super) enum ExecuteCommand {
         #[command(flatten)]
         key: Key,
         /// Why.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         description: String,
         /// `NAME:AGENT`: a new phase with one step for AGENT (task = the description).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         add_phase: Vec<String>,
         /// Insert new phases after this phase id (default: after the current phase).
         #[arg(long, allow_negative_numbers = true)]
         after_phase: Option<i64>,
         /// `PHASE:AGENT:DESC`: a step appended to phase PHASE.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         add_step: Vec<String>,
     },
     /// Go on: lift a pause, acknowledge a due CHECKPOINT, and (for an execution an external
@@ -293,7 +293,7 @@ pub(super) enum ExecuteCommand {
         #[command(flatten)]
         task: Task,
         /// Why.
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", allow_negative_numbers = true)]
         reason: String,
     },
     /// Decide an execution parked at its USD ceiling (BUDGET): raise the ceiling or stop.
@@ -317,7 +317,7 @@ pub(super) enum ExecuteCommand {
         #[command(flatten)]
         task: Task,
         /// Step id.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         step_id: String,
     },
     /// Retry a failed gate (reopens a failed execution).
@@ -333,10 +333,10 @@ pub(super) enum ExecuteCommand {
         #[command(flatten)]
         task: Task,
         /// Step id.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         step_id: String,
         /// Why.
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", allow_negative_numbers = true)]
         reason: String,
     },
     /// List executions.
@@ -381,10 +381,10 @@ impl ExecuteCommand {
 #[command(about = "Run a plan headlessly: real agents in worktrees, gates, consolidation on one branch")]
 pub struct RunArgs {
     /// Plan file; its task id resumes a live execution.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub plan: Option<PathBuf>,
     /// Execution to resume (instead of --plan).
-    #[arg(long, env = "BATON_TASK_ID")]
+    #[arg(long, env = "BATON_TASK_ID", allow_negative_numbers = true)]
     pub task_id: Option<String>,
     /// How the run works (shared with `baton goal`).
     #[command(flatten)]
@@ -396,21 +396,21 @@ pub struct RunArgs {
 pub struct RunFlags {
     /// The git repository to work on (its checkout is never modified). Default: the current
     /// directory for a new execution, the execution's own repository when resuming.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub repo: Option<PathBuf>,
     /// Agent profile for agents that baton.toml maps nowhere: demo | claude | codex | gemini | command.
     /// Default: `claude` for a new execution, the profile it started with when resuming.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub agent: Option<String>,
     /// Base of the feature branch (default: the repository's current branch tip).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub base: Option<String>,
     /// Concurrent agents (default: baton.toml, 3; the plan's resource limits may lower it).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub max_parallel: Option<usize>,
     /// USD ceiling of a new execution, evaluators included (default: BATON_RUN_BUDGET_USD).
     /// Dispatch stops before a step whose forecast would cross it; the run then exits 3 (BUDGET).
-    #[arg(long, value_name = "USD")]
+    #[arg(long, value_name = "USD", allow_negative_numbers = true)]
     pub max_spend_usd: Option<String>,
 }
 

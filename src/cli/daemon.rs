@@ -97,7 +97,7 @@ pub(crate) enum DaemonCommand {
 )]
 pub(crate) struct StartArgs {
     /// Address to listen on; only loopback is allowed until authentication exists.
-    #[arg(long, default_value = crate::web::DEFAULT_BIND)]
+    #[arg(long, default_value = crate::web::DEFAULT_BIND, allow_negative_numbers = true)]
     bind: SocketAddr,
     /// Register a demo project and a few specs (as `baton serve --demo`).
     #[arg(long)]
@@ -106,7 +106,7 @@ pub(crate) struct StartArgs {
     #[arg(long, default_value_t = crate::runtime::pool::DEFAULT_MAX_AGENTS, allow_negative_numbers = true)]
     max_agents: usize,
     /// Rotate serve.log at start when it is larger than this many bytes.
-    #[arg(long, env = "BATON_LOG_ROTATE_BYTES", default_value_t = LOG_ROTATE_BYTES, hide = true)]
+    #[arg(long, env = "BATON_LOG_ROTATE_BYTES", default_value_t = LOG_ROTATE_BYTES, hide = true, allow_negative_numbers = true)]
     log_rotate_bytes: u64,
 }
 

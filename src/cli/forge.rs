@@ -36,13 +36,13 @@ pub(super) enum SpecCommand {
         /// What to import.
         reference: String,
         /// The project the specs join.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         project: String,
         /// Bulk: the label of the GitHub issues to import.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         label: Option<String>,
         /// Bulk: the WIQL query selecting the Azure DevOps work items to import.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         wiql: Option<String>,
     },
 }

@@ -34,19 +34,19 @@ pub struct GoalArgs {
     /// What "done" means, in one sentence: the completion condition the evaluator judges.
     pub condition: String,
     /// Execution id (default: `goal-<words of the condition>-<UTC time>`).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub task_id: Option<String>,
     /// Agent (roster name) that works towards the goal.
-    #[arg(long, default_value = "backend-engineer")]
+    #[arg(long, default_value = "backend-engineer", allow_negative_numbers = true)]
     pub worker: String,
     /// Agent (roster name) that judges the condition at every phase boundary.
-    #[arg(long, default_value = DEFAULT_EVALUATOR)]
+    #[arg(long, default_value = DEFAULT_EVALUATOR, allow_negative_numbers = true)]
     pub evaluator: String,
     /// Round-out amendments at most (phases the evaluator suggests when the goal is not met).
     #[arg(long, default_value_t = 3, allow_negative_numbers = true)]
     pub max_amend_cycles: u32,
     /// Test gate of the work phase (a shell command run in the integration worktree).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub gate: Option<String>,
     /// Only write the plan; do not run it.
     #[arg(long)]

@@ -52,7 +52,7 @@ pub use plan_file::read_plan;
 #[command(name = "baton", version, about = "Turn specs into merged pull requests with AI coding agents")]
 struct Cli {
     /// Data directory (database, worktrees, run directories, logs, baton.toml).
-    #[arg(long, env = "BATON_DATA_DIR", default_value = "./.baton", global = true)]
+    #[arg(long, env = "BATON_DATA_DIR", default_value = "./.baton", global = true, allow_negative_numbers = true)]
     data_dir: PathBuf,
     /// Print actions and results as JSON.
     #[arg(long, global = true)]
@@ -60,7 +60,7 @@ struct Cli {
     /// Who you are, for decisions and operator commands: a Baton user (required once users
     /// exist; their role applies, and the separate-reviewer rule knows them). Without users,
     /// the local operator (`$USER@host`, or this name).
-    #[arg(long = "as", value_name = "USER", env = "BATON_USER", global = true)]
+    #[arg(long = "as", value_name = "USER", env = "BATON_USER", global = true, allow_negative_numbers = true)]
     as_user: Option<String>,
     #[command(subcommand)]
     command: Command,
@@ -79,7 +79,7 @@ enum Command {
     /// Validate a MachinePlan file (and save it as the plan `execute start` uses).
     Plan {
         /// Plan file (agent-baton plan.json format).
-        #[arg(long = "from")]
+        #[arg(long = "from", allow_negative_numbers = true)]
         from: PathBuf,
         /// Only validate; save nothing.
         #[arg(long)]
@@ -121,7 +121,7 @@ enum Command {
     /// Serve the board and the REST API, driving fired specs, until SIGINT or SIGTERM.
     Serve {
         /// Address to listen on; only loopback is allowed until authentication exists.
-        #[arg(long, default_value = crate::web::DEFAULT_BIND)]
+        #[arg(long, default_value = crate::web::DEFAULT_BIND, allow_negative_numbers = true)]
         bind: std::net::SocketAddr,
         /// Register a demo project (a small git repository under the data dir, on the bundled
         /// demo agent) and a few specs, so the whole flow runs with no API key.
@@ -133,7 +133,7 @@ enum Command {
         /// What this replica does: `api` serves the API and the board and drives nothing (a
         /// worker picks fired executions up), `worker` drives executions and runs the periodic
         /// jobs and serves only /healthz, /readyz and /metrics, `all` does both.
-        #[arg(long, value_enum, default_value_t = serve::Role::All)]
+        #[arg(long, value_enum, default_value_t = serve::Role::All, allow_negative_numbers = true)]
         role: serve::Role,
     },
     /// Run `baton serve` in the background: start, stop, status.
@@ -202,10 +202,23 @@ pub fn command() -> clap::Command {
 
 /// The command line, parsed. An empty `BATON_USER` is no user (as an empty variable is unset
 /// for most tools), while `--as ""` stays an empty name, which the operator check refuses
-/// (it ran as the default operator, found by a tester).
+/// (it ran as the default operator, found by a tester). Likewise an empty `BATON_TASK_ID` is
+/// unset, while `--task-id ""` is refused (it had meant "the active execution").
 fn parse() -> Result<Cli, clap::Error> {
     use clap::FromArgMatches as _;
-    let matches = command().try_get_matches()?;
+    let matches = command().try_get_matches().map_err(without_hidden_subcommands)?;
+    let mut level = &matches;
+    while let Some((_, sub)) = level.subcommand() {
+        level = sub;
+        // `try_get_one` first: asking the source of an id a command does not have panics.
+        let empty = level.try_get_one::<String>("task_id").ok().flatten().is_some_and(String::is_empty);
+        if empty && level.value_source("task_id") == Some(clap::parser::ValueSource::CommandLine) {
+            return Err(command().error(
+                clap::error::ErrorKind::InvalidValue,
+                "a value is required for '--task-id <TASK_ID>' but none was supplied",
+            ));
+        }
+    }
     let mut cli = Cli::from_arg_matches(&matches)?;
     if matches.value_source("as_user") == Some(clap::parser::ValueSource::EnvVariable)
         && cli.as_user.as_deref().is_some_and(|name| name.trim().is_empty())
@@ -213,6 +226,29 @@ fn parse() -> Result<Cli, clap::Error> {
         cli.as_user = None;
     }
     Ok(cli)
+}
+
+/// `e` without the hidden subcommands (`__attempt`) in the list of those a command takes:
+/// clap's "requires a subcommand" error listed them (found by a tester).
+fn without_hidden_subcommands(mut e: clap::Error) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue};
+    fn hidden(cmd: &clap::Command, into: &mut Vec<String>) {
+        for sub in cmd.get_subcommands() {
+            if sub.is_hide_set() {
+                into.push(sub.get_name().to_string());
+            }
+            hidden(sub, into);
+        }
+    }
+    if let Some(ContextValue::Strings(names)) = e.get(ContextKind::ValidSubcommand) {
+        let mut all = command();
+        all.build();
+        let mut hide = Vec::new();
+        hidden(&all, &mut hide);
+        let shown = names.iter().filter(|n| !hide.contains(n)).cloned().collect();
+        e.insert(ContextKind::ValidSubcommand, ContextValue::Strings(shown));
+    }
+    e
 }
 
 /// Entry point of the binary.

@@ -381,6 +381,82 @@ fn a_negative_number_or_an_empty_task_id_is_refused_as_that_value() {
     }
 }
 
+/// Every option of every command that takes a value takes a negative number as that value,
+/// so the option's own check answers: `execute run --max-spend-usd -1` had clap's "unexpected
+/// argument '-1'", as if `-1` were a flag (found by a tester, after `gc --hours -1` was fixed
+/// alone). Walks the whole command tree, so an option added later is checked too.
+#[test]
+fn every_option_that_takes_a_value_takes_a_negative_number_as_it() {
+    fn walk(cmd: &clap::Command, path: &mut Vec<String>, checked: &mut usize, refused: &mut Vec<String>) {
+        for arg in cmd.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if !arg.get_action().takes_values() {
+                continue;
+            }
+            let mut argv = vec!["baton".to_string()];
+            argv.extend(path.iter().cloned());
+            argv.extend([format!("--{long}"), "-1".to_string()]);
+            *checked += 1;
+            if let Err(e) = baton::cli::command().try_get_matches_from(&argv) {
+                if e.kind() == clap::error::ErrorKind::UnknownArgument {
+                    refused.push(argv.join(" "));
+                }
+            }
+        }
+        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+            path.push(sub.get_name().to_string());
+            walk(sub, path, checked, refused);
+            path.pop();
+        }
+    }
+    let mut root = baton::cli::command();
+    root.build();
+    let (mut checked, mut refused) = (0, Vec::new());
+    walk(&root, &mut Vec::new(), &mut checked, &mut refused);
+    assert!(checked > 50, "the walk reached the subcommands' options ({checked})");
+    assert!(refused.is_empty(), "-1 taken for a flag: {refused:#?}");
+
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let plan = ws.write("plan.json", &small_plan("neg-1", ""));
+    let out = ws.run(&["execute", "run", "--plan", plan.to_str().unwrap(), "--max-spend-usd", "-1"]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("--max-spend-usd \"-1\""), "{}", stderr(&out));
+}
+
+/// A command given options but no subcommand lists the subcommands it takes, never the hidden
+/// ones: `baton --json` had listed `__attempt`, the agent supervisor Baton starts itself
+/// (found by a tester).
+#[test]
+fn a_missing_subcommand_lists_only_the_shown_ones() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let out = ws.run(&["--json"]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("requires a subcommand") && err.contains("execute"), "{err}");
+    assert!(!err.contains("__attempt"), "{err}");
+}
+
+/// `--task-id ""` is refused: it had been taken for "no task id" and answered for the active
+/// execution (found by a tester). An empty `BATON_TASK_ID` stays unset, as for most tools.
+#[test]
+fn an_explicit_empty_task_id_is_refused_and_an_empty_variable_is_unset() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    ws.start_small_plan("empty-1");
+    for args in [&["execute", "status", "--task-id", ""][..], &["execute", "next", "--task-id="][..]] {
+        let out = ws.run(args);
+        assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("a value is required for '--task-id <TASK_ID>' but none was supplied"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        assert!(stdout(&out).is_empty(), "{args:?}: {}", stdout(&out));
+    }
+    let out = ws.baton().env("BATON_TASK_ID", "").args(["execute", "status"]).output().unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("empty-1"), "{}", stdout(&out));
+}
+
 /// Found by a fresh-clone tester: `token list` printed nothing at all when there were no
 /// tokens, and `audit verify` counted "1 events".
 #[test]
