@@ -133,8 +133,9 @@ pub struct Problem {
 pub enum AppError {
     /// 400: a malformed request (bad header, bad query string, a body that is not JSON).
     BadRequest(String),
-    /// 400: a query parameter the operation does not declare, or a declared one whose value
-    /// is out of its schema (`details.field` names it; see `AppError::bad_query`).
+    /// 400: a query parameter the operation does not declare, or a declared query parameter
+    /// or header whose value is out of its schema (`details.field` names it; see
+    /// `AppError::bad_query`).
     BadQuery {
         /// What is wrong, and what the operation takes.
         message: String,
@@ -150,6 +151,9 @@ pub enum AppError {
         /// The JSON path of the offending field (`phase_id`, `max_agents`), when serde gives
         /// one; answered as `details.field`.
         field: Option<String>,
+        /// Where text that is not JSON stops parsing: (line, column), both from 1; answered as
+        /// `details.line` and `details.column` (a syntax error had `details: null`).
+        at: Option<(usize, usize)>,
     },
     /// 422: well-formed, but it names something the plan lacks or a value out of range.
     Unprocessable(String),
@@ -420,8 +424,27 @@ impl From<MergeError> for AppError {
 impl From<JsonRejection> for AppError {
     fn from(rejection: JsonRejection) -> Self {
         let field = body_field(&rejection);
-        AppError::Body { status: rejection.status(), message: rejection.body_text(), field }
+        let at = syntax_error_at(&rejection);
+        AppError::Body { status: rejection.status(), message: rejection.body_text(), field, at }
     }
+}
+
+/// Where a body that is not JSON (400) stops parsing, as serde_json counts: (line, column).
+/// `None` for other rejections.
+fn syntax_error_at(rejection: &JsonRejection) -> Option<(usize, usize)> {
+    let JsonRejection::JsonSyntaxError(syntax) = rejection else { return None };
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(syntax);
+    let err = std::iter::from_fn(|| {
+        let current = cause?;
+        cause = current.source();
+        Some(current)
+    })
+    .find_map(|e| {
+        e.downcast_ref::<serde_path_to_error::Error<serde_json::Error>>()
+            .map(serde_path_to_error::Error::inner)
+            .or_else(|| e.downcast_ref::<serde_json::Error>())
+    })?;
+    (err.line() > 0).then(|| (err.line(), err.column()))
 }
 
 /// The field a wrongly shaped JSON body (422) is refused for: the path serde was at (axum's
@@ -545,6 +568,7 @@ impl IntoResponse for AppError {
             AppError::Body { field: Some(field), .. } | AppError::BadQuery { field, .. } => {
                 json!({ "field": field })
             }
+            AppError::Body { at: Some((line, column)), .. } => json!({ "line": line, "column": column }),
             AppError::Internal(e) => {
                 tracing::error!(error = %format!("{e:#}"), "request failed");
                 Value::Null

@@ -45,6 +45,7 @@ fn object_from_bytes<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, AppError> 
             status: StatusCode::UNPROCESSABLE_ENTITY,
             message: format!("the body must be a JSON object, not {}", json_kind(&other)),
             field: None,
+            at: None,
         });
     }
     let Json(value) = Json::<T>::from_bytes(bytes)?;
@@ -79,12 +80,14 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for PageForm<T> {
             status: e.status(),
             message: e.body_text(),
             field: None,
+            at: None,
         })?;
         if let Some(field) = not_utf8_field(&bytes) {
             return Err(AppError::Body {
                 status: StatusCode::BAD_REQUEST,
                 message: format!("form field `{field}` is not UTF-8 text once percent-decoded"),
                 field: Some(field),
+                at: None,
             });
         }
         let req = Request::from_parts(kept, axum::body::Body::from(bytes));
@@ -92,6 +95,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for PageForm<T> {
             status: e.status(),
             message: e.body_text(),
             field: None,
+            at: None,
         })?;
         Ok(PageForm(value))
     }

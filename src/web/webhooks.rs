@@ -126,7 +126,7 @@ fn ignored(reason: impl Into<String>) -> Handled {
 
 /// A body that could not be read (over the limit: 413) as the JSON error every route gives.
 fn refused_body(e: &BytesRejection) -> Response {
-    AppError::Body { status: e.status(), message: e.body_text(), field: None }.into_response()
+    AppError::Body { status: e.status(), message: e.body_text(), field: None, at: None }.into_response()
 }
 
 fn not_configured(what: &str) -> Response {

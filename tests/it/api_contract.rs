@@ -294,3 +294,21 @@ async fn every_bad_query_value_names_its_parameter_in_plain_words() {
         assert!(!v["message"].as_str().unwrap().starts_with("Failed to deserialize"), "{uri}: {v}");
     }
 }
+
+/// A bad `Last-Event-ID` names the header, and a body that is not JSON says where it stops
+/// parsing (line and column): both had answered `details: null` (found by a tester).
+#[tokio::test]
+async fn a_bad_header_and_a_body_that_is_not_json_say_where() {
+    let app = TestApp::new().await;
+    for value in ["x", "-1"] {
+        let req = Request::get("/api/v1/executions/t-1/stream").header("last-event-id", value).body(Body::empty());
+        let (status, kind, body) = send(&app, req.unwrap()).await;
+        assert_problem(value, status, StatusCode::BAD_REQUEST, &kind, &body);
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["details"]["field"], "Last-Event-ID", "{value}: {v}");
+    }
+    let (status, v) = app.post_raw("/api/v1/specs", "{\n  \"title\": \"x\",\n  oops\n}").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
+    assert_eq!(v["error"], "invalid_body", "{v}");
+    assert_eq!((v["details"]["line"].as_u64(), v["details"]["column"].as_u64()), (Some(3), Some(3)), "{v}");
+}

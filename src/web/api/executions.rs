@@ -12,7 +12,6 @@ use serde::{Deserialize, Serialize};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::engine;
 use crate::model::action::Action;
 use crate::model::event::{Event, EventKind};
 use crate::model::state::{ApprovalDecision, ExecutionState};
@@ -129,7 +128,9 @@ fn no_such(task_id: &str) -> AppError {
     responses((status = 200, description = "The execution.", body = ExecutionView)))]
 async fn show(State(app): State<AppState>, Path(task_id): Path<String>) -> Result<Json<ExecutionView>, AppError> {
     let state = load(&app, &task_id).await?;
-    let next_action = engine::next_action(&state);
+    // What `GET …/next` answers (held back while paused or driven): the engine's own answer
+    // here had said DISPATCH for a paused execution.
+    let next_action = app.ops.peek_next_action(&state).await?;
     let paused = app.execs.is_paused(&task_id).await?;
     let parked = app.execs.park_reason(&task_id).await?;
     let pull_request = app.execs.pull_request(&task_id).await?;
@@ -311,6 +312,7 @@ fn refuse_unknown_event_fields(body: &serde_json::Value) -> Result<(), AppError>
                 known.iter().map(String::as_str).collect::<Vec<_>>().join(", ")
             ),
             field: Some(unknown.clone()),
+            at: None,
         }),
         None => Ok(()),
     }

@@ -70,13 +70,16 @@ struct LastEventId {
 /// The seq to resume after: `Last-Event-ID`, else `?after`, else 0.
 fn resume_after(headers: &HeaderMap, query: &StreamQuery) -> Result<i64, AppError> {
     if let Some(v) = headers.get("last-event-id") {
-        let text = v.to_str().map_err(|_| AppError::BadRequest("Last-Event-ID: not text".into()))?;
+        // `details.field` names the header, as a bad `?after` names the parameter (it had
+        // `details: null`, found by a tester).
+        let bad = |message: String| AppError::BadQuery { message, field: "Last-Event-ID".into() };
+        let text = v.to_str().map_err(|_| bad("Last-Event-ID: not text".into()))?;
         return text
             .trim()
             .parse::<i64>()
             .ok()
             .filter(|n| *n >= 0)
-            .ok_or_else(|| AppError::BadRequest(format!("Last-Event-ID: {text:?} is not a journal seq")));
+            .ok_or_else(|| bad(format!("Last-Event-ID: {text:?} is not a journal seq (0 or more)")));
     }
     match query.after {
         Some(n) if n < 0 => Err(AppError::bad_query("after: must be 0 or more")),
