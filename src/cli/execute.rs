@@ -112,7 +112,8 @@ pub(super) async fn execute_with(
             let task_id = execs.resolve_task_id(task.task_id.as_deref()).await?;
             let op = ops.cli_operator(as_user).await?;
             let paused = ops.set_paused(&task_id, true, &op).await?;
-            errln!("execution {task_id} paused: no new dispatches until `baton execute resume`");
+            let was = if paused.changed { "" } else { "was already " };
+            errln!("execution {task_id} {was}paused: no new dispatches until `baton execute resume`");
             if json {
                 // What the API's pause answers (found by a tester: `--json` printed nothing).
                 outln!("{}", serde_json::to_string_pretty(&paused)?);

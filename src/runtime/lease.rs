@@ -124,7 +124,13 @@ async fn acquire_waiting(
 /// Whether a driver (`execute run`, a server's) holds `task_id`'s lease now, as its holder id
 /// says (its `:run` suffix); false when nobody holds it or the store cannot say.
 pub async fn driver_holds(store: &Store, task_id: &str) -> bool {
-    store.lease(task_id).await.ok().flatten().is_some_and(|l| l.holder.ends_with(DRIVER_MARK))
+    store.lease(task_id).await.ok().flatten().is_some_and(|l| is_driver(&l.holder))
+}
+
+/// Whether `holder` (a lease's holder id) is a driver's (`<host>:<pid>:run`), not a one-shot
+/// command's.
+pub fn is_driver(holder: &str) -> bool {
+    holder.ends_with(DRIVER_MARK)
 }
 
 /// Suffix of a driver's holder id (`<host>:<pid>:run`).

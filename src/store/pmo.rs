@@ -709,26 +709,33 @@ impl Store {
     }
 
     /// Marks an execution paused (`paused = true`) or not, in `settings`, and moves the
-    /// board's version.
+    /// board's version; true when that changed the setting (false: it was already so, and
+    /// nothing is written).
     ///
     /// # Errors
     /// [`StoreError::Sqlx`].
-    pub async fn set_paused(&self, task_id: &str, paused: bool) -> Result<(), StoreError> {
+    pub async fn set_paused(&self, task_id: &str, paused: bool) -> Result<bool, StoreError> {
         let lite = on_backend!(self, pg => pg.set_paused(task_id, paused).await);
         let key = format!("paused:{task_id}");
         let mut tx = lite.begin_write().await?;
-        if paused {
+        let done = if paused {
             sqlx::query("insert into settings (key, value) values (?, '1') on conflict (key) do nothing")
                 .bind(&key)
                 .execute(&mut *tx)
-                .await?;
+                .await?
         } else {
-            sqlx::query("delete from settings where key = ?").bind(&key).execute(&mut *tx).await?;
+            sqlx::query("delete from settings where key = ?").bind(&key).execute(&mut *tx).await?
+        };
+        let changed = done.rows_affected() > 0;
+        if !changed {
+            // Dropped uncommitted: rolled back, nothing written.
+            drop(tx);
+            return Ok(false);
         }
         // The board shows a paused card as such: its version moves.
         sqlx::query("update board_rev set n = n + 1 where id = 1").execute(&mut *tx).await?;
         tx.commit().await?;
-        Ok(())
+        Ok(true)
     }
 
     /// A text that changes whenever any spec, project or execution changes: the `board_rev`

@@ -21,7 +21,13 @@ fn an_orchestrator_drives_a_plan_to_complete_with_the_cli() {
     // `--json` answers as the API's pause does (a tester found it printed nothing).
     let paused = ws.run(&["--json", "execute", "pause"]);
     assert_eq!(code(&paused), 0, "{}", stderr(&paused));
-    assert_eq!(json_of(&paused), serde_json::json!({"task_id": "orch-1", "paused": true}));
+    assert_eq!(json_of(&paused), serde_json::json!({"task_id": "orch-1", "paused": true, "changed": true}));
+    assert!(stderr(&paused).contains("execution orch-1 paused: no new dispatches"), "{}", stderr(&paused));
+    // A second pause changes nothing and says so (it had said "paused" again, found by a tester).
+    let again = ws.run(&["--json", "execute", "pause"]);
+    assert_eq!(code(&again), 0, "{}", stderr(&again));
+    assert_eq!(json_of(&again)["changed"], false);
+    assert!(stderr(&again).contains("execution orch-1 was already paused"), "{}", stderr(&again));
     let text = stdout(&ws.run(&["execute", "status"]));
     assert!(text.contains("  next: WAIT — execution orch-1 is paused by an operator"), "{text}");
     assert_eq!(code(&ws.run(&["execute", "resume"])), 0);

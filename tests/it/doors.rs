@@ -831,6 +831,13 @@ async fn the_api_the_board_and_execute_status_agree_after_pause_resume_complete_
     };
     let (status, body) = d.t.post_with(&format!("/api/v1/executions/{task}/pause"), &lee, json!({})).await;
     assert_eq!((status, body["paused"].as_bool()), (StatusCode::OK, Some(true)), "{body}");
+    assert_eq!(body["changed"], true, "{body}");
+    // Idempotent, and says it changed nothing the second time.
+    let (status, body) = d.t.post_with(&format!("/api/v1/executions/{task}/pause"), &lee, json!({})).await;
+    assert_eq!(
+        (status, body["paused"].as_bool(), body["changed"].as_bool()),
+        (StatusCode::OK, Some(true), Some(false))
+    );
     agrees(&shown(&d, &f).await, waiting, "paused through REST");
     let (status, _, html) = d.t.form(&format!("/executions/{task}/resume"), Caller::Token(&lee), "").await;
     assert_eq!(status, StatusCode::SEE_OTHER, "{html}");
@@ -972,6 +979,9 @@ async fn a_pause_stops_an_orchestrators_dispatches_through_the_cli_and_the_api_u
     assert_eq!(field(&t.cli_ok(&["execute", "next", "--all"]), "ACTION:"), "WAIT");
     let (status, body) = t.get("/api/v1/executions/paused-1/next").await;
     assert_eq!((status, body["action_type"].as_str()), (StatusCode::OK, Some("wait")), "{body}");
+    // The execution's own view agrees (it had answered the engine's DISPATCH).
+    let (status, view) = t.get("/api/v1/executions/paused-1").await;
+    assert_eq!((status, view["next_action"]["action_type"].as_str()), (StatusCode::OK, Some("wait")), "{view}");
     // Nothing to dispatch while paused: `--all` answers the one WAIT, never `[]` (a loop over
     // `--json next --all` could not tell paused from done, found by a tester).
     let (_, all) = t.get("/api/v1/executions/paused-1/next?all=true").await;

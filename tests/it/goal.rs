@@ -222,7 +222,7 @@ fn kill_9_while_the_evaluator_runs_re_adopts_it() {
     assert_eq!(code(&resumed), 0, "{}\n{}", stdout(&resumed), stderr(&resumed));
     assert!(
         stderr(&resumed).contains("recovering goal.1: attempt 1 is still running; re-adopting it")
-            || stderr(&resumed).contains("recovering goal.1: attempt 1 finished while baton was down"),
+            || stderr(&resumed).contains("recovering goal.1: attempt 1 finished while its driver was stopped"),
         "{}",
         stderr(&resumed)
     );

@@ -62,6 +62,11 @@ fn an_agent_that_finishes_while_its_execution_is_paused_is_recorded_and_paid_for
     assert_eq!(attempts_with(&data, &task_id, "1.1", "started.json"), 1, "one agent launch");
     let (_, exec) = server.request("GET", &format!("/api/v1/executions/{task_id}"), None);
     assert_eq!(exec["counters"]["spend_usd"], p["cost_usd"], "paid for: {exec}");
+    // The server's log says why it harvests: its driver was paused, baton was never down (it
+    // had said "finished while baton was down", found by a tester).
+    let log = server.log();
+    assert!(log.contains("recovering 1.1: attempt 1 finished while its driver was stopped"), "{log}");
+    assert!(!log.contains("baton was down"), "{log}");
 }
 
 #[test]

@@ -64,7 +64,7 @@ impl Server {
     }
 
     /// What the server logged so far.
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(Server::log_path(&self.data)).unwrap_or_default()
     }
 
@@ -204,6 +204,10 @@ fn fired_spec_parks_and_wakes(env: &[(&str, &str)]) {
         Some(json!({"phase_id": 1, "result": "approve", "feedback": "go"})),
     );
     assert_eq!(status, 201, "{body}");
+    // What comes next is the server's driver's to dispatch, not the caller's (the answer had
+    // been a DISPATCH, which the CLI printed as "Mark dispatched with: …", found by a tester).
+    assert_eq!(body["next_action"]["action_type"], "wait", "{body}");
+    assert!(body["next_action"]["message"].as_str().unwrap().contains("is driven by this server's driver"), "{body}");
     server.wait_stage(2, "changelist_review");
 
     let (_, exec) = server.request("GET", &format!("/api/v1/executions/{task_id}"), None);

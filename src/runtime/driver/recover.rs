@@ -125,7 +125,7 @@ impl Driver {
             if matches!(found, AttemptState::NotStarted) && !shim::abandon(&dir)? {
                 found = shim::inspect(&dir)?;
             }
-            // A worktree deleted while baton was down: stop the attempt and run it again.
+            // A worktree deleted while no driver watched it: stop the attempt and run it again.
             if let Some(why) = crate::runtime::agent::interrupt::interrupt_if_worktree_lost(&dir, &found).await? {
                 errln!("recovering {step_id}: attempt {attempt} interrupted: {why}");
                 found = AttemptState::Died;
@@ -160,7 +160,9 @@ impl Driver {
                     });
                 }
                 AttemptState::Finished(exit) => {
-                    errln!("recovering {step_id}: attempt {attempt} finished while baton was down; harvesting it");
+                    errln!(
+                        "recovering {step_id}: attempt {attempt} finished while its driver was stopped; harvesting it"
+                    );
                     self.harvest(state, &step_id, attempt, &dir, exit).await?;
                 }
             }

@@ -242,6 +242,10 @@ pub struct PauseState {
     pub task_id: String,
     /// Whether it is paused now.
     pub paused: bool,
+    /// Whether this call changed it: false when it already was so (a second pause, or a
+    /// resume of what was not paused).
+    // A second pause had answered as if it paused (found by a tester).
+    pub changed: bool,
 }
 
 /// The role an operator needs to record `kind`: deciding (approvals, feedback answers,
@@ -741,7 +745,7 @@ impl Ops {
                 reason: "final",
             });
         }
-        self.execs.store().set_paused(task_id, paused).await?;
+        let changed = self.execs.store().set_paused(task_id, paused).await?;
         if paused {
             if let Some(pool) = &self.pool {
                 pool.halt(task_id).await;
@@ -749,7 +753,7 @@ impl Ops {
         } else if crate::runtime::runs::meta_path(self.execs.data(), task_id).exists() {
             self.drive(task_id).await?;
         }
-        Ok(PauseState { task_id: task_id.to_string(), paused })
+        Ok(PauseState { task_id: task_id.to_string(), paused, changed })
     }
 
     /// `execute resume`: lifts a pause, and for an execution an external orchestrator drives
@@ -894,14 +898,15 @@ impl Ops {
     }
 
     /// Every dispatchable action (`execute next --all`, `GET …/next?all=true`); when none is
-    /// (paused, waiting for a human or a quota, done), the one [`Ops::next_action`], so the
+    /// (paused, driven by a driver, waiting for a human or a quota, done), the one
+    /// [`Ops::next_action`], so the
     /// list is never empty. It was empty while paused, and a loop over it could not tell
     /// paused from waiting or done (found by a tester).
     ///
     /// Errors: as [`Ops::next_action`].
     pub async fn next_actions(&self, task_id: &str) -> Result<Vec<Action>, OpsError> {
         let state = self.with_due_quota_resumed(self.get_shared(task_id).await?).await;
-        if !self.execs.store().is_paused(task_id).await? {
+        if !self.execs.store().is_paused(task_id).await? && self.driver_of(task_id).await.is_none() {
             let ready = engine::next_actions(&state);
             if !ready.is_empty() {
                 return Ok(ready);
@@ -940,10 +945,16 @@ impl Ops {
         state.quota_waits.iter().filter(|w| crate::runtime::agent::quota::wait_is_due(w, now)).cloned().collect()
     }
 
-    /// `action`, held back when it is a DISPATCH of a paused execution: a pause means no new
-    /// dispatches through any door (the pool's driver stops; an external orchestrator is
-    /// told to wait).
+    /// `action`, held back as a WAIT when it is not the caller's to carry out: a pause means no
+    /// new dispatches through any door (the pool's driver stops; an external orchestrator is
+    /// told to wait), and the DISPATCH, GATE or CHECKPOINT of an execution a driver runs is
+    /// that driver's (an `execute approve` of a server-driven execution had answered "Mark
+    /// dispatched with: baton execute dispatched …", found by a tester).
     async fn held(&self, task_id: &str, action: Action) -> Result<Action, OpsError> {
+        // What a driver does by itself: run steps and gates, pass checkpoints.
+        if !matches!(action, Action::Dispatch(_) | Action::Gate(_) | Action::Checkpoint(_)) {
+            return Ok(action);
+        }
         if matches!(action, Action::Dispatch(_)) && self.execs.store().is_paused(task_id).await? {
             let why = match self.execs.store().park_reason(task_id).await? {
                 Some(reason) => format!("parked: {reason}"),
@@ -954,7 +965,33 @@ impl Ops {
                 until: None,
             });
         }
+        if let Some(driver) = self.driver_of(task_id).await {
+            return Ok(Action::Wait {
+                message: format!(
+                    "execution {task_id} is driven by {driver}, which runs its steps and gates itself: follow it \
+                     with `baton execute status`"
+                ),
+                until: None,
+            });
+        }
         Ok(action)
+    }
+
+    /// The driver running `task_id` now, in words: this server's (running, or parked until a
+    /// decision), or the driver (`execute run`, another server's) whose unexpired lease holds it; `None` when no driver does (an
+    /// external orchestrator's execution, or a driver that stopped).
+    async fn driver_of(&self, task_id: &str) -> Option<String> {
+        // Any state: a driver parked for a decision goes on once it is recorded.
+        if self.pool.as_ref().is_some_and(|p| p.driver_state(task_id).is_some()) {
+            return Some("this server's driver".to_string());
+        }
+        if !crate::runtime::runs::meta_path(self.execs.data(), task_id).exists() {
+            return None;
+        }
+        let lease = self.execs.store().lease(task_id).await.ok().flatten()?;
+        let live = parse_time(&lease.expires_at).is_some_and(|until| until > self.clock.now());
+        (live && lease::is_driver(&lease.holder))
+            .then(|| format!("the driver of process {} on {}", lease.pid, lease.host))
     }
 
     /// The execution `task_id`.

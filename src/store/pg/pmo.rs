@@ -290,20 +290,25 @@ impl Pg {
         Ok(())
     }
 
-    pub(in super::super) async fn set_paused(&self, task_id: &str, paused: bool) -> Result<(), StoreError> {
+    pub(in super::super) async fn set_paused(&self, task_id: &str, paused: bool) -> Result<bool, StoreError> {
         let key = format!("paused:{task_id}");
         let mut tx = self.begin_write().await?;
-        if paused {
+        let done = if paused {
             sqlx::query("insert into settings (key, value) values ($1, '1') on conflict (key) do nothing")
                 .bind(&key)
                 .execute(&mut *tx)
-                .await?;
+                .await?
         } else {
-            sqlx::query("delete from settings where key = $1").bind(&key).execute(&mut *tx).await?;
+            sqlx::query("delete from settings where key = $1").bind(&key).execute(&mut *tx).await?
+        };
+        let changed = done.rows_affected() > 0;
+        if !changed {
+            tx.rollback().await?;
+            return Ok(false);
         }
         sqlx::query("update board_rev set n = n + 1 where id = 1").execute(&mut *tx).await?;
         tx.commit().await?;
-        Ok(())
+        Ok(true)
     }
 
     pub(in super::super) async fn count_executions_in(&self, statuses: &[&str]) -> Result<i64, StoreError> {
