@@ -38,7 +38,10 @@ pub(super) async fn execute(
             }
             None => None,
         };
-        let options = runtime::driver::RunOptions { plan, task_id: args.task_id, ..args.flags.options()? };
+        // An empty BATON_TASK_ID is unset, as for every other command (`--task-id ""` is refused
+        // when parsed); it had been taken for the task id "".
+        let task_id = args.task_id.filter(|t| !t.is_empty());
+        let options = runtime::driver::RunOptions { plan, task_id, ..args.flags.options()? };
         let outcome = runtime::driver::run(data, options).await?;
         return Ok(print_outcome(&outcome, json));
     }

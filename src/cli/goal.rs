@@ -104,7 +104,7 @@ fn default_task_id(condition: &str) -> String {
 
 /// Runs `baton goal`.
 pub async fn run_goal(data_dir: &Path, args: GoalArgs, json: bool) -> anyhow::Result<ExitCode> {
-    let task_id = args.task_id.clone().unwrap_or_else(|| default_task_id(&args.condition));
+    let task_id = args.task_id.clone().filter(|t| !t.is_empty()).unwrap_or_else(|| default_task_id(&args.condition));
     // The flag's problem, not a plan file's: the user wrote no plan.
     if let Some(why) = crate::engine::unsafe_id_reason(&task_id) {
         return Err(BadInput(format!("--task-id {task_id:?} {why}")).into());

@@ -455,6 +455,11 @@ fn an_explicit_empty_task_id_is_refused_and_an_empty_variable_is_unset() {
     let out = ws.baton().env("BATON_TASK_ID", "").args(["execute", "status"]).output().unwrap();
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert!(stdout(&out).starts_with("empty-1"), "{}", stdout(&out));
+    // `execute run` too: it had said "no execution with task id " (found by a tester).
+    let out = ws.baton().env("BATON_TASK_ID", "").args(["execute", "run"]).arg("--repo").arg(ws.repo()).output();
+    let out = out.unwrap();
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("execute run needs --plan FILE or --task-id ID"), "{}", stderr(&out));
 }
 
 /// Found by a fresh-clone tester: `token list` printed nothing at all when there were no

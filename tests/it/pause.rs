@@ -1,7 +1,8 @@
 //! Pausing an execution `baton serve` drives (issue 13, point 6): the agent already running
 //! finishes, and the work it did (and was paid for) is recorded — by the resume at the latest:
 //! while paused the server's driver is stopped, so nothing harvests the finished attempt
-//! until the resume starts it again; a cancel of a paused execution records it first.
+//! until the resume starts it again; a cancel of a paused execution records it first. An
+//! `execute run` honours the pause the same way: it starts nothing new until the resume.
 
 use std::path::Path;
 use std::time::Duration;
@@ -173,4 +174,41 @@ fn a_resume_of_a_running_server_driven_execution_succeeds_and_changes_nothing() 
     let dispatches = journal.iter().filter(|e| e["kind"] == "step_dispatched").count();
     assert_eq!(dispatches, 1, "the running attempt went on, nothing was offered again: {journal:?}");
     assert_eq!(attempts_with(&data, &task_id, "1.1", "started.json"), 1, "one agent launch");
+}
+
+/// Found by a tester: `execute run` dispatched on through `execute pause` (only a server's
+/// driver stopped) and completed the plan while it read "paused". Its agents running at the
+/// pause finish and are recorded; no new step starts until `execute resume`, which the run
+/// waited for and then goes on from.
+#[test]
+fn an_execute_run_dispatches_nothing_new_while_paused_and_goes_on_at_resume() {
+    use crate::common::*;
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    let plan = ws.write("plan.json", &small_plan("run-paused", "[demo: sleep=2]"));
+    let mut child = ws.spawn_run(&plan);
+    wait_for(&ws.data().join("runs/run-paused/1.1/1/started.json"));
+    let paused = ws.run(&["execute", "pause", "--task-id", "run-paused"]);
+    assert_eq!(code(&paused), 0, "{}", stderr(&paused));
+    // Phase 1's agents finish and its gate runs (a gate is no dispatch); phase 2 waits.
+    wait_until("phase 1's gate", || ws.status("run-paused")["gate_results"].as_array().is_some_and(|g| !g.is_empty()));
+    std::thread::sleep(Duration::from_millis(1500));
+    let status = ws.status("run-paused");
+    assert_eq!(status["step_results"]["1.1"]["status"], "complete", "{status}");
+    assert!(status["step_results"].get("2.1").is_none(), "2.1 dispatched while paused: {status}");
+    assert_eq!(ws.launches("run-paused", "2.1"), 0);
+    assert!(child.try_wait().unwrap().is_none(), "the run waits for the resume");
+
+    let resumed = ws.run(&["execute", "resume", "--task-id", "run-paused"]);
+    assert_eq!(code(&resumed), 0, "{}", stderr(&resumed));
+    let start = Stopwatch::start();
+    let exit = loop {
+        if let Some(exit) = child.try_wait().unwrap() {
+            break exit;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "the run never ended after the resume");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(exit.success(), "the run completes once resumed: {exit:?}");
+    assert_eq!(ws.status("run-paused")["status"], "complete");
+    assert_eq!(ws.launches("run-paused", "2.1"), 1);
 }

@@ -198,6 +198,31 @@ fn fired_spec_parks_and_wakes(env: &[(&str, &str)]) {
     assert_eq!(spec["status"], "executing");
     let (_, board) = server.request("GET", "/api/v1/board", None);
     assert_eq!(board["decisions_waiting"], 1, "{board}");
+    // The driver, parked for the decision, dispatches and records the next phase's steps
+    // itself: a dispatch or a result from outside is refused through every door (a result of
+    // a step it had not dispatched yet was taken, and the execution completed with work that
+    // never ran, found by a tester).
+    let (_, exec) = server.request("GET", &format!("/api/v1/executions/{task_id}"), None);
+    let next_step = exec["plan"]["phases"][1]["steps"][0]["step_id"].as_str().unwrap().to_string();
+    let agent = exec["plan"]["phases"][1]["steps"][0]["agent_name"].as_str().unwrap().to_string();
+    for event in [
+        json!({"kind": "step_dispatched", "step_id": next_step, "agent_name": agent}),
+        json!({"kind": "step_recorded", "step_id": next_step, "agent_name": agent, "status": "complete",
+               "outcome": "fake"}),
+    ] {
+        let (status, body) =
+            server.request("POST", &format!("/api/v1/executions/{task_id}/events"), Some(event.clone()));
+        assert_eq!((status, body["details"]["reason"].as_str()), (409, Some("lease_held")), "{event}: {body}");
+        assert!(body["message"].as_str().unwrap().contains("is driven by this server's driver"), "{body}");
+    }
+    if env.is_empty() {
+        let (code, _, err) = baton(
+            &server.data,
+            &["execute", "record", "--task-id", &task_id, "--step-id", &next_step, "--agent", &agent],
+        );
+        assert_eq!(code, 2, "relayed to the server, refused as through REST: {err}");
+        assert!(err.contains("dispatches and records its own steps"), "{err}");
+    }
     let (status, body) = server.request(
         "POST",
         &format!("/api/v1/executions/{task_id}/approve"),
@@ -399,7 +424,7 @@ fn a_quota_wait_from_outside_for_a_driven_attempt_is_refused() {
         "account": "claude", "until": "2099-01-01T00:00:00Z"});
     let (status, body) = server.request("POST", &format!("/api/v1/executions/{task_id}/events"), Some(wait.clone()));
     assert_eq!(status, 409, "{body}");
-    assert!(body["message"].as_str().unwrap().contains("driven by Baton"), "{body}");
+    assert!(body["message"].as_str().unwrap().contains("is not taken from outside"), "{body}");
     // Paused, the driver stops but the agent runs on: still refused (found by the verifying
     // tester: it was taken, and the step ran twice).
     let (status, body) = server.request("POST", &format!("/api/v1/executions/{task_id}/pause"), Some(json!({})));

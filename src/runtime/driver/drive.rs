@@ -1,5 +1,5 @@
 //! The run loop: asks the engine for the next action and carries it out (dispatch up to the
-//! cap and the shared slots, wait for an attempt, run a gate, acknowledge a checkpoint,
+//! cap and the shared slots unless paused, wait for an attempt, run a gate, acknowledge a checkpoint,
 //! approve automatically under `baton demo`, record `completed`), renewing the lease, until
 //! the run stops on an action a human must answer or a final one. It never launches or
 //! harvests an attempt itself: `launch` and `harvest` do.
@@ -20,7 +20,32 @@ use super::{renew_every, Driver};
 /// How often a driver waiting for a shared agent slot looks again.
 const SLOT_POLL: Duration = Duration::from_millis(250);
 
+/// How often a paused driver looks whether the pause was lifted.
+const PAUSE_POLL: Duration = Duration::from_millis(500);
+
 impl Driver {
+    /// Waits, holding and renewing the lease, until the execution is no longer paused (an
+    /// operator's `execute resume` from any door), then reloads it: what a pause lifted means
+    /// to a driver that had nothing running. Ctrl-C (or a cancel) stops the run as at any other
+    /// time; a later run goes on from the journal.
+    async fn wait_out_pause(&mut self, state: &mut ExecutionState, lease: &lease::Lease) -> anyhow::Result<()> {
+        let task_id = state.task_id.clone();
+        errln!("execution {task_id} is paused: no new dispatches until `baton execute resume`; waiting");
+        let mut last_renew = clock::Stopwatch::start();
+        while self.execs.store().is_paused(&task_id).await? {
+            tokio::time::sleep(PAUSE_POLL).await;
+            if last_renew.elapsed() > renew_every() {
+                lease.renew().await?;
+                last_renew = clock::Stopwatch::start();
+            }
+        }
+        errln!("execution {task_id} resumed");
+        if let Some(fresh) = self.execs.load(&task_id).await? {
+            *state = fresh;
+        }
+        Ok(())
+    }
+
     pub(super) async fn drive(
         &mut self,
         mut state: ExecutionState,
@@ -46,6 +71,18 @@ impl Driver {
                     self.journal(&mut state, event).await?;
                 }
                 Action::Dispatch(_) => {
+                    // A pause holds back new dispatches through every door, this driver's too
+                    // (an `execute run` dispatched on through `execute pause`, found by a
+                    // tester): the agents running finish and are recorded, then the run waits
+                    // until the pause is lifted.
+                    if self.execs.store().is_paused(&state.task_id).await? {
+                        if self.running > 0 {
+                            self.wait_one(&mut state, lease).await?;
+                        } else {
+                            self.wait_out_pause(&mut state, lease).await?;
+                        }
+                        continue;
+                    }
                     let ready = engine::next_actions(&state);
                     let free = self.cap.saturating_sub(self.running).min(self.shared_slots_free());
                     if free == 0 && self.running == 0 {

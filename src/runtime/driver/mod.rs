@@ -9,9 +9,10 @@
 //! Crash safety: a dispatch is journaled before the launch; each agent runs under the detached
 //! `baton __attempt` shim. On start the driver recovers every in-flight attempt: never started →
 //! launch it; still running (its lock held) → re-adopt it; finished while no driver watched it
-//! (baton down, or the execution paused) → harvest its exit record; died → kill its process group and run it again in a fresh worktree;
-//! running or finished but its worktree gone → stop it and run it again the same way
-//! ([`crate::runtime::agent::interrupt`]). Completed steps never run again.
+//! (baton down, or the execution paused) → harvest its exit record; died → kill its process
+//! group and run it again in a fresh worktree; running or finished but its worktree gone → stop
+//! it and run it again the same way ([`crate::runtime::agent::interrupt`]). Completed steps
+//! never run again. A pause holds back new dispatches: the driver waits until it is lifted.
 //! `BATON_CRASH_AT=<point>` makes the process exit at a named point (see [`CRASH_POINTS`],
 //! owned with the other test crash hooks by [`crate::crash`]) so tests can prove it.
 //!

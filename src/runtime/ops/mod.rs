@@ -491,6 +491,35 @@ impl Ops {
         Ok(())
     }
 
+    /// Refuses a step's dispatch, result, requeue or quota wait from outside (any door but the
+    /// driver's) while a driver runs the execution ([`Ops::driver_of`]: this server's, running
+    /// or parked until a decision, or a live `execute run`): the driver dispatches and records
+    /// its own steps. Through the server (REST, the relayed CLI) a result of a step the driver
+    /// had not dispatched yet was taken, and the execution completed with work that never ran
+    /// (found by a tester); a dispatch from outside made the driver launch a second agent
+    /// beside its own, past the plan's concurrency limit.
+    ///
+    /// Errors: [`OpsError::Conflict`] (`lease_held`).
+    async fn check_step_event_from_outside(&self, task_id: &str, kind: &EventKind) -> Result<(), OpsError> {
+        let (what, step_id) = match kind {
+            EventKind::StepDispatched { step_id, .. } => ("dispatch", step_id),
+            EventKind::StepRecorded { step_id, .. } => ("result", step_id),
+            EventKind::StepRequeued { step_id } => ("requeue", step_id),
+            EventKind::QuotaWait { step_id, .. } => ("quota wait", step_id),
+            _ => return Ok(()),
+        };
+        match self.driver_of(task_id).await {
+            Some(driver) => Err(OpsError::Conflict {
+                message: format!(
+                    "execution {task_id} is driven by {driver}, which dispatches and records its own steps: a \
+                     {what} for step {step_id} is not taken from outside"
+                ),
+                reason: "lease_held",
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// Records `event` on `task_id` for `op` (the event's actor becomes `op.name`): checks the
     /// role, the separate-reviewer rule for approvals and whether the decision is already
     /// taken; takes the record lock and the lease (a cancel first stops the driver that holds
@@ -522,6 +551,7 @@ impl Ops {
         Self::authorize(op, &event.kind)?;
         check_operator_values(&event.kind)?;
         if op.door != Door::Driver {
+            self.check_step_event_from_outside(task_id, &event.kind).await?;
             match &event.kind {
                 EventKind::QuotaWait { step_id, .. } => {
                     self.check_attempt_from_outside(task_id, step_id, "quota wait", true).await?;
@@ -991,7 +1021,7 @@ impl Ops {
         let lease = self.execs.store().lease(task_id).await.ok().flatten()?;
         let live = parse_time(&lease.expires_at).is_some_and(|until| until > self.clock.now());
         (live && lease::is_driver(&lease.holder))
-            .then(|| format!("the driver of process {} on {}", lease.pid, lease.host))
+            .then(|| format!("the driver {} (pid {} on {})", lease.holder, lease.pid, lease.host))
     }
 
     /// The execution `task_id`.
