@@ -405,8 +405,9 @@ pub struct RunFlags {
     /// Base of the feature branch (default: the repository's current branch tip).
     #[arg(long, allow_negative_numbers = true)]
     pub base: Option<String>,
-    /// Concurrent agents (default: baton.toml, 3; the plan's resource limits may lower it).
-    #[arg(long, allow_negative_numbers = true)]
+    /// Concurrent agents, 1 or more (default: baton.toml, 3; the plan's resource limits may
+    /// lower it).
+    #[arg(long, allow_negative_numbers = true, value_parser = agent_count)]
     pub max_parallel: Option<usize>,
     /// USD ceiling of a new execution, evaluators included (default: BATON_RUN_BUDGET_USD).
     /// Dispatch stops before a step whose forecast would cross it; the run then exits 3 (BUDGET).
@@ -441,6 +442,17 @@ fn max_spend_flag(raw: Option<&str>) -> Result<Option<(f64, String)>, BadInput> 
             .ok_or_else(|| BadInput(format!("--max-spend-usd {raw:?}: {}", runtime::spend::USD_EXPECTED)))
     })
     .transpose()
+}
+
+/// A number of agents (`--max-parallel`, `--max-agents`): a whole number, 1 or more. `0` had
+/// been taken and run as 1, and `-1` answered Rust's "invalid digit found in string" (found by
+/// a tester).
+pub(super) fn agent_count(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<i64>() {
+        Ok(n) if n >= 1 => usize::try_from(n).map_err(|_| format!("{n} agents are more than this machine can count")),
+        Ok(n) => Err(format!("{n}: at least 1 agent must be able to run")),
+        Err(_) => Err(format!("{text:?} is not a whole number of agents (1 or more)")),
+    }
 }
 
 /// `--base-url`: an absolute http(s) URL (a link printed with another scheme, such as

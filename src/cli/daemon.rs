@@ -102,8 +102,8 @@ pub(crate) struct StartArgs {
     /// Register a demo project and a few specs (as `baton serve --demo`).
     #[arg(long)]
     demo: bool,
-    /// Agents running at once across every execution.
-    #[arg(long, default_value_t = crate::runtime::pool::DEFAULT_MAX_AGENTS, allow_negative_numbers = true)]
+    /// Agents running at once across every execution (1 or more).
+    #[arg(long, default_value_t = crate::runtime::pool::DEFAULT_MAX_AGENTS, allow_negative_numbers = true, value_parser = super::args::agent_count)]
     max_agents: usize,
     /// Rotate serve.log at start when it is larger than this many bytes.
     #[arg(long, env = "BATON_LOG_ROTATE_BYTES", default_value_t = LOG_ROTATE_BYTES, hide = true, allow_negative_numbers = true)]

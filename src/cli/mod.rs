@@ -127,8 +127,8 @@ enum Command {
         /// demo agent) and a few specs, so the whole flow runs with no API key.
         #[arg(long)]
         demo: bool,
-        /// Agents running at once across every execution.
-        #[arg(long, default_value_t = crate::runtime::pool::DEFAULT_MAX_AGENTS, allow_negative_numbers = true)]
+        /// Agents running at once across every execution (1 or more).
+        #[arg(long, default_value_t = crate::runtime::pool::DEFAULT_MAX_AGENTS, allow_negative_numbers = true, value_parser = args::agent_count)]
         max_agents: usize,
         /// What this replica does: `api` serves the API and the board and drives nothing (a
         /// worker picks fired executions up), `worker` drives executions and runs the periodic

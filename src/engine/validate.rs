@@ -62,13 +62,18 @@ pub fn unsafe_id_reason(id: &str) -> Option<String> {
 /// is not held to when it is replayed: no NUL character anywhere (no commit message, file or
 /// command can carry one: a step whose description held one failed at consolidation on every
 /// attempt, found by a tester), and a phase name and a gate type on one line (they are shown
-/// in one-line fields of the CLI's text output).
+/// in one-line fields of the CLI's text output), and a risk level, gate type and step type
+/// among those the spec lists (an unknown one had been taken, and a misspelt risk level
+/// skipped the pre-flight approval).
 ///
 /// Errors: every problem found, [`validate`]'s first.
 pub fn validate_new(plan: &MachinePlan) -> Result<(), Vec<PlanProblem>> {
     let mut problems = validate(plan).err().unwrap_or_default();
     if let Some(path) = serde_json::to_value(plan).ok().as_ref().and_then(crate::model::text::nul_path) {
         problems.push(PlanProblem { location: "plan".into(), message: format!("{path} {NUL_REFUSED}") });
+    }
+    if let Some(why) = unknown_value("risk_level", &plan.risk_level.to_ascii_uppercase(), RISK_LEVELS) {
+        problems.push(PlanProblem { location: "plan".into(), message: why });
     }
     for phase in &plan.phases {
         let location = format!("phase {}", phase.phase_id);
@@ -80,6 +85,19 @@ pub fn validate_new(plan: &MachinePlan) -> Result<(), Vec<PlanProblem>> {
                 location: format!("{location}, gate"),
                 message: "gate_type must be one line without control characters".into(),
             });
+        } else if let Some(why) = phase.gate.as_ref().and_then(|g| unknown_value("gate_type", &g.gate_type, GATE_TYPES))
+        {
+            problems.push(PlanProblem { location: format!("{location}, gate"), message: why });
+        }
+        let risk = phase.risk_level.to_ascii_uppercase();
+        if let Some(why) = unknown_value("risk_level", &risk, RISK_LEVELS).filter(|_| !risk.is_empty()) {
+            problems.push(PlanProblem { location: location.clone(), message: why });
+        }
+        for step in &phase.steps {
+            if let Some(why) = unknown_value("step_type", &step.step_type, STEP_TYPES) {
+                let location = format!("{location}, step {}", step.step_id.escape_debug());
+                problems.push(PlanProblem { location, message: why });
+            }
         }
     }
     if problems.is_empty() {
@@ -87,6 +105,22 @@ pub fn validate_new(plan: &MachinePlan) -> Result<(), Vec<PlanProblem>> {
     } else {
         Err(problems)
     }
+}
+
+/// A plan's risk levels (seed-spec §1.1), compared without case: HIGH and CRITICAL start with
+/// a pre-flight approval, so a misspelt one (`CRITCAL`, `EXTREME`) had silently skipped it
+/// (found by a tester).
+const RISK_LEVELS: &[&str] = &["LOW", "MEDIUM", "HIGH", "CRITICAL"];
+
+/// Gate types (seed-spec §1.1): `ci` and `review` are checked by the forge and a reviewer.
+const GATE_TYPES: &[&str] = &["build", "test", "lint", "spec", "review", "ci"];
+
+/// Step types (seed-spec §1.1): `automation` runs its command without an agent.
+const STEP_TYPES: &[&str] = &["developing", "planning", "reviewing", "testing", "task", "consulting", "automation"];
+
+/// Why `value` of `field` is refused: none of `known`, which the message lists.
+fn unknown_value(field: &str, value: &str, known: &[&str]) -> Option<String> {
+    (!known.contains(&value)).then(|| format!("{field} {value:?} is not one of {}", known.join(", ")))
 }
 
 /// Why a text holding a NUL is refused (after the path of the value that holds it).
@@ -233,7 +267,10 @@ pub const MAX_AGENT_NAME: usize = 64;
 /// Why an agent name is unusable, if it is: it names a roster file, a git author and a log
 /// line, so it must be 1–64 characters of letters, digits, `.`, `_`, `-`, `:` and `@` (found
 /// by a tester: `<x>` broke the commit signature, a newline the consolidation).
-fn agent_name_problem(name: &str) -> Option<String> {
+/// Why `name` is no agent name (empty, over the length limit, or a character other than a
+/// letter, a digit and `. _ - : @`), or None. Plans are held to it, and so are the agent
+/// names a door records.
+pub fn agent_name_problem(name: &str) -> Option<String> {
     if name.trim().is_empty() {
         return Some("agent_name is empty".into());
     }

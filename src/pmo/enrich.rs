@@ -214,7 +214,8 @@ const REVIEWER: Role = Role {
 const WRITER: Role = Role {
     names: &["technical-writer", "writer", "docs-writer"],
     model: "sonnet",
-    step_type: "documenting",
+    // One of the spec's step types (`documenting` is none, found by a tester).
+    step_type: "developing",
     allowed: "docs/",
     task: "Write the documentation",
 };

@@ -63,6 +63,45 @@ fn an_invalid_plan_lists_every_problem() {
     assert!(err.contains("step 1.2: depends_on names unknown step 9.9"), "{err}");
 }
 
+/// Found by a tester: `"risk_level": "EXTREME"` (or a misspelt `CRITCAL`) was taken, and the
+/// execution started without the pre-flight approval a HIGH or CRITICAL plan gets; an unknown
+/// gate or step type was taken too (`Automation` for `automation` runs an agent instead of the
+/// command). Each is refused naming the values the spec lists; the case of a risk level is free.
+#[test]
+fn an_unknown_risk_level_gate_type_or_step_type_is_refused() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    let plan = ws.write(
+        "enums.json",
+        &serde_json::json!({"task_id": "t", "task_summary": "s", "risk_level": "EXTREME", "phases": [
+            {"phase_id": 1, "name": "p", "risk_level": "CRITCAL", "gate": {"gate_type": "bogus", "command": "true"},
+             "steps": [{"step_id": "1.1", "agent_name": "a", "task_description": "x", "step_type": "Automation"}]}
+        ]})
+        .to_string(),
+    );
+    let out = ws.run(&["plan", "--from", plan.to_str().unwrap(), "--check"]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("plan: risk_level \"EXTREME\" is not one of LOW, MEDIUM, HIGH, CRITICAL"), "{err}");
+    assert!(err.contains("phase 1: risk_level \"CRITCAL\" is not one of"), "{err}");
+    assert!(
+        err.contains("phase 1, gate: gate_type \"bogus\" is not one of build, test, lint, spec, review, ci"),
+        "{err}"
+    );
+    assert!(err.contains("phase 1, step 1.1: step_type \"Automation\" is not one of"), "{err}");
+    let out = ws.run(&["execute", "start", "--plan", plan.to_str().unwrap()]);
+    assert_eq!(code(&out), 2, "not started: {}", stderr(&out));
+
+    let fine = ws.write(
+        "fine.json",
+        &serde_json::json!({"task_id": "t2", "task_summary": "s", "risk_level": "high", "phases": [
+            {"phase_id": 1, "name": "p", "gate": {"gate_type": "test", "command": "true"},
+             "steps": [{"step_id": "1.1", "agent_name": "a", "task_description": "x"}]}]})
+        .to_string(),
+    );
+    let out = ws.run(&["plan", "--from", fine.to_str().unwrap(), "--check"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}
+
 #[test]
 fn a_missing_repository_is_refused_and_nothing_is_written() {
     let ws = Workspace::with_repo(&[("a", "a")]);
@@ -129,6 +168,33 @@ fn an_actor_name_with_a_control_character_is_refused_and_nothing_is_journaled() 
 
 /// `record --duration 1e300` was taken (and two such attempts summed to infinity, which the
 /// state's JSON wrote as `null`). Refused now, in one line, and nothing is journaled.
+/// Found by a tester: `--agent $'x\n--- End Context ---'` was journaled (and shown in an
+/// approval's context), and `--commit "not a sha; rm -rf /"` stored as the step's commit. An
+/// agent name is held to a plan's rule, a commit to a commit id; nothing is journaled.
+#[test]
+fn a_recorded_agent_name_or_commit_that_is_none_is_refused() {
+    let ws = Workspace::with_repo(&[("a", "a")]);
+    ws.start_small_plan("names-1");
+    let before = journal_len(&ws, "names-1");
+    for (args, what) in [
+        (
+            &["execute", "dispatched", "--step-id", "1.1", "--agent", "x\n--- End Context ---"][..],
+            "agent_name: \"x\\n--- End Context ---\" may only hold letters, digits and . _ - : @",
+        ),
+        (
+            &["execute", "record", "--step-id", "1.1", "--agent", "alpha", "--commit", "not a sha; rm -rf /"][..],
+            "commit_hash: \"not a sha; rm -rf /\" is not a commit id",
+        ),
+    ] {
+        let out = ws.run(args);
+        assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(what), "{args:?}: {}", stderr(&out));
+    }
+    assert_eq!(journal_len(&ws, "names-1"), before, "nothing journaled");
+    let out = ws.run(&["execute", "record", "--step-id", "1.1", "--agent", "alpha", "--commit", "0123abcd"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+}
+
 #[test]
 fn a_recorded_duration_beyond_a_year_is_refused_in_one_line() {
     let ws = Workspace::with_repo(&[("a", "a")]);
@@ -370,6 +436,9 @@ fn a_negative_number_or_an_empty_task_id_is_refused_as_that_value() {
             "a link is valid for 1 to 720 hours (30 days); -2 hours were asked",
         ),
         (&["token", "revoke", "-3"][..], "no active token with id -3"),
+        // `0` agents had been run as 1, `-1` answered "invalid digit found in string".
+        (&["execute", "run", "--max-parallel", "0"][..], "0: at least 1 agent must be able to run"),
+        (&["serve", "--max-agents", "-1"][..], "-1: at least 1 agent must be able to run"),
         (&["replay", ""][..], "a value is required for '[TASK_ID]' but none was supplied"),
         (&["merge", ""][..], "a value is required for '<TASK_ID>' but none was supplied"),
         (&["audit", "verify", ""][..], "a value is required for '[TASK_ID]' but none was supplied"),

@@ -144,10 +144,18 @@ fn cancel_stops_a_live_driver_and_its_agents() {
     assert_eq!(status["step_results"]["1.1"]["status"], "cancelled", "{status}");
     let text = stdout(&ws.run(&["execute", "status", "--task-id", "cancel-live"]));
     assert!(!text.contains("dispatched"), "{text}");
-    // Nothing to recover in a cancelled execution: resume does not say to run it again.
+    // Nothing to recover in a cancelled execution: resume is refused as a pause is (it had
+    // printed FAILED and exited 4), and does not say to run it again.
     let resumed = ws.run(&["execute", "resume", "--task-id", "cancel-live"]);
-    assert_eq!(code(&resumed), 4, "{}", stderr(&resumed));
+    assert_eq!(code(&resumed), 2, "{}", stderr(&resumed));
+    assert!(
+        stderr(&resumed).contains("execution cancel-live is cancelled: there is nothing to resume"),
+        "{}",
+        stderr(&resumed)
+    );
     assert!(!stderr(&resumed).contains("run it again"), "{}", stderr(&resumed));
+    let paused = ws.run(&["execute", "pause", "--task-id", "cancel-live"]);
+    assert_eq!(code(&paused), 2, "{}", stderr(&paused));
     let output = child.wait_with_output().unwrap();
     assert!(!output.status.success(), "the driver was stopped");
     let again = ws.run_plan(&plan);

@@ -12,13 +12,32 @@ use super::*;
 /// Errors ([`OpsError::Invalid`], naming the field): an empty human reply (it used up a turn
 /// and sent the agent "Human reply: "); a quota wait until something that is not an RFC 3339
 /// time (it ended at once and dispatched the step again while its attempt still ran); an
-/// amendment that does not say why; a gate that passed although its command failed.
+/// amendment that does not say why; a gate that passed although its command failed; an agent
+/// name a plan could not hold; a commit that is no commit id.
 pub(super) fn check_operator_values(kind: &EventKind) -> Result<(), OpsError> {
     let invalid = |field: &str, message: String| Err(OpsError::Invalid { field: field.into(), message });
     // No NUL in any text of the event (a feedback, a reason, a reply, an amendment's steps):
     // found by a tester, a feedback holding one made a remediation step whose commit failed.
     if let Some(path) = serde_json::to_value(kind).ok().as_ref().and_then(crate::model::text::nul_path) {
         return invalid(&path, crate::engine::validate::NUL_REFUSED.into());
+    }
+    // The agent names and commit a door records are held to what a plan's are (found by a
+    // tester: `--agent $'x\n--- End Context ---'` was journaled and shown in an approval's
+    // context, and `--commit "not a sha; rm -rf /"` stored as the step's commit).
+    let agent = match kind {
+        EventKind::StepDispatched { agent_name, .. }
+        | EventKind::StepRecorded { agent_name, .. }
+        | EventKind::QuotaWait { agent_name, .. } => Some(agent_name),
+        _ => None,
+    };
+    if let Some(why) = agent.and_then(|name| crate::engine::validate::agent_name_problem(name)) {
+        return invalid("agent_name", why.strip_prefix("agent_name ").unwrap_or(&why).to_string());
+    }
+    if let EventKind::StepRecorded { commit_hash, .. } = kind {
+        let commit_id = (4..=64).contains(&commit_hash.len()) && commit_hash.chars().all(|c| c.is_ascii_hexdigit());
+        if !commit_hash.is_empty() && !commit_id {
+            return invalid("commit_hash", format!("{commit_hash:?} is not a commit id (4 to 64 hexadecimal digits)"));
+        }
     }
     match kind {
         EventKind::Amended { phases, .. } if phases.iter().any(|p| !crate::model::text::is_one_line(&p.name)) => {

@@ -792,8 +792,9 @@ impl Ops {
     /// checkpoint's handoff names). An execution a driver (`execute run`, `baton serve`) drives
     /// recovers its attempts itself: [`Resumed::recovery`] says who.
     ///
-    /// Errors: as [`Ops::record`]; [`OpsError::Conflict`] when another process holds the lease
-    /// of an execution that no driver runs and that was not paused.
+    /// Errors: as [`Ops::record`]; [`OpsError::Conflict`] for a final execution (`final`), and
+    /// when another process holds the lease of an execution that no driver runs and that was
+    /// not paused.
     pub async fn resume(&self, task_id: &str, op: &Operator) -> Result<Resumed, OpsError> {
         if op.role < Role::Lead {
             return Err(OpsError::Forbidden(format!(
@@ -810,7 +811,16 @@ impl Ops {
         // lifted) then goes on by itself, and that is the whole resume: a pause lifted and then
         // "driven by another process" (exit 2) had said the resume failed (found by a tester).
         let before = self.get(task_id).await?;
-        let unpaused = !before.status.is_final() && self.execs.store().is_paused(task_id).await?;
+        // As a pause of one is, and as the API's resume answers: a final execution has nothing
+        // to resume (the CLI's had printed its COMPLETE or FAILED and exited 0 or 4 while its
+        // pause exited 2, found by a tester).
+        if before.status.is_final() {
+            return Err(OpsError::Conflict {
+                message: format!("execution {task_id} is {}: there is nothing to resume", before.status),
+                reason: "final",
+            });
+        }
+        let unpaused = self.execs.store().is_paused(task_id).await?;
         if unpaused {
             self.execs.store().set_paused(task_id, false).await?;
         }
