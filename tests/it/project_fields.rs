@@ -108,3 +108,40 @@ proptest! {
         prop_assert!(status.as_u16() < 500, "{key}: {status}: {answer}");
     }
 }
+
+/// Found by a tester: a `test_command` holding a NUL was taken and written into every plan's
+/// gate, refused only when a spec was fired (after it left a branch behind); `forge_url` "not
+/// a url", `forge_repo` "no/slash here!!" and a label with an escape character were taken too.
+#[tokio::test]
+async fn texts_that_reach_a_command_a_link_or_a_forge_are_checked_at_registration() {
+    let app = TestApp::with_repo(&[("a", "a")]).await;
+    for (i, (field, value, says)) in [
+        ("test_command", "a\u{0}b", "holds a NUL character"),
+        ("forge_url", "not a url", "is not an http(s) URL"),
+        ("forge_url", "javascript:alert(1)", "is not an http(s) URL"),
+        ("trigger_label", "a\u{1b}b", "one line without control characters"),
+        ("trigger_label", &"x".repeat(51), "at most 50 characters"),
+        ("forge_repo", "owner/na me!", "is not a forge repository"),
+        ("forge_repo", "ado:org", "is not a forge repository"),
+        ("forge_repo", "a\nb", "one line without control characters"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let body = json!({"name": format!("t{i}"), "repo_path": app.ws.repo(), field: value});
+        let (status, answer) = app.post("/api/v1/projects", body).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{field} {value:?}: {answer}");
+        assert_eq!(answer["details"]["field"], field, "{field} {value:?}: {answer}");
+        assert!(answer["message"].as_str().unwrap().contains(says), "{field} {value:?}: {answer}");
+    }
+    let (_, list) = app.get("/api/v1/projects").await;
+    assert!(!list.to_string().contains("\"t0\""), "nothing registered: {list}");
+    let body = json!({"name": "fine", "repo_path": app.ws.repo(), "test_command": "make test",
+        "forge_url": "https://github.com/o/r", "trigger_label": "baton", "forge_repo": "o/r.js"});
+    let (status, answer) = app.post("/api/v1/projects", body).await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    for (name, repo) in [("gh", "github:o/r"), ("ado", "ado:org/Project"), ("bare", "My Project")] {
+        let body = json!({"name": name, "repo_path": app.ws.repo(), "forge_repo": repo});
+        assert_eq!(app.post("/api/v1/projects", body).await.0, StatusCode::CREATED, "{repo}");
+    }
+}

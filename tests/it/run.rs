@@ -527,3 +527,23 @@ fn a_gate_that_times_out_leaves_nothing_running() {
     let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
     panic!("the gate's background process outlived the gate");
 }
+
+/// Found by a tester: firing a spec whose plan the intake rules refuse (its gate command held a
+/// NUL) failed at `Executions::create`, after the feature branch and the run directory were
+/// made: both stayed behind with no execution to clean them up. The plan is checked first.
+#[tokio::test]
+async fn a_plan_refused_at_creation_leaves_no_branch_and_no_run_directory() {
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    let mut plan: baton::model::plan::MachinePlan = serde_json::from_str(&small_plan("refused-1", "")).unwrap();
+    plan.phases[0].gate.as_mut().unwrap().command = "make\u{0}test".into();
+    let data = baton::runtime::config::DataDir::open(&ws.data()).unwrap();
+    let options = baton::runtime::driver::RunOptions {
+        repo: Some(ws.repo().to_path_buf()),
+        agent: Some("demo".into()),
+        ..Default::default()
+    };
+    let err = baton::runtime::driver::prepare(&data, plan, &options).await.unwrap_err();
+    assert!(format!("{err:#}").contains("holds a NUL character"), "{err:#}");
+    assert_eq!(ws.git(&["branch", "--list", "baton/refused-1"]).trim(), "", "no feature branch left");
+    assert!(!ws.data().join("runs/refused-1").exists(), "no run directory left");
+}

@@ -466,7 +466,11 @@ async fn create(
     plan: MachinePlan,
     args: &RunOptions,
 ) -> anyhow::Result<(ExecutionState, RunMeta)> {
-    // Validate the plan fully (team steps, …) and how each agent runs before anything is written.
+    // Validate the plan fully (team steps, the intake rules a new plan meets, …) and how each
+    // agent runs before anything is written: a plan `Executions::create` refused after the
+    // feature branch and the run directory were made left both behind for good (found by a
+    // tester, firing a spec whose gate command held a NUL).
+    engine::validate_new(&plan).map_err(|problems| BadInput(engine::EngineError::InvalidPlan(problems).to_string()))?;
     engine::start(plan.clone(), &clock::now_rfc3339()).map_err(|e| BadInput(e.to_string()))?;
     let profile = args.agent.clone().unwrap_or_else(|| "claude".into());
     for (_, step) in plan.steps().filter(|(_, s)| !s.is_automation()) {

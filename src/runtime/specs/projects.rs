@@ -28,10 +28,10 @@ pub struct NewProject {
     /// `demo`, `claude`, `codex`, `gemini` or `command` (default `claude`).
     #[serde(default)]
     pub agent_profile: Option<String>,
-    /// Test gate command (default: detected from the repository at enrichment).
+    /// Test gate command (default: detected from the repository at enrichment); no NUL.
     #[serde(default)]
     pub test_command: Option<String>,
-    /// Link to the repository on its forge.
+    /// Link to the repository on its forge: an http(s) URL.
     #[serde(default)]
     pub forge_url: Option<String>,
     /// Concurrent agents across its executions (0 or absent: only the global cap).
@@ -40,12 +40,13 @@ pub struct NewProject {
     /// Whoever fires an execution may not decide its approvals (default false).
     #[serde(default)]
     pub require_separate_reviewer: bool,
-    /// The label that makes a GitHub issue of `forge_repo` a spec (default: none, no issue is
-    /// imported).
+    /// The label that makes a GitHub issue of `forge_repo` a spec: one line, at most 50
+    /// characters (default: none, no issue is imported).
     #[serde(default)]
     pub trigger_label: Option<String>,
-    /// The repository webhooks map to this project: `owner/name` on GitHub, `ado:<org>/<project>`
-    /// or the bare project name on Azure DevOps (default: none).
+    /// The repository webhooks map to this project: `owner/name` (or `github:owner/name`) on
+    /// GitHub, `ado:<org>/<project>[/<repository>]` or the bare project name on Azure DevOps;
+    /// one line (default: none).
     #[serde(default)]
     pub forge_repo: Option<String>,
     /// Default USD ceiling of its executions (a spec's reviewed ceiling wins; default: none).
@@ -56,6 +57,44 @@ pub struct NewProject {
     /// feature branch to it after every consolidation (default: none).
     #[serde(default)]
     pub repo_url: Option<String>,
+}
+
+/// The texts of a project that reach a command, a link or a forge query, checked when it is
+/// registered (found by a tester: a `test_command` holding a NUL was taken, written into every
+/// plan's gate, and refused only when a spec was fired; `forge_url` "not a url" and a label
+/// with an escape character were taken too).
+///
+/// Errors ([`SpecError::Invalid`], naming the field): a NUL in `test_command`; a `forge_url`
+/// that is no http(s) URL; a `trigger_label` that is not one line of at most 50 characters
+/// (GitHub's limit); a `forge_repo` that is not one line, or names a repository in a form
+/// the forge client does not read (`crate::forge::RepoRef::parse`).
+fn check_project_texts(p: &NewProject) -> Result<(), SpecError> {
+    let text = |v: &Option<String>| v.as_deref().map(str::trim).unwrap_or_default().to_string();
+    if text(&p.test_command).contains('\0') {
+        return Err(invalid("test_command", crate::engine::validate::NUL_REFUSED));
+    }
+    let forge_url = text(&p.forge_url);
+    if !forge_url.is_empty() {
+        let ok = url::Url::parse(&forge_url).is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.has_host());
+        if !ok {
+            return Err(invalid("forge_url", format!("{forge_url:?} is not an http(s) URL")));
+        }
+    }
+    let label = text(&p.trigger_label);
+    if !crate::model::text::is_one_line(&label) || label.chars().count() > 50 {
+        return Err(invalid("trigger_label", "one line without control characters, at most 50 characters"));
+    }
+    let repo = text(&p.forge_repo);
+    if !crate::model::text::is_one_line(&repo) || repo.len() > 256 {
+        return Err(invalid("forge_repo", "one line without control characters, at most 256 bytes"));
+    }
+    // A repository names its forge (the forge client's own parser judges it); a bare Azure
+    // DevOps project name maps webhooks only.
+    let names_a_repository = repo.contains('/') || repo.starts_with("github:") || repo.starts_with("ado:");
+    if names_a_repository {
+        crate::forge::RepoRef::parse(&repo).map_err(|e| invalid("forge_repo", e.to_string()))?;
+    }
+    Ok(())
 }
 
 /// The test command a repository's files suggest: `cargo test` (Cargo.toml), `npm test`
@@ -149,6 +188,7 @@ impl Specs {
                 b.ok_or_else(|| invalid("default_branch", "HEAD is detached: name the default branch"))?
             }
         };
+        check_project_texts(&p)?;
         let row = ProjectRow {
             name,
             repo_path,
