@@ -171,7 +171,7 @@ pub(super) enum ExecuteCommand {
         #[arg(long, default_value = "", allow_negative_numbers = true)]
         commit: String,
         /// Tokens used.
-        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+        #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = whole_number::<u64>)]
         tokens: u64,
         /// Cost in USD, 0 to 1,000,000.
         #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
@@ -229,7 +229,7 @@ pub(super) enum ExecuteCommand {
         #[arg(long, allow_negative_numbers = true)]
         question_id: String,
         /// Chosen option (0-based).
-        #[arg(long, allow_negative_numbers = true)]
+        #[arg(long, allow_negative_numbers = true, value_parser = whole_number::<usize>)]
         chosen_index: usize,
     },
     /// Reply to an interactive step, or end it.
@@ -442,6 +442,17 @@ fn max_spend_flag(raw: Option<&str>) -> Result<Option<(f64, String)>, BadInput> 
             .ok_or_else(|| BadInput(format!("--max-spend-usd {raw:?}: {}", runtime::spend::USD_EXPECTED)))
     })
     .transpose()
+}
+
+/// A whole number, 0 or more (`--tokens`, `--chosen-index`, `gc --hours`, `daemon stop
+/// --timeout`, `goal --max-amend-cycles`): `-1` or `abc` had answered Rust's "invalid digit
+/// found in string" (found by a tester).
+pub(super) fn whole_number<T: TryFrom<i128>>(text: &str) -> Result<T, String> {
+    match text.trim().parse::<i128>() {
+        Ok(n) if n < 0 => Err(format!("{n}: expected a whole number, 0 or more")),
+        Ok(n) => T::try_from(n).map_err(|_| format!("{n} is too large")),
+        Err(_) => Err(format!("{text:?} is not a whole number (0 or more)")),
+    }
 }
 
 /// A number of agents (`--max-parallel`, `--max-agents`): a whole number, 1 or more. `0` had

@@ -73,7 +73,7 @@ pub(crate) enum DaemonCommand {
     /// drain. Exit 0 also when nothing was running; 1 when it did not stop in time.
     Stop {
         /// Seconds to wait for the server to stop (it drains for up to 30 s).
-        #[arg(long, default_value_t = STOP_TIMEOUT_SECS, allow_negative_numbers = true)]
+        #[arg(long, default_value_t = STOP_TIMEOUT_SECS, allow_negative_numbers = true, value_parser = super::args::whole_number::<u64>)]
         timeout: u64,
     },
     /// Whether a server runs on the data dir: exit 0 running (pid, URL), 3 not running.

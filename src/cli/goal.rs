@@ -43,7 +43,7 @@ pub struct GoalArgs {
     #[arg(long, default_value = DEFAULT_EVALUATOR, allow_negative_numbers = true)]
     pub evaluator: String,
     /// Round-out amendments at most (phases the evaluator suggests when the goal is not met).
-    #[arg(long, default_value_t = 3, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 3, allow_negative_numbers = true, value_parser = super::args::whole_number::<u32>)]
     pub max_amend_cycles: u32,
     /// Test gate of the work phase (a shell command run in the integration worktree).
     #[arg(long, allow_negative_numbers = true)]

@@ -155,7 +155,7 @@ enum Command {
     /// Remove worktrees of final executions older than the configured age.
     Gc {
         /// Age in hours (default: `runtime.gc_hours` of baton.toml, 72).
-        #[arg(long, allow_negative_numbers = true)]
+        #[arg(long, allow_negative_numbers = true, value_parser = args::whole_number::<u64>)]
         hours: Option<u64>,
     },
     /// Bundled agents.

@@ -429,17 +429,16 @@ impl From<JsonRejection> for AppError {
     }
 }
 
+/// `e` and its sources, outermost first (where axum's rejections keep serde's error).
+fn causes<'a>(e: &'a (dyn std::error::Error + 'static)) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(e), |e| e.source())
+}
+
 /// Where a body that is not JSON (400) stops parsing, as serde_json counts: (line, column).
 /// `None` for other rejections.
 fn syntax_error_at(rejection: &JsonRejection) -> Option<(usize, usize)> {
     let JsonRejection::JsonSyntaxError(syntax) = rejection else { return None };
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(syntax);
-    let err = std::iter::from_fn(|| {
-        let current = cause?;
-        cause = current.source();
-        Some(current)
-    })
-    .find_map(|e| {
+    let err = causes(syntax).find_map(|e| {
         e.downcast_ref::<serde_path_to_error::Error<serde_json::Error>>()
             .map(serde_path_to_error::Error::inner)
             .or_else(|| e.downcast_ref::<serde_json::Error>())
@@ -453,13 +452,7 @@ fn syntax_error_at(rejection: &JsonRejection) -> Option<(usize, usize)> {
 /// when the path does not end with it yet. `None` for other rejections and for an error at the root naming no field.
 fn body_field(rejection: &JsonRejection) -> Option<String> {
     let JsonRejection::JsonDataError(data) = rejection else { return None };
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(data);
-    let err = std::iter::from_fn(|| {
-        let current = cause?;
-        cause = current.source();
-        Some(current)
-    })
-    .find_map(|e| e.downcast_ref::<serde_path_to_error::Error<serde_json::Error>>())?;
+    let err = causes(data).find_map(|e| e.downcast_ref::<serde_path_to_error::Error<serde_json::Error>>())?;
     let path = err.path().to_string();
     let message = err.inner().to_string();
     let named = ["missing field `", "unknown field `", "duplicate field `"]

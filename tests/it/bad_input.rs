@@ -429,7 +429,20 @@ fn an_explicit_idempotency_key_dedupes_and_refuses_reuse_for_another_event() {
 fn a_negative_number_or_an_empty_task_id_is_refused_as_that_value() {
     let ws = Workspace::with_repo(&[("a", "a")]);
     for (args, what) in [
-        (&["gc", "--hours", "-1"][..], "invalid value '-1' for '--hours <HOURS>'"),
+        (
+            &["gc", "--hours", "-1"][..],
+            "invalid value '-1' for '--hours <HOURS>': -1: expected a whole number, 0 or more",
+        ),
+        // These had answered Rust's "invalid digit found in string" (found by a tester).
+        (
+            &["execute", "record", "--step-id", "1.1", "--agent", "a", "--tokens", "-1"][..],
+            "-1: expected a whole number",
+        ),
+        (
+            &["execute", "feedback", "--phase-id", "1", "--question-id", "q", "--chosen-index", "-1"][..],
+            "-1: expected a whole number",
+        ),
+        (&["daemon", "stop", "--timeout", "abc"][..], "\"abc\" is not a whole number (0 or more)"),
         (
             // The link's range is one rule (`Ops`), for -2 as for 0 or 721.
             &["approval", "link", "--task-id", "t", "--reviewer", "r", "--hours", "-2"][..],
