@@ -121,16 +121,14 @@ async fn acquire_waiting(
     }
 }
 
-/// Whether a driver (`execute run`, a server's) holds `task_id`'s lease now, as its holder id
-/// says (its `:run` suffix); false when nobody holds it or the store cannot say.
-pub async fn driver_holds(store: &Store, task_id: &str) -> bool {
-    store.lease(task_id).await.ok().flatten().is_some_and(|l| is_driver(&l.holder))
-}
-
-/// Whether `holder` (a lease's holder id) is a driver's (`<host>:<pid>:run`), not a one-shot
-/// command's.
-pub fn is_driver(holder: &str) -> bool {
-    holder.ends_with(DRIVER_MARK)
+/// The lease of the driver (`execute run`, a server's) that holds `task_id` now: its holder
+/// id says it is a driver's (the `:run` suffix) and it has not expired by the clock leases are
+/// taken and renewed with. `None` when nobody, or a one-shot command, holds it, when the
+/// driver's lease lapsed, or when the store cannot say.
+pub async fn driver_lease(store: &Store, task_id: &str) -> Option<LeaseInfo> {
+    let lease = store.lease(task_id).await.ok().flatten()?;
+    let live = chrono::DateTime::parse_from_rfc3339(&lease.expires_at).is_ok_and(|until| until > clock::now());
+    (live && lease.holder.ends_with(DRIVER_MARK)).then_some(lease)
 }
 
 /// Suffix of a driver's holder id (`<host>:<pid>:run`).
