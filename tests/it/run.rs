@@ -547,3 +547,36 @@ async fn a_plan_refused_at_creation_leaves_no_branch_and_no_run_directory() {
     assert_eq!(ws.git(&["branch", "--list", "baton/refused-1"]).trim(), "", "no feature branch left");
     assert!(!ws.data().join("runs/refused-1").exists(), "no run directory left");
 }
+
+/// While `execute run` drives an execution, another door asking what comes next is told to
+/// wait for that driver, not offered its steps: `execute next` had answered DISPATCH for a
+/// step the run was about to start, and an orchestrator following it would have run it twice.
+#[test]
+fn next_names_the_running_driver_instead_of_offering_its_steps() {
+    let ws = Workspace::with_repo(&[("README.md", "x\n")]);
+    let plan = ws.write("plan.json", &small_plan("told-1", "[demo: sleep=2]"));
+    // One agent at a time: while 1.1 runs, the engine's next action is 1.2's DISPATCH.
+    let mut child = ws
+        .baton()
+        .args(["execute", "run", "--agent", "demo", "--max-parallel", "1", "--plan"])
+        .arg(&plan)
+        .arg("--repo")
+        .arg(ws.repo())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&ws.data().join("runs/told-1/1.1/1/started.json"));
+    for args in [&["execute", "next", "--task-id", "told-1"][..], &["execute", "next", "--all", "--task-id", "told-1"]]
+    {
+        let out = ws.run(args);
+        assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+        let told = stdout(&out);
+        assert!(told.contains("ACTION: WAIT") && !told.contains("DISPATCH"), "{args:?}: {told}");
+        assert!(
+            told.contains("is driven by the driver") && told.contains(&format!("(pid {} on", child.id())),
+            "{args:?}: {told}"
+        );
+    }
+    assert!(child.wait().unwrap().success());
+}
