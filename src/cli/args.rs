@@ -444,14 +444,37 @@ fn max_spend_flag(raw: Option<&str>) -> Result<Option<(f64, String)>, BadInput> 
     .transpose()
 }
 
+/// What a flag's text holds, read as a whole number.
+enum Whole {
+    /// A whole number.
+    Number(i128),
+    /// Digits past any count (`-` in front: negative).
+    TooLarge { negative: bool },
+    /// Not a whole number: no digits, or other characters (`abc`, `1.5`, `1e3`).
+    NotANumber,
+}
+
+fn whole(text: &str) -> Whole {
+    let t = text.trim();
+    let digits = t.strip_prefix(['-', '+']).unwrap_or(t);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Whole::NotANumber;
+    }
+    t.parse::<i128>().map_or(Whole::TooLarge { negative: t.starts_with('-') }, Whole::Number)
+}
+
 /// A whole number, 0 or more (`--tokens`, `--chosen-index`, `gc --hours`, `daemon stop
 /// --timeout`, `goal --max-amend-cycles`): `-1` or `abc` had answered Rust's "invalid digit
-/// found in string" (found by a tester).
+/// found in string" (found by a tester), and 40 digits now say they are too many, not that
+/// they are no number.
 pub(super) fn whole_number<T: TryFrom<i128>>(text: &str) -> Result<T, String> {
-    match text.trim().parse::<i128>() {
-        Ok(n) if n < 0 => Err(format!("{n}: expected a whole number, 0 or more")),
-        Ok(n) => T::try_from(n).map_err(|_| format!("{n} is too large")),
-        Err(_) => Err(format!("{text:?} is not a whole number (0 or more)")),
+    let shown = text.trim();
+    match whole(text) {
+        Whole::Number(n) if n < 0 => Err(format!("{n}: expected a whole number, 0 or more")),
+        Whole::TooLarge { negative: true } => Err(format!("{shown}: expected a whole number, 0 or more")),
+        Whole::Number(n) => T::try_from(n).map_err(|_| format!("{n} is too large")),
+        Whole::TooLarge { negative: false } => Err(format!("{shown} is too large")),
+        Whole::NotANumber => Err(format!("{text:?} is not a whole number (0 or more)")),
     }
 }
 
@@ -459,10 +482,14 @@ pub(super) fn whole_number<T: TryFrom<i128>>(text: &str) -> Result<T, String> {
 /// been taken and run as 1, and `-1` answered Rust's "invalid digit found in string" (found by
 /// a tester).
 pub(super) fn agent_count(text: &str) -> Result<usize, String> {
-    match text.trim().parse::<i64>() {
-        Ok(n) if n >= 1 => usize::try_from(n).map_err(|_| format!("{n} agents are more than this machine can count")),
-        Ok(n) => Err(format!("{n}: at least 1 agent must be able to run")),
-        Err(_) => Err(format!("{text:?} is not a whole number of agents (1 or more)")),
+    let shown = text.trim();
+    match whole(text) {
+        Whole::Number(n) if n >= 1 => usize::try_from(n).map_err(|_| format!("{n} agents are too many")),
+        Whole::Number(_) | Whole::TooLarge { negative: true } => {
+            Err(format!("{shown}: at least 1 agent must be able to run"))
+        }
+        Whole::TooLarge { negative: false } => Err(format!("{shown} agents are too many")),
+        Whole::NotANumber => Err(format!("{text:?} is not a whole number of agents (1 or more)")),
     }
 }
 

@@ -443,6 +443,12 @@ fn a_negative_number_or_an_empty_task_id_is_refused_as_that_value() {
             "-1: expected a whole number",
         ),
         (&["daemon", "stop", "--timeout", "abc"][..], "\"abc\" is not a whole number (0 or more)"),
+        // Forty digits are too many, not "no number".
+        (
+            &["gc", "--hours", "9999999999999999999999999999999999999999"][..],
+            "9999999999999999999999999999999999999999 is too large",
+        ),
+        (&["execute", "run", "--max-parallel", "99999999999999999999"][..], "99999999999999999999 agents are too many"),
         (
             // The link's range is one rule (`Ops`), for -2 as for 0 or 721.
             &["approval", "link", "--task-id", "t", "--reviewer", "r", "--hours", "-2"][..],
